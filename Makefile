@@ -1,0 +1,25 @@
+# The two commands of the README contract; both set up what is missing first (idempotently).
+#   make run   - the main job on the embedded stack (Kafka broker, Spark local[*], Delta, Airflow)
+#   make test  - the test suite (starts and stops its own broker, Spark and Airflow)
+.PHONY: run test setup lock down status
+
+PY := .venv/bin/python
+
+run: setup
+	$(PY) -m runtime demo
+
+test: setup
+	$(PY) -m pytest
+
+setup:
+	@bash scripts/bootstrap.sh
+
+down:
+	$(PY) -m runtime down
+
+status:
+	$(PY) -m runtime status
+
+# Regenerate requirements.lock after editing requirements.in (not part of set-up).
+lock:
+	.venv/bin/uv pip compile requirements.in -o requirements.lock --python .venv/bin/python

@@ -1,0 +1,136 @@
+"""The embedded Airflow 3: ``airflow standalone`` on SQLite with this repository's dags/ and plugins/.
+
+Source of truth for the Airflow side of the local stack: its environment (:meth:`environment`), its
+home under ``<data_dir>/airflow`` and its pid file. ``prepare()`` migrates the metadata database
+and imports the ``spark_default`` connection (``local[*]`` or the configured master); both steps
+are idempotent. The UI needs no login locally (simple auth manager, all admins) because it binds
+to loopback only; the compose deployment uses real users.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from runtime.process import LocalService, ServiceError
+from runtime.settings import PROJECT_ROOT, Settings
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def spark_default_connection(settings: Settings) -> dict[str, object]:
+    """The ``spark_default`` connection as Airflow's connection JSON (host = the Spark master)."""
+    return {
+        "conn_type": "spark",
+        "host": settings.spark_master,
+        "extra": json.dumps({"deploy-mode": "client", "spark-binary": "spark-submit"}),
+    }
+
+
+class LocalAirflow:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.home = settings.airflow_home
+        self.service = LocalService("airflow", self.home, settings.logs_dir / "airflow-standalone.log")
+
+    def environment(self) -> dict[str, str]:
+        s = self.settings
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{s.airflow_url}/execution/",
+                "AIRFLOW__API__HOST": s.host,
+                "AIRFLOW__API__PORT": str(s.airflow_port),
+                "AIRFLOW__API__BASE_URL": s.airflow_url,
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+                # spark-submit and the Python Spark workers must come from this environment.
+                "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable,
+            }
+        )
+        # DAGs and tasks see the same deployment settings as the CLI that started Airflow.
+        env.update(s.to_env())
+        return env
+
+    def _airflow(self, *args: str, timeout_s: float = 600) -> str:
+        import subprocess
+
+        proc = subprocess.run(
+            [str(VENV_BIN / "airflow"), *args], env=self.environment(), capture_output=True, text=True,
+            timeout=timeout_s,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise ServiceError(f"`airflow {' '.join(args)}` failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        return proc.stdout
+
+    def prepare(self) -> None:
+        """Migrate the metadata DB and (re)import the spark_default connection. Idempotent.
+
+        A stamp (Airflow version + the connection) skips both CLI calls (about 20 s) when nothing changed.
+        """
+        from airflow import __version__ as airflow_version
+
+        self.home.mkdir(parents=True, exist_ok=True)
+        connections = {"spark_default": spark_default_connection(self.settings)}
+        stamp = self.home / ".prepared"
+        wanted = json.dumps({"airflow": airflow_version, "connections": connections}, sort_keys=True)
+        if stamp.exists() and stamp.read_text() == wanted and (self.home / "airflow.db").exists():
+            return
+        self._airflow("db", "migrate")
+        connections_file = self.home / "connections.json"
+        connections_file.write_text(json.dumps(connections, indent=2))
+        self._airflow("connections", "import", "--overwrite", str(connections_file))
+        stamp.write_text(wanted)
+
+    def start(self, timeout_s: float = 300.0) -> int:
+        if (pid := self.service.pid()) is not None:
+            return pid
+        self.prepare()
+        s = self.settings
+        return self.service.start(
+            [str(VENV_BIN / "airflow"), "standalone"],
+            env=self.environment(),
+            ports={"Airflow API server": (s.host, s.airflow_port)},
+            ready=self.is_ready,
+            timeout_s=timeout_s,
+            cwd=self.home,
+        )
+
+    def health(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.settings.airflow_url}/api/v2/monitor/health", timeout=3) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def is_ready(self) -> bool:
+        health = self.health()
+        if not health:
+            return False
+        return all(health.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler"))
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        return self.service.stop(timeout_s)
+
+    def describe(self) -> dict[str, object]:
+        health = self.health() or {}
+        return {
+            "running": self.service.is_running(),
+            "pid": self.service.pid(),
+            "url": self.settings.airflow_url,
+            "health": {k: v.get("status") for k, v in health.items() if isinstance(v, dict)},
+            "home": str(self.home),
+            "log": str(self.service.log_file),
+        }

@@ -1,0 +1,147 @@
+"""``streamstate``: manage the embedded stack and run the main job.
+
+    streamstate setup-jvm         resolve the JVM jars from jvm/ (Maven; idempotent)
+    streamstate up [kafka|airflow] start the local broker and/or Airflow standalone
+    streamstate down [...]        stop them (data is kept; `down --wipe` deletes it)
+    streamstate status            what runs, where, and its health (add --json for machines)
+    streamstate logs kafka|airflow [-n N]
+    streamstate demo              the main job: stack up, sample events, stateful job, summary
+
+Settings come from STREAMSTATE_* variables (see runtime/settings.py and README "Configuration").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from runtime import jvm
+from runtime.airflow_standalone import LocalAirflow
+from runtime.kafka_broker import LocalKafkaBroker
+from runtime.process import ServiceError
+from runtime.settings import Settings, SettingsError
+
+SERVICES = ("kafka", "airflow")
+console = Console(highlight=False, width=None if Console().is_terminal else 140)
+
+
+def _services(settings: Settings, names: list[str]) -> dict[str, LocalKafkaBroker | LocalAirflow]:
+    chosen = names or list(SERVICES)
+    return {
+        name: (LocalKafkaBroker(settings) if name == "kafka" else LocalAirflow(settings)) for name in chosen
+    }
+
+
+def cmd_setup_jvm(settings: Settings, args: argparse.Namespace) -> int:
+    resolved = jvm.resolve(settings, force=args.force, log=console.print)
+    for name, jars in resolved.items():
+        console.print(f"{name}: {len(jars)} jars in {settings.jvm_dir / name}")
+    return 0
+
+
+def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    jvm.resolve(settings, log=console.print)
+    for name, service in _services(settings, args.services).items():
+        with console.status(f"starting {name}…"):
+            pid = service.start()
+        console.print(f"[green]✓[/green] {name} running (pid {pid})")
+    return cmd_status(settings, argparse.Namespace(json=False))
+
+
+def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
+    for name, service in reversed(list(_services(settings, args.services).items())):
+        stopped = service.stop()
+        console.print(f"{name}: {'stopped' if stopped else 'was not running'}")
+    if args.wipe:
+        if args.services and set(args.services) != set(SERVICES):
+            console.print("[red]--wipe deletes all local data; use it without naming services[/red]")
+            return 2
+        shutil.rmtree(settings.data_dir, ignore_errors=True)
+        console.print(f"deleted {settings.data_dir}")
+    return 0
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    described = {name: service.describe() for name, service in _services(settings, []).items()}
+    if args.json:
+        print(json.dumps(described, indent=2))
+        return 0
+    table = Table(title="streamstate local stack")
+    for column in ("service", "state", "pid", "where", "log"):
+        table.add_column(column)
+    for name, info in described.items():
+        where = info.get("bootstrap_servers") or info.get("url")
+        state = "[green]running[/green]" if info["running"] else "[dim]stopped[/dim]"
+        if name == "airflow" and info["running"]:
+            state += " " + ", ".join(f"{k}={v}" for k, v in info["health"].items())
+        table.add_row(name, state, str(info["pid"] or "-"), str(where), str(info["log"]))
+    console.print(table)
+    return 0
+
+
+def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
+    service = _services(settings, [args.service])[args.service]
+    print(service.service.tail(args.lines))
+    return 0
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    from runtime.demo import run_demo
+
+    return run_demo(settings, events=args.events, users=args.users, with_airflow=not args.no_airflow)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamstate", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("setup-jvm", help="resolve JVM jars with Maven (idempotent)")
+    p.add_argument("--force", action="store_true", help="resolve again even if up to date")
+    p.set_defaults(func=cmd_setup_jvm)
+
+    for name, func, text in (("up", cmd_up, "start"), ("down", cmd_down, "stop")):
+        p = sub.add_parser(name, help=f"{text} local services (default: all)")
+        p.add_argument("services", nargs="*", metavar="SERVICE", help=f"any of {', '.join(SERVICES)}")
+        if name == "down":
+            p.add_argument("--wipe", action="store_true", help="also delete all local data (topics, tables, Airflow DB)")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("status", help="show what runs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("logs", help="print the last lines of a service's log")
+    p.add_argument("service", choices=SERVICES)
+    p.add_argument("-n", "--lines", type=int, default=50)
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("demo", help="run the main job end to end on the embedded stack")
+    p.add_argument("--events", type=int, default=20_000)
+    p.add_argument("--users", type=int, default=2_000)
+    p.add_argument("--no-airflow", action="store_true", help="do not start Airflow (Kafka + Spark + Delta only)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "services", None):
+        unknown = set(args.services) - set(SERVICES)
+        if unknown:
+            console.print(f"[red]unknown service(s) {sorted(unknown)}; choose from {list(SERVICES)}[/red]")
+            return 2
+    try:
+        settings = Settings.from_env()
+        return args.func(settings, args)
+    except (SettingsError, ServiceError, jvm.JvmDependencyError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

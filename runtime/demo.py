@@ -1,0 +1,159 @@
+"""The main job: the whole path on the embedded stack, ending in a summary a person can check.
+
+1. resolve JVM jars, start the local Kafka broker (and Airflow standalone);
+2. create the source topic and produce a batch of realistic purchase events;
+3. run the stateful ``purchase_counts`` job through ``spark-submit`` (the path Airflow uses) until it
+   has processed everything available;
+4. read the Delta output and print what happened, with a consistency check: the purchases counted
+   in the Delta table equal the events in the topic.
+
+Re-running is safe: each run adds a new batch of events (new seed) and the job continues from its
+checkpoint, so totals grow and the check still holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from runtime import jvm
+from runtime.airflow_standalone import LocalAirflow
+from runtime.kafka_broker import LocalKafkaBroker
+from runtime.settings import Settings
+
+JOB = "purchase_counts"
+console = Console(highlight=False, width=None if Console().is_terminal else 140)
+
+
+def topic_record_count(bootstrap_servers: str, topic: str) -> int:
+    """Records currently in ``topic`` (sum over partitions of high minus low watermark)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamstate-demo-inspect"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        total = 0
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def _next_seed(settings: Settings) -> int:
+    counter = settings.status_dir / "demo-runs"
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    runs = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(runs + 1))
+    return 1000 + runs
+
+
+def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool) -> int:
+    from spark_jobs import kafka_topics
+    from spark_jobs.generators import purchases
+    from spark_jobs.registry import get_job
+    from spark_jobs.run import report_path
+    from spark_jobs.submit import submit_spec
+
+    started = time.monotonic()
+    spec = get_job(JOB)
+    jvm.resolve(settings, log=console.print)
+
+    with console.status("starting the Kafka broker…"):
+        LocalKafkaBroker(settings).start()
+    console.print(f"[green]✓[/green] Kafka broker at {settings.kafka_bootstrap_servers}")
+    if with_airflow:
+        with console.status("starting Airflow standalone (first start migrates its database)…"):
+            LocalAirflow(settings).start()
+        console.print(f"[green]✓[/green] Airflow at {settings.airflow_url}")
+
+    created = kafka_topics.ensure_topic(
+        settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor
+    )
+    seed = _next_seed(settings)
+    batch = list(purchases.generate(events, users=users, seed=seed))
+    with console.status(f"producing {len(batch):,} purchase events to '{spec.source_topic}'…"):
+        purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic, batch)
+    console.print(f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) to topic '{spec.source_topic}'"
+                  + (" (created)" if created else ""))  # fmt: skip
+
+    submit = submit_spec(spec, settings, available_now=True)
+    log_file = settings.logs_dir / f"{spec.application_id}.spark-submit.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with console.status(f"running {spec.application_id} with spark-submit (master {settings.spark_master})…"):
+        with open(log_file, "w") as log:
+            proc = subprocess.run(submit.command(), env={**_os_env(), **submit.env}, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        console.print(f"[red]spark-submit failed ({proc.returncode}); see {log_file}[/red]")
+        console.print("\n".join(log_file.read_text().splitlines()[-20:]))
+        return 1
+    report = json.loads(report_path(spec, settings).read_text())
+    console.print(f"[green]✓[/green] {spec.application_id} processed {report['input_rows']:,} events "
+                  f"in {report['batches']} micro-batch(es)")  # fmt: skip
+
+    summary = _read_output(settings, report["output"])
+    in_topic = topic_record_count(settings.kafka_bootstrap_servers, spec.source_topic)
+    _print_summary(settings, spec, report, summary, in_topic, time.monotonic() - started, log_file)
+    if summary["total_purchases"] != in_topic:
+        console.print(f"[red]check failed: Delta counts {summary['total_purchases']:,} purchases, "
+                      f"the topic holds {in_topic:,} events[/red]")  # fmt: skip
+        return 1
+    return 0
+
+
+def _os_env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def _read_output(settings: Settings, path: str) -> dict:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session import build_spark_session
+
+    with console.status("reading the Delta output…"):
+        spark = build_spark_session(settings, "streamstate-demo-summary")
+        try:
+            table = spark.read.format("delta").load(path)
+            totals = table.agg(F.count("*").alias("keys"), F.sum("purchases").alias("purchases")).first()
+            top = table.orderBy(F.desc("amount_spent")).limit(5).collect()
+            version = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"]
+        finally:
+            spark.stop()
+    return {"keys": totals["keys"], "total_purchases": int(totals["purchases"] or 0), "top": top, "version": version}
+
+
+def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file) -> None:
+    table = Table(title=f"{spec.application_id}: summary", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("events in (this run)", f"{report['input_rows']:,}"),
+        ("events in topic (all runs)", f"{in_topic:,}"),
+        ("keys in state", f"{report['state_rows']:,} users ({report['state_memory_bytes']:,} bytes in RocksDB)"),
+        ("outputs written", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
+        ("check", "[green]OK[/green]: purchases counted in Delta = events in topic"
+         if summary["total_purchases"] == in_topic else "[red]MISMATCH[/red]"),
+        ("input offsets", json.dumps(report["end_offsets"])),
+        ("Delta table", report["output"]),
+        ("checkpoint", report["checkpoint"]),
+        ("topic", f"{spec.source_topic} @ {settings.kafka_bootstrap_servers}"),
+        ("Airflow UI", f"{settings.airflow_url}  (DAG drain__{spec.name})"),
+        ("spark-submit log", str(log_file)),
+        ("elapsed", f"{elapsed:.0f} s"),
+    ]  # fmt: skip
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    top = Table(title="top spenders")
+    for column in ("user_id", "purchases", "amount_spent", "last_purchase_at"):
+        top.add_column(column)
+    for row in summary["top"]:
+        top.add_row(row["user_id"], str(row["purchases"]), str(row["amount_spent"]), str(row["last_purchase_at"]))
+    console.print(top)

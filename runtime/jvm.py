@@ -1,0 +1,108 @@
+"""JVM dependencies: resolved by Maven at set-up from the manifests in ``jvm/``, never at job start.
+
+Two classpaths come out of it:
+
+* ``<jvm_dir>/kafka-broker``: everything the local Apache Kafka broker needs to run.
+* ``<jvm_dir>/spark-jars``: the Kafka connector and Delta jars that every Spark session loads through
+  ``spark.jars``. Jars whose artifact the pyspark wheel already ships (Scala, Hadoop, Jackson, Parquet…)
+  are dropped so Spark runs on the exact versions it was built with.
+
+A ``.resolved`` stamp holding the manifest's hash makes a second set-up a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from runtime.settings import PROJECT_ROOT, Settings
+
+MANIFEST_DIR = PROJECT_ROOT / "jvm"
+MAVEN_SETTINGS = MANIFEST_DIR / "settings.xml"
+CLASSPATHS = ("kafka-broker", "spark-jars")
+
+# "kafka-clients-3.9.2.jar" -> "kafka-clients"; "zstd-jni-1.5.7-3.jar" -> "zstd-jni"
+_ARTIFACT_OF_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+
+
+class JvmDependencyError(RuntimeError):
+    """Maven could not resolve a manifest, or resolved jars are missing."""
+
+
+def artifact_name(jar_file: str) -> str:
+    match = _ARTIFACT_OF_JAR.match(jar_file)
+    if not match:
+        raise JvmDependencyError(f"cannot tell the artifact of jar file {jar_file!r}")
+    return match.group("artifact")
+
+
+def pyspark_jars_dir() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _manifest_hash(name: str) -> str:
+    digest = hashlib.sha256()
+    for path in (MANIFEST_DIR / name / "pom.xml", MAVEN_SETTINGS, Path(__file__)):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def resolve(settings: Settings, *, force: bool = False, log=print) -> dict[str, list[Path]]:
+    """Resolve every classpath with Maven (idempotent). Returns the jars of each classpath."""
+    result = {}
+    for name in CLASSPATHS:
+        target = settings.jvm_dir / name
+        stamp = target / ".resolved"
+        wanted = _manifest_hash(name)
+        if not force and stamp.exists() and stamp.read_text() == wanted:
+            result[name] = jars(settings, name)
+            continue
+        log(f"resolving JVM classpath {name} with Maven (from jvm/{name}/pom.xml)")
+        with tempfile.TemporaryDirectory(prefix=f"mvn-{name}-") as staging:
+            _copy_dependencies(MANIFEST_DIR / name, Path(staging))
+            shipped = {artifact_name(j.name) for j in pyspark_jars_dir().glob("*.jar")} if name == "spark-jars" else set()
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            for jar in sorted(Path(staging).glob("*.jar")):
+                if artifact_name(jar.name) not in shipped:
+                    shutil.copy2(jar, target / jar.name)
+        stamp.write_text(wanted)
+        result[name] = jars(settings, name)
+    return result
+
+
+def _copy_dependencies(manifest: Path, out: Path) -> None:
+    cmd = [
+        "mvn", "-B", "-q", "-s", str(MAVEN_SETTINGS), "-f", str(manifest / "pom.xml"),
+        "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise JvmDependencyError(f"Maven failed to resolve {manifest.name} ({' '.join(cmd)}):\n{tail}")
+
+
+def jars(settings: Settings, name: str) -> list[Path]:
+    """The resolved jars of one classpath; raises with the fix when set-up has not run."""
+    directory = settings.jvm_dir / name
+    found = sorted(directory.glob("*.jar"))
+    if not found:
+        raise JvmDependencyError(
+            f"no jars in {directory}: run `make setup` (or `python -m runtime setup-jvm`) to resolve them"
+        )
+    return found
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    return jars(settings, "spark-jars")
+
+
+def broker_classpath(settings: Settings) -> str:
+    return ":".join(str(p) for p in jars(settings, "kafka-broker"))

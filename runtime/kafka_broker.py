@@ -1,0 +1,150 @@
+"""The embedded Apache Kafka broker: one KRaft process (broker + controller) run from Maven jars.
+
+Data lives under ``<data_dir>/kafka``: ``server.properties`` and ``log4j2.properties`` written from
+:class:`Settings`, the formatted storage in ``data/``, the broker's log in ``logs/``. Storage is
+formatted once (``kafka.tools.StorageTool format``); later starts reuse it, so topics and offsets
+survive ``down``/``up``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import uuid
+
+from runtime import jvm
+from runtime.process import LocalService, ServiceError
+from runtime.settings import Settings
+
+BROKER_HEAP = "-Xmx768m"
+
+
+class LocalKafkaBroker:
+    """Starts, checks and stops the local broker. Source of truth: its pid file and storage dir."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.home = settings.kafka_dir
+        self.storage_dir = self.home / "data"
+        self.config_file = self.home / "server.properties"
+        self.log4j_file = self.home / "log4j2.properties"
+        self.service = LocalService("kafka", self.home, self.home / "logs" / "server.log")
+
+    # ----- configuration -----------------------------------------------------------------------
+    def server_properties(self) -> dict[str, str]:
+        s = self.settings
+        return {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{s.host}:{s.kafka_controller_port}",
+            "listeners": f"PLAINTEXT://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{s.host}:{s.kafka_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.storage_dir),
+            # The platform creates every topic it uses with explicit configs.
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # The log cleaner compacts changelog topics; keep it on with a modest buffer.
+            "log.cleaner.enable": "true",
+            "log.cleaner.dedupe.buffer.size": str(32 * 1024 * 1024),
+        }
+
+    def _write_config(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        lines = [f"{k}={v}" for k, v in self.server_properties().items()]
+        self.config_file.write_text("# Written by runtime/kafka_broker.py from Settings; edits are overwritten.\n"
+                                    + "\n".join(lines) + "\n")  # fmt: skip
+        self.log4j_file.write_text(_LOG4J2_PROPERTIES.format(log_file=self.service.log_file))
+
+    def _java_cmd(self, main_class: str, *args: str) -> list[str]:
+        java = shutil.which("java") or "java"
+        return [
+            java, BROKER_HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log4j_file}", f"-Dkafka.logs.dir={self.service.log_file.parent}",
+            "-cp", jvm.broker_classpath(self.settings), main_class, *args,
+        ]  # fmt: skip
+
+    def _format_storage_once(self) -> None:
+        if (self.storage_dir / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cmd = self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ServiceError(f"formatting Kafka storage in {self.storage_dir} failed:\n{proc.stdout}{proc.stderr}")
+
+    # ----- lifecycle -----------------------------------------------------------------------------
+    def start(self, timeout_s: float = 90.0) -> int:
+        if (pid := self.service.pid()) is not None:
+            return pid
+        self._write_config()
+        self._format_storage_once()
+        s = self.settings
+        return self.service.start(
+            self._java_cmd("kafka.Kafka", str(self.config_file)),
+            env=os.environ,
+            ports={"Kafka": (s.host, s.kafka_port), "Kafka controller": (s.host, s.kafka_controller_port)},
+            ready=self.is_ready,
+            timeout_s=timeout_s,
+        )
+
+    def is_ready(self) -> bool:
+        """The broker answers a metadata request and lists itself."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.settings.kafka_bootstrap_servers, "log_level": 0})
+        try:
+            metadata = admin.list_topics(timeout=2)
+        except Exception:  # noqa: BLE001 - any failure means "not ready yet"
+            return False
+        return len(metadata.brokers) >= 1
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        return self.service.stop(timeout_s)
+
+    def wipe(self) -> None:
+        """Delete all broker data (topics, offsets). The broker must be stopped."""
+        if self.service.is_running():
+            raise ServiceError("refusing to wipe Kafka data while the broker runs; stop it first")
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "running": self.service.is_running(),
+            "pid": self.service.pid(),
+            "bootstrap_servers": self.settings.kafka_bootstrap_servers,
+            "data": str(self.storage_dir),
+            "log": str(self.service.log_file),
+        }
+
+
+_LOG4J2_PROPERTIES = """\
+# Written by runtime/kafka_broker.py
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = WARN
+"""
+

@@ -1,0 +1,146 @@
+"""A local background service: one process group, a pid file, a log file, a readiness check.
+
+The pid file is the source of truth for "is this service ours and running". Services are started in
+their own session so they outlive the CLI that started them and can be stopped as a group (Airflow
+standalone has children; the broker's JVM has none, but the same code stops both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be started, became unhealthy or could not be stopped."""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (for tests and ephemeral stacks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class LocalService:
+    def __init__(self, name: str, run_dir: Path, log_file: Path) -> None:
+        self.name = name
+        self.pid_file = run_dir / f"{name}.pid"
+        self.log_file = log_file
+
+    # ----- state ---------------------------------------------------------------------------------
+    def pid(self) -> int | None:
+        """The pid from the pid file if that process is still alive, else None (stale files removed)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        except PermissionError:
+            pass
+        if _is_zombie(pid):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        return pid
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    # ----- start / stop --------------------------------------------------------------------------
+    def start(
+        self,
+        cmd: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        ports: Mapping[str, tuple[str, int]],
+        ready: Callable[[], bool],
+        timeout_s: float,
+        cwd: Path | None = None,
+    ) -> int:
+        """Start the service unless it already runs; wait until ``ready()``; return its pid.
+
+        Refuses (ServiceError) when one of ``ports`` is taken by something that is not this service.
+        """
+        if (pid := self.pid()) is not None:
+            return pid
+        for what, (host, port) in ports.items():
+            if port_in_use(host, port):
+                raise ServiceError(
+                    f"cannot start {self.name}: {what} port {host}:{port} is already in use by another "
+                    f"process. Stop it, or choose another port (see README, 'Configuration')."
+                )
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=dict(env), cwd=cwd, start_new_session=True,
+            )  # fmt: skip
+        self.pid_file.write_text(str(proc.pid))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise ServiceError(
+                    f"{self.name} exited with code {proc.returncode} while starting; last log lines:\n"
+                    + self.tail()
+                )
+            if ready():
+                return proc.pid
+            time.sleep(0.5)
+        self.stop()
+        raise ServiceError(f"{self.name} was not ready after {timeout_s:.0f}s; last log lines:\n{self.tail()}")
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``timeout_s``. True if it ran."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.pid() is not None:
+            time.sleep(0.2)
+        if self.pid() is not None:
+            _signal_group(pid, signal.SIGKILL)
+            time.sleep(0.5)
+        # Children that ignored SIGTERM (e.g. gunicorn workers) go with the group.
+        _signal_group(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return f"(no log at {self.log_file})"
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, IndexError):
+        return False
+    return fields[0] == "Z"

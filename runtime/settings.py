@@ -1,0 +1,152 @@
+"""Deployment settings: where Kafka, Spark, Delta and Airflow are, in one typed place.
+
+Everything that differs between the embedded default (one machine) and a cluster is here, read
+from ``STREAMSTATE_*`` environment variables with defaults for the embedded stack. Code never reads
+these variables itself; it takes a :class:`Settings`.
+
+Example:
+    >>> s = Settings.from_env({"STREAMSTATE_KAFKA_PORT": "19092"})
+    >>> s.kafka_bootstrap_servers
+    '127.0.0.1:19092'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ENV_PREFIX = "STREAMSTATE_"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot work; the message names the variable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Where everything is. Frozen: derive a changed copy with :meth:`replace`."""
+
+    #: All mutable local data (broker logs, checkpoints, Delta tables, Airflow home) lives below this.
+    data_dir: Path = PROJECT_ROOT / ".local"
+    #: Resolved JVM jars (set-up writes them here from the jvm/ manifests).
+    jvm_dir: Path = PROJECT_ROOT / ".jvm"
+    #: Host the local services bind to and advertise. Loopback only by default.
+    host: str = "127.0.0.1"
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    #: When set, clients use these servers instead of the local broker (e.g. a compose cluster).
+    kafka_external_bootstrap: str | None = None
+    #: Replication factor for topics the platform creates (1 locally, 3 on the compose cluster).
+    kafka_replication_factor: int = 1
+    airflow_port: int = 8080
+    #: ``local[*]`` on one machine, ``spark://host:7077`` on a standalone cluster.
+    spark_master: str = "local[*]"
+    spark_shuffle_partitions: int = 2
+    spark_driver_memory: str = "2g"
+
+    # ----- derived locations -------------------------------------------------------------------
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return self.kafka_external_bootstrap or f"{self.host}:{self.kafka_port}"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.data_dir / "kafka"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.data_dir / "airflow"
+
+    @property
+    def lake_dir(self) -> Path:
+        """Delta tables (job outputs, later snapshots and audits)."""
+        return self.data_dir / "lake"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Structured Streaming checkpoints, one sub-directory per job version."""
+        return self.data_dir / "checkpoints"
+
+    @property
+    def status_dir(self) -> Path:
+        """Per-job run reports and lifecycle status files."""
+        return self.data_dir / "status"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://{self.host}:{self.airflow_port}"
+
+    def to_env(self) -> dict[str, str]:
+        """The ``STREAMSTATE_*`` variables that reproduce these settings in another process."""
+        env = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                env[ENV_PREFIX + field.name.upper()] = str(value)
+        return env
+
+    def replace(self, **changes: object) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    # ----- loading -----------------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ``STREAMSTATE_<FIELD>`` variables (upper-case field names) over the defaults.
+
+        Raises:
+            SettingsError: a variable cannot be converted, or an unknown ``STREAMSTATE_`` variable is
+                set (a typo would otherwise be silently ignored).
+        """
+        environ = os.environ if environ is None else environ
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, object] = {}
+        for key, raw in environ.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in fields:
+                known = ", ".join(ENV_PREFIX + n.upper() for n in fields)
+                raise SettingsError(f"unknown setting {key}; known settings: {known}")
+            values[name] = _convert(key, raw, fields[name].type)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        ports = {
+            "kafka_port": self.kafka_port,
+            "kafka_controller_port": self.kafka_controller_port,
+            "airflow_port": self.airflow_port,
+        }
+        for name, port in ports.items():
+            if not 1 <= port <= 65535:
+                raise SettingsError(f"{ENV_PREFIX}{name.upper()}={port} is not a TCP port")
+        if len(set(ports.values())) != len(ports):
+            raise SettingsError(f"the local services need distinct ports, got {ports}")
+        if not (self.spark_master.startswith(("local", "spark://", "k8s://", "yarn"))):
+            raise SettingsError(
+                f"{ENV_PREFIX}SPARK_MASTER={self.spark_master!r}: expected local[*], spark://host:port, k8s://… or yarn"
+            )
+        if self.kafka_replication_factor < 1:
+            raise SettingsError("kafka_replication_factor must be at least 1")
+
+
+def _convert(key: str, raw: str, type_name: object) -> object:
+    type_text = str(type_name)
+    try:
+        if type_text == "int":
+            return int(raw)
+        if type_text == "Path":
+            return Path(raw).expanduser().resolve()
+        if "None" in type_text:
+            return raw or None
+        return raw
+    except ValueError as err:
+        raise SettingsError(f"{key}={raw!r}: {err}") from err

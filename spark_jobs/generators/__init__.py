@@ -1,0 +1,1 @@
+"""Deterministic event generators for the reference jobs: same seed, same events."""

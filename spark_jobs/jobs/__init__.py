@@ -1,0 +1,1 @@
+"""Reference jobs. Each module exposes ``build(spark, spec, settings) -> DataStreamWriter``."""

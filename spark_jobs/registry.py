@@ -1,0 +1,82 @@
+"""The one registry of streaming jobs. Job definitions are data: a frozen, validated :class:`JobSpec`.
+
+Everything else (the runner, spark-submit, later the Airflow DAGs) looks jobs up here by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
+
+OutputMode = Literal["update", "append"]
+
+
+class JobSpecError(ValueError):
+    """A job definition is invalid; the message names the job and the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """What a stateful streaming job is: where it reads, how it is keyed, where it writes.
+
+    Attributes:
+        name: registry key and the stem of every artifact name (checkpoint, tables, topics).
+        version: the job version; a new version gets its own application id and checkpoint.
+        source_topic: Kafka topic the job consumes.
+        source_partitions: partitions the platform creates the source topic with.
+        key_field: the event field state is keyed by.
+        output_table: Delta table (under the lake dir) the job's results are merged into.
+        entrypoint: ``module:function`` that builds the query from (spark, spec, settings).
+        trigger_interval: micro-batch interval, e.g. ``"5 seconds"`` (the seeds' commit interval).
+    """
+
+    name: str
+    version: int
+    source_topic: str
+    key_field: str
+    output_table: str
+    entrypoint: str
+    source_partitions: int = 2
+    trigger_interval: str = "5 seconds"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise JobSpecError(f"job name {self.name!r}: use lower-case letters, digits and _ (2-63 chars)")
+        if self.version < 1:
+            raise JobSpecError(f"job {self.name}: version must be >= 1, got {self.version}")
+        if self.source_partitions < 1:
+            raise JobSpecError(f"job {self.name}: source_partitions must be >= 1")
+        if ":" not in self.entrypoint:
+            raise JobSpecError(f"job {self.name}: entrypoint must be 'module:function', got {self.entrypoint!r}")
+
+    @property
+    def application_id(self) -> str:
+        """Kafka Streams' application.id: names the checkpoint, consumer prefix and changelog topics."""
+        return f"{self.name}-v{self.version}"
+
+
+JOBS: dict[str, JobSpec] = {
+    spec.name: spec
+    for spec in (
+        JobSpec(
+            name="purchase_counts",
+            version=1,
+            source_topic="purchases",
+            key_field="user_id",
+            output_table="purchase_counts",
+            entrypoint="spark_jobs.jobs.purchase_counts:build",
+            description="Purchases and amount spent per user (the seeds' purchase-count scenario).",
+        ),
+    )
+}
+
+
+def get_job(name: str) -> JobSpec:
+    try:
+        return JOBS[name]
+    except KeyError:
+        raise JobSpecError(f"unknown job {name!r}; registered jobs: {', '.join(sorted(JOBS))}") from None

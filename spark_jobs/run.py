@@ -1,0 +1,147 @@
+"""The one entry point that runs a registered job: ``run(spec, settings)``.
+
+Also the file ``spark-submit`` executes (see :mod:`spark_jobs.submit`)::
+
+    spark-submit ... spark_jobs/run.py purchase_counts --available-now
+
+``--available-now`` processes everything in the topic and stops (demo, tests, backfills); without it
+the job runs until stopped, one micro-batch per ``trigger_interval``. At the end (or on stop) a run
+report with what the job did is written to ``<status_dir>/<application_id>.last-run.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import sys
+import threading
+from pathlib import Path
+
+from runtime.settings import Settings
+from spark_jobs.registry import JobSpec, get_job
+from spark_jobs.session import build_spark_session
+
+
+@dataclasses.dataclass
+class RunReport:
+    """What one run of a job did, from Spark's own progress events."""
+
+    job: str
+    application_id: str
+    started_at: str
+    finished_at: str | None = None
+    batches: int = 0
+    input_rows: int = 0
+    state_rows: int = 0
+    state_memory_bytes: int = 0
+    last_batch_id: int | None = None
+    end_offsets: dict = dataclasses.field(default_factory=dict)
+    checkpoint: str = ""
+    output: str = ""
+    error: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def report_path(spec: JobSpec, settings: Settings) -> Path:
+    return settings.status_dir / f"{spec.application_id}.last-run.json"
+
+
+def checkpoint_path(spec: JobSpec, settings: Settings) -> Path:
+    return settings.checkpoint_dir / spec.application_id
+
+
+def _progress_collector(report: RunReport):
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressCollector(StreamingQueryListener):
+        """Folds every progress event of the job's query into the run report."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's listener API
+            pass
+
+        def onQueryProgress(self, event) -> None:  # noqa: N802
+            progress = json.loads(event.progress.json)
+            with self.lock:
+                if progress.get("numInputRows", 0) > 0:
+                    report.batches += 1
+                report.input_rows += progress.get("numInputRows", 0)
+                report.last_batch_id = progress.get("batchId")
+                operators = progress.get("stateOperators") or []
+                if operators:
+                    report.state_rows = sum(op.get("numRowsTotal", 0) for op in operators)
+                    report.state_memory_bytes = sum(op.get("memoryUsedBytes", 0) for op in operators)
+                for source in progress.get("sources") or []:
+                    end = source.get("endOffset")
+                    if isinstance(end, str):
+                        end = json.loads(end)
+                    if end:
+                        report.end_offsets = end
+
+        def onQueryIdle(self, event) -> None:  # noqa: N802
+            pass
+
+        def onQueryTerminated(self, event) -> None:  # noqa: N802
+            if event.exception:
+                report.error = str(event.exception).splitlines()[0]
+
+    return ProgressCollector()
+
+
+def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark=None) -> RunReport:
+    """Run ``spec`` until the input is drained (``available_now``) or the query stops."""
+    spark = spark or build_spark_session(settings, spec.application_id)
+    module_name, function_name = spec.entrypoint.split(":")
+    build = getattr(importlib.import_module(module_name), function_name)
+
+    report = RunReport(
+        job=spec.name,
+        application_id=spec.application_id,
+        started_at=_now(),
+        checkpoint=str(checkpoint_path(spec, settings)),
+        output=str(settings.lake_dir / spec.output_table),
+    )
+    collector = _progress_collector(report)
+    spark.streams.addListener(collector)
+    try:
+        writer = build(spark, spec, settings)
+        writer = writer.option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=spec.trigger_interval)
+        query = writer.start()
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            query.stop()
+        # The listener bus is asynchronous: let it deliver the last progress events.
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
+    finally:
+        spark.streams.removeListener(collector)
+        report.finished_at = _now()
+        settings.status_dir.mkdir(parents=True, exist_ok=True)
+        report_path(spec, settings).write_text(report.to_json())
+    return report
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spark_jobs.run", description="Run a registered streaming job.")
+    parser.add_argument("job", help="registered job name")
+    parser.add_argument("--available-now", action="store_true", help="process all available input, then stop")
+    args = parser.parse_args(argv)
+    report = run(get_job(args.job), Settings.from_env(), available_now=args.available_now)
+    print(report.to_json())
+    return 1 if report.error else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

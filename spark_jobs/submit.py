@@ -1,0 +1,87 @@
+"""How a registered job is handed to ``spark-submit``: one description, used by every launcher.
+
+The Airflow DAGs (``SparkSubmitOperator``), the CLI and the standalone-cluster test all build their
+command from :func:`submit_spec`, so a job runs with the same jars, Spark configuration, Python
+files and environment whichever way it is started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from runtime.settings import PROJECT_ROOT, Settings
+from spark_jobs.registry import JobSpec
+from spark_jobs.session import python_env, spark_conf
+
+ENTRY_FILE = PROJECT_ROOT / "spark_jobs" / "run.py"
+PACKAGES = ("runtime", "spark_jobs")
+
+
+def spark_submit_binary() -> str:
+    """The spark-submit of this environment's pyspark (so its Spark matches the pinned one)."""
+    beside_python = Path(sys.executable).parent / "spark-submit"
+    return str(beside_python) if beside_python.exists() else (shutil.which("spark-submit") or "spark-submit")
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmitSpec:
+    """Everything spark-submit needs for one job run."""
+
+    name: str
+    master: str
+    application: str
+    application_args: tuple[str, ...]
+    conf: dict[str, str]
+    jars: str
+    py_files: str
+    env: dict[str, str]
+
+    def command(self, spark_submit: str | None = None) -> list[str]:
+        cmd = [spark_submit or spark_submit_binary(), "--master", self.master, "--name", self.name, "--deploy-mode", "client"]
+        for key, value in self.conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        cmd += ["--jars", self.jars, "--py-files", self.py_files, self.application, *self.application_args]
+        return cmd
+
+
+def package_python(settings: Settings) -> Path:
+    """Zip the platform's Python packages for ``--py-files`` (executors on a cluster import them).
+
+    The archive name carries a content hash, so a changed job never runs stale code on executors.
+    """
+    files = sorted(
+        p for pkg in PACKAGES for p in (PROJECT_ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(PROJECT_ROOT)).encode() + b"\0" + path.read_bytes())
+    target = settings.data_dir / "dist" / f"streamstate-{digest.hexdigest()[:12]}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in files:
+                archive.write(path, str(path.relative_to(PROJECT_ROOT)))
+        tmp.replace(target)
+    return target
+
+
+def submit_spec(spec: JobSpec, settings: Settings, *, available_now: bool = False) -> SubmitSpec:
+    conf = spark_conf(settings)
+    jars = conf.pop("spark.jars")
+    return SubmitSpec(
+        name=spec.application_id,
+        master=settings.spark_master,
+        application=str(ENTRY_FILE),
+        application_args=(spec.name, *(["--available-now"] if available_now else [])),
+        conf=conf,
+        jars=jars,
+        py_files=str(package_python(settings)),
+        env={**settings.to_env(), **python_env()},
+    )
+
