@@ -10,23 +10,24 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import dag
 
 from runtime.settings import Settings
-from spark_jobs.registry import JOBS
+from spark_jobs.registry import JOBS, JobSpec
 from spark_jobs.submit import submit_spec
 
 SETTINGS = Settings.from_env()
 
-for job in JOBS.values():
 
+
+def drain_dag(job: JobSpec) -> None:
     @dag(
         dag_id=f"drain__{job.name}",
         schedule=None,
         catchup=False,
         tags=["streamstate", "drain", job.name],
         default_args={"retries": 0},
-        doc_md=f"Process every record available in `{job.source_topic}` with **{job.application_id}**, then stop.\n\n"
-        f"{job.description}",
+        doc_md=f"Process every record available in `{job.source_topic}` with **{job.application_id}**, then stop."
+        f"\n\n{job.description}",
     )
-    def drain_dag(job=job):
+    def drain() -> None:
         submit = submit_spec(job, SETTINGS, available_now=True)
         SparkSubmitOperator(
             task_id="spark_submit",
@@ -40,4 +41,8 @@ for job in JOBS.values():
             name=submit.name,
         )
 
-    drain_dag()
+    drain()
+
+
+for _job in JOBS.values():
+    drain_dag(_job)

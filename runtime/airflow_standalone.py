@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -134,3 +135,59 @@ class LocalAirflow:
             "home": str(self.home),
             "log": str(self.service.log_file),
         }
+
+
+class AirflowApi:
+    """A small client of the Airflow 3 REST API (``/api/v2``) of the local stack.
+
+    Locally the simple auth manager makes everyone admin, so ``/auth/token`` hands out a token
+    without credentials.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._token: str | None = None
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        if self._token is None:
+            with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=10) as resp:
+                self._token = json.loads(resp.read())["access_token"]
+        request = urllib.request.Request(
+            f"{self.base_url}/api/v2{path}", method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            raise ServiceError(f"Airflow API {method} {path}: HTTP {err.code} {err.read()[:500]!r}") from err
+
+    def dag_ids(self) -> list[str]:
+        return [d["dag_id"] for d in self._request("GET", "/dags?limit=1000")["dags"]]
+
+    def import_errors(self) -> list[dict]:
+        return self._request("GET", "/importErrors")["import_errors"]
+
+    def connection(self, conn_id: str) -> dict:
+        return self._request("GET", f"/connections/{conn_id}")
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        self._request("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+        run = self._request("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self._request("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")["state"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 600) -> str:
+        """Poll until the run is success or failed; returns the final state."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
+            time.sleep(3)
+        raise ServiceError(f"DAG run {dag_id}/{run_id} did not finish in {timeout_s:.0f}s")

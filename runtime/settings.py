@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "STREAMSTATE_"
+# local, local[N], local[*], local[N,F], spark://host:port[,host:port], k8s://https://…, yarn
+_SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|k8s://\S+|yarn)$")
 
 
 class SettingsError(ValueError):
@@ -130,7 +133,7 @@ class Settings:
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()}={port} is not a TCP port")
         if len(set(ports.values())) != len(ports):
             raise SettingsError(f"the local services need distinct ports, got {ports}")
-        if not (self.spark_master.startswith(("local", "spark://", "k8s://", "yarn"))):
+        if not _SPARK_MASTER.match(self.spark_master):
             raise SettingsError(
                 f"{ENV_PREFIX}SPARK_MASTER={self.spark_master!r}: expected local[*], spark://host:port, k8s://… or yarn"
             )

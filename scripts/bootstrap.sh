@@ -16,7 +16,10 @@ apt_install() {
 }
 
 java_major() { java -version 2>&1 | sed -nE 's/.*version "([0-9]+).*/\1/p' | head -1; }
-if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ]; then apt_install openjdk-17-jdk-headless; fi
+# A JDK, not just a JRE: the linkage test uses javap.
+if ! command -v java >/dev/null || ! command -v javap >/dev/null || [ "$(java_major)" -lt 17 ]; then
+  apt_install openjdk-17-jdk-headless
+fi
 if ! command -v mvn >/dev/null; then apt_install maven; fi
 
 PY=${PYTHON:-}

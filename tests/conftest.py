@@ -1,0 +1,69 @@
+"""Session fixtures that start and stop the real services the tests need.
+
+Every test session gets its own data directory and free ports, so it never touches the user's
+``.local`` stack (or a stack someone left running). Services start lazily: a test run that only
+needs Spark never starts Airflow.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+# In-process Airflow (the DagBag test) must never touch ~/airflow or the user's stack.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="streamstate-tests-airflow-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+from runtime.airflow_standalone import AirflowApi, LocalAirflow  # noqa: E402
+from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
+from runtime.process import free_port  # noqa: E402
+from runtime.settings import Settings  # noqa: E402
+
+
+def fresh_ports() -> dict[str, int]:
+    ports: set[int] = set()
+    while len(ports) < 3:
+        ports.add(free_port())
+    kafka, controller, airflow = sorted(ports)
+    return {"kafka_port": kafka, "kafka_controller_port": controller, "airflow_port": airflow}
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    data_dir = tmp_path_factory.mktemp("stack")
+    return Settings(data_dir=Path(data_dir), **fresh_ports())
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(settings: Settings):
+    broker = LocalKafkaBroker(settings)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings):
+    from spark_jobs.session import build_spark_session
+
+    session = build_spark_session(settings, "streamstate-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow(settings: Settings, kafka_broker) -> AirflowApi:
+    local = LocalAirflow(settings)
+    local.start()
+    yield AirflowApi(settings.airflow_url)
+    local.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topic, table and job names of one test."""
+    return uuid.uuid4().hex[:8]

@@ -1,0 +1,103 @@
+"""docker-compose.yml cannot run here (no container engine), so it is kept honest by checking it
+against the pinned versions and against the configuration the code actually reads."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+import yaml
+
+from runtime.airflow_standalone import spark_default_connection
+from runtime.settings import ENV_PREFIX, PROJECT_ROOT, Settings
+
+PINS = tomllib.loads((PROJECT_ROOT / "versions.toml").read_text())
+COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+KAFKA = sorted(name for name in SERVICES if name.startswith("kafka-"))
+AIRFLOW = sorted(name for name in SERVICES if name.startswith("airflow-"))
+
+
+def env(service: str) -> dict[str, str]:
+    return {k: str(v) for k, v in SERVICES[service].get("environment", {}).items()}
+
+
+def airflow_settings() -> Settings:
+    streamstate = {k: v for k, v in env("airflow-scheduler").items() if k.startswith(ENV_PREFIX)}
+    return Settings.from_env(streamstate)  # raises on any unknown or malformed STREAMSTATE_ variable
+
+
+def test_every_service_the_platform_expects_exists():
+    expected = {"kafka-1", "kafka-2", "kafka-3", "spark-master", "spark-worker-1", "spark-worker-2", "postgres",
+                "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"}
+    assert expected <= set(SERVICES)
+
+
+def test_images_match_the_pins():
+    images = PINS["images"]
+    for name in KAFKA:
+        assert SERVICES[name]["image"] == images["kafka"]
+    for name in ("spark-master", "spark-worker-1", "spark-worker-2"):
+        assert SERVICES[name]["image"] == images["spark"]
+    assert SERVICES["postgres"]["image"] == images["postgres"]
+    for name in AIRFLOW:
+        assert SERVICES[name]["build"]["dockerfile"] == "docker/airflow.Dockerfile"
+        assert SERVICES[name]["image"].endswith(":" + PINS["airflow"]["version"])
+
+
+def test_three_kraft_brokers_with_replication_3_and_min_isr_2():
+    voters = {env(name)["KAFKA_CONTROLLER_QUORUM_VOTERS"] for name in KAFKA}
+    assert voters == {"1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093"}
+    assert sorted(env(name)["KAFKA_NODE_ID"] for name in KAFKA) == ["1", "2", "3"]
+    for name in KAFKA:
+        e = env(name)
+        assert e["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        assert e["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+        assert e["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+        assert e["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{name}:9092"
+        assert e["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert len({env(name)["CLUSTER_ID"] for name in KAFKA}) == 1
+
+
+def test_clients_bootstrap_from_exactly_the_brokers():
+    settings = airflow_settings()
+    advertised = {env(name)["KAFKA_ADVERTISED_LISTENERS"].removeprefix("PLAINTEXT://") for name in KAFKA}
+    assert set(settings.kafka_bootstrap_servers.split(",")) == advertised
+    assert settings.kafka_replication_factor == 3
+
+
+def test_spark_master_url_agrees_everywhere():
+    settings = airflow_settings()
+    master_cmd = SERVICES["spark-master"]["command"]
+    url = f"spark://{master_cmd[master_cmd.index('--host') + 1]}:{master_cmd[master_cmd.index('--port') + 1]}"
+    assert settings.spark_master == url
+    for worker in ("spark-worker-1", "spark-worker-2"):
+        assert url in SERVICES[worker]["command"]
+    # The spark_default connection the DAGs use is the code's own connection for these settings.
+    conn = json.loads(env("airflow-scheduler")["AIRFLOW_CONN_SPARK_DEFAULT"])
+    ours = spark_default_connection(settings)
+    assert conn["conn_type"] == ours["conn_type"] and conn["host"] == ours["host"] == url
+    assert conn["extra"] == json.loads(ours["extra"])
+
+
+@pytest.mark.parametrize("service", AIRFLOW)
+def test_airflow_services_mount_the_repo_and_share_the_data_volume(service):
+    spec = SERVICES[service]
+    assert ".:/opt/streamstate" in spec["volumes"]
+    assert "streamstate-data:/data" in spec["volumes"]
+    e = env(service)
+    assert e["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/streamstate/dags"
+    assert e["AIRFLOW__CORE__PLUGINS_FOLDER"] == "/opt/streamstate/plugins"
+    assert e["STREAMSTATE_DATA_DIR"] == "/data"
+
+
+def test_spark_workers_see_the_same_data_paths_as_the_driver():
+    for worker in ("spark-worker-1", "spark-worker-2"):
+        assert "streamstate-data:/data" in SERVICES[worker]["volumes"]
+
+
+def test_airflow_runs_every_component():
+    commands = {tuple(SERVICES[name]["command"]) for name in AIRFLOW}
+    for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        assert (component,) in commands
