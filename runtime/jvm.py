@@ -25,8 +25,9 @@ MANIFEST_DIR = PROJECT_ROOT / "jvm"
 MAVEN_SETTINGS = MANIFEST_DIR / "settings.xml"
 CLASSPATHS = ("kafka-broker", "spark-jars")
 
-# "kafka-clients-3.9.2.jar" -> "kafka-clients"; "zstd-jni-1.5.7-3.jar" -> "zstd-jni"
-_ARTIFACT_OF_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-]*\.jar$")
+# The version starts at the first "-<digits>.<digit>": "kafka-clients-3.9.2.jar" -> "kafka-clients",
+# "zstd-jni-1.5.7-3.jar" -> "zstd-jni", "spark-sql-kafka-0-10_2.13-4.2.0.jar" -> "spark-sql-kafka-0-10_2.13".
+_ARTIFACT_OF_JAR = re.compile(r"^(?P<artifact>.+?)-\d+\.\d[\w.\-]*\.jar$")
 
 
 class JvmDependencyError(RuntimeError):
