@@ -7,15 +7,39 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 
-OutputMode = Literal["update", "append"]
+StoreKind = Literal["key_value", "windowed", "versioned"]
 
 
 class JobSpecError(ValueError):
     """A job definition is invalid; the message names the job and the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreSpec:
+    """A state store of a job; each store gets a changelog topic ``<application_id>-<name>-changelog``.
+
+    Attributes:
+        name: store name (letters, digits, ``-``/``_``).
+        kind: ``windowed`` changelogs also delete by time; ``versioned`` keep ``retention_ms`` of history.
+        retention_ms: windowed: window size + grace + retention; versioned: history kept.
+        changelog_configs: topic config overrides (the seeds' ``withLoggingEnabled(map)``).
+    """
+
+    name: str
+    kind: StoreKind = "key_value"
+    retention_ms: int | None = None
+    changelog_configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", self.name):
+            raise JobSpecError(f"store name {self.name!r}: use lower-case letters, digits, - and _")
+        if self.kind != "key_value" and not self.retention_ms:
+            raise JobSpecError(f"{self.kind} store {self.name!r} needs retention_ms")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +55,7 @@ class JobSpec:
         output_table: Delta table (under the lake dir) the job's results are merged into.
         entrypoint: ``module:function`` that builds the query from (spark, spec, settings).
         trigger_interval: micro-batch interval, e.g. ``"5 seconds"`` (the seeds' commit interval).
+        stores: the job's state stores, each logged to its own changelog topic.
     """
 
     name: str
@@ -41,6 +66,7 @@ class JobSpec:
     entrypoint: str
     source_partitions: int = 2
     trigger_interval: str = "5 seconds"
+    stores: tuple[StoreSpec, ...] = ()
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -50,6 +76,8 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: version must be >= 1, got {self.version}")
         if self.source_partitions < 1:
             raise JobSpecError(f"job {self.name}: source_partitions must be >= 1")
+        if len({store.name for store in self.stores}) != len(self.stores):
+            raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:
             raise JobSpecError(f"job {self.name}: entrypoint must be 'module:function', got {self.entrypoint!r}")
 
@@ -69,10 +97,18 @@ JOBS: dict[str, JobSpec] = {
             key_field="user_id",
             output_table="purchase_counts",
             entrypoint="spark_jobs.jobs.purchase_counts:build",
+            stores=(StoreSpec("counts"),),
             description="Purchases and amount spent per user (the seeds' purchase-count scenario).",
         ),
     )
 }
+
+
+def store(spec: JobSpec, name: str) -> StoreSpec:
+    for candidate in spec.stores:
+        if candidate.name == name:
+            return candidate
+    raise JobSpecError(f"job {spec.name} has no store {name!r}; stores: {[s.name for s in spec.stores]}")
 
 
 def get_job(name: str) -> JobSpec:

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from runtime.settings import Settings
+from spark_jobs.context import JobContext
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session
 
@@ -49,10 +50,6 @@ class RunReport:
 
 def report_path(spec: JobSpec, settings: Settings) -> Path:
     return settings.status_dir / f"{spec.application_id}.last-run.json"
-
-
-def checkpoint_path(spec: JobSpec, settings: Settings) -> Path:
-    return settings.checkpoint_dir / spec.application_id
 
 
 def _progress_collector(report: RunReport):
@@ -100,18 +97,20 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
     spark = spark or build_spark_session(settings, spec.application_id)
     module_name, function_name = spec.entrypoint.split(":")
     build = getattr(importlib.import_module(module_name), function_name)
+    context = JobContext(spark, spec, settings)
+    context.ensure_changelog_topics()
 
     report = RunReport(
         job=spec.name,
         application_id=spec.application_id,
         started_at=_now(),
-        checkpoint=str(checkpoint_path(spec, settings)),
-        output=str(settings.lake_dir / spec.output_table),
+        checkpoint=str(context.checkpoint),
+        output=context.output_path,
     )
     collector = _progress_collector(report)
     spark.streams.addListener(collector)
     try:
-        writer = build(spark, spec, settings)
+        writer = build(context)
         writer = writer.option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=spec.trigger_interval)
         query = writer.start()

@@ -38,8 +38,10 @@ def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = 
 
 def produce(bootstrap_servers: str, topic: str, events: list[dict]) -> int:
     """Write events to ``topic`` keyed by user_id (same user, same partition). Returns the count acked."""
+    # murmur2 is the Java client's (and Spark's) partitioner: a key lands on the same partition number
+    # in the source topic and in the changelog topics Spark writes.
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20, "enable.idempotence": True,
-                         "log_level": 3})
+                         "partitioner": "murmur2_random", "log_level": 3})
     failures: list[str] = []
 
     def on_delivery(err, _msg):

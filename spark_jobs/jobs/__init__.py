@@ -1,1 +1,1 @@
-"""Reference jobs. Each module exposes ``build(spark, spec, settings) -> DataStreamWriter``."""
+"""Reference jobs. Each module exposes ``build(ctx: JobContext) -> DataStreamWriter``."""

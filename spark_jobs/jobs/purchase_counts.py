@@ -1,8 +1,13 @@
 """Purchase counts per user: the seeds' first scenario, on Spark's built-in (JVM) aggregation.
 
-State: one row per user in the RocksDB state store (count, amount spent, last purchase time).
-Output: every micro-batch MERGEs the users whose state changed into a Delta table, so replaying a
-batch after a crash rewrites the same full values (idempotent).
+State: one row per user in the RocksDB state store ``counts`` (count, amount spent, last purchase time).
+Each micro-batch, for the users whose state changed (update mode):
+
+1. their full new values go to the changelog ``purchase_counts-v<N>-counts-changelog``, followed by
+   the batch marker with the input offsets the batch consumed;
+2. the same rows are MERGEd into the Delta output table.
+
+Both steps rewrite full values, so replaying a batch after a crash is idempotent.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from runtime.settings import Settings
+from spark_jobs.context import JobContext
 from spark_jobs.registry import JobSpec
+from spark_jobs.state.checkpoint_offsets import batch_end_offsets
 
 EVENT_SCHEMA = T.StructType(
     [
@@ -35,8 +42,8 @@ OUTPUT_SCHEMA = T.StructType(
 )
 
 
-def output_path(spec: JobSpec, settings: Settings) -> str:
-    return str(settings.lake_dir / spec.output_table)
+STORE = "counts"
+STATE_VALUE_COLUMNS = ("purchases", "amount_spent", "last_purchase_at")
 
 
 def kafka_source(spark: SparkSession, spec: JobSpec, settings: Settings) -> DataFrame:
@@ -49,13 +56,15 @@ def kafka_source(spark: SparkSession, spec: JobSpec, settings: Settings) -> Data
     )
 
 
-def build(spark: SparkSession, spec: JobSpec, settings: Settings):
+def build(ctx: JobContext):
     from delta.tables import DeltaTable
 
-    path = output_path(spec, settings)
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(OUTPUT_SCHEMA).execute()
+    path = ctx.output_path
+    DeltaTable.createIfNotExists(ctx.spark).location(path).addColumns(OUTPUT_SCHEMA).execute()
+    changelog = ctx.changelog_writer(STORE)
+    checkpoint = ctx.checkpoint
 
-    events = kafka_source(spark, spec, settings).select(
+    events = kafka_source(ctx.spark, ctx.spec, ctx.settings).select(
         F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")
     ).select("e.*")
     # Undecodable and unkeyed records are dropped here for now; the dead-letter topic (issue 3)
@@ -67,14 +76,23 @@ def build(spark: SparkSession, spec: JobSpec, settings: Settings):
         F.max("event_time").alias("last_purchase_at"),
     )
 
-    def merge_into_delta(batch: DataFrame, batch_id: int) -> None:
-        (
-            DeltaTable.forPath(batch.sparkSession, path)
-            .alias("t")
-            .merge(batch.alias("s"), "t.user_id = s.user_id")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        # Two writes from one batch: persist so the stateful plan runs once.
+        batch.persist()
+        try:
+            changes = batch.select(
+                F.col("user_id").alias("key"), F.to_json(F.struct(*STATE_VALUE_COLUMNS)).alias("value")
+            )
+            changelog.write_batch(changes, batch_id, batch_end_offsets(checkpoint, batch_id))
+            (
+                DeltaTable.forPath(batch.sparkSession, path)
+                .alias("t")
+                .merge(batch.alias("s"), "t.user_id = s.user_id")
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        finally:
+            batch.unpersist()
 
-    return state.writeStream.outputMode("update").foreachBatch(merge_into_delta)
+    return state.writeStream.outputMode("update").foreachBatch(write_batch)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from decimal import Decimal
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import report_path, run
+from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
+from spark_jobs.state.changelog_reader import read_changelog
 from tests.helpers import delta_purchase_counts, expected_purchase_counts
 
 pytestmark = pytest.mark.integration
@@ -42,6 +47,65 @@ def test_state_equals_an_independent_computation_across_runs(spark, kafka_broker
     assert report.input_rows == 2000
     assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(first + second)
     assert sum(report.end_offsets[job.source_topic].values()) == 5000
+
+    # The changelog's latest value per key is the state, and its last complete batch sits exactly
+    # at the input position the job reached.
+    read = read_changelog(settings.kafka_bootstrap_servers, changelog_topic_name(job.application_id, "counts"))
+    assert decode_counts(read.state) == expected_purchase_counts(first + second)
+    assert read.input_offsets == {job.source_topic: source_end_offsets(settings, job.source_topic)}
+    assert read.records_dropped_incomplete == 0
+
+
+def decode_counts(state: dict[bytes, bytes]) -> dict[str, tuple[int, Decimal]]:
+    values = {k.decode(): json.loads(v, parse_float=Decimal) for k, v in state.items()}
+    return {k: (v["purchases"], Decimal(v["amount_spent"]).quantize(Decimal("0.01"))) for k, v in values.items()}
+
+
+def source_end_offsets(settings, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": "tests-offsets"})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    finally:
+        consumer.close()
+
+
+def test_changelog_topic_is_created_compacted_and_co_partitioned(spark, kafka_broker, settings, job):
+    ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
+    events = list(purchases.generate(800, users=60, seed=5))
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, events)
+    run(job, settings, available_now=True, spark=spark)
+
+    name = changelog_topic_name(job.application_id, "counts")
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap_servers})
+    assert len(admin.list_topics(name, timeout=10).topics[name].partitions) == job.source_partitions
+    configs = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)])
+    described = next(iter(configs.values())).result()
+    assert described["cleanup.policy"].value == "compact"
+
+    # Same key, same partition number in the source and in the changelog (murmur2 on both sides).
+    def partitions_by_key(topic: str) -> dict[bytes, set[int]]:
+        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": f"t-{topic}",
+                             "auto.offset.reset": "earliest", "enable.partition.eof": True})  # fmt: skip
+        consumer.subscribe([topic])
+        seen: dict[bytes, set[int]] = {}
+        eof: set[int] = set()
+        try:
+            while len(eof) < job.source_partitions:
+                msg = consumer.poll(10)
+                assert msg is not None, f"stalled reading {topic}"
+                if msg.error():
+                    eof.add(msg.partition())
+                    continue
+                seen.setdefault(msg.key(), set()).add(msg.partition())
+        finally:
+            consumer.close()
+        return seen
+
+    source, changelog = partitions_by_key(job.source_topic), partitions_by_key(name)
+    changelog.pop(MARKER_KEY)
+    assert set(changelog) == set(source)
+    assert all(changelog[k] == source[k] and len(source[k]) == 1 for k in source)
 
 
 def test_generator_is_deterministic():

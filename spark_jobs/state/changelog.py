@@ -1,0 +1,155 @@
+"""Changelog topics: every state change of every micro-batch, as (key, full value) or (key, null).
+
+Kafka Streams logs each store to ``<application.id>-<store>-changelog``, a compacted topic whose
+latest record per key *is* the store. Here the same topic is written once per micro-batch (the
+trigger interval plays the seeds' ``commit.interval.ms``: one record per changed key per batch):
+
+1. the changed keys of the batch, full value each (idempotent: a replayed batch rewrites the same
+   values), deletes and evictions as tombstones, every record tagged with a ``streamstate.batch``
+   header;
+2. then one **batch marker** per partition, key :data:`MARKER_KEY`, carrying the batch id and the
+   input offsets the batch consumed. A reader cuts the log after the last batch whose markers
+   reached every partition, so a half-written batch is never restored.
+
+:class:`ChangelogWriter` owns the topic's contents; it does not know about Delta or snapshots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Literal
+
+from confluent_kafka import Producer
+
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.state.checkpoint_offsets import KafkaOffsets
+
+MARKER_KEY = b"__streamstate.batch__"
+BATCH_HEADER = "streamstate.batch"
+
+StoreKind = Literal["key_value", "windowed", "versioned"]
+
+
+def changelog_topic_name(application_id: str, store: str) -> str:
+    return f"{application_id}-{store}-changelog"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangelogTopic:
+    """A store's changelog topic and its configs (the seeds' ``withLoggingEnabled(map)``).
+
+    Attributes:
+        application_id: the job version's application id.
+        store: the state store name.
+        partitions: the source topic's partition count (same key, same partition number).
+        replication_factor: from the deployment settings.
+        kind: ``windowed`` stores also delete by time (``compact,delete``); the others only compact.
+        retention_ms: windowed stores: window size + grace + retention; versioned: the history kept.
+        overrides: any topic config, applied last.
+    """
+
+    application_id: str
+    store: str
+    partitions: int
+    replication_factor: int = 1
+    kind: StoreKind = "key_value"
+    retention_ms: int | None = None
+    overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind in ("windowed", "versioned") and not self.retention_ms:
+            raise ValueError(f"changelog of {self.kind} store {self.store!r} needs retention_ms")
+
+    @property
+    def name(self) -> str:
+        return changelog_topic_name(self.application_id, self.store)
+
+    def configs(self) -> dict[str, str]:
+        configs = {
+            "cleanup.policy": "compact,delete" if self.kind == "windowed" else "compact",
+            # An acknowledged state change survives one broker loss where there are brokers to lose.
+            "min.insync.replicas": str(min(2, self.replication_factor)),
+            "message.timestamp.type": "CreateTime",
+        }
+        if self.kind == "windowed":
+            configs["retention.ms"] = str(self.retention_ms)
+        if self.kind == "versioned":
+            # Compaction must not remove history a versioned store still answers for.
+            configs["min.compaction.lag.ms"] = str(self.retention_ms)
+        configs.update({k: str(v) for k, v in self.overrides.items()})
+        return configs
+
+    def ensure(self, bootstrap_servers: str) -> bool:
+        """Create the topic with :meth:`configs` unless it exists. True when created."""
+        return ensure_topic(bootstrap_servers, self.name, self.partitions, self.replication_factor, self.configs())
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchMarker:
+    """The end of one micro-batch in one changelog partition."""
+
+    batch_id: int
+    input_offsets: KafkaOffsets
+    records: int
+
+    def to_bytes(self) -> bytes:
+        offsets = {t: {str(p): o for p, o in parts.items()} for t, parts in self.input_offsets.items()}
+        return json.dumps({"batch_id": self.batch_id, "input_offsets": offsets, "records": self.records}).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> BatchMarker:
+        data = json.loads(raw)
+        offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in data["input_offsets"].items()}
+        return cls(batch_id=int(data["batch_id"]), input_offsets=offsets, records=int(data["records"]))
+
+
+class ChangelogWriter:
+    """Appends one micro-batch of state changes, then its markers, to a store's changelog topic."""
+
+    def __init__(self, topic: ChangelogTopic, bootstrap_servers: str) -> None:
+        self.topic = topic
+        self.bootstrap_servers = bootstrap_servers
+        self._producer: Producer | None = None
+
+    def write_batch(self, changes, batch_id: int, input_offsets: KafkaOffsets) -> int:
+        """Write ``changes`` (a Spark DataFrame with string columns ``key`` and ``value``; a null
+        value is a tombstone) through Spark's Kafka sink, then the batch markers. Returns the number
+        of change records written.
+
+        The data write finishes (every record acknowledged) before any marker is sent, so a marker
+        in a partition means the whole batch is in that partition.
+        """
+        from pyspark.sql import functions as F
+
+        header = F.array(F.struct(F.lit(BATCH_HEADER).alias("key"), F.lit(str(batch_id)).cast("binary").alias("value")))
+        records = changes.select(
+            F.col("key").cast("binary").alias("key"),
+            F.col("value").cast("binary").alias("value"),
+            header.alias("headers"),
+        )
+        count = records.count()
+        if count:
+            (records.write.format("kafka")
+             .option("kafka.bootstrap.servers", self.bootstrap_servers)
+             .option("kafka.acks", "all")
+             .option("topic", self.topic.name)
+             .save())  # fmt: skip
+        self._write_markers(BatchMarker(batch_id, input_offsets, count))
+        return count
+
+    def _write_markers(self, marker: BatchMarker) -> None:
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.bootstrap_servers, "enable.idempotence": True,
+                                       "acks": "all", "log_level": 3})  # fmt: skip
+        failures: list[str] = []
+        payload = marker.to_bytes()
+        for partition in range(self.topic.partitions):
+            self._producer.produce(
+                self.topic.name, key=MARKER_KEY, value=payload, partition=partition,
+                headers=[(BATCH_HEADER, str(marker.batch_id).encode())],
+                on_delivery=lambda err, _msg: failures.append(str(err)) if err else None,
+            )  # fmt: skip
+        if self._producer.flush(60) or failures:
+            raise RuntimeError(f"batch {marker.batch_id} markers not acknowledged on {self.topic.name}: {failures[:1]}")

@@ -1,0 +1,44 @@
+"""Input positions of a micro-batch, from the Structured Streaming checkpoint's offset log.
+
+Spark writes ``<checkpoint>/offsets/<batch_id>`` (a write-ahead log) before it runs the batch: a
+version line, a metadata line, then one JSON line per source with the batch's *end* offsets, which
+are exclusive (the next offset to read). That file is the source of truth for "which input this
+batch consumed"; this module only parses it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+#: {topic: {partition: next offset to read}}
+KafkaOffsets = dict[str, dict[int, int]]
+
+
+class CheckpointOffsetsError(RuntimeError):
+    """The offset log of a checkpoint is missing or not in the expected format."""
+
+
+def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
+    """End (exclusive) Kafka offsets of every source of ``batch_id``, merged over sources."""
+    path = Path(checkpoint) / "offsets" / str(batch_id)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise CheckpointOffsetsError(f"no offset log entry for batch {batch_id} at {path}") from None
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        raise CheckpointOffsetsError(f"{path}: unexpected offset log format ({len(lines)} lines)")
+    offsets: KafkaOffsets = {}
+    for line in lines[2:]:
+        if not line.strip() or line.strip() == "-":
+            continue
+        for topic, partitions in json.loads(line).items():
+            offsets.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
+    return offsets
+
+
+def latest_batch_id(checkpoint: str | Path) -> int | None:
+    """The newest batch id in the offset log, or None when the checkpoint has none."""
+    directory = Path(checkpoint) / "offsets"
+    ids = [int(p.name) for p in directory.glob("[0-9]*") if p.name.isdigit()] if directory.exists() else []
+    return max(ids) if ids else None
