@@ -77,7 +77,9 @@ class LocalKafkaBroker:
     def _format_storage_once(self) -> None:
         if (self.storage_dir / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading "-" reads as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         cmd = self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file))
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
+from spark_jobs.state.restore import RestoredState
+from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,6 +18,29 @@ class JobContext:
     spark: object  # pyspark.sql.SparkSession (not imported here: DAG files import this module)
     spec: JobSpec
     settings: Settings
+    #: store -> state rebuilt from snapshot + changelog when the query starts without a checkpoint
+    restored: dict[str, RestoredState] = dataclasses.field(default_factory=dict)
+
+    @property
+    def starting_offsets(self) -> str:
+        """Kafka ``startingOffsets`` for a new query: right after the restored state, else earliest."""
+        positions = {json.dumps(r.input_offsets, sort_keys=True) for r in self.restored.values() if r.input_offsets}
+        if not positions:
+            return "earliest"
+        if len(positions) > 1:
+            raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
+        offsets = json.loads(positions.pop())
+        return json.dumps({self.spec.source_topic: offsets.get(self.spec.source_topic, {})})
+
+    def base_table(self, store_name: str) -> str:
+        """Delta table holding a store's restored state for the current checkpoint. It lives inside
+        the checkpoint directory, so losing the checkpoint can never leave a stale base behind."""
+        return str(self.checkpoint / "streamstate" / "base" / store_name)
+
+    def snapshot_store(self, store_name: str) -> SnapshotStore:
+        s = store(self.spec, store_name)
+        return SnapshotStore(self.spark, snapshot_path(self.settings.lake_dir, self.spec.application_id, s.name),
+                             self.spec.application_id, s.name)  # fmt: skip
 
     @property
     def checkpoint(self) -> Path:
@@ -37,8 +63,20 @@ class JobContext:
             overrides=s.changelog_configs,
         )
 
+    @property
+    def restore_record(self) -> Path:
+        """``restore.json`` in the checkpoint: how this checkpoint's state was restored, if it was."""
+        return self.checkpoint / "streamstate" / "restore.json"
+
     def changelog_writer(self, store_name: str) -> ChangelogWriter:
-        return ChangelogWriter(self.changelog_topic(store_name), self.settings.kafka_bootstrap_servers)
+        """The store's changelog writer, continuing the changelog's batch ids after a restore."""
+        restored = {}
+        if self.restore_record.exists():
+            restored = json.loads(self.restore_record.read_text()).get(store_name, {})
+        return ChangelogWriter(
+            self.changelog_topic(store_name), self.settings.kafka_bootstrap_servers,
+            batch_base=restored.get("next_batch_id", 0), restored_batch=restored.get("batch_id"),
+        )  # fmt: skip
 
     def ensure_changelog_topics(self) -> list[str]:
         """Create every store's changelog topic (idempotent); returns the topic names."""

@@ -24,6 +24,8 @@ from runtime.settings import Settings
 from spark_jobs.context import JobContext
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session
+from spark_jobs.state.checkpoint_offsets import latest_batch_id
+from spark_jobs.state.restore import RestoredState, restore_from_snapshot
 
 
 @dataclasses.dataclass
@@ -43,6 +45,8 @@ class RunReport:
     checkpoint: str = ""
     output: str = ""
     error: str | None = None
+    #: store -> restore summary, when the run started without a usable checkpoint
+    restores: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -99,6 +103,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
     build = getattr(importlib.import_module(module_name), function_name)
     context = JobContext(spark, spec, settings)
     context.ensure_changelog_topics()
+    restores = restore_if_needed(context)
 
     report = RunReport(
         job=spec.name,
@@ -106,6 +111,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         started_at=_now(),
         checkpoint=str(context.checkpoint),
         output=context.output_path,
+        restores={name: r.summary() for name, r in restores.items()},
     )
     collector = _progress_collector(report)
     spark.streams.addListener(collector)
@@ -126,6 +132,27 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         settings.status_dir.mkdir(parents=True, exist_ok=True)
         report_path(spec, settings).write_text(report.to_json())
     return report
+
+
+def restore_if_needed(context: JobContext) -> dict[str, RestoredState]:
+    """Rebuild every store when the query has no checkpoint to resume from.
+
+    A checkpoint with a committed offset log resumes by itself (Spark restores RocksDB from it). Without
+    one, each store is rebuilt from its latest snapshot + changelog tail and the query starts at the
+    input offsets of that state; the result is also written to ``<checkpoint>/streamstate/restore.json``.
+    """
+    if latest_batch_id(context.checkpoint) is not None:
+        return {}
+    for s in context.spec.stores:
+        restored = restore_from_snapshot(context.snapshot_store(s.name), context.settings.kafka_bootstrap_servers,
+                                         context.changelog_topic(s.name).name)  # fmt: skip
+        if restored.batch_id is not None or restored.next_batch_id > 0:
+            context.restored[s.name] = restored
+    if context.restored:
+        record = context.restore_record
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({n: r.summary() for n, r in context.restored.items()}, indent=2))
+    return context.restored
 
 
 def _now() -> str:

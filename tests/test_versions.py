@@ -38,6 +38,7 @@ def test_maven_manifests_match():
     broker = pom_properties("kafka-broker")
     assert broker["kafka.version"] == PINS["kafka"]["version"]
     assert broker["log4j.version"] == PINS["log4j"]["version"]
+    assert broker["slf4j.version"] == PINS["log4j"]["slf4j"]
 
 
 @pytest.mark.parametrize("source", ["requirements.in", "requirements.lock"])
@@ -68,6 +69,8 @@ def test_resolved_jars_are_the_pinned_ones(settings):
     broker_jars = {p.name for p in jvm.jars(settings, "kafka-broker")}
     assert f"kafka_2.13-{PINS['kafka']['version']}.jar" in broker_jars
     assert f"log4j-slf4j2-impl-{PINS['log4j']['version']}.jar" in broker_jars
+    assert f"slf4j-api-{PINS['log4j']['slf4j']}.jar" in broker_jars
+    assert not any(name.startswith("slf4j-api-1.") for name in broker_jars)
 
 
 def test_image_tags_follow_the_pins():

@@ -88,32 +88,52 @@ class ChangelogTopic:
 
 @dataclasses.dataclass(frozen=True)
 class BatchMarker:
-    """The end of one micro-batch in one changelog partition."""
+    """The end of one micro-batch in one changelog partition.
+
+    Changelog batch ids grow monotonically per application id, across checkpoints: after a restore
+    the new query continues at a higher id, and its markers declare the ids between the restored
+    batch and its first batch void (``void_after`` < id < ``void_before``), so the records of a batch
+    that was half-written before the checkpoint was lost are never applied.
+    """
 
     batch_id: int
     input_offsets: KafkaOffsets
     records: int
+    void_after: int | None = None
+    void_before: int | None = None
+
+    def is_void(self, batch_id: int) -> bool:
+        return self.void_after is not None and self.void_before is not None and self.void_after < batch_id < self.void_before
 
     def to_bytes(self) -> bytes:
         offsets = {t: {str(p): o for p, o in parts.items()} for t, parts in self.input_offsets.items()}
-        return json.dumps({"batch_id": self.batch_id, "input_offsets": offsets, "records": self.records}).encode()
+        data = {"batch_id": self.batch_id, "input_offsets": offsets, "records": self.records}
+        if self.void_before is not None:
+            data.update(void_after=self.void_after, void_before=self.void_before)
+        return json.dumps(data).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> BatchMarker:
         data = json.loads(raw)
         offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in data["input_offsets"].items()}
-        return cls(batch_id=int(data["batch_id"]), input_offsets=offsets, records=int(data["records"]))
+        return cls(batch_id=int(data["batch_id"]), input_offsets=offsets, records=int(data["records"]),
+                   void_after=data.get("void_after"), void_before=data.get("void_before"))  # fmt: skip
 
 
 class ChangelogWriter:
     """Appends one micro-batch of state changes, then its markers, to a store's changelog topic."""
 
-    def __init__(self, topic: ChangelogTopic, bootstrap_servers: str) -> None:
+    def __init__(self, topic: ChangelogTopic, bootstrap_servers: str, *, batch_base: int = 0,
+                 restored_batch: int | None = None) -> None:  # fmt: skip
+        """``batch_base`` is added to Spark's batch id (0 for a query that never restored);
+        ``restored_batch`` is the batch the query's state was restored to (markers void the gap)."""
         self.topic = topic
         self.bootstrap_servers = bootstrap_servers
+        self.batch_base = batch_base
+        self.restored_batch = restored_batch
         self._producer: Producer | None = None
 
-    def write_batch(self, changes, batch_id: int, input_offsets: KafkaOffsets) -> int:
+    def write_batch(self, changes, spark_batch_id: int, input_offsets: KafkaOffsets) -> int:
         """Write ``changes`` (a Spark DataFrame with string columns ``key`` and ``value``; a null
         value is a tombstone) through Spark's Kafka sink, then the batch markers. Returns the number
         of change records written.
@@ -123,6 +143,7 @@ class ChangelogWriter:
         """
         from pyspark.sql import functions as F
 
+        batch_id = self.batch_base + spark_batch_id
         header = F.array(F.struct(F.lit(BATCH_HEADER).alias("key"), F.lit(str(batch_id)).cast("binary").alias("value")))
         records = changes.select(
             F.col("key").cast("binary").alias("key"),
@@ -136,7 +157,8 @@ class ChangelogWriter:
              .option("kafka.acks", "all")
              .option("topic", self.topic.name)
              .save())  # fmt: skip
-        self._write_markers(BatchMarker(batch_id, input_offsets, count))
+        void = {"void_after": self.restored_batch, "void_before": self.batch_base} if self.batch_base else {}
+        self._write_markers(BatchMarker(batch_id, input_offsets, count, **void))
         return count
 
     def _write_markers(self, marker: BatchMarker) -> None:

@@ -35,6 +35,8 @@ class ChangelogRead:
     records_applied: int = 0
     tombstones_applied: int = 0
     records_dropped_incomplete: int = 0
+    #: the highest batch id seen in the range (marked or not): a new query must continue above it
+    max_batch_seen: int | None = None
     seconds: float = 0.0
 
 
@@ -108,11 +110,19 @@ def read_changelog(
                 on_progress(result.records_read)
             if msg.key() == MARKER_KEY:
                 marker = BatchMarker.from_bytes(msg.value())
-                records = [(k, v) for b, k, v in pending[p] if b is None or b <= marker.batch_id]
+                seen = marker.batch_id
+                # Records up to this marker belong to it, except those of batches declared void
+                # (half-written before a checkpoint loss); later batches' records wait for their marker.
+                records = [(k, v) for b, k, v in pending[p]
+                           if (b is None or b <= marker.batch_id) and not (b is not None and marker.is_void(b))]  # fmt: skip
+                result.records_dropped_incomplete += sum(1 for b, _, _ in pending[p] if b is not None and marker.is_void(b))
                 pending[p] = [(b, k, v) for b, k, v in pending[p] if b is not None and b > marker.batch_id]
                 segments[p].append(_Segment(marker.batch_id, records, msg.offset(), marker))
             else:
-                pending[p].append((_batch_of(msg.headers()), msg.key(), msg.value()))
+                seen = _batch_of(msg.headers())
+                pending[p].append((seen, msg.key(), msg.value()))
+            if seen is not None and (result.max_batch_seen is None or seen > result.max_batch_seen):
+                result.max_batch_seen = seen
             if msg.offset() + 1 >= high[p]:
                 remaining.discard(p)
 

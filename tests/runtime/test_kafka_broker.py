@@ -70,3 +70,9 @@ def test_refuses_clearly_when_the_port_is_taken(settings, tmp_path):
         other = settings.replace(data_dir=tmp_path, kafka_port=taken, kafka_controller_port=taken + 1)
         with pytest.raises(ServiceError, match=rf"Kafka port {settings.host}:{taken} is already in use"):
             LocalKafkaBroker(other).start()
+
+
+def test_broker_logs_through_log4j(kafka_broker):
+    log = kafka_broker.service.log_file.read_text()
+    assert "Kafka Server started" in log or "Kafka version" in log, log[-2000:]
+    assert "Defaulting to no-operation (NOP) logger" not in log
