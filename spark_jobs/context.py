@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from runtime.settings import Settings
+from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.restore import RestoredState
@@ -20,6 +21,8 @@ class JobContext:
     settings: Settings
     #: store -> state rebuilt from snapshot + changelog when the query starts without a checkpoint
     restored: dict[str, RestoredState] = dataclasses.field(default_factory=dict)
+    #: further streaming writers the job needs started with it (e.g. its dead-letter query)
+    companion_writers: list = dataclasses.field(default_factory=list)
 
     @property
     def starting_offsets(self) -> str:
@@ -36,6 +39,19 @@ class JobContext:
         """Delta table holding a store's restored state for the current checkpoint. It lives inside
         the checkpoint directory, so losing the checkpoint can never leave a stale base behind."""
         return str(self.checkpoint / "streamstate" / "base" / store_name)
+
+    def split_dead_letters(self, classified):
+        """Valid records of ``classified`` (see spark_jobs.dead_letter.classify); the rest are sent to
+        the job's dead-letter topic by a companion query started with the job."""
+        from spark_jobs import dead_letter
+
+        ensure_topic(self.settings.kafka_bootstrap_servers, dead_letter.dead_letter_topic(self.spec.application_id),
+                     self.spec.source_partitions, self.settings.kafka_replication_factor)  # fmt: skip
+        self.companion_writers.append(dead_letter.dead_letter_writer(
+            classified, self.spec.application_id, self.settings.kafka_bootstrap_servers,
+            str(self.checkpoint / "streamstate" / "dead-letter"),
+        ))  # fmt: skip
+        return dead_letter.valid(classified)
 
     def snapshot_store(self, store_name: str) -> SnapshotStore:
         s = store(self.spec, store_name)

@@ -70,6 +70,8 @@ def _progress_collector(report: RunReport):
 
         def onQueryProgress(self, event) -> None:  # noqa: N802
             progress = json.loads(event.progress.json)
+            if progress.get("name") != report.application_id:
+                return  # a companion query (dead letters) of the job
             with self.lock:
                 if progress.get("numInputRows", 0) > 0:
                     report.batches += 1
@@ -91,7 +93,7 @@ def _progress_collector(report: RunReport):
 
         def onQueryTerminated(self, event) -> None:  # noqa: N802
             if event.exception:
-                report.error = str(event.exception).splitlines()[0]
+                report.error = (report.error + "; " if report.error else "") + str(event.exception).splitlines()[0]
 
     return ProgressCollector()
 
@@ -119,11 +121,17 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         writer = build(context)
         writer = writer.option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=spec.trigger_interval)
+        companions = [w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
+                      for w in context.companion_writers]  # fmt: skip
+        queries = [w.start() for w in companions]
         query = writer.start()
+        queries.append(query)
         try:
-            query.awaitTermination()
+            for q in queries:
+                q.awaitTermination()
         except KeyboardInterrupt:
-            query.stop()
+            for q in queries:
+                q.stop()
         # The listener bus is asynchronous: let it deliver the last progress events.
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
     finally:

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_jobs import dead_letter
 from spark_jobs.context import JobContext
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets
 
@@ -46,6 +47,7 @@ OUTPUT_SCHEMA = T.StructType(
 
 
 STORE = "counts"
+EVENT_TYPES = ("purchase",)
 STATE_VALUE_COLUMNS = ("purchases", "amount_spent", "last_purchase_at")
 
 
@@ -93,12 +95,17 @@ def build(ctx: JobContext):
         write_base_table(ctx.spark, base_path, ctx.restored[STORE].state)
     has_base = DeltaTable.isDeltaTable(ctx.spark, base_path)
 
-    events = kafka_source(ctx).select(
-        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")
-    ).select("e.*")
-    # Undecodable and unkeyed records are dropped here for now; the dead-letter topic (issue 3)
-    # will take them with their source coordinates instead.
-    purchases = events.where((F.col("type") == "purchase") & F.col("user_id").isNotNull())
+    classified = dead_letter.classify(
+        kafka_source(ctx),
+        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA),
+        rules=[
+            (dead_letter.MISSING_KEY, F.coalesce(F.length("_event.user_id") == 0, F.lit(True))),
+            (dead_letter.UNKNOWN_TYPE, ~F.coalesce(F.col("_event.type").isin(*EVENT_TYPES), F.lit(False))),
+            (dead_letter.INVALID, F.col("_event.amount").isNull() | (F.col("_event.amount") < 0)
+             | F.col("_event.event_time").isNull()),
+        ],
+    )  # fmt: skip
+    purchases = ctx.split_dead_letters(classified)
     state = purchases.groupBy("user_id").agg(
         F.count(F.lit(1)).alias("purchases"),
         F.sum("amount").alias("amount_spent"),

@@ -57,3 +57,26 @@ def test_incomplete_batches_are_not_restored(kafka_broker, settings, unique):
     assert tail.cut_batch_id == 3
     assert tail.state == {b"a": b"3", b"c": b"3", b"d": b"3"}
     assert tail.input_offsets == {"in": {0: 30, 1: 30}}
+
+
+def test_half_written_batch_before_a_checkpoint_loss_is_never_applied(kafka_broker, settings, unique):
+    topic = ChangelogTopic(f"void-{unique}", "store", partitions=1)
+    topic.ensure(settings.kafka_bootstrap_servers)
+    bootstrap = settings.kafka_bootstrap_servers
+    _produce(settings, topic.name, 0, [(b"k", b"1")], batch_id=0)
+    ChangelogWriter(topic, bootstrap)._write_markers(BatchMarker(0, {"in": {0: 1}}, 1))
+    # Batch 1 crashed after writing its data, and then the checkpoint was lost.
+    _produce(settings, topic.name, 0, [(b"k", b"WRONG"), (b"x", b"WRONG")], batch_id=1)
+
+    restored = read_changelog(bootstrap, topic.name)
+    assert restored.cut_batch_id == 0 and restored.max_batch_seen == 1
+
+    # The new query continues above every id seen and voids the gap (0, 2).
+    writer = ChangelogWriter(topic, bootstrap, batch_base=restored.max_batch_seen + 1, restored_batch=0)
+    _produce(settings, topic.name, 0, [(b"k", b"2")], batch_id=2)
+    writer._write_markers(BatchMarker(2, {"in": {0: 3}}, 1, void_after=0, void_before=2))
+
+    read = read_changelog(bootstrap, topic.name)
+    assert read.cut_batch_id == 2
+    assert read.state == {b"k": b"2"}
+    assert read.records_dropped_incomplete == 2

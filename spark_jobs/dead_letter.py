@@ -1,0 +1,80 @@
+"""Bad input never stops a job: it goes to the job's dead-letter topic, with why and where from.
+
+A job decodes its raw Kafka records once and names, per record, the first rule it breaks
+(:func:`classify`). Valid records feed the job; the others are written by a second, stateless
+streaming query of the same job to ``<application_id>-dead-letter``: the original key and value
+bytes untouched, and headers (Kafka Connect's DLQ convention) with the reason, a message, and the
+source topic, partition and offset. That query keeps its own checkpoint inside the job's, so it
+restarts with the job; like any Kafka sink it is at-least-once (source coordinates identify repeats).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+ERROR_COLUMN = "_dead_letter_reason"
+UNDECODABLE = "undecodable"
+MISSING_KEY = "missing_key"
+UNKNOWN_TYPE = "unknown_event_type"
+INVALID = "failed_validation"
+
+HEADER_PREFIX = "streamstate.dlq."
+
+
+def dead_letter_topic(application_id: str) -> str:
+    return f"{application_id}-dead-letter"
+
+
+def is_json_object(text_column: str) -> Column:
+    """True when the named string column is valid UTF-8 holding a JSON object (not a scalar, array
+    or garbage). Spark's from_json alone cannot tell: it yields an all-null struct for garbage."""
+    check = f"is_valid_utf8({text_column}) AND schema_of_variant(try_parse_json({text_column})) LIKE 'OBJECT%'"
+    return F.coalesce(F.expr(check), F.lit(False))
+
+
+def classify(raw: DataFrame, decoded: Column, rules: Sequence[tuple[str, Column]]) -> DataFrame:
+    """Add the decoded struct's fields plus :data:`ERROR_COLUMN`: the first broken rule, or null.
+
+    ``raw`` is the Kafka source DataFrame (key, value, topic, partition, offset, ...). ``rules`` are
+    (reason, condition-that-means-broken) pairs checked in order after "undecodable".
+    """
+    text = F.col("value").cast("string")
+    with_event = raw.withColumn("_text", text).withColumn("_event", decoded)
+    reason = F.when(~is_json_object("_text"), F.lit(UNDECODABLE))
+    for name, broken in rules:
+        reason = reason.when(broken, F.lit(name))
+    return with_event.withColumn(ERROR_COLUMN, reason)
+
+
+def valid(classified: DataFrame) -> DataFrame:
+    return classified.where(F.col(ERROR_COLUMN).isNull()).select("_event.*")
+
+
+def dead_letter_writer(classified: DataFrame, application_id: str, bootstrap_servers: str, checkpoint: str):
+    """The streaming writer that sends every classified-bad record to the dead-letter topic."""
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(HEADER_PREFIX + name).alias("key"), value.cast("string").cast("binary").alias("value"))
+
+    bad = classified.where(F.col(ERROR_COLUMN).isNotNull()).select(
+        F.col("key"),
+        F.col("value"),
+        F.array(
+            header("reason", F.col(ERROR_COLUMN)),
+            header("message", F.concat(F.lit("record rejected by "), F.lit(application_id), F.lit(": "), F.col(ERROR_COLUMN))),
+            header("source.topic", F.col("topic")),
+            header("source.partition", F.col("partition")),
+            header("source.offset", F.col("offset")),
+            header("source.timestamp", F.col("timestamp")),
+        ).alias("headers"),
+    )
+    return (
+        bad.writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("topic", dead_letter_topic(application_id))
+        .option("checkpointLocation", checkpoint)
+        .queryName(f"{application_id}-dead-letter")
+    )

@@ -1,0 +1,82 @@
+"""Poison records land in the dead-letter topic with reason, source coordinates and raw bytes; the
+job keeps running and its outputs equal the computation over the valid events only."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from spark_jobs.dead_letter import HEADER_PREFIX, dead_letter_topic
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.registry import get_job
+from spark_jobs.run import run
+from tests.helpers import delta_purchase_counts, expected_purchase_counts
+
+pytestmark = pytest.mark.integration
+
+GOOD = {"event_id": "x", "type": "purchase", "user_id": "u1", "item": "sku-1", "amount": 10.0,
+        "event_time": "2026-11-01T09:00:00Z"}  # fmt: skip
+POISON = [
+    ("undecodable", b"not json at all"),
+    ("undecodable", b"\xff\xfe\x00garbage"),
+    ("undecodable", b"[1, 2, 3]"),
+    ("undecodable", None),
+    ("missing_key", json.dumps({**GOOD, "user_id": None}).encode()),
+    ("missing_key", json.dumps({**GOOD, "user_id": ""}).encode()),
+    ("unknown_event_type", json.dumps({**GOOD, "type": "refund"}).encode()),
+    ("failed_validation", json.dumps({**GOOD, "amount": -5}).encode()),
+    ("failed_validation", json.dumps({**GOOD, "amount": "ten"}).encode()),
+    ("failed_validation", json.dumps({k: v for k, v in GOOD.items() if k != "event_time"}).encode()),
+]
+
+
+def test_poison_records_go_to_the_dead_letter_topic(spark, kafka_broker, settings, unique):
+    job = dataclasses.replace(get_job("purchase_counts"), name=f"dlq_{unique}", source_topic=f"dlq-src-{unique}",
+                              output_table=f"dlq_{unique}")  # fmt: skip
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, job.source_topic, job.source_partitions)
+    good = list(purchases.generate(1000, users=80, seed=41))
+    purchases.produce(bootstrap, job.source_topic, good[:500])
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, (_, raw) in enumerate(POISON):
+        producer.produce(job.source_topic, key=f"poison-{i}".encode(), value=raw, partition=i % 2)
+    assert producer.flush(30) == 0
+    purchases.produce(bootstrap, job.source_topic, good[500:])
+
+    report = run(job, settings, available_now=True, spark=spark)
+    assert report.error is None
+    assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(good)
+
+    dead = read_with_headers(bootstrap, dead_letter_topic(job.application_id))
+    assert sorted((d["key"], d["headers"]["reason"]) for d in dead) == sorted(
+        (f"poison-{i}".encode(), reason) for i, (reason, _) in enumerate(POISON))  # fmt: skip
+    for d in dead:
+        i = int(d["key"].split(b"-")[1])
+        assert d["value"] == POISON[i][1]  # raw bytes untouched
+        assert d["headers"]["source.topic"] == job.source_topic
+        assert int(d["headers"]["source.partition"]) == i % 2
+        assert int(d["headers"]["source.offset"]) >= 0
+
+
+def read_with_headers(bootstrap: str, topic: str) -> list[dict]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{topic}", "enable.partition.eof": True,
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    out, eof = [], set()
+    try:
+        while len(eof) < len(parts):
+            msg = consumer.poll(10)
+            assert msg is not None, f"stalled reading {topic}"
+            if msg.error():
+                eof.add(msg.partition())
+                continue
+            headers = {k.removeprefix(HEADER_PREFIX): v.decode() for k, v in msg.headers() or []}
+            out.append({"key": msg.key(), "value": msg.value(), "headers": headers})
+    finally:
+        consumer.close()
+    return out
