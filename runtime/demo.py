@@ -55,6 +55,8 @@ def _next_seed(settings: Settings) -> int:
 
 def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool) -> int:
     from spark_jobs import kafka_topics
+    from spark_jobs.dead_letter import dead_letter_topic
+    from spark_jobs.state.changelog import changelog_topic_name
     from spark_jobs.generators import purchases
     from spark_jobs.registry import get_job
     from spark_jobs.run import report_path
@@ -98,6 +100,12 @@ def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool)
 
     summary = _read_output(settings, report["output"])
     in_topic = topic_record_count(settings.kafka_bootstrap_servers, spec.source_topic)
+    summary["changelogs"] = {
+        name: topic_record_count(settings.kafka_bootstrap_servers, name)
+        for name in (changelog_topic_name(spec.application_id, s.name) for s in spec.stores)
+    }
+    dlq = dead_letter_topic(spec.application_id)
+    summary["dead_letters"] = (dlq, topic_record_count(settings.kafka_bootstrap_servers, dlq))
     _print_summary(settings, spec, report, summary, in_topic, time.monotonic() - started, log_file)
     if summary["total_purchases"] != in_topic:
         console.print(f"[red]check failed: Delta counts {summary['total_purchases']:,} purchases, "
@@ -141,6 +149,10 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
         ("check", "[green]OK[/green]: purchases counted in Delta = events in topic"
          if summary["total_purchases"] == in_topic else "[red]MISMATCH[/red]"),
         ("input offsets", json.dumps(report["end_offsets"])),
+        *[("changelog", f"{name}: {count:,} records (compacted; latest value per key = state)")
+          for name, count in summary["changelogs"].items()],
+        ("dead letters", f"{summary['dead_letters'][0]}: {summary['dead_letters'][1]:,} records"),
+        ("status", str(settings.status_dir / f"{spec.application_id}.status.json")),
         ("Delta table", report["output"]),
         ("checkpoint", report["checkpoint"]),
         ("topic", f"{spec.source_topic} @ {settings.kafka_bootstrap_servers}"),

@@ -16,12 +16,14 @@ import dataclasses
 import datetime as dt
 import importlib
 import json
+import signal
 import sys
 import threading
 from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.context import JobContext
+from spark_jobs.lifecycle import JobState, JobStatus, status_path
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
@@ -56,7 +58,7 @@ def report_path(spec: JobSpec, settings: Settings) -> Path:
     return settings.status_dir / f"{spec.application_id}.last-run.json"
 
 
-def _progress_collector(report: RunReport):
+def _progress_collector(report: RunReport, status: JobStatus):
     from pyspark.sql.streaming import StreamingQueryListener
 
     class ProgressCollector(StreamingQueryListener):
@@ -72,6 +74,7 @@ def _progress_collector(report: RunReport):
             progress = json.loads(event.progress.json)
             if progress.get("name") != report.application_id:
                 return  # a companion query (dead letters) of the job
+            status.record_progress(progress)
             with self.lock:
                 if progress.get("numInputRows", 0) > 0:
                     report.batches += 1
@@ -100,12 +103,20 @@ def _progress_collector(report: RunReport):
 
 def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark=None) -> RunReport:
     """Run ``spec`` until the input is drained (``available_now``) or the query stops."""
-    spark = spark or build_spark_session(settings, spec.application_id)
-    module_name, function_name = spec.entrypoint.split(":")
-    build = getattr(importlib.import_module(module_name), function_name)
-    context = JobContext(spark, spec, settings)
-    context.ensure_changelog_topics()
-    restores = restore_if_needed(context)
+    status = JobStatus(spec.application_id, status_path(settings.status_dir, spec.application_id))
+    try:
+        spark = spark or build_spark_session(settings, spec.application_id)
+        module_name, function_name = spec.entrypoint.split(":")
+        build = getattr(importlib.import_module(module_name), function_name)
+        context = JobContext(spark, spec, settings)
+        context.ensure_changelog_topics()
+        if spec.stores and latest_batch_id(context.checkpoint) is None:
+            status.transition_to(JobState.RESTORING)
+        restores = restore_if_needed(context)
+        status.restore = {name: r.summary() for name, r in restores.items()}
+    except Exception as err:
+        status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")
+        raise
 
     report = RunReport(
         job=spec.name,
@@ -115,25 +126,33 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         output=context.output_path,
         restores={name: r.summary() for name, r in restores.items()},
     )
-    collector = _progress_collector(report)
+    collector = _progress_collector(report, status)
     spark.streams.addListener(collector)
     try:
-        writer = build(context)
-        writer = writer.option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
-        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=spec.trigger_interval)
-        companions = [w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
-                      for w in context.companion_writers]  # fmt: skip
-        queries = [w.start() for w in companions]
-        query = writer.start()
-        queries.append(query)
+        def with_trigger(w):
+            return w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
+
+        writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
+        queries = [with_trigger(w).start() for w in context.companion_writers]
+        queries.append(with_trigger(writer).start())
+        status.transition_to(JobState.RUNNING)
         try:
             for q in queries:
                 q.awaitTermination()
         except KeyboardInterrupt:
+            status.transition_to(JobState.PENDING_SHUTDOWN)
             for q in queries:
                 q.stop()
         # The listener bus is asynchronous: let it deliver the last progress events.
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
+        if status.state is JobState.RUNNING:
+            status.transition_to(JobState.PENDING_SHUTDOWN)
+        status.transition_to(JobState.NOT_RUNNING)
+    except Exception as err:
+        if status.state is not JobState.ERROR:
+            status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+        report.error = report.error or status.error
+        raise
     finally:
         spark.streams.removeListener(collector)
         report.finished_at = _now()
@@ -167,11 +186,17 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _stop_on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_jobs.run", description="Run a registered streaming job.")
     parser.add_argument("job", help="registered job name")
     parser.add_argument("--available-now", action="store_true", help="process all available input, then stop")
     args = parser.parse_args(argv)
+    # SIGTERM (Airflow's on_kill, a supervisor) stops the queries cleanly, like Ctrl-C.
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     report = run(get_job(args.job), Settings.from_env(), available_now=args.available_now)
     print(report.to_json())
     return 1 if report.error else 0

@@ -64,6 +64,18 @@ def airflow(settings: Settings, kafka_broker) -> AirflowApi:
 
 
 @pytest.fixture
+def private_stack(tmp_path):
+    """Settings and a broker of its own, for tests that run registry jobs under their real application
+    ids through spark-submit: on a shared broker they would share changelog topics (and restore each
+    other's state), exactly as two deployments with one application id would."""
+    own = Settings(data_dir=tmp_path / "stack", **fresh_ports())
+    broker = LocalKafkaBroker(own)
+    broker.start()
+    yield own
+    broker.stop()
+
+
+@pytest.fixture
 def unique() -> str:
     """A short unique suffix for topic, table and job names of one test."""
     return uuid.uuid4().hex[:8]

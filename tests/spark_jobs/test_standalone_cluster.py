@@ -26,17 +26,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 @pytest.fixture
-def cluster(settings, tmp_path):
-    local = LocalSparkStandalone(settings.replace(data_dir=tmp_path), free_port(), free_port(), free_port(),
+def cluster(private_stack, tmp_path):
+    local = LocalSparkStandalone(private_stack.replace(data_dir=tmp_path / "cluster"), free_port(), free_port(), free_port(),
                                  worker_cores=1, worker_memory="1g")  # fmt: skip
     local.start()
     yield local
     local.stop()
 
 
-def test_job_runs_on_a_standalone_cluster(cluster, kafka_broker, settings, spark, tmp_path):
+def test_job_runs_on_a_standalone_cluster(cluster, private_stack, spark):
+    settings = private_stack
     spec = get_job("purchase_counts")
-    on_cluster = settings.replace(data_dir=tmp_path / "cluster-job", spark_master=cluster.master_url)
+    on_cluster = settings.replace(spark_master=cluster.master_url)
     ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
     purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic,
                       list(purchases.generate(2000, users=150, seed=11)))  # fmt: skip

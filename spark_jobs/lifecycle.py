@@ -1,0 +1,143 @@
+"""Job lifecycle: Kafka Streams' state listener for a Spark job, published where Airflow can read it.
+
+States and legal moves are explicit (a table keyed by name); :meth:`JobStatus.transition_to` is the
+only way to change state and raises on an illegal move. The status, with the latest progress
+numbers, is published as ``<status_dir>/<application_id>.status.json`` (written atomically: temp
+file + rename), which Airflow's supervision reads. The file is the source of truth for "what is this
+job doing right now"; ``updated_at`` tells a reader how fresh it is (a killed driver stops updating it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+
+class JobState(str, enum.Enum):
+    CREATED = "CREATED"
+    RESTORING = "RESTORING"
+    RUNNING = "RUNNING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
+
+
+LEGAL_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.CREATED: frozenset({JobState.RESTORING, JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.ERROR}),
+    JobState.RESTORING: frozenset({JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.ERROR}),
+    JobState.RUNNING: frozenset({JobState.PENDING_SHUTDOWN, JobState.ERROR}),
+    JobState.PENDING_SHUTDOWN: frozenset({JobState.NOT_RUNNING, JobState.ERROR}),
+    JobState.ERROR: frozenset({JobState.PENDING_SHUTDOWN, JobState.NOT_RUNNING}),
+    JobState.NOT_RUNNING: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A lifecycle move not in :data:`LEGAL_TRANSITIONS`."""
+
+
+def progress_summary(progress: dict) -> dict:
+    """The numbers on-call staff and supervision need from one StreamingQueryProgress (as JSON)."""
+    lag: dict[str, int] = {}
+    for source in progress.get("sources") or []:
+        end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+        for topic, parts in latest.items():
+            for partition, offset in parts.items():
+                lag[f"{topic}-{partition}"] = max(0, int(offset) - int(end.get(topic, {}).get(partition, 0)))
+    operators = progress.get("stateOperators") or []
+    rocksdb = {}
+    for op in operators:
+        for name, value in (op.get("customMetrics") or {}).items():
+            if name.startswith("rocksdb"):
+                rocksdb[name] = rocksdb.get(name, 0) + value
+    return {
+        "batch_id": progress.get("batchId"),
+        "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        "input_rows": progress.get("numInputRows", 0),
+        "input_rows_per_second": progress.get("inputRowsPerSecond"),
+        "processed_rows_per_second": progress.get("processedRowsPerSecond"),
+        "input_lag": lag,
+        "state_rows": sum(op.get("numRowsTotal", 0) for op in operators),
+        "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in operators),
+        "rocksdb": rocksdb,
+        "progress_at": progress.get("timestamp"),
+    }
+
+
+def _offsets(value) -> dict:
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}
+
+
+@dataclasses.dataclass
+class JobStatus:
+    """The lifecycle of one run of a job version, published to a status file on every change."""
+
+    application_id: str
+    path: Path
+    state: JobState = JobState.CREATED
+    progress: dict = dataclasses.field(default_factory=dict)
+    restore: dict = dataclasses.field(default_factory=dict)
+    error: str | None = None
+    listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started_at = _now()
+        self.publish()
+
+    def transition_to(self, new: JobState, error: str | None = None) -> None:
+        with self._lock:
+            old = self.state
+            if new not in LEGAL_TRANSITIONS[old]:
+                raise IllegalTransition(f"{self.application_id}: illegal lifecycle move {old.value} -> {new.value}")
+            self.state = new
+            if error:
+                self.error = error
+            self._publish_locked()
+        for listener in self.listeners:  # outside the lock, as Kafka Streams does
+            listener(old, new)
+
+    def record_progress(self, progress: dict) -> None:
+        with self._lock:
+            self.progress = progress_summary(progress)
+            self._publish_locked()
+
+    def publish(self) -> None:
+        with self._lock:
+            self._publish_locked()
+
+    def _publish_locked(self) -> None:
+        document = {
+            "application_id": self.application_id, "state": self.state.value, "error": self.error,
+            "pid": os.getpid(), "host": socket.gethostname(), "started_at": self.started_at,
+            "updated_at": _now(), "progress": self.progress, "restore": self.restore,
+        }  # fmt: skip
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(document, indent=2, sort_keys=True))
+        tmp.replace(self.path)
+
+
+def status_path(status_dir: Path, application_id: str) -> Path:
+    return status_dir / f"{application_id}.status.json"
+
+
+def read_status(status_dir: Path, application_id: str) -> dict | None:
+    """What Airflow calls: the published status, or None when the job never ran here."""
+    try:
+        return json.loads(status_path(status_dir, application_id).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")

@@ -1,0 +1,58 @@
+"""The job lifecycle state machine and its published status (pure logic)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_jobs.lifecycle import IllegalTransition, JobState, JobStatus, progress_summary, read_status
+
+PROGRESS = {
+    "name": "app-v1", "batchId": 4, "numInputRows": 120, "inputRowsPerSecond": 60.0,
+    "processedRowsPerSecond": 400.0, "timestamp": "2026-11-22T03:00:00.000Z",
+    "durationMs": {"triggerExecution": 850},
+    "stateOperators": [{"numRowsTotal": 300, "memoryUsedBytes": 4096,
+                        "customMetrics": {"rocksdbBytesCopied": 10, "rocksdbCommitFlushLatency": 3}}],
+    "sources": [{"endOffset": {"t": {"0": 100, "1": 50}}, "latestOffset": {"t": {"0": 130, "1": 50}}}],
+}  # fmt: skip
+
+
+def test_a_normal_run_moves_through_legal_states_and_publishes_them(tmp_path):
+    seen = []
+    status = JobStatus("app-v1", tmp_path / "app-v1.status.json", listeners=[lambda a, b: seen.append((a, b))])
+    assert read_status(tmp_path, "app-v1")["state"] == "CREATED"
+    for state in (JobState.RESTORING, JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.NOT_RUNNING):
+        status.transition_to(state)
+        assert read_status(tmp_path, "app-v1")["state"] == state.value
+    assert seen[0] == (JobState.CREATED, JobState.RESTORING) and len(seen) == 4
+
+
+@pytest.mark.parametrize(("start", "illegal"), [
+    (JobState.NOT_RUNNING, JobState.RUNNING), (JobState.RUNNING, JobState.RESTORING),
+    (JobState.CREATED, JobState.NOT_RUNNING),
+])  # fmt: skip
+def test_illegal_moves_raise_and_name_the_job(tmp_path, start, illegal):
+    status = JobStatus("app-v1", tmp_path / "s.json")
+    status.state = start
+    with pytest.raises(IllegalTransition, match=rf"app-v1: illegal lifecycle move {start.value} -> {illegal.value}"):
+        status.transition_to(illegal)
+
+
+def test_errors_are_published_with_their_message(tmp_path):
+    status = JobStatus("app-v1", tmp_path / "app-v1.status.json")
+    status.transition_to(JobState.RUNNING)
+    status.transition_to(JobState.ERROR, error="StreamingQueryException: boom")
+    published = read_status(tmp_path, "app-v1")
+    assert published["state"] == "ERROR" and published["error"] == "StreamingQueryException: boom"
+
+
+def test_progress_summary_has_lag_per_partition_and_state_numbers(tmp_path):
+    summary = progress_summary(PROGRESS)
+    assert summary["input_lag"] == {"t-0": 30, "t-1": 0}
+    assert summary["state_rows"] == 300 and summary["state_memory_bytes"] == 4096
+    assert summary["batch_id"] == 4 and summary["batch_duration_ms"] == 850
+    assert summary["rocksdb"] == {"rocksdbBytesCopied": 10, "rocksdbCommitFlushLatency": 3}
+    status = JobStatus("app-v1", tmp_path / "app-v1.status.json")
+    status.record_progress(json.loads(json.dumps(PROGRESS)))
+    assert read_status(tmp_path, "app-v1")["progress"]["input_lag"] == {"t-0": 30, "t-1": 0}
