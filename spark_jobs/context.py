@@ -53,6 +53,19 @@ class JobContext:
         ))  # fmt: skip
         return dead_letter.valid(classified)
 
+    def snapshot_if_due(self, store_name: str, changelog_batch_id: int):
+        """Take a snapshot of ``store_name`` when the job's cadence says so; returns it, or None.
+
+        Called after the batch's changelog write, so the snapshot includes that batch.
+        """
+        every = self.spec.snapshot_every_batches
+        if every <= 0 or changelog_batch_id % every:
+            return None
+        from spark_jobs.state.restore import take_snapshot
+
+        return take_snapshot(self.snapshot_store(store_name), self.settings.kafka_bootstrap_servers,
+                             self.changelog_topic(store_name).name)  # fmt: skip
+
     def snapshot_store(self, store_name: str) -> SnapshotStore:
         s = store(self.spec, store_name)
         return SnapshotStore(self.spark, snapshot_path(self.settings.lake_dir, self.spec.application_id, s.name),

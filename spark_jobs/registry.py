@@ -56,6 +56,7 @@ class JobSpec:
         entrypoint: ``module:function`` that builds the query from (spark, spec, settings).
         trigger_interval: micro-batch interval, e.g. ``"5 seconds"`` (the seeds' commit interval).
         stores: the job's state stores, each logged to its own changelog topic.
+        snapshot_every_batches: take a Delta state snapshot after every N-th micro-batch (0: never).
     """
 
     name: str
@@ -67,6 +68,7 @@ class JobSpec:
     source_partitions: int = 2
     trigger_interval: str = "5 seconds"
     stores: tuple[StoreSpec, ...] = ()
+    snapshot_every_batches: int = 10
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -76,6 +78,8 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: version must be >= 1, got {self.version}")
         if self.source_partitions < 1:
             raise JobSpecError(f"job {self.name}: source_partitions must be >= 1")
+        if self.snapshot_every_batches < 0:
+            raise JobSpecError(f"job {self.name}: snapshot_every_batches must be >= 0")
         if len({store.name for store in self.stores}) != len(self.stores):
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:

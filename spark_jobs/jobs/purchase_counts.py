@@ -132,5 +132,6 @@ def build(ctx: JobContext):
             )
         finally:
             batch.unpersist()
+        ctx.snapshot_if_due(STORE, changelog.batch_base + batch_id)
 
     return state.writeStream.outputMode("update").foreachBatch(write_batch)

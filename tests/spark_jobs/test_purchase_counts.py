@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from spark_jobs.generators import purchases
@@ -16,7 +16,7 @@ from spark_jobs.registry import get_job
 from spark_jobs.run import report_path, run
 from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
-from tests.helpers import delta_purchase_counts, expected_purchase_counts
+from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
 
 pytestmark = pytest.mark.integration
 
@@ -52,22 +52,13 @@ def test_state_equals_an_independent_computation_across_runs(spark, kafka_broker
     # at the input position the job reached.
     read = read_changelog(settings.kafka_bootstrap_servers, changelog_topic_name(job.application_id, "counts"))
     assert decode_counts(read.state) == expected_purchase_counts(first + second)
-    assert read.input_offsets == {job.source_topic: source_end_offsets(settings, job.source_topic)}
+    assert read.input_offsets == {job.source_topic: end_offsets(settings.kafka_bootstrap_servers, job.source_topic)}
     assert read.records_dropped_incomplete == 0
 
 
 def decode_counts(state: dict[bytes, bytes]) -> dict[str, tuple[int, Decimal]]:
     values = {k.decode(): json.loads(v, parse_float=Decimal) for k, v in state.items()}
     return {k: (v["purchases"], Decimal(v["amount_spent"]).quantize(Decimal("0.01"))) for k, v in values.items()}
-
-
-def source_end_offsets(settings, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": "tests-offsets"})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    finally:
-        consumer.close()
 
 
 def test_changelog_topic_is_created_compacted_and_co_partitioned(spark, kafka_broker, settings, job):

@@ -8,7 +8,6 @@ import json
 import shutil
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from spark_jobs.context import JobContext
 from spark_jobs.generators import purchases
@@ -16,19 +15,10 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
-from tests.helpers import delta_purchase_counts, expected_purchase_counts
+from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
 from tests.spark_jobs.test_purchase_counts import decode_counts
 
 pytestmark = pytest.mark.integration
-
-
-def end_offsets(settings, topic) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": "tests-ends"})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    finally:
-        consumer.close()
 
 
 def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
@@ -47,12 +37,12 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
     first = take_snapshot(snapshots, bootstrap, changelog)
     assert first is not None and first.batch_id == 0
     assert first.rows == len(expected_purchase_counts(batches[0]))
-    assert first.input_offsets == {job.source_topic: end_offsets(settings, job.source_topic)}
+    assert first.input_offsets == {job.source_topic: end_offsets(bootstrap, job.source_topic)}
     assert take_snapshot(snapshots, bootstrap, changelog) == first  # nothing new: no new snapshot
 
     purchases.produce(bootstrap, job.source_topic, batches[1])
     run(job, settings, available_now=True, spark=spark)
-    tail_records = sum(end_offsets(settings, changelog)[p] - first.changelog_offsets[p] for p in first.changelog_offsets)
+    tail_records = sum(end_offsets(bootstrap, changelog)[p] - first.changelog_offsets[p] for p in first.changelog_offsets)
 
     # Lose the checkpoint, then more input arrives.
     shutil.rmtree(ctx.checkpoint)
@@ -79,3 +69,17 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything
     assert json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 1
+
+
+def test_job_takes_snapshots_on_its_cadence(spark, kafka_broker, settings, unique):
+    job = dataclasses.replace(get_job("purchase_counts"), name=f"cadence_{unique}", source_topic=f"cadence-{unique}",
+                              output_table=f"cadence_{unique}", snapshot_every_batches=1)  # fmt: skip
+    ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
+    events = list(purchases.generate(600, users=50, seed=61))
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, events)
+    run(job, settings, available_now=True, spark=spark)
+
+    latest = JobContext(spark, job, settings).snapshot_store("counts").latest()
+    assert latest is not None and latest.batch_id == 0
+    assert latest.input_offsets == {job.source_topic: end_offsets(settings.kafka_bootstrap_servers, job.source_topic)}
+    assert latest.rows == len(expected_purchase_counts(events))
