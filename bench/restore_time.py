@@ -29,7 +29,7 @@ from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.session import build_spark_session
 from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker, ChangelogTopic, ChangelogWriter
-from spark_jobs.state.restore import _QuietListener, restore_from_snapshot, take_snapshot
+from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot, take_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
 
 console = Console()
@@ -108,7 +108,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, use_snapshot in (("full replay", False), ("snapshot + tail", True)):
                 result = restore_from_snapshot(snapshots, settings.kafka_bootstrap_servers, topic.name,
-                                               _QuietListener(), use_snapshot=use_snapshot)  # fmt: skip
+                                               SilentRestoreListener(), use_snapshot=use_snapshot)  # fmt: skip
                 assert len(result.state) == args.keys and result.batch_id == args.batches - 1
                 runs[name].append(result.seconds)
                 replayed[name] = result.changelog_records_read

@@ -14,6 +14,7 @@ checkpoint, so totals grow and the check still holds.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -89,7 +90,7 @@ def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with console.status(f"running {spec.application_id} with spark-submit (master {settings.spark_master})…"):
         with open(log_file, "w") as log:
-            proc = subprocess.run(submit.command(), env={**_os_env(), **submit.env}, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.run(submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         console.print(f"[red]spark-submit failed ({proc.returncode}); see {log_file}[/red]")
         console.print("\n".join(log_file.read_text().splitlines()[-20:]))
@@ -112,12 +113,6 @@ def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool)
                       f"the topic holds {in_topic:,} events[/red]")  # fmt: skip
         return 1
     return 0
-
-
-def _os_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def _read_output(settings: Settings, path: str) -> dict:

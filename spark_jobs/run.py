@@ -113,7 +113,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         if spec.stores and latest_batch_id(context.checkpoint) is None:
             status.transition_to(JobState.RESTORING)
         restores = restore_if_needed(context)
-        status.restore = {name: r.summary() for name, r in restores.items()}
+        status.restore = {name: r.summary() for name, r in restores.items()}  # published with RUNNING
     except Exception as err:
         status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")
         raise
@@ -124,7 +124,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         started_at=_now(),
         checkpoint=str(context.checkpoint),
         output=context.output_path,
-        restores={name: r.summary() for name, r in restores.items()},
+        restores=status.restore,
     )
     collector = _progress_collector(report, status)
     spark.streams.addListener(collector)

@@ -126,14 +126,16 @@ def take_snapshot(snapshots: SnapshotStore, bootstrap_servers: str, changelog_to
 
     Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
     """
-    restored = restore_from_snapshot(snapshots, bootstrap_servers, changelog_topic, _QuietListener())
+    restored = restore_from_snapshot(snapshots, bootstrap_servers, changelog_topic, SilentRestoreListener())
     latest = restored.snapshot
     if restored.batch_id is None or (latest is not None and restored.batch_id <= latest.batch_id):
         return latest
     return snapshots.write(restored.state, restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets)
 
 
-class _QuietListener:
+class SilentRestoreListener:
+    """A restore listener that reports nothing (snapshots taken on a cadence, benchmarks)."""
+
     def on_restore_start(self, *args) -> None: ...
     def on_batch_restored(self, *args) -> None: ...
     def on_restore_end(self, *args) -> None: ...
