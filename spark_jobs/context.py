@@ -10,8 +10,10 @@ from runtime.settings import Settings
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
+from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms
 from spark_jobs.state.restore import RestoredState
 from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
+from spark_jobs.state.store_changes import StoreChanges, restored_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +25,20 @@ class JobContext:
     restored: dict[str, RestoredState] = dataclasses.field(default_factory=dict)
     #: further streaming writers the job needs started with it (e.g. its dead-letter query)
     companion_writers: list = dataclasses.field(default_factory=list)
+    #: session settings the job's queries must start with (applied by the runner around start)
+    query_conf: dict = dataclasses.field(default_factory=dict)
+    #: changelog writers handed out, closed (their producers flushed) when the run ends
+    open_writers: list = dataclasses.field(default_factory=list)
+
+    def kafka_source(self):
+        """The job's source topic as a streaming DataFrame, starting where the restored state ends."""
+        return (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap_servers)
+            .option("subscribe", self.spec.source_topic)
+            .option("startingOffsets", self.starting_offsets)
+            .load()
+        )
 
     @property
     def starting_offsets(self) -> str:
@@ -35,14 +51,10 @@ class JobContext:
         offsets = json.loads(positions.pop())
         return json.dumps({self.spec.source_topic: offsets.get(self.spec.source_topic, {})})
 
-    def base_table(self, store_name: str) -> str:
-        """Delta table holding a store's restored state for the current checkpoint. It lives inside
-        the checkpoint directory, so losing the checkpoint can never leave a stale base behind."""
-        return str(self.checkpoint / "streamstate" / "base" / store_name)
-
-    def split_dead_letters(self, classified):
-        """Valid records of ``classified`` (see spark_jobs.dead_letter.classify); the rest are sent to
-        the job's dead-letter topic by a companion query started with the job."""
+    def split_dead_letters(self, classified, *source_columns: str):
+        """Valid records of ``classified`` (see spark_jobs.dead_letter.classify) with the named Kafka
+        source columns; the rest are sent to the job's dead-letter topic by a companion query started
+        with the job."""
         from spark_jobs import dead_letter
 
         ensure_topic(self.settings.kafka_bootstrap_servers, dead_letter.dead_letter_topic(self.spec.application_id),
@@ -51,7 +63,7 @@ class JobContext:
             classified, self.spec.application_id, self.settings.kafka_bootstrap_servers,
             str(self.checkpoint / "streamstate" / "dead-letter"),
         ))  # fmt: skip
-        return dead_letter.valid(classified)
+        return dead_letter.valid(classified, *source_columns)
 
     def snapshot_if_due(self, store_name: str, changelog_batch_id: int):
         """Take a snapshot of ``store_name`` when the job's cadence says so; returns it, or None.
@@ -102,10 +114,52 @@ class JobContext:
         restored = {}
         if self.restore_record.exists():
             restored = json.loads(self.restore_record.read_text()).get(store_name, {})
-        return ChangelogWriter(
+        writer = ChangelogWriter(
             self.changelog_topic(store_name), self.settings.kafka_bootstrap_servers,
             batch_base=restored.get("next_batch_id", 0), restored_batch=restored.get("batch_id"),
         )  # fmt: skip
+        self.open_writers.append(writer)
+        return writer
+
+    def initial_state(self, changes: StoreChanges):
+        """The restored store as typed rows (``key`` + value columns) for ``transformWithState``'s
+        ``initialState``, or None when nothing was restored. Spark reads it only in the first batch
+        of a query without a checkpoint: exactly when a restore happened."""
+        if changes.store not in self.restored:
+            return None
+        return restored_rows(self.spark, self.restored[changes.store].state, changes.value_ddl)
+
+    def restored_watermark_ms(self) -> int:
+        """Stream time the restored state had reached (a new query's own watermark starts at 0)."""
+        return max((r.watermark_ms for r in self.restored.values()), default=0)
+
+    def state_change_sink(self, changes: StoreChanges, write_outputs):
+        """The ``foreachBatch`` function of a job whose processor emits store changes.
+
+        Per micro-batch: the changes go to the store's changelog, then its batch markers; then
+        ``write_outputs(batch, batch_id)`` updates the job's outputs; then a snapshot when due. Both
+        writes are full values or tombstones, so a batch replayed after a crash rewrites the same
+        results (idempotent).
+        """
+        writer = self.changelog_writer(changes.store)
+        checkpoint = self.checkpoint
+
+        def write_batch(batch, batch_id: int) -> None:
+            batch.persist()  # two writes from one batch: run the stateful plan once
+            try:
+                writer.write_batch(changes.changelog_records(batch), batch_id, batch_end_offsets(checkpoint, batch_id),
+                                   batch_watermark_ms(checkpoint, batch_id))  # fmt: skip
+                write_outputs(batch, batch_id)
+            finally:
+                batch.unpersist()
+            self.snapshot_if_due(changes.store, writer.batch_base + batch_id)
+
+        return write_batch
+
+    def close(self) -> None:
+        """Flush and close what the job opened (the changelog marker producers)."""
+        while self.open_writers:
+            self.open_writers.pop().close()
 
     def ensure_changelog_topics(self) -> list[str]:
         """Create every store's changelog topic (idempotent); returns the topic names."""

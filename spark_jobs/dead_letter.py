@@ -20,6 +20,8 @@ UNDECODABLE = "undecodable"
 MISSING_KEY = "missing_key"
 UNKNOWN_TYPE = "unknown_event_type"
 INVALID = "failed_validation"
+#: an event for a window that had already closed (found by the job, not by classify)
+LATE = "late"
 
 HEADER_PREFIX = "streamstate.dlq."
 
@@ -49,17 +51,21 @@ def classify(raw: DataFrame, decoded: Column, rules: Sequence[tuple[str, Column]
     return with_event.withColumn(ERROR_COLUMN, reason)
 
 
-def valid(classified: DataFrame) -> DataFrame:
-    return classified.where(F.col(ERROR_COLUMN).isNull()).select("_event.*")
+def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
+    """The decoded fields of the records that broke no rule, plus the named Kafka source columns
+    (e.g. ``"offset"`` to process a key's records in log order)."""
+    return classified.where(F.col(ERROR_COLUMN).isNull()).select("_event.*", *source_columns)
 
 
-def dead_letter_writer(classified: DataFrame, application_id: str, bootstrap_servers: str, checkpoint: str):
-    """The streaming writer that sends every classified-bad record to the dead-letter topic."""
+def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
+    """Kafka records (key, value, headers) for rejected input: raw key and value bytes untouched, the
+    reason and the source coordinates in headers. ``rejected`` has the Kafka source columns (key,
+    value, topic, partition, offset, timestamp) and :data:`ERROR_COLUMN`."""
 
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(HEADER_PREFIX + name).alias("key"), value.cast("string").cast("binary").alias("value"))
 
-    bad = classified.where(F.col(ERROR_COLUMN).isNotNull()).select(
+    return rejected.select(
         F.col("key"),
         F.col("value"),
         F.array(
@@ -71,6 +77,18 @@ def dead_letter_writer(classified: DataFrame, application_id: str, bootstrap_ser
             header("source.timestamp", F.col("timestamp")),
         ).alias("headers"),
     )
+
+
+def write_dead_letters(rejected: DataFrame, application_id: str, bootstrap_servers: str) -> None:
+    """Batch-write rejected records found inside a job's micro-batch (e.g. late events)."""
+    (dead_letter_records(rejected, application_id).write.format("kafka")
+     .option("kafka.bootstrap.servers", bootstrap_servers).option("kafka.acks", "all")
+     .option("topic", dead_letter_topic(application_id)).save())  # fmt: skip
+
+
+def dead_letter_writer(classified: DataFrame, application_id: str, bootstrap_servers: str, checkpoint: str):
+    """The streaming writer that sends every classified-bad record to the dead-letter topic."""
+    bad = dead_letter_records(classified.where(F.col(ERROR_COLUMN).isNotNull()), application_id)
     return (
         bad.writeStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)

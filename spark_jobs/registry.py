@@ -28,18 +28,35 @@ class StoreSpec:
         kind: ``windowed`` changelogs also delete by time; ``versioned`` keep ``retention_ms`` of history.
         retention_ms: windowed: window size + grace + retention; versioned: history kept.
         changelog_configs: topic config overrides (the seeds' ``withLoggingEnabled(map)``).
+        ttl_ms: key-value stores: evict a key idle this long (processing time), with a tombstone
+            (the seeds' bounded store; None keeps keys until deleted).
+        window_ms: windowed stores: the tumbling window size.
+        grace_ms: windowed stores: how long after its end a window still accepts late events.
     """
 
     name: str
     kind: StoreKind = "key_value"
     retention_ms: int | None = None
     changelog_configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    ttl_ms: int | None = None
+    window_ms: int | None = None
+    grace_ms: int = 0
 
     def __post_init__(self) -> None:
         if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", self.name):
             raise JobSpecError(f"store name {self.name!r}: use lower-case letters, digits, - and _")
         if self.kind != "key_value" and not self.retention_ms:
             raise JobSpecError(f"{self.kind} store {self.name!r} needs retention_ms")
+        if self.kind == "windowed":
+            if not self.window_ms or self.window_ms <= 0 or self.grace_ms < 0:
+                raise JobSpecError(f"windowed store {self.name!r} needs window_ms > 0 and grace_ms >= 0")
+            if self.retention_ms < self.window_ms + self.grace_ms:
+                # The seeds: retention must cover window size + grace, or windows vanish while open.
+                raise JobSpecError(f"windowed store {self.name!r}: retention_ms {self.retention_ms} is shorter "
+                                   f"than window_ms + grace_ms = {self.window_ms + self.grace_ms}")
+        if self.ttl_ms is not None and (self.kind != "key_value" or self.ttl_ms <= 0):
+            raise JobSpecError(f"store {self.name!r}: ttl_ms must be positive and is for key_value stores "
+                               "(windowed stores expire by retention_ms)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,13 +113,39 @@ JOBS: dict[str, JobSpec] = {
     for spec in (
         JobSpec(
             name="purchase_counts",
-            version=1,
+            # v2: state moved to a transformWithState processor (deletes on account_closed); its
+            # changelog values carry touched_at_ms, so v1 changelogs are not restored into it.
+            version=2,
             source_topic="purchases",
             key_field="user_id",
             output_table="purchase_counts",
             entrypoint="spark_jobs.jobs.purchase_counts:build",
             stores=(StoreSpec("counts"),),
-            description="Purchases and amount spent per user (the seeds' purchase-count scenario).",
+            description="Purchases and amount spent per user; account_closed deletes the user (the seeds' "
+            "purchase-count scenario).",
+        ),
+        JobSpec(
+            name="patient_heart_rate",
+            version=1,
+            source_topic="patient-events",
+            key_field="patient_id",
+            output_table="patient_heart_rate",
+            entrypoint="spark_jobs.jobs.patient_heart_rate:build",
+            stores=(StoreSpec("pulse-counts", kind="windowed", window_ms=60_000, grace_ms=5_000,
+                              retention_ms=6 * 3600 * 1000),),
+            description="Heart rate per patient per 60 s tumbling window (5 s grace, 6 h retention), emitted "
+            "when the window closes; a check-out deletes the patient's windows (the seeds' pulse scenario).",
+        ),
+        JobSpec(
+            name="vote_counts",
+            version=1,
+            source_topic="votes",
+            key_field="voter_id",
+            output_table="votes",
+            entrypoint="spark_jobs.jobs.vote_counts:build",
+            stores=(StoreSpec("latest-votes", kind="versioned", retention_ms=24 * 3600 * 1000),),
+            description="Each voter's latest vote by event time (voters change their minds, events arrive out "
+            "of order) and the counts per candidate.",
         ),
     )
 }

@@ -12,6 +12,7 @@ report with what the job did is written to ``<status_dir>/<application_id>.last-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import importlib
@@ -134,7 +135,8 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
 
         writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
         queries = [with_trigger(w).start() for w in context.companion_writers]
-        queries.append(with_trigger(writer).start())
+        with _session_conf(spark, context.query_conf):  # a query copies the session conf when it starts
+            queries.append(with_trigger(writer).start())
         status.transition_to(JobState.RUNNING)
         try:
             for q in queries:
@@ -155,6 +157,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         raise
     finally:
         spark.streams.removeListener(collector)
+        context.close()
         report.finished_at = _now()
         settings.status_dir.mkdir(parents=True, exist_ok=True)
         report_path(spec, settings).write_text(report.to_json())
@@ -180,6 +183,18 @@ def restore_if_needed(context: JobContext) -> dict[str, RestoredState]:
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps({n: r.summary() for n, r in context.restored.items()}, indent=2))
     return context.restored
+
+
+@contextlib.contextmanager
+def _session_conf(spark, conf: dict[str, str]):
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
 def _now() -> str:

@@ -2,30 +2,42 @@
 
 Events are JSON objects keyed by ``user_id``::
 
-    {"event_id": "p-000042", "type": "purchase", "user_id": "u00017", "item": "sku-0311",
+    {"event_id": "p-7-0000042", "type": "purchase", "user_id": "u00017", "item": "sku-0311",
      "amount": 23.75, "event_time": "2026-11-01T09:00:04.120Z"}
+    {"event_id": "p-7-0000043", "type": "account_closed", "user_id": "u00017",
+     "event_time": "2026-11-01T09:00:04.390Z"}
+
+About ``close_rate`` of the events close an account (a user may come back and buy again: the
+count starts over).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
 
-from confluent_kafka import Producer
+from spark_jobs.generators.producer import produce_keyed
 
 START = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
 
 
-def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = START) -> Iterator[dict]:
-    """Yield ``count`` purchase events over ``users`` users (Zipf-like popularity)."""
+def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = START,
+             close_rate: float = 0.01) -> Iterator[dict]:  # fmt: skip
+    """Yield ``count`` events over ``users`` users (Zipf-like popularity), about ``close_rate`` of
+    them ``account_closed``."""
     rng = random.Random(seed)
     weights = [1.0 / (rank + 1) ** 0.8 for rank in range(users)]
     user_ids = rng.choices(range(users), weights=weights, k=count)
     t = start
     for n, user in enumerate(user_ids):
         t += dt.timedelta(milliseconds=rng.randint(5, 400))
+        if rng.random() < close_rate:
+            yield {"event_id": f"p-{seed}-{n:07d}", "type": "account_closed", "user_id": f"u{user:05d}",
+                   "event_time": t.isoformat(timespec="milliseconds").replace("+00:00", "Z")}  # fmt: skip
+            continue
         yield {
             "event_id": f"p-{seed}-{n:07d}",
             "type": "purchase",
@@ -36,28 +48,23 @@ def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = 
         }
 
 
+def expected_counts(events: Iterable[dict]) -> dict[str, tuple[int, Decimal]]:
+    """user_id -> (purchases, amount spent): the job's answer computed in plain Python, no Spark.
+
+    ``events`` in the order each user's events were written; ``account_closed`` forgets the user.
+    """
+    totals: dict[str, list] = defaultdict(lambda: [0, Decimal("0")])
+    for event in events:
+        if not event.get("user_id"):
+            continue
+        if event.get("type") == "purchase":
+            totals[event["user_id"]][0] += 1
+            totals[event["user_id"]][1] += Decimal(str(event["amount"]))
+        elif event.get("type") == "account_closed":
+            totals.pop(event["user_id"], None)
+    return {user: (n, amount) for user, (n, amount) in totals.items()}
+
+
 def produce(bootstrap_servers: str, topic: str, events: list[dict]) -> int:
     """Write events to ``topic`` keyed by user_id (same user, same partition). Returns the count acked."""
-    # murmur2 is the Java client's (and Spark's) partitioner: a key lands on the same partition number
-    # in the source topic and in the changelog topics Spark writes.
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20, "enable.idempotence": True,
-                         "partitioner": "murmur2_random", "log_level": 3})
-    failures: list[str] = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            failures.append(str(err))
-
-    for event in events:
-        while True:
-            try:
-                producer.produce(topic, key=event["user_id"].encode(), value=json.dumps(event).encode(),
-                                 on_delivery=on_delivery)  # fmt: skip
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    remaining = producer.flush(60)
-    if remaining or failures:
-        raise RuntimeError(f"{remaining} events unsent, {len(failures)} failed (first: {failures[:1]})")
-    return len(events)
+    return produce_keyed(bootstrap_servers, topic, events, "user_id")

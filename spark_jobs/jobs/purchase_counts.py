@@ -1,29 +1,34 @@
-"""Purchase counts per user: the seeds' first scenario, on Spark's built-in (JVM) aggregation.
+"""Purchase counts per user: the seeds' first scenario, with delete-on-event and an optional TTL.
 
-State: one row per user in the RocksDB state store ``counts`` (count, amount spent, last purchase time).
-Each micro-batch, for the users whose state changed (update mode):
+Events on the source topic, keyed by ``user_id``: ``purchase`` adds to the user's count and amount;
+``account_closed`` deletes the user's state (the seeds' tombstone: the changelog gets ``(user, null)``
+and the user's row leaves the output table). A store declared with ``ttl_ms`` also evicts users
+idle that long (processing time), with the same tombstones: the seeds' bounded store.
 
-1. their full new values go to the changelog ``purchase_counts-v<N>-counts-changelog``, followed by
-   the batch marker with the input offsets the batch consumed;
-2. the same rows are MERGEd into the Delta output table.
-
-Both steps rewrite full values, so replaying a batch after a crash is idempotent.
-
-Restore (the query starts without a checkpoint): Spark's built-in aggregations take no initial state,
-so the restored state becomes a Delta *base* table inside the new checkpoint and the new query
-aggregates only the input after the restored offsets. Counts, sums and max merge, so each batch writes
-``base + delta`` as the full value. The hot path stays in the JVM.
+A built-in ``groupBy().agg()`` cannot delete a key, so the state lives in a ``transformWithState``
+processor (value state ``counts`` in RocksDB). Each micro-batch it emits one row per changed user,
+which :meth:`JobContext.state_change_sink` writes to the changelog and MERGEs into the Delta table.
+After a restore the rebuilt store is handed to the processor as ``initialState``.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+import time
+from decimal import Decimal
+
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from spark_jobs import dead_letter
 from spark_jobs.context import JobContext
-from spark_jobs.state.checkpoint_offsets import batch_end_offsets
+from spark_jobs.registry import store as store_spec
+from spark_jobs.state.store_changes import StoreChanges
+
+STORE = "counts"
+PURCHASE, ACCOUNT_CLOSED = "purchase", "account_closed"
+EVENT_TYPES = (PURCHASE, ACCOUNT_CLOSED)
 
 EVENT_SCHEMA = T.StructType(
     [
@@ -36,6 +41,13 @@ EVENT_SCHEMA = T.StructType(
     ]
 )
 
+#: The store's value. ``touched_at_ms`` (processing time of the last change) lets a restored TTL
+#: timer keep its deadline instead of starting over.
+STATE_DDL = "purchases BIGINT, amount_spent DECIMAL(22,2), last_purchase_at TIMESTAMP, touched_at_ms BIGINT"
+CHANGES = StoreChanges(STORE, STATE_DDL)
+CHANGE_DDL = f"key STRING, tombstone BOOLEAN, {STATE_DDL}"
+OUTPUT_COLUMNS = ("user_id", "purchases", "amount_spent", "last_purchase_at")
+
 OUTPUT_SCHEMA = T.StructType(
     [
         T.StructField("user_id", T.StringType(), nullable=False),
@@ -46,92 +58,125 @@ OUTPUT_SCHEMA = T.StructType(
 )
 
 
-STORE = "counts"
-EVENT_TYPES = ("purchase",)
-STATE_VALUE_COLUMNS = ("purchases", "amount_spent", "last_purchase_at")
+class PurchaseCounter(StatefulProcessor):
+    """Per user: count, amount spent, last purchase time; deleted on ``account_closed`` or TTL."""
+
+    def __init__(self, ttl_ms: int | None = None) -> None:
+        self.ttl_ms = ttl_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.counts = handle.getValueState(STORE, STATE_DDL)
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802 - Spark's processor API
+        user = key[0]
+        current = self.counts.get()
+        existed = current is not None
+        purchases, spent, last = (current[0], current[1], current[2]) if existed else (0, Decimal("0"), None)
+        alive = existed
+        # One user's events all sit in one source partition: offset order is the order they happened.
+        for event in sorted(rows, key=lambda r: r.offset):
+            if event.type == ACCOUNT_CLOSED:
+                alive, purchases, spent, last = False, 0, Decimal("0"), None
+            else:
+                alive = True
+                purchases += 1
+                spent += event.amount
+                last = event.event_time if last is None else max(_aware(last), _aware(event.event_time))
+        if alive:
+            now = _now_ms(timerValues)
+            self.counts.update((purchases, spent, last, now))
+            self._restart_ttl(now)
+            yield Row(key=user, tombstone=False, purchases=purchases, amount_spent=spent,
+                      last_purchase_at=last, touched_at_ms=now)  # fmt: skip
+        elif existed:
+            yield self._delete(user)
+        # Neither: a user created and closed within one batch never reached the store.
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802
+        if self.counts.exists():
+            yield self._delete(key[0])
+
+    def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: N802
+        row = initialState
+        self.counts.update((row.purchases, row.amount_spent, row.last_purchase_at, row.touched_at_ms))
+        if self.ttl_ms:
+            self.handle.registerTimer(row.touched_at_ms + self.ttl_ms)
+
+    def close(self) -> None:
+        pass
+
+    def _restart_ttl(self, now: int) -> None:
+        if not self.ttl_ms:
+            return
+        for deadline in list(self.handle.listTimers()):
+            self.handle.deleteTimer(deadline)
+        self.handle.registerTimer(now + self.ttl_ms)
+
+    def _delete(self, user: str) -> Row:
+        self.counts.clear()
+        if self.ttl_ms:
+            for deadline in list(self.handle.listTimers()):
+                self.handle.deleteTimer(deadline)
+        return Row(key=user, tombstone=True, purchases=None, amount_spent=None, last_purchase_at=None,
+                   touched_at_ms=None)  # fmt: skip
 
 
-STATE_VALUE_DDL = "purchases BIGINT, amount_spent DECIMAL(22,2), last_purchase_at TIMESTAMP"
+def _aware(ts):
+    """Spark hands input timestamps over as naive local time but state values as aware ones."""
+    return ts if ts.tzinfo else ts.astimezone()
 
 
-def kafka_source(ctx: JobContext) -> DataFrame:
-    return (
-        ctx.spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", ctx.settings.kafka_bootstrap_servers)
-        .option("subscribe", ctx.spec.source_topic)
-        .option("startingOffsets", ctx.starting_offsets)
-        .load()
-    )
+def _now_ms(timer_values) -> int:
+    now = timer_values.getCurrentProcessingTimeInMs()
+    return now if now > 0 else int(time.time() * 1000)
 
 
-def write_base_table(spark: SparkSession, path: str, state: dict[bytes, bytes]) -> None:
-    """Materialise restored state (changelog JSON values) as the base table of a new checkpoint."""
-    rows = [(k.decode(), v.decode()) for k, v in state.items()]
-    raw = spark.createDataFrame(rows, "user_id STRING, value STRING")
-    base = raw.select("user_id", F.from_json("value", STATE_VALUE_DDL).alias("v")).select("user_id", "v.*")
-    base.write.format("delta").mode("overwrite").save(path)
-
-
-def add_base(batch: DataFrame, base: DataFrame) -> DataFrame:
-    """Full values = restored base + what this query aggregated since the restore."""
-    d, b = batch.alias("d"), base.alias("b")
-    return d.join(b, F.col("d.user_id") == F.col("b.user_id"), "left").select(
-        F.col("d.user_id").alias("user_id"),
-        (F.col("d.purchases") + F.coalesce(F.col("b.purchases"), F.lit(0))).alias("purchases"),
-        (F.col("d.amount_spent") + F.coalesce(F.col("b.amount_spent"), F.lit(0))).cast("decimal(22,2)").alias("amount_spent"),
-        F.greatest(F.col("d.last_purchase_at"), F.col("b.last_purchase_at")).alias("last_purchase_at"),
-    )
+def classify(ctx: JobContext) -> DataFrame:
+    event = "_event"
+    purchase = F.col(f"{event}.type") == PURCHASE
+    return dead_letter.classify(
+        ctx.kafka_source(),
+        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA),
+        rules=[
+            (dead_letter.MISSING_KEY, F.coalesce(F.length(f"{event}.user_id") == 0, F.lit(True))),
+            (dead_letter.UNKNOWN_TYPE, ~F.coalesce(F.col(f"{event}.type").isin(*EVENT_TYPES), F.lit(False))),
+            (dead_letter.INVALID, purchase & (F.col(f"{event}.amount").isNull() | (F.col(f"{event}.amount") < 0)
+                                              | F.col(f"{event}.event_time").isNull())),
+        ],
+    )  # fmt: skip
 
 
 def build(ctx: JobContext):
     from delta.tables import DeltaTable
 
-    path = ctx.output_path
-    DeltaTable.createIfNotExists(ctx.spark).location(path).addColumns(OUTPUT_SCHEMA).execute()
-    changelog = ctx.changelog_writer(STORE)
-    checkpoint = ctx.checkpoint
-    base_path = ctx.base_table(STORE)
-    if STORE in ctx.restored:
-        write_base_table(ctx.spark, base_path, ctx.restored[STORE].state)
-    has_base = DeltaTable.isDeltaTable(ctx.spark, base_path)
-
-    classified = dead_letter.classify(
-        kafka_source(ctx),
-        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA),
-        rules=[
-            (dead_letter.MISSING_KEY, F.coalesce(F.length("_event.user_id") == 0, F.lit(True))),
-            (dead_letter.UNKNOWN_TYPE, ~F.coalesce(F.col("_event.type").isin(*EVENT_TYPES), F.lit(False))),
-            (dead_letter.INVALID, F.col("_event.amount").isNull() | (F.col("_event.amount") < 0)
-             | F.col("_event.event_time").isNull()),
-        ],
+    ttl_ms = store_spec(ctx.spec, STORE).ttl_ms
+    if ttl_ms:
+        # With processing-time timers pending, Spark would run empty micro-batches back to back
+        # (and an available-now run would never end); expired users are evicted by the next batch
+        # that has input instead.
+        ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
+    DeltaTable.createIfNotExists(ctx.spark).location(ctx.output_path).addColumns(OUTPUT_SCHEMA).execute()
+    events = ctx.split_dead_letters(classify(ctx), "offset")
+    changes = events.groupBy("user_id").transformWithState(
+        PurchaseCounter(ttl_ms), CHANGE_DDL, "Update", "ProcessingTime" if ttl_ms else "None",
+        initialState=_grouped(ctx.initial_state(CHANGES)),
     )  # fmt: skip
-    purchases = ctx.split_dead_letters(classified)
-    state = purchases.groupBy("user_id").agg(
-        F.count(F.lit(1)).alias("purchases"),
-        F.sum("amount").alias("amount_spent"),
-        F.max("event_time").alias("last_purchase_at"),
-    )
+    output_path = ctx.output_path
 
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
-        if has_base:
-            batch = add_base(batch, batch.sparkSession.read.format("delta").load(base_path))
-        # Two writes from one batch: persist so the stateful plan runs once.
-        batch.persist()
-        try:
-            changes = batch.select(
-                F.col("user_id").alias("key"), F.to_json(F.struct(*STATE_VALUE_COLUMNS)).alias("value")
-            )
-            changelog.write_batch(changes, batch_id, batch_end_offsets(checkpoint, batch_id))
-            (
-                DeltaTable.forPath(batch.sparkSession, path)
-                .alias("t")
-                .merge(batch.alias("s"), "t.user_id = s.user_id")
-                .whenMatchedUpdateAll()
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-        finally:
-            batch.unpersist()
-        ctx.snapshot_if_due(STORE, changelog.batch_base + batch_id)
+    def write_outputs(batch: DataFrame, _batch_id: int) -> None:
+        source = batch.select(F.col("key").alias("user_id"), "tombstone", *OUTPUT_COLUMNS[1:])
+        (
+            DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
+            .merge(source.alias("s"), "t.user_id = s.user_id")
+            .whenMatchedDelete(condition="s.tombstone")
+            .whenMatchedUpdate(set={c: f"s.{c}" for c in OUTPUT_COLUMNS[1:]})
+            .whenNotMatchedInsert(condition="NOT s.tombstone", values={c: f"s.{c}" for c in OUTPUT_COLUMNS})
+            .execute()
+        )  # fmt: skip
 
-    return state.writeStream.outputMode("update").foreachBatch(write_batch)
+    return changes.writeStream.outputMode("update").foreachBatch(ctx.state_change_sink(CHANGES, write_outputs))
+
+
+def _grouped(initial: DataFrame | None):
+    return initial.withColumnRenamed("key", "user_id").groupBy("user_id") if initial is not None else None

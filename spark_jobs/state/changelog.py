@@ -101,6 +101,8 @@ class BatchMarker:
     records: int
     void_after: int | None = None
     void_before: int | None = None
+    #: the event-time watermark the batch ran with (stream time, for jobs with windows)
+    watermark_ms: int = 0
 
     def is_void(self, batch_id: int) -> bool:
         return self.void_after is not None and self.void_before is not None and self.void_after < batch_id < self.void_before
@@ -108,6 +110,8 @@ class BatchMarker:
     def to_bytes(self) -> bytes:
         offsets = {t: {str(p): o for p, o in parts.items()} for t, parts in self.input_offsets.items()}
         data = {"batch_id": self.batch_id, "input_offsets": offsets, "records": self.records}
+        if self.watermark_ms:
+            data["watermark_ms"] = self.watermark_ms
         if self.void_before is not None:
             data.update(void_after=self.void_after, void_before=self.void_before)
         return json.dumps(data).encode()
@@ -117,7 +121,8 @@ class BatchMarker:
         data = json.loads(raw)
         offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in data["input_offsets"].items()}
         return cls(batch_id=int(data["batch_id"]), input_offsets=offsets, records=int(data["records"]),
-                   void_after=data.get("void_after"), void_before=data.get("void_before"))  # fmt: skip
+                   void_after=data.get("void_after"), void_before=data.get("void_before"),
+                   watermark_ms=int(data.get("watermark_ms", 0)))  # fmt: skip
 
 
 class ChangelogWriter:
@@ -133,7 +138,7 @@ class ChangelogWriter:
         self.restored_batch = restored_batch
         self._producer: Producer | None = None
 
-    def write_batch(self, changes, spark_batch_id: int, input_offsets: KafkaOffsets) -> int:
+    def write_batch(self, changes, spark_batch_id: int, input_offsets: KafkaOffsets, watermark_ms: int = 0) -> int:
         """Write ``changes`` (a Spark DataFrame with string columns ``key`` and ``value``; a null
         value is a tombstone) through Spark's Kafka sink, then the batch markers. Returns the number
         of change records written.
@@ -158,7 +163,7 @@ class ChangelogWriter:
              .option("topic", self.topic.name)
              .save())  # fmt: skip
         void = {"void_after": self.restored_batch, "void_before": self.batch_base} if self.batch_base else {}
-        self._write_markers(BatchMarker(batch_id, input_offsets, count, **void))
+        self._write_markers(BatchMarker(batch_id, input_offsets, count, watermark_ms=watermark_ms, **void))
         return count
 
     def _write_markers(self, marker: BatchMarker) -> None:
@@ -175,3 +180,9 @@ class ChangelogWriter:
             )  # fmt: skip
         if self._producer.flush(60) or failures:
             raise RuntimeError(f"batch {marker.batch_id} markers not acknowledged on {self.topic.name}: {failures[:1]}")
+
+    def close(self) -> None:
+        """Flush and drop the marker producer (a later batch would open a new one)."""
+        if self._producer is not None:
+            self._producer.flush(30)
+            self._producer = None

@@ -29,8 +29,10 @@ class ChangelogRead:
     cut_batch_id: int | None
     #: input offsets the state corresponds to (from the cut batch's marker)
     input_offsets: KafkaOffsets
+    #: the event-time watermark of the cut batch (0: none)
+    watermark_ms: int = 0
     #: per partition: the offset right after the cut batch's marker (where a later read resumes)
-    resume_offsets: dict[int, int]
+    resume_offsets: dict[int, int] = dataclasses.field(default_factory=dict)
     records_read: int = 0
     records_applied: int = 0
     tombstones_applied: int = 0
@@ -87,7 +89,7 @@ def read_changelog(
                 assignment.append(TopicPartition(topic, p, start))
         segments: dict[int, list[_Segment]] = {p: [] for p in partitions}
         pending: dict[int, list[tuple[int | None, bytes, bytes | None]]] = {p: [] for p in partitions}
-        result = ChangelogRead(topic, {}, None, {}, {p: start_offsets.get(p, 0) for p in partitions})
+        result = ChangelogRead(topic, {}, None, {}, resume_offsets={p: start_offsets.get(p, 0) for p in partitions})
 
         remaining = {tp.partition for tp in assignment}
         if assignment:
@@ -147,6 +149,7 @@ def read_changelog(
                 result.resume_offsets[p] = segment.marker_offset + 1
                 if segment.batch_id == cut:
                     result.input_offsets = segment.marker.input_offsets
+                    result.watermark_ms = segment.marker.watermark_ms
             result.records_dropped_incomplete += len(pending[p])
         result.cut_batch_id = cut
         result.state = state

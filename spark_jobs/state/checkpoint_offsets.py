@@ -37,6 +37,18 @@ def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
     return offsets
 
 
+def batch_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
+    """The event-time watermark ``batch_id`` ran with (0 when the query has none)."""
+    path = Path(checkpoint) / "offsets" / str(batch_id)
+    try:
+        lines = path.read_text().splitlines()
+        return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+    except FileNotFoundError:
+        raise CheckpointOffsetsError(f"no offset log entry for batch {batch_id} at {path}") from None
+    except (IndexError, ValueError) as err:
+        raise CheckpointOffsetsError(f"{path}: unexpected offset log metadata ({err})") from None
+
+
 def latest_batch_id(checkpoint: str | Path) -> int | None:
     """The newest batch id in the offset log, or None when the checkpoint has none."""
     directory = Path(checkpoint) / "offsets"

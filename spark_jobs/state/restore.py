@@ -69,6 +69,8 @@ class RestoredState:
     seconds: float
     #: the changelog batch id the next query must start at (above every id already in the changelog)
     next_batch_id: int = 0
+    #: the event-time watermark (stream time) of ``batch_id``: windows older than it stay closed
+    watermark_ms: int = 0
 
     @property
     def full_replay(self) -> bool:
@@ -82,7 +84,7 @@ class RestoredState:
             "changelog_records_read": self.changelog_records_read,
             "changelog_records_applied": self.changelog_records_applied,
             "input_offsets": self.input_offsets, "seconds": round(self.seconds, 3),
-            "next_batch_id": self.next_batch_id,
+            "next_batch_id": self.next_batch_id, "watermark_ms": self.watermark_ms,
         }  # fmt: skip
 
 
@@ -106,16 +108,17 @@ def restore_from_snapshot(
         on_progress=lambda n: listener.on_batch_restored(snapshots.store, n),
     )  # fmt: skip
     if tail.cut_batch_id is not None:
-        batch_id, input_offsets = tail.cut_batch_id, tail.input_offsets
+        batch_id, input_offsets, watermark = tail.cut_batch_id, tail.input_offsets, tail.watermark_ms
     elif snapshot is not None:
-        batch_id, input_offsets = snapshot.batch_id, snapshot.input_offsets
+        batch_id, input_offsets, watermark = snapshot.batch_id, snapshot.input_offsets, snapshot.watermark_ms
     else:
-        batch_id, input_offsets = None, {}
+        batch_id, input_offsets, watermark = None, {}, 0
     result = RestoredState(
         store=snapshots.store, state=tail.state, batch_id=batch_id, input_offsets=input_offsets, snapshot=snapshot,
         changelog_resume_offsets=tail.resume_offsets, changelog_records_read=tail.records_read, changelog_records_applied=tail.records_applied,
         seconds=time.monotonic() - started,
         next_batch_id=1 + max((b for b in (tail.max_batch_seen, batch_id) if b is not None), default=-1),
+        watermark_ms=watermark,
     )  # fmt: skip
     listener.on_restore_end(snapshots.store, result)
     return result
@@ -130,7 +133,8 @@ def take_snapshot(snapshots: SnapshotStore, bootstrap_servers: str, changelog_to
     latest = restored.snapshot
     if restored.batch_id is None or (latest is not None and restored.batch_id <= latest.batch_id):
         return latest
-    return snapshots.write(restored.state, restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets)
+    return snapshots.write(restored.state, restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets,
+                           restored.watermark_ms)  # fmt: skip
 
 
 class SilentRestoreListener:

@@ -38,11 +38,13 @@ class SnapshotInfo:
     rows: int
     taken_at: str
     bytes: int = 0
+    #: the event-time watermark of ``batch_id`` (0: none)
+    watermark_ms: int = 0
 
     def metadata_json(self) -> str:
         return json.dumps({
             "kind": METADATA_KIND, "application_id": self.application_id, "store": self.store,
-            "batch_id": self.batch_id, "rows": self.rows, "taken_at": self.taken_at,
+            "batch_id": self.batch_id, "rows": self.rows, "taken_at": self.taken_at, "watermark_ms": self.watermark_ms,
             "input_offsets": {t: {str(p): o for p, o in ps.items()} for t, ps in self.input_offsets.items()},
             "changelog_offsets": {str(p): o for p, o in self.changelog_offsets.items()},
         }, sort_keys=True)  # fmt: skip
@@ -65,6 +67,7 @@ class SnapshotInfo:
             rows=int(data["rows"]),
             taken_at=data["taken_at"],
             bytes=output_bytes,
+            watermark_ms=int(data.get("watermark_ms", 0)),
         )
 
 
@@ -116,14 +119,14 @@ class SnapshotStore:
         return {k.encode(): v.encode() for k, v in zip(keys, values)}
 
     def write(self, state: dict[bytes, bytes], batch_id: int, input_offsets: KafkaOffsets,
-              changelog_offsets: dict[int, int]) -> SnapshotInfo:  # fmt: skip
+              changelog_offsets: dict[int, int], watermark_ms: int = 0) -> SnapshotInfo:  # fmt: skip
         """Commit ``state`` as a new snapshot (one atomic Delta overwrite)."""
         from pyspark.sql import types as T
 
         info = SnapshotInfo(
             delta_version=-1, application_id=self.application_id, store=self.store, batch_id=batch_id,
             input_offsets=input_offsets, changelog_offsets=dict(changelog_offsets), rows=len(state),
-            taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), watermark_ms=watermark_ms,
         )  # fmt: skip
         import pyarrow as pa
 
@@ -132,7 +135,11 @@ class SnapshotStore:
         table = pa.table({"key": [k.decode() for k in state], "value": [v.decode() for v in state.values()]})
         df = self.spark.createDataFrame(table, schema).repartition(max(1, min(8, len(state) // 50_000 + 1)))
         created = not self._exists()
-        df.write.format("delta").mode("overwrite").option("userMetadata", info.metadata_json()).save(self.path)
+        # The transaction id makes the commit idempotent (a retried snapshot of one batch is skipped)
+        # and never empty: Delta drops a commit without actions, e.g. empty state over empty state.
+        (df.write.format("delta").mode("overwrite").option("userMetadata", info.metadata_json())
+         .option("txnAppId", f"streamstate-snapshot:{self.application_id}:{self.store}").option("txnVersion", batch_id)
+         .save(self.path))  # fmt: skip
         if created:
             # Old snapshots stay readable by time travel for this long (then VACUUM may drop them).
             self.spark.sql(

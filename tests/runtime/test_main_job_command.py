@@ -29,7 +29,7 @@ def test_demo_runs_twice_and_stays_consistent(tmp_path):
     try:
         first = _cli(env, "demo", "--no-airflow", "--events", "3000", "--users", "250")
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-        assert "OK: purchases counted in Delta = events in topic" in first.stdout
+        assert "OK: Delta = plain-Python counts over every event in the topic" in first.stdout
         assert "events in (this run)" in first.stdout and "3,000" in first.stdout
 
         second = _cli(env, "demo", "--no-airflow", "--events", "3000", "--users", "250")
@@ -37,7 +37,7 @@ def test_demo_runs_twice_and_stays_consistent(tmp_path):
         # The second run read only the new events and the totals cover both runs.
         assert re.search(r"events in \(this run\)\s*│\s*3,000", second.stdout), second.stdout
         assert re.search(r"events in topic \(all runs\)\s*│\s*6,000", second.stdout), second.stdout
-        assert "OK: purchases counted in Delta = events in topic" in second.stdout
+        assert "OK: Delta = plain-Python counts over every event in the topic" in second.stdout
 
         status = _cli(env, "status", "--json", timeout=60)
         assert '"running": true' in status.stdout

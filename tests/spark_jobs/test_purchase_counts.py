@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -12,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.registry import get_job
+from spark_jobs.registry import StoreSpec, get_job
 from spark_jobs.run import report_path, run
 from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
@@ -95,8 +97,76 @@ def test_changelog_topic_is_created_compacted_and_co_partitioned(spark, kafka_br
 
     source, changelog = partitions_by_key(job.source_topic), partitions_by_key(name)
     changelog.pop(MARKER_KEY)
-    assert set(changelog) == set(source)
-    assert all(changelog[k] == source[k] and len(source[k]) == 1 for k in source)
+    # Users opened and closed within one micro-batch never reach the store; everyone else does.
+    assert {k.encode() for k in expected_purchase_counts(events)} <= set(changelog) <= set(source)
+    assert all(changelog[k] == source[k] and len(source[k]) == 1 for k in changelog)
+
+
+def _event(n: int, user: str, kind: str = "purchase", amount: float = 10.0) -> dict:
+    event = {"event_id": f"e-{n}", "type": kind, "user_id": user, "event_time": f"2026-11-01T09:00:{n:02d}.000Z"}
+    return {**event, "item": "sku-1", "amount": amount} if kind == "purchase" else event
+
+
+def _latest_changelog_values(settings, job) -> dict[str, bytes | None]:
+    """Latest value per key in the changelog as written (tombstones kept as None)."""
+    latest: dict[str, bytes | None] = {}
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": f"t-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True})  # fmt: skip
+    consumer.subscribe([changelog_topic_name(job.application_id, "counts")])
+    eof: set[int] = set()
+    try:
+        while len(eof) < job.source_partitions:
+            msg = consumer.poll(10)
+            assert msg is not None
+            if msg.error():
+                eof.add(msg.partition())
+            elif msg.key() != MARKER_KEY:
+                latest[msg.key().decode()] = msg.value()
+    finally:
+        consumer.close()
+    return latest
+
+
+def test_account_closed_deletes_the_user_with_a_tombstone(spark, kafka_broker, settings, job):
+    ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
+    first = [_event(1, "alice"), _event(2, "bob"), _event(3, "alice", amount=5.5), _event(4, "carol")]
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, first)
+    run(job, settings, available_now=True, spark=spark)
+    assert delta_purchase_counts(spark, job_output(settings, job)) == expected_purchase_counts(first)
+
+    # alice closes her account; carol closes hers and comes back within the same batch.
+    second = [_event(5, "alice", "account_closed"), _event(6, "carol", "account_closed"), _event(7, "carol", amount=1)]
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, second)
+    report = run(job, settings, available_now=True, spark=spark)
+    expected = expected_purchase_counts(first + second)
+    assert expected == {"bob": (1, Decimal("10.00")), "carol": (1, Decimal("1.00"))}
+    assert delta_purchase_counts(spark, report.output) == expected
+    assert report.state_rows == 2
+
+    latest = _latest_changelog_values(settings, job)
+    assert latest["alice"] is None  # the tombstone
+    assert json.loads(latest["carol"])["purchases"] == 1
+    read = read_changelog(settings.kafka_bootstrap_servers, changelog_topic_name(job.application_id, "counts"))
+    assert decode_counts(read.state) == expected
+
+
+def test_a_store_with_ttl_evicts_idle_users_with_tombstones(spark, kafka_broker, settings, job):
+    job = dataclasses.replace(job, stores=(StoreSpec("counts", ttl_ms=2_000),))
+    ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, [_event(1, "idle"), _event(2, "busy")])
+    run(job, settings, available_now=True, spark=spark)
+    time.sleep(3)  # past the TTL of both users
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, [_event(3, "busy"), _event(4, "new")])
+    report = run(job, settings, available_now=True, spark=spark)
+
+    # "busy" was touched again before its timer fired; "idle" expired.
+    assert delta_purchase_counts(spark, report.output) == {"busy": (2, Decimal("20.00")), "new": (1, Decimal("10.00"))}
+    latest = _latest_changelog_values(settings, job)
+    assert latest["idle"] is None and latest["busy"] is not None
+
+
+def job_output(settings, job) -> str:
+    return str(settings.lake_dir / job.output_table)
 
 
 def test_generator_is_deterministic():
