@@ -58,6 +58,14 @@ def _ms(ts: dt.datetime) -> int:
     return int(ts.timestamp() * 1000)
 
 
+def _version(v) -> tuple:
+    """(voted_at, candidate, event_id) from a history element: a tuple or Row from state, a dict
+    from the initial state's nested struct."""
+    if isinstance(v, dict):
+        return v["voted_at"], v["candidate"], v["event_id"]
+    return v[0], v[1], v[2]
+
+
 class LatestVote(StatefulProcessor):
     """Per voter: the vote with the latest event time, and the versions within retention."""
 
@@ -69,7 +77,7 @@ class LatestVote(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues):  # noqa: N802 - Spark's processor API
         current = self.vote.get()
-        versions = {v[2]: (v[0], v[1], v[2]) for v in (current[3] if current else [])}
+        versions = {v[2]: v for v in map(_version, current[3] if current else [])}
         for r in rows:
             versions[r.event_id] = (r.event_time, r.candidate, r.event_id)
         history = self.prune(sorted(versions.values(), key=lambda v: (_ms(v[0]), v[2])))
@@ -91,7 +99,7 @@ class LatestVote(StatefulProcessor):
 
     def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: N802
         row = initialState
-        history = [(v.voted_at, v.candidate, v.event_id) for v in row.history]
+        history = [_version(v) for v in row.history]
         self.vote.update((row.candidate, row.voted_at, row.event_id, history))
 
     def close(self) -> None:
