@@ -123,12 +123,15 @@ class PulseWindows(StatefulProcessor):
         watermark = self.stream_time(timerValues)
         current = {start[0]: [v[0], v[1]] for start, v in self.windows.iterator()}
         before = {s: tuple(v) for s, v in current.items()}
+        closed_on_eviction = set()
         for start, value in list(current.items()):
             if self.evicted_at(start) <= watermark:
+                if not value[1]:
+                    closed_on_eviction.add(start)  # stream time jumped past both: still emit it, once
                 del current[start]
             elif not value[1] and self.closes_at(start) <= watermark:
                 value[1] = True
-        yield from self._write(patient, before, current, rearm_after=watermark)
+        yield from self._write(patient, before, current, rearm_after=watermark, emit_removed=closed_on_eviction)
 
     def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: N802
         row = initialState
@@ -138,14 +141,20 @@ class PulseWindows(StatefulProcessor):
     def close(self) -> None:
         pass
 
-    def _write(self, patient: str, before: dict, current: dict, rearm_after: int | None = None):
-        """Persist ``current`` over ``before`` and emit one change row per window that changed."""
+    def _write(self, patient: str, before: dict, current: dict, rearm_after: int | None = None,
+               emit_removed: set = frozenset()):  # fmt: skip
+        """Persist ``current`` over ``before`` and emit one change row per window that changed.
+
+        A removed window is a tombstone; in ``emit_removed`` it also carries its final count
+        (``closed``), so the output gets a window that closed and left the store in one batch.
+        """
         for start in before.keys() - current.keys():
             self.windows.removeKey((start,))
             for t in (self.closes_at(start) - 1, self.evicted_at(start) - 1):
                 self.handle.deleteTimer(t)
-            yield Row(kind=CHANGE, tombstone=True, patient_id=patient, window_start_ms=start, beats=None,
-                      closed=None, **_EMPTY)  # fmt: skip
+            final = start in emit_removed
+            yield Row(kind=CHANGE, tombstone=True, patient_id=patient, window_start_ms=start,
+                      beats=before[start][0] if final else None, closed=True if final else None, **_EMPTY)  # fmt: skip
         for start, (beats, closed) in current.items():
             if before.get(start) == (beats, closed):
                 if rearm_after is not None and self._deadline(start, closed) - 1 <= rearm_after:
@@ -198,7 +207,7 @@ def build(ctx: JobContext):
     app, bootstrap, source_topic = ctx.spec.application_id, ctx.settings.kafka_bootstrap_servers, ctx.spec.source_topic
 
     def write_outputs(batch: DataFrame, _batch_id: int) -> None:
-        closed = batch.where(f"kind = '{CHANGE}' AND NOT {TOMBSTONE} AND closed").select(
+        closed = batch.where(f"kind = '{CHANGE}' AND closed AND beats IS NOT NULL").select(
             "patient_id",
             F.timestamp_millis("window_start_ms").alias("window_start"),
             F.timestamp_millis(F.col("window_start_ms") + window_ms).alias("window_end"),
