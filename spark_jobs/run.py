@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import importlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from spark_jobs.context import JobContext
 from spark_jobs.lifecycle import JobState, JobStatus, status_path
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session
+from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
 from spark_jobs.state.restore import RestoredState, restore_from_snapshot
 
@@ -50,9 +52,14 @@ class RunReport:
     error: str | None = None
     #: store -> restore summary, when the run started without a usable checkpoint
     restores: dict = dataclasses.field(default_factory=dict)
+    #: where an unusable checkpoint was moved (and why), when one was found
+    quarantined_checkpoint: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+log = logging.getLogger("streamstate.run")
 
 
 def report_path(spec: JobSpec, settings: Settings) -> Path:
@@ -111,6 +118,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         build = getattr(importlib.import_module(module_name), function_name)
         context = JobContext(spark, spec, settings)
         context.ensure_changelog_topics()
+        quarantined = quarantine_if_unusable(context)
         if spec.stores and latest_batch_id(context.checkpoint) is None:
             status.transition_to(JobState.RESTORING)
         restores = restore_if_needed(context)
@@ -126,6 +134,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         checkpoint=str(context.checkpoint),
         output=context.output_path,
         restores=status.restore,
+        quarantined_checkpoint=quarantined,
     )
     collector = _progress_collector(report, status)
     spark.streams.addListener(collector)
@@ -162,6 +171,18 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         settings.status_dir.mkdir(parents=True, exist_ok=True)
         report_path(spec, settings).write_text(report.to_json())
     return report
+
+
+def quarantine_if_unusable(context: JobContext) -> dict | None:
+    """Move a damaged checkpoint aside so the job restores instead of failing (or resuming on
+    empty state). Returns {"path", "reason"} when it did."""
+    problem = checkpoint_problem(context.checkpoint, stateful=bool(context.spec.stores))
+    if problem is None:
+        return None
+    moved = quarantine(context.checkpoint)
+    log.warning(json.dumps({"event": "checkpoint_quarantined", "application_id": context.spec.application_id,
+                            "reason": problem, "moved_to": str(moved)}))  # fmt: skip
+    return {"path": str(moved), "reason": problem}
 
 
 def restore_if_needed(context: JobContext) -> dict[str, RestoredState]:

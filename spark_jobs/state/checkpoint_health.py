@@ -1,0 +1,71 @@
+"""Is a query checkpoint usable? Checked before a job starts, so a damaged one leads to a restore.
+
+Spark resumes a query from ``metadata`` (the query id), the offset and commit logs, and the state
+store files of the last committed batch. A checkpoint with a torn or garbled log file, or with logs
+but no state, cannot resume: Spark would fail at start (or, worse, start a stateful query on empty
+state). :func:`checkpoint_problem` names the first such problem; :func:`quarantine` moves the
+checkpoint aside (never deletes it: someone may want to look) so the job restores from snapshot +
+changelog instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+
+def _log_entries(directory: Path) -> dict[int, Path]:
+    return {int(p.name): p for p in directory.glob("[0-9]*") if p.name.isdigit()} if directory.exists() else {}
+
+
+def _check_log_file(path: Path, min_lines: int) -> str | None:
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        return f"{path} unreadable: {err}"
+    if len(lines) < min_lines or not lines[0].startswith("v"):
+        return f"{path} is not a Spark log entry ({len(lines)} lines)"
+    for line in lines[1:]:
+        if line.strip() and line.strip() != "-":
+            try:
+                json.loads(line)
+            except ValueError:
+                return f"{path} holds a line that is not JSON"
+    return None
+
+
+def checkpoint_problem(checkpoint: str | Path, stateful: bool = True) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from, or None when it can (or has nothing to resume)."""
+    checkpoint = Path(checkpoint)
+    offsets, commits = _log_entries(checkpoint / "offsets"), _log_entries(checkpoint / "commits")
+    if not offsets:
+        return None  # nothing to resume: a fresh start, not a damaged one
+    metadata = checkpoint / "metadata"
+    try:
+        if "id" not in json.loads(metadata.read_text().splitlines()[0]):
+            return f"{metadata} has no query id"
+    except (OSError, IndexError, ValueError) as err:
+        return f"{metadata} unreadable: {err}"
+    latest = max(offsets)
+    for batch in (latest, latest - 1):
+        if batch in offsets and (problem := _check_log_file(offsets[batch], 3)):
+            return problem
+    if commits:
+        last_commit = max(commits)
+        if problem := _check_log_file(commits[last_commit], 2):
+            return problem
+        if last_commit not in offsets:
+            return f"commit {last_commit} has no offset log entry"
+        if stateful and not any((checkpoint / "state").glob("*/*/*")):
+            return f"{checkpoint} has committed batches but no state store files"
+    return None
+
+
+def quarantine(checkpoint: str | Path) -> Path:
+    """Move ``checkpoint`` to ``<checkpoint>.corrupt-<UTC time>``; returns the new path."""
+    checkpoint = Path(checkpoint)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = checkpoint.with_name(f"{checkpoint.name}.corrupt-{stamp}")
+    checkpoint.rename(target)
+    return target

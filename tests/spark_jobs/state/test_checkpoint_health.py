@@ -1,0 +1,92 @@
+"""A damaged checkpoint is recognised, moved aside, and the job restores from snapshot + changelog."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.context import JobContext
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.registry import get_job
+from spark_jobs.run import run
+from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
+from tests.helpers import delta_purchase_counts, expected_purchase_counts
+
+OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"t":{"0":5}}\n'
+
+
+def _checkpoint(root: Path, batches: int = 2, commits: int = 2, state: bool = True) -> Path:
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text('{"id":"3b0c"}\n')
+    for b in range(batches):
+        (root / "offsets" / str(b)).write_text(OFFSETS)
+    for b in range(commits):
+        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    if state:
+        (root / "state" / "0" / "0").mkdir(parents=True)
+        (root / "state" / "0" / "0" / "2.changelog").write_bytes(b"x")
+    return root
+
+
+def test_a_sound_or_fresh_checkpoint_has_no_problem(tmp_path):
+    assert checkpoint_problem(tmp_path / "never-started") is None
+    assert checkpoint_problem(_checkpoint(tmp_path / "ok")) is None
+    assert checkpoint_problem(_checkpoint(tmp_path / "running", batches=3, commits=2)) is None  # batch 2 in flight
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda c: (c / "offsets" / "1").write_text("\x00\x00garbage"), "not a Spark log entry"),
+        (lambda c: (c / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0\n{"t":{"0":5}}\n'), "not JSON"),
+        (lambda c: (c / "commits" / "1").write_text(""), "not a Spark log entry"),
+        (lambda c: (c / "metadata").unlink(), "metadata unreadable"),
+        (lambda c: (c / "offsets" / "1").unlink(), "commit 1 has no offset log entry"),
+    ],
+)
+def test_damage_is_named(tmp_path, damage, reason):
+    checkpoint = _checkpoint(tmp_path / "cp")
+    damage(checkpoint)
+    assert reason in checkpoint_problem(checkpoint)
+
+
+def test_committed_batches_without_state_files_are_a_problem_for_stateful_jobs(tmp_path):
+    checkpoint = _checkpoint(tmp_path / "cp", state=False)
+    assert "no state store files" in checkpoint_problem(checkpoint)
+    assert checkpoint_problem(checkpoint, stateful=False) is None
+
+
+def test_quarantine_moves_the_checkpoint_aside(tmp_path):
+    checkpoint = _checkpoint(tmp_path / "app-v1")
+    moved = quarantine(checkpoint)
+    assert not checkpoint.exists() and moved.name.startswith("app-v1.corrupt-") and (moved / "metadata").exists()
+
+
+@pytest.mark.integration
+def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_broker, settings, unique):
+    job = dataclasses.replace(get_job("purchase_counts"), name=f"corrupt_{unique}", source_topic=f"corrupt-{unique}",
+                              output_table=f"corrupt_{unique}")  # fmt: skip
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, job.source_topic, job.source_partitions)
+    rounds = [list(purchases.generate(600, users=80, seed=s)) for s in (71, 72, 73)]
+    for events in rounds[:2]:
+        purchases.produce(bootstrap, job.source_topic, events)
+        run(job, settings, available_now=True, spark=spark)
+
+    checkpoint = JobContext(spark, job, settings).checkpoint
+    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (checkpoint / "offsets" / str(latest)).write_bytes(b"\x00torn write")  # e.g. a disk-full crash
+    purchases.produce(bootstrap, job.source_topic, rounds[2])
+    report = run(job, settings, available_now=True, spark=spark)
+
+    assert "not a Spark log entry" in report.quarantined_checkpoint["reason"]
+    assert Path(report.quarantined_checkpoint["path"]).exists()
+    assert report.restores["counts"]["batch_id"] == 1  # the last complete batch in the changelog
+    assert report.input_rows == len(rounds[2])
+    assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(rounds[0] + rounds[1] + rounds[2])
+    assert json.loads((checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 1
