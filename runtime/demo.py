@@ -58,10 +58,10 @@ def _next_seed(settings: Settings) -> int:
 def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool) -> int:
     from spark_jobs import kafka_topics
     from spark_jobs.dead_letter import dead_letter_topic
-    from spark_jobs.state.changelog import changelog_topic_name
     from spark_jobs.generators import purchases
     from spark_jobs.registry import get_job
     from spark_jobs.run import report_path
+    from spark_jobs.state.changelog import changelog_topic_name
     from spark_jobs.submit import submit_spec
 
     started = time.monotonic()

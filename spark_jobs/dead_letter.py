@@ -51,6 +51,24 @@ def classify(raw: DataFrame, decoded: Column, rules: Sequence[tuple[str, Column]
     return with_event.withColumn(ERROR_COLUMN, reason)
 
 
+def event(field: str) -> Column:
+    """A field of the decoded event inside a rule (the struct :func:`classify` adds)."""
+    return F.col(f"_event.{field}")
+
+
+def classify_events(raw: DataFrame, schema, key_field: str, event_types: Sequence[str],
+                    invalid: Column | None = None) -> DataFrame:  # fmt: skip
+    """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type,
+    then ``invalid`` (a condition over :func:`event` fields), in that order."""
+    rules = [
+        (MISSING_KEY, F.coalesce(F.length(event(key_field)) == 0, F.lit(True))),
+        (UNKNOWN_TYPE, ~F.coalesce(event("type").isin(*event_types), F.lit(False))),
+    ]
+    if invalid is not None:
+        rules.append((INVALID, invalid))
+    return classify(raw, F.from_json(F.col("value").cast("string"), schema), rules)
+
+
 def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
     """The decoded fields of the records that broke no rule, plus the named Kafka source columns
     (e.g. ``"offset"`` to process a key's records in log order)."""

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from runtime import jvm
 from runtime.settings import Settings
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -37,6 +39,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.warehouse.dir": str(settings.data_dir / "warehouse"),
         "spark.driver.memory": settings.spark_driver_memory,
+        # The repository sits at the same path on every node (compose mounts it), so one file serves all.
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
         # Bind the driver to the configured host rather than whatever the hostname resolves to.
         "spark.driver.host": settings.host,
         "spark.driver.bindAddress": settings.host,

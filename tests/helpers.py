@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
 from decimal import Decimal
 
 from confluent_kafka import Consumer, TopicPartition

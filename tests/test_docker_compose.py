@@ -95,6 +95,8 @@ def test_airflow_services_mount_the_repo_and_share_the_data_volume(service):
 def test_spark_workers_see_the_same_data_paths_as_the_driver():
     for worker in ("spark-worker-1", "spark-worker-2"):
         assert "streamstate-data:/data" in SERVICES[worker]["volumes"]
+        # spark_conf() points executors at files under the repository (log4j2.properties).
+        assert ".:/opt/streamstate:ro" in SERVICES[worker]["volumes"]
 
 
 def test_airflow_runs_every_component():

@@ -175,16 +175,8 @@ def _millis(ts) -> int:
 
 
 def classify(ctx: JobContext) -> DataFrame:
-    e = "_event"
-    return dead_letter.classify(
-        ctx.kafka_source(),
-        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA),
-        rules=[
-            (dead_letter.MISSING_KEY, F.coalesce(F.length(f"{e}.patient_id") == 0, F.lit(True))),
-            (dead_letter.UNKNOWN_TYPE, ~F.coalesce(F.col(f"{e}.type").isin(*EVENT_TYPES), F.lit(False))),
-            (dead_letter.INVALID, F.col(f"{e}.event_time").isNull()),
-        ],
-    )  # fmt: skip
+    return dead_letter.classify_events(ctx.kafka_source(), EVENT_SCHEMA, "patient_id", EVENT_TYPES,
+                                       invalid=dead_letter.event("event_time").isNull())  # fmt: skip
 
 
 def build(ctx: JobContext):

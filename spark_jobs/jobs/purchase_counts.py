@@ -133,17 +133,11 @@ def _now_ms(timer_values) -> int:
 
 
 def classify(ctx: JobContext) -> DataFrame:
-    event = "_event"
-    purchase = F.col(f"{event}.type") == PURCHASE
-    return dead_letter.classify(
-        ctx.kafka_source(),
-        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA),
-        rules=[
-            (dead_letter.MISSING_KEY, F.coalesce(F.length(f"{event}.user_id") == 0, F.lit(True))),
-            (dead_letter.UNKNOWN_TYPE, ~F.coalesce(F.col(f"{event}.type").isin(*EVENT_TYPES), F.lit(False))),
-            (dead_letter.INVALID, purchase & (F.col(f"{event}.amount").isNull() | (F.col(f"{event}.amount") < 0)
-                                              | F.col(f"{event}.event_time").isNull())),
-        ],
+    amount = dead_letter.event("amount")
+    return dead_letter.classify_events(
+        ctx.kafka_source(), EVENT_SCHEMA, "user_id", EVENT_TYPES,
+        invalid=(dead_letter.event("type") == PURCHASE)
+        & (amount.isNull() | (amount < 0) | dead_letter.event("event_time").isNull()),
     )  # fmt: skip
 
 

@@ -107,16 +107,10 @@ class LatestVote(StatefulProcessor):
 
 
 def classify(ctx: JobContext) -> DataFrame:
-    e = "_event"
-    return dead_letter.classify(
-        ctx.kafka_source(),
-        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA),
-        rules=[
-            (dead_letter.MISSING_KEY, F.coalesce(F.length(f"{e}.voter_id") == 0, F.lit(True))),
-            (dead_letter.UNKNOWN_TYPE, ~F.coalesce(F.col(f"{e}.type") == VOTE, F.lit(False))),
-            (dead_letter.INVALID, F.col(f"{e}.event_time").isNull() | F.coalesce(F.length(f"{e}.candidate") == 0, F.lit(True))
-             | F.col(f"{e}.event_id").isNull()),
-        ],
+    return dead_letter.classify_events(
+        ctx.kafka_source(), EVENT_SCHEMA, "voter_id", (VOTE,),
+        invalid=dead_letter.event("event_time").isNull() | dead_letter.event("event_id").isNull()
+        | F.coalesce(F.length(dead_letter.event("candidate")) == 0, F.lit(True)),
     )  # fmt: skip
 
 

@@ -8,18 +8,17 @@ event in the topic.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
-
-import dataclasses
-import datetime as dt
-from collections.abc import Callable
 
 from spark_jobs.generators import pulse, purchases, votes
 from spark_jobs.kafka_topics import ensure_topic

@@ -46,7 +46,7 @@ def _emitted(spark, job, settings) -> dict[tuple[str, int], int]:
 def _store_state(settings, job) -> dict[tuple[str, int], tuple[int, bool]]:
     topic = JobContext(None, job, settings).changelog_topic(STORE).name
     state = {}
-    for _key, value in read_changelog(settings.kafka_bootstrap_servers, topic).state.items():
+    for value in read_changelog(settings.kafka_bootstrap_servers, topic).state.values():
         v = json.loads(value)
         state[(v["patient_id"], v["window_start_ms"])] = (v["beats"], v["closed"])
     return state
