@@ -87,6 +87,8 @@ class JobStatus:
     progress: dict = dataclasses.field(default_factory=dict)
     restore: dict = dataclasses.field(default_factory=dict)
     error: str | None = None
+    #: the single-instance lease epoch of this run (spark_jobs/lease.py): which incarnation publishes
+    lease_epoch: int | None = None
     listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -120,6 +122,7 @@ class JobStatus:
             "application_id": self.application_id, "state": self.state.value, "error": self.error,
             "pid": os.getpid(), "host": socket.gethostname(), "started_at": self.started_at,
             "updated_at": _now(), "progress": self.progress, "restore": self.restore,
+            "lease_epoch": self.lease_epoch,
         }  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")

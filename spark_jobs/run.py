@@ -25,6 +25,7 @@ from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.context import JobContext
+from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning, JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, status_path
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session
@@ -54,6 +55,8 @@ class RunReport:
     restores: dict = dataclasses.field(default_factory=dict)
     #: where an unusable checkpoint was moved (and why), when one was found
     quarantined_checkpoint: dict | None = None
+    #: the single-instance lease epoch this run held
+    lease_epoch: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -110,8 +113,21 @@ def _progress_collector(report: RunReport, status: JobStatus):
 
 
 def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark=None) -> RunReport:
-    """Run ``spec`` until the input is drained (``available_now``) or the query stops."""
-    status = JobStatus(spec.application_id, status_path(settings.status_dir, spec.application_id))
+    """Run ``spec`` until the input is drained (``available_now``) or the query stops.
+
+    Raises:
+        JobAlreadyRunning: another driver of this job version is running (nothing was touched).
+    """
+    lease = JobLease(settings.status_dir, spec.application_id)
+    epoch = lease.acquire()  # before anything is written: a duplicate must leave no trace
+    try:
+        return _run_leased(spec, settings, available_now, spark, epoch)
+    finally:
+        lease.release()
+
+
+def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, epoch: int) -> RunReport:
+    status = JobStatus(spec.application_id, status_path(settings.status_dir, spec.application_id), lease_epoch=epoch)
     try:
         spark = spark or build_spark_session(settings, spec.application_id)
         module_name, function_name = spec.entrypoint.split(":")
@@ -135,6 +151,7 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         output=context.output_path,
         restores=status.restore,
         quarantined_checkpoint=quarantined,
+        lease_epoch=epoch,
     )
     collector = _progress_collector(report, status)
     spark.streams.addListener(collector)
@@ -233,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # SIGTERM (Airflow's on_kill, a supervisor) stops the queries cleanly, like Ctrl-C.
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    report = run(get_job(args.job), Settings.from_env(), available_now=args.available_now)
+    try:
+        report = run(get_job(args.job), Settings.from_env(), available_now=args.available_now)
+    except JobAlreadyRunning as err:
+        print(f"streamstate: {err}", file=sys.stderr)
+        return ALREADY_RUNNING
     print(report.to_json())
     return 1 if report.error else 0
 

@@ -1,0 +1,106 @@
+"""At most one running driver per job version: an exclusive lease the driver holds while it lives.
+
+Two drivers of one application id would share a checkpoint and changelog topics and write every
+result twice: the classic duplicate of a retried or re-cleared Airflow task. Whoever launches a job
+(a DAG run, a retry, a person with spark-submit), the driver itself takes the lease first and exits
+with :data:`ALREADY_RUNNING` if another driver holds it.
+
+The lease is an ``flock`` on ``<status_dir>/<application_id>.lease``. The kernel releases it when the
+holder dies, even by kill -9, so there is no stale lease to expire and no window where a live holder
+loses it. Each acquisition increments an epoch kept in the file (the fencing token): the status file
+and the run report carry it, so a reader can tell which incarnation wrote what. ``flock`` needs the
+status directory on one host's filesystem (the embedded stack; compose's shared volume); it is not
+reliable on NFS.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+
+#: Exit code of a driver that found its job already running (spark_jobs/run.py).
+ALREADY_RUNNING = 3
+
+
+class JobAlreadyRunning(RuntimeError):
+    """Another driver of the same application id holds the lease."""
+
+    def __init__(self, application_id: str, holder: dict) -> None:
+        self.holder = holder
+        super().__init__(
+            f"{application_id} is already running (pid {holder.get('pid')} on {holder.get('host')}, "
+            f"epoch {holder.get('epoch')}, since {holder.get('acquired_at')}); not starting a second instance"
+        )
+
+
+def lease_path(status_dir: Path, application_id: str) -> Path:
+    return Path(status_dir) / f"{application_id}.lease"
+
+
+class JobLease:
+    """The single-instance lease of one application id."""
+
+    def __init__(self, status_dir: Path, application_id: str) -> None:
+        self.application_id = application_id
+        self.path = lease_path(status_dir, application_id)
+        self._fd: int | None = None
+        self.epoch: int | None = None
+
+    def acquire(self) -> int:
+        """Take the lease or raise :class:`JobAlreadyRunning`. Returns the new epoch."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            raise JobAlreadyRunning(self.application_id, holder) from None
+        self.epoch = int(_read(fd).get("epoch", 0)) + 1
+        record = {"application_id": self.application_id, "epoch": self.epoch, "pid": os.getpid(),
+                  "host": socket.gethostname(), "acquired_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        return self.epoch
+
+    def release(self) -> None:
+        """Give the lease up (the file stays: it keeps the epoch)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def holder(self) -> dict | None:
+        """Who holds the lease now, or None when nobody does (a supervisor's liveness check)."""
+        if not self.path.exists():
+            return None
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> JobLease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read(fd: int) -> dict:
+    try:
+        return json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except ValueError:
+        return {}
