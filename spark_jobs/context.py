@@ -90,7 +90,7 @@ class JobContext:
 
     @property
     def output_path(self) -> str:
-        return str(self.settings.lake_dir / self.spec.output_table)
+        return str(self.settings.lake_dir / self.spec.output_table_dir)
 
     def changelog_topic(self, store_name: str) -> ChangelogTopic:
         s = store(self.spec, store_name)

@@ -69,7 +69,8 @@ class JobSpec:
         source_topic: Kafka topic the job consumes.
         source_partitions: partitions the platform creates the source topic with.
         key_field: the event field state is keyed by.
-        output_table: Delta table (under the lake dir) the job's results are merged into.
+        output_table: Delta table the job's results are merged into; each version writes its own,
+            ``<lake>/<output_table>_v<version>`` (see :attr:`output_table_dir`).
         entrypoint: ``module:function`` that builds the query from (spark, spec, settings).
         trigger_interval: micro-batch interval, e.g. ``"5 seconds"`` (the seeds' commit interval).
         stores: the job's state stores, each logged to its own changelog topic.
@@ -101,6 +102,13 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:
             raise JobSpecError(f"job {self.name}: entrypoint must be 'module:function', got {self.entrypoint!r}")
+
+    @property
+    def output_table_dir(self) -> str:
+        """The output table's directory under the lake: per version, like everything else of an
+        application id, so a new version never merges into rows an older one computed (a user
+        deleted by v2 would otherwise keep v1's row) and versions can run side by side."""
+        return f"{self.output_table}_v{self.version}"
 
     @property
     def application_id(self) -> str:

@@ -1,0 +1,34 @@
+"""The job registry: typed, validated definitions; every artifact of a version is its own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spark_jobs.registry import JOBS, JobSpecError, StoreSpec, get_job
+
+
+def test_versions_write_separate_output_tables_and_changelogs():
+    v2 = get_job("purchase_counts")
+    v3 = dataclasses.replace(v2, version=v2.version + 1)
+    assert v2.output_table_dir != v3.output_table_dir
+    assert v2.application_id != v3.application_id
+
+
+def test_reference_jobs_are_registered_with_their_state_size_controls():
+    assert {"purchase_counts", "patient_heart_rate", "vote_counts"} <= set(JOBS)
+    pulse = get_job("patient_heart_rate").stores[0]
+    assert (pulse.kind, pulse.window_ms, pulse.grace_ms, pulse.retention_ms) == ("windowed", 60_000, 5_000, 6 * 3600_000)
+    assert get_job("vote_counts").stores[0].kind == "versioned"
+
+
+def test_windowed_retention_must_cover_window_and_grace():
+    with pytest.raises(JobSpecError, match="shorter than window_ms \\+ grace_ms = 65000"):
+        StoreSpec("w", kind="windowed", window_ms=60_000, grace_ms=5_000, retention_ms=60_000)
+
+
+def test_ttl_is_for_key_value_stores():
+    with pytest.raises(JobSpecError, match="ttl_ms"):
+        StoreSpec("w", kind="windowed", window_ms=1000, retention_ms=2000, ttl_ms=10)
+    assert StoreSpec("counts", ttl_ms=1000).ttl_ms == 1000
