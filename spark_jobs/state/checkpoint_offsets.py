@@ -19,8 +19,8 @@ class CheckpointOffsetsError(RuntimeError):
     """The offset log of a checkpoint is missing or not in the expected format."""
 
 
-def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
-    """End (exclusive) Kafka offsets of every source of ``batch_id``, merged over sources."""
+def _offset_log_entry(checkpoint: str | Path, batch_id: int) -> tuple[Path, list[str]]:
+    """The lines of ``batch_id``'s offset log entry: version, metadata, one line per source."""
     path = Path(checkpoint) / "offsets" / str(batch_id)
     try:
         lines = path.read_text().splitlines()
@@ -28,6 +28,12 @@ def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
         raise CheckpointOffsetsError(f"no offset log entry for batch {batch_id} at {path}") from None
     if len(lines) < 3 or not lines[0].startswith("v"):
         raise CheckpointOffsetsError(f"{path}: unexpected offset log format ({len(lines)} lines)")
+    return path, lines
+
+
+def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
+    """End (exclusive) Kafka offsets of every source of ``batch_id``, merged over sources."""
+    _, lines = _offset_log_entry(checkpoint, batch_id)
     offsets: KafkaOffsets = {}
     for line in lines[2:]:
         if not line.strip() or line.strip() == "-":
@@ -39,13 +45,10 @@ def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
 
 def batch_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
     """The event-time watermark ``batch_id`` ran with (0 when the query has none)."""
-    path = Path(checkpoint) / "offsets" / str(batch_id)
+    path, lines = _offset_log_entry(checkpoint, batch_id)
     try:
-        lines = path.read_text().splitlines()
         return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
-    except FileNotFoundError:
-        raise CheckpointOffsetsError(f"no offset log entry for batch {batch_id} at {path}") from None
-    except (IndexError, ValueError) as err:
+    except ValueError as err:
         raise CheckpointOffsetsError(f"{path}: unexpected offset log metadata ({err})") from None
 
 
