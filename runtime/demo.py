@@ -33,18 +33,9 @@ console = Console(highlight=False, width=None if Console().is_terminal else 140)
 
 def topic_record_count(bootstrap_servers: str, topic: str) -> int:
     """Records currently in ``topic`` (sum over partitions of high minus low watermark)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from spark_jobs.kafka_topics import partition_offsets
 
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamstate-demo-inspect"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        total = 0
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += high - low
-        return total
-    finally:
-        consumer.close()
+    return sum(high - low for low, high in partition_offsets(bootstrap_servers, topic, 10).values())
 
 
 def _next_seed(settings: Settings) -> int:

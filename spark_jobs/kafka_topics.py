@@ -4,6 +4,7 @@ read small topics back whole (checks, demos, tests)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -38,7 +39,48 @@ def ensure_topic(
         if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
         return False
+    _wait_for_leaders(admin, topic, timeout_s)
     return True
+
+
+def _wait_for_leaders(admin: AdminClient, topic: str, timeout_s: float) -> None:
+    """Creation returns before every partition has an elected leader; the first reads and writes
+    would then fail with NOT_LEADER / LEADER_NOT_AVAILABLE (seen in CI right after creation)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is not None and meta.error is None and meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic!r}: partitions still without a leader after {timeout_s}s")
+        time.sleep(0.1)
+
+
+def watermark_offsets(consumer: Consumer, partition: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
+    """(low, high) offsets of ``partition``, retrying retriable errors (a leader election after topic
+    creation or a broker restart) until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=timeout_s)
+        except KafkaException as err:
+            error = err.args[0]
+            if not (error.retriable() or error.code() in _LEADER_ERRORS) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+_LEADER_ERRORS = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
+def partition_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, tuple[int, int]]:
+    """partition -> (low, high) watermark offsets of ``topic``; high is the next offset to be written."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamstate-offsets", "log_level": 3})
+    try:
+        partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
+        return {p: watermark_offsets(consumer, TopicPartition(topic, p), timeout_s) for p in sorted(partitions)}
+    finally:
+        consumer.close()
 
 
 def read_json_records(bootstrap_servers: str, topic: str, timeout_s: float = 30) -> list[dict]:
@@ -50,7 +92,7 @@ def read_json_records(bootstrap_servers: str, topic: str, timeout_s: float = 30)
         partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
         records: list[dict] = []
         for p in sorted(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            low, high = watermark_offsets(consumer, TopicPartition(topic, p), timeout_s)
             if high <= low:
                 continue
             consumer.assign([TopicPartition(topic, p, low)])

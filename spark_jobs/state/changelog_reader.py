@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from spark_jobs.kafka_topics import watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
@@ -82,7 +83,7 @@ def read_changelog(
         high = {}
         assignment = []
         for p in partitions:
-            low, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=poll_timeout_s)
+            low, hi = watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s)
             high[p] = hi
             start = start_offsets.get(p, OFFSET_BEGINNING)
             if (start if start >= 0 else low) < hi:
