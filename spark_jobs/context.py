@@ -29,6 +29,8 @@ class JobContext:
     query_conf: dict = dataclasses.field(default_factory=dict)
     #: changelog writers handed out, closed (their producers flushed) when the run ends
     open_writers: list = dataclasses.field(default_factory=list)
+    #: called with (store, SnapshotInfo) after every snapshot (the runner publishes it in the status)
+    snapshot_listeners: list = dataclasses.field(default_factory=list)
 
     def kafka_source(self):
         """The job's source topic as a streaming DataFrame, starting where the restored state ends."""
@@ -75,8 +77,11 @@ class JobContext:
             return None
         from spark_jobs.state.restore import take_snapshot
 
-        return take_snapshot(self.snapshot_store(store_name), self.settings.kafka_bootstrap_servers,
-                             self.changelog_topic(store_name).name)  # fmt: skip
+        snapshot = take_snapshot(self.snapshot_store(store_name), self.settings.kafka_bootstrap_servers,
+                                 self.changelog_topic(store_name).name)  # fmt: skip
+        for listener in self.snapshot_listeners:
+            listener(store_name, snapshot)
+        return snapshot
 
     def snapshot_store(self, store_name: str) -> SnapshotStore:
         s = store(self.spec, store_name)

@@ -76,6 +76,17 @@ class JobLease:
             os.close(self._fd)
             self._fd = None
 
+    def last_epoch(self) -> int:
+        """The epoch of the latest acquisition (0: never acquired); the next holder's is higher."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return 0
+        try:
+            return int(_read(fd).get("epoch", 0))
+        finally:
+            os.close(fd)
+
     def holder(self) -> dict | None:
         """Who holds the lease now, or None when nobody does (a supervisor's liveness check)."""
         if not self.path.exists():

@@ -89,6 +89,12 @@ class JobStatus:
     error: str | None = None
     #: the single-instance lease epoch of this run (spark_jobs/lease.py): which incarnation publishes
     lease_epoch: int | None = None
+    #: store -> the latest Delta state snapshot this run took
+    snapshots: dict = dataclasses.field(default_factory=dict)
+    #: the driver's Spark UI, linked from the Airflow page
+    spark_ui: str | None = None
+    #: the last time Spark reported the query idle (no new input): alive without progress events
+    idle_at: str | None = None
     listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -113,6 +119,21 @@ class JobStatus:
             self.progress = progress_summary(progress)
             self._publish_locked()
 
+    def record_idle(self, timestamp: str) -> None:
+        with self._lock:
+            self.idle_at = timestamp
+            self._publish_locked()
+
+    def record_restore_progress(self, store: str, **numbers: object) -> None:
+        with self._lock:
+            self.restore = {**self.restore, store: {**self.restore.get(store, {}), **numbers}}
+            self._publish_locked()
+
+    def record_snapshot(self, store: str, snapshot: dict) -> None:
+        with self._lock:
+            self.snapshots = {**self.snapshots, store: snapshot}
+            self._publish_locked()
+
     def publish(self) -> None:
         with self._lock:
             self._publish_locked()
@@ -122,7 +143,8 @@ class JobStatus:
             "application_id": self.application_id, "state": self.state.value, "error": self.error,
             "pid": os.getpid(), "host": socket.gethostname(), "started_at": self.started_at,
             "updated_at": _now(), "progress": self.progress, "restore": self.restore,
-            "lease_epoch": self.lease_epoch,
+            "lease_epoch": self.lease_epoch, "snapshots": self.snapshots, "spark_ui": self.spark_ui,
+            "idle_at": self.idle_at,
         }  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")

@@ -59,6 +59,65 @@ class StoreSpec:
                                "(windowed stores expire by retention_ms)")
 
 
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min|m)\s*$")
+_UNIT_S = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1, "second": 1, "seconds": 1,
+           "m": 60, "min": 60, "minute": 60, "minutes": 60}  # fmt: skip
+
+
+def trigger_interval_s(interval: str) -> float:
+    """``"5 seconds"`` -> 5.0 (the forms Spark's processingTime trigger takes that the registry uses)."""
+    match = _INTERVAL.match(interval)
+    if not match:
+        raise JobSpecError(f"trigger interval {interval!r}: expected e.g. '5 seconds', '500 ms', '1 minute'")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+@dataclasses.dataclass(frozen=True)
+class SupervisionPolicy:
+    """How Airflow keeps a job running and when it tells on-call staff (plugins/streamstate).
+
+    Attributes:
+        check_every_s: the supervision DAG's schedule.
+        start_timeout_s: a launched driver that is not RUNNING by then counts as a failed start.
+        restart_backoff_s: wait after a restart before the next one; doubles with every further
+            restart in the crash-loop window, up to ``restart_backoff_max_s``.
+        crash_loop_restarts: K: after K restarts within ``crash_loop_window_s`` the job is marked
+            crash-looping and is no longer restarted (until someone starts it again).
+        max_input_lag_records: alert when the input lag (all partitions) exceeds this.
+        no_progress_triggers: alert when neither a batch nor an idle report came for this many
+            trigger intervals (a hung batch; at least 60 s).
+        batch_duration_budget_s: alert when a micro-batch takes longer.
+        restore_budget_s: alert when a restore takes (or has been taking) longer.
+        dead_letter_growth_records: alert when the dead-letter topic grew by more than this between
+            two checks.
+    """
+
+    check_every_s: int = 120
+    start_timeout_s: int = 240
+    restart_backoff_s: int = 30
+    restart_backoff_max_s: int = 600
+    crash_loop_restarts: int = 3
+    crash_loop_window_s: int = 1800
+    max_input_lag_records: int = 100_000
+    no_progress_triggers: int = 12
+    batch_duration_budget_s: float = 60.0
+    restore_budget_s: float = 600.0
+    dead_letter_growth_records: int = 1_000
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) <= 0:
+                raise JobSpecError(f"supervision policy: {field.name} must be > 0, got {getattr(self, field.name)}")
+        if self.restart_backoff_max_s < self.restart_backoff_s:
+            raise JobSpecError("supervision policy: restart_backoff_max_s must be >= restart_backoff_s")
+
+    def backoff_s(self, recent_restarts: int) -> float:
+        """The wait before the next restart, given the restarts already made in the window."""
+        if recent_restarts <= 0:
+            return 0.0
+        return float(min(self.restart_backoff_max_s, self.restart_backoff_s * 2 ** (recent_restarts - 1)))
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """What a stateful streaming job is: where it reads, how it is keyed, where it writes.
@@ -75,6 +134,7 @@ class JobSpec:
         trigger_interval: micro-batch interval, e.g. ``"5 seconds"`` (the seeds' commit interval).
         stores: the job's state stores, each logged to its own changelog topic.
         snapshot_every_batches: take a Delta state snapshot after every N-th micro-batch (0: never).
+        supervision: restart and alert thresholds for this job (Airflow supervision).
     """
 
     name: str
@@ -87,6 +147,7 @@ class JobSpec:
     trigger_interval: str = "5 seconds"
     stores: tuple[StoreSpec, ...] = ()
     snapshot_every_batches: int = 10
+    supervision: SupervisionPolicy = SupervisionPolicy()
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -102,6 +163,11 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:
             raise JobSpecError(f"job {self.name}: entrypoint must be 'module:function', got {self.entrypoint!r}")
+        trigger_interval_s(self.trigger_interval)  # raises on a malformed interval
+
+    @property
+    def trigger_interval_s(self) -> float:
+        return trigger_interval_s(self.trigger_interval)
 
     @property
     def output_table_dir(self) -> str:

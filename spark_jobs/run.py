@@ -31,7 +31,7 @@ from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session
 from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
-from spark_jobs.state.restore import RestoredState, restore_from_snapshot
+from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
 
 
 @dataclasses.dataclass
@@ -103,7 +103,9 @@ def _progress_collector(report: RunReport, status: JobStatus):
                         report.end_offsets = end
 
         def onQueryIdle(self, event) -> None:  # noqa: N802
-            pass
+            # Spark 4 reports an idle trigger here, not as progress: still a sign of life for supervision.
+            if event.name == report.application_id:
+                status.record_idle(event.timestamp)
 
         def onQueryTerminated(self, event) -> None:  # noqa: N802
             if event.exception:
@@ -132,13 +134,19 @@ def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, e
         spark = spark or build_spark_session(settings, spec.application_id)
         module_name, function_name = spec.entrypoint.split(":")
         build = getattr(importlib.import_module(module_name), function_name)
+        status.spark_ui = spark.sparkContext.uiWebUrl
         context = JobContext(spark, spec, settings)
+        context.snapshot_listeners.append(
+            lambda store, snap: status.record_snapshot(store, {"batch_id": snap.batch_id, "rows": snap.rows,
+                                                               "bytes": snap.bytes, "taken_at": snap.taken_at,
+                                                               "delta_version": snap.delta_version})  # fmt: skip
+        )
         context.ensure_changelog_topics()
         quarantined = quarantine_if_unusable(context)
         if spec.stores and latest_batch_id(context.checkpoint) is None:
             status.transition_to(JobState.RESTORING)
-        restores = restore_if_needed(context)
-        status.restore = {name: r.summary() for name, r in restores.items()}  # published with RUNNING
+        restores = restore_if_needed(context, StatusRestoreListener(status))
+        status.restore = {name: {**status.restore.get(name, {}), **r.summary()} for name, r in restores.items()}
     except Exception as err:
         status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")
         raise
@@ -202,7 +210,26 @@ def quarantine_if_unusable(context: JobContext) -> dict | None:
     return {"path": str(moved), "reason": problem}
 
 
-def restore_if_needed(context: JobContext) -> dict[str, RestoredState]:
+class StatusRestoreListener(LoggingRestoreListener):
+    """Logs and metrics as usual, and the restore's progress in the status file (the Airflow page shows it)."""
+
+    def __init__(self, status: JobStatus) -> None:
+        self.status = status
+
+    def on_restore_start(self, store, topic, starting_offsets) -> None:
+        super().on_restore_start(store, topic, starting_offsets)
+        self.status.record_restore_progress(store, started_at=_now(), topic=topic, records_read=0)
+
+    def on_batch_restored(self, store, records_so_far) -> None:
+        super().on_batch_restored(store, records_so_far)
+        self.status.record_restore_progress(store, records_read=records_so_far)
+
+    def on_restore_end(self, store, result) -> None:
+        super().on_restore_end(store, result)
+        self.status.record_restore_progress(store, **result.summary(), finished_at=_now())
+
+
+def restore_if_needed(context: JobContext, listener: RestoreListener | None = None) -> dict[str, RestoredState]:
     """Rebuild every store when the query has no checkpoint to resume from.
 
     A checkpoint with a committed offset log resumes by itself (Spark restores RocksDB from it). Without
@@ -213,7 +240,7 @@ def restore_if_needed(context: JobContext) -> dict[str, RestoredState]:
         return {}
     for s in context.spec.stores:
         restored = restore_from_snapshot(context.snapshot_store(s.name), context.settings.kafka_bootstrap_servers,
-                                         context.changelog_topic(s.name).name)  # fmt: skip
+                                         context.changelog_topic(s.name).name, listener)  # fmt: skip
         if restored.batch_id is not None or restored.next_batch_id > 0:
             context.restored[s.name] = restored
     if context.restored:

@@ -49,6 +49,8 @@ def test_python_pins_match(source):
     assert pins["apache-airflow"] == PINS["airflow"]["version"]
     assert pins["apache-airflow-providers-apache-spark"] == PINS["airflow"]["spark_provider"]
     assert pins["confluent-kafka"] == PINS["confluent_kafka"]["version"]
+    for provider, version in PINS["airflow"]["notifier_providers"].items():
+        assert pins[f"apache-airflow-providers-{provider}"] == version, provider
 
 
 def test_installed_environment_is_the_lock():

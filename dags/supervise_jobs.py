@@ -1,0 +1,42 @@
+"""One supervision DAG per registered job: check it, alert on what changed, start it if it should run.
+
+``supervise__<job>`` runs every ``SupervisionPolicy.check_every_s``. The check decides (restart with
+backoff, give up on a crash loop, which alerts open and resolve); the launch task runs only when the
+check says so and returns as soon as the driver is RUNNING. Logic lives in plugins/streamstate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import dag, task
+from streamstate.operators.streaming_job import CheckStreamingJobOperator, LaunchStreamingJobOperator
+
+from spark_jobs.registry import JOBS, JobSpec
+
+
+def supervise_dag(job: JobSpec) -> None:
+    @dag(
+        dag_id=f"supervise__{job.name}",
+        schedule=dt.timedelta(seconds=job.supervision.check_every_s),
+        start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        tags=["streamstate", "supervision", job.name],
+        default_args={"retries": 0},  # supervision itself is the retry loop, with backoff
+        doc_md=f"Keep **{job.application_id}** running and tell on-call when it needs a human.\n\n{job.description}",
+    )
+    def supervise() -> None:
+        check = CheckStreamingJobOperator(task_id="check", job=job.name)
+
+        @task.short_circuit(trigger_rule="all_done")
+        def should_start(assessment: dict | None) -> bool:
+            return bool(assessment) and assessment["action"] in ("start", "restart")
+
+        should_start(check.output) >> LaunchStreamingJobOperator(task_id="launch", job=job.name)
+
+    supervise()
+
+
+for _job in JOBS.values():
+    supervise_dag(_job)

@@ -1,0 +1,202 @@
+"""Operators over :class:`~streamstate.hooks.streaming_job.StreamingJobHook`: launch, stop, check.
+
+All three read and change the job's supervision record only under its lock, so racing DAG runs, a
+retried task and a stop request see each other's decisions. The driver's own lease
+(``spark_jobs/lease.py``) is the last line: even a launch that slipped through exits with code 3
+without touching anything.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import get_job
+from streamstate.alerts import reconcile
+from streamstate.hooks.streaming_job import StreamingJobHook, log_tail, process_alive
+from streamstate.notifiers.routing import send
+from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
+from streamstate.triggers.streaming_job import StreamingJobStartedTrigger, StreamingJobStoppedTrigger
+
+
+class StreamingJobFailed(RuntimeError):
+    """A launched driver did not reach RUNNING (the message carries its error and log tail)."""
+
+
+def _run_label(context) -> str:
+    ti = context["ti"]
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}#{ti.try_number}"
+
+
+class LaunchStreamingJobOperator(SparkSubmitOperator):
+    """Start a registered job's driver with spark-submit on ``spark_default``, unless it runs already.
+
+    The driver is started detached and the task defers until it is RUNNING (or failed), so neither
+    the start nor the job's lifetime holds a worker slot. Idempotent: a retried or cleared task, or a
+    second DAG run, finds the running driver (or the launch in flight) and starts nothing.
+
+    :param job: registered job name (templated: the start DAG takes it from a Param).
+    :param manual: a person asked for it: clears a stop request and the crash-loop mark.
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "job")
+
+    def __init__(self, *, job: str, manual: bool = False, conn_id: str = "spark_default", **kwargs) -> None:
+        super().__init__(conn_id=conn_id, **kwargs)
+        self.job = job
+        self.manual = manual
+
+    def execute(self, context):
+        spec = get_job(self.job)
+        jobs = StreamingJobHook(spec)
+        label = _run_label(context)
+        now = time.time()
+        with locked_record(jobs.status_dir, spec.application_id) as record:
+            if self.manual:
+                record.desired, record.stop_reason = DESIRED_RUNNING, None
+                record.crash_loop_since, record.restarts_reset_at = None, now
+            elif record.desired == DESIRED_STOPPED:
+                self.log.info("%s was stopped on request (%s); not starting it", spec.application_id, record.stop_reason)
+                return {"state": "stopped"}
+            holder = jobs.running_instance()
+            if holder is not None:
+                self.log.info("%s already runs (pid %s, lease epoch %s); nothing to start",
+                              spec.application_id, holder.get("pid"), holder.get("epoch"))  # fmt: skip
+                return {"state": "already_running", "epoch": holder.get("epoch"), "pid": holder.get("pid")}
+            last = record.last_launch
+            in_flight = (last is not None and last.outcome is None and process_alive(last.launcher_pid)
+                         and now - last.at < spec.supervision.start_timeout_s)  # fmt: skip
+            previous_epoch = JobLease(jobs.status_dir, spec.application_id).last_epoch()
+            if in_flight:
+                self.log.info("a launch by %s is in flight (pid %s); waiting for it instead", last.by, last.launcher_pid)
+                launch = last
+            else:
+                launch = Launch(at=now, by=label, **self._launch(jobs, label))
+                record.launches.append(launch)
+        self.log.info("driver of %s starting (launcher pid %s); log: %s", spec.application_id, launch.launcher_pid, launch.log)
+        self.defer(
+            trigger=StreamingJobStartedTrigger(spec.application_id, str(jobs.status_dir), launch.launcher_pid,
+                                               launch.exit_file, previous_epoch, spec.supervision.start_timeout_s),  # fmt: skip
+            method_name="execute_complete",
+            kwargs={"launch_at": launch.at},
+        )
+
+    def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
+        from spark_jobs.submit import submit_spec
+
+        submit = submit_spec(jobs.spec, jobs.settings)
+        self.application, self.application_args, self.name = submit.application, list(submit.application_args), submit.name
+        self.conf, self.jars, self.py_files = submit.conf, submit.jars, submit.py_files
+        self.env_vars = submit.env
+        spark = self._get_hook()
+        command = spark._build_spark_submit_command(self.application)
+        return jobs.launch(command, {**os.environ, **spark._env}, label)
+
+    def execute_complete(self, context, event: dict, launch_at: float):
+        spec = get_job(self.job)
+        jobs = StreamingJobHook(spec)
+        with locked_record(jobs.status_dir, spec.application_id) as record:
+            launch = next((item for item in record.launches if item.at == launch_at), None)
+            state = event["state"]
+            if launch is not None and launch.outcome is None:
+                launch.outcome = {"running": "running", "already_running": "already_running"}.get(state, "failed")
+                launch.epoch = event.get("epoch")
+                if state == "timeout":
+                    jobs.stop_launch(launch.launcher_pid)
+                    launch.error = f"not RUNNING after {event['timeout_s']:.0f}s (killed)"
+                elif state == "failed":
+                    launch.error = event.get("error")
+        if state in ("running", "already_running"):
+            self.log.info("%s: %s", spec.application_id, event)
+            return event
+        log = launch.log if launch else None
+        raise StreamingJobFailed(f"{spec.application_id} did not start: {launch.error if launch else state}\n"
+                                 f"--- {log} (tail) ---\n{log_tail(log)}")  # fmt: skip
+
+
+class StopStreamingJobOperator(BaseOperator):
+    """Stop a job on request and keep it stopped (supervision will not restart it until it is
+    started again). SIGTERM lets the driver finish its batch and stop its queries; ``force`` kills."""
+
+    template_fields = ("job", "reason", "force", "timeout_s")
+
+    def __init__(self, *, job: str, reason: str, force: bool | str = False, timeout_s: float | str = 180, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.job, self.reason, self.force, self.timeout_s = job, reason, force, timeout_s
+
+    def execute(self, context):
+        spec = get_job(self.job)
+        jobs = StreamingJobHook(spec)
+        with locked_record(jobs.status_dir, spec.application_id) as record:
+            record.desired, record.stop_reason = DESIRED_STOPPED, f"{self.reason} ({_run_label(context)})"
+        holder = jobs.stop(force=str(self.force).lower() == "true")
+        if holder is None:
+            self.log.info("%s is not running; it stays stopped", spec.application_id)
+            return {"state": "not_running"}
+        self.log.info("signalled driver pid %s (lease epoch %s) of %s", holder.get("pid"), holder.get("epoch"), spec.application_id)
+        self.defer(trigger=StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s)),
+                   method_name="execute_complete")  # fmt: skip
+
+    def execute_complete(self, context, event: dict):
+        if event["state"] != "stopped":
+            raise StreamingJobFailed(f"{self.job} still runs after {event['timeout_s']:.0f}s; run again with force=true")
+        self.log.info("%s stopped (final state %s)", self.job, event.get("final_state"))
+        return event
+
+
+class CheckStreamingJobOperator(BaseOperator):
+    """One supervision check: observe the job, decide, and tell on-call about what changed.
+
+    Returns (XCom) the assessment: ``action`` says whether the launch task should run.
+    """
+
+    template_fields = ("job",)
+
+    def __init__(self, *, job: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+
+    def execute(self, context):
+        spec = get_job(self.job)
+        jobs = StreamingJobHook(spec)
+        undelivered = []
+        with locked_record(jobs.status_dir, spec.application_id) as record:
+            last = record.last_launch
+            seen = Observation(now=time.time(), holder=jobs.running_instance(), status=jobs.status(),
+                               launcher_alive=process_alive(last.launcher_pid) if last else False,
+                               dead_letters=jobs.dead_letters())  # fmt: skip
+            assessment = assess(spec, seen, record)
+            if assessment.action == "give_up" and record.crash_loop_since is None:
+                record.crash_loop_since = seen.now
+            links = {"dag": f"{jobs.settings.airflow_url}/dags/supervise__{spec.name}"}
+            if (seen.status or {}).get("spark_ui") and seen.holder:
+                links["spark_ui"] = seen.status["spark_ui"]
+            before = dict(record.open_alerts)
+            fire, resolve = reconcile(spec.name, spec.application_id, record.open_alerts, list(assessment.conditions), links)
+            for alert in fire + resolve:
+                results = send(alert, context)
+                if not any(result == "sent" for result in results.values()):
+                    undelivered.append((alert, results))
+                    # not delivered anywhere: leave it as it was, so the next check tries again
+                    if alert.condition in before:
+                        record.open_alerts[alert.condition] = before[alert.condition]
+                    else:
+                        record.open_alerts.pop(alert.condition, None)
+            if seen.dead_letters is not None:
+                record.dead_letters_seen = seen.dead_letters
+            record.last_check_at = seen.now
+            record.last_assessment = assessment.to_dict()
+        self.log.info("%s: state=%s action=%s (%s); fired %s, resolved %s", spec.application_id, assessment.state,
+                      assessment.action, assessment.reason, [a.condition for a in fire], [a.condition for a in resolve])  # fmt: skip
+        result = {"state": assessment.state, "action": assessment.action, "reason": assessment.reason,
+                  "fired": [a.condition for a in fire], "resolved": [a.condition for a in resolve]}  # fmt: skip
+        if undelivered:
+            # The decision still reaches the launch task (it runs on all_done); the failed task is the signal.
+            context["ti"].xcom_push(key="return_value", value=result)
+            raise StreamingJobFailed("alerts not delivered on any channel: "
+                                     + "; ".join(f"{a.dedup_key} ({a.status}): {r}" for a, r in undelivered))  # fmt: skip
+        return result

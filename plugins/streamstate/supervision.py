@@ -1,0 +1,278 @@
+"""What supervision remembers between checks, and what it decides. Pure logic: no Airflow, no Spark.
+
+One :class:`SupervisionRecord` per application id lives next to the job's status file
+(``<status_dir>/<application_id>.supervision.json``). Every reader-modifier holds
+:func:`locked_record` (an ``flock``), so two supervision runs, a retried launch and a stop request
+serialize their decisions: the second one sees the launch the first one recorded.
+
+:func:`assess` turns what a check observed (lease holder, status file, dead-letter count) into the
+job's supervised state, the action to take and the alert conditions that hold right now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from spark_jobs.registry import JobSpec
+
+DESIRED_RUNNING = "running"
+DESIRED_STOPPED = "stopped"
+
+
+@dataclasses.dataclass
+class Launch:
+    """One start of the job's driver by Airflow (a first start or a restart)."""
+
+    at: float
+    by: str
+    launcher_pid: int | None = None
+    log: str | None = None
+    exit_file: str | None = None
+    #: None while starting; then running | failed | already_running
+    outcome: str | None = None
+    epoch: int | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class SupervisionRecord:
+    application_id: str
+    desired: str = DESIRED_RUNNING
+    stop_reason: str | None = None
+    launches: list[Launch] = dataclasses.field(default_factory=list)
+    #: when the job was marked crash-looping (no restarts until someone starts it again)
+    crash_loop_since: float | None = None
+    #: restarts before this (a manual start) no longer count towards the crash-loop limit
+    restarts_reset_at: float | None = None
+    #: condition -> {"opened_at", "dedup_key", "summary"}: what on-call was told and not yet resolved
+    open_alerts: dict[str, dict] = dataclasses.field(default_factory=dict)
+    #: dead-letter records at the previous check (growth is measured between checks)
+    dead_letters_seen: int | None = None
+    last_check_at: float | None = None
+    last_assessment: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def last_launch(self) -> Launch | None:
+        return self.launches[-1] if self.launches else None
+
+    def launches_since(self, since: float) -> list[Launch]:
+        """Starts made since ``since`` (one that found the job already running started nothing)."""
+        return [launch for launch in self.launches if launch.at >= since and launch.outcome != "already_running"]
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SupervisionRecord:
+        data = json.loads(text)
+        data["launches"] = [Launch(**launch) for launch in data.get("launches", [])]
+        return cls(**data)
+
+
+def record_path(status_dir: Path, application_id: str) -> Path:
+    return Path(status_dir) / f"{application_id}.supervision.json"
+
+
+def read_record(status_dir: Path, application_id: str) -> SupervisionRecord:
+    """The record as last written (no lock: for readers such as the UI page)."""
+    try:
+        return SupervisionRecord.from_json(record_path(status_dir, application_id).read_text())
+    except FileNotFoundError:
+        return SupervisionRecord(application_id)
+
+
+@contextlib.contextmanager
+def locked_record(status_dir: Path, application_id: str, keep_launches: int = 50) -> Iterator[SupervisionRecord]:
+    """The record under an exclusive lock; written back (atomically) when the block exits normally."""
+    path = record_path(status_dir, application_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        record = read_record(status_dir, application_id)
+        yield record
+        record.launches = record.launches[-keep_launches:]
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(record.to_json())
+        tmp.replace(path)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What one check saw."""
+
+    now: float
+    #: the lease holder record (spark_jobs/lease.py), None when no driver holds the lease
+    holder: dict | None
+    #: the job's status file (spark_jobs/lifecycle.py), None when it never ran here
+    status: dict | None
+    #: whether the process that ran the last launch is still alive
+    launcher_alive: bool = False
+    #: total records in the dead-letter topic, None when unknown (topic missing, Kafka down)
+    dead_letters: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """Something on-call should know about, with the numbers and the next step."""
+
+    name: str
+    severity: str  # critical | error | warning
+    summary: str
+    numbers: dict
+    next_step: str
+
+
+CONDITIONS = ("down", "crash_loop", "input_lag", "no_progress", "batch_duration", "restore_slow", "dead_letters_growing")
+
+
+@dataclasses.dataclass(frozen=True)
+class Assessment:
+    #: running | restoring | starting | stopped | down | crash_looping | not_started
+    state: str
+    #: none | start | restart | wait_backoff | give_up
+    action: str
+    reason: str
+    conditions: tuple[Condition, ...] = ()
+    backoff_remaining_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_hint: str = "") -> Assessment:
+    """Decide what the job needs, from one observation and the record of earlier checks."""
+    policy = spec.supervision
+    conditions = list(_dead_letter_conditions(spec, seen, record))
+    if seen.holder is not None:
+        state, metric_conditions = _alive(spec, seen)
+        return Assessment(state, "none", f"driver pid {seen.holder.get('pid')} holds lease epoch "
+                          f"{seen.holder.get('epoch')}", tuple(conditions + metric_conditions))  # fmt: skip
+    if record.desired == DESIRED_STOPPED:
+        return Assessment("stopped", "none", f"stopped on request: {record.stop_reason or 'no reason given'}",
+                          tuple(conditions))  # fmt: skip
+    last = record.last_launch
+    if last is not None and last.outcome is None and seen.launcher_alive and seen.now - last.at < policy.start_timeout_s:
+        return Assessment("starting", "none", f"launched {seen.now - last.at:.0f}s ago by {last.by}", tuple(conditions))
+
+    recent = record.launches_since(max(seen.now - policy.crash_loop_window_s, record.restarts_reset_at or 0.0))
+    ran_before = seen.status is not None or bool(record.launches)  # (a launch in flight returned above)
+    error = (seen.status or {}).get("error") or (last.error if last else None)
+    where = f" Driver log: {last.log}." if last and last.log else log_hint
+    if ran_before:
+        conditions.append(Condition(
+            "down", "error", f"{spec.application_id} is not running (last state "
+            f"{(seen.status or {}).get('state', 'unknown')}{'; ' + error if error else ''})",
+            {"restarts_in_window": len(recent), "max_restarts": policy.crash_loop_restarts,
+             "last_update": (seen.status or {}).get("updated_at")},
+            "Supervision restarts it with backoff; nothing to do unless it keeps failing." + where,
+        ))  # fmt: skip
+    if record.crash_loop_since is not None or len(recent) >= policy.crash_loop_restarts:
+        conditions.append(Condition(
+            "crash_loop", "critical", f"{spec.application_id} failed {len(recent)} times within "
+            f"{policy.crash_loop_window_s}s; supervision stopped restarting it",
+            {"restarts_in_window": len(recent), "window_s": policy.crash_loop_window_s, "last_error": error},
+            f"Fix the cause ({error or 'see the driver log'}).{where} Then trigger the start_streaming_job DAG "
+            f"with job={spec.name} (it clears the crash-loop mark).",
+        ))  # fmt: skip
+        return Assessment("crash_looping", "give_up", "too many restarts in the window", tuple(conditions))
+    action = "restart" if ran_before else "start"
+    wait = policy.backoff_s(len(recent)) - (seen.now - last.at) if last is not None and recent else 0.0
+    if wait > 0:
+        return Assessment("down" if ran_before else "not_started", "wait_backoff",
+                          f"backoff after {len(recent)} start(s) in the window", tuple(conditions), round(wait, 1))  # fmt: skip
+    return Assessment("down" if ran_before else "not_started", action, "no driver holds the lease", tuple(conditions))
+
+
+def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
+    policy = spec.supervision
+    status = seen.status or {}
+    if status.get("lease_epoch") != seen.holder.get("epoch"):
+        return "starting", []  # the new driver has not published yet
+    state = status.get("state", "CREATED")
+    conditions: list[Condition] = []
+    progress = status.get("progress") or {}
+    if state == "RESTORING":
+        started = min((_ts(r.get("started_at")) for r in (status.get("restore") or {}).values() if r.get("started_at")),
+                      default=_ts(status.get("started_at")))  # fmt: skip
+        if started and seen.now - started > policy.restore_budget_s:
+            conditions.append(Condition(
+                "restore_slow", "warning", f"{spec.application_id} has been restoring for {seen.now - started:.0f}s",
+                {"elapsed_s": round(seen.now - started), "budget_s": policy.restore_budget_s,
+                 "records_read": {s: r.get("records_read") for s, r in (status.get("restore") or {}).items()}},
+                "Let it finish; if restores keep exceeding the budget, snapshot more often "
+                "(snapshot_every_batches) or compact the changelog.",
+            ))  # fmt: skip
+        return "restoring", conditions
+    restore_s = sum(float(r.get("seconds") or 0) for r in (status.get("restore") or {}).values())
+    if restore_s > policy.restore_budget_s:
+        conditions.append(Condition(
+            "restore_slow", "warning", f"{spec.application_id}'s last restore took {restore_s:.0f}s",
+            {"restore_s": round(restore_s, 1), "budget_s": policy.restore_budget_s},
+            "Snapshot more often (snapshot_every_batches) or compact the changelog so the next restore is faster.",
+        ))  # fmt: skip
+    if state != "RUNNING":
+        return state.lower(), conditions
+    lag = sum((progress.get("input_lag") or {}).values())
+    if lag > policy.max_input_lag_records:
+        conditions.append(Condition(
+            "input_lag", "warning", f"{spec.application_id} is {lag:,} records behind its input",
+            {"lag_records": lag, "threshold": policy.max_input_lag_records,
+             "processed_rows_per_second": progress.get("processed_rows_per_second")},
+            "Check the batch duration and the Spark UI; add executors/partitions if the input rate outgrew the job.",
+        ))  # fmt: skip
+    duration_s = (progress.get("batch_duration_ms") or 0) / 1000
+    if duration_s > policy.batch_duration_budget_s:
+        conditions.append(Condition(
+            "batch_duration", "warning", f"{spec.application_id}'s last micro-batch took {duration_s:.1f}s",
+            {"batch_duration_s": duration_s, "budget_s": policy.batch_duration_budget_s, "batch_id": progress.get("batch_id")},
+            "Look at the batch in the Spark UI (state store, shuffle, output MERGE); raise the budget only if expected.",
+        ))  # fmt: skip
+    quiet_limit = max(60.0, policy.no_progress_triggers * spec.trigger_interval_s)
+    last_sign = max(filter(None, (_ts(progress.get("progress_at")), _ts(status.get("idle_at")),
+                                  _ts(status.get("started_at")))), default=None)  # fmt: skip
+    if last_sign is not None and seen.now - last_sign > quiet_limit:
+        conditions.append(Condition(
+            "no_progress", "error", f"{spec.application_id} reported neither a batch nor idleness for "
+            f"{seen.now - last_sign:.0f}s", {"silent_s": round(seen.now - last_sign), "limit_s": quiet_limit,
+                                            "last_batch_id": progress.get("batch_id")},
+            "The driver holds its lease but makes no progress (a hung batch?). Check the Spark UI and the driver log; "
+            "stop it with the stop_streaming_job DAG and supervision starts it again.",
+        ))  # fmt: skip
+    return "running", conditions
+
+
+def _dead_letter_conditions(spec: JobSpec, seen: Observation, record: SupervisionRecord) -> list[Condition]:
+    if seen.dead_letters is None or record.dead_letters_seen is None:
+        return []
+    growth = seen.dead_letters - record.dead_letters_seen
+    if growth <= spec.supervision.dead_letter_growth_records:
+        return []
+    return [Condition(
+        "dead_letters_growing", "warning", f"{growth:,} new dead letters for {spec.application_id} since the last check",
+        {"new_records": growth, "threshold": spec.supervision.dead_letter_growth_records, "total": seen.dead_letters},
+        f"Read {spec.application_id}-dead-letter (the reason header says why) and fix the producer or the schema.",
+    )]  # fmt: skip
+
+
+def _ts(value) -> float | None:
+    """ISO-8601 text (status files, Spark progress) -> epoch seconds."""
+    if not value:
+        return None
+    import datetime as dt
+
+    try:
+        parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()

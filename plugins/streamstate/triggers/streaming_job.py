@@ -1,0 +1,104 @@
+"""Triggers that only wait: for a launched driver to reach RUNNING, or for a stopped one to let go.
+
+They read the same files the hook does (lease, status, the launch's exit code); the decisions are
+made by the operators when the trigger fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from spark_jobs.lease import ALREADY_RUNNING, JobLease
+from spark_jobs.lifecycle import read_status
+
+
+class StreamingJobStartedTrigger(BaseTrigger):
+    """Fires when the driver of a launch runs, failed, found another driver running, or timed out.
+
+    Event ``state``: ``running`` (with ``epoch``, ``pid``), ``already_running``, ``failed`` (with
+    ``exit_code`` and ``error``) or ``timeout``.
+    """
+
+    def __init__(self, application_id: str, status_dir: str, launcher_pid: int, exit_file: str,
+                 previous_epoch: int, timeout_s: float, poll_s: float = 2.0) -> None:  # fmt: skip
+        super().__init__()
+        self.application_id = application_id
+        self.status_dir = status_dir
+        self.launcher_pid = launcher_pid
+        self.exit_file = exit_file
+        self.previous_epoch = previous_epoch
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+
+    def serialize(self) -> tuple[str, dict]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "application_id": self.application_id, "status_dir": self.status_dir,
+            "launcher_pid": self.launcher_pid, "exit_file": self.exit_file,
+            "previous_epoch": self.previous_epoch, "timeout_s": self.timeout_s, "poll_s": self.poll_s,
+        })  # fmt: skip
+
+    def check(self) -> dict | None:
+        from streamstate.hooks.streaming_job import exit_code, process_alive
+
+        holder = JobLease(self.status_dir, self.application_id).holder()
+        status = read_status(self.status_dir, self.application_id) or {}
+        ours = holder is not None and int(holder.get("epoch", 0)) > self.previous_epoch
+        if ours and status.get("lease_epoch") == holder.get("epoch"):
+            if status.get("state") == "RUNNING":
+                return {"state": "running", "epoch": holder["epoch"], "pid": holder.get("pid")}
+            if status.get("state") == "ERROR":
+                return {"state": "failed", "exit_code": None, "error": status.get("error")}
+        code = exit_code(self.exit_file)
+        if code is not None or not process_alive(self.launcher_pid):
+            if code == ALREADY_RUNNING:
+                return {"state": "already_running", "holder": holder}
+            failed_epoch = status.get("lease_epoch") or 0
+            error = status.get("error") if failed_epoch > self.previous_epoch else None
+            return {"state": "failed", "exit_code": code, "error": error or f"driver exited with code {code}"}
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            event = await asyncio.to_thread(self.check)
+            if event is not None:
+                yield TriggerEvent(event)
+                return
+            if time.monotonic() > deadline:
+                yield TriggerEvent({"state": "timeout", "timeout_s": self.timeout_s})
+                return
+            await asyncio.sleep(self.poll_s)
+
+
+class StreamingJobStoppedTrigger(BaseTrigger):
+    """Fires when no driver holds the job's lease any more (``stopped``), or on timeout."""
+
+    def __init__(self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 1.0) -> None:
+        super().__init__()
+        self.application_id = application_id
+        self.status_dir = status_dir
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+
+    def serialize(self) -> tuple[str, dict]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "application_id": self.application_id, "status_dir": self.status_dir,
+            "timeout_s": self.timeout_s, "poll_s": self.poll_s,
+        })  # fmt: skip
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        lease = JobLease(self.status_dir, self.application_id)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            if await asyncio.to_thread(lease.holder) is None:
+                status = read_status(self.status_dir, self.application_id) or {}
+                yield TriggerEvent({"state": "stopped", "final_state": status.get("state")})
+                return
+            if time.monotonic() > deadline:
+                yield TriggerEvent({"state": "timeout", "timeout_s": self.timeout_s})
+                return
+            await asyncio.sleep(self.poll_s)

@@ -1,0 +1,149 @@
+"""Supervision decisions and alert bookkeeping (pure logic; the real-stack tests are in test_supervise_dags.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from streamstate.alerts import FIRING, RESOLVED, dedup_key, reconcile
+from streamstate.supervision import (
+    DESIRED_STOPPED,
+    Launch,
+    Observation,
+    SupervisionRecord,
+    assess,
+    locked_record,
+    read_record,
+)
+
+from spark_jobs.registry import JOBS, SupervisionPolicy
+
+SPEC = dataclasses.replace(JOBS["purchase_counts"], supervision=SupervisionPolicy(
+    restart_backoff_s=10, restart_backoff_max_s=40, crash_loop_restarts=3, crash_loop_window_s=600,
+    max_input_lag_records=1000, no_progress_triggers=12, batch_duration_budget_s=30, restore_budget_s=100,
+    dead_letter_growth_records=10))  # fmt: skip
+NOW = 1_800_000_000.0
+
+
+def iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat()
+
+
+def running_status(**progress) -> dict:
+    return {"state": "RUNNING", "lease_epoch": 4, "started_at": iso(NOW - 300),
+            "progress": {"progress_at": iso(NOW - 5), "input_lag": {"t-0": 10}, "batch_duration_ms": 800, **progress}}  # fmt: skip
+
+
+HOLDER = {"pid": 123, "epoch": 4, "host": "h"}
+
+
+def names(assessment) -> set[str]:
+    return {c.name for c in assessment.conditions}
+
+
+def test_healthy_running_job_needs_nothing():
+    a = assess(SPEC, Observation(NOW, HOLDER, running_status()), SupervisionRecord("a"))
+    assert (a.state, a.action, names(a)) == ("running", "none", set())
+
+
+def test_metric_conditions_hold_with_their_numbers():
+    status = running_status(input_lag={"t-0": 900, "t-1": 200}, batch_duration_ms=45_000, progress_at=iso(NOW - 200))
+    a = assess(SPEC, Observation(NOW, HOLDER, status), SupervisionRecord("a"))
+    assert names(a) == {"input_lag", "batch_duration", "no_progress"}
+    by_name = {c.name: c for c in a.conditions}
+    assert by_name["input_lag"].numbers["lag_records"] == 1100
+    assert by_name["batch_duration"].numbers["batch_duration_s"] == 45.0
+    assert by_name["no_progress"].numbers["limit_s"] == 60.0  # 12 x 5 s
+    assert all(c.next_step for c in a.conditions)
+
+
+def test_idle_reports_count_as_signs_of_life():
+    status = {**running_status(progress_at=iso(NOW - 900)), "idle_at": iso(NOW - 3)}
+    assert "no_progress" not in names(assess(SPEC, Observation(NOW, HOLDER, status), SupervisionRecord("a")))
+
+
+def test_restoring_too_long_and_a_slow_finished_restore():
+    restoring = {"state": "RESTORING", "lease_epoch": 4, "restore": {"counts": {"started_at": iso(NOW - 150), "records_read": 5}}}
+    a = assess(SPEC, Observation(NOW, HOLDER, restoring), SupervisionRecord("a"))
+    assert (a.state, names(a)) == ("restoring", {"restore_slow"})
+    finished = {**running_status(), "restore": {"counts": {"seconds": 130.0}}}
+    assert names(assess(SPEC, Observation(NOW, HOLDER, finished), SupervisionRecord("a"))) == {"restore_slow"}
+
+
+def test_a_new_driver_that_has_not_published_is_starting():
+    stale = {**running_status(), "lease_epoch": 3}
+    assert assess(SPEC, Observation(NOW, HOLDER, stale), SupervisionRecord("a")).state == "starting"
+
+
+def test_never_started_job_is_started_quietly():
+    a = assess(SPEC, Observation(NOW, None, None), SupervisionRecord("a"))
+    assert (a.state, a.action, names(a)) == ("not_started", "start", set())
+
+
+def test_dead_job_is_down_and_restarted_with_backoff():
+    record = SupervisionRecord("a", launches=[Launch(at=NOW - 4, by="r1", outcome="running")])
+    dead = {**running_status(), "state": "RUNNING"}
+    a = assess(SPEC, Observation(NOW, None, dead), record)
+    assert (a.state, a.action, names(a)) == ("down", "wait_backoff", {"down"})
+    assert a.backoff_remaining_s == 6.0
+    later = assess(SPEC, Observation(NOW + 7, None, dead), record)
+    assert later.action == "restart"
+    record.launches.append(Launch(at=NOW + 7, by="r2", outcome="failed"))
+    assert assess(SPEC, Observation(NOW + 20, None, dead), record).action == "wait_backoff"  # 2 starts: 20 s
+    assert assess(SPEC, Observation(NOW + 28, None, dead), record).action == "restart"
+
+
+def test_crash_loop_after_k_starts_in_the_window_then_a_manual_start_resets_it():
+    record = SupervisionRecord("a", launches=[Launch(at=NOW - 100 + i, by=f"r{i}", outcome="failed") for i in range(3)])
+    a = assess(SPEC, Observation(NOW, None, None), record)
+    assert (a.state, a.action, names(a)) == ("crash_looping", "give_up", {"down", "crash_loop"})
+    assert "start_streaming_job" in {c.name: c for c in a.conditions}["crash_loop"].next_step
+    # starts that found the job running, and starts before a manual reset, do not count
+    record.launches.append(Launch(at=NOW - 1, by="x", outcome="already_running"))
+    record.restarts_reset_at = NOW - 50
+    assert assess(SPEC, Observation(NOW, None, None), record).action == "restart"
+    # starts outside the window do not count either
+    old = SupervisionRecord("a", launches=[Launch(at=NOW - 700 + i, by="r", outcome="failed") for i in range(3)])
+    assert assess(SPEC, Observation(NOW, None, None), old).action == "restart"
+
+
+def test_a_launch_in_flight_is_waited_for():
+    record = SupervisionRecord("a", launches=[Launch(at=NOW - 20, by="r1", launcher_pid=99)])
+    a = assess(SPEC, Observation(NOW, None, None, launcher_alive=True), record)
+    assert (a.state, a.action) == ("starting", "none")
+    assert assess(SPEC, Observation(NOW, None, None, launcher_alive=False), record).action == "restart"
+
+
+def test_stopped_on_request_is_left_alone():
+    record = SupervisionRecord("a", desired=DESIRED_STOPPED, stop_reason="maintenance", launches=[Launch(NOW - 9, "r", outcome="running")])
+    a = assess(SPEC, Observation(NOW, None, running_status()), record)
+    assert (a.state, a.action, names(a)) == ("stopped", "none", set())
+
+
+def test_dead_letter_growth_between_checks():
+    record = SupervisionRecord("a", dead_letters_seen=100)
+    assert names(assess(SPEC, Observation(NOW, HOLDER, running_status(), dead_letters=105), record)) == set()
+    grew = assess(SPEC, Observation(NOW, HOLDER, running_status(), dead_letters=150), record)
+    assert names(grew) == {"dead_letters_growing"} and grew.conditions[0].numbers["new_records"] == 50
+
+
+def test_alerts_fire_once_and_resolve_once_with_a_stable_dedup_key():
+    record = SupervisionRecord("a")
+    down = assess(SPEC, Observation(NOW, None, running_status()), record).conditions
+    fire, resolve = reconcile("purchase_counts", "purchase_counts-v2", record.open_alerts, list(down))
+    assert [(a.condition, a.status) for a in fire] == [("down", FIRING)] and resolve == []
+    assert fire[0].dedup_key == dedup_key("purchase_counts-v2", "down") == "streamstate/purchase_counts-v2/down"
+    assert "Next step:" in fire[0].text() and fire[0].numbers["max_restarts"] == 3
+    again = reconcile("purchase_counts", "purchase_counts-v2", record.open_alerts, list(down))
+    assert again == ([], [])
+    fire, resolve = reconcile("purchase_counts", "purchase_counts-v2", record.open_alerts, [])
+    assert fire == [] and [(a.condition, a.status, a.dedup_key) for a in resolve] == [("down", RESOLVED, "streamstate/purchase_counts-v2/down")]
+    assert record.open_alerts == {}
+
+
+def test_record_round_trips_under_its_lock(tmp_path):
+    with locked_record(tmp_path, "a") as record:
+        record.launches.append(Launch(at=NOW, by="r", launcher_pid=1, outcome="running", epoch=2))
+        record.open_alerts["down"] = {"opened_at": "t", "dedup_key": "k"}
+    again = read_record(tmp_path, "a")
+    assert again.launches[0].epoch == 2 and again.open_alerts["down"]["dedup_key"] == "k"
