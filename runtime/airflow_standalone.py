@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import urllib.error
 import urllib.parse
@@ -30,6 +31,13 @@ def spark_default_connection(settings: Settings) -> dict[str, object]:
         "host": settings.spark_master,
         "extra": json.dumps({"deploy-mode": "client", "spark-binary": "spark-submit"}),
     }
+
+
+def alert_webhook_connection(airflow_url: str) -> dict[str, object]:
+    """The default ``streamstate_webhook``: the alert inbox of the "Streaming jobs" page on the Airflow
+    API server itself, so alerts are visible with no outside service. Point it at your own endpoint
+    (an Airflow connection of the same id) to receive them elsewhere."""
+    return {"conn_type": "http", "host": f"{airflow_url.rstrip('/')}/streamstate/api/alerts"}
 
 
 class LocalAirflow:
@@ -55,6 +63,9 @@ class LocalAirflow:
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(s.airflow_scheduler_health_port),
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(s.airflow_worker_log_port),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(s.airflow_triggerer_log_port),
                 # spark-submit and the Python Spark workers must come from this environment.
                 "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                 "PYSPARK_PYTHON": sys.executable,
@@ -66,8 +77,6 @@ class LocalAirflow:
         return env
 
     def _airflow(self, *args: str, timeout_s: float = 600) -> str:
-        import subprocess
-
         proc = subprocess.run(
             [str(VENV_BIN / "airflow"), *args], env=self.environment(), capture_output=True, text=True,
             timeout=timeout_s,
@@ -76,15 +85,24 @@ class LocalAirflow:
             raise ServiceError(f"`airflow {' '.join(args)}` failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc.stdout
 
+    def dags_test(self, dag_id: str, conf: dict | None = None, env: dict[str, str] | None = None,
+                  timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
+        """One run of ``dag_id`` via ``airflow dags test`` (``dag.test()``: tasks and triggers run in that
+        process, no scheduler needed). ``returncode`` is 0 when the run succeeded."""
+        args = [str(VENV_BIN / "airflow"), "dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else [])]
+        return subprocess.run(args, env={**self.environment(), **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout_s, cwd=self.home)  # fmt: skip
+
     def prepare(self) -> None:
-        """Migrate the metadata DB and (re)import the spark_default connection. Idempotent.
+        """Migrate the metadata DB and (re)import the spark_default and alert webhook connections. Idempotent.
 
         A stamp (Airflow version + the connection) skips both CLI calls (about 20 s) when nothing changed.
         """
         from airflow import __version__ as airflow_version
 
         self.home.mkdir(parents=True, exist_ok=True)
-        connections = {"spark_default": spark_default_connection(self.settings)}
+        connections = {"spark_default": spark_default_connection(self.settings),
+                       "streamstate_webhook": alert_webhook_connection(self.settings.airflow_url)}  # fmt: skip
         stamp = self.home / ".prepared"
         wanted = json.dumps({"airflow": airflow_version, "connections": connections}, sort_keys=True)
         if stamp.exists() and stamp.read_text() == wanted and (self.home / "airflow.db").exists():

@@ -45,6 +45,11 @@ class Settings:
     #: Replication factor for topics the platform creates (1 locally, 3 on the compose cluster).
     kafka_replication_factor: int = 1
     airflow_port: int = 8080
+    #: Airflow's other listeners (scheduler health check, worker and triggerer log servers): typed
+    #: here so two stacks (yours and the tests') never fight over Airflow's fixed defaults.
+    airflow_scheduler_health_port: int = 8974
+    airflow_worker_log_port: int = 8793
+    airflow_triggerer_log_port: int = 8794
     #: ``local[*]`` on one machine, ``spark://host:7077`` on a standalone cluster.
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 2
@@ -127,6 +132,9 @@ class Settings:
             "kafka_port": self.kafka_port,
             "kafka_controller_port": self.kafka_controller_port,
             "airflow_port": self.airflow_port,
+            "airflow_scheduler_health_port": self.airflow_scheduler_health_port,
+            "airflow_worker_log_port": self.airflow_worker_log_port,
+            "airflow_triggerer_log_port": self.airflow_triggerer_log_port,
         }
         for name, port in ports.items():
             if not 1 <= port <= 65535:

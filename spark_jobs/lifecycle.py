@@ -153,7 +153,7 @@ class JobStatus:
 
 
 def status_path(status_dir: Path, application_id: str) -> Path:
-    return status_dir / f"{application_id}.status.json"
+    return Path(status_dir) / f"{application_id}.status.json"
 
 
 def read_status(status_dir: Path, application_id: str) -> dict | None:

@@ -85,7 +85,8 @@ class SupervisionPolicy:
             crash-looping and is no longer restarted (until someone starts it again).
         max_input_lag_records: alert when the input lag (all partitions) exceeds this.
         no_progress_triggers: alert when neither a batch nor an idle report came for this many
-            trigger intervals (a hung batch; at least 60 s).
+            trigger intervals (a hung batch; at least 120 s: a first batch after a restart catches
+            up and may legitimately take minutes).
         batch_duration_budget_s: alert when a micro-batch takes longer.
         restore_budget_s: alert when a restore takes (or has been taking) longer.
         dead_letter_growth_records: alert when the dead-letter topic grew by more than this between
@@ -94,12 +95,13 @@ class SupervisionPolicy:
 
     check_every_s: int = 120
     start_timeout_s: int = 240
-    restart_backoff_s: int = 30
-    restart_backoff_max_s: int = 600
+    # Kubernetes' CrashLoopBackOff schedule: 10 s, doubling, at most 5 min.
+    restart_backoff_s: int = 10
+    restart_backoff_max_s: int = 300
     crash_loop_restarts: int = 3
     crash_loop_window_s: int = 1800
     max_input_lag_records: int = 100_000
-    no_progress_triggers: int = 12
+    no_progress_triggers: int = 60
     batch_duration_budget_s: float = 60.0
     restore_budget_s: float = 600.0
     dead_letter_growth_records: int = 1_000

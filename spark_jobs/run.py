@@ -69,6 +69,18 @@ def report_path(spec: JobSpec, settings: Settings) -> Path:
     return settings.status_dir / f"{spec.application_id}.last-run.json"
 
 
+def _logged(method):
+    """A listener callback that raises is dropped by py4j without a trace: log it instead."""
+
+    def wrapper(self, event):
+        try:
+            method(self, event)
+        except Exception:
+            log.exception("progress listener %s failed", method.__name__)
+
+    return wrapper
+
+
 def _progress_collector(report: RunReport, status: JobStatus):
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -77,10 +89,13 @@ def _progress_collector(report: RunReport, status: JobStatus):
 
         def __init__(self) -> None:
             self.lock = threading.Lock()
+            #: the job's own query (idle events carry no name, only the query id)
+            self.main_query_id: str | None = None
 
         def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's listener API
             pass
 
+        @_logged
         def onQueryProgress(self, event) -> None:  # noqa: N802
             progress = json.loads(event.progress.json)
             if progress.get("name") != report.application_id:
@@ -102,11 +117,13 @@ def _progress_collector(report: RunReport, status: JobStatus):
                     if end:
                         report.end_offsets = end
 
+        @_logged
         def onQueryIdle(self, event) -> None:  # noqa: N802
             # Spark 4 reports an idle trigger here, not as progress: still a sign of life for supervision.
-            if event.name == report.application_id:
+            if self.main_query_id is not None and str(event.id) == self.main_query_id:
                 status.record_idle(event.timestamp)
 
+        @_logged
         def onQueryTerminated(self, event) -> None:  # noqa: N802
             if event.exception:
                 report.error = (report.error + "; " if report.error else "") + str(event.exception).splitlines()[0]
@@ -171,6 +188,7 @@ def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, e
         queries = [with_trigger(w).start() for w in context.companion_writers]
         with _session_conf(spark, context.query_conf):  # a query copies the session conf when it starts
             queries.append(with_trigger(writer).start())
+        collector.main_query_id = str(queries[-1].id)
         status.transition_to(JobState.RUNNING)
         try:
             for q in queries:

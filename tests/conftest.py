@@ -25,11 +25,12 @@ from runtime.settings import Settings  # noqa: E402
 
 
 def fresh_ports() -> dict[str, int]:
+    names = ("kafka_port", "kafka_controller_port", "airflow_port", "airflow_scheduler_health_port",
+             "airflow_worker_log_port", "airflow_triggerer_log_port")  # fmt: skip
     ports: set[int] = set()
-    while len(ports) < 3:
+    while len(ports) < len(names):
         ports.add(free_port())
-    kafka, controller, airflow = sorted(ports)
-    return {"kafka_port": kafka, "kafka_controller_port": controller, "airflow_port": airflow}
+    return dict(zip(names, sorted(ports), strict=True))
 
 
 @pytest.fixture(scope="session")

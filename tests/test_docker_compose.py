@@ -9,7 +9,7 @@ import tomllib
 import pytest
 import yaml
 
-from runtime.airflow_standalone import spark_default_connection
+from runtime.airflow_standalone import alert_webhook_connection, spark_default_connection
 from runtime.settings import ENV_PREFIX, PROJECT_ROOT, Settings
 
 PINS = tomllib.loads((PROJECT_ROOT / "versions.toml").read_text())
@@ -103,3 +103,11 @@ def test_airflow_runs_every_component():
     commands = {tuple(SERVICES[name]["command"]) for name in AIRFLOW}
     for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
         assert (component,) in commands
+
+
+def test_alerts_default_to_the_api_servers_inbox():
+    api = SERVICES["airflow-apiserver"]
+    port = api["ports"][0].split(":")[-1]
+    for service in AIRFLOW:
+        conn = json.loads(env(service)["AIRFLOW_CONN_STREAMSTATE_WEBHOOK"])
+        assert conn == alert_webhook_connection(f"http://{api['hostname']}:{port}")

@@ -38,6 +38,8 @@ class Launch:
     outcome: str | None = None
     epoch: int | None = None
     error: str | None = None
+    #: the lease epoch before this launch: its driver is the first holder with a higher one
+    previous_epoch: int = 0
 
 
 @dataclasses.dataclass
@@ -236,7 +238,7 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
             {"batch_duration_s": duration_s, "budget_s": policy.batch_duration_budget_s, "batch_id": progress.get("batch_id")},
             "Look at the batch in the Spark UI (state store, shuffle, output MERGE); raise the budget only if expected.",
         ))  # fmt: skip
-    quiet_limit = max(60.0, policy.no_progress_triggers * spec.trigger_interval_s)
+    quiet_limit = max(120.0, policy.no_progress_triggers * spec.trigger_interval_s)
     last_sign = max(filter(None, (_ts(progress.get("progress_at")), _ts(status.get("idle_at")),
                                   _ts(status.get("started_at")))), default=None)  # fmt: skip
     if last_sign is not None and seen.now - last_sign > quiet_limit:

@@ -48,12 +48,13 @@ def test_healthy_running_job_needs_nothing():
 
 def test_metric_conditions_hold_with_their_numbers():
     status = running_status(input_lag={"t-0": 900, "t-1": 200}, batch_duration_ms=45_000, progress_at=iso(NOW - 200))
+    status["started_at"] = iso(NOW - 400)
     a = assess(SPEC, Observation(NOW, HOLDER, status), SupervisionRecord("a"))
     assert names(a) == {"input_lag", "batch_duration", "no_progress"}
     by_name = {c.name: c for c in a.conditions}
     assert by_name["input_lag"].numbers["lag_records"] == 1100
     assert by_name["batch_duration"].numbers["batch_duration_s"] == 45.0
-    assert by_name["no_progress"].numbers["limit_s"] == 60.0  # 12 x 5 s
+    assert by_name["no_progress"].numbers["limit_s"] == 120.0  # 12 x 5 s, but at least 2 minutes
     assert all(c.next_step for c in a.conditions)
 
 

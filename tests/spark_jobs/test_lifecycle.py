@@ -56,3 +56,25 @@ def test_progress_summary_has_lag_per_partition_and_state_numbers(tmp_path):
     status = JobStatus("app-v1", tmp_path / "app-v1.status.json")
     status.record_progress(json.loads(json.dumps(PROGRESS)))
     assert read_status(tmp_path, "app-v1")["progress"]["input_lag"] == {"t-0": 30, "t-1": 0}
+
+
+@pytest.mark.integration
+def test_a_real_run_publishes_its_progress_numbers(spark, kafka_broker, settings, unique):
+    """What supervision and the jobs page read: the driver's own progress in the status file."""
+    import dataclasses
+
+    from spark_jobs.generators import purchases
+    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.registry import get_job
+    from spark_jobs.run import run
+
+    job = dataclasses.replace(get_job("purchase_counts"), name=f"progress_{unique}", source_topic=f"progress-{unique}",
+                              output_table=f"progress_{unique}")  # fmt: skip
+    ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, list(purchases.generate(500, users=50, seed=3)))
+    run(job, settings, available_now=True, spark=spark)
+    status = read_status(settings.status_dir, job.application_id)
+    assert status["state"] == "NOT_RUNNING"
+    assert status["progress"]["batch_id"] is not None and status["progress"]["state_rows"] == 50
+    assert sum(status["progress"]["input_lag"].values()) == 0
+    assert status["spark_ui"] and status["spark_ui"].startswith("http")

@@ -70,19 +70,19 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
             last = record.last_launch
             in_flight = (last is not None and last.outcome is None and process_alive(last.launcher_pid)
                          and now - last.at < spec.supervision.start_timeout_s)  # fmt: skip
-            previous_epoch = JobLease(jobs.status_dir, spec.application_id).last_epoch()
             if in_flight:
                 self.log.info("a launch by %s is in flight (pid %s); waiting for it instead", last.by, last.launcher_pid)
                 launch = last
             else:
-                launch = Launch(at=now, by=label, **self._launch(jobs, label))
+                previous_epoch = JobLease(jobs.status_dir, spec.application_id).last_epoch()
+                launch = Launch(at=now, by=label, previous_epoch=previous_epoch, **self._launch(jobs, label))
                 record.launches.append(launch)
         self.log.info("driver of %s starting (launcher pid %s); log: %s", spec.application_id, launch.launcher_pid, launch.log)
         self.defer(
             trigger=StreamingJobStartedTrigger(spec.application_id, str(jobs.status_dir), launch.launcher_pid,
-                                               launch.exit_file, previous_epoch, spec.supervision.start_timeout_s),  # fmt: skip
+                                               launch.exit_file, launch.previous_epoch, spec.supervision.start_timeout_s,
+                                               launch_at=launch.at),  # fmt: skip
             method_name="execute_complete",
-            kwargs={"launch_at": launch.at},
         )
 
     def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
@@ -96,8 +96,9 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         command = spark._build_spark_submit_command(self.application)
         return jobs.launch(command, {**os.environ, **spark._env}, label)
 
-    def execute_complete(self, context, event: dict, launch_at: float):
+    def execute_complete(self, context, event: dict):
         spec = get_job(self.job)
+        launch_at = event["launch_at"]
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
             launch = next((item for item in record.launches if item.at == launch_at), None)

@@ -17,15 +17,18 @@ from spark_jobs.lifecycle import read_status
 
 
 class StreamingJobStartedTrigger(BaseTrigger):
-    """Fires when the driver of a launch runs, failed, found another driver running, or timed out.
+    """Fires when the driver of a launch runs (or restores), failed, found another driver running, or
+    timed out.
 
     Event ``state``: ``running`` (with ``epoch``, ``pid``), ``already_running``, ``failed`` (with
     ``exit_code`` and ``error``) or ``timeout``.
     """
 
     def __init__(self, application_id: str, status_dir: str, launcher_pid: int, exit_file: str,
-                 previous_epoch: int, timeout_s: float, poll_s: float = 2.0) -> None:  # fmt: skip
+                 previous_epoch: int, timeout_s: float, launch_at: float = 0.0, poll_s: float = 2.0) -> None:  # fmt: skip
         super().__init__()
+        #: which launch this is (echoed in every event: the operator finds its record by it)
+        self.launch_at = launch_at
         self.application_id = application_id
         self.status_dir = status_dir
         self.launcher_pid = launcher_pid
@@ -38,7 +41,8 @@ class StreamingJobStartedTrigger(BaseTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "application_id": self.application_id, "status_dir": self.status_dir,
             "launcher_pid": self.launcher_pid, "exit_file": self.exit_file,
-            "previous_epoch": self.previous_epoch, "timeout_s": self.timeout_s, "poll_s": self.poll_s,
+            "previous_epoch": self.previous_epoch, "timeout_s": self.timeout_s, "launch_at": self.launch_at,
+            "poll_s": self.poll_s,
         })  # fmt: skip
 
     def check(self) -> dict | None:
@@ -48,8 +52,11 @@ class StreamingJobStartedTrigger(BaseTrigger):
         status = read_status(self.status_dir, self.application_id) or {}
         ours = holder is not None and int(holder.get("epoch", 0)) > self.previous_epoch
         if ours and status.get("lease_epoch") == holder.get("epoch"):
-            if status.get("state") == "RUNNING":
-                return {"state": "running", "epoch": holder["epoch"], "pid": holder.get("pid")}
+            if status.get("state") in ("RUNNING", "RESTORING"):
+                # Restoring counts as started: a long restore is watched by the restore budget alert,
+                # and killing it at the start timeout would only restart the restore.
+                return {"state": "running", "epoch": holder["epoch"], "pid": holder.get("pid"),
+                        "lifecycle_state": status["state"]}  # fmt: skip
             if status.get("state") == "ERROR":
                 return {"state": "failed", "exit_code": None, "error": status.get("error")}
         code = exit_code(self.exit_file)
@@ -65,11 +72,10 @@ class StreamingJobStartedTrigger(BaseTrigger):
         deadline = time.monotonic() + self.timeout_s
         while True:
             event = await asyncio.to_thread(self.check)
+            if event is None and time.monotonic() > deadline:
+                event = {"state": "timeout", "timeout_s": self.timeout_s}
             if event is not None:
-                yield TriggerEvent(event)
-                return
-            if time.monotonic() > deadline:
-                yield TriggerEvent({"state": "timeout", "timeout_s": self.timeout_s})
+                yield TriggerEvent({**event, "launch_at": self.launch_at})
                 return
             await asyncio.sleep(self.poll_s)
 

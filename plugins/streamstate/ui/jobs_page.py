@@ -1,0 +1,175 @@
+"""The "Streaming jobs" page of the Airflow UI: every registered job with its live numbers.
+
+A FastAPI app mounted by the Airflow API server under ``/streamstate`` (see
+``plugins/streamstate_plugin.py``):
+
+- ``GET /streamstate/``: the page (HTML, refreshes itself every 10 s);
+- ``GET /streamstate/api/jobs``: the same as JSON;
+- ``POST /streamstate/api/alerts``: a webhook inbox (the embedded stack's default alert webhook), and
+  ``GET /streamstate/api/alerts`` for the latest alerts received.
+
+Everything shown comes from the files the drivers and supervision publish (status, lease,
+supervision record), so the page costs no Spark and works while a job is down.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
+
+from runtime.settings import Settings
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import read_status
+from spark_jobs.registry import JOBS, JobSpec
+from streamstate.supervision import read_record
+
+app = FastAPI(title="streamstate: streaming jobs", docs_url=None, redoc_url=None)
+INBOX_KEEP = 200
+
+
+def _settings() -> Settings:
+    return Settings.from_env()
+
+
+def job_view(spec: JobSpec, settings: Settings) -> dict:
+    """One job's row: lifecycle, supervision, the latest progress numbers, snapshots, restore, alerts."""
+    status = read_status(settings.status_dir, spec.application_id) or {}
+    holder = JobLease(settings.status_dir, spec.application_id).holder()
+    record = read_record(settings.status_dir, spec.application_id)
+    progress = status.get("progress") or {}
+    alive = holder is not None and status.get("lease_epoch") == holder.get("epoch")
+    return {
+        "job": spec.name,
+        "application_id": spec.application_id,
+        "version": spec.version,
+        "lifecycle_state": status.get("state") if alive else ("NOT_RUNNING" if status else "NEVER_RAN"),
+        "last_published_state": status.get("state"),
+        "supervision": {"state": record.last_assessment.get("state"), "action": record.last_assessment.get("action"),
+                        "reason": record.last_assessment.get("reason"), "desired": record.desired,
+                        "stop_reason": record.stop_reason, "crash_looping": record.crash_loop_since is not None,
+                        "last_check_at": record.last_check_at, "launches": len(record.launches)},  # fmt: skip
+        "driver": {"pid": holder.get("pid"), "host": holder.get("host"), "lease_epoch": holder.get("epoch")} if holder else None,
+        "input_lag_records": sum((progress.get("input_lag") or {}).values()) if progress else None,
+        "batch_id": progress.get("batch_id"),
+        "batch_duration_ms": progress.get("batch_duration_ms"),
+        "processed_rows_per_second": progress.get("processed_rows_per_second"),
+        "state_rows": progress.get("state_rows"),
+        "state_memory_bytes": progress.get("state_memory_bytes"),
+        "progress_at": progress.get("progress_at"),
+        "idle_at": status.get("idle_at"),
+        "snapshots": status.get("snapshots") or {},
+        "restore": status.get("restore") or {},
+        "error": status.get("error"),
+        "open_alerts": record.open_alerts,
+        "links": {
+            "supervise_dag": f"/dags/supervise__{spec.name}",
+            "start_dag": "/dags/start_streaming_job/trigger",
+            "stop_dag": "/dags/stop_streaming_job/trigger",
+            "drain_dag": f"/dags/drain__{spec.name}",
+            "spark_ui": status.get("spark_ui") if alive else None,
+        },
+    }
+
+
+@app.get("/api/jobs")
+def jobs() -> dict:
+    settings = _settings()
+    return {"generated_at": time.time(), "jobs": [job_view(spec, settings) for spec in JOBS.values()]}
+
+
+def _inbox(settings: Settings) -> Path:
+    return settings.status_dir / "alerts-inbox.jsonl"
+
+
+@app.post("/api/alerts")
+async def receive_alert(request: Request) -> dict:
+    alert = await request.json()
+    path = _inbox(_settings())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = path.read_text().splitlines()[-(INBOX_KEEP - 1):] if path.exists() else []
+    lines.append(json.dumps({"received_at": time.time(), **alert}))
+    path.write_text("\n".join(lines) + "\n")
+    return {"ok": True}
+
+
+@app.get("/api/alerts")
+def alerts() -> dict:
+    path = _inbox(_settings())
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {"alerts": [json.loads(line) for line in reversed(lines)]}
+
+
+def _cell(value) -> str:
+    if value is None or value == {}:
+        return '<span class="dim">–</span>'
+    if isinstance(value, float):
+        value = f"{value:,.1f}"
+    elif isinstance(value, int):
+        value = f"{value:,}"
+    return html.escape(str(value))
+
+
+def _bytes(n) -> str:
+    if not n:
+        return _cell(None)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:,.0f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+def _row(job: dict) -> str:
+    state = job["lifecycle_state"]
+    snapshots = "<br>".join(f"{html.escape(s)}: batch {v.get('batch_id')}, {v.get('rows', 0):,} rows, {html.escape(str(v.get('taken_at', '')))}"
+                            for s, v in job["snapshots"].items())  # fmt: skip
+    restore = "<br>".join(f"{html.escape(s)}: {v.get('records_read', v.get('changelog_records_read', 0)):,} records"
+                          + (f" in {v['seconds']:.1f}s" if v.get("seconds") is not None else " (running)")
+                          for s, v in job["restore"].items())  # fmt: skip
+    alerts = "<br>".join(f'<span class="sev-{html.escape(a.get("severity", ""))}">{html.escape(name)}</span>'
+                         for name, a in job["open_alerts"].items())  # fmt: skip
+    links = job["links"]
+    spark = f'<a target="_blank" href="{html.escape(links["spark_ui"])}">Spark UI</a>' if links["spark_ui"] else ""
+    sup = job["supervision"]
+    return f"""<tr>
+<td><b>{html.escape(job["job"])}</b><br><span class="dim">{html.escape(job["application_id"])}</span></td>
+<td class="state-{html.escape(state)}">{html.escape(state)}</td>
+<td>{_cell(sup["state"])}<br><span class="dim">{_cell(sup["reason"])}</span></td>
+<td class="num">{_cell(job["input_lag_records"])}</td>
+<td class="num">{_cell(job["batch_id"])}</td>
+<td class="num">{_cell(job["batch_duration_ms"])}</td>
+<td class="num">{_cell(job["state_rows"])}<br>{_bytes(job["state_memory_bytes"])}</td>
+<td>{snapshots or _cell(None)}</td>
+<td>{restore or _cell(None)}</td>
+<td>{alerts or '<span class="dim">none</span>'}</td>
+<td><a target="_top" href="{links["supervise_dag"]}">supervision</a> · <a target="_top" href="{links["start_dag"]}">start</a>
+ · <a target="_top" href="{links["stop_dag"]}">stop</a> · <a target="_top" href="{links["drain_dag"]}">drain</a> {spark}</td>
+</tr>"""
+
+
+@app.get("/", response_class=HTMLResponse)
+def page() -> str:
+    rows = "\n".join(_row(job) for job in jobs()["jobs"])
+    return f"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
+<title>Streaming jobs</title><style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5rem; color: #1a202c; }}
+table {{ border-collapse: collapse; width: 100%; font-size: 0.9rem; }}
+th, td {{ border-bottom: 1px solid #e2e8f0; padding: 0.4rem 0.6rem; text-align: left; vertical-align: top; }}
+th {{ background: #f7fafc; }} .num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.dim {{ color: #718096; font-size: 0.8rem; }} .state-RUNNING {{ color: #2f855a; font-weight: 600; }}
+.state-ERROR, .sev-critical, .sev-error {{ color: #c53030; font-weight: 600; }} .sev-warning {{ color: #b7791f; }}
+.state-RESTORING {{ color: #2b6cb0; font-weight: 600; }}
+</style></head><body>
+<h2>Streaming jobs</h2>
+<table><thead><tr><th>Job</th><th>Lifecycle</th><th>Supervision</th><th>Input lag (records)</th><th>Batch</th>
+<th>Batch duration (ms)</th><th>State (rows / memory)</th><th>Last snapshot</th><th>Restore</th><th>Open alerts</th><th>Links</th></tr></thead>
+<tbody>
+{rows}
+</tbody></table>
+<p class="dim">Refreshes every 10 s. JSON: <a href="api/jobs">api/jobs</a> · received alerts: <a href="api/alerts">api/alerts</a></p>
+</body></html>"""

@@ -1,0 +1,242 @@
+"""The supervision DAGs on the real stack: real Airflow (``airflow dags test``), spark-submit drivers,
+the Kafka broker, a local webhook receiving the alerts, and the Airflow UI page over HTTP.
+
+One job (patient_heart_rate) is started, killed with kill -9, restarted, raced and stopped by the
+DAGs; another (vote_counts, with a driver config that cannot start) crash-loops.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from runtime.airflow_standalone import LocalAirflow
+from spark_jobs.generators import pulse
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import read_status
+from spark_jobs.registry import get_job
+from streamstate.supervision import read_record
+
+pytestmark = pytest.mark.integration
+
+
+class WebhookReceiver:
+    """A local alert webhook: remembers every JSON body POSTed to it."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's API
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def of(self, application_id: str) -> list[tuple[str, str]]:
+        return [(a["condition"], a["status"]) for a in self.received if a["application_id"] == application_id]
+
+
+@pytest.fixture(scope="module")
+def webhook():
+    receiver = WebhookReceiver()
+    yield receiver
+    receiver.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def airflow_cli(airflow, settings, webhook):
+    """Runs DAGs the way ``dag.test()`` does, with the webhook connection configured. Afterwards kills
+    whatever the DAGs launched (the drivers are detached: nothing else would)."""
+    local = LocalAirflow(settings)
+    env = {"AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}
+
+    def run(dag_id: str, conf: dict | None = None, **extra_env: str):
+        return local.dags_test(dag_id, conf, env={**env, **extra_env})
+
+    yield run
+    for name in ("patient_heart_rate", "vote_counts"):
+        for launch in read_record(settings.status_dir, get_job(name).application_id).launches:
+            try:
+                os.killpg(launch.launcher_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, TypeError):
+                pass
+
+
+def _driver_pids(application_id: str) -> set[int]:
+    """Python drivers of the job (the processes that take the lease), from the process table."""
+    name = application_id.rsplit("-v", 1)[0]
+    pids = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if any(part.endswith(b"spark_jobs/run.py") for part in cmd) and name.encode() in cmd and b"java" not in cmd[0]:
+            pids.add(int(entry))
+    return pids
+
+
+def _wait(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _ok(result) -> None:
+    assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+
+
+JOB = get_job("patient_heart_rate")
+
+
+@pytest.fixture(scope="module")
+def heart_rate_input(settings, kafka_broker):
+    ensure_topic(settings.kafka_bootstrap_servers, JOB.source_topic, JOB.source_partitions)
+    pulse.produce(settings.kafka_bootstrap_servers, JOB.source_topic, list(pulse.generate(patients=5, seconds=60)))
+
+
+def test_killed_job_is_restarted_and_on_call_hears_once(settings, airflow_cli, webhook, heart_rate_input):
+    app = JOB.application_id
+    lease = JobLease(settings.status_dir, app)
+
+    _ok(airflow_cli(f"supervise__{JOB.name}"))  # never ran: started quietly
+    first = lease.holder()
+    assert first is not None
+    _wait(lambda: read_status(settings.status_dir, app)["state"] == "RUNNING", 120, "RUNNING")
+    assert webhook.of(app) == []
+
+    os.kill(int(first["pid"]), signal.SIGKILL)
+    _wait(lambda: lease.holder() is None, 60, "the kernel to drop the killed driver's lease")
+
+    _ok(airflow_cli(f"supervise__{JOB.name}"))  # down: alert, then restart
+    second = lease.holder()
+    assert second is not None and second["epoch"] == first["epoch"] + 1
+    _wait(lambda: read_status(settings.status_dir, app)["state"] == "RUNNING", 120, "RUNNING")
+    assert webhook.of(app) == [("down", "firing")]
+    down = next(a for a in webhook.received if a["condition"] == "down")
+    assert down["dedup_key"] == f"streamstate/{app}/down" and down["next_step"] and down["job"] == JOB.name
+
+    _ok(airflow_cli(f"supervise__{JOB.name}"))  # back: resolved
+    _ok(airflow_cli(f"supervise__{JOB.name}"))  # healthy: nothing new
+    assert webhook.of(app) == [("down", "firing"), ("down", "resolved")]
+    assert lease.holder()["epoch"] == second["epoch"]  # the healthy checks started nothing
+
+
+def test_racing_supervision_and_retried_launches_never_run_two_instances(settings, airflow_cli, webhook):
+    app = JOB.application_id
+    lease = JobLease(settings.status_dir, app)
+    running = lease.holder()
+    assert running is not None, "runs after the previous test"
+
+    # A retried launch task (a second start of a running job) starts nothing.
+    _ok(airflow_cli("start_streaming_job", {"job": JOB.name}))
+    assert lease.holder()["epoch"] == running["epoch"] and _driver_pids(app) == {int(running["pid"])}
+
+    # Kill it, then let two supervision runs and two manual starts race to bring it back.
+    os.kill(int(running["pid"]), signal.SIGKILL)
+    _wait(lambda: lease.holder() is None, 60, "the lease to be free")
+    time.sleep(JOB.supervision.backoff_s(2))  # the second restart in the window waits its backoff
+    runs = [f"supervise__{JOB.name}", f"supervise__{JOB.name}", "start_streaming_job", "start_streaming_job"]
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+        results = list(pool.map(lambda d: airflow_cli(d, {"job": JOB.name} if d.startswith("start") else None), runs))
+    for result in results:
+        _ok(result)
+    time.sleep(5)  # a straggler driver would have taken (or failed to take) the lease by now
+
+    after = lease.holder()
+    assert after is not None
+    # The fencing token: exactly one driver acquired the lease in the whole race.
+    assert after["epoch"] == running["epoch"] + 1
+    assert _driver_pids(app) == {int(after["pid"])}
+    race = [launch for launch in read_record(settings.status_dir, app).launches if launch.epoch != running["epoch"]][-4:]
+    assert [launch.outcome for launch in race].count("running") <= 1  # every other start found it running
+    assert webhook.of(app).count(("down", "firing")) <= 2  # this outage announced at most once
+
+
+def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cli):
+    from spark_jobs.registry import JOBS
+
+    def page_json():
+        with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/api/jobs", timeout=10) as resp:
+            return {job["job"]: job for job in json.loads(resp.read())["jobs"]}
+
+    jobs = _wait(lambda: (p := page_json()) and p[JOB.name]["batch_id"] is not None and p, 120, "a batch on the page")
+    assert set(jobs) == set(JOBS)
+    live = jobs[JOB.name]
+    status = read_status(settings.status_dir, JOB.application_id)
+    assert live["lifecycle_state"] == "RUNNING"
+    assert live["driver"]["lease_epoch"] == status["lease_epoch"]
+    assert live["input_lag_records"] is not None and live["state_rows"] is not None
+    assert live["links"]["spark_ui"].startswith("http") and live["links"]["supervise_dag"] == f"/dags/supervise__{JOB.name}"
+    assert jobs["vote_counts"]["lifecycle_state"] in ("NEVER_RAN", "NOT_RUNNING")
+    with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/", timeout=10) as resp:
+        html = resp.read().decode()
+    assert all(name in html for name in JOBS) and "Spark UI" in html
+    plugin = next(p for p in airflow._request("GET", "/plugins")["plugins"] if p["name"] == "streamstate")
+    assert plugin["external_views"][0]["href"] == "/streamstate/"
+    assert plugin["fastapi_apps"][0]["url_prefix"] == "/streamstate"
+
+
+def test_stop_dag_stops_cleanly_and_supervision_leaves_it_stopped(settings, airflow_cli, webhook):
+    app = JOB.application_id
+    lease = JobLease(settings.status_dir, app)
+    assert lease.holder() is not None
+    _ok(airflow_cli("stop_streaming_job", {"job": JOB.name, "reason": "test maintenance"}))
+    assert lease.holder() is None
+    assert read_status(settings.status_dir, app)["state"] == "NOT_RUNNING"  # a clean stop, not a kill
+    _ok(airflow_cli(f"supervise__{JOB.name}"))
+    record = read_record(settings.status_dir, app)
+    assert lease.holder() is None and record.last_assessment["state"] == "stopped" and record.open_alerts == {}
+    assert webhook.of(app)[-1][1] == "resolved"  # a stop on request is not an outage
+
+
+def test_crash_looping_job_stops_being_restarted_after_k_tries(settings, airflow_cli, webhook, kafka_broker):
+    spec = get_job("vote_counts")
+    app, policy = spec.application_id, spec.supervision
+    bad = {"STREAMSTATE_SPARK_DRIVER_MEMORY": "1k"}  # the driver JVM cannot start with this heap
+
+    def supervise():
+        return airflow_cli(f"supervise__{spec.name}", **bad)
+
+    for attempt in range(policy.crash_loop_restarts):
+        result = supervise()
+        assert result.returncode != 0, "the launch of a driver that cannot start must fail the run"
+        record = read_record(settings.status_dir, app)
+        assert len(record.launches) == attempt + 1 and record.launches[-1].outcome == "failed"
+        if attempt + 1 < policy.crash_loop_restarts:
+            _ok(supervise())  # inside the backoff: no launch
+            assert len(read_record(settings.status_dir, app).launches) == attempt + 1
+            time.sleep(policy.backoff_s(attempt + 1) + 0.5)
+    _ok(supervise())  # K failures: crash loop, no launch
+    _ok(supervise())  # and it stays that way, silently
+    record = read_record(settings.status_dir, app)
+    assert len(record.launches) == policy.crash_loop_restarts and record.crash_loop_since is not None
+    assert JobLease(settings.status_dir, app).holder() is None
+    assert webhook.of(app) == [("down", "firing"), ("crash_loop", "firing")]
+    crash = next(a for a in webhook.received if a["application_id"] == app and a["condition"] == "crash_loop")
+    assert crash["severity"] == "critical" and "start_streaming_job" in crash["next_step"]
+    assert crash["numbers"]["restarts_in_window"] == policy.crash_loop_restarts
