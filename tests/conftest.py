@@ -24,6 +24,12 @@ from runtime.process import free_port  # noqa: E402
 from runtime.settings import Settings  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that need Airflow run last: the standalone Airflow (scheduler, DAG processor, triggerer,
+    API server) keeps both cores busy while it is up, and the session fixture keeps it up to the end."""
+    items.sort(key=lambda item: "airflow" in getattr(item, "fixturenames", ()))
+
+
 def fresh_ports() -> dict[str, int]:
     names = ("kafka_port", "kafka_controller_port", "airflow_port", "airflow_scheduler_health_port",
              "airflow_worker_log_port", "airflow_triggerer_log_port")  # fmt: skip
