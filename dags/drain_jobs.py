@@ -1,20 +1,15 @@
 """One manual DAG per registered job: process all input available now through spark-submit, then stop.
 
-Used for catch-up runs and backfills on the embedded stack; the supervised long-running launch
-DAGs build on the same submit description (spark_jobs.submit).
+Used for catch-up runs and backfills; a job that is running (supervised) is left alone (its lease
+makes the drain's driver exit with code 3, and the task fails saying so).
 """
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag
+from streamstate.operators.streaming_job import DrainStreamingJobOperator
 
-from runtime.settings import Settings
 from spark_jobs.registry import JOBS, JobSpec
-from spark_jobs.submit import submit_spec
-
-SETTINGS = Settings.from_env()
-
 
 
 def drain_dag(job: JobSpec) -> None:
@@ -28,18 +23,7 @@ def drain_dag(job: JobSpec) -> None:
         f"\n\n{job.description}",
     )
     def drain() -> None:
-        submit = submit_spec(job, SETTINGS, available_now=True)
-        SparkSubmitOperator(
-            task_id="spark_submit",
-            conn_id="spark_default",
-            application=submit.application,
-            application_args=list(submit.application_args),
-            conf=submit.conf,
-            jars=submit.jars,
-            py_files=submit.py_files,
-            env_vars=submit.env,
-            name=submit.name,
-        )
+        DrainStreamingJobOperator(task_id="spark_submit", job=job.name)
 
     drain()
 

@@ -27,6 +27,12 @@ class StreamingJobFailed(RuntimeError):
     """A launched driver did not reach RUNNING (the message carries its error and log tail)."""
 
 
+def _apply_submit(operator: SparkSubmitOperator, submit) -> None:
+    """Hand a job's spark-submit description (``spark_jobs.submit.SubmitSpec``) to the provider's operator."""
+    operator.application, operator.application_args, operator.name = submit.application, list(submit.application_args), submit.name
+    operator.conf, operator.jars, operator.py_files, operator.env_vars = submit.conf, submit.jars, submit.py_files, submit.env
+
+
 def _run_label(context) -> str:
     ti = context["ti"]
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}#{ti.try_number}"
@@ -88,10 +94,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
     def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
         from spark_jobs.submit import submit_spec
 
-        submit = submit_spec(jobs.spec, jobs.settings)
-        self.application, self.application_args, self.name = submit.application, list(submit.application_args), submit.name
-        self.conf, self.jars, self.py_files = submit.conf, submit.jars, submit.py_files
-        self.env_vars = submit.env
+        _apply_submit(self, submit_spec(jobs.spec, jobs.settings))
         spark = self._get_hook()
         command = spark._build_spark_submit_command(self.application)
         return jobs.launch(command, {**os.environ, **spark._env}, label)
@@ -117,6 +120,28 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         log = launch.log if launch else None
         raise StreamingJobFailed(f"{spec.application_id} did not start: {launch.error if launch else state}\n"
                                  f"--- {log} (tail) ---\n{log_tail(log)}")  # fmt: skip
+
+
+class DrainStreamingJobOperator(SparkSubmitOperator):
+    """Process everything available in a job's input now (``--available-now``), then stop.
+
+    A plain ``SparkSubmitOperator`` run in client mode (the task holds its slot, but the run ends);
+    the spark-submit description is built when the task runs, not when the DAG file is parsed. If
+    the job is running, the driver exits with code 3 and nothing is touched.
+    """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "job")
+
+    def __init__(self, *, job: str, conn_id: str = "spark_default", **kwargs) -> None:
+        super().__init__(conn_id=conn_id, **kwargs)
+        self.job = job
+
+    def execute(self, context):
+        from runtime.settings import Settings
+        from spark_jobs.submit import submit_spec
+
+        _apply_submit(self, submit_spec(get_job(self.job), Settings.from_env(), available_now=True))
+        return super().execute(context)
 
 
 class StopStreamingJobOperator(BaseOperator):
