@@ -133,9 +133,6 @@ class Condition:
     next_step: str
 
 
-CONDITIONS = ("down", "crash_loop", "input_lag", "no_progress", "batch_duration", "restore_slow", "dead_letters_growing")
-
-
 @dataclasses.dataclass(frozen=True)
 class Assessment:
     #: running | restoring | starting | stopped | down | crash_looping | not_started

@@ -20,14 +20,14 @@ log = logging.getLogger("streamstate.alerts")
 
 
 def _connection(conn_id: str):
+    """The connection, or None when it is not defined (the channel is then not used)."""
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         return BaseHook.get_connection(conn_id)
-    except Exception as err:  # AirflowNotFoundException (its module differs between SDK and core)
-        if "isn't defined" in str(err) or "not found" in str(err).lower() or type(err).__name__ == "AirflowNotFoundException":
-            return None
-        raise
+    except AirflowNotFoundException:
+        return None
 
 
 def notifiers_for(alert: Alert) -> dict[str, object]:
