@@ -9,9 +9,11 @@ from __future__ import annotations
 from airflow.sdk import Param, dag
 from streamstate.operators.streaming_job import LaunchStreamingJobOperator, StopStreamingJobOperator
 
-from spark_jobs.registry import JOBS
+from spark_jobs.registry import registered_versions
 
-JOB_PARAM = Param(sorted(JOBS)[0], type="string", enum=sorted(JOBS), title="Job", description="The registered job.")
+JOBS = sorted(registered_versions())
+
+JOB_PARAM = Param(JOBS[0], type="string", enum=JOBS, title="Job", description="The registered job.")
 
 
 @dag(dag_id="start_streaming_job", schedule=None, catchup=False, tags=["streamstate", "control"],

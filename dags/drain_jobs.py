@@ -9,7 +9,7 @@ from __future__ import annotations
 from airflow.sdk import dag
 from streamstate.operators.streaming_job import DrainStreamingJobOperator
 
-from spark_jobs.registry import JOBS, JobSpec
+from spark_jobs.registry import JobSpec, latest_jobs
 
 
 def drain_dag(job: JobSpec) -> None:
@@ -28,5 +28,5 @@ def drain_dag(job: JobSpec) -> None:
     drain()
 
 
-for _job in JOBS.values():
+for _job in latest_jobs().values():
     drain_dag(_job)

@@ -12,7 +12,7 @@ import datetime as dt
 from airflow.sdk import dag, task
 from streamstate.operators.streaming_job import CheckStreamingJobOperator, LaunchStreamingJobOperator
 
-from spark_jobs.registry import JOBS, JobSpec
+from spark_jobs.registry import JobSpec, latest_jobs
 
 
 def supervise_dag(job: JobSpec) -> None:
@@ -24,7 +24,8 @@ def supervise_dag(job: JobSpec) -> None:
         max_active_runs=1,
         tags=["streamstate", "supervision", job.name],
         default_args={"retries": 0},  # supervision itself is the retry loop, with backoff
-        doc_md=f"Keep **{job.application_id}** running and tell on-call when it needs a human.\n\n{job.description}",
+        doc_md=f"Keep the current version of **{job.name}** running (the version pointer: `promote_job_version` "
+        f"moves it) and tell on-call when it needs a human.\n\n{job.description}",
     )
     def supervise() -> None:
         check = CheckStreamingJobOperator(task_id="check", job=job.name)
@@ -38,5 +39,5 @@ def supervise_dag(job: JobSpec) -> None:
     supervise()
 
 
-for _job in JOBS.values():
+for _job in latest_jobs().values():
     supervise_dag(_job)

@@ -54,6 +54,9 @@ class Settings:
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 2
     spark_driver_memory: str = "2g"
+    #: Comma-separated modules with more jobs (each lists ``JobSpec``s in ``JOBS``), e.g. a team's
+    #: own job package; it must be importable wherever drivers and Airflow tasks run.
+    job_modules: str | None = None
 
     # ----- derived locations -------------------------------------------------------------------
     @property

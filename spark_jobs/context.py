@@ -39,15 +39,19 @@ class JobContext:
             .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap_servers)
             .option("subscribe", self.spec.source_topic)
             .option("startingOffsets", self.starting_offsets)
+            # Consumer groups named after the version (Kafka Streams: application.id is the group).
+            .option("groupIdPrefix", self.spec.application_id)
             .load()
         )
 
     @property
     def starting_offsets(self) -> str:
-        """Kafka ``startingOffsets`` for a new query: right after the restored state, else earliest."""
+        """Kafka ``startingOffsets`` for a new query: right after the restored state, else where a
+        reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint), else earliest."""
         positions = {json.dumps(r.input_offsets, sort_keys=True) for r in self.restored.values() if r.input_offsets}
         if not positions:
-            return "earliest"
+            start_file = self.checkpoint / "streamstate" / "start-offsets.json"
+            return start_file.read_text() if start_file.exists() else "earliest"
         if len(positions) > 1:
             raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
         offsets = json.loads(positions.pop())

@@ -113,3 +113,61 @@ def read_json_records(bootstrap_servers: str, topic: str, timeout_s: float = 30)
         return records
     finally:
         consumer.close()
+
+
+def existing_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 30.0) -> set[str]:
+    """Which of ``names`` exist on the cluster."""
+    topics = AdminClient({"bootstrap.servers": bootstrap_servers}).list_topics(timeout=timeout_s).topics
+    return {name for name in names if name in topics and topics[name].error is None}
+
+
+def offsets_for_time(bootstrap_servers: str, topic: str, at_ms: int, timeout_s: float = 30.0) -> dict[int, int]:
+    """partition -> the first offset whose record timestamp is at or after ``at_ms`` (the high watermark
+    when there is none: nothing to read yet). Kafka's ListOffsets by timestamp."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamstate-offsets", "log_level": 3})
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
+        found = consumer.offsets_for_times([TopicPartition(topic, p, at_ms) for p in partitions], timeout=timeout_s)
+        result = {}
+        for tp in found:
+            if tp.error:
+                raise RuntimeError(f"{topic}[{tp.partition}]: offset lookup by time failed: {tp.error}")
+            result[tp.partition] = tp.offset if tp.offset >= 0 else watermark_offsets(consumer, tp, timeout_s)[1]
+        return result
+    finally:
+        consumer.close()
+
+
+def delete_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 60.0) -> list[str]:
+    """Delete the topics of ``names`` that exist and wait until the cluster no longer lists them (a
+    topic re-created while its deletion is pending would fail). Returns the ones deleted."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    present = sorted(existing_topics(bootstrap_servers, names, timeout_s))
+    if not present:
+        return []
+    for topic, future in admin.delete_topics(present, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+    deadline = time.monotonic() + timeout_s
+    while existing_topics(bootstrap_servers, present, timeout_s):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topics {present} still listed {timeout_s}s after their deletion")
+        time.sleep(0.2)
+    return present
+
+
+def truncate_topic(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> int:
+    """Delete every record currently in ``topic`` (DeleteRecords up to the high watermark; the topic
+    and its configuration stay). Returns how many records were deleted."""
+    if topic not in existing_topics(bootstrap_servers, [topic], timeout_s):
+        return 0
+    offsets = partition_offsets(bootstrap_servers, topic, timeout_s)
+    targets = [TopicPartition(topic, p, high) for p, (low, high) in offsets.items() if high > low]
+    if targets:
+        admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        for future in admin.delete_records(targets, operation_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+    return sum(high - low for low, high in offsets.values())

@@ -1,11 +1,17 @@
 """The one registry of streaming jobs. Job definitions are data: a frozen, validated :class:`JobSpec`.
 
-Everything else (the runner, spark-submit, later the Airflow DAGs) looks jobs up here by name.
+Everything else (the runner, spark-submit, the Airflow DAGs) looks jobs up here by name and version.
+A job may have several registered versions at once (the one serving readers and the one being
+reprocessed beside it); which one serves is not decided here but by the version pointer
+(:mod:`spark_jobs.versions`). Jobs come from :data:`BUILTIN_JOBS` plus the ``JOBS`` iterable of every
+module named in ``STREAMSTATE_JOB_MODULES`` (a team's own job package, importable where drivers run).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import re
 from collections.abc import Mapping
 from typing import Literal
@@ -137,6 +143,10 @@ class JobSpec:
         stores: the job's state stores, each logged to its own changelog topic.
         snapshot_every_batches: take a Delta state snapshot after every N-th micro-batch (0: never).
         supervision: restart and alert thresholds for this job (Airflow supervision).
+        output_key: the columns that identify a row of the output table (default: ``key_field``);
+            reprocessing compares two versions' outputs on them.
+        companion_outputs: further output tables the job writes, ``<output_table_dir>_<name>`` each
+            (reset truncates them, retirement deletes them with the main one).
     """
 
     name: str
@@ -151,6 +161,8 @@ class JobSpec:
     snapshot_every_batches: int = 10
     supervision: SupervisionPolicy = SupervisionPolicy()
     description: str = ""
+    output_key: tuple[str, ...] = ()
+    companion_outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -179,14 +191,21 @@ class JobSpec:
         return f"{self.output_table}_v{self.version}"
 
     @property
+    def output_keys(self) -> tuple[str, ...]:
+        return self.output_key or (self.key_field,)
+
+    @property
+    def output_table_dirs(self) -> tuple[str, ...]:
+        """Every output table directory of this version: the main one first."""
+        return (self.output_table_dir, *(f"{self.output_table_dir}_{name}" for name in self.companion_outputs))
+
+    @property
     def application_id(self) -> str:
         """Kafka Streams' application.id: names the checkpoint, consumer prefix and changelog topics."""
         return f"{self.name}-v{self.version}"
 
 
-JOBS: dict[str, JobSpec] = {
-    spec.name: spec
-    for spec in (
+BUILTIN_JOBS: tuple[JobSpec, ...] = (
         JobSpec(
             name="purchase_counts",
             # v2: state moved to a transformWithState processor (deletes on account_closed); its
@@ -211,6 +230,7 @@ JOBS: dict[str, JobSpec] = {
                               retention_ms=6 * 3600 * 1000),),
             description="Heart rate per patient per 60 s tumbling window (5 s grace, 6 h retention), emitted "
             "when the window closes; a check-out deletes the patient's windows (the seeds' pulse scenario).",
+            output_key=("patient_id", "window_start"),
         ),
         JobSpec(
             name="vote_counts",
@@ -222,9 +242,9 @@ JOBS: dict[str, JobSpec] = {
             stores=(StoreSpec("latest-votes", kind="versioned", retention_ms=24 * 3600 * 1000),),
             description="Each voter's latest vote by event time (voters change their minds, events arrive out "
             "of order) and the counts per candidate.",
+            companion_outputs=("counts",),
         ),
-    )
-}
+)
 
 
 def store(spec: JobSpec, name: str) -> StoreSpec:
@@ -234,8 +254,52 @@ def store(spec: JobSpec, name: str) -> StoreSpec:
     raise JobSpecError(f"job {spec.name} has no store {name!r}; stores: {[s.name for s in spec.stores]}")
 
 
-def get_job(name: str) -> JobSpec:
+@functools.lru_cache(maxsize=8)
+def _registered(job_modules: str) -> dict[str, dict[int, JobSpec]]:
+    specs = list(BUILTIN_JOBS)
+    for module_name in filter(None, (m.strip() for m in job_modules.split(","))):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise JobSpecError(f"job module {module_name!r} (STREAMSTATE_JOB_MODULES) cannot be imported: {err}") from err
+        specs.extend(getattr(module, "JOBS", ()))
+    versions: dict[str, dict[int, JobSpec]] = {}
+    for spec in specs:
+        if not isinstance(spec, JobSpec):
+            raise JobSpecError(f"job modules must list JobSpec objects in JOBS, got {spec!r}")
+        if spec.version in versions.setdefault(spec.name, {}):
+            raise JobSpecError(f"job {spec.name} version {spec.version} is registered twice")
+        versions[spec.name][spec.version] = spec
+    return {name: dict(sorted(by_version.items())) for name, by_version in sorted(versions.items())}
+
+
+def registered_versions(job_modules: str | None = None) -> dict[str, dict[int, JobSpec]]:
+    """name -> version -> spec, for every registered job (built-ins and ``job_modules``, by default
+    ``Settings.from_env().job_modules``)."""
+    if job_modules is None:
+        from runtime.settings import Settings
+
+        job_modules = Settings.from_env().job_modules or ""
+    return _registered(job_modules)
+
+
+def latest_jobs() -> dict[str, JobSpec]:
+    """name -> the newest registered version (what a job starts as before any promotion)."""
+    return {name: by_version[max(by_version)] for name, by_version in registered_versions().items()}
+
+
+def get_job(name: str, version: int | str | None = None) -> JobSpec:
+    """The spec of ``name`` at ``version`` (default: the newest registered).
+
+    Raises:
+        JobSpecError: unknown job or version (the message lists what is registered).
+    """
+    jobs = registered_versions()
+    if name not in jobs:
+        raise JobSpecError(f"unknown job {name!r}; registered jobs: {', '.join(sorted(jobs))}")
+    if version is None or version == "":
+        return jobs[name][max(jobs[name])]
     try:
-        return JOBS[name]
-    except KeyError:
-        raise JobSpecError(f"unknown job {name!r}; registered jobs: {', '.join(sorted(JOBS))}") from None
+        return jobs[name][int(version)]
+    except (KeyError, ValueError):
+        raise JobSpecError(f"job {name} has no version {version!r}; registered versions: {list(jobs[name])}") from None

@@ -2,7 +2,7 @@
 
 Also the file ``spark-submit`` executes (see :mod:`spark_jobs.submit`)::
 
-    spark-submit ... spark_jobs/run.py purchase_counts --available-now
+    spark-submit ... spark_jobs/run.py purchase_counts --version 2 --available-now
 
 ``--available-now`` processes everything in the topic and stops (demo, tests, backfills); without it
 the job runs until stopped, one micro-batch per ``trigger_interval``. At the end (or on stop) a run
@@ -291,12 +291,13 @@ def _stop_on_sigterm(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="spark_jobs.run", description="Run a registered streaming job.")
     parser.add_argument("job", help="registered job name")
+    parser.add_argument("--version", type=int, default=None, help="job version (default: the newest registered)")
     parser.add_argument("--available-now", action="store_true", help="process all available input, then stop")
     args = parser.parse_args(argv)
     # SIGTERM (Airflow's on_kill, a supervisor) stops the queries cleanly, like Ctrl-C.
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        report = run(get_job(args.job), Settings.from_env(), available_now=args.available_now)
+        report = run(get_job(args.job, args.version), Settings.from_env(), available_now=args.available_now)
     except JobAlreadyRunning as err:
         print(f"streamstate: {err}", file=sys.stderr)
         return ALREADY_RUNNING

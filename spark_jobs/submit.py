@@ -72,13 +72,20 @@ def package_python(settings: Settings) -> Path:
 
 
 def submit_spec(spec: JobSpec, settings: Settings, *, available_now: bool = False) -> SubmitSpec:
+    return application_submit_spec(settings, spec.application_id, ENTRY_FILE,
+                             (spec.name, "--version", str(spec.version), *(["--available-now"] if available_now else [])))
+
+
+def application_submit_spec(settings: Settings, name: str, application: Path, args: tuple[str, ...]) -> SubmitSpec:
+    """Any platform application (a job's driver, the reprocessing comparison) with the same jars,
+    configuration, Python files and environment."""
     conf = spark_conf(settings)
     jars = conf.pop("spark.jars")
     return SubmitSpec(
-        name=spec.application_id,
+        name=name,
         master=settings.spark_master,
-        application=str(ENTRY_FILE),
-        application_args=(spec.name, *(["--available-now"] if available_now else [])),
+        application=str(application),
+        application_args=tuple(args),
         conf=conf,
         jars=jars,
         py_files=str(package_python(settings)),

@@ -57,3 +57,18 @@ def latest_batch_id(checkpoint: str | Path) -> int | None:
     directory = Path(checkpoint) / "offsets"
     ids = [int(p.name) for p in directory.glob("[0-9]*") if p.name.isdigit()] if directory.exists() else []
     return max(ids) if ids else None
+
+
+def latest_committed_batch_id(checkpoint: str | Path) -> int | None:
+    """The newest batch in the commit log (finished, outputs written), or None."""
+    directory = Path(checkpoint) / "commits"
+    ids = [int(p.name) for p in directory.glob("[0-9]*") if p.name.isdigit()] if directory.exists() else []
+    return max(ids) if ids else None
+
+
+def committed_input_offsets(checkpoint: str | Path, topic: str) -> dict[int, int] | None:
+    """partition -> next offset to read after the newest committed batch, or None before the first."""
+    batch = latest_committed_batch_id(checkpoint)
+    if batch is None:
+        return None
+    return batch_end_offsets(checkpoint, batch).get(topic, {})

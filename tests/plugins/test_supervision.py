@@ -16,9 +16,9 @@ from streamstate.supervision import (
     read_record,
 )
 
-from spark_jobs.registry import JOBS, SupervisionPolicy
+from spark_jobs.registry import latest_jobs, SupervisionPolicy
 
-SPEC = dataclasses.replace(JOBS["purchase_counts"], supervision=SupervisionPolicy(
+SPEC = dataclasses.replace(latest_jobs()["purchase_counts"], supervision=SupervisionPolicy(
     restart_backoff_s=10, restart_backoff_max_s=40, crash_loop_restarts=3, crash_loop_window_s=600,
     max_input_lag_records=1000, no_progress_triggers=12, batch_duration_budget_s=30, restore_budget_s=100,
     dead_letter_growth_records=10))  # fmt: skip

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from spark_jobs.registry import JOBS, JobSpecError, StoreSpec, get_job
+from spark_jobs.registry import latest_jobs, JobSpecError, StoreSpec, get_job
 
 
 def test_versions_write_separate_output_tables_and_changelogs():
@@ -17,7 +17,7 @@ def test_versions_write_separate_output_tables_and_changelogs():
 
 
 def test_reference_jobs_are_registered_with_their_state_size_controls():
-    assert {"purchase_counts", "patient_heart_rate", "vote_counts"} <= set(JOBS)
+    assert {"purchase_counts", "patient_heart_rate", "vote_counts"} <= set(latest_jobs())
     pulse = get_job("patient_heart_rate").stores[0]
     assert (pulse.kind, pulse.window_ms, pulse.grace_ms, pulse.retention_ms) == ("windowed", 60_000, 5_000, 6 * 3600_000)
     assert get_job("vote_counts").stores[0].kind == "versioned"

@@ -15,7 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 
 from spark_jobs.lease import JobLease
-from spark_jobs.registry import get_job
+from spark_jobs.registry import JobSpec, get_job
 from streamstate.alerts import reconcile
 from streamstate.hooks.streaming_job import StreamingJobHook, log_tail, process_alive
 from streamstate.notifiers.routing import send
@@ -38,6 +38,16 @@ def _run_label(context) -> str:
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}#{ti.try_number}"
 
 
+def job_spec(job: str, version: int | str | None = None, *, adopt_by: str | None = None) -> JobSpec:
+    """``version`` of ``job``, or (None/empty) the current version from the version pointer."""
+    if version not in (None, "", "None"):
+        return get_job(job, version)
+    from runtime.settings import Settings
+    from spark_jobs.versions import JobVersions
+
+    return JobVersions(Settings.from_env()).current_spec(job, adopt_by=adopt_by)
+
+
 class LaunchStreamingJobOperator(SparkSubmitOperator):
     """Start a registered job's driver with spark-submit on ``spark_default``, unless it runs already.
 
@@ -46,20 +56,23 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
     second DAG run, finds the running driver (or the launch in flight) and starts nothing.
 
     :param job: registered job name (templated: the start DAG takes it from a Param).
+    :param version: the version to start (templated); default: the current one (version pointer).
     :param manual: a person asked for it: clears a stop request and the crash-loop mark.
     """
 
-    template_fields = (*SparkSubmitOperator.template_fields, "job")
+    template_fields = (*SparkSubmitOperator.template_fields, "job", "version")
 
-    def __init__(self, *, job: str, manual: bool = False, conn_id: str = "spark_default", **kwargs) -> None:
+    def __init__(self, *, job: str, version: int | str | None = None, manual: bool = False,
+                 conn_id: str = "spark_default", **kwargs) -> None:  # fmt: skip
         super().__init__(conn_id=conn_id, **kwargs)
         self.job = job
+        self.version = version
         self.manual = manual
 
     def execute(self, context):
-        spec = get_job(self.job)
-        jobs = StreamingJobHook(spec)
         label = _run_label(context)
+        spec = job_spec(self.job, self.version, adopt_by=label)
+        jobs = StreamingJobHook(spec)
         now = time.time()
         with locked_record(jobs.status_dir, spec.application_id) as record:
             if self.manual:
@@ -87,7 +100,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         self.defer(
             trigger=StreamingJobStartedTrigger(spec.application_id, str(jobs.status_dir), launch.launcher_pid,
                                                launch.exit_file, launch.previous_epoch, spec.supervision.start_timeout_s,
-                                               launch_at=launch.at),  # fmt: skip
+                                               launch_at=launch.at, version=spec.version),  # fmt: skip
             method_name="execute_complete",
         )
 
@@ -100,7 +113,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         return jobs.launch(command, {**os.environ, **spark._env}, label)
 
     def execute_complete(self, context, event: dict):
-        spec = get_job(self.job)
+        spec = get_job(self.job, event["version"])
         launch_at = event["launch_at"]
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
@@ -140,7 +153,7 @@ class DrainStreamingJobOperator(SparkSubmitOperator):
         from runtime.settings import Settings
         from spark_jobs.submit import submit_spec
 
-        _apply_submit(self, submit_spec(get_job(self.job), Settings.from_env(), available_now=True))
+        _apply_submit(self, submit_spec(job_spec(self.job), Settings.from_env(), available_now=True))
         return super().execute(context)
 
 
@@ -148,14 +161,15 @@ class StopStreamingJobOperator(BaseOperator):
     """Stop a job on request and keep it stopped (supervision will not restart it until it is
     started again). SIGTERM lets the driver finish its batch and stop its queries; ``force`` kills."""
 
-    template_fields = ("job", "reason", "force", "timeout_s")
+    template_fields = ("job", "version", "reason", "force", "timeout_s")
 
-    def __init__(self, *, job: str, reason: str, force: bool | str = False, timeout_s: float | str = 180, **kwargs) -> None:
+    def __init__(self, *, job: str, reason: str, version: int | str | None = None, force: bool | str = False,
+                 timeout_s: float | str = 180, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
-        self.job, self.reason, self.force, self.timeout_s = job, reason, force, timeout_s
+        self.job, self.version, self.reason, self.force, self.timeout_s = job, version, reason, force, timeout_s
 
     def execute(self, context):
-        spec = get_job(self.job)
+        spec = job_spec(self.job, self.version)
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
             record.desired, record.stop_reason = DESIRED_STOPPED, f"{self.reason} ({_run_label(context)})"
@@ -164,6 +178,7 @@ class StopStreamingJobOperator(BaseOperator):
             self.log.info("%s is not running; it stays stopped", spec.application_id)
             return {"state": "not_running"}
         self.log.info("signalled driver pid %s (lease epoch %s) of %s", holder.get("pid"), holder.get("epoch"), spec.application_id)
+        self.job = spec.application_id  # for the messages after the deferral
         self.defer(trigger=StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s)),
                    method_name="execute_complete")  # fmt: skip
 
@@ -187,7 +202,7 @@ class CheckStreamingJobOperator(BaseOperator):
         self.job = job
 
     def execute(self, context):
-        spec = get_job(self.job)
+        spec = job_spec(self.job)
         jobs = StreamingJobHook(spec)
         undelivered = []
         with locked_record(jobs.status_dir, spec.application_id) as record:

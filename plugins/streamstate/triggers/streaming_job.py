@@ -25,10 +25,12 @@ class StreamingJobStartedTrigger(BaseTrigger):
     """
 
     def __init__(self, application_id: str, status_dir: str, launcher_pid: int, exit_file: str,
-                 previous_epoch: int, timeout_s: float, launch_at: float = 0.0, poll_s: float = 2.0) -> None:  # fmt: skip
+                 previous_epoch: int, timeout_s: float, launch_at: float = 0.0, poll_s: float = 2.0,
+                 version: int | None = None) -> None:  # fmt: skip
         super().__init__()
-        #: which launch this is (echoed in every event: the operator finds its record by it)
+        #: which launch this is and of which version (echoed in every event: the operator finds its record by it)
         self.launch_at = launch_at
+        self.version = version
         self.application_id = application_id
         self.status_dir = status_dir
         self.launcher_pid = launcher_pid
@@ -42,7 +44,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
             "application_id": self.application_id, "status_dir": self.status_dir,
             "launcher_pid": self.launcher_pid, "exit_file": self.exit_file,
             "previous_epoch": self.previous_epoch, "timeout_s": self.timeout_s, "launch_at": self.launch_at,
-            "poll_s": self.poll_s,
+            "poll_s": self.poll_s, "version": self.version,
         })  # fmt: skip
 
     def check(self) -> dict | None:
@@ -75,7 +77,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
             if event is None and time.monotonic() > deadline:
                 event = {"state": "timeout", "timeout_s": self.timeout_s}
             if event is not None:
-                yield TriggerEvent({**event, "launch_at": self.launch_at})
+                yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version})
                 return
             await asyncio.sleep(self.poll_s)
 
@@ -106,5 +108,46 @@ class StreamingJobStoppedTrigger(BaseTrigger):
                 return
             if time.monotonic() > deadline:
                 yield TriggerEvent({"state": "timeout", "timeout_s": self.timeout_s})
+                return
+            await asyncio.sleep(self.poll_s)
+
+
+class StreamingJobCaughtUpTrigger(BaseTrigger):
+    """Fires when a job version has committed a batch ending at or after ``targets`` (partition ->
+    offset) of ``topic`` (``caught_up``), when its driver is gone (``stopped``), or on timeout."""
+
+    def __init__(self, application_id: str, status_dir: str, checkpoint: str, topic: str, targets: dict,
+                 timeout_s: float, poll_s: float = 2.0) -> None:  # fmt: skip
+        super().__init__()
+        self.application_id, self.status_dir, self.checkpoint = application_id, status_dir, checkpoint
+        self.topic, self.targets = topic, {str(p): int(o) for p, o in targets.items()}
+        self.timeout_s, self.poll_s = timeout_s, poll_s
+
+    def serialize(self) -> tuple[str, dict]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "application_id": self.application_id, "status_dir": self.status_dir, "checkpoint": self.checkpoint,
+            "topic": self.topic, "targets": self.targets, "timeout_s": self.timeout_s, "poll_s": self.poll_s,
+        })  # fmt: skip
+
+    def check(self) -> dict | None:
+        from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+
+        committed = {str(p): o for p, o in (committed_input_offsets(self.checkpoint, self.topic) or {}).items()}
+        behind = {p: target - committed.get(p, 0) for p, target in self.targets.items() if committed.get(p, 0) < target}
+        if not behind:
+            return {"state": "caught_up", "committed": committed}
+        if JobLease(self.status_dir, self.application_id).holder() is None:
+            status = read_status(self.status_dir, self.application_id) or {}
+            return {"state": "stopped", "committed": committed, "behind": behind, "error": status.get("error")}
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            event = await asyncio.to_thread(self.check)
+            if event is None and time.monotonic() > deadline:
+                event = {"state": "timeout", "timeout_s": self.timeout_s}
+            if event is not None:
+                yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.poll_s)

@@ -25,7 +25,8 @@ from fastapi.responses import HTMLResponse
 from runtime.settings import Settings
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
-from spark_jobs.registry import JOBS, JobSpec
+from spark_jobs.registry import JobSpec, registered_versions
+from spark_jobs.versions import JobVersions
 from streamstate.supervision import read_record
 
 app = FastAPI(title="streamstate: streaming jobs", docs_url=None, redoc_url=None)
@@ -79,7 +80,15 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
 @app.get("/api/jobs")
 def jobs() -> dict:
     settings = _settings()
-    return {"generated_at": time.time(), "jobs": [job_view(spec, settings) for spec in JOBS.values()]}
+    pointer = JobVersions(settings)
+    views = []
+    for name, versions in registered_versions().items():
+        view = job_view(pointer.current_spec(name), settings)
+        # other versions with a live driver: a side-by-side reprocessing, or a retired one still stopping
+        view["other_versions_running"] = [v for v, spec in versions.items() if v != view["version"]
+                                          and JobLease(settings.status_dir, spec.application_id).holder() is not None]  # fmt: skip
+        views.append(view)
+    return {"generated_at": time.time(), "jobs": views}
 
 
 def _inbox(settings: Settings) -> Path:

@@ -1,0 +1,130 @@
+"""Reprocessing from the Airflow UI: ``reprocess_job`` (side by side, or reset in place) and
+``promote_job_version``. Both are manual, dry-run by default, and audited (``_streamstate/reprocess_audit``).
+
+- ``reprocess_job`` side_by_side: plan -> prepare -> launch the new version -> wait until it caught up
+  -> compare outputs (report). The current version keeps serving.
+- ``reprocess_job`` reset: plan -> stop -> reset (under the lease) -> restart.
+- ``promote_job_version``: switch readers and supervision to a version, stop and retire the old one.
+
+Logic lives in spark_jobs/reprocess and plugins/streamstate/operators/reprocess.py.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag, task
+from streamstate.operators.reprocess import (
+    CompareOutputsOperator,
+    PlanReprocessingOperator,
+    PrepareSideBySideOperator,
+    PromoteJobVersionOperator,
+    RecordReprocessingOperator,
+    ResetJobStateOperator,
+    RetireJobVersionOperator,
+    WaitForCatchUpOperator,
+)
+from streamstate.operators.streaming_job import LaunchStreamingJobOperator, StopStreamingJobOperator
+
+from spark_jobs.registry import registered_versions
+
+JOBS = sorted(registered_versions())
+TARGET = "{{ ti.xcom_pull(task_ids='plan')['target_version'] }}"
+SIDE_BY_SIDE_STEPS = ["plan", "prepare", "launch_new_version", "wait_caught_up", "compare"]
+RESET_STEPS = ["plan", "stop", "reset", "restart"]
+
+
+@dag(
+    dag_id="reprocess_job",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["streamstate", "reprocessing"],
+    default_args={"retries": 0},
+    params={
+        "job": Param(JOBS[0], type="string", enum=JOBS, title="Job"),
+        "mode": Param("side_by_side", type="string", enum=["side_by_side", "reset"], title="Mode",
+                      description="side_by_side: run a new version beside the current one and compare (safe). "
+                      "reset: reprocess the current version in place (deletes its state)."),
+        "version": Param(None, type=["null", "integer"], minimum=1, title="New version (side_by_side)",
+                         description="Default: the newest registered version."),
+        "start_from": Param("earliest", type="string", enum=["earliest", "datetime", "duration", "offsets"],
+                            title="Start position"),
+        "start_datetime": Param(None, type=["null", "string"], format="date-time", title="Start date-time",
+                                description="start_from=datetime: the first record at or after it (UTC if no zone)."),
+        "start_duration": Param(None, type=["null", "string"], pattern=r"^(\d+\s*[smhd]|P(\d+D)?(T(\d+H)?(\d+M)?(\d+S)?)?)$",
+                                title="Start duration", description="start_from=duration: e.g. 6h, 90m, 2d, PT6H."),
+        "start_offsets": Param(None, type=["null", "object"], title="Start offsets",
+                               description='start_from=offsets: {"partition": offset}, e.g. {"0": 120, "1": 95}.',
+                               propertyNames={"pattern": r"^\d+$"}, additionalProperties={"type": "integer", "minimum": 0}),
+        "truncate_outputs": Param(False, type="boolean", title="Truncate outputs (reset)",
+                                  description="Delete the output rows (history kept) and dead letters before reprocessing."),
+        "dry_run": Param(True, type="boolean", title="Dry run", description="Print the plan; change nothing."),
+        "confirm": Param(None, type=["null", "string"], title="Confirm (reset)",
+                         description="To run a reset for real, type the job name."),
+        "catch_up_timeout_min": Param(120, type="integer", minimum=1, title="Catch-up timeout (min)"),
+    },
+    doc_md=__doc__,
+)  # fmt: skip
+def reprocess_job() -> None:
+    plan = PlanReprocessingOperator(task_id="plan")
+
+    @task.branch
+    def choose(params: dict | None = None) -> list[str]:
+        if params["dry_run"]:
+            return ["audit"]
+        return ["prepare" if params["mode"] == "side_by_side" else "stop", "audit"]
+
+    prepare = PrepareSideBySideOperator(task_id="prepare")
+    launch = LaunchStreamingJobOperator(task_id="launch_new_version", job="{{ params.job }}", version=TARGET, manual=True)
+    caught_up = WaitForCatchUpOperator(task_id="wait_caught_up", timeout_min="{{ params.catch_up_timeout_min }}")
+    compare = CompareOutputsOperator(task_id="compare")
+    stop = StopStreamingJobOperator(task_id="stop", job="{{ params.job }}", version=TARGET,
+                                    reason="reprocessing reset {{ run_id }}")  # fmt: skip
+    reset = ResetJobStateOperator(task_id="reset")
+    restart = LaunchStreamingJobOperator(task_id="restart", job="{{ params.job }}", version=TARGET, manual=True)
+    audit = RecordReprocessingOperator(task_id="audit", steps={"side_by_side": SIDE_BY_SIDE_STEPS, "reset": RESET_STEPS})
+
+    branch = choose()
+    plan >> branch >> [prepare, stop]
+    prepare >> launch >> caught_up >> compare >> audit
+    stop >> reset >> restart >> audit
+    branch >> audit
+
+
+@dag(
+    dag_id="promote_job_version",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["streamstate", "reprocessing"],
+    default_args={"retries": 0},
+    params={
+        "job": Param(JOBS[0], type="string", enum=JOBS, title="Job"),
+        "version": Param(None, type=["null", "integer"], minimum=1, title="Version to promote",
+                         description="Default: the newest registered version."),
+        "retain_days": Param(7, type="integer", minimum=0, title="Keep the old version's data (days)"),
+        "dry_run": Param(True, type="boolean", title="Dry run"),
+        "confirm": Param(None, type=["null", "string"], title="Confirm", description="Type the job name."),
+    },
+    doc_md="Make a version the one readers and supervision use; stop the old one and keep its data "
+    "`retain_days`. Run `reprocess_job` side_by_side first and read its report.",
+)  # fmt: skip
+def promote_job_version() -> None:
+    promote = PromoteJobVersionOperator(task_id="promote", job="{{ params.job }}", version="{{ params.version }}",
+                                        dry_run="{{ params.dry_run }}", confirm="{{ params.confirm }}")  # fmt: skip
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def changes(summary: dict) -> bool:
+        return not summary["dry_run"] and summary["changed"]
+
+    stop_old = StopStreamingJobOperator(task_id="stop_old", job="{{ params.job }}",
+                                        version="{{ ti.xcom_pull(task_ids='promote')['old_version'] }}",
+                                        reason="retired: v{{ ti.xcom_pull(task_ids='promote')['new_version'] }} promoted ({{ run_id }})")  # fmt: skip
+    retire = RetireJobVersionOperator(task_id="retire_old", job="{{ params.job }}", retain_days="{{ params.retain_days }}")
+    audit = RecordReprocessingOperator(task_id="audit", steps={"promote": ["promote", "stop_old", "retire_old"]},
+                                       plan_task="promote")  # fmt: skip
+    changes(promote.output) >> stop_old >> retire >> audit
+    promote >> audit
+
+
+reprocess_job()
+promote_job_version()

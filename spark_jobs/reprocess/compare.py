@@ -1,0 +1,150 @@
+"""Compare two versions' outputs key by key: the side-by-side reprocessing report.
+
+A Spark batch application (``spark-submit spark_jobs/reprocess/compare.py <job> <old> <new> <run id>``;
+the Airflow task builds the command from :func:`spark_jobs.submit.submit_spec`-like settings). It
+joins the two output tables on the job's ``output_key`` and classifies every key as equal,
+different, only in the old or only in the new output. Written, idempotently per run id, to:
+
+* ``<lake>/_streamstate/reprocess_diffs``: one row per key that is not equal (partitioned by run);
+* ``<lake>/_streamstate/reprocess_reports``: one row per run with the counts, samples and the input
+  positions both versions had committed (``aligned`` when they were the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+
+from runtime.settings import Settings
+from spark_jobs.registry import JobSpec, get_job
+from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+from spark_jobs.versions import platform_table
+
+EQUAL, DIFFERENT, ONLY_OLD, ONLY_NEW = "equal", "different", "only_old", "only_new"
+SAMPLES = 5
+
+
+def diffs_table(settings: Settings):
+    return platform_table(settings, "reprocess_diffs")
+
+
+def reports_table(settings: Settings):
+    return platform_table(settings, "reprocess_reports")
+
+
+def _position(settings: Settings, spec: JobSpec) -> dict:
+    return {str(p): o for p, o in (committed_input_offsets(settings.checkpoint_dir / spec.application_id,
+                                                           spec.source_topic) or {}).items()}  # fmt: skip
+
+
+def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_version: int, run_id: str) -> dict:
+    """Classify every output key of ``old`` vs ``new``; write the diff rows and the report row."""
+    from pyspark.sql import functions as F
+
+    old_spec, new_spec = get_job(job, old_version), get_job(job, new_version)
+    keys = list(new_spec.output_keys)
+    old = _read(spark, settings.lake_dir / old_spec.output_table_dir)
+    new = _read(spark, settings.lake_dir / new_spec.output_table_dir)
+    old_columns = [c for c in (old.columns if old is not None else []) if c not in keys]
+    new_columns = [c for c in (new.columns if new is not None else []) if c not in keys]
+    compared = [c for c in new_columns if c in old_columns]
+    old = old if old is not None else spark.createDataFrame([], new.schema if new is not None else None)
+    new = new if new is not None else spark.createDataFrame([], old.schema)
+
+    def side(df, name: str):
+        return df.select(*keys, F.to_json(F.struct(*[F.col(c) for c in compared])).alias(name))
+
+    joined = side(old, "old").join(side(new, "new"), keys, "full_outer")
+    outcome = (F.when(F.col("old").isNull(), F.lit(ONLY_NEW)).when(F.col("new").isNull(), F.lit(ONLY_OLD))
+               .when(F.col("old") == F.col("new"), F.lit(EQUAL)).otherwise(F.lit(DIFFERENT)))  # fmt: skip
+    classified = joined.select(F.to_json(F.struct(*keys)).alias("key"), outcome.alias("outcome"), "old", "new").persist()
+    try:
+        counts = {row["outcome"]: row["count"] for row in classified.groupBy("outcome").count().collect()}
+        samples = {o: [r.asDict() for r in classified.where(F.col("outcome") == o).orderBy("key").limit(SAMPLES).collect()]
+                   for o in (DIFFERENT, ONLY_OLD, ONLY_NEW)}  # fmt: skip
+        diffs = classified.where(F.col("outcome") != EQUAL).select(
+            F.lit(run_id).alias("run_id"), F.lit(job).alias("job"), F.lit(old_version).alias("old_version"),
+            F.lit(new_version).alias("new_version"), "key", "outcome", "old", "new")  # fmt: skip
+        _replace_run(diffs, diffs_table(settings), run_id, partitioned=True)
+    finally:
+        classified.unpersist()
+    old_at, new_at = _position(settings, old_spec), _position(settings, new_spec)
+    report = {
+        "run_id": run_id, "job": job, "old_version": old_version, "new_version": new_version,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "keys": ",".join(keys), "compared_columns": ",".join(compared),
+        "columns_only_old": ",".join(c for c in old_columns if c not in compared),
+        "columns_only_new": ",".join(c for c in new_columns if c not in compared),
+        "equal": counts.get(EQUAL, 0), "different": counts.get(DIFFERENT, 0),
+        "only_old": counts.get(ONLY_OLD, 0), "only_new": counts.get(ONLY_NEW, 0),
+        "old_position": json.dumps(old_at, sort_keys=True), "new_position": json.dumps(new_at, sort_keys=True),
+        "aligned": old_at == new_at, "samples": json.dumps(samples, sort_keys=True, default=str),
+    }  # fmt: skip
+    _replace_run(spark.createDataFrame([report]), reports_table(settings), run_id, partitioned=False)
+    return report
+
+
+def _read(spark, path):
+    from delta.tables import DeltaTable
+
+    return spark.read.format("delta").load(str(path)) if DeltaTable.isDeltaTable(spark, str(path)) else None
+
+
+def _replace_run(df, path, run_id: str, partitioned: bool) -> None:
+    """Write this run's rows, replacing any from an earlier attempt of the same run (idempotent)."""
+    from delta.tables import DeltaTable
+
+    spark = df.sparkSession
+    writer = df.write.format("delta")
+    if partitioned:
+        writer = writer.partitionBy("run_id")
+    if DeltaTable.isDeltaTable(spark, str(path)):
+        writer.mode("overwrite").option("replaceWhere", f"run_id = '{run_id}'").save(str(path))
+    else:
+        writer.mode("append").save(str(path))
+
+
+def render_report(report: dict) -> str:
+    """The report as people read it (task log, the report file)."""
+    total = sum(report[k] for k in (EQUAL, DIFFERENT, ONLY_OLD, ONLY_NEW))
+    lines = [
+        f"# {report['job']}: v{report['old_version']} vs v{report['new_version']} (run {report['run_id']})",
+        f"keys on {report['keys']}; compared columns: {report['compared_columns'] or '(none)'}",
+        f"- equal:     {report['equal']} of {total}",
+        f"- different: {report['different']}",
+        f"- only in v{report['old_version']}: {report['only_old']}",
+        f"- only in v{report['new_version']}: {report['only_new']}",
+        f"input committed: v{report['old_version']} {report['old_position']}, v{report['new_version']} "
+        f"{report['new_position']} ({'aligned' if report['aligned'] else 'NOT aligned: some differences may be input one side has not processed yet'})",
+    ]  # fmt: skip
+    for name in ("columns_only_old", "columns_only_new"):
+        if report.get(name):
+            lines.append(f"{name.replace('_', ' ')}: {report[name]}")
+    for outcome, rows in json.loads(report["samples"]).items():
+        if rows:
+            lines.append(f"samples {outcome}:")
+            lines += [f"  {r['key']}: v{report['old_version']}={r['old']} v{report['new_version']}={r['new']}" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spark_jobs.reprocess.compare", description=__doc__.splitlines()[0])
+    parser.add_argument("job")
+    parser.add_argument("old_version", type=int)
+    parser.add_argument("new_version", type=int)
+    parser.add_argument("run_id")
+    args = parser.parse_args(argv)
+    from spark_jobs.session import build_spark_session
+
+    settings = Settings.from_env()
+    spark = build_spark_session(settings, f"compare-{args.job}-v{args.old_version}-v{args.new_version}")
+    report = compare_outputs(spark, settings, args.job, args.old_version, args.new_version, args.run_id)
+    print(render_report(report))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""The reprocessing plan: every topic, offset, path and table a run would touch, with sizes.
+
+A plan is made from the registry, the version pointer and what exists right now (topics and their
+offsets, checkpoints, Delta tables); making it changes nothing. The dry run prints it; a real run
+makes the same plan and then executes exactly it (the steps read their targets from the plan).
+
+Two modes, the seeds' two reprocessing patterns (section 3.8):
+
+* ``side_by_side``: the new version runs under its own application id (own checkpoint, consumer
+  group prefix, changelog topics, snapshots, output tables) from the start position, beside the
+  current version, which keeps serving; a report compares their outputs; ``promote`` switches.
+* ``reset`` (Kafka Streams' application reset tool): stop the job, delete its internal topics,
+  checkpoint and snapshots, optionally truncate its outputs, start it again from the position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+from runtime.settings import Settings
+from spark_jobs.dead_letter import dead_letter_topic
+from spark_jobs.kafka_topics import existing_topics, partition_offsets
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import JobSpec, JobSpecError, get_job, registered_versions
+from spark_jobs.reprocess.positions import BadStartPosition, StartPosition
+from spark_jobs.state.changelog import changelog_topic_name
+from spark_jobs.state.checkpoint_offsets import committed_input_offsets, latest_committed_batch_id
+from spark_jobs.state.snapshots import snapshot_path
+from spark_jobs.versions import JobVersions
+
+SIDE_BY_SIDE, RESET = "side_by_side", "reset"
+MODES = (SIDE_BY_SIDE, RESET)
+START_OFFSETS_FILE = Path("streamstate") / "start-offsets.json"
+
+
+class BadReprocessRequest(ValueError):
+    """The trigger form asks for something that cannot be done; the message says what to change."""
+
+
+@dataclasses.dataclass
+class Action:
+    """One thing the run does: ``verb`` ``target`` (a ``kind``), with its size now."""
+
+    step: str
+    verb: str
+    kind: str
+    target: str
+    size: str = ""
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class ReprocessPlan:
+    job: str
+    mode: str
+    current_version: int
+    target_version: int
+    input_topic: str
+    start: str
+    #: partition -> first offset to process (explicit: resolved when the plan was made)
+    start_offsets: dict[int, int]
+    #: partition -> high watermark when the plan was made
+    input_end: dict[int, int]
+    truncate_outputs: bool
+    made_at: str
+    actions: list[Action] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def records_to_process(self) -> int:
+        return sum(max(0, self.input_end.get(p, 0) - o) for p, o in self.start_offsets.items())
+
+    def spec(self) -> JobSpec:
+        """The version this run (re)processes with."""
+        return get_job(self.job, self.target_version)
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["start_offsets"] = {str(p): o for p, o in self.start_offsets.items()}
+        data["input_end"] = {str(p): o for p, o in self.input_end.items()}
+        data["records_to_process"] = self.records_to_process
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ReprocessPlan:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["start_offsets"] = {int(p): int(o) for p, o in data["start_offsets"].items()}
+        values["input_end"] = {int(p): int(o) for p, o in data["input_end"].items()}
+        values["actions"] = [Action(**a) for a in data.get("actions", [])]
+        return cls(**values)
+
+    def render(self) -> str:
+        """The plan as people read it (task log, dry run)."""
+        target = f"v{self.target_version}" + ("" if self.mode == RESET else f" beside v{self.current_version}")
+        lines = [
+            f"Reprocessing plan: {self.job} {target}, mode {self.mode} (made {self.made_at})",
+            f"  input {self.input_topic}, start: {self.start}",
+            *(f"    partition {p}: from offset {o} (end now {self.input_end.get(p)}; "
+              f"{max(0, self.input_end.get(p, 0) - o)} records)" for p, o in sorted(self.start_offsets.items())),
+            f"  records to process: {self.records_to_process}",
+            "  steps:",
+        ]  # fmt: skip
+        width = max((len(a.verb) for a in self.actions), default=4)
+        for i, a in enumerate(self.actions, 1):
+            size = f" [{a.size}]" if a.size else ""
+            detail = f" - {a.detail}" if a.detail else ""
+            lines.append(f"   {i:2}. {a.step:<16} {a.verb:<{width}} {a.kind} {a.target}{size}{detail}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# ----- sizes of what exists ------------------------------------------------------------------------
+def dir_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def delta_size(path: Path) -> str:
+    """``rows, bytes, version`` of a Delta table (from its log, no scan), or ``absent``."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return "absent" if not path.exists() else f"not a Delta table, {human_bytes(dir_size(path))}"
+    table = DeltaTable(str(path))
+    import pyarrow as pa
+
+    files = pa.table(table.get_add_actions(flatten=True)).select(["size_bytes", "num_records"]).to_pylist()
+    rows = sum(f["num_records"] or 0 for f in files)
+    return f"{rows} rows, {human_bytes(sum(f['size_bytes'] for f in files))}, Delta version {table.version()}"
+
+
+def topic_size(bootstrap: str, topic: str, present: set[str]) -> str:
+    if topic not in present:
+        return "absent"
+    offsets = partition_offsets(bootstrap, topic)
+    return f"{sum(high - low for low, high in offsets.values())} records in {len(offsets)} partitions"
+
+
+def checkpoint_size(path: Path, topic: str) -> str:
+    if not path.exists():
+        return "absent"
+    batch = latest_committed_batch_id(path)
+    where = f"committed batch {batch}, input at {committed_input_offsets(path, topic)}" if batch is not None else "no committed batch"
+    return f"{human_bytes(dir_size(path))}, {where}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifacts:
+    """Everything one application id owns (what reset deletes and retirement purges)."""
+
+    checkpoint: Path
+    quarantined_checkpoints: tuple[Path, ...]
+    changelog_topics: tuple[str, ...]
+    dead_letter_topic: str
+    snapshot_tables: tuple[Path, ...]
+    output_tables: tuple[Path, ...]
+
+    @classmethod
+    def of(cls, spec: JobSpec, settings: Settings) -> Artifacts:
+        checkpoint = settings.checkpoint_dir / spec.application_id
+        return cls(
+            checkpoint=checkpoint,
+            quarantined_checkpoints=tuple(sorted(checkpoint.parent.glob(f"{checkpoint.name}.corrupt-*"))),
+            changelog_topics=tuple(changelog_topic_name(spec.application_id, s.name) for s in spec.stores),
+            dead_letter_topic=dead_letter_topic(spec.application_id),
+            snapshot_tables=tuple(snapshot_path(settings.lake_dir, spec.application_id, s.name) for s in spec.stores),
+            output_tables=tuple(settings.lake_dir / d for d in spec.output_table_dirs),
+        )
+
+
+# ----- making the plan -----------------------------------------------------------------------------
+def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) -> ReprocessPlan:
+    """Validate the trigger form's ``params`` against the registry and the cluster, and plan the run.
+
+    Raises:
+        BadReprocessRequest: unknown job or version, a bad start position, a missing confirmation...
+    """
+    now = now or dt.datetime.now(dt.timezone.utc)
+    job, mode = params.get("job"), params.get("mode")
+    if job not in registered_versions():
+        raise BadReprocessRequest(f"unknown job {job!r}; registered jobs: {', '.join(registered_versions())}")
+    if mode not in MODES:
+        raise BadReprocessRequest(f"mode {mode!r}: choose {' or '.join(MODES)}")
+    current = JobVersions(settings).current_spec(job)
+    try:
+        target = get_job(job, params.get("version")) if mode == SIDE_BY_SIDE else current
+    except JobSpecError as err:
+        raise BadReprocessRequest(str(err)) from None
+    if mode == SIDE_BY_SIDE and target.version == current.version:
+        raise BadReprocessRequest(f"{job} v{target.version} is already the current version; side_by_side needs a "
+                                  f"newer registered version (registered: {list(registered_versions()[job])}), "
+                                  "or use mode=reset to reprocess in place")  # fmt: skip
+    dry_run = bool(params.get("dry_run", True))
+    if mode == RESET and not dry_run and params.get("confirm") != job:
+        raise BadReprocessRequest(f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
+                                  "(or run with dry_run to see the plan)")  # fmt: skip
+    position = StartPosition.from_params(params)
+    try:
+        start = position.resolve(settings.kafka_bootstrap_servers, target.source_topic, now)
+    except BadStartPosition as err:
+        raise BadReprocessRequest(str(err)) from None
+    end = {p: high for p, (_low, high) in partition_offsets(settings.kafka_bootstrap_servers, target.source_topic).items()}
+    plan = ReprocessPlan(job=job, mode=mode, current_version=current.version, target_version=target.version,
+                         input_topic=target.source_topic, start=position.describe(), start_offsets=start,
+                         input_end=end, truncate_outputs=bool(params.get("truncate_outputs")),
+                         made_at=now.isoformat(timespec="seconds"))  # fmt: skip
+    (_side_by_side_actions if mode == SIDE_BY_SIDE else _reset_actions)(plan, settings, current, target)
+    return plan
+
+
+def _sizes(settings: Settings, spec: JobSpec):
+    art = Artifacts.of(spec, settings)
+    bootstrap = settings.kafka_bootstrap_servers
+    present = existing_topics(bootstrap, [*art.changelog_topics, art.dead_letter_topic])
+    return art, bootstrap, present
+
+
+def _side_by_side_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
+    art, bootstrap, present = _sizes(settings, target)
+    add = plan.actions.append
+    resumes = latest_committed_batch_id(art.checkpoint) is not None
+    if resumes:
+        plan.notes.append(f"{target.application_id} already has a checkpoint (an earlier run of this reprocessing): "
+                          "it resumes from there; the start position applies to a fresh checkpoint only")  # fmt: skip
+    holder = JobLease(settings.status_dir, target.application_id).holder()
+    add(Action("prepare", "keep" if resumes else "write", "start position",
+               str(art.checkpoint / START_OFFSETS_FILE), checkpoint_size(art.checkpoint, plan.input_topic),
+               f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
+    for topic in art.changelog_topics:
+        add(Action("launch", "create", "changelog topic", topic, topic_size(bootstrap, topic, present)))
+    add(Action("launch", "create", "dead-letter topic", art.dead_letter_topic, topic_size(bootstrap, art.dead_letter_topic, present)))
+    for table in (*art.snapshot_tables, *art.output_tables):
+        add(Action("launch", "create", "Delta table", str(table), delta_size(table)))
+    add(Action("launch", "start" if holder is None else "keep", "driver", target.application_id,
+               "" if holder is None else f"running, pid {holder.get('pid')}",
+               f"consumer group prefix {target.application_id}"))  # fmt: skip
+    add(Action("wait_caught_up", "wait", "input position", plan.input_topic, f"{plan.records_to_process} records",
+               "until v%d has committed the input end at that time" % target.version))  # fmt: skip
+    old = Artifacts.of(current, settings)
+    add(Action("compare", "compare", "Delta tables", f"{old.output_tables[0]} vs {art.output_tables[0]}",
+               f"{delta_size(old.output_tables[0])} vs {delta_size(art.output_tables[0])}",
+               f"on {', '.join(target.output_keys)}; report in {settings.lake_dir / '_streamstate'}"))  # fmt: skip
+    running_old = JobLease(settings.status_dir, current.application_id).holder()
+    plan.notes.append(f"{current.application_id} keeps running and serving readers "
+                      f"({'pid ' + str(running_old.get('pid')) if running_old else 'not running now'}); "
+                      "promote_job_version switches readers after you read the report")  # fmt: skip
+
+
+def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
+    art, bootstrap, present = _sizes(settings, target)
+    add = plan.actions.append
+    holder = JobLease(settings.status_dir, target.application_id).holder()
+    add(Action("stop", "stop" if holder else "keep", "driver", target.application_id,
+               f"running, pid {holder.get('pid')} on {holder.get('host')}" if holder else "not running",
+               "clean shutdown (SIGTERM), kept stopped until the restart"))  # fmt: skip
+    add(Action("reset", "delete", "checkpoint", str(art.checkpoint), checkpoint_size(art.checkpoint, plan.input_topic),
+               "input positions live here (Spark commits no consumer-group offsets)"))  # fmt: skip
+    for path in art.quarantined_checkpoints:
+        add(Action("reset", "delete", "quarantined checkpoint", str(path), human_bytes(dir_size(path))))
+    for topic in art.changelog_topics:
+        add(Action("reset", "delete", "changelog topic", topic, topic_size(bootstrap, topic, present),
+                   "re-created empty by the restart"))  # fmt: skip
+    for table in art.snapshot_tables:
+        add(Action("reset", "delete", "snapshot table", str(table), delta_size(table)))
+    for table in art.output_tables:
+        add(Action("reset", "truncate" if plan.truncate_outputs else "keep", "output table", str(table), delta_size(table),
+                   "rows deleted, history kept (time travel)" if plan.truncate_outputs
+                   else "reprocessed keys are merged over the existing rows"))  # fmt: skip
+    add(Action("reset", "truncate" if plan.truncate_outputs else "keep", "dead-letter topic", art.dead_letter_topic,
+               topic_size(bootstrap, art.dead_letter_topic, present)))  # fmt: skip
+    add(Action("reset", "write", "start position", str(art.checkpoint / START_OFFSETS_FILE), "",
+               f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
+    add(Action("restart", "start", "driver", target.application_id, "", "supervision resumes"))
+    if plan.start != "earliest":
+        plan.notes.append("state is rebuilt from the start position only: keys whose events all precede it are "
+                          "absent from the new state")  # fmt: skip
+
+
+def write_start_offsets(checkpoint: Path, topic: str, offsets: dict[int, int]) -> Path:
+    """Leave the start position where the job's first query reads it (``JobContext.starting_offsets``)."""
+    path = checkpoint / START_OFFSETS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}}, indent=2))
+    return path

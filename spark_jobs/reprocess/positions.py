@@ -1,0 +1,131 @@
+"""Where reprocessing starts in the input: Kafka Streams' reset-tool positions, resolved to offsets.
+
+The reset tool takes ``--to-earliest``, ``--to-datetime``, ``--by-duration`` and ``--to-offset``; the
+trigger form takes the same four. Whatever the form says, the plan carries *explicit* offsets per
+partition, resolved once when the plan is made: the dry run shows exactly what a real run does, and
+a retried step reuses the plan instead of resolving "6 hours ago" a second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from collections.abc import Mapping
+
+from spark_jobs.kafka_topics import offsets_for_time, partition_offsets
+
+EARLIEST, DATETIME, DURATION, OFFSETS = "earliest", "datetime", "duration", "offsets"
+KINDS = (EARLIEST, DATETIME, DURATION, OFFSETS)
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
+_ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class BadStartPosition(ValueError):
+    """The requested start position cannot be used; the message says why and what would work."""
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``"6h"``, ``"90m"``, ``"2d"``, ``"30s"`` or ISO 8601 ``"PT6H"`` / ``"P1DT2H"``."""
+    text = (text or "").strip()
+    if match := _DURATION.match(text):
+        seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    elif (match := _ISO_DURATION.match(text.upper())) and any(match.groups()):
+        days, hours, minutes, secs = (int(g or 0) for g in match.groups())
+        seconds = ((days * 24 + hours) * 60 + minutes) * 60 + secs
+    else:
+        raise BadStartPosition(f"duration {text!r}: expected e.g. 6h, 90m, 2d, 30s or PT6H")
+    if seconds <= 0:
+        raise BadStartPosition(f"duration {text!r} must be longer than zero")
+    return dt.timedelta(seconds=seconds)
+
+
+def parse_datetime(text: str) -> dt.datetime:
+    """An ISO 8601 date-time; without a zone it is UTC (what the Airflow UI shows)."""
+    try:
+        value = dt.datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise BadStartPosition(f"date-time {text!r}: expected ISO 8601, e.g. 2026-11-22T09:30:00Z") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class StartPosition:
+    """A requested start position (the trigger form's fields), before resolution."""
+
+    kind: str = EARLIEST
+    datetime: str | None = None
+    duration: str | None = None
+    offsets: Mapping[str, int] | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping) -> StartPosition:
+        offsets = params.get("start_offsets")
+        if isinstance(offsets, str):
+            try:
+                offsets = json.loads(offsets) if offsets.strip() else None
+            except ValueError:
+                raise BadStartPosition(f"start_offsets {offsets!r} is not JSON; expected e.g. {{\"0\": 120, \"1\": 95}}") from None
+        return cls(kind=params.get("start_from") or EARLIEST, datetime=params.get("start_datetime") or None,
+                   duration=params.get("start_duration") or None, offsets=offsets or None)  # fmt: skip
+
+    def validate(self, now: dt.datetime) -> None:
+        """Checks that need no broker: the kind, the field it needs, a date-time in the past."""
+        if self.kind not in KINDS:
+            raise BadStartPosition(f"start_from {self.kind!r}: choose one of {', '.join(KINDS)}")
+        if self.kind == DATETIME:
+            if not self.datetime:
+                raise BadStartPosition("start_from=datetime needs start_datetime")
+            at = parse_datetime(self.datetime)
+            if at > now:
+                raise BadStartPosition(f"start_datetime {at.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})")
+        elif self.kind == DURATION:
+            if not self.duration:
+                raise BadStartPosition("start_from=duration needs start_duration (e.g. 6h)")
+            parse_duration(self.duration)
+        elif self.kind == OFFSETS:
+            if not self.offsets or not isinstance(self.offsets, Mapping):
+                raise BadStartPosition('start_from=offsets needs start_offsets, e.g. {"0": 120, "1": 95}')
+            for partition, offset in self.offsets.items():
+                if not str(partition).isdigit():
+                    raise BadStartPosition(f"start_offsets: partition {partition!r} is not a partition number")
+                if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                    raise BadStartPosition(f"start_offsets: offset {offset!r} of partition {partition} must be an integer >= 0")
+
+    def describe(self) -> str:
+        return {EARLIEST: "earliest", DATETIME: f"records from {self.datetime}", DURATION: f"the last {self.duration}",
+                OFFSETS: f"offsets {dict(self.offsets or {})}"}.get(self.kind, self.kind)  # fmt: skip
+
+    def resolve(self, bootstrap_servers: str, topic: str, now: dt.datetime) -> dict[int, int]:
+        """partition -> first offset to process. Validates against the topic as it is now.
+
+        Raises:
+            BadStartPosition: the topic is missing, a partition does not exist, an offset is outside
+                what the partition holds, or a date-time is in the future.
+        """
+        self.validate(now)
+        try:
+            bounds = partition_offsets(bootstrap_servers, topic)
+        except KeyError:
+            raise BadStartPosition(f"input topic {topic!r} does not exist") from None
+        if self.kind == EARLIEST:
+            return {p: low for p, (low, _high) in bounds.items()}
+        if self.kind in (DATETIME, DURATION):
+            at = parse_datetime(self.datetime) if self.kind == DATETIME else now - parse_duration(self.duration)
+            found = offsets_for_time(bootstrap_servers, topic, int(at.timestamp() * 1000))
+            # Records deleted by retention cannot be reprocessed: start at what is left.
+            return {p: max(found[p], bounds[p][0]) for p in bounds}
+        requested = {int(p): int(o) for p, o in self.offsets.items()}
+        missing = sorted(set(requested) - set(bounds))
+        if missing:
+            raise BadStartPosition(f"start_offsets: topic {topic!r} has no partition {missing} "
+                                   f"(it has {sorted(bounds)})")  # fmt: skip
+        for p, offset in requested.items():
+            low, high = bounds[p]
+            if not low <= offset <= high:
+                raise BadStartPosition(f"start_offsets: partition {p} holds offsets {low}..{high}; {offset} is outside")
+        # Partitions not named keep the earliest position, like the reset tool's per-partition form.
+        return {p: requested.get(p, low) for p, (low, _high) in bounds.items()}

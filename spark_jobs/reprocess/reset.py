@@ -1,0 +1,65 @@
+"""Reset in place: Kafka Streams' application reset tool for a job version, executed from a plan.
+
+Runs while *holding the job's lease*: a driver that is still running makes it refuse before touching
+anything, and a driver started during the reset (a supervisor, a person) exits at once with code 3.
+Every step is idempotent (deleting what is gone is a no-op), so a failed reset can simply run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from runtime.settings import Settings
+from spark_jobs.kafka_topics import delete_topics, truncate_topic
+from spark_jobs.lease import JobAlreadyRunning, JobLease
+from spark_jobs.reprocess.plan import Artifacts, ReprocessPlan, write_start_offsets
+
+log = logging.getLogger("streamstate.reprocess")
+
+
+class ResetRefused(RuntimeError):
+    """Another instance holds the job's lease: nothing was touched."""
+
+
+def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
+    """Delete the version's checkpoint, changelog topics and snapshots, truncate its outputs when the
+    plan says so, and leave the start position for the restart. Returns what was done."""
+    spec = plan.spec()
+    lease = JobLease(settings.status_dir, spec.application_id)
+    try:
+        lease.acquire()
+    except JobAlreadyRunning as err:
+        raise ResetRefused(f"{spec.application_id} is held by pid {err.holder.get('pid')} on {err.holder.get('host')} "
+                           f"(lease epoch {err.holder.get('epoch')}); stop it first - nothing was touched") from None  # fmt: skip
+    try:
+        art = Artifacts.of(spec, settings)
+        bootstrap = settings.kafka_bootstrap_servers
+        done: dict = {"application_id": spec.application_id}
+        for path in (art.checkpoint, *art.quarantined_checkpoints):
+            if path.exists():
+                shutil.rmtree(path)
+                done.setdefault("deleted_paths", []).append(str(path))
+        done["deleted_topics"] = delete_topics(bootstrap, list(art.changelog_topics))
+        for table in art.snapshot_tables:
+            if table.exists():
+                shutil.rmtree(table)
+                done.setdefault("deleted_paths", []).append(str(table))
+        if plan.truncate_outputs:
+            done["truncated_tables"] = {str(t): truncate_table(t) for t in art.output_tables}
+            done["dead_letters_deleted"] = truncate_topic(bootstrap, art.dead_letter_topic)
+        done["start_offsets_file"] = str(write_start_offsets(art.checkpoint, plan.input_topic, plan.start_offsets))
+        log.info("reset %s: %s", spec.application_id, done)
+        return done
+    finally:
+        lease.release()
+
+
+def truncate_table(path) -> int:
+    """Delete every row of a Delta table (a new table version; older ones stay readable by time
+    travel until vacuumed). Returns the rows deleted; 0 when the table does not exist."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return 0
+    return int(DeltaTable(str(path)).delete().get("num_deleted_rows", 0))

@@ -1,0 +1,145 @@
+"""Which version of a job serves readers: the version pointer, an append-only Delta table.
+
+A job can have several versions registered and even running (side-by-side reprocessing), each with
+its own output tables (``<output_table>_v<N>``). Readers must not guess: they ask this module for the
+*current* version's output (:func:`current_output_path`, :func:`read_current_output`), and supervision
+keeps the current version running. The pointer moves only by promotion (``promote_job_version``
+DAG) and the table keeps every move (who, when, which run), so "what did readers see on Tuesday" has
+an answer.
+
+The table lives in the lake (``<lake>/_streamstate/job_versions``) next to the outputs it points at,
+so any Delta reader can join it. It is read and written with delta-rs (no JVM): Airflow tasks use it
+on every supervision check.
+
+Before a job was ever promoted, its current version is the newest registered one; the first launch
+*adopts* that version in the table, so registering a newer version later does not silently switch
+readers (only a promotion does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from pathlib import Path
+
+from runtime.settings import Settings
+from spark_jobs.registry import JobSpec, get_job
+
+PROMOTED, ADOPTED, RETIRED, PURGED = "promoted", "adopted", "retired", "purged"
+
+_SCHEMA_FIELDS = (("job", "string"), ("version", "int64"), ("event", "string"), ("at", "timestamp"),
+                  ("by", "string"), ("run_id", "string"), ("retain_until", "timestamp"), ("note", "string"))  # fmt: skip
+
+
+def platform_table(settings: Settings, name: str) -> Path:
+    """A table the platform itself keeps (version pointer, audit log, reprocessing reports)."""
+    return settings.lake_dir / "_streamstate" / name
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionEvent:
+    job: str
+    version: int
+    event: str
+    at: dt.datetime
+    by: str
+    run_id: str | None = None
+    retain_until: dt.datetime | None = None
+    note: str | None = None
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int64": pa.int64(), "timestamp": pa.timestamp("us", tz="UTC")}
+    return pa.schema([pa.field(name, types[kind]) for name, kind in _SCHEMA_FIELDS])
+
+
+def append_rows(path: Path, rows: list[dict], schema) -> None:
+    """Append rows to a Delta table (created on first write). Appends never conflict with each other."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_deltalake(str(path), pa.Table.from_pylist(rows, schema=schema), mode="append")
+
+
+def read_rows(path: Path) -> list[dict]:
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+
+
+class JobVersions:
+    """The version pointer of every job on this deployment."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.path = platform_table(settings, "job_versions")
+
+    def history(self, job: str | None = None) -> list[VersionEvent]:
+        events = [VersionEvent(**row) for row in read_rows(self.path) if job is None or row["job"] == job]
+        return sorted(events, key=lambda e: e.at)
+
+    def current(self, job: str) -> int | None:
+        """The promoted (or adopted) version, None when the job was never launched or promoted."""
+        pointers = [e for e in self.history(job) if e.event in (PROMOTED, ADOPTED)]
+        return pointers[-1].version if pointers else None
+
+    def current_spec(self, job: str, *, adopt_by: str | None = None) -> JobSpec:
+        """The current version's spec; without a pointer, the newest registered version (adopted in
+        the table when ``adopt_by`` names who is launching it)."""
+        version = self.current(job)
+        if version is not None:
+            return get_job(job, version)
+        spec = get_job(job)
+        if adopt_by:
+            self._append(spec.name, spec.version, ADOPTED, adopt_by, note="first launch: newest registered version")
+        return spec
+
+    def promote(self, job: str, version: int, *, by: str, run_id: str | None = None, note: str | None = None) -> bool:
+        """Make ``version`` the one readers and supervision use. Idempotent: False when it already is."""
+        get_job(job, version)  # must be registered
+        if self.current(job) == version:
+            return False
+        self._append(job, version, PROMOTED, by, run_id=run_id, note=note)
+        return True
+
+    def retire(self, job: str, version: int, *, by: str, retain_until: dt.datetime, run_id: str | None = None) -> bool:
+        """Record that ``version`` stopped serving and when its data may go. Idempotent."""
+        if self.current(job) == version:
+            raise ValueError(f"{job} v{version} is the current version; promote another one before retiring it")
+        if any(e.event == RETIRED and e.version == version for e in self.history(job)):
+            return False
+        self._append(job, version, RETIRED, by, run_id=run_id, retain_until=retain_until)
+        return True
+
+    def retired(self, job: str | None = None) -> list[VersionEvent]:
+        """Retired versions whose data has not been purged yet."""
+        history = self.history(job)
+        purged = {(e.job, e.version) for e in history if e.event == PURGED}
+        return [e for e in history if e.event == RETIRED and (e.job, e.version) not in purged]
+
+    def mark_purged(self, job: str, version: int, *, by: str, run_id: str | None = None) -> None:
+        self._append(job, version, PURGED, by, run_id=run_id)
+
+    def _append(self, job: str, version: int, event: str, by: str, **extra) -> None:
+        row = {"job": job, "version": version, "event": event, "at": dt.datetime.now(dt.timezone.utc), "by": by,
+               "run_id": None, "retain_until": None, "note": None, **extra}  # fmt: skip
+        append_rows(self.path, [row], _arrow_schema())
+
+
+def current_output_path(settings: Settings, job: str, table: str | None = None) -> str:
+    """Where readers find ``job``'s output now (``table``: a companion output's name)."""
+    spec = JobVersions(settings).current_spec(job)
+    dirs = dict(zip(("", *spec.companion_outputs), spec.output_table_dirs))
+    if (table or "") not in dirs:
+        raise ValueError(f"{job} has no output {table!r}; outputs: {[n or 'main' for n in dirs]}")
+    return str(settings.lake_dir / dirs[table or ""])
+
+
+def read_current_output(spark, settings: Settings, job: str, table: str | None = None):
+    """The current version's output as a Spark DataFrame (what dashboards and downstream jobs read)."""
+    return spark.read.format("delta").load(current_output_path(settings, job, table))
