@@ -141,7 +141,8 @@ def classify(ctx: JobContext) -> DataFrame:
     )  # fmt: skip
 
 
-def build(ctx: JobContext):
+def build(ctx: JobContext, processor: type[PurchaseCounter] = PurchaseCounter):
+    """The job's query. ``processor``: the state logic (a subclass changes it for a new version)."""
     from delta.tables import DeltaTable
 
     ttl_ms = store_spec(ctx.spec, STORE).ttl_ms
@@ -153,7 +154,7 @@ def build(ctx: JobContext):
     DeltaTable.createIfNotExists(ctx.spark).location(ctx.output_path).addColumns(OUTPUT_SCHEMA).execute()
     events = ctx.split_dead_letters(classify(ctx), "offset")
     changes = events.groupBy("user_id").transformWithState(
-        PurchaseCounter(ttl_ms), CHANGE_DDL, "Update", "ProcessingTime" if ttl_ms else "None",
+        processor(ttl_ms), CHANGE_DDL, "Update", "ProcessingTime" if ttl_ms else "None",
         initialState=_grouped(ctx.initial_state(CHANGES)),
     )  # fmt: skip
     output_path = ctx.output_path

@@ -1,0 +1,132 @@
+"""Reprocessing plans on the real broker: start positions resolved to offsets, bad requests rejected with
+the reason, plans that name everything they would touch, resets that refuse while the lease is held,
+and the version pointer. No Spark needed: plans and resets work on topics, files and Delta logs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+
+from spark_jobs.generators.purchases import generate, produce
+from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import get_job
+from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, BadReprocessRequest, make_plan
+from spark_jobs.reprocess.positions import BadStartPosition, parse_datetime, parse_duration
+from spark_jobs.reprocess.reset import ResetRefused, reset_in_place
+from spark_jobs.versions import JobVersions
+
+JOB_MODULES = "tests.fixtures.reprocess_jobs"
+
+
+@pytest.fixture(scope="module")
+def fixture_jobs():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STREAMSTATE_JOB_MODULES", JOB_MODULES)
+        yield
+
+
+def test_durations_and_datetimes():
+    assert parse_duration("6h") == dt.timedelta(hours=6)
+    assert parse_duration("PT1H30M") == dt.timedelta(minutes=90)
+    assert parse_duration("2d") == dt.timedelta(days=2)
+    for bad in ("", "6 hours", "P", "0s", "-1h"):
+        with pytest.raises(BadStartPosition):
+            parse_duration(bad)
+    assert parse_datetime("2026-11-22T09:30:00").tzinfo == dt.timezone.utc
+    assert parse_datetime("2026-11-22T09:30:00Z") == parse_datetime("2026-11-22T10:30:00+01:00")
+    with pytest.raises(BadStartPosition, match="ISO 8601"):
+        parse_datetime("yesterday")
+
+
+@pytest.fixture(scope="module")
+def topic_with_two_batches(settings, kafka_broker, fixture_jobs):
+    """planned_counts' input: batch A, then (a moment later) batch B; returns B's first offsets and time."""
+    spec = get_job("planned_counts")
+    ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
+    before = partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic)
+    produce(settings.kafka_bootstrap_servers, spec.source_topic, list(generate(40, users=10, seed=1)))
+    time.sleep(1.2)
+    between = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.2)
+    after_a = {p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()}
+    produce(settings.kafka_bootstrap_servers, spec.source_topic, list(generate(30, users=10, seed=2)))
+    return spec, before, between, after_a
+
+
+def test_start_positions_resolve_to_explicit_offsets(settings, topic_with_two_batches):
+    spec, before, between, after_a = topic_with_two_batches
+    base = {"job": "planned_counts", "mode": RESET, "dry_run": True}
+    plan = make_plan(settings, {**base, "start_from": "datetime", "start_datetime": between.isoformat()})
+    assert plan.start_offsets == after_a  # the first record of batch B, per partition
+    assert plan.records_to_process == 30
+    earliest = make_plan(settings, {**base, "start_from": "earliest"})
+    assert earliest.start_offsets == {p: low for p, (low, _) in before.items()}
+    recent = make_plan(settings, {**base, "start_from": "duration", "start_duration": "1h"})
+    assert recent.start_offsets == earliest.start_offsets  # everything is younger than an hour
+    explicit = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": after_a[0]}})
+    assert explicit.start_offsets == {0: after_a[0], 1: earliest.start_offsets[1]}
+
+
+@pytest.mark.parametrize(("params", "reason"), [
+    ({"job": "no_such_job", "mode": RESET}, "unknown job 'no_such_job'"),
+    ({"job": "planned_counts", "mode": "rewind"}, "mode 'rewind'"),
+    ({"job": "planned_counts", "mode": RESET, "start_from": "offsets", "start_offsets": {"7": 0}},
+     r"has no partition \[7\]"),
+    ({"job": "planned_counts", "mode": RESET, "start_from": "offsets", "start_offsets": {"0": 10**9}}, "is outside"),
+    ({"job": "planned_counts", "mode": RESET, "start_from": "datetime", "start_datetime": "2999-01-01T00:00:00Z"},
+     "is in the future"),
+    ({"job": "planned_counts", "mode": RESET, "start_from": "datetime"}, "needs start_datetime"),
+    ({"job": "planned_counts", "mode": RESET, "start_from": "duration", "start_duration": "soon"}, "expected e.g. 6h"),
+    ({"job": "planned_counts", "mode": RESET, "dry_run": False}, "type the job name 'planned_counts'"),
+    ({"job": "planned_counts", "mode": SIDE_BY_SIDE}, "already the current version"),
+    ({"job": "gift_card_counts", "mode": SIDE_BY_SIDE, "version": 9}, "has no version 9"),
+])  # fmt: skip
+def test_bad_requests_are_rejected_with_the_reason(settings, topic_with_two_batches, params, reason):
+    with pytest.raises(BadReprocessRequest, match=reason):
+        make_plan(settings, {"dry_run": True, **params})
+
+
+def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_held(settings, topic_with_two_batches):
+    spec = topic_with_two_batches[0]
+    plan = make_plan(settings, {"job": "planned_counts", "mode": RESET, "dry_run": False, "confirm": "planned_counts",
+                                "truncate_outputs": True})  # fmt: skip
+    text = plan.render()
+    for target in ("planned_counts-v1-counts-changelog", "planned_counts-v1-dead-letter",
+                   str(settings.checkpoint_dir / spec.application_id), str(settings.lake_dir / "_state" / spec.application_id),
+                   str(settings.lake_dir / "planned_counts_v1"), "start-offsets.json"):  # fmt: skip
+        assert target in text, f"{target} missing from the plan:\n{text}"
+    assert [a.verb for a in plan.actions if a.kind == "output table"] == ["truncate"]
+    checkpoint = settings.checkpoint_dir / spec.application_id
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    (checkpoint / "marker").write_text("still here")
+    with JobLease(settings.status_dir, spec.application_id):  # a driver that is still running
+        with pytest.raises(ResetRefused, match="stop it first - nothing was touched"):
+            reset_in_place(settings, plan)
+    assert (checkpoint / "marker").read_text() == "still here"
+    done = reset_in_place(settings, plan)
+    assert str(checkpoint) in done["deleted_paths"] and not (checkpoint / "marker").exists()
+    assert (checkpoint / "streamstate" / "start-offsets.json").exists()
+    assert reset_in_place(settings, plan)["start_offsets_file"] == done["start_offsets_file"]  # again: no-op
+
+
+def test_version_pointer_adopts_promotes_and_retires(settings, fixture_jobs, tmp_path):
+    versions = JobVersions(settings.replace(data_dir=tmp_path))  # the DAG tests use gift_card_counts' pointer
+    assert versions.current("gift_card_counts") is None
+    assert versions.current_spec("gift_card_counts").version == 2  # newest registered, not recorded
+    assert versions.current("gift_card_counts") is None
+    assert versions.current_spec("gift_card_counts", adopt_by="test").version == 2
+    assert versions.current("gift_card_counts") == 2
+    assert versions.promote("gift_card_counts", 1, by="test") is True
+    assert versions.promote("gift_card_counts", 1, by="test") is False  # idempotent
+    with pytest.raises(ValueError, match="is the current version"):
+        versions.retire("gift_card_counts", 1, by="test", retain_until=dt.datetime.now(dt.timezone.utc))
+    assert versions.promote("gift_card_counts", 2, by="test") is True
+    until = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=7)
+    assert versions.retire("gift_card_counts", 1, by="test", retain_until=until) is True
+    assert versions.retire("gift_card_counts", 1, by="test", retain_until=until) is False
+    assert [(e.version, e.event) for e in versions.history("gift_card_counts")] == [
+        (2, "adopted"), (1, "promoted"), (2, "promoted"), (1, "retired")]
+    assert [e.version for e in versions.retired("gift_card_counts")] == [1]
