@@ -1,0 +1,233 @@
+"""Reprocessing DAGs on the real stack: ``airflow dags test`` runs, spark-submit drivers on the broker,
+Delta tables read back with delta-rs, Kafka read back with a consumer.
+
+- side_by_side: v1 of ``gift_card_counts`` counts gift cards twice; v2 (the fix) reprocesses from
+  earliest beside it, the report names exactly the users that differ, promote switches readers to v2
+  and stops v1.
+- reset: ``reset_counts`` reset to a date-time reprocesses only what came after it, with a changelog
+  holding nothing from before; the dry run before it changes nothing; a bad form is rejected.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import time
+from collections import Counter
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from runtime.airflow_standalone import LocalAirflow
+from runtime.settings import PROJECT_ROOT
+from spark_jobs.generators.purchases import expected_counts, generate, produce
+from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import get_job
+from spark_jobs.reprocess.audit import audit_rows
+from spark_jobs.reprocess.compare import diffs_table, reports_table
+from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
+from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+from spark_jobs.versions import JobVersions, current_output_path, read_rows
+from streamstate.supervision import read_record
+from tests.fixtures.reprocess_jobs import GIFT_CARD
+
+pytestmark = pytest.mark.integration
+
+JOB_MODULES = "tests.fixtures.reprocess_jobs"
+FIXTURE_JOBS = ("gift_card_counts", "reset_counts")
+
+
+@pytest.fixture(scope="module")
+def fixture_jobs():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STREAMSTATE_JOB_MODULES", JOB_MODULES)
+        yield
+
+
+@pytest.fixture(scope="module")
+def run_dag(airflow, settings, fixture_jobs):
+    """``airflow dags test`` with the fixture jobs registered (importable by drivers and Spark's Python
+    workers too). Afterwards kills every driver the DAGs launched (they are detached)."""
+    local = LocalAirflow(settings)
+    env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT)}
+
+    def run(dag_id: str, conf: dict):
+        dag_file = PROJECT_ROOT / "dags" / ("control_jobs.py" if dag_id.endswith("streaming_job") else "reprocess_jobs.py")
+        return local.dags_test(dag_id, conf, env=env, dag_file=dag_file)
+
+    yield run
+    for name in FIXTURE_JOBS:
+        for version in (1, 2):
+            try:
+                app = get_job(name, version).application_id
+            except Exception:
+                continue
+            for launch in read_record(settings.status_dir, app).launches:
+                try:
+                    os.killpg(launch.launcher_pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, TypeError):
+                    pass
+
+
+def _ok(result) -> None:
+    assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+
+
+def _wait(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _caught_up(settings, spec) -> None:
+    end = {p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()}
+    checkpoint = settings.checkpoint_dir / spec.application_id
+    _wait(lambda: committed_input_offsets(checkpoint, spec.source_topic) == end, 240,
+          f"{spec.application_id} to commit {end}")  # fmt: skip
+
+
+def _counts(path: str) -> dict[str, tuple[int, Decimal]]:
+    return {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in read_rows(path)}
+
+
+def _with_gift_cards_twice(events: list[dict]) -> list[dict]:
+    doubled = []
+    for event in events:
+        doubled.append(event)
+        if event["type"] == "purchase" and event["item"] == GIFT_CARD:
+            doubled.append(event)
+    return doubled
+
+
+def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
+    v1, v2 = get_job("gift_card_counts", 1), get_job("gift_card_counts", 2)
+    events = list(generate(400, users=30, seed=21, close_rate=0.03))
+    for i, event in enumerate(events):
+        if event["type"] == "purchase" and i % 9 == 0:
+            event["item"] = GIFT_CARD
+    ensure_topic(settings.kafka_bootstrap_servers, v1.source_topic, v1.source_partitions)
+    produce(settings.kafka_bootstrap_servers, v1.source_topic, events)
+    correct, buggy = expected_counts(events), expected_counts(_with_gift_cards_twice(events))
+    changed = {user for user in correct if correct[user] != buggy.get(user)}
+    assert changed and len(changed) < len(correct)  # the bug shows for some users, not all
+
+    versions = JobVersions(settings)
+    versions.promote(v1.name, 1, by="test: v1 was deployed first")
+    _ok(run_dag("start_streaming_job", {"job": v1.name}))
+    _caught_up(settings, v1)
+    assert _counts(current_output_path(settings, v1.name)) == buggy
+
+    _ok(run_dag("reprocess_job", {"job": v1.name, "mode": "side_by_side", "dry_run": False}))
+    report = next(r for r in read_rows(reports_table(settings)) if r["job"] == v1.name)
+    assert (report["old_version"], report["new_version"], report["aligned"]) == (1, 2, True)
+    assert (report["different"], report["only_old"], report["only_new"]) == (len(changed), 0, 0)
+    assert report["equal"] == len(correct) - len(changed)
+    diffs = [r for r in read_rows(diffs_table(settings)) if r["run_id"] == report["run_id"]]
+    assert {r["key"] for r in diffs} == {f'{{"user_id":"{user}"}}' for user in changed}
+    assert list((settings.status_dir / "reports").glob("gift_card_counts-v1-v2-*.md"))
+    # still side by side: readers see v1, both drivers run
+    assert versions.current(v1.name) == 1 and current_output_path(settings, v1.name).endswith("gift_card_counts_v1")
+    assert JobLease(settings.status_dir, v1.application_id).holder() and JobLease(settings.status_dir, v2.application_id).holder()
+
+    result = run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False})  # no confirmation
+    assert result.returncode != 0 and "type 'gift_card_counts' in 'confirm'" in result.stdout + result.stderr
+    assert versions.current(v1.name) == 1
+    _ok(run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False, "confirm": v1.name}))
+    assert versions.current(v1.name) == 2
+    assert _counts(current_output_path(settings, v1.name)) == correct
+    assert JobLease(settings.status_dir, v1.application_id).holder() is None  # the old version stopped
+    assert JobLease(settings.status_dir, v2.application_id).holder() is not None
+    assert [e.version for e in versions.retired(v1.name)] == [1]
+    assert read_record(settings.status_dir, v1.application_id).desired == "stopped"  # supervision leaves it
+
+    outcomes = Counter((r["dag_id"], r["outcome"]) for r in audit_rows(settings) if r["job"] == v1.name)
+    assert outcomes == {("reprocess_job", "succeeded"): 1, ("promote_job_version", "rejected"): 1,
+                        ("promote_job_version", "succeeded"): 1}  # fmt: skip
+
+
+def _read_changelog(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{topic}", "enable.auto.commit": False})
+    records = []
+    try:
+        for p, (low, high) in partition_offsets(bootstrap, topic).items():
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            while True:
+                msg = consumer.poll(30)
+                assert msg is not None and not msg.error(), f"read-back of {topic}[{p}] failed: {msg and msg.error()}"
+                records.append((msg.key(), msg.value()))
+                if msg.offset() + 1 >= high:
+                    break
+    finally:
+        consumer.close()
+    return records
+
+
+def _state_of_the_world(settings, spec) -> dict:
+    """What a dry run must not change: topics and offsets, checkpoint logs, Delta table versions."""
+    from deltalake import DeltaTable
+
+    bootstrap = settings.kafka_bootstrap_servers
+    topics = [spec.source_topic, changelog_topic_name(spec.application_id, "counts"), f"{spec.application_id}-dead-letter"]
+    checkpoint = settings.checkpoint_dir / spec.application_id
+    tables = [settings.lake_dir / spec.output_table_dir, settings.lake_dir / "_state" / spec.application_id / "counts"]
+    return {
+        "topics": {t: partition_offsets(bootstrap, t) for t in sorted(existing_topics(bootstrap, topics))},
+        "checkpoint": sorted(str(p.relative_to(checkpoint)) for d in ("offsets", "commits", "streamstate")
+                             for p in (checkpoint / d).rglob("*") if p.is_file()),  # fmt: skip
+        "tables": {str(t): DeltaTable(str(t)).version() for t in tables},
+        "driver": JobLease(settings.status_dir, spec.application_id).holder(),
+    }
+
+
+def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
+    spec = get_job("reset_counts")
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, spec.source_topic, spec.source_partitions)
+    before = list(generate(150, users=12, seed=31))
+    produce(bootstrap, spec.source_topic, before)
+    time.sleep(1.5)
+    cut = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.5)
+    after = list(generate(120, users=12, seed=32))
+    for event in after:  # half of the users are new, half also bought before the cut
+        if int(event["user_id"][1:]) % 2 == 0:
+            event["user_id"] = "w" + event["user_id"][1:]
+    produce(bootstrap, spec.source_topic, after)
+    only_before = set(expected_counts(before)) - {e["user_id"] for e in after}
+    assert only_before
+
+    _ok(run_dag("start_streaming_job", {"job": spec.name}))
+    _caught_up(settings, spec)
+    assert _counts(current_output_path(settings, spec.name)) == expected_counts(before + after)
+
+    conf = {"job": spec.name, "mode": "reset", "start_from": "datetime", "start_datetime": cut.isoformat(),
+            "truncate_outputs": True}  # fmt: skip
+    world = _state_of_the_world(settings, spec)
+    dry = run_dag("reprocess_job", conf)  # dry_run defaults to true
+    _ok(dry)
+    assert "DRY RUN" in dry.stdout + dry.stderr and f"{spec.application_id}-counts-changelog" in dry.stdout + dry.stderr
+    assert _state_of_the_world(settings, spec) == world
+
+    bad = run_dag("reprocess_job", {**conf, "start_from": "offsets", "start_offsets": {"5": 0}})
+    assert bad.returncode != 0 and "has no partition [5]" in bad.stdout + bad.stderr
+    assert _state_of_the_world(settings, spec) == world
+
+    _ok(run_dag("reprocess_job", {**conf, "dry_run": False, "confirm": spec.name}))
+    _caught_up(settings, spec)
+    assert _counts(current_output_path(settings, spec.name)) == expected_counts(after)
+    changelog = _read_changelog(bootstrap, changelog_topic_name(spec.application_id, "counts"))
+    keys = {key.decode() for key, _value in changelog if key != MARKER_KEY}
+    assert keys == set(expected_counts(after)) and not keys & only_before  # nothing from before the reset
+
+    outcomes = [(r["outcome"], r["detail"]) for r in sorted(audit_rows(settings), key=lambda r: r["finished_at"])
+                if r["job"] == spec.name]  # fmt: skip
+    assert [o for o, _ in outcomes] == ["dry_run", "rejected", "succeeded"]
+    assert "has no partition [5]" in outcomes[1][1]
