@@ -5,11 +5,15 @@
   -> compare outputs (report). The current version keeps serving.
 - ``reprocess_job`` reset: plan -> stop -> reset (under the lease) -> restart.
 - ``promote_job_version``: switch readers and supervision to a version, stop and retire the old one.
+- ``purge_retired_versions`` (daily): delete a retired version's data once the retention confirmed at
+  its promotion has passed.
 
 Logic lives in spark_jobs/reprocess and plugins/streamstate/operators/reprocess.py.
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 from airflow.sdk import Param, dag, task
 from streamstate.operators.reprocess import (
@@ -17,6 +21,7 @@ from streamstate.operators.reprocess import (
     PlanReprocessingOperator,
     PrepareSideBySideOperator,
     PromoteJobVersionOperator,
+    PurgeRetiredVersionsOperator,
     RecordReprocessingOperator,
     ResetJobStateOperator,
     RetireJobVersionOperator,
@@ -48,7 +53,9 @@ RESET_STEPS = ["plan", "stop", "reset", "restart"]
                          description="Default: the newest registered version."),
         "start_from": Param("earliest", type="string", enum=["earliest", "datetime", "duration", "offsets"],
                             title="Start position"),
+        # format: the UI's date-time picker; pattern: the check (jsonschema does not enforce formats)
         "start_datetime": Param(None, type=["null", "string"], format="date-time", title="Start date-time",
+                                pattern=r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$",
                                 description="start_from=datetime: the first record at or after it (UTC if no zone)."),
         "start_duration": Param(None, type=["null", "string"], pattern=r"^(\d+\s*[smhd]|P(\d+D)?(T(\d+H)?(\d+M)?(\d+S)?)?)$",
                                 title="Start duration", description="start_from=duration: e.g. 6h, 90m, 2d, PT6H."),
@@ -126,5 +133,26 @@ def promote_job_version() -> None:
     promote >> audit
 
 
+@dag(
+    dag_id="purge_retired_versions",
+    schedule="@daily",
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    tags=["streamstate", "reprocessing"],
+    default_args={"retries": 0},
+    params={"dry_run": Param(False, type="boolean", title="Dry run",
+                             description="List what is due without deleting it.")},  # fmt: skip
+    doc_md="Delete the checkpoint, topics, snapshots and output tables of versions retired by "
+    "`promote_job_version` whose `retain_days` have passed (that promotion, dry-run by default and "
+    "confirmed, is the destructive decision; this DAG carries it out). Never the current version, "
+    "never one with a live driver.",
+)
+def purge_retired_versions() -> None:
+    purge = PurgeRetiredVersionsOperator(task_id="purge", dry_run="{{ params.dry_run }}")
+    purge >> RecordReprocessingOperator(task_id="audit", steps={"purge": ["purge"]}, plan_task="purge")
+
+
 reprocess_job()
 promote_job_version()
+purge_retired_versions()

@@ -60,3 +60,34 @@ def test_every_registered_job_is_supervised_and_controllable(dagbag_for):
         assert launch.job == name and launch._conn_id == "spark_default"
     for control in ("start_streaming_job", "stop_streaming_job"):
         assert bag.dags[control].params.get_param("job").schema["enum"] == sorted(latest_jobs())
+
+
+@pytest.mark.parametrize(("conf", "param"), [
+    ({"mode": "rewind"}, "mode"),
+    ({"job": "no_such_job"}, "job"),
+    ({"start_from": "yesterday"}, "start_from"),
+    ({"start_duration": "six hours"}, "start_duration"),
+    ({"start_datetime": "last tuesday"}, "start_datetime"),
+    ({"start_offsets": {"0": -5}}, "start_offsets"),
+    ({"start_offsets": {"first": 3}}, "start_offsets"),
+    ({"catch_up_timeout_min": 0}, "catch_up_timeout_min"),
+])  # fmt: skip
+def test_reprocess_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, param):
+    """What the trigger form and the REST API do before a run exists (the DAG's params merged with the
+    conf, then validated against each Param's JSON schema)."""
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag_for(PROJECT_ROOT / "dags" / "reprocess_jobs.py").dags["reprocess_job"]
+
+    def validate(conf: dict) -> dict:
+        params = copy.deepcopy(dag.params)
+        params.update(conf)
+        return params.validate()
+
+    assert validate({})["dry_run"] is True  # the defaults are a valid, dry-run request
+    validate({"start_from": "offsets", "start_offsets": {"0": 12, "1": 0}, "start_duration": "PT6H",
+              "start_datetime": "2026-11-22T09:30:00.123+00:00"})
+    with pytest.raises(ParamValidationError, match=param):
+        validate(conf)

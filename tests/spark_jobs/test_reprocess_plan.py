@@ -10,11 +10,12 @@ import time
 import pytest
 
 from spark_jobs.generators.purchases import generate, produce
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, BadReprocessRequest, make_plan
+from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, Artifacts, BadReprocessRequest, make_plan
 from spark_jobs.reprocess.positions import BadStartPosition, parse_datetime, parse_duration
+from spark_jobs.reprocess.purge import purge_candidates, purge_version
 from spark_jobs.reprocess.reset import ResetRefused, reset_in_place
 from spark_jobs.versions import JobVersions
 
@@ -130,3 +131,30 @@ def test_version_pointer_adopts_promotes_and_retires(settings, fixture_jobs, tmp
     assert [(e.version, e.event) for e in versions.history("gift_card_counts")] == [
         (2, "adopted"), (1, "promoted"), (2, "promoted"), (1, "retired")]
     assert [e.version for e in versions.retired("gift_card_counts")] == [1]
+
+
+def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_broker, fixture_jobs, tmp_path):
+    own = settings.replace(data_dir=tmp_path)  # its own lake and pointer, the shared broker
+    v1 = get_job("retired_counts", 1)
+    art = Artifacts.of(v1, own)
+    for path in (art.checkpoint / "commits", art.output_tables[0], art.snapshot_tables[0]):
+        path.mkdir(parents=True)
+    ensure_topic(own.kafka_bootstrap_servers, art.changelog_topics[0], v1.source_partitions)
+    versions = JobVersions(own)
+    versions.promote("retired_counts", 2, by="test")
+    now = dt.datetime.now(dt.timezone.utc)
+    versions.retire("retired_counts", 1, by="test", retain_until=now + dt.timedelta(days=1))
+
+    [kept] = purge_candidates(own, now)
+    assert kept.blocked.startswith("kept until") and f"topic {art.changelog_topics[0]}" in kept.targets
+    later = now + dt.timedelta(days=2)
+    with JobLease(own.status_dir, v1.application_id):  # a driver of v1 still runs
+        assert purge_candidates(own, later)[0].blocked == "its driver is running"
+    [due] = purge_candidates(own, later)
+    assert due.blocked is None and len(due.targets) == 4
+    deleted = purge_version(own, "retired_counts", 1, by="test")
+    assert len(deleted) == 4 and not art.checkpoint.exists() and not art.output_tables[0].exists()
+    assert not existing_topics(own.kafka_bootstrap_servers, list(art.changelog_topics))
+    assert purge_candidates(own, later) == []  # purged once, recorded
+    with pytest.raises(ValueError, match="current version"):
+        purge_version(own, "retired_counts", 2, by="test")

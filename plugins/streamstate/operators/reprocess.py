@@ -179,6 +179,12 @@ class PromoteJobVersionOperator(BaseOperator):
         if committed is None and new.version != old.version:
             _reject(context, f"{new.application_id} has not committed any batch yet; run reprocess_job side_by_side first")
         running = JobLease(settings.status_dir, new.application_id).holder() is not None
+        if new.version != old.version:
+            from spark_jobs.reprocess.plan import Artifacts
+            from spark_jobs.reprocess.purge import owned_targets
+
+            self.log.info("v%s will be stopped and retired; purge_retired_versions deletes, after the retention: %s",
+                          old.version, owned_targets(settings, Artifacts.of(old, settings)))  # fmt: skip
         summary = {"old_version": old.version, "new_version": new.version, "changed": new.version != old.version,
                    "new_running": running, "new_committed": committed, "dry_run": dry_run}  # fmt: skip
         if not summary["changed"]:
@@ -250,3 +256,31 @@ class RecordReprocessingOperator(BaseOperator):
             # this task is the run's only leaf: failing it is what marks the run failed
             raise AirflowFailException(f"run {outcome}: {detail}")
         return {"outcome": outcome, "detail": detail}
+
+
+class PurgeRetiredVersionsOperator(BaseOperator):
+    """Delete the data of retired versions whose retention (set at promotion) has passed. Lists
+    every retired version, due or not, with what it owns; ``dry_run`` deletes nothing."""
+
+    template_fields = ("dry_run",)
+
+    def __init__(self, *, dry_run: bool | str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dry_run = dry_run
+
+    def execute(self, context):
+        from spark_jobs.reprocess.purge import purge_candidates, purge_version
+
+        settings = Settings.from_env()
+        dry_run = str(self.dry_run).lower() == "true"
+        candidates = purge_candidates(settings)
+        result = {"candidates": [c.to_dict() for c in candidates], "purged": {}}
+        for c in candidates:
+            self.log.info("%s v%s: %s; owns %s", c.job, c.version, c.blocked or ("due (dry run)" if dry_run else "due"),
+                          c.targets or "nothing any more")  # fmt: skip
+            if c.blocked is None and not dry_run:
+                result["purged"][f"{c.job}-v{c.version}"] = purge_version(settings, c.job, c.version, by=_who(context),
+                                                                          run_id=context["run_id"])  # fmt: skip
+        if not candidates:
+            result["nothing_to_do"] = "no retired versions"
+        return result
