@@ -72,6 +72,8 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
             "start_dag": "/dags/start_streaming_job/trigger",
             "stop_dag": "/dags/stop_streaming_job/trigger",
             "drain_dag": f"/dags/drain__{spec.name}",
+            "reprocess_dag": "/dags/reprocess_job/trigger",
+            "promote_dag": "/dags/promote_job_version/trigger",
             "spark_ui": status.get("spark_ui") if alive else None,
         },
     }
@@ -142,11 +144,13 @@ def _row(job: dict) -> str:
                           for s, v in job["restore"].items())  # fmt: skip
     alerts = "<br>".join(f'<span class="sev-{html.escape(a.get("severity", ""))}">{html.escape(name)}</span>'
                          for name, a in job["open_alerts"].items())  # fmt: skip
+    others = job.get("other_versions_running") or []
+    beside = f'<br><span class="dim">also running: {", ".join(f"v{v}" for v in others)}</span>' if others else ""
     links = job["links"]
     spark = f'<a target="_blank" href="{html.escape(links["spark_ui"])}">Spark UI</a>' if links["spark_ui"] else ""
     sup = job["supervision"]
     return f"""<tr>
-<td><b>{html.escape(job["job"])}</b><br><span class="dim">{html.escape(job["application_id"])}</span></td>
+<td><b>{html.escape(job["job"])}</b><br><span class="dim">{html.escape(job["application_id"])}</span>{beside}</td>
 <td class="state-{html.escape(state)}">{html.escape(state)}</td>
 <td>{_cell(sup["state"])}<br><span class="dim">{_cell(sup["reason"])}</span></td>
 <td class="num">{_cell(job["input_lag_records"])}</td>
@@ -157,7 +161,8 @@ def _row(job: dict) -> str:
 <td>{restore or _cell(None)}</td>
 <td>{alerts or '<span class="dim">none</span>'}</td>
 <td><a target="_top" href="{links["supervise_dag"]}">supervision</a> · <a target="_top" href="{links["start_dag"]}">start</a>
- · <a target="_top" href="{links["stop_dag"]}">stop</a> · <a target="_top" href="{links["drain_dag"]}">drain</a> {spark}</td>
+ · <a target="_top" href="{links["stop_dag"]}">stop</a> · <a target="_top" href="{links["drain_dag"]}">drain</a>
+ · <a target="_top" href="{links["reprocess_dag"]}">reprocess</a> {spark}</td>
 </tr>"""
 
 
