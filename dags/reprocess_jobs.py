@@ -123,13 +123,16 @@ def promote_job_version() -> None:
     def changes(summary: dict) -> bool:
         return not summary["dry_run"] and summary["changed"]
 
+    # the promoted version must run (a rollback promotes a version that was stopped when it was retired)
+    start_new = LaunchStreamingJobOperator(task_id="start_new", job="{{ params.job }}",
+                                           version="{{ ti.xcom_pull(task_ids='promote')['new_version'] }}", manual=True)  # fmt: skip
     stop_old = StopStreamingJobOperator(task_id="stop_old", job="{{ params.job }}",
                                         version="{{ ti.xcom_pull(task_ids='promote')['old_version'] }}",
                                         reason="retired: v{{ ti.xcom_pull(task_ids='promote')['new_version'] }} promoted ({{ run_id }})")  # fmt: skip
     retire = RetireJobVersionOperator(task_id="retire_old", job="{{ params.job }}", retain_days="{{ params.retain_days }}")
-    audit = RecordReprocessingOperator(task_id="audit", steps={"promote": ["promote", "stop_old", "retire_old"]},
+    audit = RecordReprocessingOperator(task_id="audit", steps={"promote": ["promote", "start_new", "stop_old", "retire_old"]},
                                        plan_task="promote")  # fmt: skip
-    changes(promote.output) >> stop_old >> retire >> audit
+    changes(promote.output) >> start_new >> stop_old >> retire >> audit
     promote >> audit
 
 

@@ -49,6 +49,7 @@ def test_python_pins_match(source):
     assert pins["apache-airflow"] == PINS["airflow"]["version"]
     assert pins["apache-airflow-providers-apache-spark"] == PINS["airflow"]["spark_provider"]
     assert pins["confluent-kafka"] == PINS["confluent_kafka"]["version"]
+    assert pins["deltalake"] == PINS["deltalake"]["version"]
     for provider, version in PINS["airflow"]["notifier_providers"].items():
         assert pins[f"apache-airflow-providers-{provider}"] == version, provider
 
@@ -56,7 +57,7 @@ def test_python_pins_match(source):
 def test_installed_environment_is_the_lock():
     lock = requirement_pins("requirements.lock")
     for name in ("pyspark", "delta-spark", "apache-airflow", "apache-airflow-providers-apache-spark",
-                 "confluent-kafka", "pandas", "pyarrow"):  # fmt: skip
+                 "confluent-kafka", "deltalake", "pandas", "pyarrow"):  # fmt: skip
         assert importlib.metadata.version(name) == lock[name], name
     assert int(importlib.metadata.version("pandas").split(".")[0]) < 3
 
