@@ -47,10 +47,12 @@ def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_v
     keys = list(new_spec.output_keys)
     old = _read(spark, settings.lake_dir / old_spec.output_table_dir)
     new = _read(spark, settings.lake_dir / new_spec.output_table_dir)
+    if old is None and new is None:
+        raise RuntimeError(f"neither {old_spec.output_table_dir} nor {new_spec.output_table_dir} exists: nothing to compare")
     old_columns = [c for c in (old.columns if old is not None else []) if c not in keys]
     new_columns = [c for c in (new.columns if new is not None else []) if c not in keys]
     compared = [c for c in new_columns if c in old_columns]
-    old = old if old is not None else spark.createDataFrame([], new.schema if new is not None else None)
+    old = old if old is not None else spark.createDataFrame([], new.schema)
     new = new if new is not None else spark.createDataFrame([], old.schema)
 
     def side(df, name: str):
