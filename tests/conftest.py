@@ -63,8 +63,18 @@ def spark(settings: Settings):
 
 
 @pytest.fixture(scope="session")
-def airflow(settings: Settings, kafka_broker) -> AirflowApi:
+def airflow_db(settings: Settings) -> LocalAirflow:
+    """Airflow's metadata DB and connections, without the services: enough for ``airflow dags test``
+    (tasks and triggers run in that process). Tests that only run DAGs use this and run early, on
+    cores the standalone Airflow does not keep busy."""
     local = LocalAirflow(settings)
+    local.prepare()
+    return local
+
+
+@pytest.fixture(scope="session")
+def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
+    local = airflow_db
     local.start()
     yield AirflowApi(settings.airflow_url)
     local.stop()

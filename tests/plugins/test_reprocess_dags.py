@@ -20,7 +20,6 @@ from decimal import Decimal
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from runtime.airflow_standalone import LocalAirflow
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators.purchases import expected_counts, generate, produce
 from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
@@ -48,10 +47,11 @@ def fixture_jobs():
 
 
 @pytest.fixture(scope="module")
-def run_dag(airflow, settings, fixture_jobs):
+def run_dag(airflow_db, settings, kafka_broker, fixture_jobs):
     """``airflow dags test`` with the fixture jobs registered (importable by drivers and Spark's Python
-    workers too). Afterwards kills every driver the DAGs launched (they are detached)."""
-    local = LocalAirflow(settings)
+    workers too); no Airflow services needed. Afterwards kills every driver the DAGs launched (they
+    are detached)."""
+    local = airflow_db
     env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT)}
 
     def run(dag_id: str, conf: dict):
