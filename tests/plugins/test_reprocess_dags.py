@@ -138,7 +138,8 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     result = run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False})  # no confirmation
     assert result.returncode != 0 and "type 'gift_card_counts' in 'confirm'" in result.stdout + result.stderr
     assert versions.current(v1.name) == 1
-    _ok(run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False, "confirm": v1.name}))
+    _ok(run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False, "confirm": v1.name,
+                                        "retain_days": 0}))  # fmt: skip
     assert versions.current(v1.name) == 2
     assert _counts(current_output_path(settings, v1.name)) == correct
     assert JobLease(settings.status_dir, v1.application_id).holder() is None  # the old version stopped
@@ -149,6 +150,19 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     outcomes = Counter((r["dag_id"], r["outcome"]) for r in audit_rows(settings) if r["job"] == v1.name)
     assert outcomes == {("reprocess_job", "succeeded"): 1, ("promote_job_version", "rejected"): 1,
                         ("promote_job_version", "succeeded"): 1}  # fmt: skip
+
+    # retained 0 days: the daily purge deletes what v1 owned, and nothing of v2
+    old_output, old_checkpoint = settings.lake_dir / v1.output_table_dir, settings.checkpoint_dir / v1.application_id
+    assert old_output.exists() and old_checkpoint.exists()
+    _ok(run_dag("purge_retired_versions", {}))
+    assert not old_output.exists() and not old_checkpoint.exists()
+    bootstrap = settings.kafka_bootstrap_servers
+    assert not existing_topics(bootstrap, [changelog_topic_name(v1.application_id, "counts")])
+    assert existing_topics(bootstrap, [changelog_topic_name(v2.application_id, "counts")])
+    assert _counts(current_output_path(settings, v1.name)) == correct
+    assert versions.retired(v1.name) == []  # purged: not a candidate any more
+    purge = [r for r in audit_rows(settings) if r["dag_id"] == "purge_retired_versions"]
+    assert [r["outcome"] for r in purge] == ["succeeded"] and "gift_card_counts-v1" in purge[0]["plan"]
 
 
 def _read_changelog(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
