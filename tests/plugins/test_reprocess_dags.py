@@ -124,7 +124,15 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert _counts(current_output_path(settings, v1.name)) == buggy
 
     _ok(run_dag("reprocess_job", {"job": v1.name, "mode": "side_by_side", "dry_run": False}))
-    report = next(r for r in read_rows(reports_table(settings)) if r["job"] == v1.name)
+    # running it again is safe: v2 resumes from its checkpoint, the launch finds it running, a new report
+    again = run_dag("reprocess_job", {"job": v1.name, "mode": "side_by_side", "dry_run": False})
+    _ok(again)
+    assert "it resumes from there" in again.stdout + again.stderr
+    reports = sorted((r for r in read_rows(reports_table(settings)) if r["job"] == v1.name), key=lambda r: r["created_at"])
+    assert len(reports) == 2 and reports[0]["run_id"] != reports[1]["run_id"]
+    assert {k: v for k, v in reports[0].items() if k not in ("run_id", "created_at")} == \
+        {k: v for k, v in reports[1].items() if k not in ("run_id", "created_at")}
+    report = reports[-1]
     assert (report["old_version"], report["new_version"], report["aligned"]) == (1, 2, True)
     assert (report["different"], report["only_old"], report["only_new"]) == (len(changed), 0, 0)
     assert report["equal"] == len(correct) - len(changed)
@@ -148,7 +156,7 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert read_record(settings.status_dir, v1.application_id).desired == "stopped"  # supervision leaves it
 
     outcomes = Counter((r["dag_id"], r["outcome"]) for r in audit_rows(settings) if r["job"] == v1.name)
-    assert outcomes == {("reprocess_job", "succeeded"): 1, ("promote_job_version", "rejected"): 1,
+    assert outcomes == {("reprocess_job", "succeeded"): 2, ("promote_job_version", "rejected"): 1,
                         ("promote_job_version", "succeeded"): 1}  # fmt: skip
 
     # retained 0 days: the daily purge deletes what v1 owned, and nothing of v2
