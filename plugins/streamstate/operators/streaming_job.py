@@ -113,7 +113,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         return jobs.launch(command, {**os.environ, **spark._env}, label)
 
     def execute_complete(self, context, event: dict):
-        spec = get_job(self.job, event["version"])
+        spec = job_spec(self.job, event.get("version"))  # (events of triggers from before versions: current)
         launch_at = event["launch_at"]
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
