@@ -95,6 +95,8 @@ class JobStatus:
     spark_ui: str | None = None
     #: the last time Spark reported the query idle (no new input): alive without progress events
     idle_at: str | None = None
+    #: the first micro-batch of this run (it catches up after a start: supervision does not hold it to the budget)
+    first_batch_id: int | None = None
     listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -117,6 +119,8 @@ class JobStatus:
     def record_progress(self, progress: dict) -> None:
         with self._lock:
             self.progress = progress_summary(progress)
+            if self.first_batch_id is None:
+                self.first_batch_id = self.progress.get("batch_id")
             self._publish_locked()
 
     def record_idle(self, timestamp: str) -> None:
@@ -144,7 +148,7 @@ class JobStatus:
             "pid": os.getpid(), "host": socket.gethostname(), "started_at": self.started_at,
             "updated_at": _now(), "progress": self.progress, "restore": self.restore,
             "lease_epoch": self.lease_epoch, "snapshots": self.snapshots, "spark_ui": self.spark_ui,
-            "idle_at": self.idle_at,
+            "idle_at": self.idle_at, "first_batch_id": self.first_batch_id,
         }  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")

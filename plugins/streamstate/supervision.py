@@ -229,7 +229,10 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
             "Check the batch duration and the Spark UI; add executors/partitions if the input rate outgrew the job.",
         ))  # fmt: skip
     duration_s = (progress.get("batch_duration_ms") or 0) / 1000
-    if duration_s > policy.batch_duration_budget_s:
+    # The first batch after a (re)start replays or catches up on a cold JVM: not a slow job. A hung
+    # one is caught by no_progress.
+    catching_up = progress.get("batch_id") is not None and progress.get("batch_id") == status.get("first_batch_id")
+    if duration_s > policy.batch_duration_budget_s and not catching_up:
         conditions.append(Condition(
             "batch_duration", "warning", f"{spec.application_id}'s last micro-batch took {duration_s:.1f}s",
             {"batch_duration_s": duration_s, "budget_s": policy.batch_duration_budget_s, "batch_id": progress.get("batch_id")},

@@ -58,6 +58,14 @@ def test_metric_conditions_hold_with_their_numbers():
     assert all(c.next_step for c in a.conditions)
 
 
+def test_the_first_batch_after_a_start_is_not_held_to_the_budget():
+    first = running_status(batch_id=7, batch_duration_ms=95_000)
+    first["first_batch_id"] = 7  # the catch-up batch of this run (replay after a crash, backlog, cold JVM)
+    assert names(assess(SPEC, Observation(NOW, HOLDER, first), SupervisionRecord("a"))) == set()
+    later = {**first, "progress": {**first["progress"], "batch_id": 8}}
+    assert names(assess(SPEC, Observation(NOW, HOLDER, later), SupervisionRecord("a"))) == {"batch_duration"}
+
+
 def test_idle_reports_count_as_signs_of_life():
     status = {**running_status(progress_at=iso(NOW - 900)), "idle_at": iso(NOW - 3)}
     assert "no_progress" not in names(assess(SPEC, Observation(NOW, HOLDER, status), SupervisionRecord("a")))
