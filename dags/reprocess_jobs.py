@@ -35,15 +35,14 @@ JOBS = sorted(registered_versions())
 TARGET = "{{ ti.xcom_pull(task_ids='plan')['target_version'] }}"
 SIDE_BY_SIDE_STEPS = ["plan", "prepare", "launch_new_version", "wait_caught_up", "compare"]
 RESET_STEPS = ["plan", "stop", "reset", "restart"]
+#: one run at a time per DAG (two reprocessings of one job must not interleave); retrying is a re-run
+COMMON = {"catchup": False, "max_active_runs": 1, "tags": ["streamstate", "reprocessing"], "default_args": {"retries": 0}}
 
 
 @dag(
     dag_id="reprocess_job",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    tags=["streamstate", "reprocessing"],
-    default_args={"retries": 0},
+    **COMMON,
     params={
         "job": Param(JOBS[0], type="string", enum=JOBS, title="Job"),
         "mode": Param("side_by_side", type="string", enum=["side_by_side", "reset"], title="Mode",
@@ -100,10 +99,7 @@ def reprocess_job() -> None:
 @dag(
     dag_id="promote_job_version",
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
-    tags=["streamstate", "reprocessing"],
-    default_args={"retries": 0},
+    **COMMON,
     params={
         "job": Param(JOBS[0], type="string", enum=JOBS, title="Job"),
         "version": Param(None, type=["null", "integer"], minimum=1, title="Version to promote",
@@ -140,10 +136,7 @@ def promote_job_version() -> None:
     dag_id="purge_retired_versions",
     schedule="@daily",
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    tags=["streamstate", "reprocessing"],
-    default_args={"retries": 0},
+    **COMMON,
     params={"dry_run": Param(False, type="boolean", title="Dry run",
                              description="List what is due without deleting it.")},  # fmt: skip
     doc_md="Delete the checkpoint, topics, snapshots and output tables of versions retired by "

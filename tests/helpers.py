@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 
 from spark_jobs.generators.purchases import expected_counts as expected_purchase_counts  # noqa: F401
@@ -16,3 +17,13 @@ def delta_purchase_counts(spark, path: str) -> dict[str, tuple[int, Decimal]]:
 def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
     """partition -> high watermark (the next offset to be written) of ``topic``."""
     return {p: high for p, (_, high) in partition_offsets(bootstrap_servers, topic, 10).items()}
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    """Poll ``predicate`` every 0.5 s until it returns something truthy (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")

@@ -31,6 +31,7 @@ from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.versions import JobVersions, current_output_path, read_rows
 from streamstate.supervision import read_record
+from tests.helpers import wait_for as _wait
 from tests.fixtures.reprocess_jobs import GIFT_CARD
 
 pytestmark = pytest.mark.integration
@@ -74,15 +75,6 @@ def run_dag(airflow_db, settings, kafka_broker, fixture_jobs):
 
 def _ok(result) -> None:
     assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
-
-
-def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _caught_up(settings, spec) -> None:

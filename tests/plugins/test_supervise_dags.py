@@ -26,6 +26,7 @@ from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from streamstate.supervision import read_record
+from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
 
@@ -97,15 +98,6 @@ def _driver_pids(application_id: str) -> set[int]:
         if any(part.endswith(b"spark_jobs/run.py") for part in cmd) and name.encode() in cmd and b"java" not in cmd[0]:
             pids.add(int(entry))
     return pids
-
-
-def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _ok(result) -> None:

@@ -16,6 +16,19 @@ from spark_jobs.lease import ALREADY_RUNNING, JobLease
 from spark_jobs.lifecycle import read_status
 
 
+async def _poll(check, timeout_s: float, poll_s: float) -> dict:
+    """Call the blocking ``check`` (off the event loop) every ``poll_s`` until it returns an event, or
+    return ``{"state": "timeout"}`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        event = await asyncio.to_thread(check)
+        if event is None and time.monotonic() > deadline:
+            event = {"state": "timeout", "timeout_s": timeout_s}
+        if event is not None:
+            return event
+        await asyncio.sleep(poll_s)
+
+
 class StreamingJobStartedTrigger(BaseTrigger):
     """Fires when the driver of a launch runs (or restores), failed, found another driver running, or
     timed out.
@@ -71,15 +84,8 @@ class StreamingJobStartedTrigger(BaseTrigger):
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            event = await asyncio.to_thread(self.check)
-            if event is None and time.monotonic() > deadline:
-                event = {"state": "timeout", "timeout_s": self.timeout_s}
-            if event is not None:
-                yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version})
-                return
-            await asyncio.sleep(self.poll_s)
+        event = await _poll(self.check, self.timeout_s, self.poll_s)
+        yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version})
 
 
 class StreamingJobStoppedTrigger(BaseTrigger):
@@ -142,12 +148,4 @@ class StreamingJobCaughtUpTrigger(BaseTrigger):
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            event = await asyncio.to_thread(self.check)
-            if event is None and time.monotonic() > deadline:
-                event = {"state": "timeout", "timeout_s": self.timeout_s}
-            if event is not None:
-                yield TriggerEvent(event)
-                return
-            await asyncio.sleep(self.poll_s)
+        yield TriggerEvent(await _poll(self.check, self.timeout_s, self.poll_s))
