@@ -28,6 +28,57 @@ class SettingsError(ValueError):
     """A setting has a value that cannot work; the message names the variable."""
 
 
+MIB = 1024 * 1024
+HOUR_MS = 3600 * 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionPolicy:
+    """How far the changelog tuning DAG may go (``STREAMSTATE_COMPACTION_<FIELD>`` variables).
+
+    The bounds keep recommendations inside what the broker accepts and what an operator would sign
+    off: tiny segments mean many files and a busy cleaner; a low dirty ratio means the cleaner
+    rewrites the log constantly.
+    """
+
+    #: records a restore may replay per live key before a topic counts as too dirty
+    target_replay_ratio: float = 3.0
+    #: on-call hears of a topic above its target after this many consecutive runs
+    alert_after_runs: int = 3
+    #: a superseded record should become compactable within this (drives segment.ms and max.compaction.lag.ms)
+    max_uncompacted_ms: int = 6 * HOUR_MS
+    #: Kafka 4 rejects segment.bytes below 1 MiB
+    min_segment_bytes: int = MIB
+    max_segment_bytes: int = 1024 * MIB
+    #: rolling more often than this makes many small segment files
+    min_segment_ms: int = 10 * 60 * 1000
+    min_dirty_ratio: float = 0.1
+    #: Kafka's default min.cleanable.dirty.ratio
+    max_dirty_ratio: float = 0.5
+    #: Kafka's default delete.retention.ms: tombstones stay readable at least this long
+    min_delete_retention_ms: int = 24 * HOUR_MS
+    #: the bounded scan reads at most this many records per topic per run
+    scan_max_records: int = 2_000_000
+    #: what a scheduled run does: ``apply`` (tune) or ``dry_run`` (only recommend)
+    scheduled_mode: str = "apply"
+
+    def validate(self) -> None:
+        for name in ("target_replay_ratio", "alert_after_runs", "max_uncompacted_ms", "min_segment_bytes",
+                     "max_segment_bytes", "min_segment_ms", "min_delete_retention_ms", "scan_max_records"):  # fmt: skip
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{ENV_PREFIX}COMPACTION_{name.upper()} must be > 0, got {getattr(self, name)}")
+        if self.target_replay_ratio <= 1:
+            raise SettingsError(f"{ENV_PREFIX}COMPACTION_TARGET_REPLAY_RATIO must be > 1 (1 = only live keys)")
+        if self.min_segment_bytes < MIB:
+            raise SettingsError(f"{ENV_PREFIX}COMPACTION_MIN_SEGMENT_BYTES: Kafka 4 rejects segments below 1 MiB")
+        if self.max_segment_bytes < self.min_segment_bytes:
+            raise SettingsError(f"{ENV_PREFIX}COMPACTION_MAX_SEGMENT_BYTES must be >= MIN_SEGMENT_BYTES")
+        if not 0 < self.min_dirty_ratio <= self.max_dirty_ratio <= 1:
+            raise SettingsError(f"{ENV_PREFIX}COMPACTION_MIN/MAX_DIRTY_RATIO: need 0 < min <= max <= 1")
+        if self.scheduled_mode not in ("apply", "dry_run"):
+            raise SettingsError(f"{ENV_PREFIX}COMPACTION_SCHEDULED_MODE must be apply or dry_run")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Where everything is. Frozen: derive a changed copy with :meth:`replace`."""
@@ -57,6 +108,8 @@ class Settings:
     #: Comma-separated modules with more jobs (each lists ``JobSpec``s in ``JOBS``), e.g. a team's
     #: own job package; it must be importable wherever drivers and Airflow tasks run.
     job_modules: str | None = None
+    #: bounds and targets of the changelog tuning DAG
+    compaction: CompactionPolicy = CompactionPolicy()
 
     # ----- derived locations -------------------------------------------------------------------
     @property
@@ -99,7 +152,10 @@ class Settings:
         env = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is not None:
+            if isinstance(value, CompactionPolicy):
+                for sub in dataclasses.fields(value):
+                    env[f"{ENV_PREFIX}COMPACTION_{sub.name.upper()}"] = str(getattr(value, sub.name))
+            elif value is not None:
                 env[ENV_PREFIX + field.name.upper()] = str(value)
         return env
 
@@ -116,17 +172,23 @@ class Settings:
                 set (a typo would otherwise be silently ignored).
         """
         environ = os.environ if environ is None else environ
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "compaction"}
+        policy_fields = {f.name: f for f in dataclasses.fields(CompactionPolicy)}
         values: dict[str, object] = {}
+        policy: dict[str, object] = {}
         for key, raw in environ.items():
             if not key.startswith(ENV_PREFIX):
                 continue
             name = key[len(ENV_PREFIX) :].lower()
+            if name.startswith("compaction_") and name[len("compaction_") :] in policy_fields:
+                sub = name[len("compaction_") :]
+                policy[sub] = _convert(key, raw, policy_fields[sub].type)
+                continue
             if name not in fields:
-                known = ", ".join(ENV_PREFIX + n.upper() for n in fields)
+                known = ", ".join([ENV_PREFIX + n.upper() for n in fields] + [f"{ENV_PREFIX}COMPACTION_<FIELD>"])
                 raise SettingsError(f"unknown setting {key}; known settings: {known}")
             values[name] = _convert(key, raw, fields[name].type)
-        settings = cls(**values)
+        settings = cls(**values, compaction=CompactionPolicy(**policy))
         settings.validate()
         return settings
 
@@ -150,6 +212,7 @@ class Settings:
             )
         if self.kafka_replication_factor < 1:
             raise SettingsError("kafka_replication_factor must be at least 1")
+        self.compaction.validate()
 
 
 def _convert(key: str, raw: str, type_name: object) -> object:
@@ -157,6 +220,8 @@ def _convert(key: str, raw: str, type_name: object) -> object:
     try:
         if type_text == "int":
             return int(raw)
+        if type_text == "float":
+            return float(raw)
         if type_text == "Path":
             return Path(raw).expanduser().resolve()
         if "None" in type_text:

@@ -11,10 +11,8 @@ import concurrent.futures
 import json
 import os
 import signal
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -26,35 +24,10 @@ from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from streamstate.supervision import read_record
+from tests.helpers import WebhookReceiver
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
-
-
-class WebhookReceiver:
-    """A local alert webhook: remembers every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        self.received: list[dict] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's API
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def of(self, application_id: str) -> list[tuple[str, str]]:
-        return [(a["condition"], a["status"]) for a in self.received if a["application_id"] == application_id]
 
 
 @pytest.fixture(scope="module")
