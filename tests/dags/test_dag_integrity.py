@@ -91,3 +91,26 @@ def test_reprocess_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, para
               "start_datetime": "2026-11-22T09:30:00.123+00:00"})
     with pytest.raises(ParamValidationError, match=param):
         validate(conf)
+
+
+@pytest.mark.parametrize(("conf", "param"), [
+    ({"mode": "aggressive"}, "mode"),
+    ({"topics": ["not-a-changelog"]}, "topics"),
+    ({"topics": "purchase_counts-v2-counts-changelog"}, "topics"),
+])  # fmt: skip
+def test_tuning_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, param):
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag_for(PROJECT_ROOT / "dags" / "tune_changelogs.py").dags["tune_changelog_compaction"]
+
+    def validate(conf: dict) -> dict:
+        params = copy.deepcopy(dag.params)
+        params.update(conf)
+        return params.validate()
+
+    assert validate({})["mode"] == "dry_run"  # a manual run without choices changes nothing
+    validate({"mode": "rollback", "topics": ["purchase_counts-v2-counts-changelog"], "rollback_run_id": "manual__x"})
+    with pytest.raises(ParamValidationError, match=param):
+        validate(conf)
