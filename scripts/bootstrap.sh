@@ -37,11 +37,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv || { apt_install python3-venv; "$PY" -m venv .venv; }
 fi
 
-want=$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+# Bytecode is compiled at install time: this machine sets PYTHONDONTWRITEBYTECODE, and uv does not
+# compile by default, so every process would otherwise compile Airflow from source (8 s per import).
+want=$( (cat requirements.lock pyproject.toml; echo compile-bytecode) | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.synced 2>/dev/null)" != "$want" ]; then
   log "installing Python dependencies from requirements.lock"
   .venv/bin/python -m pip install -q --disable-pip-version-check 'uv==0.13.9'
-  .venv/bin/uv pip sync -q --python .venv/bin/python requirements.lock
+  .venv/bin/uv pip sync -q --compile-bytecode --python .venv/bin/python requirements.lock
   .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .
   echo "$want" > .venv/.synced
 fi

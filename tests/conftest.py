@@ -73,6 +73,16 @@ def airflow_db(settings: Settings) -> LocalAirflow:
 
 
 @pytest.fixture(scope="session")
+def dag_runner(airflow_db: LocalAirflow):
+    """``airflow dags test`` with Airflow imported once for the session (tests/dag_runner.py)."""
+    from tests.dag_runner import DagTestRunner
+
+    runner = DagTestRunner(airflow_db)
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="session")
 def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
     local = airflow_db
     local.start()

@@ -41,12 +41,12 @@ def webhook():
 
 
 @pytest.fixture(scope="module")
-def run_dag(airflow_db, kafka_broker, webhook):
+def run_dag(dag_runner, kafka_broker, webhook):
     env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT), **POLICY,
            "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}  # fmt: skip
 
     def run(conf: dict):
-        result = airflow_db.dags_test("tune_changelog_compaction", conf, env=env,
+        result = dag_runner.dags_test("tune_changelog_compaction", conf, env=env,
                                       dag_file=PROJECT_ROOT / "dags" / "tune_changelogs.py")  # fmt: skip
         assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
         return result

@@ -48,16 +48,15 @@ def fixture_jobs():
 
 
 @pytest.fixture(scope="module")
-def run_dag(airflow_db, settings, kafka_broker, fixture_jobs):
+def run_dag(dag_runner, settings, kafka_broker, fixture_jobs):
     """``airflow dags test`` with the fixture jobs registered (importable by drivers and Spark's Python
     workers too); no Airflow services needed. Afterwards kills every driver the DAGs launched (they
     are detached)."""
-    local = airflow_db
     env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT)}
 
     def run(dag_id: str, conf: dict):
         dag_file = PROJECT_ROOT / "dags" / ("control_jobs.py" if dag_id.endswith("streaming_job") else "reprocess_jobs.py")
-        return local.dags_test(dag_id, conf, env=env, dag_file=dag_file)
+        return dag_runner.dags_test(dag_id, conf, env=env, dag_file=dag_file)
 
     yield run
     for name in FIXTURE_JOBS:

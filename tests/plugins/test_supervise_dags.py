@@ -16,7 +16,6 @@ import urllib.request
 
 import pytest
 
-from runtime.airflow_standalone import LocalAirflow
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators import pulse
 from spark_jobs.kafka_topics import ensure_topic
@@ -38,15 +37,14 @@ def webhook():
 
 
 @pytest.fixture(scope="module")
-def airflow_cli(airflow, settings, webhook):
+def airflow_cli(airflow, dag_runner, settings, webhook):
     """Runs DAGs the way ``dag.test()`` does, with the webhook connection configured. Afterwards kills
     whatever the DAGs launched (the drivers are detached: nothing else would)."""
-    local = LocalAirflow(settings)
     env = {"AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}
 
     def run(dag_id: str, conf: dict | None = None, **extra_env: str):
         dag_file = PROJECT_ROOT / "dags" / ("supervise_jobs.py" if dag_id.startswith("supervise__") else "control_jobs.py")
-        return local.dags_test(dag_id, conf, env={**env, **extra_env}, dag_file=dag_file)
+        return dag_runner.dags_test(dag_id, conf, env={**env, **extra_env}, dag_file=dag_file)
 
     yield run
     for name in ("patient_heart_rate", "vote_counts"):
