@@ -191,12 +191,20 @@ def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, e
         collector.main_query_id = str(queries[-1].id)
         status.transition_to(JobState.RUNNING)
         try:
-            for q in queries:
-                q.awaitTermination()
+            STOP_REQUEST.queries_running = True
+            pending = list(queries)
+            # short waits, so a stop request is noticed between py4j calls, never inside one
+            while pending and not STOP_REQUEST.requested.is_set():
+                if pending[0].awaitTermination(1):  # raises if the query failed
+                    pending.pop(0)
+            if STOP_REQUEST.requested.is_set():
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             status.transition_to(JobState.PENDING_SHUTDOWN)
             for q in queries:
                 q.stop()
+        finally:
+            STOP_REQUEST.queries_running = False
         # The listener bus is asynchronous: let it deliver the last progress events.
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
         if status.state is JobState.RUNNING:
@@ -284,8 +292,22 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _stop_on_sigterm(signum, frame) -> None:
-    raise KeyboardInterrupt
+class _StopRequest:
+    """SIGTERM (Airflow's stop, a supervisor): before the queries run it interrupts like Ctrl-C; while
+    they run it is only noted and the wait loop stops them. Interrupting a py4j call mid-answer breaks
+    the gateway connection the clean stop needs (seen as "Answer from Java side is empty")."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.queries_running = False
+
+    def __call__(self, signum, frame) -> None:
+        self.requested.set()
+        if not self.queries_running:
+            raise KeyboardInterrupt
+
+
+STOP_REQUEST = _StopRequest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--available-now", action="store_true", help="process all available input, then stop")
     args = parser.parse_args(argv)
     # SIGTERM (Airflow's on_kill, a supervisor) stops the queries cleanly, like Ctrl-C.
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, STOP_REQUEST)
     try:
         report = run(get_job(args.job, args.version), Settings.from_env(), available_now=args.available_now)
     except JobAlreadyRunning as err:
