@@ -20,6 +20,7 @@ from spark_jobs.changelog_tuning import history, topic_configs
 from spark_jobs.changelog_tuning.measure import broker_log_dirs, measure_changelog
 from spark_jobs.registry import get_job
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, changelog_topic_name
+from streamstate.ui.jobs_page import _row, job_view
 from tests.helpers import WebhookReceiver
 from tests.helpers import wait_for as _wait
 
@@ -112,6 +113,10 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     run_dag({"mode": "dry_run"})
     firing = [(a["condition"], a["status"]) for a in webhook.received]
     assert sorted(firing) == sorted((f"changelog_replay_{name}", "firing") for name in stores)
+    # the jobs page shows the numbers and the open alert
+    view = job_view(spec, settings)
+    assert view["changelogs"]["counts"]["records"] == records and "changelog_replay_counts" in view["open_alerts"]
+    assert f"counts: {records:,} / {KEYS}" in _row(view)
 
     # 3. apply: the recommendations are applied, verified, and the previous values kept
     run_dag({"mode": "apply"})

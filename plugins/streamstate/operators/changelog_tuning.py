@@ -51,6 +51,7 @@ class MeasureChangelogsOperator(BaseOperator):
                               on_topic=lambda i, n, m: self.log.info("[%d/%d] %s", i, n, describe_measurement(m)))  # fmt: skip
         if not results:
             self.log.info("no changelog topic exists yet (no job has run)")
+        write_latest(settings, results)
         return [{"job": t.spec.name, "version": t.spec.version, "store": t.store.name, "kind": t.store.kind,
                  "measurement": m.to_dict()} for t, m in results]  # fmt: skip
 
@@ -108,6 +109,22 @@ class TuneChangelogsOperator(BaseOperator):
 
 def open_alerts_file(settings: Settings):
     return settings.status_dir / "changelog_tuning" / "open_alerts.json"
+
+
+def latest_file(settings: Settings):
+    """The newest measurement of every changelog, for the jobs page (the Delta table is the history)."""
+    return settings.status_dir / "changelog_tuning" / "latest.json"
+
+
+def write_latest(settings: Settings, results) -> None:
+    latest = {m.topic: {"application_id": t.spec.application_id, "store": t.store.name, "records": m.records,
+                        "live_keys": m.live_keys, "replay_ratio": round(m.replay_ratio, 2),
+                        "excess_replay_ratio": round(m.excess_replay_ratio, 2), "bytes": m.bytes,
+                        "measured_at": m.measured_at.isoformat(timespec="seconds"),
+                        "target": settings.compaction.target_replay_ratio} for t, m in results}  # fmt: skip
+    path = latest_file(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(latest, indent=2, sort_keys=True))
 
 
 class VerifyCompactionOperator(BaseOperator):

@@ -37,6 +37,19 @@ def _settings() -> Settings:
     return Settings.from_env()
 
 
+def _changelog_tuning(settings: Settings) -> tuple[dict, dict]:
+    """(topic -> newest measurement, application id -> open changelog alerts), written by the
+    tune_changelog_compaction DAG; empty before its first run."""
+    found = []
+    for name in ("latest.json", "open_alerts.json"):
+        path = settings.status_dir / "changelog_tuning" / name
+        try:
+            found.append(json.loads(path.read_text()) if path.exists() else {})
+        except ValueError:
+            found.append({})
+    return found[0], found[1]
+
+
 def job_view(spec: JobSpec, settings: Settings) -> dict:
     """One job's row: lifecycle, supervision, the latest progress numbers, snapshots, restore, alerts."""
     status = read_status(settings.status_dir, spec.application_id) or {}
@@ -44,6 +57,7 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
     record = read_record(settings.status_dir, spec.application_id)
     progress = status.get("progress") or {}
     alive = holder is not None and status.get("lease_epoch") == holder.get("epoch")
+    measured, changelog_alerts = _changelog_tuning(settings)
     return {
         "job": spec.name,
         "application_id": spec.application_id,
@@ -66,7 +80,8 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "snapshots": status.get("snapshots") or {},
         "restore": status.get("restore") or {},
         "error": status.get("error"),
-        "open_alerts": record.open_alerts,
+        "open_alerts": {**record.open_alerts, **changelog_alerts.get(spec.application_id, {})},
+        "changelogs": {m["store"]: m for m in measured.values() if m["application_id"] == spec.application_id},
         "links": {
             "supervise_dag": f"/dags/supervise__{spec.name}",
             "start_dag": "/dags/start_streaming_job/trigger",
@@ -74,6 +89,7 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
             "drain_dag": f"/dags/drain__{spec.name}",
             "reprocess_dag": "/dags/reprocess_job/trigger",
             "promote_dag": "/dags/promote_job_version/trigger",
+            "tune_dag": "/dags/tune_changelog_compaction",
             "spark_ui": status.get("spark_ui") if alive else None,
         },
     }
@@ -149,6 +165,10 @@ def _row(job: dict) -> str:
     links = job["links"]
     spark = f'<a target="_blank" href="{html.escape(links["spark_ui"])}">Spark UI</a>' if links["spark_ui"] else ""
     sup = job["supervision"]
+    changelogs = "<br>".join(
+        f'{html.escape(store)}: {m["records"]:,} / {m["live_keys"]:,} '
+        f'<span class="{"sev-warning" if m["excess_replay_ratio"] > m["target"] else "dim"}">({m["replay_ratio"]:.1f}x)</span>'
+        for store, m in job.get("changelogs", {}).items())  # fmt: skip
     return f"""<tr>
 <td><b>{html.escape(job["job"])}</b><br><span class="dim">{html.escape(job["application_id"])}</span>{beside}</td>
 <td class="state-{html.escape(state)}">{html.escape(state)}</td>
@@ -159,10 +179,12 @@ def _row(job: dict) -> str:
 <td class="num">{_cell(job["state_rows"])}<br>{_bytes(job["state_memory_bytes"])}</td>
 <td>{snapshots or _cell(None)}</td>
 <td>{restore or _cell(None)}</td>
+<td>{changelogs or _cell(None)}</td>
 <td>{alerts or '<span class="dim">none</span>'}</td>
 <td><a target="_top" href="{links["supervise_dag"]}">supervision</a> · <a target="_top" href="{links["start_dag"]}">start</a>
  · <a target="_top" href="{links["stop_dag"]}">stop</a> · <a target="_top" href="{links["drain_dag"]}">drain</a>
- · <a target="_top" href="{links["reprocess_dag"]}">reprocess</a> {spark}</td>
+ · <a target="_top" href="{links["reprocess_dag"]}">reprocess</a>
+ · <a target="_top" href="{links["tune_dag"]}">changelogs</a> {spark}</td>
 </tr>"""
 
 
@@ -181,7 +203,7 @@ th {{ background: #f7fafc; }} .num {{ text-align: right; font-variant-numeric: t
 </style></head><body>
 <h2>Streaming jobs</h2>
 <table><thead><tr><th>Job</th><th>Lifecycle</th><th>Supervision</th><th>Input lag (records)</th><th>Batch</th>
-<th>Batch duration (ms)</th><th>State (rows / memory)</th><th>Last snapshot</th><th>Restore</th><th>Open alerts</th><th>Links</th></tr></thead>
+<th>Batch duration (ms)</th><th>State (rows / memory)</th><th>Last snapshot</th><th>Restore</th><th>Changelog records / live keys</th><th>Open alerts</th><th>Links</th></tr></thead>
 <tbody>
 {rows}
 </tbody></table>
