@@ -26,6 +26,29 @@ class JobSpecError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class StateBudget:
+    """What a store may grow to before on-call hears of it (None: that measure is not limited).
+
+    Attributes:
+        max_rows: live keys (rows of the state store).
+        max_bytes: state bytes (the largest of: the store in the checkpoint, its snapshot, its changelog).
+        max_restore_s: the estimated restore (latest snapshot + changelog tail) on this deployment.
+        warn_days: also alert when the growth trend crosses a budget within this many days.
+    """
+
+    max_rows: int | None = None
+    max_bytes: int | None = None
+    max_restore_s: float | None = None
+    warn_days: float = 7.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_bytes", "max_restore_s", "warn_days"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise JobSpecError(f"state budget: {name} must be > 0, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
 class StoreSpec:
     """A state store of a job; each store gets a changelog topic ``<application_id>-<name>-changelog``.
 
@@ -38,6 +61,7 @@ class StoreSpec:
             (the seeds' bounded store; None keeps keys until deleted).
         window_ms: windowed stores: the tumbling window size.
         grace_ms: windowed stores: how long after its end a window still accepts late events.
+        budget: the limits the state-size audit holds the store to.
     """
 
     name: str
@@ -47,6 +71,7 @@ class StoreSpec:
     ttl_ms: int | None = None
     window_ms: int | None = None
     grace_ms: int = 0
+    budget: StateBudget = StateBudget()
 
     def __post_init__(self) -> None:
         if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", self.name):
@@ -215,7 +240,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
             key_field="user_id",
             output_table="purchase_counts",
             entrypoint="spark_jobs.jobs.purchase_counts:build",
-            stores=(StoreSpec("counts"),),
+            stores=(StoreSpec("counts", budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600)),),
             description="Purchases and amount spent per user; account_closed deletes the user (the seeds' "
             "purchase-count scenario).",
         ),
@@ -227,7 +252,8 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
             output_table="patient_heart_rate",
             entrypoint="spark_jobs.jobs.patient_heart_rate:build",
             stores=(StoreSpec("pulse-counts", kind="windowed", window_ms=60_000, grace_ms=5_000,
-                              retention_ms=6 * 3600 * 1000),),
+                              retention_ms=6 * 3600 * 1000,
+                              budget=StateBudget(max_rows=2_000_000, max_bytes=1024**3, max_restore_s=600)),),
             description="Heart rate per patient per 60 s tumbling window (5 s grace, 6 h retention), emitted "
             "when the window closes; a check-out deletes the patient's windows (the seeds' pulse scenario).",
             output_key=("patient_id", "window_start"),
@@ -239,7 +265,8 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
             key_field="voter_id",
             output_table="votes",
             entrypoint="spark_jobs.jobs.vote_counts:build",
-            stores=(StoreSpec("latest-votes", kind="versioned", retention_ms=24 * 3600 * 1000),),
+            stores=(StoreSpec("latest-votes", kind="versioned", retention_ms=24 * 3600 * 1000,
+                              budget=StateBudget(max_rows=10_000_000, max_bytes=4 * 1024**3, max_restore_s=600)),),
             description="Each voter's latest vote by event time (voters change their minds, events arrive out "
             "of order) and the counts per candidate.",
             companion_outputs=("counts",),

@@ -32,6 +32,7 @@ from spark_jobs.session import build_spark_session
 from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
 from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
+from spark_jobs.state.restore_history import record_restore
 
 
 @dataclasses.dataclass
@@ -267,6 +268,7 @@ def restore_if_needed(context: JobContext, listener: RestoreListener | None = No
     for s in context.spec.stores:
         restored = restore_from_snapshot(context.snapshot_store(s.name), context.settings.kafka_bootstrap_servers,
                                          context.changelog_topic(s.name).name, listener)  # fmt: skip
+        record_restore(context.settings, context.spec, restored)  # this deployment's restore throughput
         if restored.batch_id is not None or restored.next_batch_id > 0:
             context.restored[s.name] = restored
     if context.restored:

@@ -15,6 +15,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
+from spark_jobs.state.restore_history import restore_measurements
 from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
 from tests.spark_jobs.test_purchase_counts import decode_counts
 
@@ -52,6 +53,11 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
     restore = report.restores["counts"]
     assert restore["full_replay"] is False and restore["snapshot_batch_id"] == 0
     assert restore["changelog_records_read"] == tail_records  # only the tail, not the whole changelog
+    # the restore recorded its own throughput (restore-time estimates use this deployment's numbers)
+    recorded = [m for m in restore_measurements(settings) if m["application_id"] == job.application_id]
+    assert len(recorded) == 1 and recorded[0]["mode"] == "snapshot_and_tail"
+    assert (recorded[0]["snapshot_rows"], recorded[0]["changelog_records_read"]) == (first.rows, tail_records)
+    assert 0 < recorded[0]["snapshot_seconds"] < recorded[0]["seconds"]
     assert report.input_rows == 500  # the new query started exactly after the restored state
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
     assert delta_purchase_counts(spark, report.output) == everything
