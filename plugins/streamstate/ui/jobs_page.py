@@ -6,7 +6,8 @@ A FastAPI app mounted by the Airflow API server under ``/streamstate`` (see
 - ``GET /streamstate/``: the page (HTML, refreshes itself every 10 s);
 - ``GET /streamstate/api/jobs``: the same as JSON;
 - ``POST /streamstate/api/alerts``: a webhook inbox (the embedded stack's default alert webhook), and
-  ``GET /streamstate/api/alerts`` for the latest alerts received.
+  ``GET /streamstate/api/alerts`` for the latest alerts received;
+- ``GET /streamstate/state-audit/``: the state-size report (HTML + PNG charts) of the audit DAG.
 
 Everything shown comes from the files the drivers and supervision publish (status, lease,
 supervision record), so the page costs no Spark and works while a job is down.
@@ -19,8 +20,8 @@ import json
 import time
 from pathlib import Path
 
-from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse
 
 from runtime.settings import Settings
 from spark_jobs.lease import JobLease
@@ -188,6 +189,25 @@ def _row(job: dict) -> str:
 </tr>"""
 
 
+@app.get("/state-audit/{name}")
+def state_audit_report(name: str):
+    """The audit DAG's report files: ``index.html`` and the charts (only names, no paths)."""
+    from spark_jobs.state_audit.report import report_dir
+
+    folder = report_dir(_settings())
+    if name == "" or "/" in name or name.startswith(".") or not (name.endswith(".html") or name.endswith(".png")):
+        raise HTTPException(404, "no such report file")
+    path = folder / name
+    if not path.is_file():
+        raise HTTPException(404, "no report yet: the audit_state_size DAG writes it on every run")
+    return FileResponse(path)
+
+
+@app.get("/state-audit/", response_class=HTMLResponse)
+def state_audit_index():
+    return state_audit_report("index.html")
+
+
 @app.get("/", response_class=HTMLResponse)
 def page() -> str:
     rows = "\n".join(_row(job) for job in jobs()["jobs"])
@@ -207,5 +227,6 @@ th {{ background: #f7fafc; }} .num {{ text-align: right; font-variant-numeric: t
 <tbody>
 {rows}
 </tbody></table>
-<p class="dim">Refreshes every 10 s. JSON: <a href="api/jobs">api/jobs</a> · received alerts: <a href="api/alerts">api/alerts</a></p>
+<p class="dim">Refreshes every 10 s. JSON: <a href="api/jobs">api/jobs</a> · received alerts: <a href="api/alerts">api/alerts</a>
+ · <a href="state-audit/">state-size report</a></p>
 </body></html>"""

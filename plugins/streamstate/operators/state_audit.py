@@ -1,0 +1,150 @@
+"""Operators of the state-size audit DAG: read the checkpoints (Spark), then audit, alert and report.
+
+The logic is in ``spark_jobs.state_audit``; these operators pick the stores, hand the rows over, log
+one line per store and tell on-call (once per condition, resolved when it clears) when a store has
+crossed a budget or is projected to within its ``warn_days``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from runtime.settings import PROJECT_ROOT, Settings
+from spark_jobs.changelog_tuning import history as tuning_history
+from spark_jobs.kafka_topics import existing_topics
+from spark_jobs.registry import registered_versions
+from spark_jobs.state.changelog import changelog_topic_name
+from spark_jobs.state.restore_history import restore_measurements
+from spark_jobs.state_audit import trends
+from spark_jobs.state_audit.checkpoint_state import checkpoint_audit_table
+from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
+from spark_jobs.state_audit.report import report_dir, write_report
+from spark_jobs.versions import read_rows
+from streamstate.alerts import reconcile
+from streamstate.notifiers.routing import send
+from streamstate.operators.streaming_job import _apply_submit
+from streamstate.supervision import Condition
+
+UNITS = {"rows": "rows", "bytes": "bytes", "restore_s": "s restore"}
+
+
+class ReadCheckpointStateOperator(SparkSubmitOperator):
+    """Run ``spark_jobs/state_audit/checkpoint_state.py`` on ``spark_default`` for this run."""
+
+    def __init__(self, *, conn_id: str = "spark_default", **kwargs) -> None:
+        super().__init__(conn_id=conn_id, application="", **kwargs)
+
+    def execute(self, context):
+        from spark_jobs.submit import application_submit_spec
+
+        settings = Settings.from_env()
+        _apply_submit(self, application_submit_spec(settings, "state-audit-checkpoints",
+                                                    PROJECT_ROOT / "spark_jobs" / "state_audit" / "checkpoint_state.py",
+                                                    (context["run_id"],)))  # fmt: skip
+        super().execute(context)
+
+
+def open_alerts_file(settings: Settings):
+    return report_dir(settings) / "open_alerts.json"
+
+
+def conditions_for(row: dict) -> list[Condition]:
+    """A crossed budget (error), or one projected to be crossed within warn_days (warning)."""
+    checks = [trends.BudgetCheck(**{k: v for k, v in c.items() if k != "crossed"}) for c in json.loads(row["budget_status"])]
+    cause = row["unbounded_reason"] if row.get("unbounded") else (
+        f"growing {row['rows_per_day']:,.0f} rows/day" if row.get("rows_per_day") else "size without visible growth")
+    numbers = {c.measure: round(c.current, 1) for c in checks} | {f"max_{c.measure}": c.limit for c in checks}
+    crossed = [c for c in checks if c.crossed]
+    store = row["store"]
+    if crossed:
+        what = ", ".join(f"{c.current:,.0f} {UNITS[c.measure]} > budget {c.limit:,.0f}" for c in crossed)
+        return [Condition(f"state_budget_{store}", "error", f"store {store} is over its budget: {what}; likely cause: {cause}",
+                          numbers, "shrink the state (TTL, retention, deletes) or raise the budget in the registry "
+                          "after checking the restore time; the state-size report has the trend")]  # fmt: skip
+    soon = [c for c in checks if c.days_left is not None and c.days_left <= (row.get("budget_warn_days") or 7)]
+    if soon:
+        first = min(soon, key=lambda c: c.days_left)
+        return [Condition(f"state_budget_forecast_{store}", "warning",
+                          f"store {store} will cross its {first.measure} budget ({first.limit:,.0f}) in "
+                          f"{first.days_left:.1f} days at {first.per_day:,.0f}/day; likely cause: {cause}",
+                          numbers | {"days_left": round(first.days_left, 2)},
+                          "act before the budget is crossed: the state-size report has the trend")]  # fmt: skip
+    return []
+
+
+class AuditStateSizeOperator(BaseOperator):
+    """Audit every store of every registered job version that has any state; append the rows to
+    ``_streamstate/state_audit``, alert on budgets, write the report."""
+
+    def execute(self, context):
+        settings = Settings.from_env()
+        run_id = context["run_id"]
+        checkpoint_rows = [r for r in read_rows(checkpoint_audit_table(settings)) if r["run_id"] == run_id]
+        if not checkpoint_rows:
+            self.log.warning("no live state read from checkpoints in this run (the read task failed, or no job has "
+                             "committed a batch): live rows come from the jobs' latest progress")  # fmt: skip
+        measured = tuning_history.measurements(settings)
+        latest_changelog = {m["topic"]: m for m in measured}  # oldest first: the newest wins
+        restores = restore_measurements(settings)
+        path = open_alerts_file(settings)
+        open_alerts: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
+        audited, by_store, undelivered = [], {}, []
+        for versions in registered_versions().values():
+            for spec in versions.values():
+                topics = [changelog_topic_name(spec.application_id, s.name) for s in spec.stores]
+                present = existing_topics(settings.kafka_bootstrap_servers, topics) if topics else set()
+                if not (settings.checkpoint_dir / spec.application_id).exists() and not present:
+                    continue  # never ran here
+                for store in spec.stores:
+                    history = audit_rows(settings, spec.application_id, store.name)
+                    row = audit_store(settings, run_id, spec, store,
+                                      checkpoint_rows=[r for r in checkpoint_rows if r["application_id"] == spec.application_id
+                                                       and r["store"] == store.name],
+                                      changelog=latest_changelog.get(changelog_topic_name(spec.application_id, store.name)),
+                                      restores=restores, history=history)  # fmt: skip
+                    audited.append(row)
+                    by_store[(spec.application_id, store.name)] = history + [row]
+                    self.log.info("%s/%s: %s live rows (%s), restore ~%s s (snapshot + tail) / ~%s s (full), %s/day, "
+                                  "days to budget %s%s", spec.application_id, store.name, row.get("state_rows"),
+                                  row.get("state_rows_source"), _round(row.get("restore_snapshot_tail_s")),
+                                  _round(row.get("restore_full_replay_s")), _round(row.get("rows_per_day")),
+                                  _round(row.get("days_to_budget")),
+                                  f"; UNBOUNDED: {row['unbounded_reason']}" if row["unbounded"] else "")  # fmt: skip
+                    undelivered += self._alert(context, spec, row, open_alerts.setdefault(spec.application_id, {}))
+        record_audit(settings, audited)
+        page = write_report(settings, by_store)
+        self.log.info("report: %s (%d stores)", page, len(by_store))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(open_alerts, indent=2, sort_keys=True))
+        if undelivered:
+            raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
+        return {"report": str(page), "stores": [{"application_id": r["application_id"], "store": r["store"],
+                                                 "state_rows": r.get("state_rows"), "unbounded": r["unbounded"],
+                                                 "days_to_budget": r.get("days_to_budget")} for r in audited]}  # fmt: skip
+
+    @staticmethod
+    def _alert(context, spec, row: dict, app_alerts: dict) -> list[str]:
+        """Fire / resolve this store's budget alerts; the job's other alerts are left alone."""
+        names = {f"state_budget_{row['store']}", f"state_budget_forecast_{row['store']}"}
+        mine = {k: v for k, v in app_alerts.items() if k in names}
+        before = dict(mine)
+        fire, resolve = reconcile(spec.name, spec.application_id, mine, conditions_for(row),
+                                  {"report": "/streamstate/state-audit/index.html"})  # fmt: skip
+        undelivered = []
+        for alert in fire + resolve:
+            if not any(result == "sent" for result in send(alert, context).values()):
+                undelivered.append(alert.dedup_key)
+        if undelivered:
+            mine = before  # the next run tries again
+        for name in names:
+            app_alerts.pop(name, None)
+        app_alerts.update(mine)
+        return undelivered
+
+
+def _round(value):
+    return None if value is None else round(value, 1)

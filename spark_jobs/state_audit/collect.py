@@ -1,0 +1,181 @@
+"""One audit row per store: live state, snapshots, changelog, dead letters, restore estimates, trends.
+
+Everything here runs without Spark: the live state per partition was read by
+:mod:`.checkpoint_state` (its rows are passed in), snapshots are read with delta-rs, the changelog
+numbers are the compaction tuning DAG's newest measurement (``_streamstate/changelog_measurements``;
+only when there is none does the audit fall back to watermark offsets), and restore times are
+estimated from the restores this deployment measured (:mod:`spark_jobs.state.restore_history`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from runtime.settings import Settings
+from spark_jobs.dead_letter import dead_letter_topic
+from spark_jobs.kafka_topics import existing_topics, partition_offsets
+from spark_jobs.lifecycle import read_status
+from spark_jobs.registry import JobSpec, StoreSpec
+from spark_jobs.state.changelog import changelog_topic_name
+from spark_jobs.state.restore_history import RestoreRates
+from spark_jobs.state.snapshots import SnapshotInfo, snapshot_path
+from spark_jobs.state_audit import trends
+from spark_jobs.versions import append_rows, platform_table, read_rows
+
+_INTS = ("version", "state_rows", "state_bytes", "state_disk_bytes", "memory_bytes", "checkpoint_bytes",
+         "snapshot_versions", "snapshot_rows", "snapshot_bytes", "snapshot_files", "changelog_records",
+         "changelog_bytes", "changelog_live_keys", "changelog_tombstones", "dead_letter_records",
+         "dead_letter_growth", "tail_records", "windows_beyond_retention", "budget_max_rows",
+         "budget_max_bytes")  # fmt: skip
+_FLOATS = ("snapshot_age_s", "restore_snapshot_tail_s", "restore_full_replay_s", "rows_per_day", "bytes_per_day",
+           "restore_s_per_day", "days_to_budget", "budget_max_restore_s", "budget_warn_days")  # fmt: skip
+_STRINGS = ("run_id", "job", "application_id", "store", "kind", "state_rows_source", "partitions",
+            "changelog_source", "unbounded_reason", "budget_status", "errors")  # fmt: skip
+
+
+def audit_table(settings: Settings):
+    return platform_table(settings, "state_audit")
+
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([pa.field("audited_at", pa.timestamp("us", tz="UTC")), pa.field("unbounded", pa.bool_())]
+                     + [pa.field(n, pa.int64()) for n in _INTS] + [pa.field(n, pa.float64()) for n in _FLOATS]
+                     + [pa.field(n, pa.string()) for n in _STRINGS])  # fmt: skip
+
+
+def record_audit(settings: Settings, rows: list[dict]) -> None:
+    if rows:
+        append_rows(audit_table(settings), rows, _schema())
+
+
+def audit_rows(settings: Settings, application_id: str | None = None, store: str | None = None) -> list[dict]:
+    """Audit rows, oldest first."""
+    rows = [r for r in read_rows(audit_table(settings))
+            if (application_id is None or r["application_id"] == application_id) and (store is None or r["store"] == store)]  # fmt: skip
+    return sorted(rows, key=lambda r: r["audited_at"])
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tuple[dict, SnapshotInfo | None, list]:
+    """(numbers, latest snapshot, its decoded values) of the store's Delta snapshot table, read with delta-rs."""
+    from deltalake import DeltaTable
+
+    path = snapshot_path(settings.lake_dir, spec.application_id, store.name)
+    if not DeltaTable.is_deltatable(str(path)):
+        return {"snapshot_versions": 0}, None, []
+    table = DeltaTable(str(path))
+    infos = []
+    for commit in table.history():
+        metrics = commit.get("operationMetrics") or {}
+        info = SnapshotInfo.from_commit(int(commit["version"]), commit.get("userMetadata"), int(metrics.get("numOutputBytes", 0) or 0))
+        if info is not None:
+            infos.append(info)
+    infos.sort(key=lambda i: i.delta_version)
+    latest = infos[-1] if infos else None
+    files = table.get_add_actions(flatten=True).to_pylist()
+    taken = dt.datetime.fromisoformat(latest.taken_at) if latest else None
+    numbers = {"snapshot_versions": len(infos), "snapshot_rows": latest.rows if latest else None,
+               "snapshot_bytes": sum(f["size_bytes"] for f in files), "snapshot_files": len(files),
+               "snapshot_age_s": (dt.datetime.now(dt.timezone.utc) - taken).total_seconds() if taken else None}  # fmt: skip
+    values = []
+    if latest is not None and store.kind == "windowed":
+        values = [json.loads(v) for v in table.to_pyarrow_table(columns=["value"]).column("value").to_pylist() if v]
+    return numbers, latest, values
+
+
+def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_ms: int) -> int | None:
+    """Windows in the state that should have been evicted: their start + window + grace + retention is
+    before stream time (the snapshot's watermark)."""
+    if store.kind != "windowed" or not stream_time_ms:
+        return None
+    horizon = (store.window_ms or 0) + store.grace_ms + (store.retention_ms or 0)
+    return sum(1 for v in values if isinstance(v.get("window_start_ms"), int) and v["window_start_ms"] + horizon < stream_time_ms)
+
+
+def _offset_span(settings: Settings, topic: str) -> int | None:
+    if topic not in existing_topics(settings.kafka_bootstrap_servers, [topic]):
+        return None
+    return sum(high - low for low, high in partition_offsets(settings.kafka_bootstrap_servers, topic).values())
+
+
+def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec, *, checkpoint_rows: list[dict],
+                changelog: dict | None, restores: list[dict], history: list[dict]) -> dict:  # fmt: skip
+    """The audit row of one store. ``checkpoint_rows``: this run's rows of the checkpoint reader for
+    the store; ``changelog``: the newest tuning measurement of its changelog (None: never measured);
+    ``restores``: every measured restore; ``history``: the store's earlier audit rows, oldest first."""
+    errors = [r["error"] for r in checkpoint_rows if r.get("error")]
+    readable = [r for r in checkpoint_rows if not r.get("error")]
+    status = read_status(settings.status_dir, spec.application_id) or {}
+    progress = status.get("progress") or {}
+    row: dict = {"run_id": run_id, "audited_at": dt.datetime.now(dt.timezone.utc), "job": spec.name,
+                 "version": spec.version, "application_id": spec.application_id, "store": store.name, "kind": store.kind,
+                 "checkpoint_bytes": _dir_bytes(settings.checkpoint_dir / spec.application_id),
+                 "memory_bytes": progress.get("state_memory_bytes")}  # fmt: skip
+    if readable:
+        row.update(state_rows=sum(r["rows"] for r in readable), state_bytes=sum(r["bytes"] for r in readable),
+                   state_disk_bytes=sum(r["disk_bytes"] for r in readable), state_rows_source="checkpoint",
+                   partitions=json.dumps({str(r["partition"]): {"rows": r["rows"], "bytes": r["bytes"],
+                                                                "disk_bytes": r["disk_bytes"]} for r in readable}))  # fmt: skip
+    elif progress.get("state_rows") is not None:
+        row.update(state_rows=progress["state_rows"], state_rows_source="progress")
+    else:
+        row["state_rows_source"] = "none"
+
+    snap, latest, values = snapshot_numbers(settings, spec, store)
+    row.update(snap)
+    row["windows_beyond_retention"] = windows_beyond_retention(store, values, latest.watermark_ms if latest else 0)
+
+    topic = changelog_topic_name(spec.application_id, store.name)
+    if changelog is not None:
+        row.update(changelog_records=changelog["records"], changelog_bytes=changelog["bytes"],
+                   changelog_live_keys=changelog["live_keys"], changelog_tombstones=changelog["tombstones"],
+                   changelog_source=f"tuning measurement {changelog['measured_at'].isoformat(timespec='seconds')}")  # fmt: skip
+    else:
+        row.update(changelog_records=_offset_span(settings, topic), changelog_source="watermark offsets (not measured yet)")
+
+    dead_letters = _offset_span(settings, dead_letter_topic(spec.application_id))
+    previous = next((r for r in reversed(history) if r.get("dead_letter_records") is not None), None)
+    row["dead_letter_records"] = dead_letters
+    row["dead_letter_growth"] = dead_letters - previous["dead_letter_records"] if dead_letters is not None and previous else None
+
+    # restore estimates: latest snapshot + the changelog written after it, and a full replay
+    high = {p: h for p, (_, h) in partition_offsets(settings.kafka_bootstrap_servers, topic).items()} \
+        if topic in existing_topics(settings.kafka_bootstrap_servers, [topic]) else {}  # fmt: skip
+    tail = sum(max(0, h - (latest.changelog_offsets.get(p, 0) if latest else 0)) for p, h in high.items())
+    rates = RestoreRates.fit(restores, store=store.name, application_id=spec.application_id)
+    row["tail_records"] = tail
+    row["restore_snapshot_tail_s"] = rates.estimate(snapshot_rows=latest.rows if latest else 0, changelog_records=tail) \
+        if latest else None  # fmt: skip
+    row["restore_full_replay_s"] = rates.estimate(snapshot_rows=0, changelog_records=row.get("changelog_records") or 0)
+
+    # trends and budgets
+    state_bytes = max(v for v in (row.get("state_bytes"), row.get("state_disk_bytes"), row.get("snapshot_bytes"),
+                                  row.get("changelog_bytes"), 0) if v is not None)  # fmt: skip
+    restore_s = row["restore_snapshot_tail_s"] if row["restore_snapshot_tail_s"] is not None else row["restore_full_replay_s"]
+    series = history + [{**row, "_bytes": state_bytes, "_restore_s": restore_s}]
+    for r in history:
+        r.setdefault("_bytes", max(v for v in (r.get("state_bytes"), r.get("state_disk_bytes"), r.get("snapshot_bytes"),
+                                                r.get("changelog_bytes"), 0) if v is not None))  # fmt: skip
+        r.setdefault("_restore_s", r.get("restore_snapshot_tail_s") if r.get("restore_snapshot_tail_s") is not None
+                     else r.get("restore_full_replay_s"))  # fmt: skip
+    per_day = {"rows": trends.growth_per_day([(r["audited_at"], r.get("state_rows")) for r in series]),
+               "bytes": trends.growth_per_day([(r["audited_at"], r.get("_bytes")) for r in series]),
+               "restore_s": trends.growth_per_day([(r["audited_at"], r.get("_restore_s")) for r in series])}  # fmt: skip
+    row.update(rows_per_day=per_day["rows"], bytes_per_day=per_day["bytes"], restore_s_per_day=per_day["restore_s"])
+    checks = trends.budget_checks(store.budget, {"rows": row.get("state_rows"), "bytes": state_bytes, "restore_s": restore_s}, per_day)
+    days = [c.days_left for c in checks if c.days_left is not None]
+    row["days_to_budget"] = min(days) if days else None
+    row["budget_status"] = json.dumps([c.__dict__ | {"crossed": c.crossed} for c in checks])
+    unbounded = trends.unbounded_growth(store, series, row["windows_beyond_retention"])
+    row.update(unbounded=unbounded.flagged, unbounded_reason=unbounded.reason)
+    b = store.budget
+    row.update(budget_max_rows=b.max_rows, budget_max_bytes=b.max_bytes, budget_max_restore_s=b.max_restore_s,
+               budget_warn_days=b.warn_days, errors="; ".join(errors) or None)  # fmt: skip
+    return row

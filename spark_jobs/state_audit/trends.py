@@ -1,0 +1,101 @@
+"""Growth, projections and unbounded growth, from a store's audit rows (pure functions).
+
+- growth per day: least-squares slope of a measure over the audits of the last ``window_days``;
+- days until a budget is crossed at that growth (None: not growing, or no budget);
+- unbounded growth: keys only ever added (the key count never fell over the last audits and grew,
+  with no tombstone ever seen in the changelog), or, for a windowed store, windows older than its
+  retention still present.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from spark_jobs.registry import StateBudget, StoreSpec
+
+DAY_S = 86_400.0
+#: how many audits in a row must show only additions before a store counts as unbounded
+UNBOUNDED_AFTER_AUDITS = 3
+
+
+def growth_per_day(points: list[tuple[dt.datetime, float]], window_days: float = 7.0) -> float | None:
+    """Slope (units per day) of ``(time, value)`` points within ``window_days`` of the newest; None
+    with fewer than two points in distinct times."""
+    points = sorted((t, v) for t, v in points if v is not None)
+    if len(points) < 2:
+        return None
+    newest = points[-1][0]
+    points = [(t, v) for t, v in points if (newest - t).total_seconds() <= window_days * DAY_S]
+    xs = [(t - points[0][0]).total_seconds() / DAY_S for t, _ in points]
+    if len(points) < 2 or max(xs) == 0:
+        return None
+    mean_x, mean_y = sum(xs) / len(xs), sum(v for _, v in points) / len(points)
+    return sum((x - mean_x) * (v - mean_y) for x, (_, v) in zip(xs, points)) / sum((x - mean_x) ** 2 for x in xs)
+
+
+def days_until(current: float | None, limit: float | None, per_day: float | None) -> float | None:
+    """Days until ``current`` growing ``per_day`` reaches ``limit``; 0 when already beyond it."""
+    if current is None or limit is None:
+        return None
+    if current >= limit:
+        return 0.0
+    if not per_day or per_day <= 0:
+        return None
+    return (limit - current) / per_day
+
+
+@dataclasses.dataclass(frozen=True)
+class Unbounded:
+    flagged: bool
+    reason: str
+
+
+def unbounded_growth(store: StoreSpec, history: list[dict], windows_beyond_retention: int | None) -> Unbounded:
+    """``history``: this store's audit rows, oldest first, the current one last (``state_rows`` and
+    ``changelog_tombstones`` are read)."""
+    if store.kind == "windowed":
+        if windows_beyond_retention:
+            return Unbounded(True, f"{windows_beyond_retention:,} windows older than window + grace + retention "
+                                   f"({(store.window_ms or 0) + store.grace_ms + (store.retention_ms or 0):,} ms) "
+                                   "are still in the state: expiry is not deleting them")  # fmt: skip
+        return Unbounded(False, "windows expire with the retention")
+    if store.ttl_ms:
+        return Unbounded(False, f"keys idle for {store.ttl_ms:,} ms are evicted")
+    recent = [r for r in history if r.get("state_rows") is not None][-UNBOUNDED_AFTER_AUDITS:]
+    if len(recent) < UNBOUNDED_AFTER_AUDITS:
+        return Unbounded(False, f"fewer than {UNBOUNDED_AFTER_AUDITS} audits")
+    keys = [r["state_rows"] for r in recent]
+    tombstones = max((r.get("changelog_tombstones") or 0) for r in history)
+    if all(b >= a for a, b in zip(keys, keys[1:])) and keys[-1] > keys[0] and tombstones == 0:
+        return Unbounded(True, f"keys only ever added: {keys[0]:,} -> {keys[-1]:,} over the last {len(keys)} audits, "
+                               "no tombstone ever seen in the changelog and no TTL: nothing removes a key")  # fmt: skip
+    return Unbounded(False, "keys are removed (tombstones seen) or the key count is stable")
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetCheck:
+    """One measure against its budget."""
+
+    measure: str  # rows | bytes | restore_s
+    current: float
+    limit: float
+    per_day: float | None
+    days_left: float | None
+
+    @property
+    def crossed(self) -> bool:
+        return self.current > self.limit
+
+
+def budget_checks(budget: StateBudget, current: dict[str, float | None], per_day: dict[str, float | None]) -> list[BudgetCheck]:
+    """Every limited measure with a current value: where it is, how fast it grows, days left."""
+    limits = {"rows": budget.max_rows, "bytes": budget.max_bytes, "restore_s": budget.max_restore_s}
+    checks = []
+    for measure, limit in limits.items():
+        value = current.get(measure)
+        if limit is None or value is None:
+            continue
+        checks.append(BudgetCheck(measure, float(value), float(limit), per_day.get(measure),
+                                  days_until(value, limit, per_day.get(measure))))  # fmt: skip
+    return checks
