@@ -82,8 +82,8 @@ class LinearCost:
         mean_t = sum(t for _, t in points) / len(points)
         slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / sum((n - mean_n) ** 2 for n, _ in points)
         fixed = mean_t - slope * mean_n
-        if slope <= 0:  # noise larger than the size effect: fall back to the mean rate
-            return cls(0.0, sum(n for n, _ in points) / sum(t for _, t in points), len(points))
+        if slope <= 0:  # noise larger than the size effect: at these sizes the cost is the fixed part
+            return cls(mean_t, float("inf"), len(points))
         if fixed < 0:  # through the origin instead
             slope = sum(n * t for n, t in points) / sum(n * n for n, _ in points)
             fixed = 0.0

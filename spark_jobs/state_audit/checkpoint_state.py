@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings.from_env()
     spark = build_spark_session(settings, "state-audit-checkpoints")
+    # The RocksDB state store reports to the driver's StateStoreCoordinator, which exists only once the
+    # session's streaming query manager does (a batch-only application never creates it).
+    spark.streams.active  # noqa: B018
     try:
         rows = []
         for versions in registered_versions().values():

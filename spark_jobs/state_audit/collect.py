@@ -70,16 +70,19 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
     path = snapshot_path(settings.lake_dir, spec.application_id, store.name)
     if not DeltaTable.is_deltatable(str(path)):
         return {"snapshot_versions": 0}, None, []
+    import pyarrow as pa
+
     table = DeltaTable(str(path))
     infos = []
     for commit in table.history():
         metrics = commit.get("operationMetrics") or {}
-        info = SnapshotInfo.from_commit(int(commit["version"]), commit.get("userMetadata"), int(metrics.get("numOutputBytes", 0) or 0))
+        metadata = commit.get("userMetadata") or _user_metadata(path, int(commit["version"]))
+        info = SnapshotInfo.from_commit(int(commit["version"]), metadata, int(metrics.get("numOutputBytes", 0) or 0))
         if info is not None:
             infos.append(info)
     infos.sort(key=lambda i: i.delta_version)
     latest = infos[-1] if infos else None
-    files = table.get_add_actions(flatten=True).to_pylist()
+    files = pa.table(table.get_add_actions(flatten=True)).select(["size_bytes"]).to_pylist()
     taken = dt.datetime.fromisoformat(latest.taken_at) if latest else None
     numbers = {"snapshot_versions": len(infos), "snapshot_rows": latest.rows if latest else None,
                "snapshot_bytes": sum(f["size_bytes"] for f in files), "snapshot_files": len(files),
@@ -88,6 +91,17 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
     if latest is not None and store.kind == "windowed":
         values = [json.loads(v) for v in table.to_pyarrow_table(columns=["value"]).column("value").to_pylist() if v]
     return numbers, latest, values
+
+
+def _user_metadata(path: Path, version: int) -> str | None:
+    """The ``userMetadata`` Spark wrote in a commit, from the commit file itself."""
+    commit = path / "_delta_log" / f"{version:020d}.json"
+    if not commit.exists():
+        return None
+    for line in commit.read_text().splitlines():
+        if '"commitInfo"' in line:
+            return json.loads(line)["commitInfo"].get("userMetadata")
+    return None
 
 
 def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_ms: int) -> int | None:

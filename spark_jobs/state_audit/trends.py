@@ -20,9 +20,13 @@ UNBOUNDED_AFTER_AUDITS = 3
 
 
 def growth_per_day(points: list[tuple[dt.datetime, float]], window_days: float = 7.0) -> float | None:
-    """Slope (units per day) of ``(time, value)`` points within ``window_days`` of the newest; None
-    with fewer than two points in distinct times."""
+    """Slope (units per day) of ``(time, value)`` points within ``window_days`` of the newest and since
+    the state last shrank (growth before a cleanup says nothing about after it); None with fewer than
+    two such points in distinct times."""
     points = sorted((t, v) for t, v in points if v is not None)
+    shrank = [i for i in range(1, len(points)) if points[i][1] < points[i - 1][1]]
+    if shrank:
+        points = points[shrank[-1]:]
     if len(points) < 2:
         return None
     newest = points[-1][0]

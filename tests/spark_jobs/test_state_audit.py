@@ -29,6 +29,9 @@ def test_growth_per_day_and_days_until_a_budget():
     assert trends.days_until(200, 1_000, -5) is None and trends.growth_per_day(points[:1]) is None
     # only the last week counts: an old jump does not dominate the trend
     assert trends.growth_per_day([(_at(-24 * 30), 0)] + points) == pytest.approx(100)
+    # after a cleanup the old growth no longer projects anything
+    assert trends.growth_per_day(points + [(_at(36), 0)]) is None
+    assert trends.growth_per_day(points + [(_at(36), 0), (_at(48), 50)]) == pytest.approx(100)
 
 
 def _history(keys: list[int], tombstones: int = 0) -> list[dict]:

@@ -1,0 +1,137 @@
+"""The state-size audit DAG on the real stack: jobs run with Spark between audits, ``airflow dags test``
+runs the audit (its checkpoint reader is a spark-submit application), alerts go to a webhook.
+
+``growing_counts`` only gains users; ``churning_counts`` gains and closes them. Over four audits:
+the growing store crosses its rows budget (one alert, not repeated on the next audit), is flagged as
+unbounded growth; the churning one never is; the restore estimate (fitted to two real
+restores of the store, in new driver processes) is checked against the next real restore; closing
+every account clears the budget and the alert resolves.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from runtime.settings import PROJECT_ROOT
+from spark_jobs.changelog_tuning.tuner import measure_all
+from spark_jobs.generators.purchases import produce
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.registry import get_job
+from spark_jobs.run import run
+from spark_jobs.state.restore_history import restore_measurements
+from spark_jobs.state_audit.collect import audit_rows
+from spark_jobs.state_audit.report import report_dir
+from spark_jobs.submit import submit_spec
+from tests.helpers import WebhookReceiver
+
+pytestmark = pytest.mark.integration
+
+JOB_MODULES = "tests.fixtures.audit_jobs"
+
+
+@pytest.fixture(scope="module")
+def webhook():
+    receiver = WebhookReceiver()
+    yield receiver
+    receiver.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def audit(dag_runner, kafka_broker, webhook):
+    env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT),
+           "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}  # fmt: skip
+
+    def run_audit():
+        result = dag_runner.dags_test("audit_state_size", env=env, dag_file=PROJECT_ROOT / "dags" / "audit_state_size.py")
+        assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STREAMSTATE_JOB_MODULES", JOB_MODULES)
+        yield run_audit
+
+
+def _events(kind: str, users: range, round_: int) -> list[dict]:
+    at = (dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=round_)).isoformat().replace("+00:00", "Z")
+    if kind == "purchase":
+        return [{"event_id": f"a-{round_}-{u}", "type": "purchase", "user_id": f"u{u:05d}", "item": "sku-0001",
+                 "amount": 1.5, "event_time": at} for u in users]  # fmt: skip
+    return [{"event_id": f"c-{round_}-{u}", "type": "account_closed", "user_id": f"u{u:05d}", "event_time": at} for u in users]
+
+
+def _round(settings, spark, job: str, events: list[dict]) -> None:
+    spec = get_job(job)
+    produce(settings.kafka_bootstrap_servers, spec.source_topic, events)
+    run(spec, settings, available_now=True, spark=spark)
+
+
+def _restore_in_a_new_driver(settings, spec) -> None:
+    """Lose the checkpoint, then drain the input in a new driver process (a cold JVM, as in production):
+    it restores from the latest snapshot + changelog tail and records the restore's throughput."""
+    shutil.rmtree(settings.checkpoint_dir / spec.application_id)
+    submit = submit_spec(spec, settings, available_now=True)
+    env = {**os.environ, **submit.env, "PYTHONPATH": str(PROJECT_ROOT)}
+    proc = subprocess.run(submit.command(), env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _latest(settings, job: str) -> dict:
+    return audit_rows(settings, get_job(job).application_id, "counts")[-1]
+
+
+def test_growth_budgets_unbounded_restore_estimate_and_report(settings, spark, audit, webhook):
+    growing, churning = get_job("growing_counts"), get_job("churning_counts")
+    for spec in (growing, churning):
+        ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
+    rounds = [  # (growing: new users, churning: new users, churning: closed users)
+        (range(0, 100), range(0, 100), range(0)),
+        (range(100, 200), range(100, 150), range(0, 50)),
+        (range(200, 300), range(150, 200), range(50, 100)),
+    ]
+    for i, (grow, new, closed) in enumerate(rounds):
+        if i == 0:
+            _round(settings, spark, "growing_counts", _events("purchase", grow, i))
+        else:  # growing's checkpoint is lost: a new driver restores (snapshot + tail) and records how long it took
+            produce(settings.kafka_bootstrap_servers, growing.source_topic, _events("purchase", grow, i))
+            _restore_in_a_new_driver(settings, growing)
+        _round(settings, spark, "churning_counts", _events("purchase", new, i) + _events("account_closed", closed, i))
+        measure_all(settings, f"test-measure-{i}")  # the compaction DAG's measurement, shared with the audit
+        audit()
+        row = _latest(settings, "growing_counts")
+        # live rows read out of the checkpoint by Spark's statestore reader
+        assert (row["state_rows"], row["state_rows_source"]) == (100 * (i + 1), "checkpoint")
+        if i == 0:
+            assert webhook.received == []  # 100 rows, budget 150
+        else:  # crossed at 200 rows, and not announced again at 300
+            assert [(a["condition"], a["status"]) for a in webhook.received] == [("state_budget_counts", "firing")]
+
+    grown, churned = _latest(settings, "growing_counts"), _latest(settings, "churning_counts")
+    assert grown["unbounded"] and "keys only ever added" in grown["unbounded_reason"]
+    assert not churned["unbounded"] and churned["changelog_tombstones"] > 0 and churned["state_rows"] == 100
+    assert all(a["application_id"] == growing.application_id for a in webhook.received)
+    assert "200 rows > budget 150" in webhook.received[0]["summary"] and "keys only ever added" not in webhook.received[0]["summary"]
+
+    # the audit's estimate (from the two restores measured above) vs the next real restore of this store
+    estimate = grown["restore_snapshot_tail_s"]
+    _restore_in_a_new_driver(settings, growing)
+    measured = restore_measurements(settings)[-1]
+    assert (measured["application_id"], measured["snapshot_rows"], measured["keys"]) == (growing.application_id, 300, 300)
+    assert estimate is not None and measured["seconds"] / 2 <= estimate <= measured["seconds"] * 2, \
+        f"estimate {estimate:.2f}s vs measured {measured['seconds']:.2f}s"  # fmt: skip
+
+    # every account closed: under budget again, the alert resolves (and the old growth projects nothing)
+    _round(settings, spark, "growing_counts", _events("account_closed", range(0, 300), 9))
+    audit()
+    assert [(a["condition"], a["status"]) for a in webhook.received] == [("state_budget_counts", "firing"),
+                                                                         ("state_budget_counts", "resolved")]  # fmt: skip
+
+    page = (report_dir(settings) / "index.html").read_text()
+    for spec in (growing, churning):
+        assert f"{spec.application_id} / counts" in page
+        assert (report_dir(settings) / f"{spec.application_id}.counts.png").read_bytes()[:4] == b"\x89PNG"
