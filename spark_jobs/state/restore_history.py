@@ -108,11 +108,12 @@ class RestoreRates:
             changelog=LinearCost.fit([(m["changelog_records_read"], m["changelog_seconds"]) for m in rows]),
         )
 
-    def estimate(self, *, snapshot_rows: int, changelog_records: int) -> float | None:
+    def estimate(self, *, snapshot_rows: int | None, changelog_records: int) -> float | None:
         """Seconds to restore from a snapshot of ``snapshot_rows`` plus ``changelog_records`` of tail
-        (``snapshot_rows=0``: a full replay). None when this deployment has not measured the parts needed."""
+        (``snapshot_rows=None``: no snapshot, a full replay; an empty snapshot still costs its read).
+        None when this deployment has not measured the parts needed."""
         total = 0.0
-        if snapshot_rows:
+        if snapshot_rows is not None:
             if self.snapshot is None:
                 return None
             total += self.snapshot.seconds(snapshot_rows)

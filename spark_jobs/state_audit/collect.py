@@ -167,7 +167,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     row["tail_records"] = tail
     row["restore_snapshot_tail_s"] = rates.estimate(snapshot_rows=latest.rows if latest else 0, changelog_records=tail) \
         if latest else None  # fmt: skip
-    row["restore_full_replay_s"] = rates.estimate(snapshot_rows=0, changelog_records=row.get("changelog_records") or 0)
+    row["restore_full_replay_s"] = rates.estimate(snapshot_rows=None, changelog_records=row.get("changelog_records") or 0)
 
     # trends and budgets
     state_bytes = max(v for v in (row.get("state_bytes"), row.get("state_disk_bytes"), row.get("snapshot_bytes"),

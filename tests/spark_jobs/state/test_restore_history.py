@@ -31,10 +31,12 @@ def test_restore_estimate_adds_snapshot_and_tail_and_prefers_the_stores_own_rate
     measured = [_m("counts", 0, 0, 100_000, 2.0), _m("counts", 50_000, 1.0, 10_000, 0.2),
                 _m("counts", 200_000, 4.0, 0, 0), _m("other", 0, 0, 1_000, 10.0, app="b-v1")]  # fmt: skip
     rates = RestoreRates.fit(measured, store="counts", application_id="a-v1")
-    full = rates.estimate(snapshot_rows=0, changelog_records=1_000_000)
+    full = rates.estimate(snapshot_rows=None, changelog_records=1_000_000)
     assert full == pytest.approx(20, rel=0.01)  # 50,000 records/s
     assert rates.estimate(snapshot_rows=100_000, changelog_records=50_000) == pytest.approx(2 + 1, rel=0.01)
-    assert RestoreRates.fit([]).estimate(snapshot_rows=0, changelog_records=10) is None  # nothing measured yet
+    assert RestoreRates.fit([]).estimate(snapshot_rows=None, changelog_records=10) is None  # nothing measured yet
+    with_fixed = RestoreRates(snapshot=LinearCost(1.5, 1000.0, 2), changelog=None)
+    assert with_fixed.estimate(snapshot_rows=0, changelog_records=0) == 1.5  # an empty snapshot is still read
 
 
 def test_budgets_are_validated():
