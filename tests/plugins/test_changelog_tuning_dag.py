@@ -21,7 +21,6 @@ from spark_jobs.changelog_tuning.measure import broker_log_dirs, measure_changel
 from spark_jobs.registry import get_job
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, changelog_topic_name
 from streamstate.ui.jobs_page import _row, job_view
-from tests.helpers import WebhookReceiver
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -32,13 +31,6 @@ KEYS, BATCHES = 60, 80
 #: per live key (-> min.cleanable.dirty.ratio 0.33), alert after 2 runs above it
 POLICY = {"STREAMSTATE_COMPACTION_TARGET_REPLAY_RATIO": "1.5", "STREAMSTATE_COMPACTION_MAX_UNCOMPACTED_MS": "5000",
           "STREAMSTATE_COMPACTION_MIN_SEGMENT_MS": "1000", "STREAMSTATE_COMPACTION_ALERT_AFTER_RUNS": "2"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def webhook():
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.server.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -28,18 +28,10 @@ from spark_jobs.state.restore_history import restore_measurements
 from spark_jobs.state_audit.collect import audit_rows
 from spark_jobs.state_audit.report import report_dir
 from spark_jobs.submit import submit_spec
-from tests.helpers import WebhookReceiver
 
 pytestmark = pytest.mark.integration
 
 JOB_MODULES = "tests.fixtures.audit_jobs"
-
-
-@pytest.fixture(scope="module")
-def webhook():
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.server.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -23,17 +23,9 @@ from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from streamstate.supervision import read_record
-from tests.helpers import WebhookReceiver
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def webhook():
-    receiver = WebhookReceiver()
-    yield receiver
-    receiver.server.shutdown()
 
 
 @pytest.fixture(scope="module")
