@@ -1,7 +1,7 @@
 # The two commands of the README contract; both set up what is missing first (idempotently).
 #   make run   - the main job on the embedded stack (Kafka broker, Spark local[*], Delta, Airflow)
 #   make test  - the test suite (starts and stops its own broker, Spark and Airflow)
-.PHONY: run test setup lock down status
+.PHONY: run test setup lock down status bench
 
 PY := .venv/bin/python
 
@@ -13,6 +13,10 @@ test: setup
 
 setup:
 	@bash scripts/bootstrap.sh
+
+# The benchmarks of BENCHMARKS.md against Kafka Streams and plain Spark (hours at full size; see README).
+bench: setup
+	$(PY) bench/compare.py
 
 down:
 	$(PY) -m runtime down

@@ -2,7 +2,9 @@
 
 ``supervise__<job>`` runs every ``SupervisionPolicy.check_every_s``. The check decides (restart with
 backoff, give up on a crash loop, which alerts open and resolve); the launch task runs only when the
-check says so and returns as soon as the driver is RUNNING. Logic lives in plugins/streamstate.
+check says so and returns as soon as the driver is RUNNING; beside them, the job's warm standby (the
+snapshot follower behind state queries and short restores) is kept running and watched for lag.
+Logic lives in plugins/streamstate.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import dag, task
+from streamstate.operators.standby import SuperviseStandbyOperator
 from streamstate.operators.streaming_job import CheckStreamingJobOperator, LaunchStreamingJobOperator
 
 from spark_jobs.registry import JobSpec, latest_jobs
@@ -35,6 +38,8 @@ def supervise_dag(job: JobSpec) -> None:
             return bool(assessment) and assessment["action"] in ("start", "restart")
 
         should_start(check.output) >> LaunchStreamingJobOperator(task_id="launch", job=job.name)
+        if job.stores:
+            SuperviseStandbyOperator(task_id="standby", job=job.name)
 
     supervise()
 

@@ -16,6 +16,7 @@ import argparse
 import json
 import shutil
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -96,6 +97,17 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     return run_demo(settings, events=args.events, users=args.users, with_airflow=not args.no_airflow)
 
 
+def cmd_state_api(settings: Settings, args: argparse.Namespace) -> int:
+    """The state query API on its own (in Airflow it is the plugin app under /state-api)."""
+    import uvicorn
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))  # as in every Airflow process
+    from streamstate.state_api.app import create_app
+
+    uvicorn.run(create_app(settings), host=settings.host, port=args.port or settings.state_api_port, log_level="info")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamstate", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -125,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", type=int, default=2_000)
     p.add_argument("--no-airflow", action="store_true", help="do not start Airflow (Kafka + Spark + Delta only)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("state-api", help="serve the state query API (OpenAPI at /docs)")
+    p.add_argument("--port", type=int, default=None, help="default: STREAMSTATE_STATE_API_PORT")
+    p.set_defaults(func=cmd_state_api)
     return parser
 
 

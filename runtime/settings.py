@@ -105,11 +105,26 @@ class Settings:
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 2
     spark_driver_memory: str = "2g"
+    #: at most this many source records per micro-batch (Kafka's ``maxOffsetsPerTrigger``), so a job
+    #: catching up on a long backlog works in bounded batches (snapshots, changelog flushes, batch
+    #: durations within budget) instead of one batch of everything; unset = no limit
+    max_offsets_per_trigger: int | None = None
     #: Comma-separated modules with more jobs (each lists ``JobSpec``s in ``JOBS``), e.g. a team's
     #: own job package; it must be importable wherever drivers and Airflow tasks run.
     job_modules: str | None = None
     #: bounds and targets of the changelog tuning DAG
     compaction: CompactionPolicy = CompactionPolicy()
+    #: warm standby (spark_jobs/standby): commit the followed changes to the Delta snapshot this often
+    standby_commit_interval_s: float = 5.0
+    #: the standby's bound: a change reaches the snapshot within this (a lag metric above it alerts)
+    standby_max_lag_s: float = 30.0
+    #: the state query API run on its own (``python -m runtime state-api``); in Airflow it is a plugin app
+    state_api_port: int = 8791
+    #: when set, every state query needs ``Authorization: Bearer <token>`` (never logged or shown)
+    state_api_token: str | None = dataclasses.field(default=None, repr=False)
+    state_api_max_page_size: int = 1000
+    #: a live answer that takes longer falls back to the standby
+    state_api_timeout_s: float = 2.0
 
     # ----- derived locations -------------------------------------------------------------------
     @property
@@ -212,11 +227,22 @@ class Settings:
             )
         if self.kafka_replication_factor < 1:
             raise SettingsError("kafka_replication_factor must be at least 1")
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            raise SettingsError(f"{ENV_PREFIX}MAX_OFFSETS_PER_TRIGGER must be >= 1 (or unset: no limit)")
+        if not 0 < self.standby_commit_interval_s < self.standby_max_lag_s:
+            raise SettingsError(f"{ENV_PREFIX}STANDBY_COMMIT_INTERVAL_S must be > 0 and below STANDBY_MAX_LAG_S "
+                                f"({self.standby_commit_interval_s} vs {self.standby_max_lag_s})")
+        if not 1 <= self.state_api_port <= 65535 or self.state_api_max_page_size < 1 or self.state_api_timeout_s <= 0:
+            raise SettingsError(f"{ENV_PREFIX}STATE_API_*: need a TCP port, a page size >= 1 and a timeout > 0")
         self.compaction.validate()
 
 
 def _convert(key: str, raw: str, type_name: object) -> object:
     type_text = str(type_name)
+    if "None" in type_text:
+        if not raw:
+            return None
+        type_text = type_text.replace("| None", "").strip()
     try:
         if type_text == "int":
             return int(raw)
@@ -224,8 +250,6 @@ def _convert(key: str, raw: str, type_name: object) -> object:
             return float(raw)
         if type_text == "Path":
             return Path(raw).expanduser().resolve()
-        if "None" in type_text:
-            return raw or None
         return raw
     except ValueError as err:
         raise SettingsError(f"{key}={raw!r}: {err}") from err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 from runtime.settings import Settings
@@ -31,18 +32,23 @@ class JobContext:
     open_writers: list = dataclasses.field(default_factory=list)
     #: called with (store, SnapshotInfo) after every snapshot (the runner publishes it in the status)
     snapshot_listeners: list = dataclasses.field(default_factory=list)
+    #: seconds spent per phase of the state-change batches (state, changelog, outputs, snapshot), summed
+    #: over the run: the run report's answer to "where does a batch's time go"
+    phase_seconds: dict = dataclasses.field(default_factory=dict)
 
     def kafka_source(self):
         """The job's source topic as a streaming DataFrame, starting where the restored state ends."""
-        return (
+        reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap_servers)
             .option("subscribe", self.spec.source_topic)
             .option("startingOffsets", self.starting_offsets)
             # Consumer groups named after the version (Kafka Streams: application.id is the group).
             .option("groupIdPrefix", self.spec.application_id)
-            .load()
         )
+        if self.settings.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
+        return reader.load()
 
     @property
     def starting_offsets(self) -> str:
@@ -79,7 +85,11 @@ class JobContext:
         every = self.spec.snapshot_every_batches
         if every <= 0 or changelog_batch_id % every:
             return None
+        from spark_jobs.standby.follower import standby_running
         from spark_jobs.state.restore import take_snapshot
+
+        if standby_running(self.settings.status_dir, self.spec.application_id):
+            return None  # the warm standby keeps this store's snapshots (one writer per table)
 
         snapshot = take_snapshot(self.snapshot_store(store_name), self.settings.kafka_bootstrap_servers,
                                  self.changelog_topic(store_name).name)  # fmt: skip
@@ -89,7 +99,7 @@ class JobContext:
 
     def snapshot_store(self, store_name: str) -> SnapshotStore:
         s = store(self.spec, store_name)
-        return SnapshotStore(self.spark, snapshot_path(self.settings.lake_dir, self.spec.application_id, s.name),
+        return SnapshotStore(snapshot_path(self.settings.lake_dir, self.spec.application_id, s.name),
                              self.spec.application_id, s.name)  # fmt: skip
 
     @property
@@ -154,14 +164,20 @@ class JobContext:
         checkpoint = self.checkpoint
 
         def write_batch(batch, batch_id: int) -> None:
+            clock = _PhaseClock(self.phase_seconds)
             batch.persist()  # two writes from one batch: run the stateful plan once
             try:
+                batch.count()  # materialise it now, so the state phase is timed apart from the writes
+                clock.lap("state")
                 writer.write_batch(changes.changelog_records(batch), batch_id, batch_end_offsets(checkpoint, batch_id),
                                    batch_watermark_ms(checkpoint, batch_id))  # fmt: skip
+                clock.lap("changelog")
                 write_outputs(batch, batch_id)
+                clock.lap("outputs")
             finally:
                 batch.unpersist()
             self.snapshot_if_due(changes.store, writer.batch_base + batch_id)
+            clock.lap("snapshot")
 
         return write_batch
 
@@ -178,3 +194,15 @@ class JobContext:
             topic.ensure(self.settings.kafka_bootstrap_servers)
             names.append(topic.name)
         return names
+
+
+class _PhaseClock:
+    """Adds the seconds since the previous lap to ``totals[phase]``."""
+
+    def __init__(self, totals: dict) -> None:
+        self.totals, self.last = totals, time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.totals[phase] = round(self.totals.get(phase, 0.0) + now - self.last, 3)
+        self.last = now

@@ -168,5 +168,17 @@ def read_status(status_dir: Path, application_id: str) -> dict | None:
         return None
 
 
+def current_state(status_dir: Path, application_id: str) -> str:
+    """What the job is doing now: its published state while its driver holds the lease (a killed
+    driver's last status says RUNNING forever), else ``NOT_RUNNING`` (``NEVER_RAN`` without a status)."""
+    from spark_jobs.lease import JobLease
+
+    status = read_status(status_dir, application_id)
+    holder = JobLease(status_dir, application_id).holder()
+    if holder is not None and status and status.get("lease_epoch") == holder.get("epoch"):
+        return status.get("state") or JobState.CREATED.value
+    return JobState.NOT_RUNNING.value if status else "NEVER_RAN"
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")

@@ -58,6 +58,8 @@ class RunReport:
     quarantined_checkpoint: dict | None = None
     #: the single-instance lease epoch this run held
     lease_epoch: int | None = None
+    #: seconds per phase of the state-change batches, summed (state, changelog, outputs, snapshot)
+    phase_seconds: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -218,6 +220,7 @@ def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, e
         raise
     finally:
         spark.streams.removeListener(collector)
+        report.phase_seconds = dict(context.phase_seconds)
         context.close()
         report.finished_at = _now()
         settings.status_dir.mkdir(parents=True, exist_ok=True)

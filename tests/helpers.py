@@ -22,14 +22,16 @@ def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
     return {p: high for p, (_, high) in partition_offsets(bootstrap_servers, topic, 10).items()}
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    """Poll ``predicate`` every 0.5 s until it returns something truthy (returned), or fail naming ``what``."""
+def wait_for(predicate, timeout_s: float, what: str, diagnose=None):
+    """Poll ``predicate`` every 0.5 s until it returns something truthy (returned), or fail naming ``what``
+    (and what ``diagnose()`` says about the state of things, when given)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if value := predicate():
             return value
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    details = f"\n{diagnose()}" if diagnose else ""
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}{details}")
 
 
 class WebhookReceiver:

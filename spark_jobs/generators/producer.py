@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from confluent_kafka import Producer
 
 
-def produce_keyed(bootstrap_servers: str, topic: str, events: list[dict], key_field: str) -> int:
+def produce_keyed(bootstrap_servers: str, topic: str, events: Iterable[dict], key_field: str) -> int:
     """Write ``events`` to ``topic`` keyed by ``event[key_field]`` in list order. Returns the count acked.
 
     murmur2 is the Java client's (and Spark's) partitioner: a key lands on the same partition number
@@ -17,6 +18,7 @@ def produce_keyed(bootstrap_servers: str, topic: str, events: list[dict], key_fi
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20, "enable.idempotence": True,
                          "partitioner": "murmur2_random", "log_level": 3})  # fmt: skip
     failures: list[str] = []
+    sent = 0
 
     def on_delivery(err, _msg):
         if err is not None:
@@ -32,7 +34,8 @@ def produce_keyed(bootstrap_servers: str, topic: str, events: list[dict], key_fi
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
+        sent += 1
     remaining = producer.flush(60)
     if remaining or failures:
         raise RuntimeError(f"{remaining} events unsent, {len(failures)} failed (first: {failures[:1]})")
-    return len(events)
+    return sent

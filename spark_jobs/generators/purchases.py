@@ -65,6 +65,6 @@ def expected_counts(events: Iterable[dict]) -> dict[str, tuple[int, Decimal]]:
     return {user: (n, amount) for user, (n, amount) in totals.items()}
 
 
-def produce(bootstrap_servers: str, topic: str, events: list[dict]) -> int:
+def produce(bootstrap_servers: str, topic: str, events: Iterable[dict]) -> int:
     """Write events to ``topic`` keyed by user_id (same user, same partition). Returns the count acked."""
     return produce_keyed(bootstrap_servers, topic, events, "user_id")

@@ -9,8 +9,11 @@ offsets the state corresponds to and the changelog offsets to resume from. So:
 * a snapshot write that dies half-way never commits, so readers only ever see complete snapshots.
 
 A snapshot is built from the previous snapshot plus the changelog tail up to the last complete
-batch (:func:`take_snapshot`), never from a live query, so it is consistent by construction.
-:class:`SnapshotStore` is the source of truth for snapshots; it does not read Kafka.
+batch (:func:`take_snapshot`), never from a live query, so it is consistent by construction. The
+warm standby (:mod:`spark_jobs.standby`) commits the same kind of snapshot incrementally: a MERGE of
+the complete batches' changes, with the same metadata.
+:class:`SnapshotStore` is the source of truth for snapshots; it does not read Kafka. The history is
+read without Spark (delta-rs), so the standby and the state API can use it too.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ class SnapshotInfo:
     bytes: int = 0
     #: the event-time watermark of ``batch_id`` (0: none)
     watermark_ms: int = 0
+    #: the snapshot holds every change written to the changelog before this time (epoch ms; 0: unknown)
+    as_of_ms: int = 0
+    #: who wrote it: ``driver`` (the job's cadence, a full overwrite) or ``standby`` (a MERGE of a tail)
+    writer: str = "driver"
 
     def metadata_json(self) -> str:
         return json.dumps({
@@ -47,6 +54,7 @@ class SnapshotInfo:
             "batch_id": self.batch_id, "rows": self.rows, "taken_at": self.taken_at, "watermark_ms": self.watermark_ms,
             "input_offsets": {t: {str(p): o for p, o in ps.items()} for t, ps in self.input_offsets.items()},
             "changelog_offsets": {str(p): o for p, o in self.changelog_offsets.items()},
+            "as_of_ms": self.as_of_ms, "writer": self.writer, "bytes": self.bytes,
         }, sort_keys=True)  # fmt: skip
 
     @classmethod
@@ -66,88 +74,116 @@ class SnapshotInfo:
             changelog_offsets={int(p): int(o) for p, o in data["changelog_offsets"].items()},
             rows=int(data["rows"]),
             taken_at=data["taken_at"],
-            bytes=output_bytes,
+            bytes=output_bytes or int(data.get("bytes", 0)),
             watermark_ms=int(data.get("watermark_ms", 0)),
+            as_of_ms=int(data.get("as_of_ms", 0)),
+            writer=data.get("writer", "driver"),
         )
+
+
+def snapshot_history(path: Path | str, limit: int | None = None) -> list[SnapshotInfo]:
+    """The snapshots in a store's snapshot table (the newest ``limit`` commits only, when given), oldest first."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    infos = []
+    for commit in DeltaTable(str(path)).history(limit):
+        metrics = commit.get("operationMetrics") or {}
+        metadata = commit.get("userMetadata") or _user_metadata(Path(path), int(commit["version"]))
+        info = SnapshotInfo.from_commit(int(commit["version"]), metadata, int(metrics.get("numOutputBytes", 0) or 0))
+        if info is not None:
+            infos.append(info)
+    return sorted(infos, key=lambda i: i.delta_version)
+
+
+def _user_metadata(path: Path, version: int) -> str | None:
+    """A commit's ``userMetadata`` read from the commit file itself (some delta-rs history rows omit it)."""
+    commit = path / "_delta_log" / f"{version:020d}.json"
+    if not commit.exists():
+        return None
+    for line in commit.read_text().splitlines():
+        if '"commitInfo"' in line:
+            return json.loads(line)["commitInfo"].get("userMetadata")
+    return None
+
+
+def latest_snapshot(path: Path | str) -> SnapshotInfo | None:
+    """The newest snapshot: nearly always the newest commit, so the full history is read only if not."""
+    for limit in (20, None):
+        history = snapshot_history(path, limit)
+        if history:
+            return history[-1]
+    return None
 
 
 def snapshot_path(lake_dir: Path, application_id: str, store: str) -> Path:
     return lake_dir / "_state" / application_id / store
 
 
-class SnapshotStore:
-    """Writes and reads the snapshots of one store."""
+def snapshot_table_configuration(retention: str = "7 days") -> dict[str, str]:
+    """Table properties of a new snapshot table: old snapshots stay readable by time travel this long."""
+    return {"delta.logRetentionDuration": f"interval {retention}", "delta.deletedFileRetentionDuration": f"interval {retention}"}
 
-    def __init__(self, spark, path: Path | str, application_id: str, store: str, retention: str = "7 days") -> None:
-        self.spark = spark
+
+class SnapshotStore:
+    """Writes and reads the snapshots of one store, with delta-rs: the state is built in the driver's
+    Python process (restore, snapshot), so a Spark job per snapshot would only add its start-up and a
+    cold Delta log replay to what is one Parquet file written or scanned through Arrow."""
+
+    def __init__(self, path: Path | str, application_id: str, store: str, retention: str = "7 days") -> None:
         self.path = str(path)
         self.application_id = application_id
         self.store = store
         self.retention = retention
 
-    def _exists(self) -> bool:
-        from delta.tables import DeltaTable
-
-        return DeltaTable.isDeltaTable(self.spark, self.path)
+    @property
+    def transaction_app_id(self) -> str:
+        """Delta ``txn`` application id: a snapshot of a batch already committed is not written twice."""
+        return f"streamstate-snapshot:{self.application_id}:{self.store}"
 
     def history(self) -> list[SnapshotInfo]:
         """Every snapshot still in the table's history, oldest first."""
-        if not self._exists():
-            return []
-        from delta.tables import DeltaTable
-
-        rows = DeltaTable.forPath(self.spark, self.path).history().select(
-            "version", "userMetadata", "operationMetrics").collect()  # fmt: skip
-        infos = []
-        for row in rows:
-            metrics = row["operationMetrics"] or {}
-            info = SnapshotInfo.from_commit(row["version"], row["userMetadata"], int(metrics.get("numOutputBytes", 0)))
-            if info is not None:
-                infos.append(info)
-        return sorted(infos, key=lambda i: i.delta_version)
+        return snapshot_history(self.path)
 
     def latest(self) -> SnapshotInfo | None:
-        history = self.history()
-        return history[-1] if history else None
+        return latest_snapshot(self.path)
 
     def read(self, info: SnapshotInfo) -> dict[bytes, bytes]:
         """The state of one snapshot (time travel to its Delta version)."""
-        df = self.spark.read.format("delta").option("versionAsOf", info.delta_version).load(self.path)
-        # Through Arrow: row-by-row collection over py4j cost ~5 s per 100k rows (bench/restore_time.py).
-        table = df.toArrow()
+        from deltalake import DeltaTable
+
+        table = DeltaTable(self.path, version=info.delta_version).to_pyarrow_table(columns=["key", "value"])
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
         return {k.encode(): v.encode() for k, v in zip(keys, values)}
 
     def write(self, state: dict[bytes, bytes], batch_id: int, input_offsets: KafkaOffsets,
               changelog_offsets: dict[int, int], watermark_ms: int = 0) -> SnapshotInfo:  # fmt: skip
-        """Commit ``state`` as a new snapshot (one atomic Delta overwrite)."""
-        from pyspark.sql import types as T
+        """Commit ``state`` as a new snapshot (one atomic Delta overwrite); a second write of the same
+        batch (a retried task) commits nothing and returns the first."""
+        import pyarrow as pa
+        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
         info = SnapshotInfo(
             delta_version=-1, application_id=self.application_id, store=self.store, batch_id=batch_id,
             input_offsets=input_offsets, changelog_offsets=dict(changelog_offsets), rows=len(state),
             taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), watermark_ms=watermark_ms,
         )  # fmt: skip
-        import pyarrow as pa
-
-        schema = T.StructType([T.StructField("key", T.StringType(), False), T.StructField("value", T.StringType())])
-        # Through Arrow: a Python row list costs ~25 s per 100k rows here (bench/restore_time.py).
-        table = pa.table({"key": [k.decode() for k in state], "value": [v.decode() for v in state.values()]})
-        df = self.spark.createDataFrame(table, schema).repartition(max(1, min(8, len(state) // 50_000 + 1)))
-        created = not self._exists()
-        # The transaction id makes the commit idempotent (a retried snapshot of one batch is skipped)
-        # and never empty: Delta drops a commit without actions, e.g. empty state over empty state.
-        (df.write.format("delta").mode("overwrite").option("userMetadata", info.metadata_json())
-         .option("txnAppId", f"streamstate-snapshot:{self.application_id}:{self.store}").option("txnVersion", batch_id)
-         .save(self.path))  # fmt: skip
-        if created:
-            # Old snapshots stay readable by time travel for this long (then VACUUM may drop them).
-            self.spark.sql(
-                f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ("
-                f"'delta.logRetentionDuration' = 'interval {self.retention}', "
-                f"'delta.deletedFileRetentionDuration' = 'interval {self.retention}')"
-            )
-        written = next((i for i in reversed(self.history()) if i.batch_id == batch_id), None)
+        created = not (Path(self.path) / "_delta_log").is_dir()
+        committed = None if created else DeltaTable(self.path).transaction_version(self.transaction_app_id)
+        if committed is None or committed < batch_id:
+            schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
+            table = pa.table({"key": [k.decode() for k in state], "value": [v.decode() for v in state.values()]},
+                             schema=schema)  # fmt: skip
+            # The txn action records the batch (checked above), and keeps even an empty state over an empty
+            # state a real commit; old snapshots stay readable by time travel for ``retention``.
+            write_deltalake(
+                self.path, table, mode="overwrite",
+                commit_properties=CommitProperties(custom_metadata={"userMetadata": info.metadata_json()},
+                                                   app_transactions=[Transaction(self.transaction_app_id, batch_id)]),
+                configuration=snapshot_table_configuration(self.retention) if created else None,
+            )  # fmt: skip
+        written = next((i for i in reversed(snapshot_history(self.path, 20)) if i.batch_id == batch_id), None)
         if written is None:
             raise RuntimeError(f"snapshot of {self.application_id}/{self.store} at batch {batch_id} was not committed")
         return written

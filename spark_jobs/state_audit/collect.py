@@ -20,7 +20,7 @@ from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import JobSpec, StoreSpec
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.restore_history import RestoreRates
-from spark_jobs.state.snapshots import SnapshotInfo, snapshot_path
+from spark_jobs.state.snapshots import SnapshotInfo, snapshot_history, snapshot_path
 from spark_jobs.state_audit import trends
 from spark_jobs.versions import append_rows, platform_table, read_rows
 
@@ -73,14 +73,7 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
     import pyarrow as pa
 
     table = DeltaTable(str(path))
-    infos = []
-    for commit in table.history():
-        metrics = commit.get("operationMetrics") or {}
-        metadata = commit.get("userMetadata") or _user_metadata(path, int(commit["version"]))
-        info = SnapshotInfo.from_commit(int(commit["version"]), metadata, int(metrics.get("numOutputBytes", 0) or 0))
-        if info is not None:
-            infos.append(info)
-    infos.sort(key=lambda i: i.delta_version)
+    infos = snapshot_history(path)
     latest = infos[-1] if infos else None
     files = pa.table(table.get_add_actions(flatten=True)).select(["size_bytes"]).to_pylist()
     taken = dt.datetime.fromisoformat(latest.taken_at) if latest else None
@@ -91,17 +84,6 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
     if latest is not None and store.kind == "windowed":
         values = [json.loads(v) for v in table.to_pyarrow_table(columns=["value"]).column("value").to_pylist() if v]
     return numbers, latest, values
-
-
-def _user_metadata(path: Path, version: int) -> str | None:
-    """The ``userMetadata`` Spark wrote in a commit, from the commit file itself."""
-    commit = path / "_delta_log" / f"{version:020d}.json"
-    if not commit.exists():
-        return None
-    for line in commit.read_text().splitlines():
-        if '"commitInfo"' in line:
-            return json.loads(line)["commitInfo"].get("userMetadata")
-    return None
 
 
 def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_ms: int) -> int | None:

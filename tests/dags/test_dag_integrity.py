@@ -55,7 +55,10 @@ def test_every_registered_job_is_supervised_and_controllable(dagbag_for):
     for name, spec in latest_jobs().items():
         dag = bag.dags[f"supervise__{name}"]
         assert dag.max_active_runs == 1
-        assert [t.task_id for t in dag.topological_sort()] == ["check", "should_start", "launch"]
+        tasks = {t.task_id for t in dag.topological_sort()}
+        assert tasks == {"check", "should_start", "launch"} | ({"standby"} if spec.stores else set())
+        assert dag.task_dict["launch"].upstream_task_ids == {"should_start"}
+        assert not dag.task_dict["standby"].upstream_task_ids  # the standby is kept whatever the job's check says
         launch = dag.task_dict["launch"]
         assert launch.job == name and launch._conn_id == "spark_default"
     for control in ("start_streaming_job", "stop_streaming_job"):

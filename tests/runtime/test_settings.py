@@ -16,8 +16,10 @@ def test_defaults_are_the_embedded_stack():
 
 def test_environment_overrides_and_round_trip(tmp_path):
     s = Settings.from_env({"STREAMSTATE_KAFKA_PORT": "19092", "STREAMSTATE_DATA_DIR": str(tmp_path),
-                           "STREAMSTATE_SPARK_MASTER": "spark://10.0.0.5:7077", "HOME": "/ignored"})  # fmt: skip
+                           "STREAMSTATE_SPARK_MASTER": "spark://10.0.0.5:7077", "HOME": "/ignored",
+                           "STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "50000"})  # fmt: skip
     assert s.kafka_bootstrap_servers == "127.0.0.1:19092"
+    assert s.max_offsets_per_trigger == 50_000  # an optional int arrives as an int, not a string
     assert s.data_dir == tmp_path and isinstance(s.data_dir, Path)
     assert s.lake_dir == tmp_path / "lake"
     assert Settings.from_env(s.to_env()) == s
@@ -36,6 +38,8 @@ def test_external_bootstrap_wins():
         ({"STREAMSTATE_AIRFLOW_PORT": "70000"}, "is not a TCP port"),
         ({"STREAMSTATE_AIRFLOW_PORT": "9092"}, "distinct ports"),
         ({"STREAMSTATE_SPARK_MASTER": "local-ish"}, "expected local[*]"),
+        ({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "0"}, "MAX_OFFSETS_PER_TRIGGER must be >= 1"),
+        ({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "lots"}, "STREAMSTATE_MAX_OFFSETS_PER_TRIGGER='lots'"),
     ],
 )
 def test_bad_settings_are_refused_with_the_variable_named(env, message):

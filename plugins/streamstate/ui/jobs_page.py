@@ -7,7 +7,8 @@ A FastAPI app mounted by the Airflow API server under ``/streamstate`` (see
 - ``GET /streamstate/api/jobs``: the same as JSON;
 - ``POST /streamstate/api/alerts``: a webhook inbox (the embedded stack's default alert webhook), and
   ``GET /streamstate/api/alerts`` for the latest alerts received;
-- ``GET /streamstate/state-audit/``: the state-size report (HTML + PNG charts) of the audit DAG.
+- ``GET /streamstate/state-audit/``: the state-size report (HTML + PNG charts) of the audit DAG;
+- ``GET /streamstate/lookup``: a key looked up through the state query API (``/state-api``), as a page.
 
 Everything shown comes from the files the drivers and supervision publish (status, lease,
 supervision record), so the page costs no Spark and works while a job is down.
@@ -25,8 +26,9 @@ from fastapi.responses import FileResponse, HTMLResponse
 
 from runtime.settings import Settings
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.lifecycle import current_state, read_status
 from spark_jobs.registry import JobSpec, registered_versions
+from spark_jobs.standby.follower import read_standby_status, standby_running
 from spark_jobs.versions import JobVersions
 from streamstate.supervision import read_record
 
@@ -59,11 +61,13 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
     progress = status.get("progress") or {}
     alive = holder is not None and status.get("lease_epoch") == holder.get("epoch")
     measured, changelog_alerts = _changelog_tuning(settings)
+    standby = read_standby_status(settings.status_dir, spec.application_id) or {}
+    standby_alive = standby_running(settings.status_dir, spec.application_id) is not None
     return {
         "job": spec.name,
         "application_id": spec.application_id,
         "version": spec.version,
-        "lifecycle_state": status.get("state") if alive else ("NOT_RUNNING" if status else "NEVER_RAN"),
+        "lifecycle_state": current_state(settings.status_dir, spec.application_id),
         "last_published_state": status.get("state"),
         "supervision": {"state": record.last_assessment.get("state"), "action": record.last_assessment.get("action"),
                         "reason": record.last_assessment.get("reason"), "desired": record.desired,
@@ -79,6 +83,11 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "progress_at": progress.get("progress_at"),
         "idle_at": status.get("idle_at"),
         "snapshots": status.get("snapshots") or {},
+        "standby": {"running": standby_alive, "state": standby.get("state") if standby_alive else "NOT_RUNNING",
+                    "lag_ms": standby.get("lag_ms") if standby_alive else None,
+                    "stores": {name: {"batch_id": v.get("batch_id"), "rows": v.get("rows"), "lag_ms": v.get("lag_ms")}
+                               for name, v in (standby.get("stores") or {}).items()}},
+        "stores": [{"store": s.name, "kind": s.kind} for s in spec.stores],
         "restore": status.get("restore") or {},
         "error": status.get("error"),
         "open_alerts": {**record.open_alerts, **changelog_alerts.get(spec.application_id, {})},
@@ -156,6 +165,12 @@ def _row(job: dict) -> str:
     state = job["lifecycle_state"]
     snapshots = "<br>".join(f"{html.escape(s)}: batch {v.get('batch_id')}, {v.get('rows', 0):,} rows, {html.escape(str(v.get('taken_at', '')))}"
                             for s, v in job["snapshots"].items())  # fmt: skip
+    standby = job["standby"]
+    if standby["running"]:
+        snapshots += "".join(f"<br>standby {html.escape(s)}: batch {_cell(v['batch_id'])}, {_cell(v['rows'])} rows, "
+                             f"lag {(v['lag_ms'] or 0) / 1000:.1f} s" for s, v in standby["stores"].items())  # fmt: skip
+    elif job["stores"]:
+        snapshots += '<br><span class="dim">standby not running</span>'
     restore = "<br>".join(f"{html.escape(s)}: {v.get('records_read', v.get('changelog_records_read', 0)):,} records"
                           + (f" in {v['seconds']:.1f}s" if v.get("seconds") is not None else " (running)")
                           for s, v in job["restore"].items())  # fmt: skip
@@ -208,18 +223,66 @@ def state_audit_index():
     return state_audit_report("index.html")
 
 
+_STYLE = """body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #1a202c; }
+table { border-collapse: collapse; width: 100%; font-size: 0.9rem; }
+th, td { border-bottom: 1px solid #e2e8f0; padding: 0.4rem 0.6rem; text-align: left; vertical-align: top; }
+th { background: #f7fafc; } .num { text-align: right; font-variant-numeric: tabular-nums; }
+.dim { color: #718096; font-size: 0.8rem; } .state-RUNNING { color: #2f855a; font-weight: 600; }
+.state-ERROR, .sev-critical, .sev-error { color: #c53030; font-weight: 600; } .sev-warning { color: #b7791f; }
+.state-RESTORING { color: #2b6cb0; font-weight: 600; }"""
+
+
+def _lookup_form(views: list[dict], chosen: str = "", key: str = "", window_start: int | None = None) -> str:
+    options = "".join(
+        f'<option value="{html.escape(v["job"])}/{html.escape(s["store"])}"'
+        f'{" selected" if chosen == v["job"] + "/" + s["store"] else ""}>{html.escape(v["job"])} / {html.escape(s["store"])}'
+        f'{" (windowed)" if s["kind"] == "windowed" else ""}</option>'
+        for v in views for s in v["stores"])  # fmt: skip
+    return f"""<form action="lookup" method="get"><b>Look up a key</b>
+<select name="target">{options}</select> <input name="key" placeholder="key, e.g. user-17" value="{html.escape(key)}" required>
+<input name="window_start" type="number" min="0" placeholder="window start (ms), windowed stores"
+ value="{window_start if window_start is not None else ""}"> <button>Look up</button>
+<span class="dim">answered live while the job runs, else from its warm standby; API: <a href="/state-api/docs">/state-api/docs</a></span></form>"""
+
+
+@app.get("/lookup", response_class=HTMLResponse)
+def lookup(target: str = "", key: str = "", window_start: int | None = None):
+    """One key through the state query API's service (in-process), shown as a page."""
+    from streamstate.state_api.app import app as state_api
+    from streamstate.state_api.keys import InvalidKey
+    from streamstate.state_api.service import UnknownStore
+
+    views = jobs()["jobs"]
+    job, _, store = target.partition("/")
+    status, body = 200, ""
+    if _settings().state_api_token:
+        # The page has no way to hold the token; the API itself stays closed to callers without it.
+        status, body = 403, "<p>State lookups need the API token here: query <code>/state-api</code> with it.</p>"
+    else:
+        service = state_api.state.service
+        try:
+            answer = service.get(*service.resolve(job, store), key, window_start)
+        except (UnknownStore, InvalidKey) as err:
+            status, body = 422, f'<p class="sev-error">{html.escape(str(err))}</p>'
+        else:
+            facts = [("found", "yes" if answer["found"] else "no"), ("source", answer["source"]), ("fallback reason", answer["fallback_reason"]),
+                     ("job state", answer["job_state"]), ("batch", answer["batch_id"]), ("snapshot version", answer["snapshot_version"]),
+                     ("as of", answer["as_of"]), ("staleness (ms)", answer["staleness_ms"])]  # fmt: skip
+            body = "<table>" + "".join(f"<tr><th>{html.escape(n)}</th><td>{_cell(v)}</td></tr>" for n, v in facts)
+            body += f"<tr><th>value</th><td><pre>{html.escape(json.dumps(answer['value'], indent=2))}</pre></td></tr></table>"
+    page_html = f"""<!doctype html><html><head><meta charset="utf-8"><title>State lookup</title><style>{_STYLE}</style></head>
+<body><h2>State lookup: {html.escape(target)} {html.escape(key)}</h2>{_lookup_form(views, target, key, window_start)}{body}
+<p><a href="./">all jobs</a></p></body></html>"""
+    return HTMLResponse(page_html, status_code=status)
+
+
 @app.get("/", response_class=HTMLResponse)
 def page() -> str:
-    rows = "\n".join(_row(job) for job in jobs()["jobs"])
+    views = jobs()["jobs"]
+    rows = "\n".join(_row(job) for job in views)
     return f"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
 <title>Streaming jobs</title><style>
-body {{ font-family: system-ui, sans-serif; margin: 1.5rem; color: #1a202c; }}
-table {{ border-collapse: collapse; width: 100%; font-size: 0.9rem; }}
-th, td {{ border-bottom: 1px solid #e2e8f0; padding: 0.4rem 0.6rem; text-align: left; vertical-align: top; }}
-th {{ background: #f7fafc; }} .num {{ text-align: right; font-variant-numeric: tabular-nums; }}
-.dim {{ color: #718096; font-size: 0.8rem; }} .state-RUNNING {{ color: #2f855a; font-weight: 600; }}
-.state-ERROR, .sev-critical, .sev-error {{ color: #c53030; font-weight: 600; }} .sev-warning {{ color: #b7791f; }}
-.state-RESTORING {{ color: #2b6cb0; font-weight: 600; }}
+{_STYLE}
 </style></head><body>
 <h2>Streaming jobs</h2>
 <table><thead><tr><th>Job</th><th>Lifecycle</th><th>Supervision</th><th>Input lag (records)</th><th>Batch</th>
@@ -227,6 +290,7 @@ th {{ background: #f7fafc; }} .num {{ text-align: right; font-variant-numeric: t
 <tbody>
 {rows}
 </tbody></table>
+{_lookup_form(views)}
 <p class="dim">Refreshes every 10 s. JSON: <a href="api/jobs">api/jobs</a> · received alerts: <a href="api/alerts">api/alerts</a>
  · <a href="state-audit/">state-size report</a></p>
 </body></html>"""

@@ -1,0 +1,378 @@
+"""The platform against its peers: Kafka Streams and plain Spark, same broker, same data, one run.
+
+For every (events, keys) size: purchase events are generated once onto a private local broker; then, for
+REPEATS rounds, each peer processes the whole pre-loaded topic from a cold start, one after the other:
+
+* **Kafka Streams** (bench/kafka_streams, RocksDB store + changelog): time from the JVM's start until its
+  committed offsets reach the input's end; then its state directory is wiped and it is started again, and
+  its full changelog restore is timed (restore listener: first start to last end);
+* **plain Spark** (bench/plain_spark_peer.py): the same aggregation as a bare query, process start to exit;
+* **the platform** (``python -m spark_jobs.run purchase_counts --available-now``): process start to exit,
+  changelog + snapshots + status + dead letters included; then two restores of the store it left, each in
+  its own process (bench/platform_restore_probe.py): the full changelog replay and snapshot + tail.
+
+Each process's peak memory is its process tree's largest sampled resident size (driver JVM, Python driver
+and workers together). Changelog bytes are the changelog topic's log segments on the broker's disk,
+divided by the input events. Figures are medians with min-max over the rounds; ratios compare medians
+measured in the same run. The section is written into BENCHMARKS.md (replacing the previous one).
+
+    .venv/bin/python bench/compare.py                       # 1e6 and 1e7 events x 1e5 and 1e6 keys, 3 rounds
+    .venv/bin/python bench/compare.py --events 1000000 --keys 100000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import itertools
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from bench.kafka_streams_peer import KafkaStreamsPeer, build as build_kafka_streams  # noqa: E402
+from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
+from runtime.process import free_port  # noqa: E402
+from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
+from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
+from spark_jobs.generators import purchases  # noqa: E402
+from spark_jobs.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
+from spark_jobs.registry import get_job  # noqa: E402
+from spark_jobs.state.changelog import changelog_topic_name  # noqa: E402
+
+console = Console()
+JOB = get_job("purchase_counts")
+STORE = "counts"
+SECTION = "## Platform vs Kafka Streams vs plain Spark"
+PYTHON = sys.executable
+
+
+class PeakMemory:
+    """Samples the resident memory of a process and all its descendants; keeps the largest sum."""
+
+    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+        self.pid, self.interval_s, self.peak_bytes = pid, interval_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                tree = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            total = 0
+            for proc in tree:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+            self.peak_bytes = max(self.peak_bytes, total)
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return self.peak_bytes
+
+
+@dataclasses.dataclass
+class Measured:
+    """One measured process: its JSON answer, wall seconds from start to exit, peak memory."""
+
+    answer: dict
+    seconds: float
+    peak_bytes: int
+
+
+def run_measured(cmd: list[str], env: dict[str, str], timeout_s: float) -> Measured:
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=PROJECT_ROOT)  # fmt: skip
+    memory = PeakMemory(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    seconds = time.monotonic() - started
+    peak = memory.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} failed ({proc.returncode}):\n{err[-3000:]}")
+    # The answer is the last JSON object on stdout, on one line or pretty-printed from a line starting "{".
+    lines = out.splitlines()
+    starts = [n for n, line in enumerate(lines) if line.startswith("{")]
+    return Measured(json.loads("\n".join(lines[starts[-1]:])) if starts else {}, seconds, peak)
+
+
+def topic_bytes(broker: LocalKafkaBroker, topic: str) -> int:
+    """Bytes of the topic's log segments on the broker's disk (all partitions)."""
+    return sum(f.stat().st_size for d in broker.storage_dir.glob(f"{topic}-*") if d.is_dir()
+               for f in d.glob("*.log"))  # fmt: skip
+
+
+@dataclasses.dataclass
+class Round:
+    """Every figure of one peer in one round."""
+
+    seconds: float
+    peak_bytes: int
+    changelog_bytes: int | None = None
+    restores: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> seconds, records, peak_bytes
+    #: the platform's run report: seconds per phase of its batches (state, changelog, outputs, snapshot)
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.root = Path(tempfile.mkdtemp(prefix="bench-compare-"))
+        self.settings = Settings(data_dir=self.root / "broker", kafka_port=free_port(), kafka_controller_port=free_port(),
+                                 airflow_port=free_port())  # fmt: skip
+        self.broker = LocalKafkaBroker(self.settings)
+        self.classpath = build_kafka_streams() if "kafka_streams" in args.peers else ""
+
+    @property
+    def bootstrap(self) -> str:
+        return self.settings.kafka_bootstrap_servers
+
+    def load(self, events: int, keys: int) -> None:
+        """The input every peer reads: ``events`` purchases over ``keys`` users on JOB.source_topic."""
+        delete_topics(self.bootstrap, [JOB.source_topic])
+        ensure_topic(self.bootstrap, JOB.source_topic, JOB.source_partitions)
+        t = time.monotonic()
+        with console.status(f"producing {events:,} events over {keys:,} users"):
+            sent = purchases.produce(self.bootstrap, JOB.source_topic, purchases.generate(events, users=keys, seed=3))
+        ends = sum(high for _, high in partition_offsets(self.bootstrap, JOB.source_topic).values())
+        assert sent == events == ends, f"loaded {ends} of {events} events"
+        console.print(f"loaded {events:,} events in {time.monotonic() - t:.0f} s")
+
+    def kafka_streams(self, n: int, size: str) -> Round:
+        app = f"kstreams-{size}-r{n}"
+        output = f"{app}-out"
+        ensure_topic(self.bootstrap, output, JOB.source_partitions)  # it creates internal topics, not sinks
+        state_dir = self.root / app
+        peer = KafkaStreamsPeer(self.classpath, self.settings, "purchase_counts", app, state_dir, JOB.source_topic,
+                                output, self.args.threads)  # fmt: skip
+        seconds = peer.wait_caught_up()
+        peer.stop()
+        changelog = f"{app}-{STORE}-changelog"
+        result = Round(seconds, peer.peak_rss_bytes, topic_bytes(self.broker, changelog))
+        shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
+        again = KafkaStreamsPeer(self.classpath, self.settings, "purchase_counts", app, state_dir, JOB.source_topic,
+                                 output, self.args.threads)  # fmt: skip
+        again.wait_running()
+        again.stop()
+        result.restores["full replay"] = {"seconds": again.restore_seconds(), "records": again.restored_records(),
+                                          "peak_bytes": again.peak_rss_bytes}  # fmt: skip
+        shutil.rmtree(state_dir, ignore_errors=True)
+        delete_topics(self.bootstrap, [changelog, output])
+        return result
+
+    def plain_spark(self, n: int, size: str, max_offsets: int) -> Round:
+        work = self.root / f"plain-{size}-r{n}"
+        run = run_measured([PYTHON, "bench/plain_spark_peer.py", JOB.source_topic, str(work),
+                            "--max-offsets-per-trigger", str(max_offsets)],
+                           self._platform_settings(work, max_offsets).to_env(), self.args.timeout)  # fmt: skip
+        assert run.answer["input_rows"] == self.events, f"plain Spark read {run.answer['input_rows']} of {self.events}"
+        shutil.rmtree(work, ignore_errors=True)
+        return Round(run.seconds, run.peak_bytes)
+
+    def platform(self, n: int, size: str, max_offsets: int) -> Round:
+        work = self.root / f"platform-{size}-r{n}"
+        env = self._platform_settings(work, max_offsets).to_env()
+        run = run_measured([PYTHON, "-m", "spark_jobs.run", JOB.name, "--version", str(JOB.version), "--available-now"],
+                           env, self.args.timeout)  # fmt: skip
+        assert run.answer.get("input_rows") == self.events and not run.answer.get("error"), run.answer
+        changelog = changelog_topic_name(JOB.application_id, STORE)
+        result = Round(run.seconds, run.peak_bytes, topic_bytes(self.broker, changelog),
+                       phases=run.answer.get("phase_seconds", {}))  # fmt: skip
+        for name, mode in (("full replay", "full"), ("snapshot + tail", "snapshot")):
+            probe = run_measured([PYTHON, "bench/platform_restore_probe.py", JOB.name, STORE, "--mode", mode], env,
+                                 self.args.timeout)  # fmt: skip
+            result.restores[name] = {"seconds": probe.answer["seconds"], "records": probe.answer["changelog_records_read"],
+                                     "snapshot_rows": probe.answer["snapshot_rows"], "keys": probe.answer["keys"],
+                                     "peak_bytes": probe.peak_bytes}  # fmt: skip
+        shutil.rmtree(work, ignore_errors=True)
+        delete_topics(self.bootstrap, [changelog, dead_letter_topic(JOB.application_id)])
+        return result
+
+    def _platform_settings(self, work: Path, max_offsets: int) -> Settings:
+        return self.settings.replace(data_dir=work, max_offsets_per_trigger=max_offsets)
+
+    def size(self, events: int, keys: int) -> dict[str, list[Round]]:
+        self.events = events
+        self.load(events, keys)
+        size = f"{events}-{keys}"
+        max_offsets = max(1, events // self.args.batches)
+        rounds: dict[str, list[Round]] = {peer: [] for peer in self.args.peers}
+        for n in range(self.args.repeats):
+            for peer in self.args.peers:
+                t = time.monotonic()
+                with console.status(f"round {n + 1}/{self.args.repeats}: {peer} over {events:,} events, {keys:,} keys"):
+                    if peer == "kafka_streams":
+                        result = self.kafka_streams(n, size)
+                    elif peer == "plain_spark":
+                        result = self.plain_spark(n, size, max_offsets)
+                    else:
+                        result = self.platform(n, size, max_offsets)
+                rounds[peer].append(result)
+                console.print(f"round {n + 1} {peer}: {events / result.seconds:,.0f} events/s, peak "
+                              f"{result.peak_bytes / 2**20:,.0f} MiB, restores "
+                              f"{ {k: round(v['seconds'], 2) for k, v in result.restores.items()} } "
+                              f"({time.monotonic() - t:.0f} s)")  # fmt: skip
+        return rounds
+
+
+PEER_NAMES = {"kafka_streams": "Kafka Streams 4.3 (RocksDB + changelog)", "plain_spark": "plain Spark (groupBy().agg())",
+              "platform": "this platform (purchase_counts v2)"}  # fmt: skip
+
+
+def _stat(values: list[float], fmt: str = "{:,.1f}") -> str:
+    if not values:
+        return "-"
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def report(args: argparse.Namespace, results: dict[tuple[int, int], dict[str, list[Round]]], versions: str) -> str:
+    lines = [
+        f"{SECTION} ({dt.date.today().isoformat()})",
+        "",
+        f"Command: `.venv/bin/python bench/compare.py --events {' '.join(map(str, args.events))} --keys "
+        f"{' '.join(map(str, args.keys))} --repeats {args.repeats} --batches {args.batches}`",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"Python {platform.python_version()}; {versions}.",
+        "One local KRaft broker, source topic with 2 partitions, purchase events (Zipf-like users, 1% account "
+        f"closures), pre-loaded. Spark local[*], 2 shuffle partitions, RocksDB state store, at most "
+        f"events/{args.batches} records per micro-batch; Kafka Streams with {args.threads} stream threads, "
+        "commit interval 1 s. Every figure: median (min-max) of the rounds.",
+        "",
+    ]
+    for (events, keys), rounds in results.items():
+        lines += [f"### {events:,} events, {keys:,} keys", "",
+                  "| peer | events/s | seconds start to processed | peak memory MiB | changelog bytes/event |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for peer, runs in rounds.items():
+            changelog = [r.changelog_bytes / events for r in runs if r.changelog_bytes is not None]
+            lines.append(f"| {PEER_NAMES[peer]} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "
+                         f"{_stat([r.seconds for r in runs])} | {_stat([r.peak_bytes / 2**20 for r in runs], '{:,.0f}')} | "
+                         f"{_stat(changelog) if changelog else '-'} |")  # fmt: skip
+        lines += ["", "| restore of the same state | records replayed | seconds | peak memory MiB |", "|---|---|---|---|"]
+        for peer, runs in rounds.items():
+            for name in runs[0].restores if runs else ():
+                restores = [r.restores[name] for r in runs]
+                lines.append(f"| {PEER_NAMES[peer].split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
+                             f"{_stat([x['seconds'] for x in restores], '{:,.2f}')} | "
+                             f"{_stat([x['peak_bytes'] / 2**20 for x in restores], '{:,.0f}')} |")  # fmt: skip
+        lines += ["", *ratios(rounds, events), *where_the_time_goes(rounds), ""]
+    return "\n".join(lines)
+
+
+def ratios(rounds: dict[str, list[Round]], events: int) -> list[str]:
+    """The goals of issue 9, each as a ratio of medians from this run."""
+
+    def throughput(peer: str) -> float | None:
+        return statistics.median(events / r.seconds for r in rounds[peer]) if rounds.get(peer) else None
+
+    def restore(peer: str, name: str) -> float | None:
+        runs = rounds.get(peer) or []
+        return statistics.median(r.restores[name]["seconds"] for r in runs) if runs else None
+
+    ours, kstreams, plain = throughput("platform"), throughput("kafka_streams"), throughput("plain_spark")
+    out = []
+    if ours and kstreams:
+        out.append(f"- Throughput, platform / Kafka Streams: **{ours / kstreams:.2f}x** (goal: at least 1.0x)")
+    if ours and plain:
+        out.append(f"- Throughput, platform / plain Spark: **{ours / plain:.2f}x**, i.e. the platform's features cost "
+                   f"{(1 - ours / plain) * 100:.0f}% of plain Spark's throughput (goal: at most 25%)")  # fmt: skip
+    fast, ks_full, our_full = restore("platform", "snapshot + tail"), restore("kafka_streams", "full replay"), \
+        restore("platform", "full replay")  # fmt: skip
+    if fast is not None and ks_full:
+        out.append(f"- Restore, platform snapshot + tail / Kafka Streams full replay: **{fast / ks_full:.2f}x** "
+                   "(goal: at most 0.2x)")  # fmt: skip
+    if our_full is not None and ks_full:
+        out.append(f"- Restore, platform full replay / Kafka Streams full replay: {our_full / ks_full:.2f}x")
+    return out
+
+
+def where_the_time_goes(rounds: dict[str, list[Round]]) -> list[str]:
+    """The platform's run split by its own report: batch phases, and the rest (Spark's start, planning,
+    Kafka reads, the dead-letter query, the clean stop)."""
+    runs = [r for r in rounds.get("platform", []) if r.phases]
+    if not runs:
+        return []
+    order = ("state", "changelog", "outputs", "snapshot")
+    names = sorted(runs[0].phases, key=lambda n: order.index(n) if n in order else len(order))
+    phases = {name: statistics.median(r.phases.get(name, 0.0) for r in runs) for name in names}
+    rest = statistics.median(r.seconds - sum(r.phases.values()) for r in runs)
+    parts = ", ".join(f"{name} {seconds:,.1f}" for name, seconds in phases.items())
+    return [f"- Where the platform's run time goes (median seconds): {parts}, everything else {rest:,.1f}"]
+
+
+def write_section(text: str, path: Path) -> None:
+    """Replace this benchmark's previous section of BENCHMARKS.md (other benchmarks' sections stay)."""
+    previous = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    start = previous.find(SECTION)
+    if start >= 0:
+        end = previous.find("\n## ", start + len(SECTION))
+        previous = previous[:start] + (previous[end + 1:] if end >= 0 else "")
+    path.write_text(previous.rstrip("\n") + "\n\n" + text + "\n")
+
+
+def versions_line() -> str:
+    from importlib.metadata import version
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    return f"PySpark {version('pyspark')}, delta-spark {version('delta-spark')}, Kafka Streams 4.3.1, {java}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=12, help="micro-batches per run: max offsets per trigger = events / this")
+    parser.add_argument("--threads", type=int, default=2, help="Kafka Streams stream threads")
+    parser.add_argument("--peers", nargs="+", default=["kafka_streams", "plain_spark", "platform"],
+                        choices=["kafka_streams", "plain_spark", "platform"])  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one process may take")
+    parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "BENCHMARKS.md")
+    args = parser.parse_args()
+
+    bench = Bench(args)
+    bench.broker.start()
+    results = {}
+    try:
+        for events, keys in itertools.product(args.events, args.keys):
+            results[(events, keys)] = bench.size(events, keys)
+            text = report(args, results, versions_line())
+            write_section(text, args.out)  # after every size: a long run's finished sizes are kept
+            console.print(text)
+    finally:
+        bench.broker.stop()
+        shutil.rmtree(bench.root, ignore_errors=True)
+    table = Table("size", "ratio")
+    for (events, keys), rounds in results.items():
+        for line in ratios(rounds, events):
+            table.add_row(f"{events:,} x {keys:,}", line.lstrip("- "))
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

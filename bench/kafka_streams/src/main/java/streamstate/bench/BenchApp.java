@@ -1,0 +1,211 @@
+package streamstate.bench;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.math.BigDecimal;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.processor.StateRestoreListener;
+import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.state.Stores;
+
+/**
+ * The Kafka Streams peer of the benchmarks: the reference jobs' aggregations with RocksDB stores and
+ * changelogs, as the seeds build them.
+ *
+ * <ul>
+ *   <li>{@code purchase_counts}: purchases and amount spent per user; {@code account_closed} deletes the
+ *       user (the aggregator returns null, which deletes the key and logs a tombstone);
+ *   <li>{@code pulse_counts}: heart beats per patient per 60 s event-time window, 5 s grace, 6 h
+ *       retention, emitted once when the window closes.
+ * </ul>
+ *
+ * <p>Prints one JSON line per lifecycle change and per restore event on stdout (the Python harness in
+ * bench/ reads them): {@code {"event": "state", "from": ..., "to": ..., "at_ms": ...}}, {@code
+ * {"event": "restore_end", "store": ..., "partition": ..., "records": ..., "at_ms": ...}}.
+ *
+ * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts> <bootstrap> <application.id> <state.dir>
+ * <input topic> <output topic> [stream threads]}
+ */
+public final class BenchApp {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private BenchApp() {}
+
+  public static void main(String[] args) throws Exception {
+    if (args.length < 6) {
+      System.err.println(
+          "usage: BenchApp <purchase_counts|pulse_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+      System.exit(2);
+    }
+    String job = args[0];
+    Properties props = new Properties();
+    props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[2]);
+    props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[1]);
+    props.put(StreamsConfig.STATE_DIR_CONFIG, args[3]);
+    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, args.length > 6 ? args[6] : "2");
+    // Commit (and flush the record cache) every second: the harness measures progress by committed offsets.
+    props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "1000");
+    props.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+    // Kafka Streams does not leave the group on close: a restart with the same application.id waits
+    // for the old member's session to expire before its restore can start. 10 s instead of 45 s keeps
+    // the benchmark's wall time down; the restore itself is timed by the restore listener either way.
+    props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), "10000");
+    props.put(StreamsConfig.DEFAULT_TIMESTAMP_EXTRACTOR_CLASS_CONFIG, EventTime.class);
+
+    StreamsBuilder builder = new StreamsBuilder();
+    switch (job) {
+      case "purchase_counts" -> purchaseCounts(builder, args[4], args[5]);
+      case "pulse_counts" -> pulseCounts(builder, args[4], args[5]);
+      default -> {
+        System.err.println("unknown job " + job);
+        System.exit(2);
+      }
+    }
+    KafkaStreams streams = new KafkaStreams(builder.build(), props);
+    streams.setStateListener(
+        (to, from) -> emit(Map.of("event", "state", "from", from.name(), "to", to.name())));
+    streams.setGlobalStateRestoreListener(new Restores());
+    CountDownLatch stopped = new CountDownLatch(1);
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  streams.close(Duration.ofSeconds(30));
+                  stopped.countDown();
+                }));
+    streams.start();
+    stopped.await();
+  }
+
+  /** Purchases and amount per user; account_closed deletes the user. */
+  static void purchaseCounts(StreamsBuilder builder, String input, String output) {
+    // Input records are keyed by user_id (as the platform's generators write them): no repartition.
+    builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+        .filter((user, value) -> user != null)
+        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+        .aggregate(
+            () -> null,
+            (user, value, current) -> {
+              JsonNode event = parse(value);
+              if (event == null) {
+                return current;
+              }
+              if ("account_closed".equals(event.path("type").asText())) {
+                return null; // deletes the key: the store and its changelog get a tombstone
+              }
+              long purchases = 0;
+              BigDecimal spent = BigDecimal.ZERO;
+              if (current != null) {
+                JsonNode state = parse(current);
+                purchases = state.path("purchases").asLong();
+                spent = new BigDecimal(state.path("amount_spent").asText("0"));
+              }
+              ObjectNode next = JSON.createObjectNode();
+              next.put("purchases", purchases + 1);
+              next.put("amount_spent", spent.add(new BigDecimal(event.path("amount").asText("0"))).toPlainString());
+              next.put("last_purchase_at", event.path("event_time").asText());
+              return next.toString();
+            },
+            Materialized.<String, String>as(Stores.persistentKeyValueStore("counts"))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String()))
+        .toStream()
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /** Beats per patient per 60 s event-time window (5 s grace, 6 h retention), emitted when it closes. */
+  static void pulseCounts(StreamsBuilder builder, String input, String output) {
+    builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+        .filter((patient, value) -> patient != null && "pulse".equals(field(value, "type")))
+        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+        .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(60), Duration.ofSeconds(5)))
+        .count(
+            Materialized.<String, Long>as(
+                    Stores.persistentWindowStore(
+                        "pulse-counts", Duration.ofHours(6), Duration.ofSeconds(60), false))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.Long()))
+        .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .map(
+            (window, beats) ->
+                KeyValue.pair(
+                    window.key() + "@" + window.window().start(),
+                    "{\"beats\":" + beats + ",\"window_start_ms\":" + window.window().start() + "}"))
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  static String field(String json, String name) {
+    JsonNode node = parse(json);
+    return node == null || !node.hasNonNull(name) ? null : node.get(name).asText();
+  }
+
+  static JsonNode parse(String json) {
+    try {
+      return json == null ? null : JSON.readTree(json);
+    } catch (Exception e) {
+      return null; // a bad record is skipped (the platform dead-letters it; the peer only counts)
+    }
+  }
+
+  static synchronized void emit(Map<String, Object> fields) {
+    Map<String, Object> line = new HashMap<>(fields);
+    line.put("at_ms", System.currentTimeMillis());
+    try {
+      System.out.println(JSON.writeValueAsString(line));
+      System.out.flush();
+    } catch (Exception e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** Event time from the JSON {@code event_time} field (ISO-8601), else the record's timestamp. */
+  public static final class EventTime implements TimestampExtractor {
+    @Override
+    public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
+      String time = record.value() instanceof String s ? field(s, "event_time") : null;
+      try {
+        return time == null ? record.timestamp() : Instant.parse(time).toEpochMilli();
+      } catch (Exception e) {
+        return record.timestamp();
+      }
+    }
+  }
+
+  /** Restore events per store partition: what the harness times a full changelog replay with. */
+  static final class Restores implements StateRestoreListener {
+    @Override
+    public void onRestoreStart(TopicPartition partition, String store, long start, long end) {
+      emit(Map.of("event", "restore_start", "store", store, "partition", partition.partition(),
+          "start_offset", start, "end_offset", end));
+    }
+
+    @Override
+    public void onBatchRestored(TopicPartition partition, String store, long batchEnd, long restored) {}
+
+    @Override
+    public void onRestoreEnd(TopicPartition partition, String store, long restored) {
+      emit(Map.of("event", "restore_end", "store", store, "partition", partition.partition(), "records", restored));
+    }
+  }
+}

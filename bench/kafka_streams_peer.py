@@ -1,0 +1,168 @@
+"""The Kafka Streams peer of the benchmarks: the seeds' own system on the same broker.
+
+Builds ``bench/kafka_streams`` (Maven, from Maven Central only), runs it over pre-loaded input until
+its committed offsets reach the input's end (stateful throughput), then wipes its state directory and
+starts it again: Kafka Streams restores the store from its changelog (a full replay), timed from start
+to RUNNING with the records its restore listener reports. Peak memory is the process's VmHWM.
+
+    .venv/bin/python bench/kafka_streams_peer.py [--events 1000000] [--users 100000] [--threads 2]
+
+Prints the figures of this peer alone; bench/compare.py (``make bench``) runs it beside plain Spark and
+this platform and writes BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from rich.console import Console
+
+from runtime.kafka_broker import LocalKafkaBroker
+from runtime.process import free_port
+from runtime.settings import PROJECT_ROOT, Settings
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+
+console = Console()
+APP_DIR = PROJECT_ROOT / "bench" / "kafka_streams"
+
+
+def build() -> str:
+    """Compile the peer and copy its jars (idempotent); returns the Java classpath."""
+    subprocess.run(["mvn", "-B", "-q", "-s", str(PROJECT_ROOT / "jvm" / "settings.xml"), "-f", str(APP_DIR / "pom.xml"),
+                    "package", "dependency:copy-dependencies"], check=True)  # fmt: skip
+    return f"{APP_DIR / 'target' / 'classes'}:{APP_DIR / 'target' / 'dependency'}/*"
+
+
+class KafkaStreamsPeer:
+    """One run of the Java app; its JSON event lines and peak memory are collected while it runs."""
+
+    def __init__(self, classpath: str, settings: Settings, job: str, application_id: str, state_dir: Path,
+                 input_topic: str, output_topic: str, threads: int = 2) -> None:  # fmt: skip
+        self.settings, self.application_id, self.input_topic = settings, application_id, input_topic
+        self.events: list[dict] = []
+        self.peak_rss_bytes = 0
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka_bootstrap_servers,
+             application_id, str(state_dir), input_topic, output_topic, str(threads)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def _sample_memory(self) -> None:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.peak_rss_bytes = max(self.peak_rss_bytes, int(line.split()[1]) * 1024)
+        except FileNotFoundError:
+            pass
+
+    def wait_caught_up(self, timeout_s: float = 1800) -> float:
+        """Seconds from start until the committed offsets reach the input's end."""
+        end = {p: high for p, (_, high) in partition_offsets(self.settings.kafka_bootstrap_servers, self.input_topic).items()}
+        # A consumer of the app's group that never subscribes: it only reads the group's committed offsets.
+        # (AdminClient.list_consumer_group_offsets crashed the interpreter here: confluent-kafka 2.16.1.)
+        watcher = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap_servers, "group.id": self.application_id,
+                            "enable.auto.commit": False, "log_level": 3})  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                self._sample_memory()
+                assert self.proc.poll() is None, f"the Kafka Streams app exited: {self.events[-3:]}"
+                try:
+                    committed = {tp.partition: tp.offset for tp in
+                                 watcher.committed([TopicPartition(self.input_topic, p) for p in end], timeout=10)}  # fmt: skip
+                except KafkaException:  # the group coordinator is still loading (NOT_COORDINATOR): ask again
+                    committed = {}
+                if all(committed.get(p, -1) >= high for p, high in end.items()):
+                    return time.monotonic() - self.started
+                time.sleep(0.2)
+        finally:
+            watcher.close()
+        raise TimeoutError(f"not caught up after {timeout_s}s")
+
+    def wait_running(self, timeout_s: float = 1800) -> float:
+        """Seconds from start until the app reported RUNNING (after any restore)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._sample_memory()
+            if any(e.get("event") == "state" and e.get("to") == "RUNNING" for e in self.events):
+                running_at = next(e["at_ms"] for e in self.events if e.get("event") == "state" and e.get("to") == "RUNNING")
+                created_at = next(e["at_ms"] for e in self.events if e.get("event") == "state")
+                return (running_at - created_at) / 1000
+            assert self.proc.poll() is None, "the Kafka Streams app exited"
+            time.sleep(0.1)
+        raise TimeoutError(f"not RUNNING after {timeout_s}s")
+
+    def restored_records(self) -> int:
+        return sum(e["records"] for e in self.events if e.get("event") == "restore_end")
+
+    def restore_seconds(self) -> float:
+        """From the first store partition's restore start to the last one's end: the changelog replay itself
+        (start to RUNNING also waits out the previous instance's session: Kafka Streams does not leave the
+        group on close, so a restart on the same application id waits up to session.timeout.ms)."""
+        starts = [e["at_ms"] for e in self.events if e.get("event") == "restore_start"]
+        ends = [e["at_ms"] for e in self.events if e.get("event") == "restore_end"]
+        return (max(ends) - min(starts)) / 1000 if starts and ends else 0.0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--users", type=int, default=100_000)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    classpath = build()
+    data = Path(tempfile.mkdtemp(prefix="bench-kstreams-"))
+    settings = Settings(data_dir=data, kafka_port=free_port(), kafka_controller_port=free_port(), airflow_port=free_port())
+    broker = LocalKafkaBroker(settings)
+    broker.start()
+    try:
+        topic = "purchases"
+        ensure_topic(settings.kafka_bootstrap_servers, topic, 2)
+        # Kafka Streams creates its internal topics but not sink topics (the broker auto-creates nothing).
+        ensure_topic(settings.kafka_bootstrap_servers, "kstreams-purchase-counts", 2)
+        with console.status(f"producing {args.events:,} events"):
+            purchases.produce(settings.kafka_bootstrap_servers, topic, list(purchases.generate(args.events, users=args.users, seed=3)))
+        state_dir = data / "kstreams-state"
+        peer = KafkaStreamsPeer(classpath, settings, "purchase_counts", "kstreams-purchases", state_dir, topic,
+                                "kstreams-purchase-counts", args.threads)  # fmt: skip
+        seconds = peer.wait_caught_up()
+        peer.stop()
+        console.print(f"Kafka Streams purchase_counts: {args.events:,} events, {args.users:,} users in {seconds:.1f} s "
+                      f"= {args.events / seconds:,.0f} events/s (from start, incl. JVM start); peak RSS "
+                      f"{peer.peak_rss_bytes / 2**20:,.0f} MiB")  # fmt: skip
+
+        shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
+        restore = KafkaStreamsPeer(classpath, settings, "purchase_counts", "kstreams-purchases", state_dir, topic,
+                                   "kstreams-purchase-counts", args.threads)  # fmt: skip
+        restore_s = restore.wait_running()
+        restore.stop()
+        console.print(f"Kafka Streams full changelog restore: {restore.restored_records():,} records replayed in "
+                      f"{restore.restore_seconds():.1f} s ({restore_s:.1f} s start to RUNNING); peak RSS "
+                      f"{restore.peak_rss_bytes / 2**20:,.0f} MiB")  # fmt: skip
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()

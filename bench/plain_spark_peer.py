@@ -1,0 +1,91 @@
+"""The plain-Spark peer of the benchmarks: purchase counts as a bare Structured Streaming query.
+
+The same Kafka source, JSON parsing, RocksDB state store, shuffle partitions and Delta MERGE sink as the
+platform's purchase_counts job, but a built-in ``groupBy().agg()`` instead of the ``transformWithState``
+processor and none of the platform's features: no changelog, no snapshots, no dead letters, no lease or
+status. What it costs to run the platform's job instead of this is the price of those features.
+
+(A built-in aggregation cannot delete a key, so ``account_closed`` events are only filtered out here: the
+state it keeps is every user ever seen. That is the query a user without the platform would write.)
+
+Run by bench/compare.py in its own process (its memory is measured per process tree); prints one JSON
+line: ``{"seconds": ..., "input_rows": ..., "batches": ...}`` where seconds run from the process start.
+
+    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+STARTED = time.monotonic()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from runtime.settings import Settings  # noqa: E402
+from spark_jobs.session import build_spark_session  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("topic")
+    parser.add_argument("work_dir", type=Path)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    args = parser.parse_args()
+
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, OUTPUT_SCHEMA
+
+    settings = Settings.from_env()
+    spark = build_spark_session(settings, "bench-plain-spark")
+    output = str(args.work_dir / "output")
+    DeltaTable.createIfNotExists(spark).location(output).addColumns(OUTPUT_SCHEMA).execute()
+
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+    )
+    if args.max_offsets_per_trigger:
+        source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+    events = source.load().select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+    counts = (
+        events.where("type = 'purchase' AND user_id IS NOT NULL")
+        .groupBy("user_id")
+        .agg(F.count("*").alias("purchases"), F.sum("amount").alias("amount_spent"),
+             F.max("event_time").alias("last_purchase_at"))  # fmt: skip
+    )
+
+    batches = {"n": 0}
+
+    def merge(batch, _batch_id: int) -> None:
+        batches["n"] += 1
+        (
+            DeltaTable.forPath(batch.sparkSession, output).alias("t")
+            .merge(batch.alias("s"), "t.user_id = s.user_id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )  # fmt: skip
+
+    query = (
+        counts.writeStream.outputMode("update")
+        .foreachBatch(merge)
+        .option("checkpointLocation", str(args.work_dir / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    input_rows = sum(p["numInputRows"] for p in query.recentProgress)
+    print(json.dumps({"seconds": time.monotonic() - STARTED, "input_rows": input_rows, "batches": batches["n"]}))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

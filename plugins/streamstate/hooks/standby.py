@@ -1,0 +1,36 @@
+"""StandbyHook: a job version's warm standby (its snapshot follower process) on this deployment.
+
+The follower is run and watched like a driver (same detached launch, same lease semantics), under its
+own name ``<application_id>.standby``: its lease, status file and supervision record are its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from runtime.settings import Settings
+from spark_jobs.registry import JobSpec
+from spark_jobs.standby.follower import read_standby_status, standby_id
+from streamstate.hooks.streaming_job import StreamingJobHook
+
+
+class StandbyHook(StreamingJobHook):
+    """The follower's lease, status and detached launches (``python -m spark_jobs.standby``)."""
+
+    def __init__(self, spec: JobSpec, settings: Settings | None = None) -> None:
+        super().__init__(spec, settings)
+        self.application_id = standby_id(spec.application_id)
+
+    def status(self) -> dict | None:
+        return read_standby_status(self.status_dir, self.spec.application_id)
+
+    def dead_letters(self) -> int | None:
+        return None  # a follower reads changelogs; it has no input of its own to dead-letter
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "spark_jobs.standby", self.spec.name, "--version", str(self.spec.version)]
+
+    def launch_follower(self, run_label: str) -> dict:
+        env = {**os.environ, **self.settings.to_env()}
+        return self.launch(self.command(), env, run_label)

@@ -1,0 +1,99 @@
+"""SuperviseStandbyOperator: keep a job's warm standby running and tell on-call when it falls behind.
+
+Part of ``supervise__<job>``. The follower is supervised like a driver: started when nobody holds its
+lease, restarted with the job's backoff (``SupervisionPolicy.backoff_s``) when it dies, and its alerts
+are its own (``standby_down``, ``standby_lag_<store>`` when a store's lag exceeds
+``STREAMSTATE_STANDBY_MAX_LAG_S``), kept in the follower's supervision record.
+"""
+
+from __future__ import annotations
+
+import time
+
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import BaseOperator
+
+from streamstate.alerts import reconcile
+from streamstate.notifiers.routing import send
+from streamstate.hooks.standby import StandbyHook
+from streamstate.hooks.streaming_job import exit_code, log_tail, process_alive
+from streamstate.operators.streaming_job import _run_label, job_spec
+from streamstate.supervision import Condition, Launch, locked_record
+
+#: how long a start may take to hold the lease (a follower needs no Spark: seconds)
+START_WAIT_S = 45
+
+
+class SuperviseStandbyOperator(BaseOperator):
+    """One check of the job's standby: start it if needed, then fire / resolve its alerts."""
+
+    template_fields = ("job",)
+
+    def __init__(self, *, job: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+
+    def execute(self, context):
+        spec = job_spec(self.job)
+        if not spec.stores:
+            return {"action": "none", "reason": "the job has no state stores"}
+        hook = StandbyHook(spec)
+        now = time.time()
+        with locked_record(hook.status_dir, hook.application_id) as record:
+            action, conditions = "none", []
+            holder = hook.running_instance()
+            if holder is None:
+                recent = record.launches_since(now - spec.supervision.crash_loop_window_s)
+                backoff = spec.supervision.backoff_s(len(recent))
+                last = record.last_launch
+                if last is not None and now - last.at < backoff:
+                    action = "wait_backoff"
+                else:
+                    action = "start"
+                    launch = Launch(at=now, by=_run_label(context), **hook.launch_follower(_run_label(context)))
+                    record.launches.append(launch)
+                    holder = self._wait_started(hook, launch)
+                if holder is None:
+                    last = record.last_launch
+                    conditions.append(Condition(
+                        "standby_down", "error", f"the warm standby of {spec.application_id} is not running",
+                        {"launches_in_window": len(recent) + (action == "start"), "exit_code": exit_code(last.exit_file) if last else None},
+                        f"see the follower log {last.log if last else ''}; queries fall back to older snapshots and "
+                        f"restores replay a longer tail until it runs",
+                    ))  # fmt: skip
+            else:
+                status = hook.status() or {}
+                for store, view in (status.get("stores") or {}).items():
+                    if view.get("lag_ms", 0) > status.get("max_lag_ms", float("inf")):
+                        conditions.append(Condition(
+                            f"standby_lag_{store}", "warning",
+                            f"standby of {spec.application_id}/{store} is {view['lag_ms'] / 1000:.0f} s behind its changelog",
+                            {"lag_ms": view["lag_ms"], "max_lag_ms": status["max_lag_ms"], "lag_records": view.get("lag_records")},
+                            "check the follower's log and the Kafka broker; a lagging standby makes restores longer",
+                        ))  # fmt: skip
+            before = dict(record.open_alerts)
+            fire, resolve = reconcile(spec.name, spec.application_id, record.open_alerts, conditions,
+                                      {"dag": f"{hook.settings.airflow_url}/dags/supervise__{spec.name}"})  # fmt: skip
+            undelivered = [a.dedup_key for a in fire + resolve if not any(r == "sent" for r in send(a, context).values())]
+            if undelivered:
+                record.open_alerts = before  # the next check tries again
+        self.log.info("%s: %s; fired %s, resolved %s", hook.application_id, action,
+                      [a.condition for a in fire], [a.condition for a in resolve])  # fmt: skip
+        if undelivered:
+            raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
+        return {"action": action, "running": holder is not None, "fired": [a.condition for a in fire],
+                "resolved": [a.condition for a in resolve]}  # fmt: skip
+
+    def _wait_started(self, hook: StandbyHook, launch: Launch) -> dict | None:
+        deadline = time.monotonic() + START_WAIT_S
+        while time.monotonic() < deadline:
+            holder = hook.running_instance()
+            if holder is not None:
+                launch.outcome, launch.epoch = "running", holder.get("epoch")
+                return holder
+            if exit_code(launch.exit_file) is not None or not process_alive(launch.launcher_pid):
+                break
+            time.sleep(0.5)
+        launch.outcome = "failed"
+        launch.error = f"exit {exit_code(launch.exit_file)}: {log_tail(launch.log, 5)}"
+        return None

@@ -1,0 +1,359 @@
+"""The warm standby: a snapshot follower that keeps each store's Delta snapshot close behind its changelog.
+
+Kafka Streams keeps *standby replicas*: another instance applies a store's changelog continuously, so a
+failover restores only the last few records and queries can read the replica while the active instance
+restores. Here the replica is the store's Delta snapshot table itself. One follower process per job
+version follows every store's changelog (:class:`~spark_jobs.state.changelog_reader.ChangelogTail`)
+and, every ``standby_commit_interval_s``, MERGEs the changes of the batches that became complete into
+the snapshot table (delta-rs: no JVM, a commit costs milliseconds at reference state sizes), with the
+same snapshot metadata a driver snapshot carries. Therefore:
+
+* a restore (``restore_from_snapshot``) starts from a snapshot at most about ``standby_max_lag_s`` old,
+  so its changelog tail is short;
+* the state API answers from the snapshot while the job is down or restoring.
+
+The follower holds its own lease (``<application_id>.standby.lease``): one follower per job version.
+While it holds it, the driver takes no snapshots of its own (two writers of one table would fight
+over commits). It publishes ``<application_id>.standby.json`` (state, per-store lag) and Prometheus
+gauges; the supervise DAG starts it and restarts it when it dies, like a job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+from prometheus_client import Counter, Gauge
+
+from runtime.settings import Settings
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import JobSpec
+from spark_jobs.state.changelog import changelog_topic_name
+from spark_jobs.state.changelog_reader import ChangelogMissing, ChangelogTail, CompleteBatches
+from spark_jobs.state.snapshots import SnapshotInfo, latest_snapshot, snapshot_path, snapshot_table_configuration
+
+log = logging.getLogger("streamstate.standby")
+
+STANDBY_LAG_MS = Gauge("streamstate_standby_lag_ms", "How long the oldest change missing from the standby snapshot "
+                       "has waited", ["application_id", "store"])  # fmt: skip
+STANDBY_LAG_RECORDS = Gauge("streamstate_standby_lag_records", "Changelog records not yet read by the follower",
+                            ["application_id", "store"])  # fmt: skip
+STANDBY_COMMITS = Counter("streamstate_standby_commits", "Snapshot commits by the follower", ["application_id", "store"])
+
+
+def standby_id(application_id: str) -> str:
+    """The follower's lease and status name."""
+    return f"{application_id}.standby"
+
+
+def standby_status_path(status_dir: Path, application_id: str) -> Path:
+    return Path(status_dir) / f"{standby_id(application_id)}.json"
+
+
+def read_standby_status(status_dir: Path, application_id: str) -> dict | None:
+    try:
+        return json.loads(standby_status_path(status_dir, application_id).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def standby_running(status_dir: Path, application_id: str) -> dict | None:
+    """The live follower's lease holder (pid, host, epoch), or None."""
+    return JobLease(status_dir, standby_id(application_id)).holder()
+
+
+class FollowerState(str, enum.Enum):
+    CREATED = "CREATED"
+    #: reading the changelog backlog after a start
+    CATCHING_UP = "CATCHING_UP"
+    #: at the changelog's head, committing every interval
+    FOLLOWING = "FOLLOWING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
+
+
+LEGAL_TRANSITIONS: dict[FollowerState, frozenset[FollowerState]] = {
+    FollowerState.CREATED: frozenset({FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}),
+    FollowerState.CATCHING_UP: frozenset({FollowerState.FOLLOWING, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}),
+    FollowerState.FOLLOWING: frozenset({FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}),
+    FollowerState.PENDING_SHUTDOWN: frozenset({FollowerState.NOT_RUNNING, FollowerState.ERROR}),
+    FollowerState.ERROR: frozenset({FollowerState.NOT_RUNNING}),
+    FollowerState.NOT_RUNNING: frozenset(),
+}
+
+
+class SnapshotConflict(RuntimeError):
+    """Someone else committed to the snapshot table since the follower's last read."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StoreFollower:
+    """Keeps one store's snapshot table within a bounded lag of its changelog."""
+
+    def __init__(self, spec: JobSpec, store: str, settings: Settings) -> None:
+        self.application_id = spec.application_id
+        self.store = store
+        self.settings = settings
+        self.path = str(snapshot_path(settings.lake_dir, spec.application_id, store))
+        self.topic = changelog_topic_name(spec.application_id, store)
+        self.commits = 0
+        self.tail: ChangelogTail | None = None
+        self._open()
+
+    def _open(self) -> None:
+        """(Re)start from the table's newest snapshot: its changelog offsets are where the tail resumes."""
+        if self.tail is not None:
+            self.tail.close()
+        self.snapshot: SnapshotInfo | None = latest_snapshot(self.path)
+        self.known_version = self._table_version()
+        start = self.snapshot.changelog_offsets if self.snapshot else None
+        try:
+            self.tail = ChangelogTail(self.settings.kafka_bootstrap_servers, self.topic, start)
+        except ChangelogMissing:
+            self.tail = None  # the job creates it when it first starts; :meth:`step` tries again
+        self.offsets = dict(start or {})
+        #: key -> latest value (None: tombstone) of the complete batches not yet committed
+        self.pending: dict[bytes, bytes | None] = {}
+        self.pending_batch: CompleteBatches | None = None
+        #: when the oldest uncommitted complete batch was written (epoch ms)
+        self.pending_since_ms: int | None = None
+        self.lag_records = 0
+        #: the last time everything in the changelog had been read (epoch ms)
+        self.caught_up_at_ms = 0
+        self.opened_at_ms = _now_ms()
+        self._at_head = False
+
+    def _table_version(self) -> int | None:
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path).version() if DeltaTable.is_deltatable(self.path) else None
+
+    def step(self, max_wait_s: float) -> None:
+        """Read what arrived; remember the changes of every batch that became complete."""
+        if self.tail is None:
+            time.sleep(max_wait_s)
+            self._open()
+            if self.tail is None:
+                return
+        # Everything written before ``checked_at`` has been read once the positions pass ``end``.
+        checked_at, end = _now_ms(), self.tail.end_offsets()
+        complete = self.tail.poll(max_wait_s)
+        if complete is not None:
+            for key, value in complete.changes:
+                self.pending[key] = value
+            self.offsets.update(complete.resume_offsets)
+            if self.pending_batch is None:
+                self.pending_since_ms = complete.marker_time_ms or _now_ms()
+            if complete.marker.input_offsets or self.pending_batch is None:
+                self.pending_batch = complete
+        self.lag_records = self.tail.lag_records(end)
+        self._at_head = self.tail.has_read(end)
+        if self._at_head:
+            self.caught_up_at_ms = checked_at
+
+    @property
+    def at_head(self) -> bool:
+        """Whether the last step read everything the changelog had when it started."""
+        return self._at_head
+
+    def lag_ms(self, now_ms: int | None = None) -> int:
+        """How long the oldest change missing from the snapshot has waited (0: none is missing)."""
+        now_ms = now_ms or _now_ms()
+        if self.pending_since_ms is not None:
+            return max(0, now_ms - self.pending_since_ms)
+        if not self._at_head:  # behind: at least since the last time it had everything
+            return max(0, now_ms - (self.caught_up_at_ms or self.opened_at_ms))
+        return 0
+
+    def commit_due(self, now_ms: int | None = None) -> bool:
+        if self.pending_batch is None:
+            return False
+        waited = (now_ms or _now_ms()) - (self.pending_since_ms or 0)
+        return waited >= self.settings.standby_commit_interval_s * 1000 or len(self.pending) >= 200_000
+
+    def commit(self) -> SnapshotInfo | None:
+        """MERGE the pending changes into the snapshot table as a new snapshot (None: nothing pending)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+        batch = self.pending_batch
+        if batch is None:
+            return None
+        if self._table_version() != self.known_version:
+            raise SnapshotConflict(f"{self.path} changed since version {self.known_version}")
+        previous = self.snapshot
+        info = SnapshotInfo(
+            delta_version=-1, application_id=self.application_id, store=self.store, batch_id=batch.batch_id,
+            input_offsets=batch.marker.input_offsets or (previous.input_offsets if previous else {}),
+            changelog_offsets=dict(self.offsets), rows=0,
+            taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            watermark_ms=batch.marker.watermark_ms, as_of_ms=self.caught_up_at_ms if self.at_head else batch.marker_time_ms,
+            writer="standby",
+        )  # fmt: skip
+        schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
+        keys = [k.decode() for k in self.pending]
+        values = [None if v is None else v.decode() for v in self.pending.values()]
+        changes = pa.table({"key": keys, "value": values}, schema=schema)
+        if self.known_version is None:
+            live = changes.filter(pc.is_valid(changes.column("value")))
+            info = dataclasses.replace(info, rows=live.num_rows)
+            write_deltalake(self.path, live, mode="error", commit_properties=CommitProperties(
+                custom_metadata={"userMetadata": info.metadata_json()}), configuration=snapshot_table_configuration())  # fmt: skip
+        else:
+            table = DeltaTable(self.path)  # checked above; a commit racing this one fails the merge's own commit
+            # The row count the snapshot will have: which of the changed keys exist now (a key-column scan).
+            existing = set(table.to_pyarrow_dataset().to_table(
+                columns=["key"], filter=pc.field("key").isin(keys)).column("key").to_pylist())  # fmt: skip
+            inserted = sum(1 for k, v in zip(keys, values) if v is not None and k not in existing)
+            deleted = sum(1 for k, v in zip(keys, values) if v is None and k in existing)
+            info = dataclasses.replace(info, rows=(previous.rows if previous else len(existing)) + inserted - deleted)
+            (table.merge(changes, "t.key = s.key", source_alias="s", target_alias="t",
+                         commit_properties=CommitProperties(custom_metadata={"userMetadata": info.metadata_json()}))
+             .when_matched_delete("s.value IS NULL")
+             .when_matched_update(updates={"value": "s.value"}, predicate="s.value IS NOT NULL")
+             .when_not_matched_insert(updates={"key": "s.key", "value": "s.value"}, predicate="s.value IS NOT NULL")
+             .execute())  # fmt: skip
+        self._after_commit(info)
+        return self.snapshot
+
+    def _after_commit(self, written: SnapshotInfo) -> None:
+        from deltalake import DeltaTable
+
+        self.known_version = DeltaTable(self.path).version()
+        self.snapshot = dataclasses.replace(written, delta_version=self.known_version)
+        self.pending, self.pending_batch, self.pending_since_ms = {}, None, None
+        self.commits += 1
+        STANDBY_COMMITS.labels(self.application_id, self.store).inc()
+
+    def view(self) -> dict:
+        snap = self.snapshot
+        return {
+            "topic": self.topic, "batch_id": snap.batch_id if snap else None,
+            "snapshot_version": snap.delta_version if snap else None, "rows": snap.rows if snap else 0,
+            "as_of_ms": snap.as_of_ms if snap else 0, "lag_ms": self.lag_ms(), "lag_records": self.lag_records,
+            "pending_keys": len(self.pending), "commits": self.commits, "at_head": self.at_head,
+        }  # fmt: skip
+
+    def close(self) -> None:
+        if self.tail is not None:
+            self.tail.close()
+            self.tail = None
+
+
+class SnapshotFollower:
+    """The standby of one job version: a :class:`StoreFollower` per store, one lease, one status file."""
+
+    def __init__(self, spec: JobSpec, settings: Settings) -> None:
+        if not spec.stores:
+            raise ValueError(f"job {spec.name} has no state stores: nothing to follow")
+        self.spec = spec
+        self.settings = settings
+        self.state = FollowerState.CREATED
+        self.error: str | None = None
+        self.stores: dict[str, StoreFollower] = {}
+        self.stop_requested = threading.Event()
+        self.lease = JobLease(settings.status_dir, standby_id(spec.application_id))
+        self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self._published = 0.0
+
+    def transition_to(self, new: FollowerState, error: str | None = None) -> None:
+        if new not in LEGAL_TRANSITIONS[self.state]:
+            raise RuntimeError(f"{standby_id(self.spec.application_id)}: illegal move {self.state.value} -> {new.value}")
+        log.info(json.dumps({"event": "standby_state", "application_id": self.spec.application_id,
+                             "from": self.state.value, "to": new.value}))  # fmt: skip
+        self.state = new
+        self.error = error or self.error
+        self.publish(force=True)
+
+    def run(self, *, max_seconds: float | None = None) -> None:
+        """Follow until stopped (SIGTERM, :attr:`stop_requested`) or ``max_seconds`` passed.
+
+        Raises:
+            JobAlreadyRunning: another follower of this job version holds the lease.
+        """
+        self.lease.acquire()
+        try:
+            self._run_leased(max_seconds)
+        finally:
+            for follower in self.stores.values():
+                follower.close()
+            self.lease.release()
+
+    def _run_leased(self, max_seconds: float | None) -> None:
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        try:
+            for s in self.spec.stores:
+                self.stores[s.name] = StoreFollower(self.spec, s.name, self.settings)
+            self.transition_to(FollowerState.CATCHING_UP)
+            while not self.stop_requested.is_set() and (deadline is None or time.monotonic() < deadline):
+                self.step()
+            self.transition_to(FollowerState.PENDING_SHUTDOWN)
+            for follower in self.stores.values():
+                self._commit(follower)  # what was followed is not thrown away on a clean stop
+            self.transition_to(FollowerState.NOT_RUNNING)
+        except Exception as err:
+            self.transition_to(FollowerState.ERROR, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+            self.transition_to(FollowerState.NOT_RUNNING)
+            raise
+
+    def step(self, max_wait_s: float = 0.5) -> None:
+        """One round over every store: read, commit when due, publish."""
+        for follower in self.stores.values():
+            follower.step(max_wait_s / len(self.stores))
+            if follower.commit_due():
+                self._commit(follower)
+            STANDBY_LAG_MS.labels(self.spec.application_id, follower.store).set(follower.lag_ms())
+            STANDBY_LAG_RECORDS.labels(self.spec.application_id, follower.store).set(follower.lag_records)
+        at_head = all(f.at_head for f in self.stores.values())
+        if at_head and self.state is FollowerState.CATCHING_UP:
+            self.transition_to(FollowerState.FOLLOWING)
+        elif not at_head and self.state is FollowerState.FOLLOWING and self._lag_ms() > self.settings.standby_max_lag_s * 1000:
+            self.transition_to(FollowerState.CATCHING_UP)
+        self.publish()
+
+    def _commit(self, follower: StoreFollower) -> None:
+        try:
+            written = follower.commit()
+        except SnapshotConflict as err:
+            # A driver snapshot landed (it started before this follower held the lease): start over from it.
+            log.warning(json.dumps({"event": "standby_conflict", "store": follower.store, "reason": str(err)}))
+            follower._open()
+            return
+        if written is not None:
+            log.info(json.dumps({"event": "standby_commit", "application_id": self.spec.application_id,
+                                 "store": follower.store, "batch_id": written.batch_id, "rows": written.rows,
+                                 "delta_version": written.delta_version}))  # fmt: skip
+
+    def _lag_ms(self) -> int:
+        return max((f.lag_ms() for f in self.stores.values()), default=0)
+
+    def publish(self, *, force: bool = False) -> None:
+        """Write ``<application_id>.standby.json`` (atomically; at most once a second unless forced)."""
+        if not force and time.monotonic() - self._published < 1.0:
+            return
+        self._published = time.monotonic()
+        document = {
+            "application_id": self.spec.application_id, "state": self.state.value, "error": self.error,
+            "pid": os.getpid(), "host": socket.gethostname(), "lease_epoch": self.lease.epoch,
+            "started_at": self.started_at, "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "max_lag_ms": int(self.settings.standby_max_lag_s * 1000), "lag_ms": self._lag_ms(),
+            "stores": {name: f.view() for name, f in self.stores.items()},
+        }  # fmt: skip
+        path = standby_status_path(self.settings.status_dir, self.spec.application_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(document, indent=2, sort_keys=True))
+        tmp.replace(path)

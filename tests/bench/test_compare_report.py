@@ -1,0 +1,41 @@
+"""bench/compare.py's arithmetic and its BENCHMARKS.md section (pure logic; the benchmark itself is not a test)."""
+
+from __future__ import annotations
+
+from bench.compare import SECTION, Round, ratios, where_the_time_goes, write_section
+
+
+def _rounds() -> dict[str, list[Round]]:
+    full = {"seconds": 10.0, "records": 1000, "peak_bytes": 1}
+    return {
+        "kafka_streams": [Round(100.0, 1, 50, {"full replay": full}), Round(120.0, 1, 50, {"full replay": {**full, "seconds": 14.0}})],
+        "plain_spark": [Round(200.0, 1), Round(250.0, 1)],
+        "platform": [Round(400.0, 1, 80, {"full replay": {**full, "seconds": 6.0}, "snapshot + tail": {**full, "seconds": 1.2}},
+                           {"state": 300.0, "outputs": 50.0}),
+                     Round(500.0, 1, 80, {"full replay": {**full, "seconds": 8.0}, "snapshot + tail": {**full, "seconds": 1.2}},
+                           {"state": 360.0, "outputs": 60.0})],
+    }  # fmt: skip
+
+
+def test_ratios_compare_medians_against_the_goals():
+    lines = ratios(_rounds(), events=1_000_000)
+    # medians: platform 1e6/450=2222/s (median of 2500 and 2000 = 2250), Kafka Streams (10000+8333)/2, plain (5000+4000)/2
+    assert lines[0] == "- Throughput, platform / Kafka Streams: **0.25x** (goal: at least 1.0x)"
+    assert lines[1].startswith("- Throughput, platform / plain Spark: **0.50x**") and "cost 50%" in lines[1]
+    assert lines[2] == "- Restore, platform snapshot + tail / Kafka Streams full replay: **0.10x** (goal: at most 0.2x)"
+    assert lines[3] == "- Restore, platform full replay / Kafka Streams full replay: 0.58x"
+    assert ratios({"platform": _rounds()["platform"]}, 1_000_000) == []  # nothing to compare against
+
+
+def test_where_the_time_goes_splits_the_platform_run():
+    (line,) = where_the_time_goes(_rounds())
+    assert line.endswith("state 330.0, outputs 55.0, everything else 65.0")
+
+
+def test_the_section_is_replaced_and_other_sections_stay(tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(f"# Benchmarks\n\n## Restore time\n\nkept\n\n{SECTION} (old)\n\nold figures\n\n## State query latency\n\nkept too\n")
+    write_section(f"{SECTION} (new)\n\nnew figures", out)
+    text = out.read_text()
+    assert "old figures" not in text and text.count(SECTION) == 1 and "new figures" in text
+    assert "## Restore time\n\nkept" in text and "## State query latency\n\nkept too" in text

@@ -1,0 +1,246 @@
+"""State queries on the real local stack: live while the job runs, from the warm standby when it is
+killed (with the right staleness, never an error), live again after a restart; the standby's lag
+stays under its bound while the job runs at a steady rate. Answers are compared with a plain-Python
+computation over every event in the topic.
+
+The kill is a kill -9 of the spark-submit driver mid-stream, input still arriving, so this is also
+purchase_counts' crash-recovery case (tests/spark_jobs/test_crash_recovery.py has the other jobs):
+after the restart the state and the Delta output equal the reference, nothing lost, nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from decimal import Decimal
+
+import pytest
+from fastapi.testclient import TestClient
+
+from runtime.settings import Settings
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import JobState, JobStatus, read_status, status_path
+from spark_jobs.registry import get_job
+from spark_jobs.standby.follower import read_standby_status
+from spark_jobs.submit import submit_spec
+from streamstate.state_api.app import create_app
+from spark_jobs.state.changelog import changelog_topic_name
+from spark_jobs.state.changelog_reader import read_changelog
+from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic, wait_for
+from tests.spark_jobs.test_purchase_counts import decode_counts
+
+pytestmark = pytest.mark.integration
+
+JOB = get_job("purchase_counts")
+BASE = f"/jobs/{JOB.name}/stores/counts"
+
+
+def _start_driver(settings, log_name: str) -> subprocess.Popen:
+    submit = submit_spec(JOB, settings)
+    log = open(settings.data_dir / log_name, "w")
+    return subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+
+
+def _all_state(client: TestClient, page_size: int = 150) -> tuple[dict[str, tuple[int, Decimal]], list[dict]]:
+    """Every key through the paged range scan; also the page answers (their sources and batches)."""
+    state, pages, token = {}, [], None
+    while True:
+        params = {"page_size": page_size, **({"page_token": token} if token else {})}
+        answer = client.get(f"{BASE}/keys", params=params)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        pages.append(page)
+        for item in page["items"]:
+            state[item["key"]["user_id"]] = (item["value"]["purchases"],
+                                             Decimal(str(item["value"]["amount_spent"])).quantize(Decimal("0.01")))
+        token = page["next_page_token"]
+        if token is None:
+            return state, pages
+
+
+def _answers_match(client, expected, source: str):
+    state, pages = _all_state(client)
+    return state == expected and all(p["source"] == source for p in pages) and pages
+
+
+def _wait_for_answers(client, expected, source: str, timeout_s: float, what: str) -> list[dict]:
+    try:
+        return wait_for(lambda: _answers_match(client, expected, source), timeout_s, what)
+    except AssertionError:
+        state, pages = _all_state(client)
+        wrong = {k: (state.get(k), expected.get(k)) for k in set(state) | set(expected) if state.get(k) != expected.get(k)}
+        raise AssertionError(f"{what}: {len(wrong)} of {len(expected)} keys differ (answer, expected), e.g. "
+                             f"{dict(list(wrong.items())[:5])}; sources {[(p['source'], p['batch_id']) for p in pages]}") from None
+
+
+def _steady_input(bootstrap: str, stop: threading.Event, first_seed: int) -> threading.Thread:
+    def produce():
+        seed = first_seed
+        while not stop.is_set():
+            seed += 1
+            purchases.produce(bootstrap, JOB.source_topic, list(purchases.generate(200, users=600, seed=seed)))
+            time.sleep(1.0)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_live_then_standby_then_live_again(private_stack, spark):
+    settings = private_stack.replace(standby_commit_interval_s=2.0, standby_max_lag_s=15.0)
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, JOB.source_topic, JOB.source_partitions)
+    purchases.produce(bootstrap, JOB.source_topic, list(purchases.generate(3000, users=400, seed=71)))
+    follower = subprocess.Popen([sys.executable, "-m", "spark_jobs.standby", JOB.name, "--version", str(JOB.version)],
+                                env={**os.environ, **settings.to_env()}, stdout=open(settings.data_dir / "follower.log", "w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    driver = _start_driver(settings, "driver-1.log")
+    client = TestClient(create_app(settings))
+    try:
+        wait_for(lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING", 300,
+                 "the job to run")  # fmt: skip
+        wait_for(lambda: client.get(f"{BASE}/keys/u00001").json()["source"] == "live", 60, "the live view")
+
+        # Steady input for 30 s: answers are live, and the standby never falls further behind than its bound.
+        stop = threading.Event()
+        producer = _steady_input(bootstrap, stop, 1000)
+        lags, sources = [], set()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                standby = read_standby_status(settings.status_dir, JOB.application_id) or {}
+                lags.append(standby.get("lag_ms", 0))
+                sources.add(client.get(f"{BASE}/keys/u00001").json()["source"])
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            producer.join(30)
+        standby = read_standby_status(settings.status_dir, JOB.application_id)
+        assert standby["state"] == "FOLLOWING" and standby["stores"]["counts"]["commits"] > 0
+        assert max(lags) <= standby["max_lag_ms"] == 15_000, lags
+        assert sources == {"live"}
+
+        # Input stops: live answers equal the reference computation, key by key through the paged scan.
+        expected = expected_purchase_counts(read_topic(bootstrap, JOB.source_topic))
+        pages = _wait_for_answers(client, expected, "live", 120, "live answers to match the reference")
+        live_batch = pages[-1]["batch_id"]
+        assert all(p["staleness_ms"] < 5_000 for p in pages) and len(pages) == -(-len(expected) // 150)
+        one = client.get(f"{BASE}/keys/u00007").json()
+        assert (one["found"], one["value"]["purchases"] if one["found"] else None) == (
+            "u00007" in expected, expected["u00007"][0] if "u00007" in expected else None)
+        assert client.get(f"{BASE}/keys/no-such-user").json()["found"] is False
+
+        # kill -9 mid-stream (input arriving again): the same queries answer from the standby, with no
+        # error, and once it has everything the changelog holds its staleness is 0.
+        stop = threading.Event()
+        producer = _steady_input(bootstrap, stop, 2000)
+        try:
+            wait_for(lambda: read_status(settings.status_dir, JOB.application_id)["progress"]["batch_id"] > live_batch + 1,
+                     120, "batches over the new input")  # fmt: skip
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+        finally:
+            stop.set()
+            producer.join(30)
+        assert read_status(settings.status_dir, JOB.application_id)["state"] == "RUNNING"  # stale: it never said goodbye
+        down = client.get(f"{BASE}/keys/u00007")
+        assert down.status_code == 200 and down.json()["source"] == "standby"
+        assert down.json()["fallback_reason"] == "job_not_running"
+        changelog = read_changelog(bootstrap, changelog_topic_name(JOB.application_id, "counts"))
+        pages = _wait_for_answers(client, decode_counts(changelog.state), "standby", 60, "the standby to hold the changelog")
+        assert {p["batch_id"] for p in pages} == {changelog.cut_batch_id} and {p["staleness_ms"] for p in pages} == {0}
+        assert pages[0]["snapshot_version"] is not None and pages[0]["as_of"]
+
+        # While a restarted driver restores, queries stay on the standby and say why.
+        lease = JobLease(settings.status_dir, JOB.application_id)
+        epoch = lease.acquire()
+        try:
+            status = JobStatus(JOB.application_id, status_path(settings.status_dir, JOB.application_id), lease_epoch=epoch)
+            status.transition_to(JobState.RESTORING)
+            assert client.get(f"{BASE}/keys/u00007").json()["fallback_reason"] == "restoring"
+        finally:
+            lease.release()
+
+        # Restart from the checkpoint: back to live; state and output equal the reference over every event.
+        driver = _start_driver(settings, "driver-2.log")
+        wait_for(lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING", 300,
+                 "the restarted job to run")  # fmt: skip
+        expected = expected_purchase_counts(read_topic(bootstrap, JOB.source_topic))
+        pages = _wait_for_answers(client, expected, "live", 120, "live answers after the restart")
+        assert pages[0]["batch_id"] > changelog.cut_batch_id
+        output = str(settings.lake_dir / JOB.output_table_dir)
+        wait_for(lambda: delta_purchase_counts(spark, output) == expected, 60, "the Delta output to equal the reference")
+    finally:
+        for proc in (driver, follower):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in (driver, follower):
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        client.app.state.service.close()
+    assert follower.returncode == 0, (settings.data_dir / "follower.log").read_text()[-3000:]
+    assert read_standby_status(settings.status_dir, JOB.application_id)["state"] == "NOT_RUNNING"
+
+
+def test_only_registered_stores_and_valid_keys_are_addressable(tmp_path):
+    settings = Settings(data_dir=tmp_path)  # nothing ever ran here
+    client = TestClient(create_app(settings))
+    assert client.get("/jobs/no_such_job/stores/counts/keys/a").status_code == 404
+    assert client.get(f"/jobs/{JOB.name}/stores/nope/keys/a").status_code == 404
+    assert client.get(f"/jobs/{JOB.name}/stores/counts/keys/a", params={"version": 99}).status_code == 404
+    assert client.get(f"{BASE}/keys/" + "x" * 300).status_code == 422
+    assert client.get(f"{BASE}/keys/a%07b").status_code == 422  # a control character
+    assert client.get(f"{BASE}/keys", params={"page_size": settings.state_api_max_page_size + 1}).status_code == 422
+    assert client.get(f"{BASE}/keys", params={"page_token": "%%%"}).status_code == 422
+    heart = "/jobs/patient_heart_rate/stores/pulse-counts/keys/p1"
+    assert client.get(heart).status_code == 422  # a windowed store needs the window
+    assert client.get(heart, params={"window_start": 61_000}).status_code == 422  # not a window start
+    answer = client.get(heart, params={"window_start": 60_000}).json()
+    assert answer["key"] == {"patient_id": "p1", "window_start": 60_000} and answer["found"] is False
+    # nothing ever ran here: an answer with provenance, not an error
+    assert (answer["source"], answer["fallback_reason"], answer["job_state"]) == ("standby", "job_not_running", "NEVER_RAN")
+    spec = client.get("/openapi.json").json()
+    assert {"/jobs", "/jobs/{job}/stores/{store}", "/jobs/{job}/stores/{store}/keys",
+            "/jobs/{job}/stores/{store}/keys/{key}"} <= set(spec["paths"])  # fmt: skip
+
+
+def test_token_authentication_when_configured(tmp_path):
+    client = TestClient(create_app(Settings(data_dir=tmp_path, state_api_token="s3cret-token")))
+    assert client.get("/jobs").status_code == 401
+    assert client.get("/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    answer = client.get("/jobs", headers={"Authorization": "Bearer s3cret-token"})
+    assert answer.status_code == 200 and "s3cret-token" not in answer.text
+    assert {j["job"] for j in answer.json()["jobs"]} >= {"purchase_counts", "patient_heart_rate", "vote_counts"}
+    assert json.dumps(client.get("/openapi.json", headers={"Authorization": "Bearer s3cret-token"}).json()).count("HTTPBearer") >= 1
+
+
+def test_a_live_view_that_is_not_ready_in_time_falls_back_to_the_standby(tmp_path):
+    from runtime.process import free_port
+
+    # The job holds its lease and says RUNNING, but the live view cannot load (no broker answers).
+    settings = Settings(data_dir=tmp_path, kafka_port=free_port(), state_api_timeout_s=0.2)
+    lease = JobLease(settings.status_dir, JOB.application_id)
+    epoch = lease.acquire()
+    client = TestClient(create_app(settings))
+    try:
+        status = JobStatus(JOB.application_id, status_path(settings.status_dir, JOB.application_id), lease_epoch=epoch)
+        status.transition_to(JobState.RUNNING)
+        started = time.monotonic()
+        answer = client.get(f"{BASE}/keys/u00001")
+        assert time.monotonic() - started < 5  # bounded by the query timeout, not the broker's
+        assert answer.status_code == 200
+        assert (answer.json()["source"], answer.json()["fallback_reason"], answer.json()["job_state"]) == (
+            "standby", "timeout", "RUNNING")
+    finally:
+        lease.release()
+        client.app.state.service.close()

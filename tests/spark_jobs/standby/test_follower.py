@@ -1,0 +1,92 @@
+"""The warm standby MERGEs the changelog into the snapshot a driver wrote, and restores use it
+(real Kafka, Spark, Delta)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_jobs.context import JobContext
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import get_job
+from spark_jobs.run import run
+from spark_jobs.standby.follower import StoreFollower, standby_id
+from spark_jobs.state.changelog_reader import read_changelog
+from spark_jobs.state.restore import take_snapshot
+from tests.helpers import expected_purchase_counts
+
+pytestmark = pytest.mark.integration
+
+
+def _follow_to_head(follower: StoreFollower, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        follower.step(0.5)
+        if follower.at_head and follower.pending_batch is not None:
+            return
+    raise AssertionError(f"follower not at the changelog head after {timeout_s}s: {follower.view()}")
+
+
+def _table_state(path: str) -> dict[bytes, bytes]:
+    rows = DeltaTable(path).to_pyarrow_table(columns=["key", "value"]).to_pylist()
+    return {r["key"].encode(): r["value"].encode() for r in rows}
+
+
+def test_standby_follows_the_changelog_and_shortens_restores(spark, kafka_broker, settings, unique):
+    job = dataclasses.replace(get_job("purchase_counts"), name=f"standby_{unique}", source_topic=f"standby-{unique}",
+                              output_table=f"standby_{unique}")  # fmt: skip
+    ctx = JobContext(spark, job, settings)
+    bootstrap = settings.kafka_bootstrap_servers
+    changelog = ctx.changelog_topic("counts").name
+    snapshots = ctx.snapshot_store("counts")
+    ensure_topic(bootstrap, job.source_topic, job.source_partitions)
+    first, second, third = (list(purchases.generate(n, users=u, seed=s)) for n, u, s in
+                            ((2000, 300, 41), (1500, 500, 42), (700, 600, 43)))  # fmt: skip
+
+    purchases.produce(bootstrap, job.source_topic, first)
+    run(job, settings, available_now=True, spark=spark)
+    driver_snapshot = take_snapshot(snapshots, bootstrap, changelog)  # written by Spark
+    assert driver_snapshot.writer == "driver"
+
+    purchases.produce(bootstrap, job.source_topic, second)
+    run(job, settings, available_now=True, spark=spark)
+
+    # The follower starts from the driver's snapshot, reads only the tail and MERGEs it (delta-rs).
+    follower = StoreFollower(job, "counts", settings)
+    try:
+        assert follower.snapshot == driver_snapshot
+        _follow_to_head(follower)
+        assert follower.lag_ms() >= 0 and follower.lag_records == 0
+        standby = follower.commit()
+    finally:
+        follower.close()
+    full = read_changelog(bootstrap, changelog)
+    assert standby.writer == "standby" and standby.delta_version > driver_snapshot.delta_version
+    assert standby.batch_id == full.cut_batch_id and standby.changelog_offsets == full.resume_offsets
+    assert standby.rows == len(expected_purchase_counts(first + second)) == len(full.state)
+    assert _table_state(snapshots.path) == full.state  # the MERGE applied updates and deletes exactly
+    assert snapshots.latest() == standby  # the driver's reader sees the standby's commit as a snapshot
+    assert standby.as_of_ms > 0
+
+    # While a follower holds its lease the driver writes no snapshot of its own (one writer per table).
+    lease = JobLease(settings.status_dir, standby_id(job.application_id))
+    lease.acquire()
+    try:
+        assert ctx.snapshot_if_due("counts", 0) is None
+    finally:
+        lease.release()
+
+    # Checkpoint lost: the restore starts from the standby's snapshot, so it replays nothing already in it.
+    shutil.rmtree(ctx.checkpoint)
+    purchases.produce(bootstrap, job.source_topic, third)
+    report = run(job, settings, available_now=True, spark=spark)
+    restore = report.restores["counts"]
+    assert restore["snapshot_version"] == standby.delta_version and restore["changelog_records_read"] == 0
+    after = read_changelog(bootstrap, changelog)
+    assert {k: v for k, v in after.state.items()} and len(after.state) == len(expected_purchase_counts(first + second + third))
