@@ -57,20 +57,34 @@ def _wait_for_leaders(admin: AdminClient, topic: str, timeout_s: float) -> None:
 
 
 def watermark_offsets(consumer: Consumer, partition: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
-    """(low, high) offsets of ``partition``, retrying retriable errors (a leader election after topic
-    creation or a broker restart) until ``timeout_s``."""
+    """(low, high) offsets of ``partition``, retrying transient errors (a leader election after topic
+    creation, a broker restart, a request that timed out on a busy machine) until ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
+        # Each attempt gets a slice of the budget, so one timed-out request leaves time for another.
+        attempt_s = max(0.5, min(timeout_s / 3, deadline - time.monotonic()))
         try:
-            return consumer.get_watermark_offsets(partition, timeout=timeout_s)
+            return consumer.get_watermark_offsets(partition, timeout=attempt_s)
         except KafkaException as err:
-            error = err.args[0]
-            if not (error.retriable() or error.code() in _LEADER_ERRORS) or time.monotonic() > deadline:
+            if not is_transient(err.args[0]) or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
 
 
-_LEADER_ERRORS = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+def is_transient(error: KafkaError) -> bool:
+    """Whether a client error is one that passes by itself: retrying (or waiting) is the right answer.
+
+    librdkafka reports a broker that is restarting or a request that timed out under load as errors;
+    a follower of a changelog that gave up on them would fail every time the broker blinks.
+    """
+    return error.retriable() or error.code() in _TRANSIENT_CODES
+
+
+_TRANSIENT_CODES = {
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._UNKNOWN_PARTITION,  # the client forgot the partition while the broker was away
+}
 
 
 def partition_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, tuple[int, int]]:

@@ -31,9 +31,11 @@ import threading
 import time
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from prometheus_client import Counter, Gauge
 
 from runtime.settings import Settings
+from spark_jobs.kafka_topics import is_transient
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec
 from spark_jobs.state.changelog import changelog_topic_name
@@ -267,6 +269,8 @@ class SnapshotFollower:
         self.stop_requested = threading.Event()
         self.lease = JobLease(settings.status_dir, standby_id(spec.application_id))
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        #: Kafka errors waited out (see :meth:`step`)
+        self.transient_errors = 0
         self._published = 0.0
 
     def transition_to(self, new: FollowerState, error: str | None = None) -> None:
@@ -312,7 +316,16 @@ class SnapshotFollower:
     def step(self, max_wait_s: float = 0.5) -> None:
         """One round over every store: read, commit when due, publish."""
         for follower in self.stores.values():
-            follower.step(max_wait_s / len(self.stores))
+            try:
+                follower.step(max_wait_s / len(self.stores))
+            except KafkaException as err:
+                if not is_transient(err.args[0]):
+                    raise
+                # A broker restart or a timeout under load: the standby waits it out (its lag shows how
+                # long); it does not give up the lease over it.
+                self.transient_errors += 1
+                log.warning(json.dumps({"event": "standby_kafka_transient", "store": follower.store, "error": str(err)}))
+                time.sleep(max_wait_s)
             if follower.commit_due():
                 self._commit(follower)
             STANDBY_LAG_MS.labels(self.spec.application_id, follower.store).set(follower.lag_ms())
@@ -350,6 +363,7 @@ class SnapshotFollower:
             "pid": os.getpid(), "host": socket.gethostname(), "lease_epoch": self.lease.epoch,
             "started_at": self.started_at, "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
             "max_lag_ms": int(self.settings.standby_max_lag_s * 1000), "lag_ms": self._lag_ms(),
+            "transient_kafka_errors": self.transient_errors,
             "stores": {name: f.view() for name, f in self.stores.items()},
         }  # fmt: skip
         path = standby_status_path(self.settings.status_dir, self.spec.application_id)

@@ -9,14 +9,17 @@ It keeps no offsets of its own beyond the read: the result says where the next r
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from spark_jobs.kafka_topics import watermark_offsets
+from spark_jobs.kafka_topics import is_transient, watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -261,6 +264,8 @@ class ChangelogTail:
         self.position = {p: start_offsets.get(p, 0) for p in self.partitions}
         self.consumer.assign([TopicPartition(topic, p, start_offsets.get(p, OFFSET_BEGINNING)) for p in self.partitions])
         self.high: dict[int, int] = {}
+        #: consumer errors skipped as transient (a broker restart shows up here)
+        self.transient_errors = 0
 
     def poll(self, max_wait_s: float = 1.0, max_records: int = 100_000) -> CompleteBatches | None:
         """Read what is there (waiting at most ``max_wait_s`` for the first record); the batches now complete."""
@@ -275,6 +280,10 @@ class ChangelogTail:
                     self.high[msg.partition()] = msg.offset()
                     if read == 0 and time.monotonic() < deadline:
                         continue
+                    break
+                if is_transient(msg.error()):  # the broker is restarting or slow: the consumer reconnects by itself
+                    self.transient_errors += 1
+                    log.info("following changelog %s: %s (transient, retrying)", self.topic, msg.error())
                     break
                 raise RuntimeError(f"following changelog {self.topic}[{msg.partition()}]: {msg.error()}")
             read += 1

@@ -23,6 +23,9 @@ import logging
 import threading
 import time
 
+from confluent_kafka import KafkaException
+
+from spark_jobs.kafka_topics import is_transient
 from spark_jobs.state.changelog_reader import ChangelogTail
 from spark_jobs.state.snapshots import SnapshotInfo, latest_snapshot
 
@@ -152,7 +155,17 @@ class LiveView:
                 self.table = StateTable(state)
             while not self._stop.is_set():
                 # Everything written before ``checked_at`` is in the view once the positions pass ``end``.
-                checked_at, end = _now_ms(), tail.end_offsets()
+                checked_at = _now_ms()
+                try:
+                    end = tail.end_offsets()
+                except KafkaException as err:
+                    if not is_transient(err.args[0]):
+                        raise
+                    # The broker is restarting or slow: keep answering from what is loaded; ``as_of_ms``
+                    # stops advancing, so the staleness each answer reports grows until it is back.
+                    log.info("live view of %s: %s (transient, retrying)", self.topic, err)
+                    self._stop.wait(1.0)
+                    continue
                 complete = tail.poll(self.poll_s)
                 if complete is not None:
                     with self.lock:

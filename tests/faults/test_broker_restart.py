@@ -1,0 +1,82 @@
+"""The broker stops and comes back while the readers of a changelog run: the warm standby
+(spark_jobs/standby) and the state API's live view wait it out and carry on, nothing lost.
+
+Both follow the changelog with a librdkafka consumer; a broker restart reaches them as transport
+errors, timed-out watermark requests and metadata timeouts. Giving up on those would take the standby
+down (and its lease with it) every time the broker blinks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from runtime.kafka_broker import LocalKafkaBroker
+from runtime.settings import Settings
+from spark_jobs.registry import get_job
+from spark_jobs.standby.follower import SnapshotFollower, read_standby_status
+from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker, ChangelogTopic, ChangelogWriter
+from spark_jobs.state.snapshots import latest_snapshot, snapshot_path
+from streamstate.state_api.views import LiveView
+from tests.conftest import fresh_ports
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+def _write_batch(bootstrap: str, writer: ChangelogWriter, batch_id: int, changes: dict[bytes, bytes | None]) -> None:
+    """One complete changelog batch, as a driver writes it: the changes, then a marker per partition."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    for key, value in changes.items():
+        producer.produce(writer.topic.name, key=key, value=value, partition=key[0] % writer.topic.partitions,
+                         headers=[(BATCH_HEADER, str(batch_id).encode())])  # fmt: skip
+    assert producer.flush(60) == 0
+    writer._write_markers(BatchMarker(batch_id, {"in": {0: batch_id + 1}}, len(changes)))
+
+
+def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
+    settings = Settings(data_dir=tmp_path / "stack", standby_commit_interval_s=1.0, standby_max_lag_s=60.0, **fresh_ports())
+    broker = LocalKafkaBroker(settings)
+    broker.start()
+    bootstrap = settings.kafka_bootstrap_servers
+    job = dataclasses.replace(get_job("purchase_counts"), name="broker_restart", source_topic="broker-restart-in")
+    topic = ChangelogTopic(job.application_id, "counts", partitions=2)
+    topic.ensure(bootstrap)
+    writer = ChangelogWriter(topic, bootstrap)
+    follower = SnapshotFollower(job, settings)
+    running = threading.Thread(target=follower.run, daemon=True)
+    path = str(snapshot_path(settings.lake_dir, job.application_id, "counts"))
+    view = None
+    try:
+        _write_batch(bootstrap, writer, 0, {b"a": b"1", b"b": b"1"})
+        running.start()
+        wait_for(lambda: latest_snapshot(path), 60, "the standby's first snapshot")
+        view = LiveView(path, bootstrap, topic.name, poll_s=0.1)
+        assert view.wait_ready(30) and view.table.state == {"a": "1", "b": "1"}
+
+        broker.stop()
+        time.sleep(8)  # both readers meet transport errors and timed-out requests
+        assert running.is_alive(), "the standby gave up while the broker was down"
+        assert view.alive and view.error is None and view.table.get("a") == "1"  # still answering
+
+        broker.start()
+        _write_batch(bootstrap, writer, 1, {b"a": b"2", b"b": None, b"c": b"1"})
+        wait_for(lambda: view.batch_id == 1, 90, "the live view to apply the batch written after the restart")
+        assert view.table.state == {"a": "2", "c": "1"} and view.error is None
+        wait_for(lambda: latest_snapshot(path).batch_id == 1, 90, "the standby to commit the batch after the restart")
+        status = read_standby_status(settings.status_dir, job.application_id)
+        assert status["state"] == "FOLLOWING" and status["error"] is None, status
+    finally:
+        follower.stop_requested.set()
+        if running.ident is not None:
+            running.join(60)
+        if view is not None:
+            view.stop(5)
+        writer.close()
+        broker.stop()
+    assert not running.is_alive()
+    assert read_standby_status(settings.status_dir, job.application_id)["state"] == "NOT_RUNNING"
