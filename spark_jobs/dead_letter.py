@@ -56,6 +56,25 @@ def event(field: str) -> Column:
     return F.col(f"_event.{field}")
 
 
+#: The event times a job accepts. Spark parses timestamps Python cannot hold (year 1 in a zone west of
+#: UTC is year 0 to Python's datetime), and the jobs' state processors are Python: one such event
+#: would fail every retry of its batch. A time outside this range is a producer's bug in any case.
+EVENT_TIME_RANGE = ("1970-01-01 00:00:00", "2200-01-01 00:00:00")
+
+
+def bad_event_time(field: str = "event_time", required: bool = True) -> Column:
+    """Outside :data:`EVENT_TIME_RANGE`, or (when ``required``) missing or unparseable: a rule for
+    :func:`classify_events`."""
+    earliest, latest = (F.expr(f"TIMESTAMP '{t} UTC'") for t in EVENT_TIME_RANGE)
+    return F.coalesce((event(field) < earliest) | (event(field) >= latest), F.lit(required)) | unparsed(field)
+
+
+def unparsed(field: str) -> Column:
+    """The record has ``field`` but it did not parse to the schema's type (from_json silently makes it
+    null: a wrong-typed value would otherwise pass as "absent")."""
+    return F.get_json_object(F.col("_text"), f"$.{field}").isNotNull() & event(field).isNull()
+
+
 def classify_events(raw: DataFrame, schema, key_field: str, event_types: Sequence[str],
                     invalid: Column | None = None) -> DataFrame:  # fmt: skip
     """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type,

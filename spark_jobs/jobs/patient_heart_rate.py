@@ -176,7 +176,7 @@ def _millis(ts) -> int:
 
 def classify(ctx: JobContext) -> DataFrame:
     return dead_letter.classify_events(ctx.kafka_source(), EVENT_SCHEMA, "patient_id", EVENT_TYPES,
-                                       invalid=dead_letter.event("event_time").isNull())  # fmt: skip
+                                       invalid=dead_letter.bad_event_time())  # fmt: skip
 
 
 def build(ctx: JobContext):

@@ -136,8 +136,8 @@ def classify(ctx: JobContext) -> DataFrame:
     amount = dead_letter.event("amount")
     return dead_letter.classify_events(
         ctx.kafka_source(), EVENT_SCHEMA, "user_id", EVENT_TYPES,
-        invalid=(dead_letter.event("type") == PURCHASE)
-        & (amount.isNull() | (amount < 0) | dead_letter.event("event_time").isNull()),
+        invalid=dead_letter.bad_event_time(required=False)  # account_closed needs no time, but not a wild one
+        | ((dead_letter.event("type") == PURCHASE) & (amount.isNull() | (amount < 0) | dead_letter.bad_event_time())),
     )  # fmt: skip
 
 

@@ -109,7 +109,7 @@ class LatestVote(StatefulProcessor):
 def classify(ctx: JobContext) -> DataFrame:
     return dead_letter.classify_events(
         ctx.kafka_source(), EVENT_SCHEMA, "voter_id", (VOTE,),
-        invalid=dead_letter.event("event_time").isNull() | dead_letter.event("event_id").isNull()
+        invalid=dead_letter.bad_event_time() | dead_letter.event("event_id").isNull()
         | F.coalesce(F.length(dead_letter.event("candidate")) == 0, F.lit(True)),
     )  # fmt: skip
 

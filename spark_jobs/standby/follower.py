@@ -125,6 +125,10 @@ class StoreFollower:
             self.tail = ChangelogTail(self.settings.kafka_bootstrap_servers, self.topic, start)
         except ChangelogMissing:
             self.tail = None  # the job creates it when it first starts; :meth:`step` tries again
+        except KafkaException as err:
+            if not is_transient(err.args[0]):
+                raise
+            self.tail = None  # the broker is away; :meth:`step` tries again
         self.offsets = dict(start or {})
         #: key -> latest value (None: tombstone) of the complete batches not yet committed
         self.pending: dict[bytes, bytes | None] = {}

@@ -114,7 +114,9 @@ def test_growth_budgets_unbounded_restore_estimate_and_report(settings, spark, a
     _restore_in_a_new_driver(settings, growing)
     measured = restore_measurements(settings)[-1]
     assert (measured["application_id"], measured["snapshot_rows"], measured["keys"]) == (growing.application_id, 300, 300)
-    assert estimate is not None and measured["seconds"] / 2 <= estimate <= measured["seconds"] * 2, \
+    # Within 2x, give or take 0.5 s: these restores take a fraction of a second, where scheduling noise
+    # on a busy machine alone doubles a time.
+    assert estimate is not None and measured["seconds"] / 2 - 0.5 <= estimate <= measured["seconds"] * 2 + 0.5, \
         f"estimate {estimate:.2f}s vs measured {measured['seconds']:.2f}s"  # fmt: skip
 
     # every account closed: under budget again, the alert resolves (and the old growth projects nothing)

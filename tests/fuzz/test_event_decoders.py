@@ -1,0 +1,113 @@
+"""Fuzz every job's event decoder (real Spark): whatever bytes arrive, each record is either a valid
+event the job can process or a dead-letter record with a reason — never an exception, never dropped.
+
+The records are built from the jobs' own schemas: plausible events with one field broken in every way
+JSON allows (wrong types, huge numbers, odd timestamps, empty strings, nesting), plus raw garbage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import types
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_jobs import dead_letter
+from spark_jobs.jobs import patient_heart_rate, purchase_counts, vote_counts
+
+pytestmark = pytest.mark.integration
+
+KAFKA_SOURCE_SCHEMA = T.StructType([
+    T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
+    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+    T.StructField("timestampType", T.IntegerType()),
+])  # fmt: skip
+
+# (module, key field, event types): what each job's classify() is given
+JOBS = {
+    "purchase_counts": (purchase_counts, "user_id", purchase_counts.EVENT_TYPES),
+    "vote_counts": (vote_counts, "voter_id", (vote_counts.VOTE,)),
+    "patient_heart_rate": (patient_heart_rate, "patient_id", patient_heart_rate.EVENT_TYPES),
+}
+
+json_scalars = st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30) \
+    | st.floats(allow_nan=False) | st.text(max_size=12)  # fmt: skip
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                           max_leaves=6)  # fmt: skip
+odd_times = st.sampled_from(["2026-11-01T09:00:00Z", "2026-11-01 09:00:00", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
+                             "2026-13-45T99:00:00Z", "yesterday", "", "1700000000", "2026-11-01T09:00:00+14:00"])  # fmt: skip
+odd_numbers = st.sampled_from([0, -0.0, 0.005, -1, 12.345, 1e10, 1e11, 9999999999.99, 1e300, -1e300, "12.50", "1e3", "NaN"])
+
+
+@st.composite
+def events(draw, module, key_field: str, event_types) -> bytes | None:
+    """A record value: mostly events shaped like the job's, with fields broken at random."""
+    kind = draw(st.sampled_from(["event", "event", "event", "garbage", "json"]))
+    if kind == "garbage":
+        return draw(st.none() | st.binary(max_size=40))
+    if kind == "json":
+        return json.dumps(draw(json_values)).encode()
+    event = {f.name: None for f in module.EVENT_SCHEMA.fields}
+    for field in module.EVENT_SCHEMA.fields:
+        if field.name == "type":
+            event["type"] = draw(st.sampled_from(event_types) | st.text(max_size=8))
+        elif field.name == key_field:
+            event[field.name] = draw(st.sampled_from(["u1", "p-7", ""]) | st.text(max_size=6))
+        elif isinstance(field.dataType, T.TimestampType):
+            event[field.name] = draw(odd_times)
+        elif isinstance(field.dataType, T.DecimalType):
+            event[field.name] = draw(odd_numbers | st.integers(min_value=-(10**15), max_value=10**15))
+        else:
+            event[field.name] = draw(st.text(max_size=10))
+        if draw(st.integers(0, 9)) == 0:  # one field in ten: anything JSON can hold, or missing
+            if draw(st.booleans()):
+                event[field.name] = draw(json_values)
+            else:
+                del event[field.name]
+    if draw(st.integers(0, 4)) == 0:
+        event[draw(st.text(max_size=6))] = draw(json_values)  # an unknown extra field
+    text = json.dumps(event)
+    return (text.encode() if draw(st.integers(0, 9)) else text[: draw(st.integers(0, len(text)))].encode())  # truncated
+
+
+def _classify(spark, module, values: list[bytes | None]):
+    now = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    rows = [(b"k", v, "in", 0, i, now, 0) for i, v in enumerate(values)]
+    source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
+    return module.classify(types.SimpleNamespace(kafka_source=lambda: source))
+
+
+@pytest.mark.parametrize("job", list(JOBS))
+def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
+    module, key_field, event_types = JOBS[job]
+    reasons = {dead_letter.UNDECODABLE, dead_letter.MISSING_KEY, dead_letter.UNKNOWN_TYPE, dead_letter.INVALID}
+    earliest, latest = (dt.datetime.fromisoformat(t).replace(tzinfo=dt.timezone.utc) for t in dead_letter.EVENT_TIME_RANGE)
+
+    @given(st.lists(events(module, key_field, event_types), min_size=1, max_size=30))
+    def check(values):
+        classified = _classify(spark, module, values)
+        # Collecting the valid events converts them to Python objects, as the job's state processor does.
+        good = dead_letter.valid(classified, "offset").collect()
+        bad = classified.where(F.col(dead_letter.ERROR_COLUMN).isNotNull())
+        letters = [(r["value"], {h["key"]: h["value"].decode() for h in r["headers"]})
+                   for r in dead_letter.dead_letter_records(bad, "fuzz").collect()]  # fmt: skip
+        offsets = [e["offset"] for e in good] + [int(h[dead_letter.HEADER_PREFIX + "source.offset"]) for _, h in letters]
+        assert sorted(offsets) == list(range(len(values)))  # every record once: nothing dropped, nothing doubled
+        for event in good:  # what the job's state logic relies on
+            assert event[key_field] and event["type"] in event_types, event
+            time = event["event_time"]
+            assert (time is None and job == "purchase_counts" and event["type"] != purchase_counts.PURCHASE) \
+                or earliest <= time.astimezone(dt.timezone.utc) < latest, event  # fmt: skip
+            if job == "purchase_counts" and event["type"] == purchase_counts.PURCHASE:
+                assert event["amount"] is not None and event["amount"] >= 0, event
+        for value, headers in letters:  # the raw bytes kept, with a known reason
+            assert value == values[int(headers[dead_letter.HEADER_PREFIX + "source.offset"])]
+            assert headers[dead_letter.HEADER_PREFIX + "reason"] in reasons, headers
+
+    check()
