@@ -22,6 +22,21 @@ def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
     return {p: high for p, (_, high) in partition_offsets(bootstrap_servers, topic, 10).items()}
 
 
+def write_changelog_batch(writer, batch_id: int, changes: dict[bytes, bytes | None]) -> None:
+    """One complete changelog batch as a driver writes it (``writer``: a ChangelogWriter): the changes
+    (None: a tombstone), then a marker per partition. No Spark needed."""
+    from confluent_kafka import Producer
+
+    from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker
+
+    producer = Producer({"bootstrap.servers": writer.bootstrap_servers, "enable.idempotence": True, "acks": "all"})
+    for key, value in changes.items():
+        producer.produce(writer.topic.name, key=key, value=value, partition=key[0] % writer.topic.partitions,
+                         headers=[(BATCH_HEADER, str(batch_id).encode())])  # fmt: skip
+    assert producer.flush(60) == 0
+    writer._write_markers(BatchMarker(batch_id, {"in": {0: batch_id + 1}}, len(changes)))
+
+
 def wait_for(predicate, timeout_s: float, what: str, diagnose=None):
     """Poll ``predicate`` every 0.5 s until it returns something truthy (returned), or fail naming ``what``
     (and what ``diagnose()`` says about the state of things, when given)."""

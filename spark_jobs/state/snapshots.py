@@ -131,11 +131,15 @@ class SnapshotStore:
     Python process (restore, snapshot), so a Spark job per snapshot would only add its start-up and a
     cold Delta log replay to what is one Parquet file written or scanned through Arrow."""
 
-    def __init__(self, path: Path | str, application_id: str, store: str, retention: str = "7 days") -> None:
+    def __init__(self, path: Path | str, application_id: str, store: str, retention: str = "7 days",
+                 file_size_bytes: int = 128 * 1024 * 1024) -> None:  # fmt: skip
+        """``file_size_bytes``: Parquet files of a snapshot are cut at about this size (a big state is
+        then several files that a reader can scan in parallel, not one huge one)."""
         self.path = str(path)
         self.application_id = application_id
         self.store = store
         self.retention = retention
+        self.file_size_bytes = file_size_bytes
 
     @property
     def transaction_app_id(self) -> str:
@@ -178,7 +182,7 @@ class SnapshotStore:
             # The txn action records the batch (checked above), and keeps even an empty state over an empty
             # state a real commit; old snapshots stay readable by time travel for ``retention``.
             write_deltalake(
-                self.path, table, mode="overwrite",
+                self.path, table, mode="overwrite", target_file_size=self.file_size_bytes,
                 commit_properties=CommitProperties(custom_metadata={"userMetadata": info.metadata_json()},
                                                    app_transactions=[Transaction(self.transaction_app_id, batch_id)]),
                 configuration=snapshot_table_configuration(self.retention) if created else None,

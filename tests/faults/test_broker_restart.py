@@ -13,29 +13,18 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
 
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.settings import Settings
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import SnapshotFollower, read_standby_status
-from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker, ChangelogTopic, ChangelogWriter
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.snapshots import latest_snapshot, snapshot_path
 from streamstate.state_api.views import LiveView
 from tests.conftest import fresh_ports
-from tests.helpers import wait_for
+from tests.helpers import wait_for, write_changelog_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
-
-def _write_batch(bootstrap: str, writer: ChangelogWriter, batch_id: int, changes: dict[bytes, bytes | None]) -> None:
-    """One complete changelog batch, as a driver writes it: the changes, then a marker per partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
-    for key, value in changes.items():
-        producer.produce(writer.topic.name, key=key, value=value, partition=key[0] % writer.topic.partitions,
-                         headers=[(BATCH_HEADER, str(batch_id).encode())])  # fmt: skip
-    assert producer.flush(60) == 0
-    writer._write_markers(BatchMarker(batch_id, {"in": {0: batch_id + 1}}, len(changes)))
 
 
 def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
@@ -52,7 +41,7 @@ def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
     path = str(snapshot_path(settings.lake_dir, job.application_id, "counts"))
     view = None
     try:
-        _write_batch(bootstrap, writer, 0, {b"a": b"1", b"b": b"1"})
+        write_changelog_batch(writer, 0, {b"a": b"1", b"b": b"1"})
         running.start()
         wait_for(lambda: latest_snapshot(path), 60, "the standby's first snapshot")
         view = LiveView(path, bootstrap, topic.name, poll_s=0.1)
@@ -64,7 +53,7 @@ def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
         assert view.alive and view.error is None and view.table.get("a") == "1"  # still answering
 
         broker.start()
-        _write_batch(bootstrap, writer, 1, {b"a": b"2", b"b": None, b"c": b"1"})
+        write_changelog_batch(writer, 1, {b"a": b"2", b"b": None, b"c": b"1"})
         wait_for(lambda: view.batch_id == 1, 90, "the live view to apply the batch written after the restart")
         assert view.table.state == {"a": "2", "c": "1"} and view.error is None
         wait_for(lambda: latest_snapshot(path).batch_id == 1, 90, "the standby to commit the batch after the restart")
