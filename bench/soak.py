@@ -1,0 +1,274 @@
+"""Soak run: purchase_counts at a steady rate for a long time, with its periodic snapshots, the
+compaction-tuning DAG and the state-size audit DAG running on a cadence; memory, lag and state size
+are sampled over time, charted, and checked for growth without bound.
+
+On a private stack (own broker, Airflow metadata DB in the data dir; nothing else running needed):
+
+    .venv/bin/python bench/soak.py [--minutes 30] [--rate 100] [--users 5000] [--dags-every-min 5]
+                                   [--burst-at-min 10] [--burst-x 10] [--burst-min 1]
+
+A burst of ``--burst-x`` times the rate for ``--burst-min`` minutes (the slow-consumer case) lands at
+``--burst-at-min``. Writes ``bench/results/soak-<time>.csv`` and ``.png`` and prints a verdict per
+series: the mean of the last third of the run against the middle third (the first third is warm-up;
+choose the burst inside it or the middle). A series "grows" when the last third is more than 25% (and
+more than a floor) above the middle third. At the end the input stops, the lag must drain, and the
+job's Delta output must equal the plain-Python computation over every event in the topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.airflow_standalone import LocalAirflow  # noqa: E402
+from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
+from runtime.process import free_port  # noqa: E402
+from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
+from spark_jobs.generators import purchases  # noqa: E402
+from spark_jobs.kafka_topics import ensure_topic, partition_offsets  # noqa: E402
+from spark_jobs.lifecycle import read_status  # noqa: E402
+from spark_jobs.registry import get_job  # noqa: E402
+from spark_jobs.state.changelog import changelog_topic_name  # noqa: E402
+from spark_jobs.state.checkpoint_offsets import committed_input_offsets  # noqa: E402
+from spark_jobs.state.snapshots import snapshot_history, snapshot_path  # noqa: E402
+from spark_jobs.submit import submit_spec  # noqa: E402
+
+console = Console()
+RESULTS = PROJECT_ROOT / "bench" / "results"
+#: series checked for growth, with the floor under which a rise is noise (same unit as the series)
+CHECKED = {"driver_rss_mib": 100.0, "input_lag_records": 2_000.0, "state_rows": 500.0, "changelog_bytes": 20 * 2**20}
+
+
+def _settings(data_dir: Path) -> Settings:
+    names = ("kafka_port", "kafka_controller_port", "airflow_port", "airflow_scheduler_health_port",
+             "airflow_worker_log_port", "airflow_triggerer_log_port")  # fmt: skip
+    ports: set[int] = set()
+    while len(ports) < len(names):
+        ports.add(free_port())
+    return Settings(data_dir=data_dir, **dict(zip(names, sorted(ports), strict=True)))
+
+
+def _tree_rss_mib(pid: int) -> float:
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total / 2**20
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
+    """One row of the time series."""
+    bootstrap = settings.kafka_bootstrap_servers
+    status = read_status(settings.status_dir, spec.application_id) or {}
+    progress = status.get("progress") or {}
+    end = {p: high for p, (_, high) in partition_offsets(bootstrap, spec.source_topic, 10).items()}
+    done = committed_input_offsets(settings.checkpoint_dir / spec.application_id, spec.source_topic) or {}
+    changelog = changelog_topic_name(spec.application_id, "counts")
+    logs = settings.kafka_dir / "data"  # the local broker's log.dirs
+    return {
+        "minute": round((time.monotonic() - started) / 60, 2),
+        "driver_rss_mib": round(_tree_rss_mib(driver_pid), 1),
+        "input_lag_records": sum(max(0, high - done.get(p, 0)) for p, high in end.items()),
+        "state_rows": progress.get("state_rows", 0),
+        "batch_id": progress.get("batch_id"),
+        "changelog_bytes": sum(_dir_bytes(d) for d in logs.glob(f"{changelog}-*") if d.is_dir()),
+        "snapshots": len(snapshot_history(snapshot_path(settings.lake_dir, spec.application_id, "counts"))),
+        "state": status.get("state"),
+    }
+
+
+def drain(settings: Settings, spec, driver_pid: int, started: float, rows: list[dict], timeout_s: float = 600) -> float | None:
+    """Seconds until the input lag reached 0 after the input stopped (None: it did not)."""
+    stopped = time.monotonic()
+    while time.monotonic() - stopped < timeout_s:
+        time.sleep(5)
+        rows.append(sample(settings, spec, driver_pid, started))
+        if rows[-1]["input_lag_records"] == 0:
+            return time.monotonic() - stopped
+    return None
+
+
+def output_matches_reference(settings: Settings, spec) -> bool:
+    """The job's Delta output (read with delta-rs) against plain Python over every event in the topic."""
+    from decimal import Decimal
+
+    from deltalake import DeltaTable
+
+    from spark_jobs.kafka_topics import read_json_records
+
+    expected = purchases.expected_counts(read_json_records(settings.kafka_bootstrap_servers, spec.source_topic))
+    rows = DeltaTable(str(settings.lake_dir / spec.output_table_dir)).to_pyarrow_table(
+        columns=["user_id", "purchases", "amount_spent"]).to_pylist()  # fmt: skip
+    got = {r["user_id"]: (r["purchases"], Decimal(r["amount_spent"]).quantize(Decimal("0.01"))) for r in rows}
+    if got != expected:
+        wrong = [k for k in set(got) | set(expected) if got.get(k) != expected.get(k)]
+        console.print(f"[red]{len(wrong)} of {len(expected)} users differ[/], e.g. {[(k, got.get(k), expected.get(k)) for k in wrong[:3]]}")
+    return got == expected
+
+
+def verdict(rows: list[dict]) -> dict[str, tuple[float, float, bool]]:
+    """series -> (middle-third mean, last-third mean, grows?)."""
+    third = len(rows) // 3
+    out = {}
+    for name, floor in CHECKED.items():
+        middle = [r[name] for r in rows[third : 2 * third]] or [0]
+        last = [r[name] for r in rows[2 * third :]] or [0]
+        m, lt = sum(middle) / len(middle), sum(last) / len(last)
+        out[name] = (m, lt, lt > m * 1.25 and lt - m > floor)
+    return out
+
+
+def chart(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [("driver_rss_mib", "driver process tree RSS (MiB)"), ("input_lag_records", "input lag (records)"),
+              ("state_rows", "state rows"), ("changelog_bytes", "changelog on disk (MiB)")]  # fmt: skip
+    fig, axes = plt.subplots(len(series), 1, figsize=(9, 10), sharex=True)
+    minutes = [r["minute"] for r in rows]
+    for ax, (name, label) in zip(axes, series, strict=True):
+        values = [r[name] / 2**20 if name == "changelog_bytes" else r[name] for r in rows]
+        ax.plot(minutes, values)
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("minutes")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--rate", type=int, default=100, help="events per second")
+    parser.add_argument("--users", type=int, default=5000, help="distinct keys (state is bounded by this)")
+    parser.add_argument("--dags-every-min", type=float, default=5)
+    parser.add_argument("--burst-at-min", type=float, default=None, help="default: a third of the way in")
+    parser.add_argument("--burst-x", type=int, default=10)
+    parser.add_argument("--burst-min", type=float, default=1)
+    parser.add_argument("--sample-every-s", type=float, default=10)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    data_dir = args.data_dir or Path(f"/tmp/streamstate-soak-{os.getpid()}")
+    settings = _settings(data_dir)
+    spec = get_job("purchase_counts")
+    broker, airflow = LocalKafkaBroker(settings), LocalAirflow(settings)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%MZ")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = RESULTS / f"soak-{stamp}.csv", RESULTS / f"soak-{stamp}.png"
+    rows: list[dict] = []
+    dag_runs: list[tuple[float, str, int, float]] = []
+    stop = threading.Event()
+    driver = None
+    console.print(f"soak: {args.minutes} min at {args.rate} events/s over {args.users} users; data in {data_dir}")
+    try:
+        broker.start()
+        airflow.prepare()
+        bootstrap = settings.kafka_bootstrap_servers
+        ensure_topic(bootstrap, spec.source_topic, spec.source_partitions)
+
+        burst_at = (args.minutes / 3 if args.burst_at_min is None else args.burst_at_min) * 60
+        burst = (burst_at, burst_at + args.burst_min * 60)
+
+        def produce() -> None:
+            seed = 0
+            while not stop.is_set():
+                tick = time.monotonic()
+                seed += 1
+                in_burst = burst[0] <= tick - started < burst[1]
+                count = args.rate * (args.burst_x if in_burst else 1)
+                purchases.produce(bootstrap, spec.source_topic, purchases.generate(count, users=args.users, seed=seed))
+                stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+        started = time.monotonic()
+
+        threading.Thread(target=produce, daemon=True).start()
+        submit = submit_spec(spec, settings)
+        log = open(data_dir / "driver.log", "w")
+        driver = subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        deadline = started + args.minutes * 60
+        next_dags = started + args.dags_every_min * 60
+        while time.monotonic() < deadline:
+            if driver.poll() is not None:
+                raise RuntimeError(f"the driver exited ({driver.returncode}); see {log.name}")
+            rows.append(sample(settings, spec, driver.pid, started))
+            last = rows[-1]
+            console.print(f"[dim]{last['minute']:6.1f} min[/] rss {last['driver_rss_mib']:7.1f} MiB  lag "
+                          f"{last['input_lag_records']:6d}  state {last['state_rows']:6d}  batch {last['batch_id']}  "
+                          f"snapshots {last['snapshots']}")  # fmt: skip
+            if time.monotonic() >= next_dags:
+                for dag_id in ("tune_changelog_compaction", "audit_state_size"):
+                    t0 = time.monotonic()
+                    result = airflow.dags_test(dag_id, dag_file=PROJECT_ROOT / "dags" /
+                                               ("tune_changelogs.py" if dag_id.startswith("tune") else "audit_state_size.py"))  # fmt: skip
+                    dag_runs.append((round((t0 - started) / 60, 2), dag_id, result.returncode, time.monotonic() - t0))
+                    console.print(f"  {dag_id}: {'ok' if result.returncode == 0 else 'FAILED'} in {time.monotonic() - t0:.0f} s")
+                next_dags = time.monotonic() + args.dags_every_min * 60
+            time.sleep(max(0.0, args.sample_every_s - (time.monotonic() % args.sample_every_s)))
+        stop.set()
+        drained_in = drain(settings, spec, driver.pid, started, rows)
+        matches = output_matches_reference(settings, spec)
+    finally:
+        stop.set()
+        if driver is not None and driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGTERM)
+            try:
+                driver.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(driver.pid, signal.SIGKILL)
+        broker.stop()
+        if rows:
+            with csv_path.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+            chart(rows, png_path, f"soak {stamp}: purchase_counts, {args.rate} events/s, {args.users} users")
+
+    table = Table(title=f"soak {stamp}: {len(rows)} samples; middle third vs last third")
+    for column in ("series", "middle third", "last third", "grows?"):
+        table.add_column(column)
+    grows = False
+    for name, (middle, last, grew) in verdict(rows).items():
+        grows |= grew
+        table.add_row(name, f"{middle:,.1f}", f"{last:,.1f}", "[red]YES[/]" if grew else "no")
+    console.print(table)
+    failed = [r for r in dag_runs if r[2] != 0]
+    console.print(f"DAG runs: {len(dag_runs)}, failed: {len(failed)} {failed}")
+    console.print(f"lag drained after the input stopped: {'in %.0f s' % drained_in if drained_in is not None else '[red]NO[/]'}")
+    console.print(f"output equals the reference over every event: {'yes' if matches else '[red]NO[/]'}")
+    console.print(f"results: {csv_path.relative_to(PROJECT_ROOT)}, {png_path.relative_to(PROJECT_ROOT)}")
+    return 1 if grows or failed or drained_in is None or not matches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
