@@ -78,7 +78,8 @@ def _tree_rss_mib(pid: int) -> float:
 
 
 def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+    # allocated blocks, not st_size: Kafka preallocates its index files (10 MiB each, sparse)
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
 
 def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
@@ -143,7 +144,7 @@ def verdict(rows: list[dict]) -> dict[str, tuple[float, float, bool]]:
     return out
 
 
-def chart(rows: list[dict], path: Path, title: str) -> None:
+def chart(rows: list[dict], path: Path, title: str, burst_min: tuple[float, float], dag_min: list[float]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,10 +156,14 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
     minutes = [r["minute"] for r in rows]
     for ax, (name, label) in zip(axes, series, strict=True):
         values = [r[name] / 2**20 if name == "changelog_bytes" else r[name] for r in rows]
+        ax.axvspan(*burst_min, color="tab:orange", alpha=0.15, label="burst")
+        for m in dag_min:
+            ax.axvline(m, color="tab:gray", linestyle=":", linewidth=0.8)
         ax.plot(minutes, values)
         ax.set_ylabel(label, fontsize=8)
         ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("minutes")
+    axes[0].legend(loc="lower right", fontsize=8)
+    axes[-1].set_xlabel("minutes (dotted: tuning and audit DAG runs)")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -187,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     csv_path, png_path = RESULTS / f"soak-{stamp}.csv", RESULTS / f"soak-{stamp}.png"
     rows: list[dict] = []
     dag_runs: list[tuple[float, str, int, float]] = []
+    burst = (0.0, 0.0)
     stop = threading.Event()
     driver = None
     console.print(f"soak: {args.minutes} min at {args.rate} events/s over {args.users} users; data in {data_dir}")
@@ -252,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 writer = csv.DictWriter(f, fieldnames=list(rows[0]))
                 writer.writeheader()
                 writer.writerows(rows)
-            chart(rows, png_path, f"soak {stamp}: purchase_counts, {args.rate} events/s, {args.users} users")
+            chart(rows, png_path, f"soak {stamp}: purchase_counts, {args.rate} events/s ({args.burst_x}x burst), "
+                  f"{args.users} users", (burst[0] / 60, burst[1] / 60), [r[0] for r in dag_runs])  # fmt: skip
 
     table = Table(title=f"soak {stamp}: {len(rows)} samples; middle third vs last third")
     for column in ("series", "middle third", "last third", "grows?"):

@@ -7,7 +7,7 @@ JVM start, lease, restore, the first batch, later batches, snapshot writes. The 
 (same seed, same delays; the machine's speed decides which phase each one hits, and the test reports
 it). CI runs a few trials; for many::
 
-    STREAMSTATE_FAULT_TRIALS=30 STREAMSTATE_FAULT_SEED=7 .venv/bin/python -m pytest tests/faults/test_driver_kills.py -s
+    FAULT_TRIALS=30 FAULT_SEED=7 .venv/bin/python -m pytest tests/faults/test_driver_kills.py -s
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from tests.spark_jobs.test_purchase_counts import decode_counts
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-TRIALS = int(os.environ.get("STREAMSTATE_FAULT_TRIALS", "3"))
-SEED = int(os.environ.get("STREAMSTATE_FAULT_SEED", "0"))
+TRIALS = int(os.environ.get("FAULT_TRIALS", "3"))
+SEED = int(os.environ.get("FAULT_SEED", "0"))
 #: kills land uniformly in [0, this) seconds after a launch (a start takes ~20-40 s here, then batches)
 KILL_WINDOW_S = 60.0
 
