@@ -61,6 +61,22 @@ SECTION = "## Platform vs Kafka Streams vs plain Spark"
 PYTHON = sys.executable
 
 
+def process_tree_rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process and all its descendants (None: the process is gone)."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return None
+    total = 0
+    for proc in tree:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 class PeakMemory:
     """Samples the resident memory of a process and all its descendants; keeps the largest sum."""
 
@@ -72,17 +88,9 @@ class PeakMemory:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                root = psutil.Process(self.pid)
-                tree = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
+            total = process_tree_rss_bytes(self.pid)
+            if total is None:
                 return
-            total = 0
-            for proc in tree:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.NoSuchProcess:
-                    pass
             self.peak_bytes = max(self.peak_bytes, total)
             self._stop.wait(self.interval_s)
 

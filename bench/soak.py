@@ -28,12 +28,12 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.compare import process_tree_rss_bytes  # noqa: E402
 from runtime.airflow_standalone import LocalAirflow  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.process import free_port  # noqa: E402
@@ -63,18 +63,7 @@ def _settings(data_dir: Path) -> Settings:
 
 
 def _tree_rss_mib(pid: int) -> float:
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
+    return (process_tree_rss_bytes(pid) or 0) / 2**20
 
 
 def _dir_bytes(path: Path) -> int:
