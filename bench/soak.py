@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from rich.console import Console
@@ -51,6 +53,29 @@ console = Console()
 RESULTS = PROJECT_ROOT / "bench" / "results"
 #: series checked for growth, with the floor under which a rise is noise (same unit as the series)
 CHECKED = {"driver_rss_mib": 100.0, "input_lag_records": 2_000.0, "state_rows": 500.0, "changelog_bytes": 20 * 2**20}
+
+
+class AlertInbox:
+    """Where the DAGs' alerts go during a soak (the ``streamstate_webhook`` connection points here):
+    an alert is data of the run, and an alert nobody can receive fails its task by design."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        inbox = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's API
+                inbox.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.connection = json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{self.server.server_port}/alerts"})
 
 
 def _settings(data_dir: Path) -> Settings:
@@ -171,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-every-s", type=float, default=10)
     parser.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    # kill/SIGTERM stops the run like Ctrl-C: the driver, the broker and the results are still taken care of
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     data_dir = args.data_dir or Path(f"/tmp/streamstate-soak-{os.getpid()}")
     settings = _settings(data_dir)
@@ -182,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     dag_runs: list[tuple[float, str, int, float]] = []
     burst = (0.0, 0.0)
+    inbox = AlertInbox()
     stop = threading.Event()
     driver = None
     console.print(f"soak: {args.minutes} min at {args.rate} events/s over {args.users} users; data in {data_dir}")
@@ -222,12 +250,16 @@ def main(argv: list[str] | None = None) -> int:
                           f"{last['input_lag_records']:6d}  state {last['state_rows']:6d}  batch {last['batch_id']}  "
                           f"snapshots {last['snapshots']}")  # fmt: skip
             if time.monotonic() >= next_dags:
-                for dag_id in ("tune_changelog_compaction", "audit_state_size"):
+                for dag_id, dag_file in (("tune_changelog_compaction", "tune_changelogs.py"), ("audit_state_size", "audit_state_size.py")):
                     t0 = time.monotonic()
-                    result = airflow.dags_test(dag_id, dag_file=PROJECT_ROOT / "dags" /
-                                               ("tune_changelogs.py" if dag_id.startswith("tune") else "audit_state_size.py"))  # fmt: skip
+                    result = airflow.dags_test(dag_id, dag_file=PROJECT_ROOT / "dags" / dag_file,
+                                               env={"AIRFLOW_CONN_STREAMSTATE_WEBHOOK": inbox.connection})  # fmt: skip
+                    output = data_dir / "dag-runs" / f"{len(dag_runs) + 1:03d}-{dag_id}.log"
+                    output.parent.mkdir(exist_ok=True)
+                    output.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
                     dag_runs.append((round((t0 - started) / 60, 2), dag_id, result.returncode, time.monotonic() - t0))
-                    console.print(f"  {dag_id}: {'ok' if result.returncode == 0 else 'FAILED'} in {time.monotonic() - t0:.0f} s")
+                    console.print(f"  {dag_id}: {'ok' if result.returncode == 0 else f'FAILED (see {output})'} "
+                                  f"in {time.monotonic() - t0:.0f} s; alerts so far: {len(inbox.received)}")  # fmt: skip
                 next_dags = time.monotonic() + args.dags_every_min * 60
             time.sleep(max(0.0, args.sample_every_s - (time.monotonic() % args.sample_every_s)))
         stop.set()
@@ -260,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     failed = [r for r in dag_runs if r[2] != 0]
     console.print(f"DAG runs: {len(dag_runs)}, failed: {len(failed)} {failed}")
+    alerts = [(a.get("condition"), a.get("status")) for a in inbox.received]
+    console.print(f"alerts received: {len(alerts)} {alerts}")
     console.print(f"lag drained after the input stopped: {'in %.0f s' % drained_in if drained_in is not None else '[red]NO[/]'}")
     console.print(f"output equals the reference over every event: {'yes' if matches else '[red]NO[/]'}")
     console.print(f"results: {csv_path.relative_to(PROJECT_ROOT)}, {png_path.relative_to(PROJECT_ROOT)}")
