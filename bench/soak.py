@@ -9,9 +9,8 @@ On a private stack (own broker, Airflow metadata DB in the data dir; nothing els
 
 A burst of ``--burst-x`` times the rate for ``--burst-min`` minutes (the slow-consumer case) lands at
 ``--burst-at-min``. Writes ``bench/results/soak-<time>.csv`` and ``.png`` and prints a verdict per
-series: the mean of the last third of the run against the middle third (the first third is warm-up;
-choose the burst inside it or the middle). A series "grows" when the last third is more than 25% (and
-more than a floor) above the middle third. At the end the input stops, the lag must drain, and the
+series after warm-up (the first third; the burst lands there by default): a series "grows" when a
+least-squares line through it rises by more than 10% of its mean (and more than a floor). At the end the input stops, the lag must drain, and the
 job's Delta output must equal the plain-Python computation over every event in the topic.
 """
 
@@ -147,15 +146,37 @@ def output_matches_reference(settings: Settings, spec) -> bool:
 
 
 def verdict(rows: list[dict]) -> dict[str, tuple[float, float, bool]]:
-    """series -> (middle-third mean, last-third mean, grows?)."""
-    third = len(rows) // 3
+    """series -> (mean, rise, grows?) over the samples after warm-up (the first third is left out).
+
+    ``rise`` is what a least-squares line through those samples climbs over their span: a steady
+    creep shows up here even when no single sample stands out. A series grows when it rose by more
+    than 10% of its mean and more than its floor in :data:`CHECKED`.
+    """
+    measured = rows[len(rows) // 3 :]
     out = {}
     for name, floor in CHECKED.items():
-        middle = [r[name] for r in rows[third : 2 * third]] or [0]
-        last = [r[name] for r in rows[2 * third :]] or [0]
-        m, lt = sum(middle) / len(middle), sum(last) / len(last)
-        out[name] = (m, lt, lt > m * 1.25 and lt - m > floor)
+        xs, ys = [r["minute"] for r in measured], [float(r[name]) for r in measured]
+        if len(xs) < 2 or max(xs) == min(xs):
+            out[name] = (ys[0] if ys else 0.0, 0.0, False)
+            continue
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        rise = slope * (max(xs) - min(xs))
+        out[name] = (my, rise, rise > max(floor, 0.1 * abs(my)))
     return out
+
+
+def print_verdict(rows: list[dict], title: str) -> bool:
+    """Print :func:`verdict` as a table; whether any series grew."""
+    table = Table(title=f"{title}: {len(rows)} samples; after warm-up (the first third)")
+    for column in ("series", "mean", "rise (fitted)", "grows?"):
+        table.add_column(column)
+    grows = False
+    for name, (mean, rise, grew) in verdict(rows).items():
+        grows |= grew
+        table.add_row(name, f"{mean:,.1f}", f"{rise:+,.1f}", "[red]YES[/]" if grew else "no")
+    console.print(table)
+    return grows
 
 
 def chart(rows: list[dict], path: Path, title: str, burst_min: tuple[float, float], dag_min: list[float]) -> None:
@@ -195,7 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst-min", type=float, default=1)
     parser.add_argument("--sample-every-s", type=float, default=10)
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--report", type=Path, default=None, help="only print the verdict of a soak CSV written earlier")
     args = parser.parse_args(argv)
+    if args.report:
+        with args.report.open() as f:
+            rows = [{k: (float(v) if k in CHECKED or k == "minute" else v) for k, v in r.items()} for r in csv.DictReader(f)]
+        print_verdict(rows, args.report.stem)
+        return 0
     # kill/SIGTERM stops the run like Ctrl-C: the driver, the broker and the results are still taken care of
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -263,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 next_dags = time.monotonic() + args.dags_every_min * 60
             time.sleep(max(0.0, args.sample_every_s - (time.monotonic() % args.sample_every_s)))
         stop.set()
+        run_rows = list(rows)  # the verdict is about the run; the drain samples follow
         drained_in = drain(settings, spec, driver.pid, started, rows)
         matches = output_matches_reference(settings, spec)
     finally:
@@ -282,14 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             chart(rows, png_path, f"soak {stamp}: purchase_counts, {args.rate} events/s ({args.burst_x}x burst), "
                   f"{args.users} users", (burst[0] / 60, burst[1] / 60), [r[0] for r in dag_runs])  # fmt: skip
 
-    table = Table(title=f"soak {stamp}: {len(rows)} samples; middle third vs last third")
-    for column in ("series", "middle third", "last third", "grows?"):
-        table.add_column(column)
-    grows = False
-    for name, (middle, last, grew) in verdict(rows).items():
-        grows |= grew
-        table.add_row(name, f"{middle:,.1f}", f"{last:,.1f}", "[red]YES[/]" if grew else "no")
-    console.print(table)
+    grows = print_verdict(run_rows, f"soak {stamp}")
     failed = [r for r in dag_runs if r[2] != 0]
     console.print(f"DAG runs: {len(dag_runs)}, failed: {len(failed)} {failed}")
     alerts = [(a.get("condition"), a.get("status")) for a in inbox.received]

@@ -1,4 +1,4 @@
-"""The soak's growth verdict (pure): warm-up ignored, a late rise above the floor flagged."""
+"""The soak's growth verdict (pure): warm-up ignored, a steady creep above the floor flagged."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from bench.soak import CHECKED, verdict
 
 
 def _rows(values: list[float]) -> list[dict]:
-    return [{name: v for name in CHECKED} for v in values]
+    return [{"minute": i, **{name: v for name in CHECKED}} for i, v in enumerate(values)]
 
 
 def test_a_plateau_after_warm_up_does_not_grow():
@@ -14,8 +14,12 @@ def test_a_plateau_after_warm_up_does_not_grow():
     assert not any(grew for _, _, grew in result.values())
 
 
-def test_a_late_rise_above_the_floor_grows_and_below_it_is_noise():
-    big = verdict(_rows([0] * 3 + [1e9] * 3 + [2e9] * 3))
-    assert all(grew for _, _, grew in big.values())
-    small = verdict(_rows([0] * 3 + [10] * 3 + [20] * 3))  # doubles, but by less than every floor
+def test_a_steady_creep_above_the_floor_grows_and_below_it_is_noise():
+    creep = verdict(_rows([0] * 3 + [1e9 + 1e8 * i for i in range(6)]))  # +50% over the measured span
+    assert all(grew for _, _, grew in creep.values())
+    small = verdict(_rows([0] * 3 + [10 + 2 * i for i in range(6)]))  # doubles, but by less than every floor
     assert not any(grew for _, _, grew in small.values())
+
+
+def test_a_spike_that_passes_is_not_growth():
+    assert not verdict(_rows([0] * 3 + [1e9, 1e9, 3e9, 1e9, 1e9, 1e9]))["driver_rss_mib"][2]
