@@ -24,6 +24,8 @@ from pathlib import Path
 
 #: Exit code of a driver that found its job already running (spark_jobs/run.py).
 ALREADY_RUNNING = 3
+#: The lease record's size on disk: JSON padded with spaces (JSON allows trailing whitespace).
+RECORD_BYTES = 512
 
 
 class JobAlreadyRunning(RuntimeError):
@@ -63,8 +65,11 @@ class JobLease:
         self.epoch = int(_read(fd).get("epoch", 0)) + 1
         record = {"application_id": self.application_id, "epoch": self.epoch, "pid": os.getpid(),
                   "host": socket.gethostname(), "acquired_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        # One fixed-size write in place, never truncate-then-write: a driver killed between the two would
+        # leave an empty file and the next holder would start the epoch (the fencing token) over at 1.
+        os.pwrite(fd, json.dumps(record).encode().ljust(RECORD_BYTES), 0)
+        if os.fstat(fd).st_size > RECORD_BYTES:  # a record written by an older version
+            os.ftruncate(fd, RECORD_BYTES)
         os.fsync(fd)
         self._fd = fd
         return self.epoch

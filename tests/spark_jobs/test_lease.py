@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning, JobLease
+from spark_jobs.lease import ALREADY_RUNNING, RECORD_BYTES, JobAlreadyRunning, JobLease, lease_path
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from spark_jobs.submit import submit_spec
@@ -25,6 +25,19 @@ def test_second_holder_is_refused_and_epochs_increase(tmp_path):
     assert first.holder() is None
     with JobLease(tmp_path, "app-v1") as second:
         assert second.epoch == 2
+
+
+def test_the_record_is_rewritten_in_place_at_a_fixed_size(tmp_path):
+    """Never truncated to empty on the way (a kill there would reset the epoch); an older, longer
+    record is cut to size and the epoch still counts on from it."""
+    path = lease_path(tmp_path, "app-v1")
+    path.write_text('{"epoch": 41, "pid": 1234567, "host": "' + "h" * 900 + '"}')
+    with JobLease(tmp_path, "app-v1") as lease:
+        assert lease.epoch == 42
+    assert path.stat().st_size == RECORD_BYTES
+    with JobLease(tmp_path, "app-v1") as lease:
+        assert lease.epoch == 43 and lease.holder()["epoch"] == 43
+    assert path.stat().st_size == RECORD_BYTES and JobLease(tmp_path, "app-v1").last_epoch() == 43
 
 
 def test_the_lease_dies_with_its_holder_even_on_kill_9(tmp_path):
