@@ -44,7 +44,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.kafka_streams_peer import KafkaStreamsPeer, build as build_kafka_streams  # noqa: E402
+from bench.kafka_streams_peer import KafkaStreamsPeer  # noqa: E402
+from bench.kafka_streams_peer import build as build_kafka_streams
+from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.process import free_port  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
@@ -157,8 +159,8 @@ class Bench:
         self.classpath = build_kafka_streams() if "kafka_streams" in args.peers else ""
 
     @property
-    def bootstrap(self) -> str:
-        return self.settings.kafka_bootstrap_servers
+    def bootstrap(self) -> KafkaConnection:
+        return self.settings.kafka
 
     def load(self, events: int, keys: int) -> None:
         """The input every peer reads: ``events`` purchases over ``keys`` users on JOB.source_topic."""

@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from rich.console import Console
 
 from runtime.kafka_broker import LocalKafkaBroker
+from runtime.kafka_connection import client_config
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
@@ -52,7 +53,7 @@ class KafkaStreamsPeer:
         self.peak_rss_bytes = 0
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka_bootstrap_servers,
+            ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka,
              application_id, str(state_dir), input_topic, output_topic, str(threads)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
@@ -73,11 +74,11 @@ class KafkaStreamsPeer:
 
     def wait_caught_up(self, timeout_s: float = 1800) -> float:
         """Seconds from start until the committed offsets reach the input's end."""
-        end = {p: high for p, (_, high) in partition_offsets(self.settings.kafka_bootstrap_servers, self.input_topic).items()}
+        end = {p: high for p, (_, high) in partition_offsets(self.settings.kafka, self.input_topic).items()}
         # A consumer of the app's group that never subscribes: it only reads the group's committed offsets.
         # (AdminClient.list_consumer_group_offsets crashed the interpreter here: confluent-kafka 2.16.1.)
-        watcher = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap_servers, "group.id": self.application_id,
-                            "enable.auto.commit": False, "log_level": 3})  # fmt: skip
+        watcher = Consumer(client_config(self.settings.kafka, {"group.id": self.application_id,
+                            "enable.auto.commit": False, "log_level": 3}))  # fmt: skip
         try:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
@@ -138,11 +139,11 @@ def main() -> None:
     broker.start()
     try:
         topic = "purchases"
-        ensure_topic(settings.kafka_bootstrap_servers, topic, 2)
+        ensure_topic(settings.kafka, topic, 2)
         # Kafka Streams creates its internal topics but not sink topics (the broker auto-creates nothing).
-        ensure_topic(settings.kafka_bootstrap_servers, "kstreams-purchase-counts", 2)
+        ensure_topic(settings.kafka, "kstreams-purchase-counts", 2)
         with console.status(f"producing {args.events:,} events"):
-            purchases.produce(settings.kafka_bootstrap_servers, topic, list(purchases.generate(args.events, users=args.users, seed=3)))
+            purchases.produce(settings.kafka, topic, list(purchases.generate(args.events, users=args.users, seed=3)))
         state_dir = data / "kstreams-state"
         peer = KafkaStreamsPeer(classpath, settings, "purchase_counts", "kstreams-purchases", state_dir, topic,
                                 "kstreams-purchase-counts", args.threads)  # fmt: skip

@@ -48,7 +48,7 @@ def main() -> None:
 
     source = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .options(**settings.kafka.spark_options())
         .option("subscribe", args.topic)
         .option("startingOffsets", "earliest")
     )

@@ -43,7 +43,7 @@ def main() -> None:
     settings = Settings.from_env()
     spec = get_job(args.job)
     context = JobContext(None, spec, settings)  # a restore needs no Spark: delta-rs + the Kafka consumer
-    restored = restore_from_snapshot(context.snapshot_store(args.store), settings.kafka_bootstrap_servers,
+    restored = restore_from_snapshot(context.snapshot_store(args.store), settings.kafka,
                                      context.changelog_topic(args.store).name, SilentRestoreListener(),
                                      use_snapshot=args.mode == "snapshot")  # fmt: skip
     print(json.dumps({"seconds": restored.seconds, "keys": len(restored.state), "batch_id": restored.batch_id,

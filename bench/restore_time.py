@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import track
 
 from runtime.kafka_broker import LocalKafkaBroker
+from runtime.kafka_connection import client_config
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker, ChangelogTopic, ChangelogWriter
@@ -43,9 +44,9 @@ class ChangelogSimulator:
         self.insert_batches = max(1, batches // 3)
         self.counts = [0] * keys
         self.next_batch = 0
-        self.producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers, "linger.ms": 50,
-                                  "partitioner": "murmur2_random", "log_level": 3})  # fmt: skip
-        self.writer = ChangelogWriter(topic, settings.kafka_bootstrap_servers)
+        self.producer = Producer(client_config(settings.kafka, {"linger.ms": 50,
+                                  "partitioner": "murmur2_random", "log_level": 3}))  # fmt: skip
+        self.writer = ChangelogWriter(topic, settings.kafka)
 
     def write(self, batches: int) -> int:
         """Write the next ``batches`` batches; returns the change records written."""
@@ -93,13 +94,13 @@ def main() -> None:
     broker.start()
     try:
         topic = ChangelogTopic("bench-v1", "counts", partitions=2)
-        topic.ensure(settings.kafka_bootstrap_servers)
+        topic.ensure(settings.kafka)
         snapshots = SnapshotStore(data / "snapshot", "bench-v1", "counts")
         head = args.batches - args.tail_batches
         simulator = ChangelogSimulator(settings, topic, args.keys, args.batches, args.churn, seed=7)
         written = simulator.write(head)
         t = time.monotonic()
-        snap = take_snapshot(snapshots, settings.kafka_bootstrap_servers, topic.name)
+        snap = take_snapshot(snapshots, settings.kafka, topic.name)
         snapshot_seconds = time.monotonic() - t
         # The tail: the remaining batches, continuing the same random churn.
         written_tail = simulator.write(args.tail_batches)
@@ -109,7 +110,7 @@ def main() -> None:
         replayed = {}
         for _ in range(args.repeats):
             for name, use_snapshot in (("full replay", False), ("snapshot + tail", True)):
-                result = restore_from_snapshot(snapshots, settings.kafka_bootstrap_servers, topic.name,
+                result = restore_from_snapshot(snapshots, settings.kafka, topic.name,
                                                SilentRestoreListener(), use_snapshot=use_snapshot)  # fmt: skip
                 assert len(result.state) == args.keys and result.batch_id == args.batches - 1
                 runs[name].append(result.seconds)
@@ -143,7 +144,7 @@ def main() -> None:
             import pstats
 
             profile = cProfile.Profile()
-            profile.runcall(restore_from_snapshot, snapshots, settings.kafka_bootstrap_servers, topic.name,
+            profile.runcall(restore_from_snapshot, snapshots, settings.kafka, topic.name,
                             SilentRestoreListener())  # fmt: skip
             pstats.Stats(profile).sort_stats("tottime").print_stats(15)
         if args.no_write:

@@ -97,7 +97,7 @@ def _dir_bytes(path: Path) -> int:
 
 def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
     """One row of the time series."""
-    bootstrap = settings.kafka_bootstrap_servers
+    bootstrap = settings.kafka
     status = read_status(settings.status_dir, spec.application_id) or {}
     progress = status.get("progress") or {}
     end = {p: high for p, (_, high) in partition_offsets(bootstrap, spec.source_topic, 10).items()}
@@ -136,7 +136,7 @@ def output_matches_reference(settings: Settings, spec) -> bool:
 
     from spark_jobs.kafka_topics import read_json_records
 
-    expected = purchases.expected_counts(read_json_records(settings.kafka_bootstrap_servers, spec.source_topic))
+    expected = purchases.expected_counts(read_json_records(settings.kafka, spec.source_topic))
     rows = DeltaTable(str(settings.lake_dir / spec.output_table_dir)).to_pyarrow_table(
         columns=["user_id", "purchases", "amount_spent"]).to_pylist()  # fmt: skip
     got = {r["user_id"]: (r["purchases"], Decimal(r["amount_spent"]).quantize(Decimal("0.01"))) for r in rows}
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         broker.start()
         airflow.prepare()
-        bootstrap = settings.kafka_bootstrap_servers
+        bootstrap = settings.kafka
         ensure_topic(bootstrap, spec.source_topic, spec.source_partitions)
 
         burst_at = (args.minutes / 3 if args.burst_at_min is None else args.burst_at_min) * 60

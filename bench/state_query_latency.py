@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from restore_time import ChangelogSimulator
 from rich.console import Console
 
-from restore_time import ChangelogSimulator
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
@@ -91,7 +91,7 @@ def main() -> None:
         from spark_jobs.context import JobContext
 
         topic = JobContext(None, spec, settings).changelog_topic("counts")
-        topic.ensure(settings.kafka_bootstrap_servers)
+        topic.ensure(settings.kafka)
         simulator = ChangelogSimulator(settings, topic, args.keys, 6, args.keys // 5, seed=11)
         simulator.write(6)
         follower = StoreFollower(spec, "counts", settings)

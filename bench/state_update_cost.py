@@ -41,7 +41,7 @@ def one_event_per_user(keys: int) -> list[dict]:
 def measure(spark, settings: Settings, operator: str, checkpoint: Path) -> tuple[float, int]:
     from pyspark.sql import functions as F
 
-    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+    raw = (spark.readStream.format("kafka").options(**settings.kafka.spark_options())
            .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())  # fmt: skip
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"), "offset").select(
         "e.*", "offset")  # fmt: skip
@@ -70,8 +70,8 @@ def main() -> None:
     broker = LocalKafkaBroker(settings)
     broker.start()
     try:
-        ensure_topic(settings.kafka_bootstrap_servers, TOPIC, 2)
-        purchases.produce(settings.kafka_bootstrap_servers, TOPIC, one_event_per_user(args.keys))
+        ensure_topic(settings.kafka, TOPIC, 2)
+        purchases.produce(settings.kafka, TOPIC, one_event_per_user(args.keys))
         spark = build_spark_session(settings, "bench-state-update-cost")
         operators = ("built-in groupBy().agg()", "transformWithState (Python processor)")
         seconds: dict[str, list[float]] = {op: [] for op in operators}

@@ -25,17 +25,18 @@ from rich.table import Table
 from runtime import jvm
 from runtime.airflow_standalone import LocalAirflow
 from runtime.kafka_broker import LocalKafkaBroker
+from runtime.kafka_connection import KafkaTarget
 from runtime.settings import Settings
 
 JOB = "purchase_counts"
 console = Console(highlight=False, width=None if Console().is_terminal else 140)
 
 
-def topic_record_count(bootstrap_servers: str, topic: str) -> int:
+def topic_record_count(kafka: KafkaTarget, topic: str) -> int:
     """Records currently in ``topic`` (sum over partitions of high minus low watermark)."""
     from spark_jobs.kafka_topics import partition_offsets
 
-    return sum(high - low for low, high in partition_offsets(bootstrap_servers, topic, 10).values())
+    return sum(high - low for low, high in partition_offsets(kafka, topic, 10).values())
 
 
 def _next_seed(settings: Settings) -> int:
@@ -61,19 +62,19 @@ def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool)
 
     with console.status("starting the Kafka broker…"):
         LocalKafkaBroker(settings).start()
-    console.print(f"[green]✓[/green] Kafka broker at {settings.kafka_bootstrap_servers}")
+    console.print(f"[green]✓[/green] Kafka broker at {settings.kafka}")
     if with_airflow:
         with console.status("starting Airflow standalone (first start migrates its database)…"):
             LocalAirflow(settings).start()
         console.print(f"[green]✓[/green] Airflow at {settings.airflow_url}")
 
     created = kafka_topics.ensure_topic(
-        settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor
+        settings.kafka, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor
     )
     seed = _next_seed(settings)
     batch = list(purchases.generate(events, users=users, seed=seed))
     with console.status(f"producing {len(batch):,} purchase events to '{spec.source_topic}'…"):
-        purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic, batch)
+        purchases.produce(settings.kafka, spec.source_topic, batch)
     console.print(f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) to topic '{spec.source_topic}'"
                   + (" (created)" if created else ""))  # fmt: skip
 
@@ -92,16 +93,16 @@ def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool)
                   f"in {report['batches']} micro-batch(es)")  # fmt: skip
 
     summary = _read_output(settings, report["output"])
-    in_topic = topic_record_count(settings.kafka_bootstrap_servers, spec.source_topic)
+    in_topic = topic_record_count(settings.kafka, spec.source_topic)
     # The check: Delta holds exactly what plain Python computes from every event in the topic.
-    expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka_bootstrap_servers, spec.source_topic))
+    expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka, spec.source_topic))
     summary["matches"] = summary.pop("state") == expected
     summary["changelogs"] = {
-        name: topic_record_count(settings.kafka_bootstrap_servers, name)
+        name: topic_record_count(settings.kafka, name)
         for name in (changelog_topic_name(spec.application_id, s.name) for s in spec.stores)
     }
     dlq = dead_letter_topic(spec.application_id)
-    summary["dead_letters"] = (dlq, topic_record_count(settings.kafka_bootstrap_servers, dlq))
+    summary["dead_letters"] = (dlq, topic_record_count(settings.kafka, dlq))
     _print_summary(settings, spec, report, summary, in_topic, time.monotonic() - started, log_file)
     if not summary["matches"]:
         console.print(f"[red]check failed: the Delta table {report['output']} differs from the counts computed "
@@ -141,7 +142,7 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
         ("status", str(settings.status_dir / f"{spec.application_id}.status.json")),
         ("Delta table", report["output"]),
         ("checkpoint", report["checkpoint"]),
-        ("topic", f"{spec.source_topic} @ {settings.kafka_bootstrap_servers}"),
+        ("topic", f"{spec.source_topic} @ {settings.kafka}"),
         ("Airflow UI", f"{settings.airflow_url}  (DAG drain__{spec.name})"),
         *[("state query", f"{settings.airflow_url}/state-api/jobs/{spec.name}/stores/{spec.stores[0].name}/keys/"
            f"{summary['top'][0]['user_id']}  (from the Delta snapshot while the job is stopped)")][: 1 if summary["top"] else 0],

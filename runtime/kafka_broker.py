@@ -15,6 +15,7 @@ import subprocess
 import uuid
 
 from runtime import jvm
+from runtime.kafka_connection import client_config
 from runtime.process import LocalService, ServiceError
 from runtime.settings import Settings
 
@@ -104,7 +105,7 @@ class LocalKafkaBroker:
         """The broker answers a metadata request and lists itself."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.settings.kafka_bootstrap_servers, "log_level": 0})
+        admin = AdminClient(client_config(self.settings.kafka, {"log_level": 0}))
         try:
             metadata = admin.list_topics(timeout=2)
         except Exception:  # noqa: BLE001 - any failure means "not ready yet"
@@ -124,7 +125,7 @@ class LocalKafkaBroker:
         return {
             "running": self.service.is_running(),
             "pid": self.service.pid(),
-            "bootstrap_servers": self.settings.kafka_bootstrap_servers,
+            **self.settings.kafka.describe(),
             "data": str(self.storage_dir),
             "log": str(self.service.log_file),
         }

@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from runtime.kafka_connection import KafkaConnection, KafkaSecurityError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "STREAMSTATE_"
 # local, local[N], local[*], local[N,F], spark://host:port[,host:port], k8s://https://…, yarn
@@ -95,6 +97,15 @@ class Settings:
     kafka_external_bootstrap: str | None = None
     #: Replication factor for topics the platform creates (1 locally, 3 on the compose cluster).
     kafka_replication_factor: int = 1
+    #: How clients talk to Kafka (runtime/kafka_connection.py): PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
+    kafka_security_protocol: str = "PLAINTEXT"
+    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols only)
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    #: a file holding the SASL password (a mounted secret): the password itself is never a setting
+    kafka_sasl_password_file: Path | None = None
+    #: PEM CA file that signed the brokers' certificates (TLS protocols); unset = system trust store
+    kafka_ssl_ca_file: Path | None = None
     airflow_port: int = 8080
     #: Airflow's other listeners (scheduler health check, worker and triggerer log servers): typed
     #: here so two stacks (yours and the tests') never fight over Airflow's fixed defaults.
@@ -130,6 +141,12 @@ class Settings:
     @property
     def kafka_bootstrap_servers(self) -> str:
         return self.kafka_external_bootstrap or f"{self.host}:{self.kafka_port}"
+
+    @property
+    def kafka(self) -> KafkaConnection:
+        """Address and credentials for every Kafka client the platform creates."""
+        return KafkaConnection(self.kafka_bootstrap_servers, self.kafka_security_protocol, self.kafka_sasl_mechanism,
+                               self.kafka_sasl_username, self.kafka_sasl_password_file, self.kafka_ssl_ca_file)  # fmt: skip
 
     @property
     def kafka_dir(self) -> Path:
@@ -234,6 +251,10 @@ class Settings:
                                 f"({self.standby_commit_interval_s} vs {self.standby_max_lag_s})")
         if not 1 <= self.state_api_port <= 65535 or self.state_api_max_page_size < 1 or self.state_api_timeout_s <= 0:
             raise SettingsError(f"{ENV_PREFIX}STATE_API_*: need a TCP port, a page size >= 1 and a timeout > 0")
+        try:
+            self.kafka  # noqa: B018 - building the connection validates the Kafka security settings
+        except KafkaSecurityError as err:
+            raise SettingsError(str(err)) from None
         self.compaction.validate()
 
 

@@ -40,7 +40,7 @@ class JobContext:
         """The job's source topic as a streaming DataFrame, starting where the restored state ends."""
         reader = (
             self.spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", self.settings.kafka_bootstrap_servers)
+            .options(**self.settings.kafka.spark_options())
             .option("subscribe", self.spec.source_topic)
             .option("startingOffsets", self.starting_offsets)
             # Consumer groups named after the version (Kafka Streams: application.id is the group).
@@ -69,10 +69,10 @@ class JobContext:
         with the job."""
         from spark_jobs import dead_letter
 
-        ensure_topic(self.settings.kafka_bootstrap_servers, dead_letter.dead_letter_topic(self.spec.application_id),
+        ensure_topic(self.settings.kafka, dead_letter.dead_letter_topic(self.spec.application_id),
                      self.spec.source_partitions, self.settings.kafka_replication_factor)  # fmt: skip
         self.companion_writers.append(dead_letter.dead_letter_writer(
-            classified, self.spec.application_id, self.settings.kafka_bootstrap_servers,
+            classified, self.spec.application_id, self.settings.kafka,
             str(self.checkpoint / "streamstate" / "dead-letter"),
         ))  # fmt: skip
         return dead_letter.valid(classified, *source_columns)
@@ -91,7 +91,7 @@ class JobContext:
         if standby_running(self.settings.status_dir, self.spec.application_id):
             return None  # the warm standby keeps this store's snapshots (one writer per table)
 
-        snapshot = take_snapshot(self.snapshot_store(store_name), self.settings.kafka_bootstrap_servers,
+        snapshot = take_snapshot(self.snapshot_store(store_name), self.settings.kafka,
                                  self.changelog_topic(store_name).name)  # fmt: skip
         for listener in self.snapshot_listeners:
             listener(store_name, snapshot)
@@ -134,7 +134,7 @@ class JobContext:
         if self.restore_record.exists():
             restored = json.loads(self.restore_record.read_text()).get(store_name, {})
         writer = ChangelogWriter(
-            self.changelog_topic(store_name), self.settings.kafka_bootstrap_servers,
+            self.changelog_topic(store_name), self.settings.kafka,
             batch_base=restored.get("next_batch_id", 0), restored_batch=restored.get("batch_id"),
         )  # fmt: skip
         self.open_writers.append(writer)
@@ -191,7 +191,7 @@ class JobContext:
         names = []
         for s in self.spec.stores:
             topic = self.changelog_topic(s.name)
-            topic.ensure(self.settings.kafka_bootstrap_servers)
+            topic.ensure(self.settings.kafka)
             names.append(topic.name)
         return names
 

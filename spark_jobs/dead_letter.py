@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from runtime.kafka_connection import KafkaTarget, as_connection
+
 ERROR_COLUMN = "_dead_letter_reason"
 UNDECODABLE = "undecodable"
 MISSING_KEY = "missing_key"
@@ -116,19 +118,19 @@ def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
     )
 
 
-def write_dead_letters(rejected: DataFrame, application_id: str, bootstrap_servers: str) -> None:
+def write_dead_letters(rejected: DataFrame, application_id: str, kafka: KafkaTarget) -> None:
     """Batch-write rejected records found inside a job's micro-batch (e.g. late events)."""
     (dead_letter_records(rejected, application_id).write.format("kafka")
-     .option("kafka.bootstrap.servers", bootstrap_servers).option("kafka.acks", "all")
+     .options(**as_connection(kafka).spark_options()).option("kafka.acks", "all")
      .option("topic", dead_letter_topic(application_id)).save())  # fmt: skip
 
 
-def dead_letter_writer(classified: DataFrame, application_id: str, bootstrap_servers: str, checkpoint: str):
+def dead_letter_writer(classified: DataFrame, application_id: str, kafka: KafkaTarget, checkpoint: str):
     """The streaming writer that sends every classified-bad record to the dead-letter topic."""
     bad = dead_letter_records(classified.where(F.col(ERROR_COLUMN).isNotNull()), application_id)
     return (
         bad.writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**as_connection(kafka).spark_options())
         .option("topic", dead_letter_topic(application_id))
         .option("checkpointLocation", checkpoint)
         .queryName(f"{application_id}-dead-letter")

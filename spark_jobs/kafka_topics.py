@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from runtime.kafka_connection import KafkaTarget, client_config
+
 
 def ensure_topic(
-    bootstrap_servers: str,
+    kafka: KafkaTarget,
     topic: str,
     partitions: int,
     replication_factor: int = 1,
@@ -25,7 +27,7 @@ def ensure_topic(
         ValueError: the topic exists with a different partition count (a silent mismatch would
             break the key -> partition mapping that state depends on).
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(client_config(kafka))
     existing = admin.list_topics(timeout=timeout_s).topics
     if topic in existing:
         have = len(existing[topic].partitions)
@@ -87,9 +89,9 @@ _TRANSIENT_CODES = {
 }
 
 
-def partition_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, tuple[int, int]]:
+def partition_offsets(kafka: KafkaTarget, topic: str, timeout_s: float = 30.0) -> dict[int, tuple[int, int]]:
     """partition -> (low, high) watermark offsets of ``topic``; high is the next offset to be written."""
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamstate-offsets", "log_level": 3})
+    consumer = Consumer(client_config(kafka, {"group.id": "streamstate-offsets", "log_level": 3}))
     try:
         partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
         return {p: watermark_offsets(consumer, TopicPartition(topic, p), timeout_s) for p in sorted(partitions)}
@@ -97,11 +99,11 @@ def partition_offsets(bootstrap_servers: str, topic: str, timeout_s: float = 30.
         consumer.close()
 
 
-def read_json_records(bootstrap_servers: str, topic: str, timeout_s: float = 30) -> list[dict]:
+def read_json_records(kafka: KafkaTarget, topic: str, timeout_s: float = 30) -> list[dict]:
     """Every record currently in ``topic``, decoded from JSON, partition by partition in offset order
     (so one key's records keep their order). Records that are not JSON objects are skipped."""
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"streamstate-readback-{topic}",
-                         "enable.auto.commit": False, "log_level": 3})  # fmt: skip
+    consumer = Consumer(client_config(kafka, {"group.id": f"streamstate-readback-{topic}",
+                         "enable.auto.commit": False, "log_level": 3}))  # fmt: skip
     try:
         partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
         records: list[dict] = []
@@ -129,16 +131,16 @@ def read_json_records(bootstrap_servers: str, topic: str, timeout_s: float = 30)
         consumer.close()
 
 
-def existing_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 30.0) -> set[str]:
+def existing_topics(kafka: KafkaTarget, names: list[str], timeout_s: float = 30.0) -> set[str]:
     """Which of ``names`` exist on the cluster."""
-    topics = AdminClient({"bootstrap.servers": bootstrap_servers}).list_topics(timeout=timeout_s).topics
+    topics = AdminClient(client_config(kafka)).list_topics(timeout=timeout_s).topics
     return {name for name in names if name in topics and topics[name].error is None}
 
 
-def offsets_for_time(bootstrap_servers: str, topic: str, at_ms: int, timeout_s: float = 30.0) -> dict[int, int]:
+def offsets_for_time(kafka: KafkaTarget, topic: str, at_ms: int, timeout_s: float = 30.0) -> dict[int, int]:
     """partition -> the first offset whose record timestamp is at or after ``at_ms`` (the high watermark
     when there is none: nothing to read yet). Kafka's ListOffsets by timestamp."""
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamstate-offsets", "log_level": 3})
+    consumer = Consumer(client_config(kafka, {"group.id": "streamstate-offsets", "log_level": 3}))
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
         found = consumer.offsets_for_times([TopicPartition(topic, p, at_ms) for p in partitions], timeout=timeout_s)
@@ -152,11 +154,11 @@ def offsets_for_time(bootstrap_servers: str, topic: str, at_ms: int, timeout_s: 
         consumer.close()
 
 
-def delete_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 60.0) -> list[str]:
+def delete_topics(kafka: KafkaTarget, names: list[str], timeout_s: float = 60.0) -> list[str]:
     """Delete the topics of ``names`` that exist and wait until the cluster no longer lists them (a
     topic re-created while its deletion is pending would fail). Returns the ones deleted."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    present = sorted(existing_topics(bootstrap_servers, names, timeout_s))
+    admin = AdminClient(client_config(kafka))
+    present = sorted(existing_topics(kafka, names, timeout_s))
     if not present:
         return []
     for topic, future in admin.delete_topics(present, operation_timeout=timeout_s).items():
@@ -166,22 +168,22 @@ def delete_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 6
             if err.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise
     deadline = time.monotonic() + timeout_s
-    while existing_topics(bootstrap_servers, present, timeout_s):
+    while existing_topics(kafka, present, timeout_s):
         if time.monotonic() > deadline:
             raise TimeoutError(f"topics {present} still listed {timeout_s}s after their deletion")
         time.sleep(0.2)
     return present
 
 
-def truncate_topic(bootstrap_servers: str, topic: str, timeout_s: float = 30.0) -> int:
+def truncate_topic(kafka: KafkaTarget, topic: str, timeout_s: float = 30.0) -> int:
     """Delete every record currently in ``topic`` (DeleteRecords up to the high watermark; the topic
     and its configuration stay). Returns how many records were deleted."""
-    if topic not in existing_topics(bootstrap_servers, [topic], timeout_s):
+    if topic not in existing_topics(kafka, [topic], timeout_s):
         return 0
-    offsets = partition_offsets(bootstrap_servers, topic, timeout_s)
+    offsets = partition_offsets(kafka, topic, timeout_s)
     targets = [TopicPartition(topic, p, high) for p, (low, high) in offsets.items() if high > low]
     if targets:
-        admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        admin = AdminClient(client_config(kafka))
         for future in admin.delete_records(targets, operation_timeout=timeout_s).values():
             future.result(timeout=timeout_s)
     return sum(high - low for low, high in offsets.values())

@@ -269,7 +269,7 @@ def restore_if_needed(context: JobContext, listener: RestoreListener | None = No
     if latest_batch_id(context.checkpoint) is not None:
         return {}
     for s in context.spec.stores:
-        restored = restore_from_snapshot(context.snapshot_store(s.name), context.settings.kafka_bootstrap_servers,
+        restored = restore_from_snapshot(context.snapshot_store(s.name), context.settings.kafka,
                                          context.changelog_topic(s.name).name, listener)  # fmt: skip
         record_restore(context.settings, context.spec, restored)  # this deployment's restore throughput
         if restored.batch_id is not None or restored.next_batch_id > 0:

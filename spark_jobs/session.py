@@ -48,6 +48,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Small local state: keep the UI and the event log quiet but available.
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "false",
+        # A secured Kafka source/sink carries the SASL password in its JAAS option
+        # (runtime/kafka_connection.py); redact it from plans, the UI and logs like other secrets.
+        "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
+        "spark.sql.redaction.options.regex": "(?i)url|jaas|password",
+        "spark.redaction.string.regex": r'(?i)password\s*=\s*"[^"]*"',
         # Delta replays its log with 50 tasks by default, each paying codegen for a wide schema;
         # on a few cores that costs seconds per table read. Scale it with the shuffle partitions.
         "spark.databricks.delta.snapshotPartitions": str(max(1, settings.spark_shuffle_partitions)),

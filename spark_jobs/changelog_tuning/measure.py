@@ -24,6 +24,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.changelog_tuning import topic_configs
 from spark_jobs.kafka_topics import watermark_offsets
 from spark_jobs.registry import JobSpec, StoreSpec, registered_versions
@@ -184,7 +185,7 @@ def read_log_files(log_dirs: list[Path], topic: str, partitions: int) -> LogFile
 
 
 def measure_changelog(
-    bootstrap_servers: str,
+    kafka: KafkaTarget,
     topic: str,
     *,
     max_records: int,
@@ -194,14 +195,14 @@ def measure_changelog(
     """Measure ``topic``: configs by the AdminClient, contents by a scan of at most ``max_records``
     records, bytes and segments from ``log_dirs`` when given and present."""
     started = time.monotonic()
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 3})
+    admin = AdminClient(client_config(kafka, {"log_level": 3}))
     configs = topic_configs.describe(admin, [topic], poll_timeout_s)[topic]
     now_ms = int(time.time() * 1000)
     min_lag_ms = int(configs["min.compaction.lag.ms"].value or 0) if "min.compaction.lag.ms" in configs else 0
 
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"streamstate-measure-{topic}",
+    consumer = Consumer(client_config(kafka, {"group.id": f"streamstate-measure-{topic}",
                          "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3,
-                         "fetch.max.bytes": 64 * 1024 * 1024})  # fmt: skip
+                         "fetch.max.bytes": 64 * 1024 * 1024}))  # fmt: skip
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
         bounds = {p: watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s) for p in partitions}

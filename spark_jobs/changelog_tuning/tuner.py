@@ -10,6 +10,7 @@ import dataclasses
 
 from confluent_kafka.admin import AdminClient
 
+from runtime.kafka_connection import client_config
 from runtime.settings import Settings
 from spark_jobs.changelog_tuning import history, topic_configs
 from spark_jobs.changelog_tuning.measure import (
@@ -25,19 +26,19 @@ from spark_jobs.kafka_topics import existing_topics
 
 
 def _admin(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.kafka_bootstrap_servers, "log_level": 3})
+    return AdminClient(client_config(settings.kafka, {"log_level": 3}))
 
 
 def measure_all(settings: Settings, run_id: str, on_topic=None) -> list[tuple[ChangelogTarget, ChangelogMeasurement]]:
     """Measure the changelog of every store of every registered job version that exists on the
     cluster, record the measurements, and return them. ``on_topic(i, n, measurement)`` reports progress."""
     targets = changelog_targets()
-    present = existing_topics(settings.kafka_bootstrap_servers, [t.topic for t in targets])
+    present = existing_topics(settings.kafka, [t.topic for t in targets])
     targets = [t for t in targets if t.topic in present]
     log_dirs = broker_log_dirs(_admin(settings))
     results = []
     for i, target in enumerate(targets, 1):
-        m = measure_changelog(settings.kafka_bootstrap_servers, target.topic,
+        m = measure_changelog(settings.kafka, target.topic,
                               max_records=settings.compaction.scan_max_records, log_dirs=log_dirs)  # fmt: skip
         results.append((target, m))
         if on_topic:

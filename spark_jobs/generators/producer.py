@@ -7,16 +7,18 @@ from collections.abc import Iterable
 
 from confluent_kafka import Producer
 
+from runtime.kafka_connection import KafkaTarget, client_config
 
-def produce_keyed(bootstrap_servers: str, topic: str, events: Iterable[dict], key_field: str) -> int:
+
+def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict], key_field: str) -> int:
     """Write ``events`` to ``topic`` keyed by ``event[key_field]`` in list order. Returns the count acked.
 
     murmur2 is the Java client's (and Spark's) partitioner: a key lands on the same partition number
     in the source topic and in the changelog topics Spark writes. Idempotence keeps one key's events
     in order through retries.
     """
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20, "enable.idempotence": True,
-                         "partitioner": "murmur2_random", "log_level": 3})  # fmt: skip
+    producer = Producer(client_config(kafka, {"linger.ms": 20, "enable.idempotence": True,
+                         "partitioner": "murmur2_random", "log_level": 3}))  # fmt: skip
     failures: list[str] = []
     sent = 0
 

@@ -17,6 +17,7 @@ import datetime as dt
 import random
 from collections.abc import Iterable, Iterator
 
+from runtime.kafka_connection import KafkaTarget
 from spark_jobs.generators.producer import produce_keyed
 
 START = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
@@ -49,8 +50,8 @@ def generate(patients: int = 10, seconds: int = 300, seed: int = 3, start: dt.da
         yield {"event_id": f"h-{seed}-{n:07d}", **event}
 
 
-def produce(bootstrap_servers: str, topic: str, events: list[dict]) -> int:
-    return produce_keyed(bootstrap_servers, topic, events, "patient_id")
+def produce(kafka: KafkaTarget, topic: str, events: list[dict]) -> int:
+    return produce_keyed(kafka, topic, events, "patient_id")
 
 
 @dataclasses.dataclass

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 
+from runtime.kafka_connection import KafkaTarget
 from spark_jobs.generators.producer import produce_keyed
 
 START = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
@@ -65,6 +66,6 @@ def expected_counts(events: Iterable[dict]) -> dict[str, tuple[int, Decimal]]:
     return {user: (n, amount) for user, (n, amount) in totals.items()}
 
 
-def produce(bootstrap_servers: str, topic: str, events: Iterable[dict]) -> int:
+def produce(kafka: KafkaTarget, topic: str, events: Iterable[dict]) -> int:
     """Write events to ``topic`` keyed by user_id (same user, same partition). Returns the count acked."""
-    return produce_keyed(bootstrap_servers, topic, events, "user_id")
+    return produce_keyed(kafka, topic, events, "user_id")

@@ -16,6 +16,7 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
+from runtime.kafka_connection import KafkaTarget
 from spark_jobs.generators.producer import produce_keyed
 
 START = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
@@ -48,8 +49,8 @@ def generate(voters: int = 200, seed: int = 5, start: dt.datetime = START, max_v
         yield {"event_id": f"v-{seed}-{n:07d}", **event}
 
 
-def produce(bootstrap_servers: str, topic: str, events: list[dict]) -> int:
-    return produce_keyed(bootstrap_servers, topic, events, "voter_id")
+def produce(kafka: KafkaTarget, topic: str, events: list[dict]) -> int:
+    return produce_keyed(kafka, topic, events, "voter_id")
 
 
 def latest_votes(events: Iterable[dict]) -> dict[str, dict]:

@@ -196,7 +196,7 @@ def build(ctx: JobContext):
         initialState=initial.groupBy("patient_id") if initial is not None else None,
     )  # fmt: skip
     output_path, window_ms = ctx.output_path, store.window_ms
-    app, bootstrap, source_topic = ctx.spec.application_id, ctx.settings.kafka_bootstrap_servers, ctx.spec.source_topic
+    app, bootstrap, source_topic = ctx.spec.application_id, ctx.settings.kafka, ctx.spec.source_topic
 
     def write_outputs(batch: DataFrame, _batch_id: int) -> None:
         closed = batch.where(f"kind = '{CHANGE}' AND closed AND beats IS NOT NULL").select(

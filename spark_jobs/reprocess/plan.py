@@ -21,6 +21,7 @@ import json
 import os
 from pathlib import Path
 
+from runtime.kafka_connection import KafkaTarget
 from runtime.settings import Settings
 from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
@@ -148,7 +149,7 @@ def delta_size(path: Path) -> str:
     return f"{rows} rows, {human_bytes(sum(f['size_bytes'] for f in files))}, Delta version {table.version()}"
 
 
-def topic_size(bootstrap: str, topic: str, present: set[str]) -> str:
+def topic_size(bootstrap: KafkaTarget, topic: str, present: set[str]) -> str:
     if topic not in present:
         return "absent"
     offsets = partition_offsets(bootstrap, topic)
@@ -215,10 +216,10 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
                                   "(or run with dry_run to see the plan)")  # fmt: skip
     position = StartPosition.from_params(params)
     try:
-        start = position.resolve(settings.kafka_bootstrap_servers, target.source_topic, now)
+        start = position.resolve(settings.kafka, target.source_topic, now)
     except BadStartPosition as err:
         raise BadReprocessRequest(str(err)) from None
-    end = {p: high for p, (_low, high) in partition_offsets(settings.kafka_bootstrap_servers, target.source_topic).items()}
+    end = {p: high for p, (_low, high) in partition_offsets(settings.kafka, target.source_topic).items()}
     plan = ReprocessPlan(job=job, mode=mode, current_version=current.version, target_version=target.version,
                          input_topic=target.source_topic, start=position.describe(), start_offsets=start,
                          input_end=end, truncate_outputs=bool(params.get("truncate_outputs")),
@@ -229,7 +230,7 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
 
 def _sizes(settings: Settings, spec: JobSpec):
     art = Artifacts.of(spec, settings)
-    bootstrap = settings.kafka_bootstrap_servers
+    bootstrap = settings.kafka
     present = existing_topics(bootstrap, [*art.changelog_topics, art.dead_letter_topic])
     return art, bootstrap, present
 

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Mapping
 
+from runtime.kafka_connection import KafkaTarget
 from spark_jobs.kafka_topics import offsets_for_time, partition_offsets
 
 EARLIEST, DATETIME, DURATION, OFFSETS = "earliest", "datetime", "duration", "offsets"
@@ -99,7 +100,7 @@ class StartPosition:
         return {EARLIEST: "earliest", DATETIME: f"records from {self.datetime}", DURATION: f"the last {self.duration}",
                 OFFSETS: f"offsets {dict(self.offsets or {})}"}.get(self.kind, self.kind)  # fmt: skip
 
-    def resolve(self, bootstrap_servers: str, topic: str, now: dt.datetime) -> dict[int, int]:
+    def resolve(self, kafka: KafkaTarget, topic: str, now: dt.datetime) -> dict[int, int]:
         """partition -> first offset to process. Validates against the topic as it is now.
 
         Raises:
@@ -108,14 +109,14 @@ class StartPosition:
         """
         self.validate(now)
         try:
-            bounds = partition_offsets(bootstrap_servers, topic)
+            bounds = partition_offsets(kafka, topic)
         except KeyError:
             raise BadStartPosition(f"input topic {topic!r} does not exist") from None
         if self.kind == EARLIEST:
             return {p: low for p, (low, _high) in bounds.items()}
         if self.kind in (DATETIME, DURATION):
             at = parse_datetime(self.datetime) if self.kind == DATETIME else now - parse_duration(self.duration)
-            found = offsets_for_time(bootstrap_servers, topic, int(at.timestamp() * 1000))
+            found = offsets_for_time(kafka, topic, int(at.timestamp() * 1000))
             # Records deleted by retention cannot be reprocessed: start at what is left.
             return {p: max(found[p], bounds[p][0]) for p in bounds}
         requested = {int(p): int(o) for p, o in self.offsets.items()}

@@ -36,7 +36,7 @@ class PurgeCandidate:
 
 def owned_targets(settings: Settings, art: Artifacts) -> list[str]:
     paths = [p for p in (art.checkpoint, *art.quarantined_checkpoints, *art.snapshot_tables, *art.output_tables) if p.exists()]
-    topics = existing_topics(settings.kafka_bootstrap_servers, [*art.changelog_topics, art.dead_letter_topic])
+    topics = existing_topics(settings.kafka, [*art.changelog_topics, art.dead_letter_topic])
     return [f"{p} ({human_bytes(dir_size(p))})" for p in paths] + [f"topic {t}" for t in sorted(topics)]
 
 
@@ -83,7 +83,7 @@ def purge_version(settings: Settings, job: str, version: int, *, by: str, run_id
             if path.exists():
                 shutil.rmtree(path)
                 deleted.append(str(path))
-        deleted += [f"topic {t}" for t in delete_topics(settings.kafka_bootstrap_servers,
+        deleted += [f"topic {t}" for t in delete_topics(settings.kafka,
                                                           [*art.changelog_topics, art.dead_letter_topic])]  # fmt: skip
         for suffix in (".status.json", ".last-run.json", ".supervision.json"):
             (settings.status_dir / f"{spec.application_id}{suffix}").unlink(missing_ok=True)

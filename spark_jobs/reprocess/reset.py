@@ -34,7 +34,7 @@ def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
                            f"(lease epoch {err.holder.get('epoch')}); stop it first - nothing was touched") from None  # fmt: skip
     try:
         art = Artifacts.of(spec, settings)
-        bootstrap = settings.kafka_bootstrap_servers
+        bootstrap = settings.kafka
         done: dict = {"application_id": spec.application_id}
         for path in (art.checkpoint, *art.quarantined_checkpoints):
             if path.exists():

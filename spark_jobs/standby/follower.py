@@ -122,7 +122,7 @@ class StoreFollower:
         self.known_version = self._table_version()
         start = self.snapshot.changelog_offsets if self.snapshot else None
         try:
-            self.tail = ChangelogTail(self.settings.kafka_bootstrap_servers, self.topic, start)
+            self.tail = ChangelogTail(self.settings.kafka, self.topic, start)
         except ChangelogMissing:
             self.tail = None  # the job creates it when it first starts; :meth:`step` tries again
         except KafkaException as err:

@@ -23,6 +23,7 @@ from typing import Literal
 
 from confluent_kafka import Producer
 
+from runtime.kafka_connection import KafkaTarget, as_connection, client_config
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
@@ -81,9 +82,9 @@ class ChangelogTopic:
         configs.update({k: str(v) for k, v in self.overrides.items()})
         return configs
 
-    def ensure(self, bootstrap_servers: str) -> bool:
+    def ensure(self, kafka: KafkaTarget) -> bool:
         """Create the topic with :meth:`configs` unless it exists. True when created."""
-        return ensure_topic(bootstrap_servers, self.name, self.partitions, self.replication_factor, self.configs())
+        return ensure_topic(kafka, self.name, self.partitions, self.replication_factor, self.configs())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,12 +129,12 @@ class BatchMarker:
 class ChangelogWriter:
     """Appends one micro-batch of state changes, then its markers, to a store's changelog topic."""
 
-    def __init__(self, topic: ChangelogTopic, bootstrap_servers: str, *, batch_base: int = 0,
+    def __init__(self, topic: ChangelogTopic, kafka: KafkaTarget, *, batch_base: int = 0,
                  restored_batch: int | None = None) -> None:  # fmt: skip
         """``batch_base`` is added to Spark's batch id (0 for a query that never restored);
         ``restored_batch`` is the batch the query's state was restored to (markers void the gap)."""
         self.topic = topic
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka
         self.batch_base = batch_base
         self.restored_batch = restored_batch
         self._producer: Producer | None = None
@@ -158,7 +159,7 @@ class ChangelogWriter:
         count = records.count()
         if count:
             (records.write.format("kafka")
-             .option("kafka.bootstrap.servers", self.bootstrap_servers)
+             .options(**as_connection(self.kafka).spark_options())
              .option("kafka.acks", "all")
              .option("topic", self.topic.name)
              .save())  # fmt: skip
@@ -168,8 +169,8 @@ class ChangelogWriter:
 
     def _write_markers(self, marker: BatchMarker) -> None:
         if self._producer is None:
-            self._producer = Producer({"bootstrap.servers": self.bootstrap_servers, "enable.idempotence": True,
-                                       "acks": "all", "log_level": 3})  # fmt: skip
+            self._producer = Producer(client_config(self.kafka, {"enable.idempotence": True,
+                                       "acks": "all", "log_level": 3}))  # fmt: skip
         failures: list[str] = []
         payload = marker.to_bytes()
         for partition in range(self.topic.partitions):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import is_transient, watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
@@ -160,14 +161,14 @@ def apply_changes(state: dict[bytes, bytes], changes: list[tuple[bytes, bytes | 
     return tombstones
 
 
-def _consumer(bootstrap_servers: str, topic: str) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"streamstate-restore-{topic}",
+def _consumer(kafka: KafkaTarget, topic: str) -> Consumer:
+    return Consumer(client_config(kafka, {"group.id": f"streamstate-restore-{topic}",
                      "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3,
-                     "fetch.max.bytes": 64 * 1024 * 1024})  # fmt: skip
+                     "fetch.max.bytes": 64 * 1024 * 1024}))  # fmt: skip
 
 
 def read_changelog(
-    bootstrap_servers: str,
+    kafka: KafkaTarget,
     topic: str,
     start_offsets: Mapping[int, int] | None = None,
     *,
@@ -182,7 +183,7 @@ def read_changelog(
         on_progress: called with the number of records read so far, every 10,000 records.
     """
     started = time.monotonic()
-    consumer = _consumer(bootstrap_servers, topic)
+    consumer = _consumer(kafka, topic)
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
         start_offsets = dict(start_offsets or {})
@@ -249,10 +250,10 @@ class ChangelogTail:
     batches that became complete. :meth:`lag` says how far behind the topic's end it is.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, start_offsets: Mapping[int, int] | None = None,
+    def __init__(self, kafka: KafkaTarget, topic: str, start_offsets: Mapping[int, int] | None = None,
                  timeout_s: float = 30.0) -> None:  # fmt: skip
         self.topic = topic
-        self.consumer = _consumer(bootstrap_servers, topic)
+        self.consumer = _consumer(kafka, topic)
         metadata = self.consumer.list_topics(topic, timeout=timeout_s).topics[topic]
         if metadata.error is not None or not metadata.partitions:
             self.consumer.close()

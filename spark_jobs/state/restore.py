@@ -19,6 +19,7 @@ from typing import Protocol
 
 from prometheus_client import Counter, Gauge
 
+from runtime.kafka_connection import KafkaTarget
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
@@ -94,7 +95,7 @@ class RestoredState:
 
 def restore_from_snapshot(
     snapshots: SnapshotStore,
-    bootstrap_servers: str,
+    kafka: KafkaTarget,
     changelog_topic: str,
     listener: RestoreListener | None = None,
     *,
@@ -109,7 +110,7 @@ def restore_from_snapshot(
     start = snapshot.changelog_offsets if snapshot else None
     listener.on_restore_start(snapshots.store, changelog_topic, start if start else "earliest")
     tail = read_changelog(
-        bootstrap_servers, changelog_topic, start, base_state=base,
+        kafka, changelog_topic, start, base_state=base,
         on_progress=lambda n: listener.on_batch_restored(snapshots.store, n),
     )  # fmt: skip
     if tail.cut_batch_id is not None:
@@ -129,12 +130,12 @@ def restore_from_snapshot(
     return result
 
 
-def take_snapshot(snapshots: SnapshotStore, bootstrap_servers: str, changelog_topic: str) -> SnapshotInfo | None:
+def take_snapshot(snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str) -> SnapshotInfo | None:
     """Write a new snapshot if the changelog has complete batches beyond the latest one.
 
     Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
     """
-    restored = restore_from_snapshot(snapshots, bootstrap_servers, changelog_topic, SilentRestoreListener())
+    restored = restore_from_snapshot(snapshots, kafka, changelog_topic, SilentRestoreListener())
     latest = restored.snapshot
     if restored.batch_id is None or (latest is not None and restored.batch_id <= latest.batch_id):
         return latest

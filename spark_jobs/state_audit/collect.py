@@ -96,9 +96,9 @@ def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_m
 
 
 def _offset_span(settings: Settings, topic: str) -> int | None:
-    if topic not in existing_topics(settings.kafka_bootstrap_servers, [topic]):
+    if topic not in existing_topics(settings.kafka, [topic]):
         return None
-    return sum(high - low for low, high in partition_offsets(settings.kafka_bootstrap_servers, topic).values())
+    return sum(high - low for low, high in partition_offsets(settings.kafka, topic).values())
 
 
 def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec, *, checkpoint_rows: list[dict],
@@ -142,8 +142,8 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     row["dead_letter_growth"] = dead_letters - previous["dead_letter_records"] if dead_letters is not None and previous else None
 
     # restore estimates: latest snapshot + the changelog written after it, and a full replay
-    high = {p: h for p, (_, h) in partition_offsets(settings.kafka_bootstrap_servers, topic).items()} \
-        if topic in existing_topics(settings.kafka_bootstrap_servers, [topic]) else {}  # fmt: skip
+    high = {p: h for p, (_, h) in partition_offsets(settings.kafka, topic).items()} \
+        if topic in existing_topics(settings.kafka, [topic]) else {}  # fmt: skip
     tail = sum(max(0, h - (latest.changelog_offsets.get(p, 0) if latest else 0)) for p, h in high.items())
     rates = RestoreRates.fit(restores, store=store.name, application_id=spec.application_id)
     row["tail_records"] = tail

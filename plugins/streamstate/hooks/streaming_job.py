@@ -17,8 +17,8 @@ import datetime as dt
 import os
 import shlex
 import signal
-import subprocess
 import socket
+import subprocess
 from pathlib import Path
 
 from runtime.settings import Settings
@@ -52,7 +52,7 @@ class StreamingJobHook:
 
         try:
             return sum(high - low for low, high in
-                       partition_offsets(self.settings.kafka_bootstrap_servers, dead_letter_topic(self.application_id), 5).values())  # fmt: skip
+                       partition_offsets(self.settings.kafka, dead_letter_topic(self.application_id), 5).values())  # fmt: skip
         except Exception:
             return None
 

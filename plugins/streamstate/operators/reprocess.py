@@ -10,15 +10,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+from streamstate.operators.streaming_job import StreamingJobFailed, _apply_submit, _run_label
+from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.plan import BadReprocessRequest, ReprocessPlan, make_plan, write_start_offsets
-from streamstate.operators.streaming_job import StreamingJobFailed, _apply_submit, _run_label
-from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 PLAN_TASK = "plan"
 
@@ -87,7 +87,7 @@ class WaitForCatchUpOperator(BaseOperator):
 
         plan, settings = _plan(context), Settings.from_env()
         spec = plan.spec()
-        targets = {p: high for p, (_low, high) in partition_offsets(settings.kafka_bootstrap_servers, plan.input_topic).items()}
+        targets = {p: high for p, (_low, high) in partition_offsets(settings.kafka, plan.input_topic).items()}
         self.log.info("waiting for %s to commit %s %s", spec.application_id, plan.input_topic, targets)
         self.defer(trigger=StreamingJobCaughtUpTrigger(spec.application_id, str(settings.status_dir),
                                                        str(settings.checkpoint_dir / spec.application_id),

@@ -12,6 +12,10 @@ import json
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
+from streamstate.alerts import reconcile
+from streamstate.notifiers.routing import send
+from streamstate.operators.streaming_job import _apply_submit
+from streamstate.supervision import Condition
 
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.changelog_tuning import history as tuning_history
@@ -24,10 +28,6 @@ from spark_jobs.state_audit.checkpoint_state import checkpoint_audit_table
 from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
 from spark_jobs.state_audit.report import report_dir, write_report
 from spark_jobs.versions import read_rows
-from streamstate.alerts import reconcile
-from streamstate.notifiers.routing import send
-from streamstate.operators.streaming_job import _apply_submit
-from streamstate.supervision import Condition
 
 UNITS = {"rows": "rows", "bytes": "bytes", "restore_s": "s restore"}
 
@@ -96,7 +96,7 @@ class AuditStateSizeOperator(BaseOperator):
         for versions in registered_versions().values():
             for spec in versions.values():
                 topics = [changelog_topic_name(spec.application_id, s.name) for s in spec.stores]
-                present = existing_topics(settings.kafka_bootstrap_servers, topics) if topics else set()
+                present = existing_topics(settings.kafka, topics) if topics else set()
                 if not (settings.checkpoint_dir / spec.application_id).exists() and not present:
                     continue  # never ran here
                 for store in spec.stores:

@@ -20,6 +20,9 @@ import json
 import threading
 import time
 
+from streamstate.state_api.keys import KeySchema
+from streamstate.state_api.views import LiveView, StandbyView, StateTable
+
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import partition_offsets
 from spark_jobs.lifecycle import current_state
@@ -28,8 +31,6 @@ from spark_jobs.standby.follower import read_standby_status, standby_running
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.snapshots import SnapshotInfo, snapshot_path
 from spark_jobs.versions import JobVersions
-from streamstate.state_api.keys import KeySchema
-from streamstate.state_api.views import LiveView, StandbyView, StateTable
 
 #: a live view nobody queried for this long is stopped (its memory freed); the next query rebuilds it
 LIVE_VIEW_IDLE_S = 600
@@ -140,7 +141,7 @@ class StateQueryService:
         cached = self._ends.get(topic)
         if cached and time.monotonic() - cached[0] < 1.0:
             return cached[1]
-        ends = {p: high for p, (_, high) in partition_offsets(self.settings.kafka_bootstrap_servers, topic, 2.0).items()}
+        ends = {p: high for p, (_, high) in partition_offsets(self.settings.kafka, topic, 2.0).items()}
         self._ends[topic] = (time.monotonic(), ends)
         return ends
 
@@ -153,7 +154,7 @@ class StateQueryService:
                     del self._live[other_key]
             view = self._live.get(key)
             if view is None:
-                view = LiveView(self._snapshot_path(spec, store_spec), self.settings.kafka_bootstrap_servers,
+                view = LiveView(self._snapshot_path(spec, store_spec), self.settings.kafka,
                                 changelog_topic_name(spec.application_id, store_spec.name))  # fmt: skip
                 self._live[key] = view
             return view

@@ -25,6 +25,7 @@ import time
 
 from confluent_kafka import KafkaException
 
+from runtime.kafka_connection import KafkaTarget
 from spark_jobs.kafka_topics import is_transient
 from spark_jobs.state.changelog_reader import ChangelogTail
 from spark_jobs.state.snapshots import SnapshotInfo, latest_snapshot
@@ -114,9 +115,9 @@ class LiveView:
     A daemon thread loads and follows; :meth:`wait_ready` bounds how long a query waits for the first load.
     """
 
-    def __init__(self, snapshot_path: str, bootstrap_servers: str, topic: str, poll_s: float = 0.2) -> None:
+    def __init__(self, snapshot_path: str, kafka: KafkaTarget, topic: str, poll_s: float = 0.2) -> None:
         self.snapshot_path = snapshot_path
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = kafka
         self.topic = topic
         self.poll_s = poll_s
         self.table = StateTable()
@@ -150,7 +151,7 @@ class LiveView:
             snapshot = latest_snapshot(self.snapshot_path)
             state = _snapshot_state(self.snapshot_path, snapshot.delta_version) if snapshot else {}
             self.batch_id = snapshot.batch_id if snapshot else None
-            tail = ChangelogTail(self.bootstrap_servers, self.topic, snapshot.changelog_offsets if snapshot else None)
+            tail = ChangelogTail(self.kafka, self.topic, snapshot.changelog_offsets if snapshot else None)
             with self.lock:
                 self.table = StateTable(state)
             while not self._stop.is_set():
