@@ -9,24 +9,82 @@ survive ``down``/``up``.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 from runtime import jvm
-from runtime.kafka_connection import client_config
+from runtime.kafka_connection import KafkaConnection, jaas_quote
 from runtime.process import LocalService, ServiceError
 from runtime.settings import Settings
 
 BROKER_HEAP = "-Xmx768m"
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerSecurity:
+    """A secured local broker: its client listener is SASL_SSL (TLS with the given PEM key and
+    certificate, SASL/PLAIN and SASL/SCRAM-SHA-256/512), ACLs are enforced (StandardAuthorizer, nothing
+    allowed without an ACL) and only ``admin_username`` is a super user. The controller listener
+    authenticates with SASL/PLAIN as the admin too, so no anonymous principal is trusted anywhere.
+
+    SCRAM users and ACLs are created at run time with the AdminClient (as the admin); PLAIN users live
+    in the broker's own configuration (``plain_users``: name -> password file), as Kafka's built-in
+    PLAIN store requires.
+    """
+
+    #: PEM: the broker's private key (unencrypted PKCS#8) followed by its certificate chain
+    keystore_pem: Path
+    #: PEM: the CA that signed it (the broker checks its own inter-broker connection against it)
+    ca_pem: Path
+    admin_username: str
+    admin_password_file: Path
+    plain_users: tuple[tuple[str, Path], ...] = ()
+
+    def admin_connection(self, bootstrap_servers: str) -> KafkaConnection:
+        return KafkaConnection(bootstrap_servers, "SASL_SSL", "PLAIN", self.admin_username, self.admin_password_file,
+                               self.ca_pem)  # fmt: skip
+
+    def server_properties(self, settings: Settings) -> dict[str, str]:
+        s, admin = settings, self.admin_username
+        admin_pw = jaas_quote(self.admin_password_file.read_text().strip())
+        users = {admin: admin_pw, **{u: jaas_quote(f.read_text().strip()) for u, f in self.plain_users}}
+        plain_users = " ".join(f'user_{u}="{pw}"' for u, pw in users.items())
+        plain_jaas = f'{PLAIN_LOGIN} required username="{admin}" password="{admin_pw}" {plain_users};'
+        return {
+            "listeners": f"SASL_SSL://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port}",
+            "advertised.listeners": f"SASL_SSL://{s.host}:{s.kafka_port}",
+            "inter.broker.listener.name": "SASL_SSL",
+            "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": plain_jaas,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas,
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": f"{SCRAM_LOGIN} required;",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": f"{SCRAM_LOGIN} required;",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore_pem),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_pem),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": f"User:{admin}",
+        }
 
 
 class LocalKafkaBroker:
     """Starts, checks and stops the local broker. Source of truth: its pid file and storage dir."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, security: BrokerSecurity | None = None) -> None:
         self.settings = settings
+        self.security = security
         self.home = settings.kafka_dir
         self.storage_dir = self.home / "data"
         self.config_file = self.home / "server.properties"
@@ -58,11 +116,21 @@ class LocalKafkaBroker:
             # The log cleaner compacts changelog topics; keep it on with a modest buffer.
             "log.cleaner.enable": "true",
             "log.cleaner.dedupe.buffer.size": str(32 * 1024 * 1024),
+            **(self.security.server_properties(s) if self.security else {}),
         }
+
+    @property
+    def admin_connection(self) -> KafkaConnection:
+        """How the runtime itself talks to the broker (readiness): the admin on a secured broker."""
+        bootstrap = self.settings.kafka_bootstrap_servers
+        return self.security.admin_connection(bootstrap) if self.security else KafkaConnection(bootstrap)
 
     def _write_config(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         lines = [f"{k}={v}" for k, v in self.server_properties().items()]
+        # A secured broker's configuration holds its PLAIN passwords: readable by its owner only.
+        self.config_file.touch(mode=0o600, exist_ok=True)
+        self.config_file.chmod(0o600)
         self.config_file.write_text("# Written by runtime/kafka_broker.py from Settings; edits are overwritten.\n"
                                     + "\n".join(lines) + "\n")  # fmt: skip
         self.log4j_file.write_text(_LOG4J2_PROPERTIES.format(log_file=self.service.log_file))
@@ -105,7 +173,7 @@ class LocalKafkaBroker:
         """The broker answers a metadata request and lists itself."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(client_config(self.settings.kafka, {"log_level": 0}))
+        admin = AdminClient(self.admin_connection.client_config({"log_level": 0}))
         try:
             metadata = admin.list_topics(timeout=2)
         except Exception:  # noqa: BLE001 - any failure means "not ready yet"

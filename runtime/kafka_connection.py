@@ -114,7 +114,7 @@ class KafkaConnection:
         if self.security_protocol != "PLAINTEXT":
             props["security.protocol"] = self.security_protocol
         if self.uses_sasl:
-            user, secret = _jaas_quote(self.sasl_username or ""), _jaas_quote(self.password())
+            user, secret = jaas_quote(self.sasl_username or ""), jaas_quote(self.password())
             props["sasl.mechanism"] = self.sasl_mechanism or ""
             props["sasl.jaas.config"] = (f'{_LOGIN_MODULES[self.sasl_mechanism or ""]} required '
                                          f'username="{user}" password="{secret}";')  # fmt: skip
@@ -156,6 +156,6 @@ def client_config(target: KafkaTarget, extra: Mapping[str, object] | None = None
     return as_connection(target).client_config(extra)
 
 
-def _jaas_quote(value: str) -> str:
+def jaas_quote(value: str) -> str:
     # A JAAS option value is a double-quoted string; a quote or backslash inside must be escaped.
     return value.replace("\\", "\\\\").replace('"', '\\"')
