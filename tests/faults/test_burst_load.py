@@ -1,0 +1,119 @@
+"""Burst load, CI-sized: the reference job runs under spark-submit at a steady rate, then gets 10x that
+rate for a minute. The driver's memory stays bounded, micro-batches stay within
+``max_offsets_per_trigger`` (the job catches up in bounded steps instead of one huge batch), the input
+lag drains back to its steady level, and the output equals the reference computation.
+
+The 30-minute version (with the DAGs running too, and a chart) is ``bench/soak.py``; this test uses
+its sampling so both measure the same things.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from bench.soak import output_matches_reference, sample
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lifecycle import read_status
+from spark_jobs.registry import get_job
+from spark_jobs.submit import submit_spec
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+JOB = get_job("purchase_counts")
+RATE, BURST_X, USERS = 40, 10, 500  # events/s; the burst is 400/s, well above what the job does per second here
+WARM_UP_S, BURST_S, DRAIN_LIMIT_S = 75, 60, 240
+MAX_BATCH = 2000
+#: the driver tree (JVM with spark.driver.memory 2g, RocksDB, Python workers) may grow this much over
+#: its warmed-up peak while it works through a burst: more is memory that follows the input, not a bound
+RSS_GROWTH_LIMIT = 1.35
+
+
+def test_a_ten_x_burst_for_a_minute_keeps_memory_bounded_and_the_lag_drains(private_stack):
+    settings = private_stack.replace(max_offsets_per_trigger=MAX_BATCH)
+    ensure_topic(settings.kafka, JOB.source_topic, JOB.source_partitions)
+    burst = threading.Event()
+    stop = threading.Event()
+
+    def produce() -> None:
+        seed = 0
+        while not stop.is_set():
+            tick, seed = time.monotonic(), seed + 1
+            count = RATE * (BURST_X if burst.is_set() else 1)
+            purchases.produce(settings.kafka, JOB.source_topic, purchases.generate(count, users=USERS, seed=seed))
+            stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+    submit = submit_spec(JOB, settings)
+    log = open(settings.data_dir / "driver.log", "w")  # noqa: SIM115 - closed in finally
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    driver = subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)  # fmt: skip
+    started = time.monotonic()
+    rows: list[dict] = []
+    batch_sizes: list[int] = []
+
+    def record(phase: str) -> dict:
+        assert driver.poll() is None, f"the driver exited ({driver.returncode}); see {log.name}"
+        row = {**sample(settings, JOB, driver.pid, started), "phase": phase}
+        progress = (read_status(settings.status_dir, JOB.application_id) or {}).get("progress") or {}
+        if progress.get("input_rows"):
+            batch_sizes.append(progress["input_rows"])
+        rows.append(row)
+        return row
+
+    try:
+        wait_for(lambda: (record("warm-up")["batch_id"] or 0) >= 2, 240, "the job's first batches",
+                 diagnose=lambda: (settings.data_dir / "driver.log").read_text()[-3000:])
+        warm_up_end = time.monotonic() + WARM_UP_S
+        while time.monotonic() < warm_up_end:
+            record("warm-up")
+            time.sleep(3)
+        steady_lag = max(r["input_lag_records"] for r in rows[-8:])
+        burst.set()
+        burst_end = time.monotonic() + BURST_S
+        while time.monotonic() < burst_end:
+            record("burst")
+            time.sleep(3)
+        burst.clear()
+        peak_lag = max(r["input_lag_records"] for r in rows if r["phase"] == "burst")
+        # Back at the steady rate: the lag must come down to (about) where it was before the burst.
+        drained_at = None
+        drain_end = time.monotonic() + DRAIN_LIMIT_S
+        while time.monotonic() < drain_end and drained_at is None:
+            if record("after")["input_lag_records"] <= steady_lag + 2 * RATE * 5:
+                drained_at = time.monotonic() - (burst_end)
+            time.sleep(3)
+        stop.set()
+        producer.join(10)
+        wait_for(lambda: record("drain")["input_lag_records"] == 0, 180, "the last input to be processed")
+    finally:
+        stop.set()
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGTERM)
+            try:
+                driver.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(driver.pid, signal.SIGKILL)
+        log.close()
+        for r in rows:
+            print(f"{r['minute']:5.2f} min {r['phase']:8s} rss {r['driver_rss_mib']:7.1f} MiB lag {r['input_lag_records']:6d} "
+                  f"batch {r['batch_id']} state {r['state_rows']}")  # fmt: skip
+
+    warm_rss = max(r["driver_rss_mib"] for r in rows if r["phase"] == "warm-up")
+    later_rss = max(r["driver_rss_mib"] for r in rows if r["phase"] != "warm-up")
+    assert peak_lag > steady_lag + RATE * BURST_X, f"the burst did not outrun the job (lag {steady_lag} -> {peak_lag})"
+    assert drained_at is not None, f"the lag stayed above its steady level {DRAIN_LIMIT_S} s after the burst"
+    assert max(batch_sizes) <= MAX_BATCH, f"a micro-batch of {max(batch_sizes)} records (limit {MAX_BATCH})"
+    assert later_rss <= warm_rss * RSS_GROWTH_LIMIT, f"driver RSS {warm_rss:.0f} MiB before the burst, {later_rss:.0f} after"
+    assert rows[-1]["state_rows"] <= USERS
+    assert output_matches_reference(settings, JOB)
+    print(f"steady lag {steady_lag}, peak {peak_lag}, back to steady {drained_at:.0f} s after the burst; "
+          f"RSS {warm_rss:.0f} -> {later_rss:.0f} MiB; largest batch {max(batch_sizes)}")
