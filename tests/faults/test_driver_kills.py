@@ -5,7 +5,8 @@ computation over every event in the topic: nothing lost, nothing counted twice.
 The moments are drawn from a seeded generator, uniformly over the driver's whole life from launch:
 JVM start, lease, restore, the first batch, later batches, snapshot writes. The kills are repeatable
 (same seed, same delays; the machine's speed decides which phase each one hits, and the test reports
-it). CI runs a few trials; for many::
+it). A last, targeted kill hits a driver restoring state after its checkpoint was lost. CI runs a
+few trials; for many::
 
     FAULT_TRIALS=30 FAULT_SEED=7 .venv/bin/python -m pytest tests/faults/test_driver_kills.py -s
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -91,6 +93,24 @@ def test_random_kill_9s_of_the_driver_lose_nothing_and_double_nothing(private_st
             driver.wait(30)
             status = read_status(settings.status_dir, spec.application_id)
             hit.append((delay, _phase(status, epoch_before, lease.last_epoch())))
+        # A targeted kill: the checkpoint is lost, so the next driver rebuilds state from the snapshot
+        # and the changelog (RESTORING); it is killed as soon as its status says so.
+        shutil.rmtree(settings.checkpoint_dir / spec.application_id, ignore_errors=True)
+        epoch_before = lease.last_epoch()
+        log = open(settings.data_dir / "driver-restore.log", "w")
+        driver = subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        launched = time.monotonic()
+        while driver.poll() is None and time.monotonic() - launched < 180:
+            status = read_status(settings.status_dir, spec.application_id) or {}
+            if status.get("lease_epoch", 0) > epoch_before and status.get("state") != "CREATED":
+                break
+            time.sleep(0.01)
+        assert driver.poll() is None, f"the restoring driver exited by itself; see {log.name}"
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+        hit.append((time.monotonic() - launched, "lost checkpoint: " + _phase(status, epoch_before, lease.last_epoch())))
+        restore_kill = hit[-1][1]
     finally:
         stop.set()
         producer.join(30)
@@ -106,3 +126,4 @@ def test_random_kill_9s_of_the_driver_lose_nothing_and_double_nothing(private_st
     changelog = read_changelog(bootstrap, changelog_topic_name(spec.application_id, "counts"))
     assert decode_counts(changelog.state) == expected
     assert report.lease_epoch == 1 + sum(1 for _, phase in hit if not phase.startswith("starting"))
+    assert restore_kill.endswith("restoring") or "running" in restore_kill, restore_kill
