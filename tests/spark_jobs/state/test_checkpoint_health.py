@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,20 @@ def test_quarantine_moves_the_checkpoint_aside(tmp_path):
     assert not checkpoint.exists() and moved.name.startswith("app-v1.corrupt-") and (moved / "metadata").exists()
 
 
+def _tear_latest_offsets(checkpoint: Path) -> None:  # e.g. a disk-full crash mid-write
+    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (checkpoint / "offsets" / str(latest)).write_bytes(b"\x00torn write")
+
+
+def _delete_state_files(checkpoint: Path) -> None:  # e.g. a cleanup script or a lost volume
+    shutil.rmtree(checkpoint / "state")
+
+
 @pytest.mark.integration
-def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_broker, settings, unique):
+@pytest.mark.faults
+@pytest.mark.parametrize(("damage", "reason"), [(_tear_latest_offsets, "not a Spark log entry"),
+                                                (_delete_state_files, "no state store files")])  # fmt: skip
+def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_broker, settings, unique, damage, reason):
     job = dataclasses.replace(get_job("purchase_counts"), name=f"corrupt_{unique}", source_topic=f"corrupt-{unique}",
                               output_table=f"corrupt_{unique}")  # fmt: skip
     bootstrap = settings.kafka_bootstrap_servers
@@ -79,12 +92,11 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
         run(job, settings, available_now=True, spark=spark)
 
     checkpoint = JobContext(spark, job, settings).checkpoint
-    latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-    (checkpoint / "offsets" / str(latest)).write_bytes(b"\x00torn write")  # e.g. a disk-full crash
+    damage(checkpoint)
     purchases.produce(bootstrap, job.source_topic, rounds[2])
     report = run(job, settings, available_now=True, spark=spark)
 
-    assert "not a Spark log entry" in report.quarantined_checkpoint["reason"]
+    assert reason in report.quarantined_checkpoint["reason"]
     assert Path(report.quarantined_checkpoint["path"]).exists()
     assert report.restores["counts"]["batch_id"] == 1  # the last complete batch in the changelog
     assert report.input_rows == len(rounds[2])
