@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from rich.console import Console
@@ -36,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.compare import process_tree_rss_bytes  # noqa: E402
 from runtime.airflow_standalone import LocalAirflow  # noqa: E402
+from runtime.alert_inbox import AlertInbox  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
-from runtime.process import free_port  # noqa: E402
+from runtime.process import free_service_ports  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.generators import purchases  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets  # noqa: E402
@@ -52,38 +51,6 @@ console = Console()
 RESULTS = PROJECT_ROOT / "bench" / "results"
 #: series checked for growth, with the floor under which a rise is noise (same unit as the series)
 CHECKED = {"driver_rss_mib": 100.0, "input_lag_records": 2_000.0, "state_rows": 500.0, "changelog_bytes": 5 * 2**20}
-
-
-class AlertInbox:
-    """Where the DAGs' alerts go during a soak (the ``streamstate_webhook`` connection points here):
-    an alert is data of the run, and an alert nobody can receive fails its task by design."""
-
-    def __init__(self) -> None:
-        self.received: list[dict] = []
-        inbox = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's API
-                inbox.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.connection = json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{self.server.server_port}/alerts"})
-
-
-def _settings(data_dir: Path) -> Settings:
-    names = ("kafka_port", "kafka_controller_port", "airflow_port", "airflow_scheduler_health_port",
-             "airflow_worker_log_port", "airflow_triggerer_log_port")  # fmt: skip
-    ports: set[int] = set()
-    while len(ports) < len(names):
-        ports.add(free_port())
-    return Settings(data_dir=data_dir, **dict(zip(names, sorted(ports), strict=True)))
 
 
 def _tree_rss_mib(pid: int) -> float:
@@ -230,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     data_dir = args.data_dir or Path(f"/tmp/streamstate-soak-{os.getpid()}")
-    settings = _settings(data_dir)
+    settings = Settings(data_dir=data_dir, **free_service_ports())
     spec = get_job("purchase_counts")
     broker, airflow = LocalKafkaBroker(settings), LocalAirflow(settings)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%MZ")

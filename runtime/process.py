@@ -34,6 +34,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def free_service_ports(host: str = "127.0.0.1") -> dict[str, int]:
+    """Distinct free ports for every local service a :class:`~runtime.settings.Settings` names, so an
+    ephemeral stack (tests, soak) never fights over the defaults with another stack."""
+    names = ("kafka_port", "kafka_controller_port", "airflow_port", "airflow_scheduler_health_port",
+             "airflow_worker_log_port", "airflow_triggerer_log_port")  # fmt: skip
+    ports: set[int] = set()
+    while len(ports) < len(names):
+        ports.add(free_port(host))
+    return dict(zip(names, sorted(ports), strict=True))
+
+
 class LocalService:
     def __init__(self, name: str, run_dir: Path, log_file: Path) -> None:
         self.name = name

@@ -20,7 +20,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from runtime.airflow_standalone import AirflowApi, LocalAirflow  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
-from runtime.process import free_port  # noqa: E402
+from runtime.process import free_service_ports  # noqa: E402
 from runtime.settings import Settings  # noqa: E402
 
 
@@ -30,13 +30,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: "airflow" in getattr(item, "fixturenames", ()))
 
 
-def fresh_ports() -> dict[str, int]:
-    names = ("kafka_port", "kafka_controller_port", "airflow_port", "airflow_scheduler_health_port",
-             "airflow_worker_log_port", "airflow_triggerer_log_port")  # fmt: skip
-    ports: set[int] = set()
-    while len(ports) < len(names):
-        ports.add(free_port())
-    return dict(zip(names, sorted(ports), strict=True))
+fresh_ports = free_service_ports
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from runtime.alert_inbox import AlertInbox
 from spark_jobs.generators.purchases import expected_counts as expected_purchase_counts  # noqa: F401
 from spark_jobs.kafka_topics import partition_offsets
 from spark_jobs.kafka_topics import read_json_records as read_topic  # noqa: F401
@@ -49,27 +47,5 @@ def wait_for(predicate, timeout_s: float, what: str, diagnose=None):
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}{details}")
 
 
-class WebhookReceiver:
-    """A local alert webhook: remembers every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        self.received: list[dict] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's API
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def of(self, application_id: str) -> list[tuple[str, str]]:
-        return [(a["condition"], a["status"]) for a in self.received if a["application_id"] == application_id]
+#: a local alert webhook (the tests' name for it)
+WebhookReceiver = AlertInbox

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from fastapi.testclient import TestClient
 
+from runtime.alert_inbox import AlertInbox
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import KafkaConnection, client_config
 from runtime.settings import PROJECT_ROOT, Settings
@@ -112,14 +113,11 @@ def test_sasl_plain_clients_and_spark(secured, cluster, spark):
 def secured_run(secured, cluster, dag_runner, airflow_db, tmp_path_factory):
     """Input produced, the job drained by its Airflow DAG, the tuning DAG (apply) and the audit DAG run,
     all against the secured broker; returns what the search needs."""
-    from tests.helpers import WebhookReceiver
-
-    webhook = WebhookReceiver()
+    webhook = AlertInbox()
     kafka_topics.ensure_topic(secured.kafka, JOB.source_topic, JOB.source_partitions)
     events = list(purchases.generate(EVENTS, users=USERS, seed=11))
     purchases.produce(secured.kafka, JOB.source_topic, events)
-    env = {**secured.to_env(), **POLICY,
-           "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}  # fmt: skip
+    env = {**secured.to_env(), **POLICY, "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": webhook.connection}
     results = {}
     for dag_id, dag_file, conf in (
         (f"drain__{JOB.name}", "drain_jobs.py", None),
@@ -131,7 +129,7 @@ def secured_run(secured, cluster, dag_runner, airflow_db, tmp_path_factory):
         results[dag_id] = result
     yield {"events": events, "results": results, "webhook": webhook, "dag_outputs": dag_runner._outputs,
            "airflow_home": airflow_db.home}  # fmt: skip
-    webhook.server.shutdown()
+    webhook.close()
 
 
 def test_job_and_admin_dags_run_on_secured_kafka(secured, secured_run, spark):
