@@ -10,8 +10,17 @@ import ipaddress
 import secrets
 from pathlib import Path
 
-from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
-                                   ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)  # fmt: skip
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,  # fmt: skip
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
