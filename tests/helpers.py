@@ -6,6 +6,7 @@ import time
 from decimal import Decimal
 
 from runtime.alert_inbox import AlertInbox
+from runtime.kafka_connection import client_config
 from spark_jobs.generators.purchases import expected_counts as expected_purchase_counts  # noqa: F401
 from spark_jobs.kafka_topics import partition_offsets
 from spark_jobs.kafka_topics import read_json_records as read_topic  # noqa: F401
@@ -27,7 +28,7 @@ def write_changelog_batch(writer, batch_id: int, changes: dict[bytes, bytes | No
 
     from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker
 
-    producer = Producer({"bootstrap.servers": writer.bootstrap_servers, "enable.idempotence": True, "acks": "all"})
+    producer = Producer(client_config(writer.kafka, {"enable.idempotence": True, "acks": "all"}))
     for key, value in changes.items():
         producer.produce(writer.topic.name, key=key, value=value, partition=key[0] % writer.topic.partitions,
                          headers=[(BATCH_HEADER, str(batch_id).encode())])  # fmt: skip

@@ -29,13 +29,22 @@ from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.snapshots import snapshot_path
 from tests.conftest import fresh_ports
 from tests.helpers import delta_purchase_counts
-from tests.secured_kafka import ADMIN_USER, OUTSIDER_USER, PLAIN_USER, PLATFORM_USER, SecuredCluster, write_secret
+from tests.secured_kafka import (
+    OUTSIDER_USER,
+    PLAIN_USER,
+    PLATFORM_USER,
+    SecuredCluster,
+    new_password,
+    write_secret,  # fmt: skip
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.security]
 
 JOB = get_job("purchase_counts")
 CHANGELOG = changelog_topic_name(JOB.application_id, "counts")
 EVENTS, USERS = 3000, 60
+#: the state API's bearer token: a secret too, searched for like the passwords
+STATE_API_TOKEN = "tok-" + new_password()
 #: a tight tuning policy: the job's many small batches leave ~10 records per live key, which alerts
 #: on the first run, so an alert payload is among the outputs searched
 POLICY = {"STREAMSTATE_COMPACTION_TARGET_REPLAY_RATIO": "1.5", "STREAMSTATE_COMPACTION_ALERT_AFTER_RUNS": "1"}
@@ -52,7 +61,8 @@ def secured(cluster: SecuredCluster, tmp_path_factory) -> Settings:
     own = Settings(data_dir=tmp_path_factory.mktemp("secured-stack"), **fresh_ports(),
                    kafka_security_protocol="SASL_SSL", kafka_sasl_mechanism="SCRAM-SHA-512",
                    kafka_sasl_username=PLATFORM_USER, kafka_sasl_password_file=cluster.password_files[PLATFORM_USER],
-                   kafka_ssl_ca_file=cluster.ca_pem, max_offsets_per_trigger=300)  # fmt: skip
+                   kafka_ssl_ca_file=cluster.ca_pem, max_offsets_per_trigger=300,
+                   state_api_token=STATE_API_TOKEN)  # fmt: skip
     broker = LocalKafkaBroker(own, cluster.security)
     broker.start()
     cluster.provision(own.kafka_bootstrap_servers)
@@ -149,9 +159,9 @@ def _ui_pages(secured: Settings, expected: dict, monkeypatch) -> list[str]:
     from streamstate.state_api.app import create_app
 
     user = sorted(expected)[0]
-    with TestClient(create_app(secured)) as client:
+    with TestClient(create_app(secured), headers={"Authorization": f"Bearer {STATE_API_TOKEN}"}) as client:
         answer = client.get(f"/jobs/{JOB.name}/stores/counts/keys/{user}").json()
-        pages = [json.dumps(answer), client.get(f"/jobs/{JOB.name}/stores/counts").text]
+        pages = [json.dumps(answer), client.get(f"/jobs/{JOB.name}/stores/counts").text, client.get("/openapi.json").text]
     for key, value in secured.to_env().items():
         monkeypatch.setenv(key, value)
     from streamstate.ui.jobs_page import app as jobs_page
@@ -212,11 +222,11 @@ def test_no_secret_in_any_output(secured, cluster, secured_run, monkeypatch):
              **{f"`airflow dags test {d}` output": r.stdout + r.stderr for d, r in secured_run["results"].items()},
              "settings repr": repr(secured) + json.dumps(secured.to_env()) + json.dumps(secured.kafka.describe())}  # fmt: skip
     roots = [secured.data_dir, secured_run["airflow_home"], secured_run["dag_outputs"], cluster.dir / "tls"]
-    for user in (PLATFORM_USER, ADMIN_USER, PLAIN_USER):
-        secret = cluster.passwords[user]
+    for user, secret in [*cluster.passwords.items(), ("the state API token", STATE_API_TOKEN)]:
         in_files = [f for f in _files_containing(secret.encode(), roots) if Path(f) != broker_config]
-        in_texts = [name for name, text in texts.items() if secret in text]
-        assert (in_files, in_texts) == ([], []), f"{user}'s password found in {in_files} {in_texts}"
+        in_texts = [name for name, text in texts.items() if secret in text and not (
+            name == "settings repr" and secret == STATE_API_TOKEN)]  # to_env() carries the token by design
+        assert (in_files, in_texts) == ([], []), f"{user}'s secret found in {in_files} {in_texts}"
     # The search can find what it looks for: the platform's SCRAM password is nowhere, but the broker's
     # configuration does hold the PLAIN user's password.
     assert _files_containing(cluster.passwords[PLAIN_USER].encode(), [secured.kafka_dir]) == [str(broker_config)]
