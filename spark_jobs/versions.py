@@ -111,16 +111,38 @@ class JobVersions:
         """Record that ``version`` stopped serving and when its data may go. Idempotent."""
         if self.current(job) == version:
             raise ValueError(f"{job} v{version} is the current version; promote another one before retiring it")
-        if any(e.event == RETIRED and e.version == version for e in self.history(job)):
+        if any(e.event == RETIRED and e.version == version for e in self._since_pointer(job)):
             return False
         self._append(job, version, RETIRED, by, run_id=run_id, retain_until=retain_until)
         return True
 
-    def retired(self, job: str | None = None) -> list[VersionEvent]:
-        """Retired versions whose data has not been purged yet."""
+    def unfinished_promotion(self, job: str) -> int | None:
+        """The version the latest promotion replaced, while it is not retired yet: a promotion run that
+        died after moving the pointer (before stopping and retiring the old version) left it so, and a
+        re-run must finish that work rather than find "nothing to do"."""
         history = self.history(job)
-        purged = {(e.job, e.version) for e in history if e.event == PURGED}
-        return [e for e in history if e.event == RETIRED and (e.job, e.version) not in purged]
+        pointers = [e for e in history if e.event in (PROMOTED, ADOPTED)]
+        if len(pointers) < 2 or pointers[-1].event != PROMOTED or pointers[-2].version == pointers[-1].version:
+            return None
+        previous = pointers[-2].version
+        return None if any(e.event == RETIRED and e.version == previous for e in self._since_pointer(job)) else previous
+
+    def _since_pointer(self, job: str) -> list[VersionEvent]:
+        """Events from the latest promotion (or adoption) on."""
+        history = self.history(job)
+        last = max((i for i, e in enumerate(history) if e.event in (PROMOTED, ADOPTED)), default=0)
+        return history[last:]
+
+    def retired(self, job: str | None = None) -> list[VersionEvent]:
+        """Retired versions whose data has not been purged yet, each by its latest retirement; a version
+        promoted back (a rollback) after its retirement is not retired any more."""
+        latest: dict[tuple[str, int], VersionEvent] = {}
+        for e in self.history(job):
+            if e.event == RETIRED:
+                latest[(e.job, e.version)] = e
+            elif e.event in (PROMOTED, ADOPTED, PURGED):
+                latest.pop((e.job, e.version), None)
+        return sorted(latest.values(), key=lambda e: e.at)
 
     def mark_purged(self, job: str, version: int, *, by: str, run_id: str | None = None) -> None:
         self._append(job, version, PURGED, by, run_id=run_id)

@@ -122,15 +122,25 @@ def test_version_pointer_adopts_promotes_and_retires(settings, fixture_jobs, tmp
     assert versions.current("gift_card_counts") == 2
     assert versions.promote("gift_card_counts", 1, by="test") is True
     assert versions.promote("gift_card_counts", 1, by="test") is False  # idempotent
+    assert versions.unfinished_promotion("gift_card_counts") == 2  # v2 replaced, not retired yet
     with pytest.raises(ValueError, match="is the current version"):
         versions.retire("gift_card_counts", 1, by="test", retain_until=dt.datetime.now(dt.timezone.utc))
     assert versions.promote("gift_card_counts", 2, by="test") is True
     until = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=7)
+    assert versions.unfinished_promotion("gift_card_counts") == 1
     assert versions.retire("gift_card_counts", 1, by="test", retain_until=until) is True
     assert versions.retire("gift_card_counts", 1, by="test", retain_until=until) is False
+    assert versions.unfinished_promotion("gift_card_counts") is None  # the promotion is complete
     assert [(e.version, e.event) for e in versions.history("gift_card_counts")] == [
         (2, "adopted"), (1, "promoted"), (2, "promoted"), (1, "retired")]
     assert [e.version for e in versions.retired("gift_card_counts")] == [1]
+    # A rollback and a second promotion: each one's old version must be retired again, once per promotion.
+    assert versions.promote("gift_card_counts", 1, by="test") and versions.unfinished_promotion("gift_card_counts") == 2
+    assert versions.retire("gift_card_counts", 2, by="test", retain_until=until) is True
+    assert versions.promote("gift_card_counts", 2, by="test") and versions.unfinished_promotion("gift_card_counts") == 1
+    assert versions.retire("gift_card_counts", 1, by="test", retain_until=until) is True  # retired before, not since
+    assert versions.unfinished_promotion("gift_card_counts") is None
+    assert [e.version for e in versions.retired("gift_card_counts")] == [1]  # v2 was promoted back: not retired
 
 
 def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_broker, fixture_jobs, tmp_path):

@@ -172,6 +172,9 @@ class PromoteJobVersionOperator(BaseOperator):
         except JobSpecError as err:
             _reject(context, str(err))
         old = versions.current_spec(self.job)
+        resumed = new.version == old.version and versions.unfinished_promotion(self.job)
+        if resumed:  # an earlier run moved the pointer, then died before the old version was stopped and retired
+            old = get_job(self.job, resumed)
         dry_run = str(self.dry_run).lower() == "true"
         if not dry_run and self.confirm != self.job:
             _reject(context, f"promotion stops {old.application_id}; type {self.job!r} in 'confirm' to run it")
@@ -187,7 +190,10 @@ class PromoteJobVersionOperator(BaseOperator):
                           old.version, owned_targets(settings, Artifacts.of(old, settings)))  # fmt: skip
         summary = {"old_version": old.version, "new_version": new.version, "changed": new.version != old.version,
                    "new_running": running, "new_committed": committed, "dry_run": dry_run}  # fmt: skip
-        if not summary["changed"]:
+        if resumed:
+            summary["resumed"] = f"v{new.version} is already current; finishing the promotion: stop and retire v{old.version}"
+            self.log.info(summary["resumed"])
+        elif not summary["changed"]:
             summary["nothing_to_do"] = f"v{new.version} is already the current version"
         self.log.info("%spromote %s: v%s -> v%s (v%s %s, committed %s)", "DRY RUN: " if dry_run else "", self.job,
                       old.version, new.version, new.version, "running" if running else "not running", committed)  # fmt: skip
