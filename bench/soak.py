@@ -36,7 +36,7 @@ from bench.compare import process_tree_rss_bytes  # noqa: E402
 from runtime.airflow_standalone import LocalAirflow  # noqa: E402
 from runtime.alert_inbox import AlertInbox  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
-from runtime.process import free_service_ports  # noqa: E402
+from runtime.process import free_service_ports, stop_process_group  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.generators import purchases  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets  # noqa: E402
@@ -266,12 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         matches = output_matches_reference(settings, spec)
     finally:
         stop.set()
-        if driver is not None and driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGTERM)
-            try:
-                driver.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(driver.pid, signal.SIGKILL)
+        if driver is not None:
+            stop_process_group(driver)
         broker.stop()
         if rows:
             with csv_path.open("w", newline="") as f:

@@ -144,6 +144,21 @@ class LocalService:
             return f"(no log at {self.log_file})"
 
 
+def stop_process_group(proc: subprocess.Popen, timeout_s: float = 120.0) -> int | None:
+    """Stop a child started with ``start_new_session=True`` (a spark-submit driver and its Python
+    workers) as an operator would: SIGTERM to its group, which lets a driver stop its query cleanly,
+    then SIGKILL after ``timeout_s``. Returns its exit code (None if it never exits)."""
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return proc.wait(30)
+    return proc.returncode
+
+
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)

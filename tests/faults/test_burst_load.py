@@ -10,7 +10,6 @@ its sampling so both measure the same things.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -18,6 +17,7 @@ import time
 import pytest
 
 from bench.soak import output_matches_reference, sample
+from runtime.process import stop_process_group
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lifecycle import read_status
@@ -96,12 +96,7 @@ def test_a_ten_x_burst_for_a_minute_keeps_memory_bounded_and_the_lag_drains(priv
         wait_for(lambda: record("drain")["input_lag_records"] == 0, 180, "the last input to be processed")
     finally:
         stop.set()
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGTERM)
-            try:
-                driver.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(driver.pid, signal.SIGKILL)
+        stop_process_group(driver)
         log.close()
         for r in rows:
             print(f"{r['minute']:5.2f} min {r['phase']:8s} rss {r['driver_rss_mib']:7.1f} MiB lag {r['input_lag_records']:6d} "

@@ -21,7 +21,9 @@ from decimal import Decimal
 
 import pytest
 from fastapi.testclient import TestClient
+from streamstate.state_api.app import create_app
 
+from runtime.process import stop_process_group
 from runtime.settings import Settings
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
@@ -29,10 +31,9 @@ from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, read_status, status_path
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import read_standby_status
-from spark_jobs.submit import submit_spec
-from streamstate.state_api.app import create_app
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
+from spark_jobs.submit import submit_spec
 from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic, wait_for
 from tests.spark_jobs.test_purchase_counts import decode_counts
 
@@ -192,13 +193,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         wait_for(lambda: delta_purchase_counts(spark, output) == expected, 60, "the Delta output to equal the reference")
     finally:
         for proc in (driver, follower):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in (driver, follower):
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_process_group(proc, timeout_s=60)
         client.app.state.service.close()
     assert follower.returncode == 0, why()
     assert read_standby_status(settings.status_dir, JOB.application_id)["state"] == "NOT_RUNNING"
