@@ -11,6 +11,7 @@ from runtime.settings import Settings
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
+from spark_jobs.state.checkpoint_health import RESTORE_RECORD
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms
 from spark_jobs.state.restore import RestoredState
 from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
@@ -126,7 +127,7 @@ class JobContext:
     @property
     def restore_record(self) -> Path:
         """``restore.json`` in the checkpoint: how this checkpoint's state was restored, if it was."""
-        return self.checkpoint / "streamstate" / "restore.json"
+        return self.checkpoint / RESTORE_RECORD
 
     def changelog_writer(self, store_name: str) -> ChangelogWriter:
         """The store's changelog writer, continuing the changelog's batch ids after a restore."""
@@ -155,10 +156,13 @@ class JobContext:
     def state_change_sink(self, changes: StoreChanges, write_outputs):
         """The ``foreachBatch`` function of a job whose processor emits store changes.
 
-        Per micro-batch: the changes go to the store's changelog, then its batch markers; then
-        ``write_outputs(batch, batch_id)`` updates the job's outputs; then a snapshot when due. Both
-        writes are full values or tombstones, so a batch replayed after a crash rewrites the same
-        results (idempotent).
+        Per micro-batch: ``write_outputs(batch, batch_id)`` updates the job's outputs; then the changes
+        go to the store's changelog, then its batch markers; then a snapshot when due. Both writes are
+        full values or tombstones, so a batch replayed after a crash rewrites the same results
+        (idempotent). The markers come last because they are what a restore trusts: a batch complete in
+        the changelog has its outputs written. (Changelog first lost outputs when a driver died between
+        the two and the checkpoint was then lost: the restore resumed after a batch whose outputs were
+        never written. Found by tests/faults/test_driver_kills.py.)
         """
         writer = self.changelog_writer(changes.store)
         checkpoint = self.checkpoint
@@ -169,11 +173,11 @@ class JobContext:
             try:
                 batch.count()  # materialise it now, so the state phase is timed apart from the writes
                 clock.lap("state")
+                write_outputs(batch, batch_id)
+                clock.lap("outputs")
                 writer.write_batch(changes.changelog_records(batch), batch_id, batch_end_offsets(checkpoint, batch_id),
                                    batch_watermark_ms(checkpoint, batch_id))  # fmt: skip
                 clock.lap("changelog")
-                write_outputs(batch, batch_id)
-                clock.lap("outputs")
             finally:
                 batch.unpersist()
             self.snapshot_if_due(changes.store, writer.batch_base + batch_id)

@@ -35,6 +35,10 @@ def _check_log_file(path: Path, min_lines: int) -> str | None:
     return None
 
 
+#: written by the job when it starts from a restored state (``JobContext.restore_record``)
+RESTORE_RECORD = Path("streamstate") / "restore.json"
+
+
 def checkpoint_problem(checkpoint: str | Path, stateful: bool = True) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when it can (or has nothing to resume)."""
     checkpoint = Path(checkpoint)
@@ -51,6 +55,10 @@ def checkpoint_problem(checkpoint: str | Path, stateful: bool = True) -> str | N
     for batch in (latest, latest - 1):
         if batch in offsets and (problem := _check_log_file(offsets[batch], 3)):
             return problem
+    if not commits and (checkpoint / RESTORE_RECORD).exists():
+        # Started from a restored state, died before its first batch committed: Spark would re-plan that
+        # batch without the restored state (``initialState`` is only passed when restoring) and lose it.
+        return f"{checkpoint} began from a restore whose first batch never committed; restore again"
     if commits:
         last_commit = max(commits)
         if problem := _check_log_file(commits[last_commit], 2):

@@ -1,7 +1,8 @@
 """Burst load, CI-sized: the reference job runs under spark-submit at a steady rate, then gets 10x that
 rate for a minute. The driver's memory stays bounded, micro-batches stay within
 ``max_offsets_per_trigger`` (the job catches up in bounded steps instead of one huge batch), the input
-lag drains back to its steady level, and the output equals the reference computation.
+lag drains back to its steady level, and the output equals the reference computation. Memory: the
+driver stays within its budget (heap limit + 2 GiB) while the burst is worked through.
 
 The 30-minute version (with the DAGs running too, and a chart) is ``bench/soak.py``; this test uses
 its sampling so both measure the same things.
@@ -31,9 +32,11 @@ JOB = get_job("purchase_counts")
 RATE, BURST_X, USERS = 40, 10, 500  # events/s; the burst is 400/s, well above what the job does per second here
 WARM_UP_S, BURST_S, DRAIN_LIMIT_S = 75, 60, 240
 MAX_BATCH = 2000
-#: the driver tree (JVM with spark.driver.memory 2g, RocksDB, Python workers) may grow this much over
-#: its warmed-up peak while it works through a burst: more is memory that follows the input, not a bound
-RSS_GROWTH_LIMIT = 1.35
+#: the driver tree's budget: its JVM heap limit (spark.driver.memory) + 2 GiB for the rest (metaspace,
+#: code cache, RocksDB, 2 Python workers). The heap grows in steps towards its limit whatever the input
+#: (here: 2.0-3.5 GiB in runs with and without the burst; the 40-min soak 2.4-3.3 GiB), so a ratio to
+#: the warmed-up peak measures GC, not the burst; the budget is what must hold.
+RSS_BUDGET_MIB = 2 * 1024 + 2048
 
 
 def test_a_ten_x_burst_for_a_minute_keeps_memory_bounded_and_the_lag_drains(private_stack):
@@ -107,7 +110,8 @@ def test_a_ten_x_burst_for_a_minute_keeps_memory_bounded_and_the_lag_drains(priv
     assert peak_lag > steady_lag + RATE * BURST_X, f"the burst did not outrun the job (lag {steady_lag} -> {peak_lag})"
     assert drained_at is not None, f"the lag stayed above its steady level {DRAIN_LIMIT_S} s after the burst"
     assert max(batch_sizes) <= MAX_BATCH, f"a micro-batch of {max(batch_sizes)} records (limit {MAX_BATCH})"
-    assert later_rss <= warm_rss * RSS_GROWTH_LIMIT, f"driver RSS {warm_rss:.0f} MiB before the burst, {later_rss:.0f} after"
+    assert settings.spark_driver_memory == "2g", "RSS_BUDGET_MIB assumes the default 2 GiB heap"
+    assert later_rss <= RSS_BUDGET_MIB, f"driver RSS {warm_rss:.0f} MiB before the burst, {later_rss:.0f} after"
     assert rows[-1]["state_rows"] <= USERS
     assert output_matches_reference(settings, JOB)
     print(f"steady lag {steady_lag}, peak {peak_lag}, back to steady {drained_at:.0f} s after the burst; "

@@ -14,7 +14,7 @@ from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
-from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
+from spark_jobs.state.checkpoint_health import RESTORE_RECORD, checkpoint_problem, quarantine
 from tests.helpers import delta_purchase_counts, expected_purchase_counts
 
 OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"t":{"0":5}}\n'
@@ -38,6 +38,20 @@ def test_a_sound_or_fresh_checkpoint_has_no_problem(tmp_path):
     assert checkpoint_problem(tmp_path / "never-started") is None
     assert checkpoint_problem(_checkpoint(tmp_path / "ok")) is None
     assert checkpoint_problem(_checkpoint(tmp_path / "running", batches=3, commits=2)) is None  # batch 2 in flight
+
+
+def test_a_restored_start_whose_first_batch_never_committed_must_restore_again(tmp_path):
+    """The driver restored state, planned batch 0 (offsets/0) and died before committing it: resuming
+    would re-run batch 0 without the restored state (found by the driver-kill fault test: counts lost)."""
+    died = _checkpoint(tmp_path / "died", batches=1, commits=0, state=False)
+    (died / RESTORE_RECORD).parent.mkdir()
+    (died / RESTORE_RECORD).write_text('{"counts": {"batch_id": 7}}')
+    assert "first batch never committed" in checkpoint_problem(died)
+    committed = _checkpoint(tmp_path / "committed", batches=1, commits=1)
+    (committed / RESTORE_RECORD).parent.mkdir()
+    (committed / RESTORE_RECORD).write_text('{"counts": {"batch_id": 7}}')
+    assert checkpoint_problem(committed) is None  # once a batch committed, Spark's own state holds it
+    assert checkpoint_problem(_checkpoint(tmp_path / "fresh-died", batches=1, commits=0, state=False)) is None
 
 
 @pytest.mark.parametrize(
