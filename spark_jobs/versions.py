@@ -111,7 +111,7 @@ class JobVersions:
         """Record that ``version`` stopped serving and when its data may go. Idempotent."""
         if self.current(job) == version:
             raise ValueError(f"{job} v{version} is the current version; promote another one before retiring it")
-        if any(e.event == RETIRED and e.version == version for e in self._since_pointer(job)):
+        if any(e.event == RETIRED and e.version == version for e in _since_pointer(self.history(job))):
             return False
         self._append(job, version, RETIRED, by, run_id=run_id, retain_until=retain_until)
         return True
@@ -125,13 +125,7 @@ class JobVersions:
         if len(pointers) < 2 or pointers[-1].event != PROMOTED or pointers[-2].version == pointers[-1].version:
             return None
         previous = pointers[-2].version
-        return None if any(e.event == RETIRED and e.version == previous for e in self._since_pointer(job)) else previous
-
-    def _since_pointer(self, job: str) -> list[VersionEvent]:
-        """Events from the latest promotion (or adoption) on."""
-        history = self.history(job)
-        last = max((i for i, e in enumerate(history) if e.event in (PROMOTED, ADOPTED)), default=0)
-        return history[last:]
+        return None if any(e.event == RETIRED and e.version == previous for e in _since_pointer(history)) else previous
 
     def retired(self, job: str | None = None) -> list[VersionEvent]:
         """Retired versions whose data has not been purged yet, each by its latest retirement; a version
@@ -151,6 +145,12 @@ class JobVersions:
         row = {"job": job, "version": version, "event": event, "at": dt.datetime.now(dt.timezone.utc), "by": by,
                "run_id": None, "retain_until": None, "note": None, **extra}  # fmt: skip
         append_rows(self.path, [row], _arrow_schema())
+
+
+def _since_pointer(history: list[VersionEvent]) -> list[VersionEvent]:
+    """Events from the latest promotion (or adoption) on."""
+    last = max((i for i, e in enumerate(history) if e.event in (PROMOTED, ADOPTED)), default=0)
+    return history[last:]
 
 
 def current_output_path(settings: Settings, job: str, table: str | None = None) -> str:
