@@ -6,6 +6,9 @@ Two classpaths come out of it:
 * ``<jvm_dir>/spark-jars``: the Kafka connector and Delta jars that every Spark session loads through
   ``spark.jars``. Jars whose artifact the pyspark wheel already ships (Scala, Hadoop, Jackson, Parquet…)
   are dropped so Spark runs on the exact versions it was built with.
+* ``<jvm_dir>/state-processors``: the platform's own JVM code (``jvm/state-processors/src``: the
+  reference jobs' state logic), compiled with ``javac`` against the pyspark wheel's jars, so it links
+  against exactly the Spark it runs in and needs no download. Also on ``spark.jars``.
 
 A ``.resolved`` stamp holding the manifest's hash makes a second set-up a no-op.
 """
@@ -24,6 +27,8 @@ from runtime.settings import PROJECT_ROOT, Settings
 MANIFEST_DIR = PROJECT_ROOT / "jvm"
 MAVEN_SETTINGS = MANIFEST_DIR / "settings.xml"
 CLASSPATHS = ("kafka-broker", "spark-jars")
+PROCESSORS = "state-processors"
+PROCESSORS_JAR = "streamstate-processors-1.0.jar"
 
 # The version starts at the first "-<digits>.<digit>": "kafka-clients-3.9.2.jar" -> "kafka-clients",
 # "zstd-jni-1.5.7-3.jar" -> "zstd-jni", "spark-sql-kafka-0-10_2.13-4.2.0.jar" -> "spark-sql-kafka-0-10_2.13".
@@ -76,7 +81,39 @@ def resolve(settings: Settings, *, force: bool = False, log=print) -> dict[str, 
                     shutil.copy2(jar, target / jar.name)
         stamp.write_text(wanted)
         result[name] = jars(settings, name)
+    result[PROCESSORS] = [build_processors(settings, force=force, log=log)]
     return result
+
+
+def _processors_hash() -> str:
+    import pyspark
+
+    digest = hashlib.sha256(f"pyspark {pyspark.__version__}".encode())
+    for path in sorted((MANIFEST_DIR / PROCESSORS / "src").rglob("*.java")):
+        digest.update(path.relative_to(MANIFEST_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def build_processors(settings: Settings, *, force: bool = False, log=print) -> Path:
+    """Compile ``jvm/state-processors`` into one jar (idempotent: a stamp holds the sources' hash)."""
+    target = settings.jvm_dir / PROCESSORS
+    jar, stamp, wanted = target / PROCESSORS_JAR, target / ".built", _processors_hash()
+    if not force and jar.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return jar
+    log(f"compiling jvm/{PROCESSORS} against pyspark's jars")
+    sources = sorted(str(p) for p in (MANIFEST_DIR / PROCESSORS / "src").rglob("*.java"))
+    with tempfile.TemporaryDirectory(prefix="javac-") as classes:
+        compile_cmd = ["javac", "--release", "17", "-nowarn", "-cp", f"{pyspark_jars_dir()}/*", "-d", classes, *sources]
+        proc = subprocess.run(compile_cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise JvmDependencyError(f"javac failed for jvm/{PROCESSORS}:\n{(proc.stdout + proc.stderr).strip()}")
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        subprocess.run(["jar", "cf", str(jar), "-C", classes, "."], check=True, capture_output=True)
+    stamp.write_text(wanted)
+    return jar
 
 
 def _copy_dependencies(manifest: Path, out: Path) -> None:
@@ -102,7 +139,9 @@ def jars(settings: Settings, name: str) -> list[Path]:
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    return jars(settings, "spark-jars")
+    """Everything a Spark session adds through ``spark.jars``: the resolved connector/Delta jars and
+    the platform's compiled processors."""
+    return [*jars(settings, "spark-jars"), *jars(settings, PROCESSORS)]
 
 
 def broker_classpath(settings: Settings) -> str:

@@ -235,7 +235,9 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
             name="purchase_counts",
             # v2: state moved to a transformWithState processor (deletes on account_closed); its
             # changelog values carry touched_at_ms, so v1 changelogs are not restored into it.
-            version=2,
+            # v3: the same rules and change rows, computed by the Java processor (its checkpoint's
+            # state keys are encoded differently from v2's Python processor, hence a new version).
+            version=3,
             source_topic="purchases",
             key_field="user_id",
             output_table="purchase_counts",

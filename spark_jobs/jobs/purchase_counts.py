@@ -9,6 +9,13 @@ A built-in ``groupBy().agg()`` cannot delete a key, so the state lives in a ``tr
 processor (value state ``counts`` in RocksDB). Each micro-batch it emits one row per changed user,
 which :meth:`JobContext.state_change_sink` writes to the changelog and MERGEs into the Delta table.
 After a restore the rebuilt store is handed to the processor as ``initialState``.
+
+The processor exists twice, with one set of rules: :class:`PurchaseCounter` here (Python: the one to
+subclass when a new version changes the logic) and ``streamstate.jobs.PurchaseCounts`` in
+``jvm/state-processors`` (Java), which the job runs by default. A Python processor pays a round trip
+to the JVM's state server for every state read and write (~1 ms per changed key, most of the job's
+time; see BENCHMARKS.md); the Java one reads RocksDB in-process. Both write the same change rows, so
+changelogs, snapshots and restores do not know which one ran (tests/spark_jobs/test_purchase_counts_parity.py).
 """
 
 from __future__ import annotations
@@ -141,8 +148,9 @@ def classify(ctx: JobContext) -> DataFrame:
     )  # fmt: skip
 
 
-def build(ctx: JobContext, processor: type[PurchaseCounter] = PurchaseCounter):
-    """The job's query. ``processor``: the state logic (a subclass changes it for a new version)."""
+def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
+    """The job's query. ``processor``: a Python state logic (a :class:`PurchaseCounter` subclass changes
+    it for a new version); None runs the Java processor with the same rules."""
     from delta.tables import DeltaTable
 
     ttl_ms = store_spec(ctx.spec, STORE).ttl_ms
@@ -153,10 +161,7 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] = PurchaseCounter):
         ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
     DeltaTable.createIfNotExists(ctx.spark).location(ctx.output_path).addColumns(OUTPUT_SCHEMA).execute()
     events = ctx.split_dead_letters(classify(ctx), "offset")
-    changes = events.groupBy("user_id").transformWithState(
-        processor(ttl_ms), CHANGE_DDL, "Update", "ProcessingTime" if ttl_ms else "None",
-        initialState=_grouped(ctx.initial_state(CHANGES)),
-    )  # fmt: skip
+    changes = state_changes(events, ctx.initial_state(CHANGES), ttl_ms, processor)
     output_path = ctx.output_path
 
     def write_outputs(batch: DataFrame, _batch_id: int) -> None:
@@ -171,6 +176,22 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] = PurchaseCounter):
         )  # fmt: skip
 
     return changes.writeStream.outputMode("update").foreachBatch(ctx.state_change_sink(CHANGES, write_outputs))
+
+
+def state_changes(events: DataFrame, initial: DataFrame | None, ttl_ms: int | None,
+                  processor: type[PurchaseCounter] | None = None) -> DataFrame:
+    """The store's change rows (``CHANGE_DDL``) for valid ``events``, seeded with ``initial`` (key +
+    value rows) after a restore: through ``processor`` (Python) or, when None, the Java processor."""
+    if processor is None:
+        jvm_changes = events.sparkSession._jvm.streamstate.jobs.PurchaseCounts.changes(
+            events._jdf, "user_id", None if initial is None else initial._jdf,
+            STORE, STATE_DDL, CHANGE_DDL, ttl_ms or 0,
+        )  # fmt: skip
+        return DataFrame(jvm_changes, events.sparkSession)
+    return events.groupBy("user_id").transformWithState(
+        processor(ttl_ms), CHANGE_DDL, "Update", "ProcessingTime" if ttl_ms else "None",
+        initialState=_grouped(initial),
+    )  # fmt: skip
 
 
 def _grouped(initial: DataFrame | None):
