@@ -14,10 +14,14 @@ REPEATS rounds, each peer processes the whole pre-loaded topic from a cold start
 Each process's peak memory is its process tree's largest sampled resident size (driver JVM, Python driver
 and workers together). Changelog bytes are the changelog topic's log segments on the broker's disk,
 divided by the input events. Figures are medians with min-max over the rounds; ratios compare medians
-measured in the same run. The section is written into BENCHMARKS.md (replacing the previous one).
+measured in the same run (one invocation per size). The section is written into BENCHMARKS.md (replacing the previous one).
 
     .venv/bin/python bench/compare.py                       # 1e6 and 1e7 events x 1e5 and 1e6 keys, 3 rounds
     .venv/bin/python bench/compare.py --events 1000000 --keys 100000 --repeats 3
+
+Each size's rounds are saved to bench/results/compare-<events>x<keys>.json as soon as the size is done;
+the BENCHMARKS.md section (and bench/results/compare-throughput.png) is rebuilt from every saved size,
+so sizes can be measured by separate invocations. A size measured again replaces its file.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.kafka_streams_peer import KafkaStreamsPeer  # noqa: E402
 from bench.kafka_streams_peer import build as build_kafka_streams
-from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
+from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.process import free_port  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
@@ -214,11 +218,14 @@ class Bench:
         result = Round(run.seconds, run.peak_bytes, topic_bytes(self.broker, changelog),
                        phases=run.answer.get("phase_seconds", {}))  # fmt: skip
         for name, mode in (("full replay", "full"), ("snapshot + tail", "snapshot")):
-            probe = run_measured([PYTHON, "bench/platform_restore_probe.py", JOB.name, STORE, "--mode", mode], env,
-                                 self.args.timeout)  # fmt: skip
+            probe = run_measured([PYTHON, "bench/platform_restore_probe.py", JOB.name, STORE, "--mode", mode,
+                                  "--version", str(JOB.version)], env, self.args.timeout)  # fmt: skip
             result.restores[name] = {"seconds": probe.answer["seconds"], "records": probe.answer["changelog_records_read"],
                                      "snapshot_rows": probe.answer["snapshot_rows"], "keys": probe.answer["keys"],
                                      "peak_bytes": probe.peak_bytes}  # fmt: skip
+        keys = {name: r["keys"] for name, r in result.restores.items()}
+        # Both restores rebuild the store the run left: the same, non-empty key set size, or a figure is wrong.
+        assert len(set(keys.values())) == 1 and min(keys.values()) > 0, f"restores disagree on the store: {keys}"
         shutil.rmtree(work, ignore_errors=True)
         delete_topics(self.bootstrap, [changelog, dead_letter_topic(JOB.application_id)])
         return result
@@ -251,7 +258,48 @@ class Bench:
 
 
 PEER_NAMES = {"kafka_streams": "Kafka Streams 4.3 (RocksDB + changelog)", "plain_spark": "plain Spark (groupBy().agg())",
-              "platform": "this platform (purchase_counts v2)"}  # fmt: skip
+              "platform": f"this platform (purchase_counts v{JOB.version})"}  # fmt: skip
+RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
+PLOT = "compare-throughput.png"
+
+
+@dataclasses.dataclass
+class SizeResult:
+    """Every round of one (events, keys) size, with how and where it was measured. Kept as JSON in
+    bench/results/ so that sizes measured by separate invocations (a 1e7-event size takes hours) make
+    one report; each size's rounds always come from one invocation, peers side by side."""
+
+    events: int
+    keys: int
+    date: str
+    commit: str
+    command: str
+    machine: str
+    batches: int
+    threads: int
+    rounds: dict[str, list[Round]]
+
+    @property
+    def path_name(self) -> str:
+        return f"compare-{self.events}x{self.keys}.json"
+
+    def save(self, directory: Path = RESULTS_DIR) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / self.path_name
+        data = dataclasses.asdict(self)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> SizeResult:
+        data = json.loads(path.read_text())
+        data["rounds"] = {peer: [Round(**r) for r in runs] for peer, runs in data["rounds"].items()}
+        return cls(**data)
+
+
+def load_results(directory: Path = RESULTS_DIR) -> list[SizeResult]:
+    found = [SizeResult.load(p) for p in directory.glob("compare-*x*.json")]
+    return sorted(found, key=lambda r: (r.events, r.keys))
 
 
 def _stat(values: list[float], fmt: str = "{:,.1f}") -> str:
@@ -260,38 +308,109 @@ def _stat(values: list[float], fmt: str = "{:,.1f}") -> str:
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
-def report(args: argparse.Namespace, results: dict[tuple[int, int], dict[str, list[Round]]], versions: str) -> str:
+def _median_throughput(result: SizeResult, peer: str) -> float | None:
+    runs = result.rounds.get(peer) or []
+    return statistics.median(result.events / r.seconds for r in runs) if runs else None
+
+
+def report(results: list[SizeResult], plot: str | None = None) -> str:
+    """The BENCHMARKS.md section: a summary over every measured size, then each size in full."""
     lines = [
-        f"{SECTION} ({dt.date.today().isoformat()})",
+        f"{SECTION} ({max(r.date for r in results)})",
         "",
-        f"Command: `.venv/bin/python bench/compare.py --events {' '.join(map(str, args.events))} --keys "
-        f"{' '.join(map(str, args.keys))} --repeats {args.repeats} --batches {args.batches}`",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
-        f"Python {platform.python_version()}; {versions}.",
-        "One local KRaft broker, source topic with 2 partitions, purchase events (Zipf-like users, 1% account "
-        f"closures), pre-loaded. Spark local[*], 2 shuffle partitions, RocksDB state store, at most "
-        f"events/{args.batches} records per micro-batch; Kafka Streams with {args.threads} stream threads, "
-        "commit interval 1 s. Every figure: median (min-max) of the rounds.",
+        "`make bench` (= `.venv/bin/python bench/compare.py`) measures every size below; `--events`/`--keys` "
+        "measure some of them and keep the others' stored results (bench/results/compare-*.json). Per size and "
+        "round, each peer processes the same pre-loaded topic on the same local KRaft broker (2 partitions; "
+        "purchase events, Zipf-like users, 1% account closures) from a cold start, one after the other. Spark: "
+        "local[*], 2 shuffle partitions, RocksDB state store, at most events/batches records per micro-batch. "
+        "Every figure: median (min-max) of the rounds; ratios are of medians from the same invocation.",
         "",
+        "| events x keys | Kafka Streams events/s | plain Spark events/s | platform events/s | platform / Kafka Streams "
+        "| platform / plain Spark | snapshot + tail / Kafka Streams replay | rounds | measured |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (events, keys), rounds in results.items():
-        lines += [f"### {events:,} events, {keys:,} keys", "",
-                  "| peer | events/s | seconds start to processed | peak memory MiB | changelog bytes/event |",
-                  "|---|---|---|---|---|"]  # fmt: skip
-        for peer, runs in rounds.items():
-            changelog = [r.changelog_bytes / events for r in runs if r.changelog_bytes is not None]
-            lines.append(f"| {PEER_NAMES[peer]} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "
-                         f"{_stat([r.seconds for r in runs])} | {_stat([r.peak_bytes / 2**20 for r in runs], '{:,.0f}')} | "
-                         f"{_stat(changelog) if changelog else '-'} |")  # fmt: skip
-        lines += ["", "| restore of the same state | records replayed | seconds | peak memory MiB |", "|---|---|---|---|"]
-        for peer, runs in rounds.items():
-            for name in runs[0].restores if runs else ():
-                restores = [r.restores[name] for r in runs]
-                lines.append(f"| {PEER_NAMES[peer].split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
-                             f"{_stat([x['seconds'] for x in restores], '{:,.2f}')} | "
-                             f"{_stat([x['peak_bytes'] / 2**20 for x in restores], '{:,.0f}')} |")  # fmt: skip
-        lines += ["", *ratios(rounds, events), *where_the_time_goes(rounds), ""]
-    return "\n".join(lines)
+    for result in results:
+        ks, plain, ours = (_median_throughput(result, p) for p in ("kafka_streams", "plain_spark", "platform"))
+        fast = _median_restore(result.rounds, "platform", "snapshot + tail")
+        ks_full = _median_restore(result.rounds, "kafka_streams", "full replay")
+        rounds = max((len(runs) for runs in result.rounds.values()), default=0)
+        lines.append(
+            f"| {result.events:,} x {result.keys:,} | {_num(ks)} | {_num(plain)} | {_num(ours)} | "
+            f"{_ratio(ours, ks)} | {_ratio(ours, plain)} | {_ratio(fast, ks_full)} | {rounds} | "
+            f"{result.date}, {result.commit} |"
+        )  # fmt: skip
+    lines.append("")
+    if plot:
+        lines += [f"![events/s per peer and size](bench/results/{plot})", ""]
+    for result in results:
+        lines += size_section(result)
+    return "\n".join(lines).rstrip("\n")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _ratio(ours: float | None, theirs: float | None) -> str:
+    return "-" if ours is None or not theirs else f"{ours / theirs:.2f}x"
+
+
+def size_section(result: SizeResult) -> list[str]:
+    events, rounds = result.events, result.rounds
+    lines = [
+        f"### {events:,} events, {result.keys:,} keys", "",
+        f"Command: `{result.command}` ({result.date}, commit {result.commit}; {result.batches} micro-batches; "
+        f"Kafka Streams with {result.threads} stream threads, commit interval 1 s)",
+        f"Machine: {result.machine}.", "",
+        "| peer | events/s | seconds start to processed | peak memory MiB | changelog bytes/event |",
+        "|---|---|---|---|---|",
+    ]  # fmt: skip
+    for peer, runs in rounds.items():
+        changelog = [r.changelog_bytes / events for r in runs if r.changelog_bytes is not None]
+        lines.append(f"| {PEER_NAMES[peer]} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "
+                     f"{_stat([r.seconds for r in runs])} | {_stat([r.peak_bytes / 2**20 for r in runs], '{:,.0f}')} | "
+                     f"{_stat(changelog) if changelog else '-'} |")  # fmt: skip
+    lines += ["", "| restore of the same state | records replayed | seconds | peak memory MiB |", "|---|---|---|---|"]
+    for peer, runs in rounds.items():
+        for name in runs[0].restores if runs else ():
+            restores = [r.restores[name] for r in runs]
+            lines.append(f"| {PEER_NAMES[peer].split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
+                         f"{_stat([x['seconds'] for x in restores], '{:,.2f}')} | "
+                         f"{_stat([x['peak_bytes'] / 2**20 for x in restores], '{:,.0f}')} |")  # fmt: skip
+    return [*lines, "", *ratios(rounds, events), *where_the_time_goes(rounds), ""]
+
+
+def plot_throughput(results: list[SizeResult], path: Path) -> None:
+    """Grouped bars: median events/s per peer for each size, whiskers from min to max."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    peers = [p for p in PEER_NAMES if any(r.rounds.get(p) for r in results)]
+    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(results)), 4))
+    width = 0.8 / max(1, len(peers))
+    for i, peer in enumerate(peers):
+        xs, medians, low, high = [], [], [], []
+        for x, result in enumerate(results):
+            rates = [result.events / r.seconds for r in result.rounds.get(peer) or []]
+            if rates:
+                m = statistics.median(rates)
+                xs.append(x + (i - (len(peers) - 1) / 2) * width)
+                medians.append(m), low.append(m - min(rates)), high.append(max(rates) - m)
+        ax.bar(xs, medians, width, yerr=[low, high], capsize=3, label=PEER_NAMES[peer].split(" (")[0])
+    ax.set_xticks(range(len(results)), [f"{r.events:.0e} events\n{r.keys:.0e} keys" for r in results])
+    ax.set_ylabel("events/s (median, min-max)")
+    ax.set_title("Stateful throughput, same broker and data (2 cores)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _median_restore(rounds: dict[str, list[Round]], peer: str, name: str) -> float | None:
+    runs = rounds.get(peer) or []
+    return statistics.median(r.restores[name]["seconds"] for r in runs) if runs else None
 
 
 def ratios(rounds: dict[str, list[Round]], events: int) -> list[str]:
@@ -301,8 +420,7 @@ def ratios(rounds: dict[str, list[Round]], events: int) -> list[str]:
         return statistics.median(events / r.seconds for r in rounds[peer]) if rounds.get(peer) else None
 
     def restore(peer: str, name: str) -> float | None:
-        runs = rounds.get(peer) or []
-        return statistics.median(r.restores[name]["seconds"] for r in runs) if runs else None
+        return _median_restore(rounds, peer, name)
 
     ours, kstreams, plain = throughput("platform"), throughput("kafka_streams"), throughput("plain_spark")
     out = []
@@ -363,24 +481,34 @@ def main() -> None:
                         choices=["kafka_streams", "plain_spark", "platform"])  # fmt: skip
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one process may take")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "BENCHMARKS.md")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where each size's rounds are kept (JSON)")
     args = parser.parse_args()
 
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores (shared), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+               f"Python {platform.python_version()}; {versions_line()}")  # fmt: skip
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=PROJECT_ROOT).stdout.strip() or "unknown"  # fmt: skip
     bench = Bench(args)
     bench.broker.start()
-    results = {}
+    measured = []
     try:
         for events, keys in itertools.product(args.events, args.keys):
-            results[(events, keys)] = bench.size(events, keys)
-            text = report(args, results, versions_line())
-            write_section(text, args.out)  # after every size: a long run's finished sizes are kept
-            console.print(text)
+            command = (f".venv/bin/python bench/compare.py --events {events} --keys {keys} --repeats {args.repeats} "
+                       f"--batches {args.batches}")  # fmt: skip
+            result = SizeResult(events, keys, dt.date.today().isoformat(), commit, command, machine, args.batches,
+                                args.threads, bench.size(events, keys))  # fmt: skip
+            result.save(args.results)  # after every size: a long run's finished sizes are kept
+            measured.append(result)
+            results = load_results(args.results)
+            plot_throughput(results, args.results / PLOT)
+            write_section(report(results, PLOT), args.out)
     finally:
         bench.broker.stop()
         shutil.rmtree(bench.root, ignore_errors=True)
     table = Table("size", "ratio")
-    for (events, keys), rounds in results.items():
-        for line in ratios(rounds, events):
-            table.add_row(f"{events:,} x {keys:,}", line.lstrip("- "))
+    for result in measured:
+        for line in ratios(result.rounds, result.events):
+            table.add_row(f"{result.events:,} x {result.keys:,}", line.lstrip("- "))
     console.print(table)
 
 

@@ -6,7 +6,7 @@ Settings come from the ``STREAMSTATE_*`` environment (bench/compare.py sets them
 with the restore's own clock and what it read. Spark is not started: the restore itself uses none (in a
 driver it runs beside Spark's JVM, whose memory is the driver's, not the restore's).
 
-    .venv/bin/python bench/platform_restore_probe.py <job> <store> --mode full|snapshot
+    .venv/bin/python bench/platform_restore_probe.py <job> <store> --mode full|snapshot [--version N]
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ def main() -> None:
     parser.add_argument("job")
     parser.add_argument("store")
     parser.add_argument("--mode", choices=("full", "snapshot"), required=True)
+    parser.add_argument("--version", type=int, help="the job's version (default: the newest registered)")
     args = parser.parse_args()
 
     _load_libraries()
     settings = Settings.from_env()
-    spec = get_job(args.job)
+    spec = get_job(args.job, args.version)
     context = JobContext(None, spec, settings)  # a restore needs no Spark: delta-rs + the Kafka consumer
     restored = restore_from_snapshot(context.snapshot_store(args.store), settings.kafka,
                                      context.changelog_topic(args.store).name, SilentRestoreListener(),
