@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from runtime.settings import PROJECT_ROOT
+from spark_jobs.registry import get_job
+from spark_jobs.state.changelog import changelog_topic_name
+
+PURCHASE_CHANGELOG = changelog_topic_name(get_job("purchase_counts").application_id, "counts")
 
 DAG_FILES = sorted((PROJECT_ROOT / "dags").glob("*.py"))
 
@@ -99,7 +103,7 @@ def test_reprocess_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, para
 @pytest.mark.parametrize(("conf", "param"), [
     ({"mode": "aggressive"}, "mode"),
     ({"topics": ["not-a-changelog"]}, "topics"),
-    ({"topics": "purchase_counts-v2-counts-changelog"}, "topics"),
+    ({"topics": PURCHASE_CHANGELOG}, "topics"),
 ])  # fmt: skip
 def test_tuning_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, param):
     import copy
@@ -114,6 +118,6 @@ def test_tuning_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, param):
         return params.validate()
 
     assert validate({})["mode"] == "dry_run"  # a manual run without choices changes nothing
-    validate({"mode": "rollback", "topics": ["purchase_counts-v2-counts-changelog"], "rollback_run_id": "manual__x"})
+    validate({"mode": "rollback", "topics": [PURCHASE_CHANGELOG], "rollback_run_id": "manual__x"})
     with pytest.raises(ParamValidationError, match=param):
         validate(conf)
