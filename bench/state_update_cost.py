@@ -1,8 +1,8 @@
-"""What a state update costs: Spark's built-in aggregation vs the transformWithState processor.
+"""What a state update costs: Spark's built-in aggregation vs the transformWithState processors.
 
-purchase_counts v1 kept its state in a built-in ``groupBy().agg()`` (all JVM); v2 keeps it in a Python
-``transformWithState`` processor, because a built-in aggregation cannot delete a key. This measures the
-price: KEYS purchase events for KEYS distinct users (one state update per key) through each
+purchase_counts v1 kept its state in a built-in ``groupBy().agg()`` (all JVM); v2 kept it in a Python
+``transformWithState`` processor, because a built-in aggregation cannot delete a key; v3 runs the same
+rules as a Java processor. This measures the price of each: KEYS purchase events for KEYS distinct users (one state update per key) through each
 stateful operator, same input, same session, side by side, REPEATS times, fresh checkpoints each time.
 The sink only counts rows, so the figure is the stateful operator plus the Kafka read.
 
@@ -25,12 +25,14 @@ from runtime.kafka_broker import LocalKafkaBroker
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
-from spark_jobs.jobs.purchase_counts import CHANGE_DDL, EVENT_SCHEMA, PurchaseCounter
+from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, PurchaseCounter, state_changes
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.session import build_spark_session
 
 console = Console()
 TOPIC = "bench-purchases"
+BUILTIN, JAVA, PYTHON = ("built-in groupBy().agg()", "transformWithState (Java processor)",
+                         "transformWithState (Python processor)")  # fmt: skip
 
 
 def one_event_per_user(keys: int) -> list[dict]:
@@ -45,11 +47,13 @@ def measure(spark, settings: Settings, operator: str, checkpoint: Path) -> tuple
            .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())  # fmt: skip
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"), "offset").select(
         "e.*", "offset")  # fmt: skip
-    if operator == "built-in groupBy().agg()":
+    if operator == BUILTIN:
         state = events.groupBy("user_id").agg(F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"),
                                               F.max("event_time").alias("last"))  # fmt: skip
+    elif operator == PYTHON:
+        state = state_changes(events, None, None, PurchaseCounter)
     else:
-        state = events.groupBy("user_id").transformWithState(PurchaseCounter(), CHANGE_DDL, "Update", "None")
+        state = state_changes(events, None, None)  # the Java processor
     rows = []
     started = time.monotonic()
     query = (state.writeStream.outputMode("update").option("checkpointLocation", str(checkpoint))
@@ -73,11 +77,11 @@ def main() -> None:
         ensure_topic(settings.kafka, TOPIC, 2)
         purchases.produce(settings.kafka, TOPIC, one_event_per_user(args.keys))
         spark = build_spark_session(settings, "bench-state-update-cost")
-        operators = ("built-in groupBy().agg()", "transformWithState (Python processor)")
+        operators = (BUILTIN, JAVA, PYTHON)
         seconds: dict[str, list[float]] = {op: [] for op in operators}
         for repeat in range(args.repeats):
             for op in operators:  # alternate, so drift on a shared machine hits both
-                took, updates = measure(spark, settings, op, data / f"cp-{repeat}-{len(seconds[op])}-{op[:5]}")
+                took, updates = measure(spark, settings, op, data / f"cp-{repeat}-{len(seconds[op])}-op{operators.index(op)}")
                 assert updates == args.keys, f"{op}: {updates} state updates, expected {args.keys}"
                 seconds[op].append(took)
                 console.print(f"{op}: {took:.1f} s for {updates:,} state updates")
@@ -87,9 +91,9 @@ def main() -> None:
 
 
 def report(args, seconds: dict[str, list[float]]) -> None:
-    builtin, tws = (statistics.median(v) for v in seconds.values())
+    builtin, java, python = (statistics.median(seconds[op]) for op in (BUILTIN, JAVA, PYTHON))
     lines = [
-        f"## State update cost, {args.keys:,} keys (built-in aggregation vs transformWithState) "
+        f"## State update cost, {args.keys:,} keys (built-in aggregation vs transformWithState, Java and Python) "
         f"({dt.date.today().isoformat()})",
         "",
         f"Command: `.venv/bin/python bench/state_update_cost.py --keys {args.keys} --repeats {args.repeats}`",
@@ -101,7 +105,8 @@ def report(args, seconds: dict[str, list[float]]) -> None:
         *[f"| {op} | {statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f}) | {statistics.median(v) / args.keys * 1000:.2f} |"
           for op, v in seconds.items()],
         "",
-        f"Ratio transformWithState / built-in: {tws / builtin:.1f} (same run, alternating).",
+        f"Ratios to built-in (same run, alternating): Java processor {java / builtin:.1f}, Python processor "
+        f"{python / builtin:.1f}; Python / Java {python / java:.1f}.",
         "",
     ]  # fmt: skip
     text = "\n".join(lines)
