@@ -258,7 +258,7 @@ class Bench:
 
 
 PEER_NAMES = {"kafka_streams": "Kafka Streams 4.3 (RocksDB + changelog)", "plain_spark": "plain Spark (groupBy().agg())",
-              "platform": f"this platform (purchase_counts v{JOB.version})"}  # fmt: skip
+              "platform": f"this platform (purchase_counts v{JOB.version}, Java processor)"}  # fmt: skip
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 PLOT = "compare-throughput.png"
 
