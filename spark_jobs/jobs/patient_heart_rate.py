@@ -14,7 +14,9 @@ Semantics are Kafka Streams' ``TimeWindows.of(60 s).grace(5 s)`` with ``withRete
 * ``checked_out`` deletes all of the patient's windows (tombstones; open windows are not emitted).
 
 The store is a ``transformWithState`` map state per patient (window start -> beats, closed), with
-event-time timers for closing and eviction. Its changelog ``…-pulse-counts-changelog`` is keyed
+event-time timers for closing and eviction. The rules exist twice: :class:`PulseWindows` (Python, to
+subclass) and ``streamstate.jobs.PulseWindows`` in ``jvm/state-processors`` (Java, what the job runs:
+no Python-to-JVM round trip per state call); a parity test holds them to the same output rows. Its changelog ``…-pulse-counts-changelog`` is keyed
 ``<patient>@<window start ms>`` and is ``compact,delete`` with ``retention.ms`` = the store retention.
 
 Spark drops input rows behind the watermark before a processor sees them when the grouped input
@@ -170,6 +172,24 @@ class PulseWindows(StatefulProcessor):
         return self.evicted_at(start) if closed else self.closes_at(start)
 
 
+def window_changes(events: DataFrame, initial: DataFrame | None, store: StoreSpec, restored_watermark_ms: int,
+                   processor: type[PulseWindows] | None = None) -> DataFrame:
+    """The processor's output rows (``OUTPUT_DDL``: changes and late pulses) for watermarked ``events``,
+    seeded with ``initial`` after a restore: through ``processor`` (Python) or, when None, the Java
+    ``streamstate.jobs.PulseWindows`` with the same rules."""
+    if processor is None:
+        jvm_changes = events.sparkSession._jvm.streamstate.jobs.PulseWindows.changes(
+            events._jdf, "patient_id", None if initial is None else initial._jdf, STORE, OUTPUT_DDL,
+            store.window_ms, store.grace_ms, store.retention_ms, restored_watermark_ms,
+        )  # fmt: skip
+        return DataFrame(jvm_changes, events.sparkSession)
+    return events.groupBy("patient_id").transformWithState(
+        processor(store.window_ms, store.grace_ms, store.retention_ms, restored_watermark_ms),
+        OUTPUT_DDL, "Append", "EventTime",
+        initialState=initial.groupBy("patient_id") if initial is not None else None,
+    )  # fmt: skip
+
+
 def _millis(ts) -> int:
     return int(ts.timestamp() * 1000)
 
@@ -189,12 +209,7 @@ def build(ctx: JobContext):
     events = events.withWatermark("event_time", "0 seconds").withColumn(
         "event_time", F.col("event_time") + F.expr("INTERVAL 0 SECONDS")
     )
-    initial = ctx.initial_state(CHANGES)
-    changes = events.groupBy("patient_id").transformWithState(
-        PulseWindows(store.window_ms, store.grace_ms, store.retention_ms, ctx.restored_watermark_ms()),
-        OUTPUT_DDL, "Append", "EventTime",
-        initialState=initial.groupBy("patient_id") if initial is not None else None,
-    )  # fmt: skip
+    changes = window_changes(events, ctx.initial_state(CHANGES), store, ctx.restored_watermark_ms())
     output_path, window_ms = ctx.output_path, store.window_ms
     app, bootstrap, source_topic = ctx.spec.application_id, ctx.settings.kafka, ctx.spec.source_topic
 
