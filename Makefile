@@ -14,7 +14,7 @@ test: setup
 setup:
 	@bash scripts/bootstrap.sh
 
-# The benchmarks of BENCHMARKS.md against Kafka Streams and plain Spark (hours at full size; see README).
+# The benchmarks of BENCHMARKS.md against Kafka Streams and plain Spark: both workloads, all sizes (hours; see README).
 bench: setup
 	$(PY) bench/compare.py
 

@@ -1,27 +1,31 @@
 """The platform against its peers: Kafka Streams and plain Spark, same broker, same data, one run.
 
-For every (events, keys) size: purchase events are generated once onto a private local broker; then, for
-REPEATS rounds, each peer processes the whole pre-loaded topic from a cold start, one after the other:
+Two workloads, each the same computation in all three peers: *purchases* (count and amount per user;
+``account_closed`` deletes the user) and *pulses* (heartbeats per patient per 60 s event-time window,
+5 s grace, emitted when the window closes). For every size the input is generated once onto a private
+local broker; then, for REPEATS rounds, each peer processes the whole pre-loaded topic from a cold
+start, one after the other:
 
 * **Kafka Streams** (bench/kafka_streams, RocksDB store + changelog): time from the JVM's start until its
   committed offsets reach the input's end; then its state directory is wiped and it is started again, and
   its full changelog restore is timed (restore listener: first start to last end);
 * **plain Spark** (bench/plain_spark_peer.py): the same aggregation as a bare query, process start to exit;
-* **the platform** (``python -m spark_jobs.run purchase_counts --available-now``): process start to exit,
-  changelog + snapshots + status + dead letters included; then two restores of the store it left, each in
-  its own process (bench/platform_restore_probe.py): the full changelog replay and snapshot + tail.
+* **the platform** (``python -m spark_jobs.run <job> --available-now``: purchase_counts or
+  patient_heart_rate): process start to exit, changelog + snapshots + status + dead letters included; then
+  two restores of the store it left, each in its own process (bench/platform_restore_probe.py): the full
+  changelog replay and snapshot + tail.
 
 Each process's peak memory is its process tree's largest sampled resident size (driver JVM, Python driver
 and workers together). Changelog bytes are the changelog topic's log segments on the broker's disk,
 divided by the input events. Figures are medians with min-max over the rounds; ratios compare medians
-measured in the same run (one invocation per size). The section is written into BENCHMARKS.md (replacing the previous one).
+measured in the same invocation.
 
-    .venv/bin/python bench/compare.py                       # 1e6 and 1e7 events x 1e5 and 1e6 keys, 3 rounds
-    .venv/bin/python bench/compare.py --events 1000000 --keys 100000 --repeats 3
+    .venv/bin/python bench/compare.py        # both workloads; 1e6 and 1e7 events; 1e5 and 1e6 users / 1e3 patients
+    .venv/bin/python bench/compare.py --workloads purchases --events 1000000 --keys 100000 --repeats 3
 
-Each size's rounds are saved to bench/results/compare-<events>x<keys>.json as soon as the size is done;
-the BENCHMARKS.md section (and bench/results/compare-throughput.png) is rebuilt from every saved size,
-so sizes can be measured by separate invocations. A size measured again replaces its file.
+Each size's rounds are saved to bench/results/compare-<workload>-<events>x<keys>.json as soon as the size
+is done; the BENCHMARKS.md section (and bench/results/compare-throughput.png) is rebuilt from every saved
+size, so sizes can be measured by separate invocations. A size measured again replaces its file.
 """
 
 from __future__ import annotations
@@ -55,14 +59,34 @@ from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.process import free_port  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
-from spark_jobs.generators import purchases  # noqa: E402
+from spark_jobs.generators import pulse, purchases  # noqa: E402
 from spark_jobs.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 from spark_jobs.state.changelog import changelog_topic_name  # noqa: E402
 
 console = Console()
-JOB = get_job("purchase_counts")
-STORE = "counts"
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One stateful computation, as each peer runs it: the platform's reference job and its store, the
+    Kafka Streams app's topology, the plain-Spark query; ``keys`` of a size are its users / patients."""
+
+    name: str
+    job: str
+    store: str
+    kafka_streams_topology: str
+    key_noun: str
+
+    @property
+    def spec(self):
+        return get_job(self.job)
+
+
+WORKLOADS = {
+    "purchases": Workload("purchases", "purchase_counts", "counts", "purchase_counts", "users"),
+    "pulses": Workload("pulses", "patient_heart_rate", "pulse-counts", "pulse_counts", "patients"),
+}
 SECTION = "## Platform vs Kafka Streams vs plain Spark"
 PYTHON = sys.executable
 
@@ -153,6 +177,15 @@ class Round:
     phases: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
+def heartbeats(events: int, patients: int) -> list[dict]:
+    """Exactly ``events`` heartbeats of ``patients`` patients (55-110 bpm, a few seconds of disorder,
+    0.1% check-outs): the first ``events`` in arrival order of a run long enough to have them."""
+    seconds = int(events / patients / (55 / 60)) + 60  # at the slowest rate, still enough beats
+    beats = list(itertools.islice(pulse.generate(patients, seconds=seconds, seed=3), events))
+    assert len(beats) == events, f"generated {len(beats)} of {events} heartbeats"
+    return beats
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -166,30 +199,40 @@ class Bench:
     def bootstrap(self) -> KafkaConnection:
         return self.settings.kafka
 
+    @property
+    def job(self):
+        return self.workload.spec
+
     def load(self, events: int, keys: int) -> None:
-        """The input every peer reads: ``events`` purchases over ``keys`` users on JOB.source_topic."""
-        delete_topics(self.bootstrap, [JOB.source_topic])
-        ensure_topic(self.bootstrap, JOB.source_topic, JOB.source_partitions)
+        """The input every peer reads: ``events`` purchases over ``keys`` users, or ``events`` heartbeats
+        of ``keys`` patients (each beating for as long as that takes), on the job's source topic."""
+        topic = self.job.source_topic
+        delete_topics(self.bootstrap, [topic])
+        ensure_topic(self.bootstrap, topic, self.job.source_partitions)
         t = time.monotonic()
-        with console.status(f"producing {events:,} events over {keys:,} users"):
-            sent = purchases.produce(self.bootstrap, JOB.source_topic, purchases.generate(events, users=keys, seed=3))
-        ends = sum(high for _, high in partition_offsets(self.bootstrap, JOB.source_topic).values())
+        with console.status(f"producing {events:,} events over {keys:,} {self.workload.key_noun}"):
+            if self.workload.name == "purchases":
+                sent = purchases.produce(self.bootstrap, topic, purchases.generate(events, users=keys, seed=3))
+            else:
+                sent = pulse.produce(self.bootstrap, topic, heartbeats(events, keys))
+        ends = sum(high for _, high in partition_offsets(self.bootstrap, topic).values())
         assert sent == events == ends, f"loaded {ends} of {events} events"
         console.print(f"loaded {events:,} events in {time.monotonic() - t:.0f} s")
 
     def kafka_streams(self, n: int, size: str) -> Round:
         app = f"kstreams-{size}-r{n}"
         output = f"{app}-out"
-        ensure_topic(self.bootstrap, output, JOB.source_partitions)  # it creates internal topics, not sinks
+        ensure_topic(self.bootstrap, output, self.job.source_partitions)  # it creates internal topics, not sinks
         state_dir = self.root / app
-        peer = KafkaStreamsPeer(self.classpath, self.settings, "purchase_counts", app, state_dir, JOB.source_topic,
+        topology = self.workload.kafka_streams_topology
+        peer = KafkaStreamsPeer(self.classpath, self.settings, topology, app, state_dir, self.job.source_topic,
                                 output, self.args.threads)  # fmt: skip
         seconds = peer.wait_caught_up()
         peer.stop()
-        changelog = f"{app}-{STORE}-changelog"
+        changelog = f"{app}-{self.workload.store}-changelog"
         result = Round(seconds, peer.peak_rss_bytes, topic_bytes(self.broker, changelog))
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
-        again = KafkaStreamsPeer(self.classpath, self.settings, "purchase_counts", app, state_dir, JOB.source_topic,
+        again = KafkaStreamsPeer(self.classpath, self.settings, topology, app, state_dir, self.job.source_topic,
                                  output, self.args.threads)  # fmt: skip
         again.wait_running()
         again.stop()
@@ -201,8 +244,8 @@ class Bench:
 
     def plain_spark(self, n: int, size: str, max_offsets: int) -> Round:
         work = self.root / f"plain-{size}-r{n}"
-        run = run_measured([PYTHON, "bench/plain_spark_peer.py", JOB.source_topic, str(work),
-                            "--max-offsets-per-trigger", str(max_offsets)],
+        run = run_measured([PYTHON, "bench/plain_spark_peer.py", self.job.source_topic, str(work),
+                            "--max-offsets-per-trigger", str(max_offsets), "--workload", self.workload.name],
                            self._platform_settings(work, max_offsets).to_env(), self.args.timeout)  # fmt: skip
         assert run.answer["input_rows"] == self.events, f"plain Spark read {run.answer['input_rows']} of {self.events}"
         shutil.rmtree(work, ignore_errors=True)
@@ -211,15 +254,16 @@ class Bench:
     def platform(self, n: int, size: str, max_offsets: int) -> Round:
         work = self.root / f"platform-{size}-r{n}"
         env = self._platform_settings(work, max_offsets).to_env()
-        run = run_measured([PYTHON, "-m", "spark_jobs.run", JOB.name, "--version", str(JOB.version), "--available-now"],
+        job, store = self.job, self.workload.store
+        run = run_measured([PYTHON, "-m", "spark_jobs.run", job.name, "--version", str(job.version), "--available-now"],
                            env, self.args.timeout)  # fmt: skip
         assert run.answer.get("input_rows") == self.events and not run.answer.get("error"), run.answer
-        changelog = changelog_topic_name(JOB.application_id, STORE)
+        changelog = changelog_topic_name(job.application_id, store)
         result = Round(run.seconds, run.peak_bytes, topic_bytes(self.broker, changelog),
                        phases=run.answer.get("phase_seconds", {}))  # fmt: skip
         for name, mode in (("full replay", "full"), ("snapshot + tail", "snapshot")):
-            probe = run_measured([PYTHON, "bench/platform_restore_probe.py", JOB.name, STORE, "--mode", mode,
-                                  "--version", str(JOB.version)], env, self.args.timeout)  # fmt: skip
+            probe = run_measured([PYTHON, "bench/platform_restore_probe.py", job.name, store, "--mode", mode,
+                                  "--version", str(job.version)], env, self.args.timeout)  # fmt: skip
             result.restores[name] = {"seconds": probe.answer["seconds"], "records": probe.answer["changelog_records_read"],
                                      "snapshot_rows": probe.answer["snapshot_rows"], "keys": probe.answer["keys"],
                                      "peak_bytes": probe.peak_bytes}  # fmt: skip
@@ -227,22 +271,23 @@ class Bench:
         # Both restores rebuild the store the run left: the same, non-empty key set size, or a figure is wrong.
         assert len(set(keys.values())) == 1 and min(keys.values()) > 0, f"restores disagree on the store: {keys}"
         shutil.rmtree(work, ignore_errors=True)
-        delete_topics(self.bootstrap, [changelog, dead_letter_topic(JOB.application_id)])
+        delete_topics(self.bootstrap, [changelog, dead_letter_topic(job.application_id)])
         return result
 
     def _platform_settings(self, work: Path, max_offsets: int) -> Settings:
         return self.settings.replace(data_dir=work, max_offsets_per_trigger=max_offsets)
 
-    def size(self, events: int, keys: int) -> dict[str, list[Round]]:
-        self.events = events
+    def size(self, workload: Workload, events: int, keys: int) -> dict[str, list[Round]]:
+        self.workload, self.events = workload, events
         self.load(events, keys)
-        size = f"{events}-{keys}"
+        size = f"{workload.name}-{events}-{keys}"
         max_offsets = max(1, events // self.args.batches)
         rounds: dict[str, list[Round]] = {peer: [] for peer in self.args.peers}
         for n in range(self.args.repeats):
             for peer in self.args.peers:
                 t = time.monotonic()
-                with console.status(f"round {n + 1}/{self.args.repeats}: {peer} over {events:,} events, {keys:,} keys"):
+                with console.status(f"round {n + 1}/{self.args.repeats}: {peer}, {workload.name}, {events:,} events, "
+                                    f"{keys:,} {workload.key_noun}"):  # fmt: skip
                     if peer == "kafka_streams":
                         result = self.kafka_streams(n, size)
                     elif peer == "plain_spark":
@@ -250,15 +295,26 @@ class Bench:
                     else:
                         result = self.platform(n, size, max_offsets)
                 rounds[peer].append(result)
-                console.print(f"round {n + 1} {peer}: {events / result.seconds:,.0f} events/s, peak "
+                console.print(f"round {n + 1} {workload.name} {peer}: {events / result.seconds:,.0f} events/s, peak "
                               f"{result.peak_bytes / 2**20:,.0f} MiB, restores "
                               f"{ {k: round(v['seconds'], 2) for k, v in result.restores.items()} } "
                               f"({time.monotonic() - t:.0f} s)")  # fmt: skip
         return rounds
 
 
-PEER_NAMES = {"kafka_streams": "Kafka Streams 4.3 (RocksDB + changelog)", "plain_spark": "plain Spark (groupBy().agg())",
-              "platform": f"this platform (purchase_counts v{JOB.version}, Java processor)"}  # fmt: skip
+PEERS = ("kafka_streams", "plain_spark", "platform")
+PLAIN_SPARK_QUERY = {"purchases": "groupBy().agg()", "pulses": "window() count, append"}
+
+
+def peer_name(peer: str, workload: str) -> str:
+    if peer == "kafka_streams":
+        return "Kafka Streams 4.3 (RocksDB + changelog)"
+    if peer == "plain_spark":
+        return f"plain Spark ({PLAIN_SPARK_QUERY[workload]})"
+    spec = WORKLOADS[workload].spec
+    return f"this platform ({spec.name} v{spec.version}, Java processor)"
+
+
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 PLOT = "compare-throughput.png"
 
@@ -269,6 +325,7 @@ class SizeResult:
     bench/results/ so that sizes measured by separate invocations (a 1e7-event size takes hours) make
     one report; each size's rounds always come from one invocation, peers side by side."""
 
+    workload: str
     events: int
     keys: int
     date: str
@@ -281,7 +338,7 @@ class SizeResult:
 
     @property
     def path_name(self) -> str:
-        return f"compare-{self.events}x{self.keys}.json"
+        return f"compare-{self.workload}-{self.events}x{self.keys}.json"
 
     def save(self, directory: Path = RESULTS_DIR) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -298,8 +355,8 @@ class SizeResult:
 
 
 def load_results(directory: Path = RESULTS_DIR) -> list[SizeResult]:
-    found = [SizeResult.load(p) for p in directory.glob("compare-*x*.json")]
-    return sorted(found, key=lambda r: (r.events, r.keys))
+    found = [SizeResult.load(p) for p in directory.glob("compare-*-*x*.json")]
+    return sorted(found, key=lambda r: (list(WORKLOADS).index(r.workload), r.events, r.keys))
 
 
 def _stat(values: list[float], fmt: str = "{:,.1f}") -> str:
@@ -320,14 +377,16 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
         "",
         "`make bench` (= `.venv/bin/python bench/compare.py`) measures every size below; `--events`/`--keys` "
         "measure some of them and keep the others' stored results (bench/results/compare-*.json). Per size and "
-        "round, each peer processes the same pre-loaded topic on the same local KRaft broker (2 partitions; "
-        "purchase events, Zipf-like users, 1% account closures) from a cold start, one after the other. Spark: "
+        "round, each peer processes the same pre-loaded topic on the same local KRaft broker (2 partitions) from "
+        "a cold start, one after the other. *purchases*: purchase events of Zipf-like users, 1% account closures "
+        "(deletes); *pulses*: heartbeats of the patients (55-110 bpm, up to 3 s out of order, 0.1% check-outs) "
+        "counted per 60 s event-time window with 5 s grace, emitted when the window closes. Spark: "
         "local[*], 2 shuffle partitions, RocksDB state store, at most events/batches records per micro-batch. "
         "Every figure: median (min-max) of the rounds; ratios are of medians from the same invocation.",
         "",
-        "| events x keys | Kafka Streams events/s | plain Spark events/s | platform events/s | platform / Kafka Streams "
-        "| platform / plain Spark | snapshot + tail / Kafka Streams replay | rounds | measured |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | events x keys | Kafka Streams events/s | plain Spark events/s | platform events/s "
+        "| platform / Kafka Streams | platform / plain Spark | snapshot + tail / Kafka Streams replay | rounds | measured |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         ks, plain, ours = (_median_throughput(result, p) for p in ("kafka_streams", "plain_spark", "platform"))
@@ -335,7 +394,8 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
         ks_full = _median_restore(result.rounds, "kafka_streams", "full replay")
         rounds = max((len(runs) for runs in result.rounds.values()), default=0)
         lines.append(
-            f"| {result.events:,} x {result.keys:,} | {_num(ks)} | {_num(plain)} | {_num(ours)} | "
+            f"| {result.workload} | {result.events:,} x {result.keys:,} {WORKLOADS[result.workload].key_noun} | "
+            f"{_num(ks)} | {_num(plain)} | {_num(ours)} | "
             f"{_ratio(ours, ks)} | {_ratio(ours, plain)} | {_ratio(fast, ks_full)} | {rounds} | "
             f"{result.date}, {result.commit} |"
         )  # fmt: skip
@@ -356,9 +416,9 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
 
 
 def size_section(result: SizeResult) -> list[str]:
-    events, rounds = result.events, result.rounds
+    events, rounds, workload = result.events, result.rounds, result.workload
     lines = [
-        f"### {events:,} events, {result.keys:,} keys", "",
+        f"### {workload}: {events:,} events, {result.keys:,} {WORKLOADS[workload].key_noun}", "",
         f"Command: `{result.command}` ({result.date}, commit {result.commit}; {result.batches} micro-batches; "
         f"Kafka Streams with {result.threads} stream threads, commit interval 1 s)",
         f"Machine: {result.machine}.", "",
@@ -367,14 +427,14 @@ def size_section(result: SizeResult) -> list[str]:
     ]  # fmt: skip
     for peer, runs in rounds.items():
         changelog = [r.changelog_bytes / events for r in runs if r.changelog_bytes is not None]
-        lines.append(f"| {PEER_NAMES[peer]} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "
+        lines.append(f"| {peer_name(peer, workload)} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "
                      f"{_stat([r.seconds for r in runs])} | {_stat([r.peak_bytes / 2**20 for r in runs], '{:,.0f}')} | "
                      f"{_stat(changelog) if changelog else '-'} |")  # fmt: skip
     lines += ["", "| restore of the same state | records replayed | seconds | peak memory MiB |", "|---|---|---|---|"]
     for peer, runs in rounds.items():
         for name in runs[0].restores if runs else ():
             restores = [r.restores[name] for r in runs]
-            lines.append(f"| {PEER_NAMES[peer].split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
+            lines.append(f"| {peer_name(peer, workload).split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
                          f"{_stat([x['seconds'] for x in restores], '{:,.2f}')} | "
                          f"{_stat([x['peak_bytes'] / 2**20 for x in restores], '{:,.0f}')} |")  # fmt: skip
     return [*lines, "", *ratios(rounds, events), *where_the_time_goes(rounds), ""]
@@ -387,7 +447,7 @@ def plot_throughput(results: list[SizeResult], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    peers = [p for p in PEER_NAMES if any(r.rounds.get(p) for r in results)]
+    peers = [p for p in PEERS if any(r.rounds.get(p) for r in results)]
     fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(results)), 4))
     width = 0.8 / max(1, len(peers))
     for i, peer in enumerate(peers):
@@ -398,8 +458,9 @@ def plot_throughput(results: list[SizeResult], path: Path) -> None:
                 m = statistics.median(rates)
                 xs.append(x + (i - (len(peers) - 1) / 2) * width)
                 medians.append(m), low.append(m - min(rates)), high.append(max(rates) - m)
-        ax.bar(xs, medians, width, yerr=[low, high], capsize=3, label=PEER_NAMES[peer].split(" (")[0])
-    ax.set_xticks(range(len(results)), [f"{r.events:.0e} events\n{r.keys:.0e} keys" for r in results])
+        ax.bar(xs, medians, width, yerr=[low, high], capsize=3, label=peer_name(peer, "purchases").split(" (")[0])
+    ax.set_xticks(range(len(results)), [f"{r.workload}\n{r.events:.0e} events\n{r.keys:.0e} {WORKLOADS[r.workload].key_noun}"
+                                        for r in results])  # fmt: skip
     ax.set_ylabel("events/s (median, min-max)")
     ax.set_title("Stateful throughput, same broker and data (2 cores)")
     ax.legend()
@@ -473,12 +534,14 @@ def versions_line() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000], help="purchases: users")
+    parser.add_argument("--patients", type=int, nargs="+", default=[1_000],
+                        help="pulses: patients (1e6 events of 1,000 patients = ~12 min of beats each, ~13 windows)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, default=12, help="micro-batches per run: max offsets per trigger = events / this")
     parser.add_argument("--threads", type=int, default=2, help="Kafka Streams stream threads")
-    parser.add_argument("--peers", nargs="+", default=["kafka_streams", "plain_spark", "platform"],
-                        choices=["kafka_streams", "plain_spark", "platform"])  # fmt: skip
+    parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one process may take")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "BENCHMARKS.md")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where each size's rounds are kept (JSON)")
@@ -492,11 +555,14 @@ def main() -> None:
     bench.broker.start()
     measured = []
     try:
-        for events, keys in itertools.product(args.events, args.keys):
-            command = (f".venv/bin/python bench/compare.py --events {events} --keys {keys} --repeats {args.repeats} "
+        sizes = [(w, events, keys) for w in args.workloads for events in args.events
+                 for keys in (args.keys if w == "purchases" else args.patients)]  # fmt: skip
+        for workload, events, keys in sizes:
+            command = (f".venv/bin/python bench/compare.py --workloads {workload} --events {events} "
+                       f"--{'keys' if workload == 'purchases' else 'patients'} {keys} --repeats {args.repeats} "
                        f"--batches {args.batches}")  # fmt: skip
-            result = SizeResult(events, keys, dt.date.today().isoformat(), commit, command, machine, args.batches,
-                                args.threads, bench.size(events, keys))  # fmt: skip
+            result = SizeResult(workload, events, keys, dt.date.today().isoformat(), commit, command, machine,
+                                args.batches, args.threads, bench.size(WORKLOADS[workload], events, keys))  # fmt: skip
             result.save(args.results)  # after every size: a long run's finished sizes are kept
             measured.append(result)
             results = load_results(args.results)
@@ -508,7 +574,7 @@ def main() -> None:
     table = Table("size", "ratio")
     for result in measured:
         for line in ratios(result.rounds, result.events):
-            table.add_row(f"{result.events:,} x {result.keys:,}", line.lstrip("- "))
+            table.add_row(f"{result.workload} {result.events:,} x {result.keys:,}", line.lstrip("- "))
     console.print(table)
 
 

@@ -53,7 +53,8 @@ class KafkaStreamsPeer:
         self.peak_rss_bytes = 0
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka,
+            # The bench's private broker is PLAINTEXT: the app gets bootstrap servers only.
+            ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka.bootstrap_servers,
              application_id, str(state_dir), input_topic, output_topic, str(threads)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The plain-Spark peer of the benchmarks: purchase counts as a bare Structured Streaming query.
+"""The plain-Spark peer of the benchmarks: purchase counts or pulse windows as a bare Structured Streaming query.
 
 The same Kafka source, JSON parsing, RocksDB state store, shuffle partitions and Delta MERGE sink as the
 platform's purchase_counts job, but a built-in ``groupBy().agg()`` instead of the ``transformWithState``
@@ -8,10 +8,15 @@ status. What it costs to run the platform's job instead of this is the price of 
 (A built-in aggregation cannot delete a key, so ``account_closed`` events are only filtered out here: the
 state it keeps is every user ever seen. That is the query a user without the platform would write.)
 
+``--workload pulses``: beats per patient per 60 s window, ``withWatermark(5 s)`` + ``window()`` count in
+append mode (a window is written once, when the watermark passes its end: Kafka Streams' grace +
+suppress-until-close), appended to a Delta table. Late beats are dropped silently and check-outs are
+ignored: what the platform's job does about them (dead letters, deletes) is what it costs.
+
 Run by bench/compare.py in its own process (its memory is measured per process tree); prints one JSON
 line: ``{"seconds": ..., "input_rows": ..., "batches": ...}`` where seconds run from the process start.
 
-    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N]
+    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses]
 """
 
 from __future__ import annotations
@@ -34,18 +39,11 @@ def main() -> None:
     parser.add_argument("topic")
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument("--workload", choices=("purchases", "pulses"), default="purchases")
     args = parser.parse_args()
-
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, OUTPUT_SCHEMA
 
     settings = Settings.from_env()
     spark = build_spark_session(settings, "bench-plain-spark")
-    output = str(args.work_dir / "output")
-    DeltaTable.createIfNotExists(spark).location(output).addColumns(OUTPUT_SCHEMA).execute()
-
     source = (
         spark.readStream.format("kafka")
         .options(**settings.kafka.spark_options())
@@ -54,15 +52,34 @@ def main() -> None:
     )
     if args.max_offsets_per_trigger:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-    events = source.load().select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+    query_of = purchase_counts if args.workload == "purchases" else pulse_windows
+    batches = {"n": 0}
+    query = (
+        query_of(source.load(), str(args.work_dir / "output"), batches)
+        .option("checkpointLocation", str(args.work_dir / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    input_rows = sum(p["numInputRows"] for p in query.recentProgress)
+    print(json.dumps({"seconds": time.monotonic() - STARTED, "input_rows": input_rows, "batches": batches["n"]}))
+    spark.stop()
+
+
+def purchase_counts(raw, output: str, batches: dict):
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, OUTPUT_SCHEMA
+
+    DeltaTable.createIfNotExists(raw.sparkSession).location(output).addColumns(OUTPUT_SCHEMA).execute()
+    events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
     counts = (
         events.where("type = 'purchase' AND user_id IS NOT NULL")
         .groupBy("user_id")
         .agg(F.count("*").alias("purchases"), F.sum("amount").alias("amount_spent"),
              F.max("event_time").alias("last_purchase_at"))  # fmt: skip
     )
-
-    batches = {"n": 0}
 
     def merge(batch, _batch_id: int) -> None:
         batches["n"] += 1
@@ -74,17 +91,29 @@ def main() -> None:
             .execute()
         )  # fmt: skip
 
-    query = (
-        counts.writeStream.outputMode("update")
-        .foreachBatch(merge)
-        .option("checkpointLocation", str(args.work_dir / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    return counts.writeStream.outputMode("update").foreachBatch(merge)
+
+
+def pulse_windows(raw, output: str, batches: dict):
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.patient_heart_rate import EVENT_SCHEMA
+
+    events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+    beats = (
+        events.where("type = 'pulse' AND patient_id IS NOT NULL AND event_time IS NOT NULL")
+        .withWatermark("event_time", "5 seconds")
+        .groupBy("patient_id", F.window("event_time", "60 seconds"))
+        .count()
+        .select("patient_id", F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                F.col("count").alias("heart_rate"))  # fmt: skip
     )
-    query.awaitTermination()
-    input_rows = sum(p["numInputRows"] for p in query.recentProgress)
-    print(json.dumps({"seconds": time.monotonic() - STARTED, "input_rows": input_rows, "batches": batches["n"]}))
-    spark.stop()
+
+    def append(batch, _batch_id: int) -> None:
+        batches["n"] += 1
+        batch.write.format("delta").mode("append").save(output)
+
+    return beats.writeStream.outputMode("append").foreachBatch(append)
 
 
 if __name__ == "__main__":

@@ -51,24 +51,27 @@ def test_the_section_is_replaced_and_other_sections_stay(tmp_path):
     assert "## Restore time\n\nkept" in text and "## State query latency\n\nkept too" in text
 
 
-def _size(events: int, keys: int) -> SizeResult:
-    return SizeResult(events, keys, "2026-11-23", "abc1234", f"bench/compare.py --events {events} --keys {keys}",
+def _size(events: int, keys: int, workload: str = "purchases") -> SizeResult:
+    return SizeResult(workload, events, keys, "2026-11-23", "abc1234", f"bench/compare.py --events {events} --keys {keys}",
                       "x86_64, 2 cores", 12, 2, _rounds())  # fmt: skip
 
 
 def test_sizes_are_saved_and_the_report_is_built_from_every_saved_size(tmp_path):
     _size(10_000_000, 100_000).save(tmp_path)
+    _size(1_000_000, 1_000, "pulses").save(tmp_path)
     _size(1_000_000, 100_000).save(tmp_path)
     _size(1_000_000, 100_000).save(tmp_path)  # measured again: replaces, not adds
     results = load_results(tmp_path)
-    assert [(r.events, r.keys) for r in results] == [(1_000_000, 100_000), (10_000_000, 100_000)]
+    assert [(r.workload, r.events, r.keys) for r in results] == [
+        ("purchases", 1_000_000, 100_000), ("purchases", 10_000_000, 100_000), ("pulses", 1_000_000, 1_000)]
     assert results[0].rounds["platform"][1].phases == {"state": 360.0, "outputs": 60.0}  # rounds survive JSON
 
     text = report(results, "plot.png")
-    summary = [line for line in text.splitlines() if line.startswith("| 1,000,000 x 100,000 |")]
+    summary = [line for line in text.splitlines() if line.startswith("| purchases | 1,000,000 x 100,000 users |")]
     # medians: Kafka Streams 9,167/s, plain Spark 4,500/s, platform 2,250/s; snapshot + tail 1.2 s vs 12 s
-    assert summary == ["| 1,000,000 x 100,000 | 9,167 | 4,500 | 2,250 | 0.25x | 0.50x | 0.10x | 2 | 2026-11-23, abc1234 |"]
-    assert text.count("### ") == 2 and "### 10,000,000 events, 100,000 keys" in text
+    assert summary == ["| purchases | 1,000,000 x 100,000 users | 9,167 | 4,500 | 2,250 | 0.25x | 0.50x | 0.10x | 2 | 2026-11-23, abc1234 |"]
+    assert text.count("### ") == 3 and "### purchases: 10,000,000 events, 100,000 users" in text
+    assert "### pulses: 1,000,000 events, 1,000 patients" in text and "plain Spark (window() count, append)" in text
     assert "![events/s per peer and size](bench/results/plot.png)" in text
 
     plot_throughput(results, tmp_path / "plot.png")
