@@ -266,6 +266,7 @@ class Bench:
                                   "--version", str(job.version)], env, self.args.timeout)  # fmt: skip
             result.restores[name] = {"seconds": probe.answer["seconds"], "records": probe.answer["changelog_records_read"],
                                      "snapshot_rows": probe.answer["snapshot_rows"], "keys": probe.answer["keys"],
+                                     "snapshot_seconds": probe.answer["snapshot_seconds"],
                                      "peak_bytes": probe.peak_bytes}  # fmt: skip
         keys = {name: r["keys"] for name, r in result.restores.items()}
         # Both restores rebuild the store the run left: the same, non-empty key set size, or a figure is wrong.
@@ -437,7 +438,20 @@ def size_section(result: SizeResult) -> list[str]:
             lines.append(f"| {peer_name(peer, workload).split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
                          f"{_stat([x['seconds'] for x in restores], '{:,.2f}')} | "
                          f"{_stat([x['peak_bytes'] / 2**20 for x in restores], '{:,.0f}')} |")  # fmt: skip
-    return [*lines, "", *ratios(rounds, events), *where_the_time_goes(rounds), ""]
+    return [*lines, "", *ratios(rounds, events), *where_the_time_goes(rounds), *where_the_restore_goes(rounds), ""]
+
+
+def where_the_restore_goes(rounds: dict[str, list[Round]]) -> list[str]:
+    """Snapshot + tail split into reading the Delta snapshot and replaying the changelog tail."""
+    restores = [r.restores["snapshot + tail"] for r in rounds.get("platform", []) if "snapshot + tail" in r.restores]
+    restores = [x for x in restores if "snapshot_seconds" in x]
+    if not restores:
+        return []
+    snapshot = statistics.median(x["snapshot_seconds"] for x in restores)
+    tail = statistics.median(x["seconds"] - x["snapshot_seconds"] for x in restores)
+    rows = statistics.median(x["snapshot_rows"] for x in restores)
+    return [f"- Where the platform's snapshot + tail restore goes (median seconds): reading the snapshot "
+            f"({rows:,.0f} rows) {snapshot:.2f}, replaying the changelog tail {tail:.2f}"]
 
 
 def plot_throughput(results: list[SizeResult], path: Path) -> None:

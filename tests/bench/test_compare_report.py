@@ -10,6 +10,7 @@ from bench.compare import (
     plot_throughput,
     ratios,
     report,
+    where_the_restore_goes,
     where_the_time_goes,
     write_section,
 )
@@ -40,6 +41,16 @@ def test_ratios_compare_medians_against_the_goals():
 def test_where_the_time_goes_splits_the_platform_run():
     (line,) = where_the_time_goes(_rounds())
     assert line.endswith("state 330.0, outputs 55.0, everything else 65.0")
+
+
+def test_where_the_restore_goes_splits_snapshot_and_tail():
+    rounds = _rounds()
+    assert where_the_restore_goes(rounds) == []  # older results carry no split
+    for n, r in enumerate(rounds["platform"]):
+        r.restores["snapshot + tail"] = {**r.restores["snapshot + tail"], "snapshot_seconds": 0.2 + n * 0.2,
+                                         "snapshot_rows": 90_000}  # fmt: skip
+    (line,) = where_the_restore_goes(rounds)
+    assert line.endswith("reading the snapshot (90,000 rows) 0.30, replaying the changelog tail 0.90")
 
 
 def test_the_section_is_replaced_and_other_sections_stay(tmp_path):
