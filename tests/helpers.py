@@ -50,3 +50,27 @@ def wait_for(predicate, timeout_s: float, what: str, diagnose=None):
 
 #: a local alert webhook (the tests' name for it)
 WebhookReceiver = AlertInbox
+
+
+def collect_available_now(stream, output_mode: str, checkpoint, row_of) -> set[tuple]:
+    """Run ``stream`` (a streaming DataFrame) over everything available, one micro-batch per source
+    file, and return ``row_of(row, batch_id)`` of every output row; a row seen twice fails."""
+    seen: list[tuple] = []
+
+    def collect(batch, batch_id: int) -> None:
+        seen.extend(row_of(row, batch_id) for row in batch.collect())
+
+    query = (stream.writeStream.outputMode(output_mode).foreachBatch(collect)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())  # fmt: skip
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    assert len(seen) == len(set(seen)), f"a row was written twice: {sorted(seen)}"
+    return set(seen)
+
+
+def file_stream(spark, batches: list[list], schema, directory):
+    """A streaming DataFrame that reads ``batches`` (lists of rows) back as one micro-batch each."""
+    for number, rows in enumerate(batches):
+        spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(directory / f"batch={number}"))
+    return (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true")
+            .parquet(str(directory)))  # fmt: skip

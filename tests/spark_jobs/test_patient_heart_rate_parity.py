@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 
 from spark_jobs.jobs.patient_heart_rate import EVENT_SCHEMA, STATE_DDL, PulseWindows, window_changes
 from spark_jobs.registry import StoreSpec
+from tests.helpers import collect_available_now, file_stream
 
 pytestmark = pytest.mark.integration
 
@@ -50,31 +51,19 @@ RESTORED = [Row(patient_id="r", window_start_ms=T0_MS, beats=5, closed=False)]
 
 
 def _rows(spark, tmp_path, name: str, processor) -> set[tuple]:
-    source = tmp_path / f"events-{name}"
-    for number, rows in enumerate(BATCHES):
-        spark.createDataFrame(rows, SOURCE_SCHEMA).coalesce(1).write.parquet(str(source / f"batch={number}"))
     events = (
-        spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true")
-        .parquet(str(source))
+        file_stream(spark, BATCHES, SOURCE_SCHEMA, tmp_path / f"events-{name}")
         .withWatermark("event_time", "0 seconds")  # as the job: a watermark, and a copy of the time grouped
         .withColumn("event_time", F.col("event_time") + F.expr("INTERVAL 0 SECONDS"))
-    )  # fmt: skip
+    )
     initial = spark.createDataFrame(RESTORED, STATE_DDL)
-    seen: list[tuple] = []
 
-    def collect(batch, _batch_id: int) -> None:
-        for row in batch.collect():
-            seen.append((row.kind, row.tombstone, row.patient_id, (row.window_start_ms - T0_MS) // MINUTE, row.beats,
-                         row.closed, row.source_offset))  # fmt: skip
+    def row_of(row, _batch_id: int) -> tuple:
+        return (row.kind, row.tombstone, row.patient_id, (row.window_start_ms - T0_MS) // MINUTE, row.beats,
+                row.closed, row.source_offset)  # fmt: skip
 
-    query = (
-        window_changes(events, initial, STORE, 0, processor).writeStream.outputMode("append").foreachBatch(collect)
-        .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}")).trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination(300)
-    assert query.exception() is None
-    assert len(seen) == len(set(seen)), "a row was written twice"
-    return set(seen)
+    changes = window_changes(events, initial, STORE, 0, processor)
+    return collect_available_now(changes, "append", tmp_path / f"checkpoint-{name}", row_of)
 
 
 def test_java_and_python_window_processors_write_the_same_rows(spark, tmp_path):

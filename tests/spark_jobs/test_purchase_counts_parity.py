@@ -12,6 +12,7 @@ from pyspark.sql import Row
 from pyspark.sql import types as T
 
 from spark_jobs.jobs.purchase_counts import CHANGE_DDL, EVENT_SCHEMA, STATE_DDL, PurchaseCounter, state_changes
+from tests.helpers import collect_available_now, file_stream
 
 pytestmark = pytest.mark.integration
 
@@ -58,34 +59,19 @@ EXPECTED = {
 
 
 def _changes(spark, tmp_path, name: str, processor) -> set[tuple]:
-    source = tmp_path / f"events-{name}"
     schema = T.StructType([*EVENT_SCHEMA.fields, T.StructField("offset", T.LongType())])
-    for number, rows in enumerate(BATCHES):
-        spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(source / f"batch={number}"))
-    events = (
-        spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true")
-        .parquet(str(source))
-    )  # fmt: skip
+    events = file_stream(spark, BATCHES, schema, tmp_path / f"events-{name}")
     initial = spark.createDataFrame(RESTORED, f"key STRING, {STATE_DDL}")
-    seen: list[tuple] = []
 
-    def collect(batch, batch_id: int) -> None:
-        for row in batch.collect():
-            assert row.tombstone or row.touched_at_ms > 0, row
-            seen.append((batch_id, row.key, row.tombstone, row.purchases, row.amount_spent, row.last_purchase_at))
+    def row_of(row, batch_id: int) -> tuple:
+        assert row.tombstone or row.touched_at_ms > 0, row
+        return (batch_id, row.key, row.tombstone, row.purchases, row.amount_spent, row.last_purchase_at)
 
     changes = state_changes(events, initial, None, processor)
     assert [f.simpleString() for f in changes.schema.fields] == [
         f.simpleString() for f in spark.createDataFrame([], CHANGE_DDL).schema.fields
     ]
-    query = (
-        changes.writeStream.outputMode("update").foreachBatch(collect)
-        .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}")).trigger(availableNow=True).start()
-    )  # fmt: skip
-    query.awaitTermination(300)
-    assert query.exception() is None
-    assert len(seen) == len(set(seen)), "a change row was written twice"
-    return set(seen)
+    return collect_available_now(changes, "update", tmp_path / f"checkpoint-{name}", row_of)
 
 
 def test_java_and_python_processors_write_the_same_changes(spark, tmp_path):
