@@ -16,8 +16,9 @@ Semantics are Kafka Streams' ``TimeWindows.of(60 s).grace(5 s)`` with ``withRete
 The store is a ``transformWithState`` map state per patient (window start -> beats, closed), with
 event-time timers for closing and eviction. The rules exist twice: :class:`PulseWindows` (Python, to
 subclass) and ``streamstate.jobs.PulseWindows`` in ``jvm/state-processors`` (Java, what the job runs:
-no Python-to-JVM round trip per state call); a parity test holds them to the same output rows. Its changelog ``…-pulse-counts-changelog`` is keyed
-``<patient>@<window start ms>`` and is ``compact,delete`` with ``retention.ms`` = the store retention.
+no Python-to-JVM round trip per state call); a parity test holds them to the same output rows. Its
+changelog ``…-pulse-counts-changelog`` is keyed ``<patient>@<window start ms>`` and is
+``compact,delete`` with ``retention.ms`` = the store retention.
 
 Spark drops input rows behind the watermark before a processor sees them when the grouped input
 carries the watermarked column. The job keeps them visible by grouping a *copy* of the event time, so
@@ -35,6 +36,7 @@ from spark_jobs import dead_letter
 from spark_jobs.context import JobContext
 from spark_jobs.registry import StoreSpec
 from spark_jobs.registry import store as store_spec
+from spark_jobs.state.jvm_processor import jvm_changes
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 STORE = "pulse-counts"
@@ -178,11 +180,8 @@ def window_changes(events: DataFrame, initial: DataFrame | None, store: StoreSpe
     seeded with ``initial`` after a restore: through ``processor`` (Python) or, when None, the Java
     ``streamstate.jobs.PulseWindows`` with the same rules."""
     if processor is None:
-        jvm_changes = events.sparkSession._jvm.streamstate.jobs.PulseWindows.changes(
-            events._jdf, "patient_id", None if initial is None else initial._jdf, STORE, OUTPUT_DDL,
-            store.window_ms, store.grace_ms, store.retention_ms, restored_watermark_ms,
-        )  # fmt: skip
-        return DataFrame(jvm_changes, events.sparkSession)
+        return jvm_changes("PulseWindows", events, "patient_id", initial, STORE, OUTPUT_DDL,
+                           store.window_ms, store.grace_ms, store.retention_ms, restored_watermark_ms)  # fmt: skip
     return events.groupBy("patient_id").transformWithState(
         processor(store.window_ms, store.grace_ms, store.retention_ms, restored_watermark_ms),
         OUTPUT_DDL, "Append", "EventTime",

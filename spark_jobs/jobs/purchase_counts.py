@@ -31,6 +31,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from spark_jobs import dead_letter
 from spark_jobs.context import JobContext
 from spark_jobs.registry import store as store_spec
+from spark_jobs.state.jvm_processor import jvm_changes
 from spark_jobs.state.store_changes import StoreChanges
 
 STORE = "counts"
@@ -183,11 +184,7 @@ def state_changes(events: DataFrame, initial: DataFrame | None, ttl_ms: int | No
     """The store's change rows (``CHANGE_DDL``) for valid ``events``, seeded with ``initial`` (key +
     value rows) after a restore: through ``processor`` (Python) or, when None, the Java processor."""
     if processor is None:
-        jvm_changes = events.sparkSession._jvm.streamstate.jobs.PurchaseCounts.changes(
-            events._jdf, "user_id", None if initial is None else initial._jdf,
-            STORE, STATE_DDL, CHANGE_DDL, ttl_ms or 0,
-        )  # fmt: skip
-        return DataFrame(jvm_changes, events.sparkSession)
+        return jvm_changes("PurchaseCounts", events, "user_id", initial, STORE, STATE_DDL, CHANGE_DDL, ttl_ms or 0)
     return events.groupBy("user_id").transformWithState(
         processor(ttl_ms), CHANGE_DDL, "Update", "ProcessingTime" if ttl_ms else "None",
         initialState=_grouped(initial),
