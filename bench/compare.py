@@ -23,9 +23,10 @@ measured in the same invocation.
     .venv/bin/python bench/compare.py        # both workloads; 1e6 and 1e7 events; 1e5 and 1e6 users / 1e3 patients
     .venv/bin/python bench/compare.py --workloads purchases --events 1000000 --keys 100000 --repeats 3
 
-Each size's rounds are saved to bench/results/compare-<workload>-<events>x<keys>.json as soon as the size
-is done; the BENCHMARKS.md section (and bench/results/compare-throughput.png) is rebuilt from every saved
-size, so sizes can be measured by separate invocations. A size measured again replaces its file.
+Each size's rounds are saved to bench/results/compare-<workload>-<events>x<keys>.json after every round; the
+BENCHMARKS.md section (and bench/results/compare-throughput.png) is rebuilt from every saved size, so sizes
+can be measured by separate invocations and a run cut short keeps its finished rounds. A size measured again
+replaces its file once the new run has as many rounds as the stored one (or has finished).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -278,7 +280,9 @@ class Bench:
     def _platform_settings(self, work: Path, max_offsets: int) -> Settings:
         return self.settings.replace(data_dir=work, max_offsets_per_trigger=max_offsets)
 
-    def size(self, workload: Workload, events: int, keys: int) -> dict[str, list[Round]]:
+    def size(self, workload: Workload, events: int, keys: int,
+             after_round: Callable[[dict[str, list[Round]]], None] = lambda rounds: None) -> dict[str, list[Round]]:
+        """Every round of one size; ``after_round`` gets the rounds so far when each round is complete."""
         self.workload, self.events = workload, events
         self.load(events, keys)
         size = f"{workload.name}-{events}-{keys}"
@@ -300,6 +304,7 @@ class Bench:
                               f"{result.peak_bytes / 2**20:,.0f} MiB, restores "
                               f"{ {k: round(v['seconds'], 2) for k, v in result.restores.items()} } "
                               f"({time.monotonic() - t:.0f} s)")  # fmt: skip
+            after_round(rounds)
         return rounds
 
 
@@ -338,6 +343,10 @@ class SizeResult:
     rounds: dict[str, list[Round]]
 
     @property
+    def round_count(self) -> int:
+        return max((len(runs) for runs in self.rounds.values()), default=0)
+
+    @property
     def path_name(self) -> str:
         return f"compare-{self.workload}-{self.events}x{self.keys}.json"
 
@@ -358,6 +367,23 @@ class SizeResult:
 def load_results(directory: Path = RESULTS_DIR) -> list[SizeResult]:
     found = [SizeResult.load(p) for p in directory.glob("compare-*-*x*.json")]
     return sorted(found, key=lambda r: (list(WORKLOADS).index(r.workload), r.events, r.keys))
+
+
+def keep_rounds(result: SizeResult, repeats: int, directory: Path, out: Path) -> bool:
+    """Save a size's rounds so far and rebuild the BENCHMARKS.md section and plot from every saved size.
+
+    Called after every round: a 1e7-event round takes most of an hour, and a run cut short keeps the rounds
+    it finished (the report's "rounds" column says how many). A stored result of the same size with more
+    rounds stays until this run has as many, or all of its ``repeats``. Returns whether it saved."""
+    stored = directory / result.path_name
+    stored_rounds = SizeResult.load(stored).round_count if stored.exists() else 0
+    if result.round_count < min(stored_rounds, repeats):
+        return False
+    result.save(directory)
+    results = load_results(directory)
+    plot_throughput(results, directory / PLOT)
+    write_section(report(results, PLOT), out)
+    return True
 
 
 def _stat(values: list[float], fmt: str = "{:,.1f}") -> str:
@@ -393,7 +419,7 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
         ks, plain, ours = (_median_throughput(result, p) for p in ("kafka_streams", "plain_spark", "platform"))
         fast = _median_restore(result.rounds, "platform", "snapshot + tail")
         ks_full = _median_restore(result.rounds, "kafka_streams", "full replay")
-        rounds = max((len(runs) for runs in result.rounds.values()), default=0)
+        rounds = result.round_count
         lines.append(
             f"| {result.workload} | {result.events:,} x {result.keys:,} {WORKLOADS[result.workload].key_noun} | "
             f"{_num(ks)} | {_num(plain)} | {_num(ours)} | "
@@ -576,12 +602,13 @@ def main() -> None:
                        f"--{'keys' if workload == 'purchases' else 'patients'} {keys} --repeats {args.repeats} "
                        f"--batches {args.batches}")  # fmt: skip
             result = SizeResult(workload, events, keys, dt.date.today().isoformat(), commit, command, machine,
-                                args.batches, args.threads, bench.size(WORKLOADS[workload], events, keys))  # fmt: skip
-            result.save(args.results)  # after every size: a long run's finished sizes are kept
+                                args.batches, args.threads, {})  # fmt: skip
+
+            def keep(rounds: dict[str, list[Round]], result: SizeResult = result) -> None:
+                keep_rounds(dataclasses.replace(result, rounds=rounds), args.repeats, args.results, args.out)
+
+            result.rounds = bench.size(WORKLOADS[workload], events, keys, after_round=keep)
             measured.append(result)
-            results = load_results(args.results)
-            plot_throughput(results, args.results / PLOT)
-            write_section(report(results, PLOT), args.out)
     finally:
         bench.broker.stop()
         shutil.rmtree(bench.root, ignore_errors=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from bench.compare import (
     SECTION,
     Round,
     SizeResult,
+    keep_rounds,
     load_results,
     plot_throughput,
     ratios,
@@ -87,3 +90,24 @@ def test_sizes_are_saved_and_the_report_is_built_from_every_saved_size(tmp_path)
 
     plot_throughput(results, tmp_path / "plot.png")
     assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_rounds_are_kept_after_each_round_without_replacing_a_fuller_stored_result(tmp_path):
+    out = tmp_path / "BENCHMARKS.md"
+    stored = _size(1_000_000, 100_000)  # two rounds, from an earlier invocation
+    stored.save(tmp_path)
+    first = {peer: runs[:1] for peer, runs in _rounds().items()}
+    again = dataclasses.replace(stored, commit="new1234", rounds=first)
+    # One round of a re-measurement does not replace two stored rounds ...
+    assert not keep_rounds(again, repeats=3, directory=tmp_path, out=out)
+    assert SizeResult.load(tmp_path / stored.path_name).commit == "abc1234" and not out.exists()
+    # ... its second round does, and the report is rebuilt from it.
+    assert keep_rounds(dataclasses.replace(again, rounds=_rounds()), repeats=3, directory=tmp_path, out=out)
+    assert SizeResult.load(tmp_path / stored.path_name).commit == "new1234" and "new1234" in out.read_text()
+    # A new size is kept from its first round on (a run cut short keeps what it finished).
+    new = dataclasses.replace(_size(10_000_000, 100_000), rounds=first)
+    assert keep_rounds(new, repeats=3, directory=tmp_path, out=out)
+    assert "| purchases | 10,000,000 x 100,000 users |" in out.read_text() and "| 1 | 2026-11-23" in out.read_text()
+    # A run asked for fewer rounds than stored replaces it when it has them all.
+    assert keep_rounds(dataclasses.replace(stored, commit="two0000", rounds=first), repeats=1, directory=tmp_path, out=out)
+    assert SizeResult.load(tmp_path / stored.path_name).round_count == 1
