@@ -181,9 +181,11 @@ class Round:
 
 def heartbeats(events: int, patients: int) -> list[dict]:
     """Exactly ``events`` heartbeats of ``patients`` patients (55-110 bpm, a few seconds of disorder,
-    0.1% check-outs): the first ``events`` in arrival order of a run long enough to have them."""
+    0.1% check-outs): the first ``events`` in arrival order of a run long enough to have them, ending
+    before the generator's START (in the past, as for purchases: see purchases.start_ending_by)."""
     seconds = int(events / patients / (55 / 60)) + 60  # at the slowest rate, still enough beats
-    beats = list(itertools.islice(pulse.generate(patients, seconds=seconds, seed=3), events))
+    start = pulse.START - dt.timedelta(seconds=seconds)
+    beats = list(itertools.islice(pulse.generate(patients, seconds=seconds, seed=3, start=start), events))
     assert len(beats) == events, f"generated {len(beats)} of {events} heartbeats"
     return beats
 
@@ -214,7 +216,9 @@ class Bench:
         t = time.monotonic()
         with console.status(f"producing {events:,} events over {keys:,} {self.workload.key_noun}"):
             if self.workload.name == "purchases":
-                sent = purchases.produce(self.bootstrap, topic, purchases.generate(events, users=keys, seed=3))
+                # Events in the past at every size (1e7 events span weeks): see purchases.start_ending_by.
+                generated = purchases.generate(events, users=keys, seed=3, start=purchases.start_ending_by(events))
+                sent = purchases.produce(self.bootstrap, topic, generated)
             else:
                 sent = pulse.produce(self.bootstrap, topic, heartbeats(events, keys))
         ends = sum(high for _, high in partition_offsets(self.bootstrap, topic).values())

@@ -51,13 +51,17 @@ class KafkaStreamsPeer:
         self.settings, self.application_id, self.input_topic = settings, application_id, input_topic
         self.events: list[dict] = []
         self.peak_rss_bytes = 0
+        #: the library's own log (slf4j-simple writes to stderr); its tail goes into any failure's message
+        self.log_path = state_dir.with_name(f"{state_dir.name}.log")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            # The bench's private broker is PLAINTEXT: the app gets bootstrap servers only.
-            ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka.bootstrap_servers,
-             application_id, str(state_dir), input_topic, output_topic, str(threads)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                # The bench's private broker is PLAINTEXT: the app gets bootstrap servers only.
+                ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka.bootstrap_servers,
+                 application_id, str(state_dir), input_topic, output_topic, str(threads)],
+                stdout=subprocess.PIPE, stderr=log, text=True,
+            )  # fmt: skip
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -73,6 +77,17 @@ class KafkaStreamsPeer:
         except FileNotFoundError:
             pass
 
+    def check_running(self) -> None:
+        """Raise with the app's own account of it when it failed: an error event, or the process ended."""
+        errors = [e for e in self.events if e.get("event") == "error"]
+        if not errors and self.proc.poll() is None:
+            return
+        self.proc.wait(35)  # it closes its client (up to 30 s) before exiting
+        log = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
+        lines = [line for line in log if " ERROR " in line or "Exception" in line][-8:] or log[-8:]
+        raise RuntimeError(f"the Kafka Streams app {self.application_id} failed (exit {self.proc.poll()}): "
+                           f"{errors[-1] if errors else self.events[-3:]}\n" + "\n".join(lines))
+
     def wait_caught_up(self, timeout_s: float = 1800) -> float:
         """Seconds from start until the committed offsets reach the input's end."""
         end = {p: high for p, (_, high) in partition_offsets(self.settings.kafka, self.input_topic).items()}
@@ -84,7 +99,7 @@ class KafkaStreamsPeer:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 self._sample_memory()
-                assert self.proc.poll() is None, f"the Kafka Streams app exited: {self.events[-3:]}"
+                self.check_running()
                 try:
                     committed = {tp.partition: tp.offset for tp in
                                  watcher.committed([TopicPartition(self.input_topic, p) for p in end], timeout=10)}  # fmt: skip
@@ -106,7 +121,7 @@ class KafkaStreamsPeer:
                 running_at = next(e["at_ms"] for e in self.events if e.get("event") == "state" and e.get("to") == "RUNNING")
                 created_at = next(e["at_ms"] for e in self.events if e.get("event") == "state")
                 return (running_at - created_at) / 1000
-            assert self.proc.poll() is None, "the Kafka Streams app exited"
+            self.check_running()
             time.sleep(0.1)
         raise TimeoutError(f"not RUNNING after {timeout_s}s")
 
@@ -144,7 +159,9 @@ def main() -> None:
         # Kafka Streams creates its internal topics but not sink topics (the broker auto-creates nothing).
         ensure_topic(settings.kafka, "kstreams-purchase-counts", 2)
         with console.status(f"producing {args.events:,} events"):
-            purchases.produce(settings.kafka, topic, list(purchases.generate(args.events, users=args.users, seed=3)))
+            start = purchases.start_ending_by(args.events)  # in the past: Kafka Streams stamps its output with it
+            purchases.produce(settings.kafka, topic, list(purchases.generate(args.events, users=args.users, seed=3,
+                                                                             start=start)))  # fmt: skip
         state_dir = data / "kstreams-state"
         peer = KafkaStreamsPeer(classpath, settings, "purchase_counts", "kstreams-purchases", state_dir, topic,
                                 "kstreams-purchase-counts", args.threads)  # fmt: skip

@@ -23,6 +23,16 @@ from runtime.kafka_connection import KafkaTarget
 from spark_jobs.generators.producer import produce_keyed
 
 START = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
+MAX_STEP_MS = 400  # event times advance 5 to MAX_STEP_MS ms per event
+
+
+def start_ending_by(count: int, end: dt.datetime = START) -> dt.datetime:
+    """A start from which ``count`` events end no later than ``end``.
+
+    For data that must lie in the past: 1e7 events span up to 46 days, and a consumer that stamps its
+    output with event time (Kafka Streams does) has records more than an hour ahead of the broker's
+    clock refused (``log.message.timestamp.after.max.ms``, 1 h by default since Kafka 4.0)."""
+    return end - dt.timedelta(milliseconds=count * MAX_STEP_MS)
 
 
 def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = START,
@@ -34,7 +44,7 @@ def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = 
     user_ids = rng.choices(range(users), weights=weights, k=count)
     t = start
     for n, user in enumerate(user_ids):
-        t += dt.timedelta(milliseconds=rng.randint(5, 400))
+        t += dt.timedelta(milliseconds=rng.randint(5, MAX_STEP_MS))
         if rng.random() < close_rate:
             yield {"event_id": f"p-{seed}-{n:07d}", "type": "account_closed", "user_id": f"u{user:05d}",
                    "event_time": t.isoformat(timespec="milliseconds").replace("+00:00", "Z")}  # fmt: skip

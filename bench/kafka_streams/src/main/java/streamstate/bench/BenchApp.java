@@ -18,6 +18,7 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -39,9 +40,11 @@ import org.apache.kafka.streams.state.Stores;
  *       retention, emitted once when the window closes.
  * </ul>
  *
- * <p>Prints one JSON line per lifecycle change and per restore event on stdout (the Python harness in
- * bench/ reads them): {@code {"event": "state", "from": ..., "to": ..., "at_ms": ...}}, {@code
- * {"event": "restore_end", "store": ..., "partition": ..., "records": ..., "at_ms": ...}}.
+ * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
+ * (the Python harness in bench/ reads them): {@code {"event": "state", "from": ..., "to": ..., "at_ms":
+ * ...}}, {@code {"event": "restore_end", "store": ..., "partition": ..., "records": ..., "at_ms": ...}},
+ * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
+ * client down and the process exits with 1.
  *
  * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
@@ -82,10 +85,25 @@ public final class BenchApp {
       }
     }
     KafkaStreams streams = new KafkaStreams(builder.build(), props);
-    streams.setStateListener(
-        (to, from) -> emit(Map.of("event", "state", "from", from.name(), "to", to.name())));
-    streams.setGlobalStateRestoreListener(new Restores());
     CountDownLatch stopped = new CountDownLatch(1);
+    streams.setStateListener(
+        (to, from) -> {
+          emit(Map.of("event", "state", "from", from.name(), "to", to.name()));
+          if (to == KafkaStreams.State.ERROR) {
+            stopped.countDown(); // a failed client must end the process, not idle until the harness times out
+          }
+        });
+    // The harness reads the failure from stdout (stderr is the library's log): then the client shuts down.
+    streams.setUncaughtExceptionHandler(
+        error -> {
+          Throwable cause = error;
+          while (cause.getCause() != null) {
+            cause = cause.getCause();
+          }
+          emit(Map.of("event", "error", "error", error.toString(), "cause", cause.toString()));
+          return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+    streams.setGlobalStateRestoreListener(new Restores());
     Runtime.getRuntime()
         .addShutdownHook(
             new Thread(
@@ -95,6 +113,10 @@ public final class BenchApp {
                 }));
     streams.start();
     stopped.await();
+    if (streams.state() == KafkaStreams.State.ERROR) {
+      streams.close(Duration.ofSeconds(30));
+      System.exit(1);
+    }
   }
 
   /** Purchases and amount per user; account_closed deletes the user. */

@@ -1,0 +1,91 @@
+"""The Kafka Streams peer of bench/compare.py, on the real local broker with the real app (built by Maven).
+
+The benchmark's ratios are only worth something if the peer computes the same thing as the platform and
+is noticed when it fails: its stream threads once died on refused records while the process lived on,
+and a 1e7-event benchmark waited on it for half an hour.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.kafka_streams_peer import KafkaStreamsPeer, build
+from runtime.kafka_connection import client_config
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic, watermark_offsets
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def classpath() -> str:
+    return build()
+
+
+def _compacted_view(settings, topic: str) -> dict[str, dict]:
+    """Latest value per key of ``topic``, tombstoned keys absent (what compaction converges to)."""
+    consumer = Consumer(client_config(settings.kafka, {"group.id": f"read-{topic}", "enable.auto.commit": False}))
+    view: dict[str, dict | None] = {}
+    try:
+        for p in sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions):
+            low, high = watermark_offsets(consumer, TopicPartition(topic, p))
+            consumer.assign([TopicPartition(topic, p, low)])
+            offset = low
+            while offset < high:
+                msg = consumer.poll(30)
+                assert msg is not None and not msg.error(), f"reading {topic}[{p}] stalled at {offset}: {msg}"
+                view[msg.key().decode()] = json.loads(msg.value()) if msg.value() is not None else None
+                offset = msg.offset() + 1
+    finally:
+        consumer.close()
+    return {key: value for key, value in view.items() if value is not None}
+
+
+def _peer(classpath, settings, tmp_path, unique, topic, name="kstreams"):
+    app, output = f"{name}-{unique}", f"{name}-{unique}-out"
+    ensure_topic(settings.kafka, output, 2)  # Kafka Streams creates its internal topics, not sinks
+    return KafkaStreamsPeer(classpath, settings, "purchase_counts", app, tmp_path / app, topic, output, threads=1)
+
+
+def test_peer_counts_what_the_platform_counts_and_restores_from_its_changelog(kafka_broker, settings, classpath,
+                                                                              tmp_path, unique):  # fmt: skip
+    events = list(purchases.generate(4000, users=300, seed=3, start=purchases.start_ending_by(4000)))
+    topic = f"purchases-{unique}"
+    ensure_topic(settings.kafka, topic, 2)
+    purchases.produce(settings.kafka, topic, events)
+
+    peer = _peer(classpath, settings, tmp_path, unique, topic)
+    assert peer.wait_caught_up(timeout_s=300) > 0
+    peer.stop()
+    changelog = f"{peer.application_id}-counts-changelog"
+    counts = {user: (state["purchases"], Decimal(state["amount_spent"]))
+              for user, state in _compacted_view(settings, changelog).items()}  # fmt: skip
+    expected = purchases.expected_counts(events)
+    assert counts == expected and any(e["type"] == "account_closed" for e in events)
+
+    shutil.rmtree(tmp_path / peer.application_id)  # no local state: a full restore from the changelog
+    again = _peer(classpath, settings, tmp_path, unique, topic)
+    again.wait_running(timeout_s=300)
+    again.stop()
+    assert again.restored_records() >= len(expected) and again.restore_seconds() > 0
+
+
+def test_a_failed_peer_ends_the_wait_with_its_cause(kafka_broker, settings, classpath, tmp_path, unique):
+    # Event times two hours ahead: the app stamps its changelog records with them and the broker refuses
+    # them (log.message.timestamp.after.max.ms, 1 h), which kills its stream threads.
+    events = list(purchases.generate(200, users=20, seed=3, start=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)))
+    topic = f"future-{unique}"
+    ensure_topic(settings.kafka, topic, 2)
+    purchases.produce(settings.kafka, topic, events)
+
+    peer = _peer(classpath, settings, tmp_path, unique, topic, name="doomed")
+    with pytest.raises(RuntimeError, match="Timestamp .* is out of range") as failure:
+        peer.wait_caught_up(timeout_s=300)  # without the failure check: a TimeoutError after 300 s
+    assert peer.proc.poll() == 1, "a failed app must exit, not idle"
+    assert f"the Kafka Streams app {peer.application_id} failed" in str(failure.value)
