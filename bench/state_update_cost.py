@@ -2,11 +2,15 @@
 
 purchase_counts v1 kept its state in a built-in ``groupBy().agg()`` (all JVM); v2 kept it in a Python
 ``transformWithState`` processor, because a built-in aggregation cannot delete a key; v3 runs the same
-rules as a Java processor. This measures the price of each: KEYS purchase events for KEYS distinct users (one state update per key) through each
-stateful operator, same input, same session, side by side, REPEATS times, fresh checkpoints each time.
-The sink only counts rows, so the figure is the stateful operator plus the Kafka read.
+rules as a Java processor. This measures the price of each: KEYS x EVENTS_PER_KEY purchase events (one per
+user when 1; else Zipf-like users, as in the benchmarks' purchases, several events per key) through each
+stateful operator in one micro-batch, same input, same session, side by side, REPEATS times, fresh
+checkpoints each time. The sink only counts rows, so the figure is the stateful operator plus the Kafka
+read. A built-in aggregation combines a key's events before the shuffle; a transformWithState processor
+gets every event shuffled and sorted to it, so several events per key is where they part.
 
-    .venv/bin/python bench/state_update_cost.py [--keys 20000] [--repeats 2]
+    .venv/bin/python bench/state_update_cost.py [--keys 20000] [--events-per-key 1] [--repeats 2]
+    .venv/bin/python bench/state_update_cost.py --keys 100000 --events-per-key 8 --operators built-in java
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ BUILTIN, JAVA, PYTHON = ("built-in groupBy().agg()", "transformWithState (Java p
                          "transformWithState (Python processor)")  # fmt: skip
 
 
-def one_event_per_user(keys: int) -> list[dict]:
+OPERATORS = {"built-in": BUILTIN, "java": JAVA, "python": PYTHON}
+
+
+def purchase_events(keys: int, events_per_key: int) -> list[dict]:
+    """One event per user (``events_per_key`` 1), or keys x events_per_key events of Zipf-like users."""
+    if events_per_key > 1:
+        count = keys * events_per_key
+        return list(purchases.generate(count, users=keys, seed=9, close_rate=0, start=purchases.start_ending_by(count)))
     events = list(purchases.generate(keys, users=keys, seed=9, close_rate=0))
     return [{**e, "user_id": f"u{n:07d}"} for n, e in enumerate(events)]
 
@@ -65,7 +76,9 @@ def measure(spark, settings: Settings, operator: str, checkpoint: Path) -> tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--events-per-key", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--operators", nargs="+", choices=list(OPERATORS), default=list(OPERATORS))
     args = parser.parse_args()
 
     data = Path(tempfile.mkdtemp(prefix="bench-state-"))
@@ -75,38 +88,44 @@ def main() -> None:
     broker.start()
     try:
         ensure_topic(settings.kafka, TOPIC, 2)
-        purchases.produce(settings.kafka, TOPIC, one_event_per_user(args.keys))
+        events = purchase_events(args.keys, args.events_per_key)
+        purchases.produce(settings.kafka, TOPIC, events)
+        users = len({e["user_id"] for e in events})  # each operator updates every user once (one batch)
         spark = build_spark_session(settings, "bench-state-update-cost")
-        operators = (BUILTIN, JAVA, PYTHON)
+        operators = tuple(OPERATORS[name] for name in args.operators)
         seconds: dict[str, list[float]] = {op: [] for op in operators}
         for repeat in range(args.repeats):
             for op in operators:  # alternate, so drift on a shared machine hits both
                 took, updates = measure(spark, settings, op, data / f"cp-{repeat}-{len(seconds[op])}-op{operators.index(op)}")
-                assert updates == args.keys, f"{op}: {updates} state updates, expected {args.keys}"
+                assert updates == users, f"{op}: {updates} state updates, expected {users}"
                 seconds[op].append(took)
-                console.print(f"{op}: {took:.1f} s for {updates:,} state updates")
-        report(args, seconds)
+                console.print(f"{op}: {took:.1f} s for {len(events):,} events, {updates:,} state updates")
+        report(args, seconds, len(events), users)
     finally:
         broker.stop()
 
 
-def report(args, seconds: dict[str, list[float]]) -> None:
-    builtin, java, python = (statistics.median(seconds[op]) for op in (BUILTIN, JAVA, PYTHON))
+def report(args, seconds: dict[str, list[float]], events: int, users: int) -> None:
+    median = {op: statistics.median(v) for op, v in seconds.items()}
+    command = (f".venv/bin/python bench/state_update_cost.py --keys {args.keys} --events-per-key {args.events_per_key} "
+               f"--repeats {args.repeats} --operators {' '.join(args.operators)}")  # fmt: skip
+    shape = ("one update per key" if args.events_per_key == 1 else
+             f"{events:,} events of {users:,} Zipf-like users ({events / users:.1f} events per updated key)")  # fmt: skip
+    ratios = [f"{op.split(' (')[-1].rstrip(')')} {median[op] / median[BUILTIN]:.1f}" for op in median if op != BUILTIN]
     lines = [
-        f"## State update cost, {args.keys:,} keys (built-in aggregation vs transformWithState, Java and Python) "
-        f"({dt.date.today().isoformat()})",
+        f"## State update cost, {args.keys:,} keys, {args.events_per_key} events per key (built-in aggregation vs "
+        f"transformWithState) ({dt.date.today().isoformat()})",
         "",
-        f"Command: `.venv/bin/python bench/state_update_cost.py --keys {args.keys} --repeats {args.repeats}`",
+        f"Command: `{command}`",
         f"Machine: {platform.machine()}, 2 cores (shared), Python {platform.python_version()}; local KRaft broker, "
-        "Spark local[*], RocksDB state store, 2 shuffle partitions. One micro-batch, one update per key.",
+        f"Spark local[*], RocksDB state store, 2 shuffle partitions. One micro-batch, {shape}.",
         "",
-        f"| stateful operator | seconds, median (min-max) of {args.repeats} | ms per key |",
+        f"| stateful operator | seconds, median (min-max) of {args.repeats} | µs per event |",
         "|---|---|---|",
-        *[f"| {op} | {statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f}) | {statistics.median(v) / args.keys * 1000:.2f} |"
+        *[f"| {op} | {median[op]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[op] / events * 1e6:.1f} |"
           for op, v in seconds.items()],
         "",
-        f"Ratios to built-in (same run, alternating): Java processor {java / builtin:.1f}, Python processor "
-        f"{python / builtin:.1f}; Python / Java {python / java:.1f}.",
+        (f"Ratios to built-in (same run, alternating): {', '.join(ratios)}." if BUILTIN in median and ratios else ""),
         "",
     ]  # fmt: skip
     text = "\n".join(lines)
