@@ -1,0 +1,124 @@
+"""What reading the input costs the platform: plain parsing vs the dead-letter classification.
+
+The platform's purchase_counts spends most of its run in the "state" phase (BENCHMARKS.md), which is the
+whole plan up to the processor: Kafka read, JSON decoding, the dead-letter classification, the shuffle
+and the Java processor. bench/state_update_cost.py shows the processor costs about what the built-in
+aggregation does; this measures the rest, over the same EVENTS purchase events (Zipf-like users, one
+micro-batch's worth at the 1e7-event benchmark size), each variant written to Spark's ``noop`` sink so
+that nothing is pruned, side by side, REPEATS times:
+
+* **parse**: ``from_json`` of the value, what plain Spark does (bench/plain_spark_peer.py);
+* **JSON object check**: the classification's "is this a JSON object" test alone
+  (``try_parse_json`` + ``schema_of_variant``);
+* **classify, valid rows**: the job's own classification (spark_jobs.jobs.purchase_counts.classify), its
+  valid rows: what the main query reads;
+* **classify, dead letters**: the same classification's rejected rows as dead-letter records: what the
+  companion dead-letter query reads, over the same input, in the same run.
+
+    .venv/bin/python bench/input_cost.py [--events 800000] [--users 100000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import platform
+import statistics
+import tempfile
+import time
+import types
+from pathlib import Path
+
+from rich.console import Console
+
+from runtime.kafka_broker import LocalKafkaBroker
+from runtime.process import free_port
+from runtime.settings import PROJECT_ROOT, Settings
+from spark_jobs import dead_letter
+from spark_jobs.generators import purchases
+from spark_jobs.jobs import purchase_counts
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.session import build_spark_session
+
+console = Console()
+TOPIC = "bench-purchases"
+PARSE, OBJECT_CHECK, VALID, DEAD = ("parse (from_json, as plain Spark)", "JSON object check alone",
+                                    "classify, valid rows (main query)",
+                                    "classify, dead letters (companion query)")  # fmt: skip
+
+
+def variant(raw, name: str):
+    from pyspark.sql import functions as F
+
+    if name == PARSE:
+        return raw.select(F.from_json(F.col("value").cast("string"), purchase_counts.EVENT_SCHEMA).alias("e")).select("e.*")
+    if name == OBJECT_CHECK:
+        return raw.withColumn("_text", F.col("value").cast("string")).select(dead_letter.is_json_object("_text").alias("ok"))
+    # The job's own rules: classify() only asks its context for the Kafka source.
+    classified = purchase_counts.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    if name == VALID:
+        return dead_letter.valid(classified, "offset")
+    return dead_letter.dead_letter_records(classified.where(F.col(dead_letter.ERROR_COLUMN).isNotNull()), "bench")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=800_000)
+    parser.add_argument("--users", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    data = Path(tempfile.mkdtemp(prefix="bench-input-"))
+    ports = sorted({free_port() for _ in range(3)})
+    settings = Settings(data_dir=data, kafka_port=ports[0], kafka_controller_port=ports[1], airflow_port=ports[2])
+    broker = LocalKafkaBroker(settings)
+    broker.start()
+    try:
+        ensure_topic(settings.kafka, TOPIC, 2)
+        events = purchases.generate(args.events, users=args.users, seed=3, start=purchases.start_ending_by(args.events))
+        purchases.produce(settings.kafka, TOPIC, events)
+        spark = build_spark_session(settings, "bench-input-cost")
+        raw = spark.read.format("kafka").options(**settings.kafka.spark_options()).option("subscribe", TOPIC).load()
+        raw = raw.cache()  # the Kafka read itself is the same for every variant: measure what follows it
+        assert raw.count() == args.events
+        names = (PARSE, OBJECT_CHECK, VALID, DEAD)
+        seconds: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(args.repeats):
+            for name in names:  # alternate, so drift on a shared machine hits all
+                started = time.monotonic()
+                variant(raw, name).write.format("noop").mode("overwrite").save()
+                seconds[name].append(time.monotonic() - started)
+                console.print(f"{name}: {seconds[name][-1]:.1f} s")
+        report(args, seconds)
+    finally:
+        broker.stop()
+
+
+def report(args, seconds: dict[str, list[float]]) -> None:
+    median = {name: statistics.median(v) for name, v in seconds.items()}
+    both = median[VALID] + median[DEAD]
+    lines = [
+        f"## Input cost, {args.events:,} purchase events (plain parsing vs the dead-letter classification) "
+        f"({dt.date.today().isoformat()})",
+        "",
+        f"Command: `.venv/bin/python bench/input_cost.py --events {args.events} --users {args.users} --repeats {args.repeats}`",
+        f"Machine: {platform.machine()}, 2 cores (shared), Python {platform.python_version()}; Spark local[*]; the "
+        "Kafka read is cached first, so each figure is what follows it; every variant written to the noop sink.",
+        "",
+        f"| over the same input | seconds, median (min-max) of {args.repeats} | µs per event | x parse |",
+        "|---|---|---|---|",
+        *[f"| {name} | {median[name]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[name] / args.events * 1e6:.1f} | "
+          f"{median[name] / median[PARSE]:.1f} |" for name, v in seconds.items()],
+        "",
+        f"The platform's input per batch (main query + companion query): {both:.1f} s, {both / median[PARSE]:.1f}x "
+        "plain Spark's parse (same run).",
+        "",
+    ]  # fmt: skip
+    text = "\n".join(lines)
+    console.print(text)
+    with open(PROJECT_ROOT / "BENCHMARKS.md", "a") as out:
+        out.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
