@@ -30,21 +30,21 @@ import contextlib
 import datetime as dt
 import platform
 import statistics
-import tempfile
+import sys
 import time
 import types
 from pathlib import Path
 
 from rich.console import Console
 
-from runtime.kafka_broker import LocalKafkaBroker
-from runtime.process import free_port
-from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs import dead_letter
-from spark_jobs.generators import purchases
-from spark_jobs.jobs import purchase_counts
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.session import build_spark_session
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from bench.private_stack import append_section, private_broker  # noqa: E402
+from spark_jobs import dead_letter  # noqa: E402
+from spark_jobs.generators import purchases  # noqa: E402
+from spark_jobs.jobs import purchase_counts  # noqa: E402
+from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
+from spark_jobs.session import build_spark_session  # noqa: E402
 
 console = Console()
 TOPIC = "bench-purchases"
@@ -88,12 +88,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    data = Path(tempfile.mkdtemp(prefix="bench-input-"))
-    ports = sorted({free_port() for _ in range(3)})
-    settings = Settings(data_dir=data, kafka_port=ports[0], kafka_controller_port=ports[1], airflow_port=ports[2])
-    broker = LocalKafkaBroker(settings)
-    broker.start()
-    try:
+    with private_broker("bench-input-") as settings:
         ensure_topic(settings.kafka, TOPIC, 2)
         events = purchases.generate(args.events, users=args.users, seed=3, start=purchases.start_ending_by(args.events))
         purchases.produce(settings.kafka, TOPIC, events)
@@ -112,8 +107,6 @@ def main() -> None:
                     seconds[name].append(time.monotonic() - started)
                 console.print(f"{name}: {seconds[name][-1]:.1f} s")
         report(args, seconds, decodes)
-    finally:
-        broker.stop()
 
 
 def report(args, seconds: dict[str, list[float]], decodes: int) -> None:
@@ -137,10 +130,7 @@ def report(args, seconds: dict[str, list[float]], decodes: int) -> None:
         "times (plain Spark's: once).",
         "",
     ]  # fmt: skip
-    text = "\n".join(lines)
-    console.print(text)
-    with open(PROJECT_ROOT / "BENCHMARKS.md", "a") as out:
-        out.write("\n" + text)
+    append_section(lines, console)
 
 
 if __name__ == "__main__":

@@ -19,19 +19,20 @@ import argparse
 import datetime as dt
 import platform
 import statistics
-import tempfile
+import sys
 import time
 from pathlib import Path
 
 from rich.console import Console
 
-from runtime.kafka_broker import LocalKafkaBroker
-from runtime.process import free_port
-from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.generators import purchases
-from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, PurchaseCounter, state_changes
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.session import build_spark_session
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from bench.private_stack import append_section, private_broker  # noqa: E402
+from runtime.settings import Settings  # noqa: E402
+from spark_jobs.generators import purchases  # noqa: E402
+from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, PurchaseCounter, state_changes  # noqa: E402
+from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
+from spark_jobs.session import build_spark_session  # noqa: E402
 
 console = Console()
 TOPIC = "bench-purchases"
@@ -81,12 +82,7 @@ def main() -> None:
     parser.add_argument("--operators", nargs="+", choices=list(OPERATORS), default=list(OPERATORS))
     args = parser.parse_args()
 
-    data = Path(tempfile.mkdtemp(prefix="bench-state-"))
-    ports = sorted({free_port() for _ in range(3)})
-    settings = Settings(data_dir=data, kafka_port=ports[0], kafka_controller_port=ports[1], airflow_port=ports[2])
-    broker = LocalKafkaBroker(settings)
-    broker.start()
-    try:
+    with private_broker("bench-state-") as settings:
         ensure_topic(settings.kafka, TOPIC, 2)
         events = purchase_events(args.keys, args.events_per_key)
         purchases.produce(settings.kafka, TOPIC, events)
@@ -96,13 +92,11 @@ def main() -> None:
         seconds: dict[str, list[float]] = {op: [] for op in operators}
         for repeat in range(args.repeats):
             for op in operators:  # alternate, so drift on a shared machine hits both
-                took, updates = measure(spark, settings, op, data / f"cp-{repeat}-{len(seconds[op])}-op{operators.index(op)}")
+                took, updates = measure(spark, settings, op, settings.data_dir / f"cp-{repeat}-{len(seconds[op])}-op{operators.index(op)}")
                 assert updates == users, f"{op}: {updates} state updates, expected {users}"
                 seconds[op].append(took)
                 console.print(f"{op}: {took:.1f} s for {len(events):,} events, {updates:,} state updates")
         report(args, seconds, len(events), users)
-    finally:
-        broker.stop()
 
 
 def report(args, seconds: dict[str, list[float]], events: int, users: int) -> None:
@@ -128,10 +122,7 @@ def report(args, seconds: dict[str, list[float]], events: int, users: int) -> No
         (f"Ratios to built-in (same run, alternating): {', '.join(ratios)}." if BUILTIN in median and ratios else ""),
         "",
     ]  # fmt: skip
-    text = "\n".join(lines)
-    console.print(text)
-    with open(PROJECT_ROOT / "BENCHMARKS.md", "a") as out:
-        out.write("\n" + text)
+    append_section(lines, console)
 
 
 if __name__ == "__main__":
