@@ -609,9 +609,10 @@ def main() -> None:
                                 args.batches, args.threads, {})  # fmt: skip
 
             def keep(rounds: dict[str, list[Round]], result: SizeResult = result) -> None:
-                keep_rounds(dataclasses.replace(result, rounds=rounds), args.repeats, args.results, args.out)
+                result.rounds = rounds
+                keep_rounds(result, args.repeats, args.results, args.out)
 
-            result.rounds = bench.size(WORKLOADS[workload], events, keys, after_round=keep)
+            bench.size(WORKLOADS[workload], events, keys, after_round=keep)
             measured.append(result)
     finally:
         bench.broker.stop()
