@@ -22,6 +22,8 @@ from runtime.kafka_connection import KafkaConnection, KafkaSecurityError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "STREAMSTATE_"
+#: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.failpoints)
+NOT_SETTINGS = frozenset({"STREAMSTATE_FAILPOINTS"})
 # local, local[N], local[*], local[N,F], spark://host:port[,host:port], k8s://https://…, yarn
 _SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|k8s://\S+|yarn)$")
 
@@ -209,7 +211,7 @@ class Settings:
         values: dict[str, object] = {}
         policy: dict[str, object] = {}
         for key, raw in environ.items():
-            if not key.startswith(ENV_PREFIX):
+            if not key.startswith(ENV_PREFIX) or key in NOT_SETTINGS:
                 continue
             name = key[len(ENV_PREFIX) :].lower()
             if name.startswith("compaction_") and name[len("compaction_") :] in policy_fields:

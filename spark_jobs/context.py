@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from runtime.settings import Settings
+from spark_jobs import failpoints
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
@@ -92,6 +93,7 @@ class JobContext:
         if standby_running(self.settings.status_dir, self.spec.application_id):
             return None  # the warm standby keeps this store's snapshots (one writer per table)
 
+        self.failpoint("before_snapshot")
         snapshot = take_snapshot(self.snapshot_store(store_name), self.settings.kafka,
                                  self.changelog_topic(store_name).name)  # fmt: skip
         for listener in self.snapshot_listeners:
@@ -173,8 +175,10 @@ class JobContext:
             try:
                 batch.count()  # materialise it now, so the state phase is timed apart from the writes
                 clock.lap("state")
+                self.failpoint("before_outputs")
                 write_outputs(batch, batch_id)
                 clock.lap("outputs")
+                self.failpoint("between_outputs_and_markers")
                 writer.write_batch(changes.changelog_records(batch), batch_id, batch_end_offsets(checkpoint, batch_id),
                                    batch_watermark_ms(checkpoint, batch_id))  # fmt: skip
                 clock.lap("changelog")
@@ -184,6 +188,10 @@ class JobContext:
             clock.lap("snapshot")
 
         return write_batch
+
+    def failpoint(self, name: failpoints.Failpoint) -> None:
+        """Where a fault test may stop this driver (see :mod:`spark_jobs.failpoints`; off by default)."""
+        failpoints.reached(name, self.settings.status_dir, self.spec.application_id)
 
     def close(self) -> None:
         """Flush and close what the job opened (the changelog marker producers)."""

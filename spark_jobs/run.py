@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from runtime.settings import Settings
+from spark_jobs import failpoints
 from spark_jobs.context import JobContext
 from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning, JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, status_path
@@ -165,7 +166,7 @@ def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, e
         quarantined = quarantine_if_unusable(context)
         if spec.stores and latest_batch_id(context.checkpoint) is None:
             status.transition_to(JobState.RESTORING)
-        restores = restore_if_needed(context, StatusRestoreListener(status))
+        restores = restore_if_needed(context, StatusRestoreListener(status, settings.status_dir))
         status.restore = {name: {**status.restore.get(name, {}), **r.summary()} for name, r in restores.items()}
     except Exception as err:
         status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")
@@ -243,12 +244,13 @@ def quarantine_if_unusable(context: JobContext) -> dict | None:
 class StatusRestoreListener(LoggingRestoreListener):
     """Logs and metrics as usual, and the restore's progress in the status file (the Airflow page shows it)."""
 
-    def __init__(self, status: JobStatus) -> None:
-        self.status = status
+    def __init__(self, status: JobStatus, status_dir: Path) -> None:
+        self.status, self.status_dir = status, status_dir
 
     def on_restore_start(self, store, topic, starting_offsets) -> None:
         super().on_restore_start(store, topic, starting_offsets)
         self.status.record_restore_progress(store, started_at=_now(), topic=topic, records_read=0)
+        failpoints.reached("restoring", self.status_dir, self.status.application_id)
 
     def on_batch_restored(self, store, records_so_far) -> None:
         super().on_batch_restored(store, records_so_far)

@@ -1,12 +1,13 @@
-"""kill -9 of the Spark driver at random moments, trial after trial, while input keeps arriving; then
-a last restart drains everything. The Delta output and the changelog must equal the reference
-computation over every event in the topic: nothing lost, nothing counted twice.
+"""kill -9 of the Spark driver at chosen *phases of the job* while input keeps arriving; then a last
+restart drains everything. The Delta output and the changelog must equal the reference computation
+over every event in the topic: nothing lost, nothing counted twice, no stale row.
 
-The moments are drawn from a seeded generator, uniformly over the driver's whole life from launch:
-JVM start, lease, restore, the first batch, later batches, snapshot writes. The kills are repeatable
-(same seed, same delays; the machine's speed decides which phase each one hits, and the test reports
-it). A last, targeted kill hits a driver restoring state after its checkpoint was lost. CI runs a
-few trials; for many::
+A kill lands where a failpoint (:mod:`spark_jobs.failpoints`) holds the driver: while it restores,
+inside a batch before anything is written, or between the batch's outputs and its changelog markers
+(the moment that matters most: the outputs are ahead of what a restore trusts). Wall-clock delays
+do not work for this: on a slow machine every "random" kill hit "running, no batch yet". Some kills
+also lose the checkpoint, so the next driver restores from the changelog. The trials are drawn from a
+seeded generator; CI runs a few, the ``deep`` mode many::
 
     FAULT_TRIALS=30 FAULT_SEED=7 .venv/bin/python -m pytest tests/faults/test_driver_kills.py -s
 """
@@ -14,6 +15,7 @@ few trials; for many::
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import random
 import shutil
@@ -24,11 +26,12 @@ import time
 
 import pytest
 
+from runtime.settings import Settings
+from spark_jobs import failpoints
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
-from spark_jobs.registry import get_job
+from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.run import run
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
@@ -40,31 +43,103 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 TRIALS = int(os.environ.get("FAULT_TRIALS", "3"))
 SEED = int(os.environ.get("FAULT_SEED", "0"))
-#: kills land uniformly in [0, this) seconds after a launch (a start takes ~20-40 s here, then batches)
-KILL_WINDOW_S = 60.0
 
 
-def _phase(status: dict | None, epoch_before: int, epoch_after: int) -> str:
-    """Where the driver was when it died, from the lease's epoch and its status file."""
-    if epoch_after == epoch_before:
-        return "starting (before the lease)"
-    if not status or status.get("lease_epoch") != epoch_after:
-        return "holding the lease, no status yet"
-    state = status.get("state")
-    if state == "RUNNING":
-        batch = (status.get("progress") or {}).get("batch_id")
-        return "running, no batch yet" if batch is None else f"running, after batch {batch}"
-    return (state or "created").lower()
+@dataclasses.dataclass(frozen=True)
+class Kill:
+    """One trial: where the driver is killed, and whether its checkpoint is lost with it."""
+
+    failpoint: failpoints.Failpoint
+    nth: int = 1
+    lose_checkpoint: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.failpoint}:{self.nth}" + (" + checkpoint lost" if self.lose_checkpoint else "")
 
 
-def test_random_kill_9s_of_the_driver_lose_nothing_and_double_nothing(private_stack, spark):
+def draw_kills(rng: random.Random, count: int) -> list[Kill]:
+    """``count`` trials; the first two always cover the riskiest pair (outputs ahead of the markers,
+    then a restore), the rest are drawn."""
+    kills = [Kill("between_outputs_and_markers", 1, lose_checkpoint=True), Kill("restoring", lose_checkpoint=True)]
+    while len(kills) < count:
+        point = rng.choice(["restoring", "before_outputs", "between_outputs_and_markers"])
+        lose = point == "restoring" or rng.random() < 0.5
+        kills.append(Kill(point, 1 if point == "restoring" else rng.randint(1, 3), lose))
+    return kills[:count]
+
+
+def kill_at(settings: Settings, spec: JobSpec, kill: Kill, log_name: str, timeout_s: float = 300) -> dict:
+    """Launch the job's driver by spark-submit, wait until it stops at the failpoint, kill -9 its
+    process group. Returns what the driver wrote at the failpoint."""
+    marker = failpoints.marker_path(settings.status_dir, spec.application_id)
+    marker.unlink(missing_ok=True)
+    if kill.lose_checkpoint and kill.failpoint == "restoring":
+        shutil.rmtree(settings.checkpoint_dir / spec.application_id, ignore_errors=True)
+    submit = submit_spec(spec, settings)
+    env = {**os.environ, **submit.env, failpoints.ENV: f"{kill.failpoint}:{kill.nth}"}
+    log = open(settings.data_dir / log_name, "w")
+    driver = subprocess.Popen(submit.command(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while (stopped := failpoints.read_marker(settings.status_dir, spec.application_id)) is None:
+            assert driver.poll() is None, f"{kill}: the driver exited by itself; see {log.name}"
+            assert time.monotonic() < deadline, f"{kill}: failpoint not reached in {timeout_s} s; see {log.name}"
+            time.sleep(0.05)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+    marker.unlink()
+    if kill.lose_checkpoint and kill.failpoint != "restoring":
+        shutil.rmtree(settings.checkpoint_dir / spec.application_id, ignore_errors=True)
+    return stopped
+
+
+def assert_outputs_and_changelog_equal_reference(settings: Settings, spec: JobSpec, spark) -> None:
+    """The last restart (this test's Spark session) restores and drains everything that arrived."""
+    report = run(spec, settings, available_now=True, spark=spark)
+    assert report.error is None
+    bootstrap = settings.kafka_bootstrap_servers
+    expected = expected_purchase_counts(read_topic(bootstrap, spec.source_topic))
+    outputs = delta_purchase_counts(spark, report.output)
+    stale = {user: row for user, row in outputs.items() if user not in expected}
+    assert not stale, f"{len(stale)} output rows for users the input deleted, e.g. {list(stale.items())[:3]}"
+    assert outputs == expected  # nothing lost, nothing twice
+    changelog = read_changelog(bootstrap, changelog_topic_name(spec.application_id, "counts"))
+    assert decode_counts(changelog.state) == expected
+    return report
+
+
+def test_outputs_ahead_of_the_markers_and_a_lost_checkpoint_leave_no_stale_row(private_stack, spark):
+    """The failure found on a slow machine, made deterministic: a driver MERGEs a batch's outputs and
+    dies before its changelog markers, the checkpoint is lost, so the restore finds nothing and the
+    replay runs the whole history in one batch, where users created *and* closed inside that batch
+    once emitted nothing: their rows from the killed batch stayed in the outputs forever."""
+    settings = private_stack
+    spec = get_job("purchase_counts")
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, spec.source_topic, spec.source_partitions)
+    first = list(purchases.generate(600, users=60, seed=901, close_rate=0))
+    purchases.produce(bootstrap, spec.source_topic, first)
+
+    kill_at(settings, spec, Kill("between_outputs_and_markers", 1, lose_checkpoint=True), "driver-killed.log")
+    killed_outputs = delta_purchase_counts(spark, str(settings.lake_dir / spec.output_table_dir))
+    assert killed_outputs, "the killed batch wrote its outputs"
+
+    closed_at = dt.datetime(2026, 11, 1, 12, tzinfo=dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    closes = [{"event_id": f"close-{user}", "type": "account_closed", "user_id": user, "event_time": closed_at}
+              for user in sorted(killed_outputs)[:10]]  # fmt: skip
+    purchases.produce(bootstrap, spec.source_topic, closes)
+
+    assert_outputs_and_changelog_equal_reference(settings, spec, spark)
+
+
+def test_kill_9s_at_every_phase_of_the_driver_lose_nothing_and_double_nothing(private_stack, spark):
     settings = private_stack
     spec = get_job("purchase_counts")
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, spec.source_topic, spec.source_partitions)
     purchases.produce(bootstrap, spec.source_topic, purchases.generate(4000, users=500, seed=900))
-    rng = random.Random(SEED)
-    delays = [rng.uniform(0, KILL_WINDOW_S) for _ in range(TRIALS)]
+    kills = draw_kills(random.Random(SEED), TRIALS)
 
     stop = threading.Event()
 
@@ -77,53 +152,14 @@ def test_random_kill_9s_of_the_driver_lose_nothing_and_double_nothing(private_st
 
     producer = threading.Thread(target=keep_producing, daemon=True)
     producer.start()
-    submit = submit_spec(spec, settings)
     lease = JobLease(settings.status_dir, spec.application_id)
-    hit: list[tuple[float, str]] = []
-    driver = None
     try:
-        for trial, delay in enumerate(delays, start=1):
-            epoch_before = lease.last_epoch()
-            log = open(settings.data_dir / f"driver-{trial}.log", "w")
-            driver = subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-            time.sleep(delay)
-            assert driver.poll() is None, f"trial {trial}: the driver exited by itself; see {log.name}"
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(30)
-            status = read_status(settings.status_dir, spec.application_id)
-            hit.append((delay, _phase(status, epoch_before, lease.last_epoch())))
-        # A targeted kill: the checkpoint is lost, so the next driver rebuilds state from the snapshot
-        # and the changelog (RESTORING); it is killed as soon as its status says so.
-        shutil.rmtree(settings.checkpoint_dir / spec.application_id, ignore_errors=True)
-        epoch_before = lease.last_epoch()
-        log = open(settings.data_dir / "driver-restore.log", "w")
-        driver = subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        launched = time.monotonic()
-        while driver.poll() is None and time.monotonic() - launched < 180:
-            status = read_status(settings.status_dir, spec.application_id) or {}
-            if status.get("lease_epoch", 0) > epoch_before and status.get("state") != "CREATED":
-                break
-            time.sleep(0.01)
-        assert driver.poll() is None, f"the restoring driver exited by itself; see {log.name}"
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(30)
-        hit.append((time.monotonic() - launched, "lost checkpoint: " + _phase(status, epoch_before, lease.last_epoch())))
-        restore_kill = hit[-1][1]
+        for trial, kill in enumerate(kills, start=1):
+            started = time.monotonic()
+            kill_at(settings, spec, kill, f"driver-{trial}.log")
+            print(f"trial {trial}: killed at {kill} after {time.monotonic() - started:.1f} s")
     finally:
         stop.set()
         producer.join(30)
-        if driver is not None and driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-    print(f"\nseed {SEED}, {TRIALS} kills:\n" + "\n".join(f"  {d:5.1f} s after launch: {phase}" for d, phase in hit))
-
-    # The last restart (this test's Spark session) restores and drains everything that arrived.
-    report = run(spec, settings, available_now=True, spark=spark)
-    assert report.error is None
-    expected = expected_purchase_counts(read_topic(bootstrap, spec.source_topic))
-    assert delta_purchase_counts(spark, report.output) == expected  # nothing lost, nothing twice
-    changelog = read_changelog(bootstrap, changelog_topic_name(spec.application_id, "counts"))
-    assert decode_counts(changelog.state) == expected
-    assert report.lease_epoch == 1 + sum(1 for _, phase in hit if not phase.startswith("starting"))
-    assert restore_kill.endswith("restoring") or "running" in restore_kill, restore_kill
+    report = assert_outputs_and_changelog_equal_reference(settings, spec, spark)
+    assert report.lease_epoch == lease.last_epoch() == len(kills) + 1  # every killed driver held the lease

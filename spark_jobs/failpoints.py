@@ -1,0 +1,83 @@
+"""Named places in a driver where a fault test can stop it: the "failpoint" pattern (FoundationDB's
+and TiKV's ``fail`` crate), so a test kills a driver at a *phase of the job*, not after a wall-clock
+delay that a slow machine shifts into another phase.
+
+Off unless ``STREAMSTATE_FAILPOINTS`` is set in the driver's environment, e.g.::
+
+    STREAMSTATE_FAILPOINTS=between_outputs_and_markers:2,restoring
+
+``name`` stops the driver the first time it reaches that place; ``name:N`` the N-th time (1-based,
+counted in this process). Stopping means: write ``<status_dir>/<application_id>.failpoint.json``
+(which point, which time, the pid) and block that thread forever. The test waits for the file and
+then kills the driver (kill -9), so the kill is real and lands exactly there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Literal
+
+ENV = "STREAMSTATE_FAILPOINTS"
+
+Failpoint = Literal[
+    # a store is being rebuilt from its snapshot + changelog (status RESTORING), nothing read yet
+    "restoring",
+    # a micro-batch's state changes are computed; nothing of the batch is written yet
+    "before_outputs",
+    # the batch's outputs are written (Delta MERGE committed); its changelog and markers are not
+    "between_outputs_and_markers",
+    # the batch's changelog and markers are written; a due snapshot is not taken yet
+    "before_snapshot",
+]
+FAILPOINTS: tuple[str, ...] = Failpoint.__args__
+
+_reached: Counter = Counter()
+_lock = threading.Lock()
+
+
+def armed() -> dict[str, int]:
+    """The failpoints set in the environment: name -> the time (1-based) it stops the driver."""
+    armed_points = {}
+    for entry in filter(None, (e.strip() for e in os.environ.get(ENV, "").split(","))):
+        name, _, nth = entry.partition(":")
+        if name not in FAILPOINTS:
+            raise ValueError(f"{ENV}: unknown failpoint {name!r} (known: {', '.join(FAILPOINTS)})")
+        armed_points[name] = int(nth or 1)
+    return armed_points
+
+
+def marker_path(status_dir: Path, application_id: str) -> Path:
+    return Path(status_dir) / f"{application_id}.failpoint.json"
+
+
+def reached(name: Failpoint, status_dir: Path, application_id: str) -> None:
+    """Called by the driver at ``name``: returns at once unless a test armed this point for this time."""
+    if not os.environ.get(ENV):
+        return
+    nth = armed().get(name)
+    if nth is None:
+        return
+    with _lock:
+        _reached[name] += 1
+        count = _reached[name]
+    if count != nth:
+        return
+    path = marker_path(status_dir, application_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"failpoint": name, "time": count, "pid": os.getpid()}))
+    while True:  # held here until the test kills the driver
+        time.sleep(3600)
+
+
+def read_marker(status_dir: Path, application_id: str) -> dict | None:
+    """What a stopped driver wrote at its failpoint, or None when it has not stopped at one."""
+    path = marker_path(status_dir, application_id)
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
