@@ -13,7 +13,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.checkpoint_health import RESTORE_RECORD
-from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms
+from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
 from spark_jobs.state.restore import RestoredState
 from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
 from spark_jobs.state.store_changes import StoreChanges, restored_rows
@@ -151,12 +151,29 @@ class JobContext:
             return None
         return restored_rows(self.spark, self.restored[changes.store].state, changes.value_ddl)
 
+    @property
+    def starts_without_checkpoint(self) -> bool:
+        """The query starts from restored state (or none), not from a checkpoint of its own."""
+        return latest_batch_id(self.checkpoint) is None
+
+    def restored_store(self, changes: StoreChanges):
+        """The store as it was restored (``key`` + value columns), empty when nothing was restored."""
+        state = self.restored[changes.store].state if changes.store in self.restored else {}
+        return restored_rows(self.spark, state, changes.value_ddl)
+
     def restored_watermark_ms(self) -> int:
         """Stream time the restored state had reached (a new query's own watermark starts at 0)."""
         return max((r.watermark_ms for r in self.restored.values()), default=0)
 
-    def state_change_sink(self, changes: StoreChanges, write_outputs):
+    def state_change_sink(self, changes: StoreChanges, write_outputs, reconcile_outputs=None):
         """The ``foreachBatch`` function of a job whose processor emits store changes.
+
+        ``reconcile_outputs(restored)``, for jobs whose outputs are a view of the store: when the query
+        starts without a checkpoint, it is called now, before the query starts, with the restored store
+        (``key`` + value columns; empty when nothing was restored), and makes the outputs equal to it.
+        Without it a row written by a batch whose changelog never completed (a driver killed between
+        the two writes) could outlive the restore: the replay re-derives every key it touches, but not
+        a key whose later history no longer reaches the outputs.
 
         Per micro-batch: ``write_outputs(batch, batch_id)`` updates the job's outputs; then the changes
         go to the store's changelog, then its batch markers; then a snapshot when due. Both writes are
@@ -166,6 +183,10 @@ class JobContext:
         the two and the checkpoint was then lost: the restore resumed after a batch whose outputs were
         never written. Found by tests/faults/test_driver_kills.py.)
         """
+        if reconcile_outputs is not None and self.starts_without_checkpoint:
+            clock = _PhaseClock(self.phase_seconds)
+            reconcile_outputs(self.restored_store(changes))
+            clock.lap("reconcile")
         writer = self.changelog_writer(changes.store)
         checkpoint = self.checkpoint
 

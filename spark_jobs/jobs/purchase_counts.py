@@ -79,9 +79,8 @@ class PurchaseCounter(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues):  # noqa: N802 - Spark's processor API
         user = key[0]
         current = self.counts.get()
-        existed = current is not None
-        purchases, spent, last = (current[0], current[1], current[2]) if existed else (0, Decimal("0"), None)
-        alive = existed
+        alive = current is not None
+        purchases, spent, last = (current[0], current[1], current[2]) if alive else (0, Decimal("0"), None)
         # One user's events all sit in one source partition: offset order is the order they happened.
         for event in sorted(rows, key=lambda r: r.offset):
             if event.type == ACCOUNT_CLOSED:
@@ -97,9 +96,10 @@ class PurchaseCounter(StatefulProcessor):
             self._restart_ttl(now)
             yield Row(key=user, tombstone=False, purchases=purchases, amount_spent=spent,
                       last_purchase_at=last, touched_at_ms=now)  # fmt: skip
-        elif existed:
+        else:
+            # A tombstone even for a user created and closed inside this batch (never in the store):
+            # the outputs may hold a row the store never recorded, and the delete must reach them.
             yield self._delete(user)
-        # Neither: a user created and closed within one batch never reached the store.
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802
         if self.counts.exists():
@@ -176,7 +176,20 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
             .execute()
         )  # fmt: skip
 
-    return changes.writeStream.outputMode("update").foreachBatch(ctx.state_change_sink(CHANGES, write_outputs))
+    def reconcile_outputs(restored: DataFrame) -> None:
+        # The outputs are the store, projected: after a restore they hold exactly the restored users.
+        source = restored.select(F.col("key").alias("user_id"), *OUTPUT_COLUMNS[1:])
+        (
+            DeltaTable.forPath(restored.sparkSession, output_path).alias("t")
+            .merge(source.alias("s"), "t.user_id = s.user_id")
+            .whenMatchedUpdate(set={c: f"s.{c}" for c in OUTPUT_COLUMNS[1:]})
+            .whenNotMatchedInsert(values={c: f"s.{c}" for c in OUTPUT_COLUMNS})
+            .whenNotMatchedBySourceDelete()
+            .execute()
+        )  # fmt: skip
+
+    sink = ctx.state_change_sink(CHANGES, write_outputs, reconcile_outputs)
+    return changes.writeStream.outputMode("update").foreachBatch(sink)
 
 
 def state_changes(events: DataFrame, initial: DataFrame | None, ttl_ms: int | None,

@@ -42,7 +42,8 @@ def test_state_equals_an_independent_computation_across_runs(spark, kafka_broker
     assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(first)
     assert json.loads(report_path(job, settings).read_text())["input_rows"] == 3000
 
-    assert set(report.phase_seconds) == {"state", "changelog", "outputs", "snapshot"}  # where batch time went
+    # where batch time went (a first run has no checkpoint: it reconciles the outputs with the empty store)
+    assert set(report.phase_seconds) == {"reconcile", "state", "changelog", "outputs", "snapshot"}
 
     # A second run continues from the checkpoint: only the new events are read, nothing twice; with
     # max_offsets_per_trigger the backlog is worked off in bounded micro-batches.
@@ -175,3 +176,28 @@ def job_output(settings, job) -> str:
 def test_generator_is_deterministic():
     assert list(purchases.generate(50, seed=3)) == list(purchases.generate(50, seed=3))
     assert list(purchases.generate(50, seed=3)) != list(purchases.generate(50, seed=4))
+
+
+def test_a_restore_reconciles_the_outputs_with_the_restored_store(spark, kafka_broker, settings, job):
+    """Rows the changelog never recorded (a batch whose outputs were written before its driver died)
+    do not survive a restore, even for keys the replay never touches again."""
+    import shutil
+
+    from delta.tables import DeltaTable
+
+    ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
+    events = list(purchases.generate(300, users=30, seed=5))
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, events)
+    run(job, settings, available_now=True, spark=spark)
+    output = job_output(settings, job)
+    expected = expected_purchase_counts(events)
+    some_user = sorted(expected)[0]
+    table = DeltaTable.forPath(spark, output)
+    table.update(f"user_id = '{some_user}'", {"purchases": "purchases + 100"})  # a value the store never had
+    ghost = spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], table.toDF().schema)
+    ghost.write.format("delta").mode("append").save(output)  # a user the store never had
+
+    shutil.rmtree(settings.checkpoint_dir / job.application_id)  # the checkpoint is lost: restore
+    report = run(job, settings, available_now=True, spark=spark)
+    assert report.restores, "the run restored from the changelog"
+    assert delta_purchase_counts(spark, output) == expected

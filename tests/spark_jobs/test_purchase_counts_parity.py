@@ -30,8 +30,8 @@ def _event(offset: int, kind: str, user: str, amount: str | None = None, minute:
 BATCHES = [
     [
         _event(2, "purchase", "a", "5.50", minute=9), _event(1, "purchase", "a", "4.50", minute=3),
-        _event(3, "purchase", "b", "1.00"), _event(4, "account_closed", "b"),  # created and closed: nothing
-        _event(5, "account_closed", "c"),  # closing an unknown user: nothing
+        _event(3, "purchase", "b", "1.00"), _event(4, "account_closed", "b"),  # created and closed: tombstone
+        _event(5, "account_closed", "c"),  # closing an unknown user: tombstone (the outputs may hold it)
         _event(6, "purchase", "r", "2.00", minute=1),  # restored user: counts on from the restored value
         _event(7, "account_closed", "s"),  # restored user closed: tombstone
         _event(9, "account_closed", "d"), _event(8, "purchase", "d", "3.00"),  # purchase, then closed
@@ -51,6 +51,9 @@ EXPECTED = {
     (0, "a", False, 2, Decimal("10.00"), T0 + dt.timedelta(minutes=9)),
     (0, "r", False, 11, Decimal("102.00"), T0 + dt.timedelta(minutes=1)),
     (0, "s", True, None, None, None),
+    (0, "b", True, None, None, None),
+    (0, "c", True, None, None, None),
+    (0, "d", True, None, None, None),
     (0, "e", False, 1, Decimal("7.25"), T0 + dt.timedelta(minutes=2)),
     (1, "a", False, 1, Decimal("1.00"), T0 + dt.timedelta(minutes=5)),
     (1, "e", True, None, None, None),

@@ -32,8 +32,8 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>Per user: purchases, amount spent, last purchase time and the processing time of the last change
  * ({@code touched_at_ms}). {@code account_closed} deletes the user; a store with a TTL also deletes
- * users idle that long. Each micro-batch emits one change row per changed user: the new value, or a
- * tombstone. The schemas come from the Python job (its DDL strings), so they are defined once.
+ * users idle that long. Each micro-batch emits one change row per user it saw: the new value, or a
+ * tombstone when the user's last event of the batch closed the account. The schemas come from the Python job (its DDL strings), so they are defined once.
  */
 public final class PurchaseCounts {
   private PurchaseCounts() {}
@@ -90,7 +90,7 @@ public final class PurchaseCounts {
 
       Row current = counts.exists() ? counts.get() : null;
       boolean existed = current != null;
-      boolean alive = existed;
+      boolean alive = existed;  // handleInputRows has at least one row: it decides
       long purchases = existed ? current.getLong(0) : 0L;
       BigDecimal spent = existed ? current.getDecimal(1) : BigDecimal.ZERO;
       Timestamp last = existed ? current.getTimestamp(2) : null;
@@ -115,11 +115,11 @@ public final class PurchaseCounts {
         restartTtl(now);
         return one(RowFactory.create(user, false, purchases, spent.setScale(2), last, now));
       }
-      if (existed) {
-        return one(delete(user));
-      }
-      // Neither: a user created and closed within one batch never reached the store.
-      return CollectionConverters.asScala(Collections.<Row>emptyIterator());
+      // The batch ends with the user closed: a tombstone even when the store did not hold the user at
+      // the start of the batch (created and closed inside it). The outputs may hold a row the store
+      // never recorded (a batch whose outputs were written but not its changelog), and a delete the
+      // input asked for must reach them, as a Kafka Streams aggregate forwards its tombstone.
+      return one(delete(user));
     }
 
     @Override
