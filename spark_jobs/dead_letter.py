@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from runtime.kafka_connection import KafkaTarget, as_connection
 
 ERROR_COLUMN = "_dead_letter_reason"
+MESSAGE_COLUMN = "_dead_letter_message"
 UNDECODABLE = "undecodable"
 MISSING_KEY = "missing_key"
 UNKNOWN_TYPE = "unknown_event_type"
@@ -39,18 +40,30 @@ def is_json_object(text_column: str) -> Column:
     return F.coalesce(F.expr(check), F.lit(False))
 
 
-def classify(raw: DataFrame, decoded: Column, rules: Sequence[tuple[str, Column]]) -> DataFrame:
-    """Add the decoded struct's fields plus :data:`ERROR_COLUMN`: the first broken rule, or null.
+#: Why a rule rejects a record, in words for the person reading the dead letter: a text, or a column
+#: (e.g. naming the offending value).
+Message = str | Column
+#: (reason, condition that means the record breaks it) or (reason, condition, message).
+Rule = tuple[str, Column] | tuple[str, Column, Message]
+
+
+def classify(raw: DataFrame, decoded: Column, rules: Sequence[Rule]) -> DataFrame:
+    """Add the decoded struct's fields, :data:`ERROR_COLUMN` (the first broken rule, or null) and
+    :data:`MESSAGE_COLUMN` (that rule's message).
 
     ``raw`` is the Kafka source DataFrame (key, value, topic, partition, offset, ...). ``rules`` are
-    (reason, condition-that-means-broken) pairs checked in order after "undecodable".
+    checked in order after "undecodable".
     """
     text = F.col("value").cast("string")
     with_event = raw.withColumn("_text", text).withColumn("_event", decoded)
-    reason = F.when(~is_json_object("_text"), F.lit(UNDECODABLE))
-    for name, broken in rules:
+    undecodable = ~is_json_object("_text")
+    reason = F.when(undecodable, F.lit(UNDECODABLE))
+    message = F.when(undecodable, F.lit("the value is not a JSON object in UTF-8"))
+    for name, broken, *why in rules:
         reason = reason.when(broken, F.lit(name))
-    return with_event.withColumn(ERROR_COLUMN, reason)
+        text_or_column = why[0] if why else name
+        message = message.when(broken, F.lit(text_or_column) if isinstance(text_or_column, str) else text_or_column)
+    return with_event.withColumn(ERROR_COLUMN, reason).withColumn(MESSAGE_COLUMN, message)
 
 
 def event(field: str) -> Column:
@@ -71,6 +84,26 @@ def bad_event_time(field: str = "event_time", required: bool = True) -> Column:
     return F.coalesce((event(field) < earliest) | (event(field) >= latest), F.lit(required)) | unparsed(field)
 
 
+def inexact_decimal(field: str, precision: int, scale: int) -> Column:
+    """The record's ``field`` is present but not a number that ``DECIMAL(precision, scale)`` holds
+    exactly: more decimal places than ``scale`` (from_json would round 2.995 to 3.00 and -0.001 to
+    0.00), more integer digits than fit, or not a number. A rule for :func:`classify_events`; a value
+    is never rounded to fit."""
+    integer_digits = precision - scale
+    # The value as the JSON text wrote it (a decimal keeps its digits in a variant; an exponent form
+    # is a double and is accepted only when it prints as a plain decimal, e.g. 1.5e2 -> 150.0).
+    written = F.expr(f"variant_get(try_parse_json(_text), '$.{field}', 'string')")
+    fits = f"^[-+]?0*[0-9]{{1,{integer_digits}}}([.][0-9]{{0,{scale}}}0*)?$"
+    return written.isNotNull() & ~written.rlike(fits)
+
+
+def decimal_message(field: str, precision: int, scale: int) -> Column:
+    """The dead-letter message of :func:`inexact_decimal`, naming the field and the value."""
+    written = F.expr(f"variant_get(try_parse_json(_text), '$.{field}', 'string')")
+    return F.concat(F.lit(f"{field}: "), written,
+                    F.lit(f" does not fit DECIMAL({precision},{scale}) exactly (never rounded)"))  # fmt: skip
+
+
 def unparsed(field: str) -> Column:
     """The record has ``field`` but it did not parse to the schema's type (from_json silently makes it
     null: a wrong-typed value would otherwise pass as "absent")."""
@@ -78,15 +111,20 @@ def unparsed(field: str) -> Column:
 
 
 def classify_events(raw: DataFrame, schema, key_field: str, event_types: Sequence[str],
-                    invalid: Column | None = None) -> DataFrame:  # fmt: skip
+                    invalid: Column | Sequence[tuple[Column, Message]] | None = None) -> DataFrame:
     """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type,
-    then ``invalid`` (a condition over :func:`event` fields), in that order."""
-    rules = [
-        (MISSING_KEY, F.coalesce(F.length(event(key_field)) == 0, F.lit(True))),
-        (UNKNOWN_TYPE, ~F.coalesce(event("type").isin(*event_types), F.lit(False))),
-    ]
-    if invalid is not None:
+    then ``invalid``, in that order. ``invalid`` is a condition over :func:`event` fields, or
+    (condition, message) pairs: the first broken one names the :data:`INVALID` record's message."""
+    rules: list[Rule] = [
+        (MISSING_KEY, F.coalesce(F.length(event(key_field)) == 0, F.lit(True)), f"{key_field} is missing or empty"),
+        (UNKNOWN_TYPE, ~F.coalesce(event("type").isin(*event_types), F.lit(False)),
+         F.concat(F.lit("type "), F.coalesce(event("type"), F.lit("(missing)")),
+                  F.lit(f" is not one of {', '.join(event_types)}"))),
+    ]  # fmt: skip
+    if isinstance(invalid, Column):
         rules.append((INVALID, invalid))
+    elif invalid is not None:
+        rules.extend((INVALID, broken, message) for broken, message in invalid)
     return classify(raw, F.from_json(F.col("value").cast("string"), schema), rules)
 
 
@@ -99,17 +137,21 @@ def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
 def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
     """Kafka records (key, value, headers) for rejected input: raw key and value bytes untouched, the
     reason and the source coordinates in headers. ``rejected`` has the Kafka source columns (key,
-    value, topic, partition, offset, timestamp) and :data:`ERROR_COLUMN`."""
+    value, topic, partition, offset, timestamp), :data:`ERROR_COLUMN` and, optionally,
+    :data:`MESSAGE_COLUMN`."""
 
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(HEADER_PREFIX + name).alias("key"), value.cast("string").cast("binary").alias("value"))
 
+    why = F.col(ERROR_COLUMN)
+    if MESSAGE_COLUMN in rejected.columns:
+        why = F.coalesce(F.col(MESSAGE_COLUMN), why)
     return rejected.select(
         F.col("key"),
         F.col("value"),
         F.array(
             header("reason", F.col(ERROR_COLUMN)),
-            header("message", F.concat(F.lit("record rejected by "), F.lit(application_id), F.lit(": "), F.col(ERROR_COLUMN))),
+            header("message", F.concat(F.lit(f"record rejected by {application_id}: "), why)),
             header("source.topic", F.col("topic")),
             header("source.partition", F.col("partition")),
             header("source.offset", F.col("offset")),

@@ -141,12 +141,19 @@ def _now_ms(timer_values) -> int:
 
 
 def classify(ctx: JobContext) -> DataFrame:
-    amount = dead_letter.event("amount")
-    return dead_letter.classify_events(
-        ctx.kafka_source(), EVENT_SCHEMA, "user_id", EVENT_TYPES,
-        invalid=dead_letter.bad_event_time(required=False)  # account_closed needs no time, but not a wild one
-        | ((dead_letter.event("type") == PURCHASE) & (amount.isNull() | (amount < 0) | dead_letter.bad_event_time())),
-    )  # fmt: skip
+    """The job's validation rules over its raw Kafka records (see :func:`dead_letter.classify_events`).
+    An amount that ``DECIMAL(12,2)`` cannot hold exactly is refused with a message, never rounded."""
+    amount, is_purchase = dead_letter.event("amount"), dead_letter.event("type") == PURCHASE
+    amount_type = EVENT_SCHEMA["amount"].dataType
+    return dead_letter.classify_events(ctx.kafka_source(), EVENT_SCHEMA, "user_id", EVENT_TYPES, invalid=[
+        # account_closed needs no time, but not a wild one
+        (dead_letter.bad_event_time(required=False), "event_time is not a time between 1970 and 2200"),
+        (is_purchase & dead_letter.bad_event_time(), "a purchase needs an event_time between 1970 and 2200"),
+        (is_purchase & dead_letter.inexact_decimal("amount", amount_type.precision, amount_type.scale),
+         dead_letter.decimal_message("amount", amount_type.precision, amount_type.scale)),
+        (is_purchase & amount.isNull(), "a purchase needs an amount"),
+        (is_purchase & (amount < 0), "amount is negative"),
+    ])  # fmt: skip
 
 
 def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):

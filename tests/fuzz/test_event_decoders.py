@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import types
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
@@ -42,7 +43,8 @@ json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=
                            max_leaves=6)  # fmt: skip
 odd_times = st.sampled_from(["2026-11-01T09:00:00Z", "2026-11-01 09:00:00", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
                              "2026-13-45T99:00:00Z", "yesterday", "", "1700000000", "2026-11-01T09:00:00+14:00"])  # fmt: skip
-odd_numbers = st.sampled_from([0, -0.0, 0.005, -1, 12.345, 1e10, 1e11, 9999999999.99, 1e300, -1e300, "12.50", "1e3", "NaN"])
+odd_numbers = st.sampled_from([0, -0.0, 0.005, -1, 12.345, 1e10, 1e11, 9999999999.99, 1e300, -1e300, "12.50", "1e3", "NaN",
+                               2.995, -0.001, 1e-30, 1.5e2, 0.1, 10.10, "2.999", 99999999999.99])  # over-precise too
 
 
 @st.composite
@@ -106,8 +108,29 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
                 or earliest <= time.astimezone(dt.timezone.utc) < latest, event  # fmt: skip
             if job == "purchase_counts" and event["type"] == purchase_counts.PURCHASE:
                 assert event["amount"] is not None and event["amount"] >= 0, event
+                written = json.loads(values[event["offset"]], parse_float=Decimal)["amount"]
+                assert Decimal(str(written)) == event["amount"], (written, event)  # never rounded
         for value, headers in letters:  # the raw bytes kept, with a known reason
             assert value == values[int(headers[dead_letter.HEADER_PREFIX + "source.offset"])]
             assert headers[dead_letter.HEADER_PREFIX + "reason"] in reasons, headers
+            assert headers[dead_letter.HEADER_PREFIX + "message"].startswith("record rejected by fuzz: "), headers
 
     check()
+
+
+@pytest.mark.parametrize(("amount", "valid"), [
+    ("12.50", True), ("10.000", True), ("1.5e2", True), ("9999999999.99", True), ('"12.50"', True),
+    ("2.995", False), ("-0.001", False), ("1e-30", False), ("12345678901.5", False), ("true", False), ('"abc"', False),
+])  # fmt: skip
+def test_an_amount_is_taken_exactly_or_refused_naming_the_field(spark, amount, valid):
+    text = f'{{"type": "purchase", "user_id": "u1", "amount": {amount}, "event_time": "2026-11-01T09:00:00Z"}}'
+    classified = _classify(spark, purchase_counts, [text.encode()])
+    good = dead_letter.valid(classified, "offset").collect()
+    if valid:
+        assert [e["amount"] for e in good] == [Decimal(json.loads(amount, parse_float=Decimal))]
+        return
+    assert not good
+    [letter] = dead_letter.dead_letter_records(classified, "fuzz").collect()
+    headers = {h["key"]: h["value"].decode() for h in letter["headers"]}
+    assert headers[dead_letter.HEADER_PREFIX + "reason"] == dead_letter.INVALID
+    assert headers[dead_letter.HEADER_PREFIX + "message"].startswith("record rejected by fuzz: amount: "), headers
