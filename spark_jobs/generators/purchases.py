@@ -59,6 +59,59 @@ def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = 
         }
 
 
+#: Amounts that test the "never rounded" rule: ones the job takes exactly, and ones it must refuse.
+EXACT_AMOUNTS = (0, 0.01, 12.5, 99.99, "12.50", 1.5e2, 9999999999.99)
+REFUSED_AMOUNTS = (2.995, -0.001, -1, 1e-30, 12345678901.5, "ten")
+
+
+def adversarial(count: int, users: int = 12, seed: int = 7, start: dt.datetime = START) -> Iterator[dict]:
+    """Events built to catch batch-dependent or lossy results: few users (so a user is often created
+    and closed inside one micro-batch), closes of users that never bought, duplicated events, event
+    times out of order, amounts at and past what ``DECIMAL(12,2)`` holds exactly, purchases without a
+    time. Some are invalid on purpose: :func:`is_valid` says which."""
+    rng = random.Random(seed)
+    t = start
+    previous: dict | None = None
+    for n in range(count):
+        t += dt.timedelta(milliseconds=rng.randint(0, 2000))
+        at = t - dt.timedelta(seconds=rng.choice([0, 0, 0, 5, 65, 3600]))  # out of order, sometimes far
+        user = f"a{rng.randrange(users):03d}"
+        roll = rng.random()
+        if previous is not None and roll < 0.05:
+            event = dict(previous)  # a duplicate: counted again, as Kafka Streams counts it
+        elif roll < 0.20:
+            event = {"event_id": f"a-{seed}-{n}", "type": "account_closed", "user_id": user}
+            if rng.random() < 0.7:
+                event["event_time"] = _iso(at)
+        else:
+            amount = rng.choice(REFUSED_AMOUNTS) if rng.random() < 0.1 else rng.choice(EXACT_AMOUNTS)
+            event = {"event_id": f"a-{seed}-{n}", "type": "purchase", "user_id": user, "item": "sku",
+                     "amount": amount, "event_time": _iso(at)}  # fmt: skip
+            if rng.random() < 0.03:
+                del event["event_time"]
+        previous = event
+        yield event
+
+
+def is_valid(event: dict) -> bool:
+    """purchase_counts' validation rules in plain Python (the reference for the dead letters)."""
+    if not event.get("user_id") or event.get("type") not in ("purchase", "account_closed"):
+        return False
+    if event["type"] == "account_closed":
+        return True
+    if "event_time" not in event or not isinstance(event.get("amount"), (int, float, str)):
+        return False
+    try:
+        amount = Decimal(str(event["amount"]))
+    except ArithmeticError:
+        return False
+    return amount >= 0 and amount == amount.quantize(Decimal("0.01")) and abs(amount) < Decimal(10) ** 10
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def expected_counts(events: Iterable[dict]) -> dict[str, tuple[int, Decimal]]:
     """user_id -> (purchases, amount spent): the job's answer computed in plain Python, no Spark.
 
