@@ -6,8 +6,8 @@ order (up to ``disorder_ms``)::
     {"event_id": "h-3-0000042", "type": "pulse", "patient_id": "p007", "event_time": "2026-11-01T09:00:04.120Z"}
     {"event_id": "h-3-0000043", "type": "checked_out", "patient_id": "p007", "event_time": "..."}
 
-:func:`expected` is the job's answer in plain Python (Kafka Streams' window semantics, stream time
-advancing once per produced round): the reference the tests compare the job with.
+:func:`expected` is the job's answer in plain Python (Kafka Streams' window semantics, stream time per
+partition advancing record by record): the reference the tests compare the job with.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterable, Iterator
 
 from runtime.kafka_connection import KafkaTarget
-from spark_jobs.generators.producer import produce_keyed
+from spark_jobs.generators.producer import kafka_partition, produce_keyed
 
 START = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
 PULSE, CHECKED_OUT = "pulse", "checked_out"
@@ -50,6 +50,21 @@ def generate(patients: int = 10, seconds: int = 300, seed: int = 3, start: dt.da
         yield {"event_id": f"h-{seed}-{n:07d}", **event}
 
 
+def adversarial(count: int, patients: int = 6, seed: int = 5, start: dt.datetime = START) -> Iterator[dict]:
+    """Events built to catch batch-dependent window results: pulses out of order by up to a minute
+    (so some land exactly at, before and past the grace boundary), windows closed by other patients'
+    pulses, check-outs right after a window closed, duplicates, and gaps longer than a 6 h retention."""
+    rng = random.Random(seed)
+    t = start
+    for n in range(count):
+        roll = rng.random()
+        t += dt.timedelta(hours=7) if roll < 0.01 else dt.timedelta(milliseconds=rng.choice([0, 500, 2500, 9000]))
+        at = t - dt.timedelta(milliseconds=rng.choice([0, 0, 0, 4999, 5000, 5001, 30_000, 65_000]))
+        kind = CHECKED_OUT if roll > 0.95 else PULSE
+        yield {"event_id": f"x-{seed}-{n}", "type": kind, "patient_id": f"p{rng.randrange(patients)}",
+               "event_time": _iso(at)}  # fmt: skip
+
+
 def produce(kafka: KafkaTarget, topic: str, events: list[dict]) -> int:
     return produce_keyed(kafka, topic, events, "patient_id")
 
@@ -64,41 +79,46 @@ class Expected:
     emitted: dict[tuple[str, int], int]
     #: event ids rejected as late (their window had closed)
     late: set[str]
+    #: source partition -> its stream time (ms)
+    stream_times: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
-def expected(rounds: Iterable[list[dict]], window_ms: int, grace_ms: int, retention_ms: int) -> Expected:
-    """Replay ``rounds`` (each produced, then fully processed, before the next) in plain Python.
+def expected(rounds: Iterable[list[dict]], window_ms: int, grace_ms: int, retention_ms: int,
+             partitions: int = 2) -> Expected:  # fmt: skip
+    """Kafka Streams' answer for ``rounds`` of events (in the order produced), in plain Python.
 
-    Stream time is the largest event time seen in earlier rounds; a window closes (and is emitted,
-    once) when stream time reaches its end + grace; a pulse for a closed window is late; a window
-    leaves the store when stream time reaches its start + retention; a check-out deletes every
-    window of the patient (open ones are never emitted).
+    Each patient's events go to partition ``kafka_partition(patient, partitions)``, as :func:`produce`
+    writes them. Per partition, record by record: stream time becomes the largest event time seen so
+    far; every window whose end + grace it has reached closes (emitted once) and every closed window
+    whose start + retention it has reached leaves the store; then a check-out deletes every window of
+    the patient (open ones never emitted), and a pulse for a closed window is late. How the rounds are
+    cut into micro-batches does not matter: the rounds are only concatenated.
     """
     state: dict[tuple[str, int], list] = {}
     emitted: dict[tuple[str, int], int] = {}
     late: set[str] = set()
-    stream_time = None
-    for events in rounds:
-        for e in events:  # one patient's events keep their order: arrival order
-            t = millis(e["event_time"])
-            if e["type"] == CHECKED_OUT:
-                for key in [k for k in state if k[0] == e["patient_id"]]:
-                    del state[key]
-                continue
-            start = t - t % window_ms
-            if stream_time is not None and start + window_ms + grace_ms <= stream_time:
-                late.add(e["event_id"])
-                continue
-            state.setdefault((e["patient_id"], start), [0, False])[0] += 1
-        newest = max((millis(e["event_time"]) for e in events), default=None)
-        if newest is not None:
-            stream_time = newest if stream_time is None else max(stream_time, newest)
-        for key, value in list(state.items()):
-            if key[1] + retention_ms <= stream_time:
-                if not value[1]:
+    stream_times: dict[int, int] = {}
+    partition_of: dict[str, int] = {}
+    for event in (e for events in rounds for e in events):
+        patient, t = event["patient_id"], millis(event["event_time"])
+        p = partition_of.setdefault(patient, kafka_partition(patient, partitions))
+        if t > stream_times.get(p, -(2**63)):
+            stream_times[p] = t
+            for key, value in list(state.items()):
+                if partition_of[key[0]] != p:
+                    continue
+                if not value[1] and key[1] + window_ms + grace_ms <= t:
+                    value[1] = True
                     emitted[key] = value[0]
+                if value[1] and key[1] + retention_ms <= t:
+                    del state[key]
+        if event["type"] == CHECKED_OUT:
+            for key in [k for k in state if k[0] == patient]:
                 del state[key]
-            elif key[1] + window_ms + grace_ms <= stream_time and not value[1]:
-                value[1] = True
-                emitted[key] = value[0]
-    return Expected({k: (v[0], v[1]) for k, v in state.items()}, emitted, late)
+            continue
+        start = t - t % window_ms
+        if start + window_ms + grace_ms <= stream_times[p]:
+            late.add(event["event_id"])
+            continue
+        state.setdefault((patient, start), [0, False])[0] += 1
+    return Expected({k: (v[0], v[1]) for k, v in state.items()}, emitted, late, stream_times)

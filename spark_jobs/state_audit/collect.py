@@ -88,11 +88,20 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
 
 def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_ms: int) -> int | None:
     """Windows in the state that should have been evicted: their start + window + grace + retention is
-    before stream time (the snapshot's watermark)."""
-    if store.kind != "windowed" or not stream_time_ms:
+    before stream time. Stream time is the store's own per-partition entry (``stream_time_ms`` with a
+    ``source_partition``) where it keeps one, else ``stream_time_ms`` (the snapshot's watermark)."""
+    if store.kind != "windowed":
+        return None
+    per_partition = {v.get("source_partition"): v["stream_time_ms"] for v in values
+                     if v.get("window_start_ms") is None and isinstance(v.get("stream_time_ms"), int)}  # fmt: skip
+    if not stream_time_ms and not per_partition:
         return None
     horizon = (store.window_ms or 0) + store.grace_ms + (store.retention_ms or 0)
-    return sum(1 for v in values if isinstance(v.get("window_start_ms"), int) and v["window_start_ms"] + horizon < stream_time_ms)
+    return sum(
+        1 for v in values
+        if isinstance(v.get("window_start_ms"), int)
+        and v["window_start_ms"] + horizon < per_partition.get(v.get("source_partition"), stream_time_ms)
+    )  # fmt: skip
 
 
 def _offset_span(settings: Settings, topic: str) -> int | None:

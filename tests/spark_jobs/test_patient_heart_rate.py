@@ -43,13 +43,17 @@ def _emitted(spark, job, settings) -> dict[tuple[str, int], int]:
     return {k: r.heart_rate for k, r in zip(keys, rows)}
 
 
-def _store_state(settings, job) -> dict[tuple[str, int], tuple[int, bool]]:
+def _store(settings, job) -> tuple[dict[tuple[str, int], tuple[int, bool]], dict[int, int]]:
+    """The store as its changelog holds it: windows, and each partition's stream time."""
     topic = JobContext(None, job, settings).changelog_topic(STORE).name
-    state = {}
+    windows, stream_times = {}, {}
     for value in read_changelog(settings.kafka_bootstrap_servers, topic).state.values():
         v = json.loads(value)
-        state[(v["patient_id"], v["window_start_ms"])] = (v["beats"], v["closed"])
-    return state
+        if v.get("patient_id") is None:
+            stream_times[v["source_partition"]] = v["stream_time_ms"]
+        else:
+            windows[(v["patient_id"], v["window_start_ms"])] = (v["beats"], v["closed"])
+    return windows, stream_times
 
 
 def _late_ids(settings, job) -> set[str]:
@@ -60,7 +64,7 @@ def _late_ids(settings, job) -> set[str]:
 def _check(spark, settings, job, rounds) -> pulse.Expected:
     want = _expected(job, rounds)
     assert _emitted(spark, job, settings) == want.emitted
-    assert _store_state(settings, job) == want.state
+    assert _store(settings, job) == (want.state, want.stream_times)
     assert _late_ids(settings, job) == want.late
     return want
 
@@ -100,8 +104,9 @@ def test_windows_close_once_late_pulses_dead_letter_checkouts_delete_retention_e
     base = int(start.timestamp() * 1000)
     assert all(s >= base + 240_000 for p, s in want.state if p == "p001")  # older windows deleted
 
-    # Seven hours later: everything from the first rounds leaves the store (6 h retention).
-    play(list(pulse.generate(patients=2, seconds=70, seed=3, start=start + dt.timedelta(hours=7), checkout_rate=0)))
+    # Seven hours later (both partitions: stream time is per partition): everything from the first
+    # rounds leaves the store (6 h retention).
+    play(list(pulse.generate(patients=6, seconds=70, seed=3, start=start + dt.timedelta(hours=7), checkout_rate=0)))
     want = _check(spark, settings, job, rounds)
     assert all(s >= int((start + dt.timedelta(hours=1)).timestamp() * 1000) for _, s in want.state)
 
@@ -128,7 +133,7 @@ def test_windowed_changelog_deletes_by_time_and_restore_keeps_stream_time(spark,
     rounds[1].insert(0, _late_pulse("p003", pulse.START + dt.timedelta(seconds=5), 2))
     pulse.produce(bootstrap, job.source_topic, rounds[1])
     report = run(job, settings, available_now=True, spark=spark)
-    assert report.restores[STORE]["watermark_ms"] > 0
+    assert report.restores[STORE]["keys"] > 0  # windows and stream times came back from the changelog
     assert report.input_rows == len(rounds[1])
     want = _check(spark, settings, job, rounds)
     assert want.late == {"late-2"}

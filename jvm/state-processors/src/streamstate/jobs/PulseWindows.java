@@ -3,11 +3,12 @@ package streamstate.jobs;
 import java.sql.Timestamp;
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashSet;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
 
 import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
@@ -22,6 +23,7 @@ import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.StructType;
 
 import scala.Tuple2;
@@ -29,13 +31,31 @@ import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * patient_heart_rate's windowed store in the JVM: the same rules and output rows as the Python
- * {@code PulseWindows} in spark_jobs/jobs/patient_heart_rate.py (Kafka Streams' 60 s tumbling windows
- * with grace, retention and suppress-until-close), without a Python-to-JVM round trip per state call.
+ * patient_heart_rate's windowed store with Kafka Streams' semantics, record by record: 60 s tumbling
+ * windows with grace, retention and suppress-until-close, and {@code checked_out} deleting a patient's
+ * windows.
  *
- * <p>Per patient, a map state (window start ms -> beats, closed) with event-time timers: a window
- * closes at end + grace (emitted once), is evicted at start + retention (tombstone); a pulse for a
- * closed window is late (an output row the job dead-letters); {@code checked_out} deletes every window.
+ * <p>The processor is keyed by <b>source partition</b>, the unit Kafka Streams calls a task: it sees the
+ * partition's records of a micro-batch in offset order, and <b>stream time</b> is the partition's largest
+ * event time so far, advanced by each record before it is applied. So whether a pulse is late, and
+ * whether a window closed before a check-out, never depends on where micro-batches begin and end:
+ *
+ * <ul>
+ *   <li>a window <b>closes</b> when stream time reaches its end + grace: emitted once (a change row with
+ *       {@code closed = true}), kept in the store until retention;
+ *   <li>a pulse whose window closes at or before the stream time is <b>late</b> (an output row the job
+ *       dead-letters);
+ *   <li>a closed window is <b>evicted</b> when stream time reaches its start + retention (a tombstone);
+ *       one that closes and is evicted in one step is a tombstone that carries its final count;
+ *   <li>{@code checked_out} deletes every window of the patient (tombstones; open ones are not emitted,
+ *       windows closed earlier in the batch are).
+ * </ul>
+ *
+ * <p>Each batch emits one row per changed window (its latest value) plus one row per partition whose
+ * stream time moved ({@code patient_id} null, {@code stream_time_ms} set), so a restore continues stream
+ * time exactly. State per partition: the stream time, each patient's open windows and closed window
+ * starts, and the earliest close and eviction times, so closing and eviction scan the partition's
+ * patients only when one is due (once per window of stream time), not per record.
  */
 public final class PulseWindows {
   private PulseWindows() {}
@@ -43,50 +63,61 @@ public final class PulseWindows {
   static final String CHANGE = "change";
   static final String LATE = "late";
   static final String CHECKED_OUT = "checked_out";
+  /** The restored-state row schema {@link #changes} expects: one row per patient, one per stream time. */
+  public static final String INITIAL_DDL = "source_partition INT, patient_id STRING, open_starts ARRAY<BIGINT>, "
+      + "open_beats ARRAY<BIGINT>, closed_starts ARRAY<BIGINT>, stream_time_ms BIGINT";
 
-  /** The store's output rows (changes and late pulses, {@code outputDdl}) for watermarked events. */
-  public static Dataset<Row> changes(Dataset<Row> events, String keyColumn, Dataset<Row> initial, String store,
-                                     String outputDdl, long windowMs, long graceMs, long retentionMs,
-                                     long restoredWatermarkMs) {
+  /**
+   * The store's output rows ({@code outputDdl}: changes, stream times and late pulses) for {@code events}
+   * grouped by {@code partitionColumn}; {@code initial} ({@link #INITIAL_DDL}, or null) seeds the store.
+   */
+  public static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial,
+                                     String store, String outputDdl, long windowMs, long graceMs, long retentionMs) {
     StructType output = StructType.fromDDL(outputDdl);
-    KeyValueGroupedDataset<String, Row> grouped =
-        events.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
-    Windows windows = new Windows(store, windowMs, graceMs, retentionMs, restoredWatermarkMs, output.size());
+    KeyValueGroupedDataset<Integer, Row> grouped =
+        events.groupByKey((MapFunction<Row, Integer>) row -> row.getAs(partitionColumn), Encoders.INT());
+    Windows windows = new Windows(store, windowMs, graceMs, retentionMs, output.size());
     if (initial == null) {
-      return grouped.transformWithState(windows, TimeMode.EventTime(), OutputMode.Append(), Encoders.row(output));
+      return grouped.transformWithState(windows, TimeMode.None(), OutputMode.Append(), Encoders.row(output));
     }
-    KeyValueGroupedDataset<String, Row> seeded =
-        initial.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
-    return grouped.transformWithState(windows, TimeMode.EventTime(), OutputMode.Append(), seeded,
+    KeyValueGroupedDataset<Integer, Row> seeded =
+        initial.groupByKey((MapFunction<Row, Integer>) row -> row.getAs("source_partition"), Encoders.INT());
+    return grouped.transformWithState(windows, TimeMode.None(), OutputMode.Append(), seeded,
         Encoders.row(output), Encoders.row(initial.schema()));
   }
 
-  /** One window's value: beat count and whether it has closed. */
-  record Window(long beats, boolean closed) {}
-
-  static final class Windows extends StatefulProcessorWithInitialState<String, Row, Row, Row> {
-    private static final StructType VALUE = StructType.fromDDL("beats BIGINT, closed BOOLEAN");
+  static final class Windows extends StatefulProcessorWithInitialState<Integer, Row, Row, Row> {
+    private static final StructType OPEN = StructType.fromDDL("starts ARRAY<BIGINT>, beats ARRAY<BIGINT>");
+    private static final StructType CLOSED = StructType.fromDDL("starts ARRAY<BIGINT>");
 
     private final String store;
     private final long windowMs;
     private final long graceMs;
     private final long retentionMs;
-    private final long restoredWatermarkMs;
     private final int outputWidth;
-    private transient MapState<Long, Row> windows;
+    private transient ValueState<Long> streamTime;
+    private transient ValueState<Long> nextCloseAt;
+    private transient ValueState<Long> nextEvictAt;
+    /** patient -> open windows (start -> beats) */
+    private transient MapState<String, Row> open;
+    /** patient -> starts of closed windows still in the store */
+    private transient MapState<String, Row> closed;
 
-    Windows(String store, long windowMs, long graceMs, long retentionMs, long restoredWatermarkMs, int outputWidth) {
+    Windows(String store, long windowMs, long graceMs, long retentionMs, int outputWidth) {
       this.store = store;
       this.windowMs = windowMs;
       this.graceMs = graceMs;
       this.retentionMs = retentionMs;
-      this.restoredWatermarkMs = restoredWatermarkMs;
       this.outputWidth = outputWidth;
     }
 
     @Override
     public void init(OutputMode outputMode, TimeMode timeMode) {
-      windows = getHandle().getMapState(store, Encoders.LONG(), Encoders.row(VALUE), TTLConfig.NONE());
+      streamTime = getHandle().getValueState(store + "-stream-time", Encoders.LONG(), TTLConfig.NONE());
+      nextCloseAt = getHandle().getValueState(store + "-next-close", Encoders.LONG(), TTLConfig.NONE());
+      nextEvictAt = getHandle().getValueState(store + "-next-evict", Encoders.LONG(), TTLConfig.NONE());
+      open = getHandle().getMapState(store + "-open", Encoders.STRING(), Encoders.row(OPEN), TTLConfig.NONE());
+      closed = getHandle().getMapState(store + "-closed", Encoders.STRING(), Encoders.row(CLOSED), TTLConfig.NONE());
     }
 
     // -- the window rules ----------------------------------------------------------------------
@@ -98,133 +129,255 @@ public final class PulseWindows {
       return start + retentionMs;
     }
 
-    long deadline(long start, boolean closed) {
-      return closed ? evictedAt(start) : closesAt(start);
-    }
-
-    long streamTime(TimerValues timerValues) {
-      // A query started by a restore begins with watermark 0; stream time must not go back.
-      return Math.max(timerValues.getCurrentWatermarkInMs(), restoredWatermarkMs);
-    }
-
-    void arm(long start, boolean closed) {
-      // Fire at the deadline whether Spark expires timers at "<= watermark" or "< watermark": the
-      // handler re-checks the rule and re-arms when it fired a millisecond early.
-      getHandle().registerTimer(deadline(start, closed) - 1);
-    }
-
     // -- Spark's callbacks ---------------------------------------------------------------------
     @Override
-    public Iterator<Row> handleInputRows(String patient, Iterator<Row> rows, TimerValues timerValues) {
-      long watermark = streamTime(timerValues);
-      Map<Long, Window> before = read();
-      Map<Long, Window> current = new LinkedHashMap<>(before);
+    public Iterator<Row> handleInputRows(Integer partition, Iterator<Row> rows, TimerValues timerValues) {
       List<Row> events = new ArrayList<>();
       while (rows.hasNext()) {
         events.add(rows.next());
       }
-      events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));  // one patient: one partition
-      List<Row> out = new ArrayList<>();
+      events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
+      Batch batch = new Batch(partition);
       for (Row event : events) {
-        if (CHECKED_OUT.equals(event.getAs("type"))) {
-          current.clear();
-          continue;
-        }
         long t = event.<Timestamp>getAs("event_time").getTime();
+        batch.advance(t);
+        String patient = event.getAs("patient_id");
+        if (CHECKED_OUT.equals(event.getAs("type"))) {
+          batch.checkOut(patient);
+          continue;
+        }
         long start = t - Math.floorMod(t, windowMs);
-        Window window = current.get(start);
-        if ((watermark > 0 && closesAt(start) <= watermark) || (window != null && window.closed())) {
-          out.add(output(LATE, false, patient, start, null, null, event.getAs("partition"), event.getAs("offset"),
-              event.getAs("timestamp"), event.getAs("value")));
+        if (closesAt(start) <= batch.now) {
+          batch.out.add(output(LATE, false, patient, start, null, null, partition, null,
+              event.getAs("offset"), event.getAs("timestamp"), event.getAs("value")));
           continue;
         }
-        current.put(start, new Window(window == null ? 1 : window.beats() + 1, false));
+        batch.count(patient, start);
       }
-      write(patient, before, current, null, Set.of(), out);
-      return CollectionConverters.asScala(out.iterator());
+      return CollectionConverters.asScala(batch.finish().iterator());
     }
 
     @Override
-    public Iterator<Row> handleExpiredTimer(String patient, TimerValues timerValues, ExpiredTimerInfo info) {
-      long watermark = streamTime(timerValues);
-      Map<Long, Window> before = read();
-      Map<Long, Window> current = new LinkedHashMap<>(before);
-      Set<Long> closedOnEviction = new HashSet<>();
-      for (Map.Entry<Long, Window> entry : before.entrySet()) {
-        long start = entry.getKey();
-        Window window = entry.getValue();
-        if (evictedAt(start) <= watermark) {
-          if (!window.closed()) {
-            closedOnEviction.add(start);  // stream time jumped past both: still emit it, once
-          }
-          current.remove(start);
-        } else if (!window.closed() && closesAt(start) <= watermark) {
-          current.put(start, new Window(window.beats(), true));
-        }
-      }
-      List<Row> out = new ArrayList<>();
-      write(patient, before, current, watermark, closedOnEviction, out);
-      return CollectionConverters.asScala(out.iterator());
+    public Iterator<Row> handleExpiredTimer(Integer partition, TimerValues timerValues, ExpiredTimerInfo info) {
+      throw new IllegalStateException("PulseWindows registers no timers");
     }
 
     @Override
-    public void handleInitialState(String patient, Row initial, TimerValues timerValues) {
-      long start = initial.<Long>getAs("window_start_ms");
-      boolean closed = initial.<Boolean>getAs("closed");
-      windows.updateValue(start, RowFactory.create(initial.<Long>getAs("beats"), closed));
-      arm(start, closed);
-    }
-
-    private Map<Long, Window> read() {
-      Map<Long, Window> found = new LinkedHashMap<>();
-      Iterator<Tuple2<Long, Row>> entries = windows.iterator();
-      while (entries.hasNext()) {
-        Tuple2<Long, Row> entry = entries.next();
-        found.put(entry._1(), new Window(entry._2().getLong(0), entry._2().getBoolean(1)));
+    public void handleInitialState(Integer partition, Row initial, TimerValues timerValues) {
+      if (initial.isNullAt(initial.fieldIndex("patient_id"))) {
+        long restored = initial.<Long>getAs("stream_time_ms");
+        streamTime.update(streamTime.exists() ? Math.max(streamTime.get(), restored) : restored);
+        return;
       }
-      return found;
+      String patient = initial.getAs("patient_id");
+      List<Long> openStarts = initial.getList(initial.fieldIndex("open_starts"));
+      List<Long> openBeats = initial.getList(initial.fieldIndex("open_beats"));
+      TreeMap<Long, Long> windows = new TreeMap<>();
+      for (int i = 0; i < openStarts.size(); i++) {
+        windows.put(openStarts.get(i), openBeats.get(i));
+      }
+      TreeSet<Long> closedStarts = new TreeSet<>(initial.<Long>getList(initial.fieldIndex("closed_starts")));
+      if (!windows.isEmpty()) {
+        open.updateValue(patient, openRow(windows));
+        lower(nextCloseAt, closesAt(windows.firstKey()));
+      }
+      if (!closedStarts.isEmpty()) {
+        closed.updateValue(patient, closedRow(closedStarts));
+        lower(nextEvictAt, evictedAt(closedStarts.first()));
+      }
     }
 
-    /**
-     * Persist {@code current} over {@code before} and emit one change row per window that changed. A
-     * removed window is a tombstone; in {@code emitRemoved} it also carries its final count (closed), so
-     * the output gets a window that closed and left the store in one batch.
-     */
-    private void write(String patient, Map<Long, Window> before, Map<Long, Window> current, Long rearmAfter,
-                       Set<Long> emitRemoved, List<Row> out) {
-      for (Map.Entry<Long, Window> entry : before.entrySet()) {
-        long start = entry.getKey();
-        if (current.containsKey(start)) {
-          continue;
+    /** One micro-batch of one partition: patients' windows cached, written back once at the end. */
+    private final class Batch {
+      final int partition;
+      final long streamTimeBefore;
+      /** the partition's stream time as this batch advances it */
+      long now;
+      final Map<String, TreeMap<Long, Long>> openCache = new HashMap<>();
+      final Map<String, TreeSet<Long>> closedCache = new HashMap<>();
+      /** latest change row per changelog key (patient@start), in the order first changed */
+      final Map<String, Row> changes = new LinkedHashMap<>();
+      final List<Row> out = new ArrayList<>();
+
+      Batch(int partition) {
+        this.partition = partition;
+        this.streamTimeBefore = streamTime.exists() ? streamTime.get() : Long.MIN_VALUE;
+        this.now = streamTimeBefore;
+      }
+
+      void advance(long eventTime) {
+        if (eventTime <= now) {
+          return;
         }
-        windows.removeKey(start);
-        getHandle().deleteTimer(closesAt(start) - 1);
-        getHandle().deleteTimer(evictedAt(start) - 1);
-        boolean last = emitRemoved.contains(start);
-        out.add(output(CHANGE, true, patient, start, last ? entry.getValue().beats() : null, last ? true : null,
-            null, null, null, null));
+        now = eventTime;
+        if (nextCloseAt.exists() && nextCloseAt.get() <= now) {
+          closeDue();
+        }
+        if (nextEvictAt.exists() && nextEvictAt.get() <= now) {
+          evictDue();
+        }
       }
-      for (Map.Entry<Long, Window> entry : current.entrySet()) {
-        long start = entry.getKey();
-        Window window = entry.getValue();
-        Window previous = before.get(start);
-        if (window.equals(previous)) {
-          if (rearmAfter != null && deadline(start, window.closed()) - 1 <= rearmAfter) {
-            getHandle().registerTimer(deadline(start, window.closed()));
+
+      void count(String patient, long start) {
+        TreeMap<Long, Long> windows = openOf(patient);
+        long beats = windows.merge(start, 1L, Long::sum);
+        lower(nextCloseAt, closesAt(start));
+        change(patient, start, beats, false);
+      }
+
+      void checkOut(String patient) {
+        for (long start : openOf(patient).keySet()) {
+          tombstone(patient, start);
+        }
+        for (long start : closedOf(patient)) {
+          tombstone(patient, start);
+        }
+        openOf(patient).clear();
+        closedOf(patient).clear();
+      }
+
+      /** Close every open window of the partition due at the current stream time. */
+      private void closeDue() {
+        writeBack();
+        long next = Long.MAX_VALUE;
+        List<String> patients = new ArrayList<>();
+        Iterator<Tuple2<String, Row>> entries = open.iterator();
+        while (entries.hasNext()) {
+          patients.add(entries.next()._1());
+        }
+        for (String patient : patients) {
+          TreeMap<Long, Long> windows = openOf(patient);
+          while (!windows.isEmpty() && closesAt(windows.firstKey()) <= now) {
+            Map.Entry<Long, Long> window = windows.pollFirstEntry();
+            closedOf(patient).add(window.getKey());
+            lower(nextEvictAt, evictedAt(window.getKey()));
+            change(patient, window.getKey(), window.getValue(), true);
           }
-          continue;
+          if (!windows.isEmpty()) {
+            next = Math.min(next, closesAt(windows.firstKey()));
+          }
         }
-        windows.updateValue(start, RowFactory.create(window.beats(), window.closed()));
-        if (previous == null || previous.closed() != window.closed()) {
-          arm(start, window.closed());
+        setOrClear(nextCloseAt, next);
+      }
+
+      /** Drop every closed window of the partition whose retention has passed. */
+      private void evictDue() {
+        writeBack();
+        long next = Long.MAX_VALUE;
+        List<String> patients = new ArrayList<>();
+        Iterator<Tuple2<String, Row>> entries = closed.iterator();
+        while (entries.hasNext()) {
+          patients.add(entries.next()._1());
         }
-        out.add(output(CHANGE, false, patient, start, window.beats(), window.closed(), null, null, null, null));
+        for (String patient : patients) {
+          TreeSet<Long> starts = closedOf(patient);
+          while (!starts.isEmpty() && evictedAt(starts.first()) <= now) {
+            tombstone(patient, starts.pollFirst());
+          }
+          if (!starts.isEmpty()) {
+            next = Math.min(next, evictedAt(starts.first()));
+          }
+        }
+        setOrClear(nextEvictAt, next);
+      }
+
+      private TreeMap<Long, Long> openOf(String patient) {
+        return openCache.computeIfAbsent(patient, p -> {
+          TreeMap<Long, Long> windows = new TreeMap<>();
+          Row row = open.containsKey(p) ? open.getValue(p) : null;
+          if (row != null) {
+            List<Long> starts = row.getList(0);
+            List<Long> beats = row.getList(1);
+            for (int i = 0; i < starts.size(); i++) {
+              windows.put(starts.get(i), beats.get(i));
+            }
+          }
+          return windows;
+        });
+      }
+
+      private TreeSet<Long> closedOf(String patient) {
+        return closedCache.computeIfAbsent(patient, p -> {
+          Row row = closed.containsKey(p) ? closed.getValue(p) : null;
+          return row == null ? new TreeSet<>() : new TreeSet<>(row.<Long>getList(0));
+        });
+      }
+
+      private void change(String patient, long start, long beats, boolean isClosed) {
+        changes.put(patient + "@" + start, output(CHANGE, false, patient, start, beats, isClosed, partition, null,
+            null, null, null));
+      }
+
+      /** A window leaves the store; one closed in this batch keeps its final count for the outputs. */
+      private void tombstone(String patient, long start) {
+        Row previous = changes.get(patient + "@" + start);
+        boolean closedNow = previous != null && Boolean.TRUE.equals(previous.getAs(5));
+        changes.put(patient + "@" + start, output(CHANGE, true, patient, start,
+            closedNow ? previous.<Long>getAs(4) : null, closedNow ? Boolean.TRUE : null, partition, null,
+            null, null, null));
+      }
+
+      /** Write the cached windows back to the state store. */
+      private void writeBack() {
+        for (Map.Entry<String, TreeMap<Long, Long>> entry : openCache.entrySet()) {
+          if (entry.getValue().isEmpty()) {
+            open.removeKey(entry.getKey());
+          } else {
+            open.updateValue(entry.getKey(), openRow(entry.getValue()));
+          }
+        }
+        for (Map.Entry<String, TreeSet<Long>> entry : closedCache.entrySet()) {
+          if (entry.getValue().isEmpty()) {
+            closed.removeKey(entry.getKey());
+          } else {
+            closed.updateValue(entry.getKey(), closedRow(entry.getValue()));
+          }
+        }
+        openCache.clear();
+        closedCache.clear();
+      }
+
+      List<Row> finish() {
+        writeBack();
+        out.addAll(changes.values());
+        if (now != streamTimeBefore) {
+          streamTime.update(now);
+          out.add(output(CHANGE, false, null, null, null, null, partition, now, null, null, null));
+        }
+        return out;
       }
     }
 
-    private Row output(String kind, boolean tombstone, String patient, long start, Long beats, Boolean closed,
-                       Object partition, Object offset, Object timestamp, Object raw) {
-      Object[] values = {kind, tombstone, patient, start, beats, closed, partition, offset, timestamp, raw};
+    private static void lower(ValueState<Long> time, long candidate) {
+      if (!time.exists() || candidate < time.get()) {
+        time.update(candidate);
+      }
+    }
+
+    private static void setOrClear(ValueState<Long> time, long value) {
+      if (value == Long.MAX_VALUE) {
+        time.clear();
+      } else {
+        time.update(value);
+      }
+    }
+
+    private static Row openRow(TreeMap<Long, Long> windows) {
+      return RowFactory.create(seq(new ArrayList<>(windows.keySet())), seq(new ArrayList<>(windows.values())));
+    }
+
+    private static Row closedRow(TreeSet<Long> starts) {
+      return RowFactory.create(seq(new ArrayList<>(starts)));
+    }
+
+    private static scala.collection.immutable.Seq<Long> seq(List<Long> values) {
+      return CollectionConverters.asScala(values).toList();
+    }
+
+    private Row output(String kind, boolean tombstone, String patient, Long start, Long beats, Boolean isClosed,
+                       Integer partition, Long streamTimeMs, Object offset, Object timestamp, Object raw) {
+      Object[] values = {kind, tombstone, patient, start, beats, isClosed, partition, streamTimeMs, offset, timestamp,
+          raw};
       if (values.length != outputWidth) {
         throw new IllegalStateException("output DDL has " + outputWidth + " columns, the processor writes " + values.length);
       }
