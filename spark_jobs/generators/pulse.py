@@ -61,7 +61,7 @@ def adversarial(count: int, patients: int = 6, seed: int = 5, start: dt.datetime
         t += dt.timedelta(hours=7) if roll < 0.01 else dt.timedelta(milliseconds=rng.choice([0, 500, 2500, 9000]))
         at = t - dt.timedelta(milliseconds=rng.choice([0, 0, 0, 4999, 5000, 5001, 30_000, 65_000]))
         kind = CHECKED_OUT if roll > 0.95 else PULSE
-        yield {"event_id": f"x-{seed}-{n}", "type": kind, "patient_id": f"p{rng.randrange(patients)}",
+        yield {"event_id": f"x-{seed}-{n}", "type": kind, "patient_id": f"p{rng.randrange(patients):03d}",
                "event_time": _iso(at)}  # fmt: skip
 
 

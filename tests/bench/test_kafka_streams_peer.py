@@ -89,3 +89,30 @@ def test_a_failed_peer_ends_the_wait_with_its_cause(kafka_broker, settings, clas
         peer.wait_caught_up(timeout_s=300)  # without the failure check: a TimeoutError after 300 s
     assert peer.proc.poll() == 1, "a failed app must exit, not idle"
     assert f"the Kafka Streams app {peer.application_id} failed" in str(failure.value)
+
+
+def test_peer_closes_the_same_windows_as_the_platform_reference(kafka_broker, settings, classpath, tmp_path, unique):
+    """Kafka Streams' windows (per-task stream time, grace, suppress until close) on adversarial pulses
+    equal spark_jobs.generators.pulse.expected, the reference the platform's window processor is held
+    to under any micro-batching (tests/spark_jobs/test_patient_heart_rate_semantics.py). The peer has no
+    check-outs, so the input has none."""
+    from spark_jobs.generators import pulse
+    from spark_jobs.generators.producer import kafka_partition
+
+    start = pulse.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
+    events = [e for e in pulse.adversarial(400, patients=8, seed=21, start=start) if e["type"] == pulse.PULSE]
+    assert {kafka_partition(e["patient_id"], 2) for e in events} == {0, 1}
+    topic, app, output = f"pulses-{unique}", f"kspulses-{unique}", f"kspulses-{unique}-out"
+    ensure_topic(settings.kafka, topic, 2)
+    ensure_topic(settings.kafka, output, 2)
+    pulse.produce(settings.kafka, topic, events)
+    peer = KafkaStreamsPeer(classpath, settings, "pulse_counts", app, tmp_path / app, topic, output, threads=1)
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0
+    finally:
+        peer.stop()
+    emitted = {(key.rpartition("@")[0], value["window_start_ms"]): value["beats"]
+               for key, value in _compacted_view(settings, output).items()}  # fmt: skip
+    want = pulse.expected([events], 60_000, 5_000, 6 * 3600 * 1000, partitions=2)
+    assert want.late and len(want.emitted) > 10
+    assert emitted == want.emitted
