@@ -161,10 +161,6 @@ class JobContext:
         state = self.restored[changes.store].state if changes.store in self.restored else {}
         return restored_rows(self.spark, state, changes.value_ddl)
 
-    def restored_watermark_ms(self) -> int:
-        """Stream time the restored state had reached (a new query's own watermark starts at 0)."""
-        return max((r.watermark_ms for r in self.restored.values()), default=0)
-
     def state_change_sink(self, changes: StoreChanges, write_outputs, reconcile_outputs=None):
         """The ``foreachBatch`` function of a job whose processor emits store changes.
 
