@@ -89,3 +89,33 @@ def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(kafka
     counts = {user: (state["purchases"], Decimal(state["amount_spent"]))
               for user, state in _compacted_view(settings, f"{app}-counts-changelog").items()}  # fmt: skip
     assert counts == purchases.expected_counts(valid)
+
+
+def test_vote_counts_do_not_depend_on_batching(spark, kafka_broker, settings, unique):
+    """The latest vote by event time, and the counts, whatever the cut: votes arrive out of order, some
+    twice (a retried producer), ties in event time are broken by event id."""
+    from spark_jobs.generators import votes
+
+    events = list(votes.generate(voters=15, seed=3, max_votes=6, shuffle_window=20))
+    events += events[::9]  # duplicates, arriving late
+    tie = {**events[0], "event_id": events[0]["event_id"] + "-tie", "candidate": "tie-breaker"}
+    events.insert(len(events) // 2, tie)  # same voter, same event time: the larger event id wins
+    topic = f"adversarial-votes-{unique}"
+    ensure_topic(settings.kafka, topic, 2)
+    votes.produce(settings.kafka, topic, events)
+    spec = get_job("vote_counts")
+
+    results = {}
+    for cut in (None, 9):
+        name = f"votes_{unique}_{cut or 'all'}"
+        job = dataclasses.replace(spec, name=name, source_topic=topic, output_table=name)
+        report = run(job, settings.replace(max_offsets_per_trigger=cut), available_now=True, spark=spark)
+        assert report.error is None and report.input_rows == len(events)
+        table = spark.read.format("delta")
+        results[cut] = (
+            {r.voter_id: r.candidate for r in table.load(report.output).collect()},
+            {r.candidate: r.votes for r in table.load(f"{report.output}_counts").collect()},
+        )
+    want = {voter: e["candidate"] for voter, e in votes.latest_votes(events).items()}
+    assert results[None] == (want, votes.expected_counts(events))
+    assert results[9] == results[None], "maxOffsetsPerTrigger=9 changed the outputs"
