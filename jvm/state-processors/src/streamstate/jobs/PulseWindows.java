@@ -240,12 +240,7 @@ public final class PulseWindows {
       private void closeDue() {
         writeBack();
         long next = Long.MAX_VALUE;
-        List<String> patients = new ArrayList<>();
-        Iterator<Tuple2<String, Row>> entries = open.iterator();
-        while (entries.hasNext()) {
-          patients.add(entries.next()._1());
-        }
-        for (String patient : patients) {
+        for (String patient : patients(open)) {
           TreeMap<Long, Long> windows = openOf(patient);
           while (!windows.isEmpty() && closesAt(windows.firstKey()) <= now) {
             Map.Entry<Long, Long> window = windows.pollFirstEntry();
@@ -264,12 +259,7 @@ public final class PulseWindows {
       private void evictDue() {
         writeBack();
         long next = Long.MAX_VALUE;
-        List<String> patients = new ArrayList<>();
-        Iterator<Tuple2<String, Row>> entries = closed.iterator();
-        while (entries.hasNext()) {
-          patients.add(entries.next()._1());
-        }
-        for (String patient : patients) {
+        for (String patient : patients(closed)) {
           TreeSet<Long> starts = closedOf(patient);
           while (!starts.isEmpty() && evictedAt(starts.first()) <= now) {
             tombstone(patient, starts.pollFirst());
@@ -346,6 +336,16 @@ public final class PulseWindows {
         }
         return out;
       }
+    }
+
+    /** The patients (keys) of a per-patient map state, read before the map is changed. */
+    private static List<String> patients(MapState<String, Row> state) {
+      List<String> patients = new ArrayList<>();
+      Iterator<Tuple2<String, Row>> entries = state.iterator();
+      while (entries.hasNext()) {
+        patients.add(entries.next()._1());
+      }
+      return patients;
     }
 
     private static void lower(ValueState<Long> time, long candidate) {
