@@ -55,7 +55,7 @@ STATE_DDL = ("patient_id STRING, window_start_ms BIGINT, beats BIGINT, closed BO
              "stream_time_ms BIGINT")  # fmt: skip
 CHANGE, LATE = "change", "late"
 #: Processor output: store changes (kind = change) and late pulses (kind = late, with their source
-#: coordinates and raw bytes for the dead-letter record).
+#: coordinates, raw bytes and the stream time that made them late, for the dead-letter record).
 OUTPUT_DDL = f"kind STRING, {TOMBSTONE} BOOLEAN, {STATE_DDL}, source_offset BIGINT, source_timestamp TIMESTAMP, raw BINARY"
 #: The changelog key of a partition's stream time (a window's is ``<patient>@<window start ms>``).
 STREAM_TIME_KEY_PREFIX = "~stream-time@"
@@ -112,6 +112,17 @@ def window_changes(events: DataFrame, initial: DataFrame | None, store: StoreSpe
                        store.window_ms, store.grace_ms, store.retention_ms)  # fmt: skip
 
 
+def late_message():
+    """Why a late pulse was refused, for the dead letter: its window and the stream time that closed it."""
+
+    def at(millis):
+        return F.date_format(F.timestamp_millis(millis), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+
+    return F.concat(F.lit("window starting "), at(F.col("window_start_ms")),
+                    F.lit(" had closed: stream time of partition "), F.col("source_partition").cast("string"),
+                    F.lit(" was "), at(F.col("stream_time_ms")))  # fmt: skip
+
+
 def classify(ctx: JobContext) -> DataFrame:
     return dead_letter.classify_events(ctx.kafka_source(), EVENT_SCHEMA, "patient_id", EVENT_TYPES,
                                        invalid=dead_letter.bad_event_time())  # fmt: skip
@@ -142,6 +153,7 @@ def build(ctx: JobContext):
             F.col("patient_id").cast("binary").alias("key"), F.col("raw").alias("value"), F.lit(source_topic).alias("topic"),
             F.col("source_partition").alias("partition"), F.col("source_offset").alias("offset"),
             F.col("source_timestamp").alias("timestamp"), F.lit(dead_letter.LATE).alias(dead_letter.ERROR_COLUMN),
+            late_message().alias(dead_letter.MESSAGE_COLUMN),
         )  # fmt: skip
         if not late.isEmpty():
             dead_letter.write_dead_letters(late, app, bootstrap)

@@ -18,6 +18,7 @@ from spark_jobs.kafka_topics import ensure_topic, read_json_records
 from spark_jobs.registry import get_job, store
 from spark_jobs.run import run
 from spark_jobs.state.changelog_reader import read_changelog
+from tests.spark_jobs.test_dead_letter import read_with_headers
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +102,9 @@ def test_windows_close_once_late_pulses_dead_letter_checkouts_delete_retention_e
     play(second)
     want = _check(spark, settings, job, rounds)
     assert want.late == {"late-1"}
+    [letter] = read_with_headers(bootstrap, dead_letter_topic(job.application_id))
+    assert letter["headers"]["reason"] == "late", letter
+    assert "window starting 2026-11-01T09:00:00.000Z had closed: stream time of partition" in letter["headers"]["message"]
     base = int(start.timestamp() * 1000)
     assert all(s >= base + 240_000 for p, s in want.state if p == "p001")  # older windows deleted
 

@@ -92,6 +92,7 @@ def _run(spark, tmp_path, events: list[dict], cut: int, name: str) -> pulse.Expe
     for _, kind, tombstone, patient, start, beats, closed, partition, stream_time, raw in seen:
         if kind == LATE:
             late.add(raw.decode())
+            assert start + STORE.window_ms + STORE.grace_ms <= stream_time, "late by the stream time it carries"
         elif patient is None:
             stream_times[partition] = stream_time
         else:

@@ -148,7 +148,7 @@ public final class PulseWindows {
         }
         long start = t - Math.floorMod(t, windowMs);
         if (closesAt(start) <= batch.now) {
-          batch.out.add(output(LATE, false, patient, start, null, null, partition, null,
+          batch.out.add(output(LATE, false, patient, start, null, null, partition, batch.now,
               event.getAs("offset"), event.getAs("timestamp"), event.getAs("value")));
           continue;
         }
