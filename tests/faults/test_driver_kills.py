@@ -4,7 +4,8 @@ over every event in the topic: nothing lost, nothing counted twice, no stale row
 
 A kill lands where a failpoint (:mod:`spark_jobs.failpoints`) holds the driver: while it restores,
 inside a batch before anything is written, or between the batch's outputs and its changelog markers
-(the moment that matters most: the outputs are ahead of what a restore trusts). Wall-clock delays
+(the moment that matters most: the outputs are ahead of what a restore trusts), or with a snapshot
+due and not yet written. Wall-clock delays
 do not work for this: on a slow machine every "random" kill hit "running, no batch yet". Some kills
 also lose the checkpoint, so the next driver restores from the changelog. The trials are drawn from a
 seeded generator; CI runs a few, the ``deep`` mode many::
@@ -26,12 +27,12 @@ import time
 
 import pytest
 
-from runtime.settings import Settings
+from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs import failpoints
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
-from spark_jobs.registry import JobSpec, get_job
+from spark_jobs.registry import JobSpec, get_job, registered_versions
 from spark_jobs.run import run
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
@@ -58,11 +59,12 @@ class Kill:
 
 
 def draw_kills(rng: random.Random, count: int) -> list[Kill]:
-    """``count`` trials; the first two always cover the riskiest pair (outputs ahead of the markers,
-    then a restore), the rest are drawn."""
-    kills = [Kill("between_outputs_and_markers", 1, lose_checkpoint=True), Kill("restoring", lose_checkpoint=True)]
+    """``count`` trials; the first three always cover the riskiest moments (outputs ahead of the
+    markers, then a restore, then a snapshot being taken), the rest are drawn."""
+    kills = [Kill("between_outputs_and_markers", 1, lose_checkpoint=True), Kill("restoring", lose_checkpoint=True),
+             Kill("before_snapshot", 1)]  # fmt: skip
     while len(kills) < count:
-        point = rng.choice(["restoring", "before_outputs", "between_outputs_and_markers"])
+        point = rng.choice(["restoring", "before_outputs", "between_outputs_and_markers", "before_snapshot"])
         lose = point == "restoring" or rng.random() < 0.5
         kills.append(Kill(point, 1 if point == "restoring" else rng.randint(1, 3), lose))
     return kills[:count]
@@ -76,7 +78,8 @@ def kill_at(settings: Settings, spec: JobSpec, kill: Kill, log_name: str, timeou
     if kill.lose_checkpoint and kill.failpoint == "restoring":
         shutil.rmtree(settings.checkpoint_dir / spec.application_id, ignore_errors=True)
     submit = submit_spec(spec, settings)
-    env = {**os.environ, **submit.env, failpoints.ENV: f"{kill.failpoint}:{kill.nth}"}
+    # PYTHONPATH: the driver may run a job of tests/fixtures (STREAMSTATE_JOB_MODULES)
+    env = {**os.environ, **submit.env, failpoints.ENV: f"{kill.failpoint}:{kill.nth}", "PYTHONPATH": str(PROJECT_ROOT)}
     log = open(settings.data_dir / log_name, "w")
     driver = subprocess.Popen(submit.command(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -134,8 +137,9 @@ def test_outputs_ahead_of_the_markers_and_a_lost_checkpoint_leave_no_stale_row(p
 
 
 def test_kill_9s_at_every_phase_of_the_driver_lose_nothing_and_double_nothing(private_stack, spark):
-    settings = private_stack
-    spec = get_job("purchase_counts")
+    # purchase_counts with a snapshot after every batch: a kill while one is due is reachable
+    settings = private_stack.replace(job_modules="tests.fixtures.fault_jobs")
+    spec = registered_versions(settings.job_modules)["snapshotting_counts"][1]
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, spec.source_topic, spec.source_partitions)
     purchases.produce(bootstrap, spec.source_topic, purchases.generate(4000, users=500, seed=900))
