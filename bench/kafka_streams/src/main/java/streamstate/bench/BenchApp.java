@@ -37,7 +37,10 @@ import org.apache.kafka.streams.state.Stores;
  *   <li>{@code purchase_counts}: purchases and amount spent per user; {@code account_closed} deletes the
  *       user (the aggregator returns null, which deletes the key and logs a tombstone);
  *   <li>{@code pulse_counts}: heart beats per patient per 60 s event-time window, 5 s grace, 6 h
- *       retention, emitted once when the window closes.
+ *       retention, emitted once when the window closes;
+ *   <li>{@code vote_counts}: votes per candidate over each voter's latest vote by event time (a
+ *       versioned table with 24 h of history, whose aggregation ignores out-of-order votes); the output
+ *       topic gets {@code candidate -> {"votes": n}}.
  * </ul>
  *
  * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
@@ -46,7 +49,7 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts|vote_counts> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -57,7 +60,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts|pulse_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts|pulse_counts|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -79,6 +82,7 @@ public final class BenchApp {
     switch (job) {
       case "purchase_counts" -> purchaseCounts(builder, args[4], args[5]);
       case "pulse_counts" -> pulseCounts(builder, args[4], args[5]);
+      case "vote_counts" -> voteCounts(builder, args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
         System.exit(2);
@@ -174,6 +178,28 @@ public final class BenchApp {
                 KeyValue.pair(
                     window.key() + "@" + window.window().start(),
                     "{\"beats\":" + beats + ",\"window_start_ms\":" + window.window().start() + "}"))
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * Votes per candidate, counting each voter's latest vote by event time: a versioned table (KIP-914),
+   * whose aggregations ignore a vote older than the voter's latest.
+   */
+  static void voteCounts(StreamsBuilder builder, String input, String output) {
+    builder
+        .table(
+            input,
+            Consumed.with(Serdes.String(), Serdes.String()),
+            Materialized.<String, String>as(
+                    Stores.persistentVersionedKeyValueStore("latest-votes", Duration.ofHours(24)))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String()))
+        .groupBy(
+            (voter, vote) -> KeyValue.pair(field(vote, "candidate"), vote),
+            Grouped.with(Serdes.String(), Serdes.String()))
+        .count()
+        .toStream()
+        .mapValues(votes -> JSON.createObjectNode().put("votes", votes).toString())
         .to(output, Produced.with(Serdes.String(), Serdes.String()));
   }
 
