@@ -23,6 +23,12 @@ from spark_jobs.kafka_topics import ensure_topic, watermark_offsets
 pytestmark = pytest.mark.integration
 
 
+#: For an output topic of the app: it stamps its records with event time, and the tests' events lie
+#: days or weeks in the past, so the broker's time retention (7 days, checked every 5 minutes) would
+#: delete them at a random moment during a test.
+KEEP_OLD_RECORDS = {"retention.ms": "-1"}
+
+
 @pytest.fixture(scope="module")
 def classpath() -> str:
     return build()
@@ -104,7 +110,7 @@ def test_peer_closes_the_same_windows_as_the_platform_reference(kafka_broker, se
     assert {kafka_partition(e["patient_id"], 2) for e in events} == {0, 1}
     topic, app, output = f"pulses-{unique}", f"kspulses-{unique}", f"kspulses-{unique}-out"
     ensure_topic(settings.kafka, topic, 2)
-    ensure_topic(settings.kafka, output, 2)
+    ensure_topic(settings.kafka, output, 2, config=KEEP_OLD_RECORDS)
     pulse.produce(settings.kafka, topic, events)
     peer = KafkaStreamsPeer(classpath, settings, "pulse_counts", app, tmp_path / app, topic, output, threads=1)
     try:

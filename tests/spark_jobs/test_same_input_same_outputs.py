@@ -128,12 +128,13 @@ def test_kafka_streams_counts_the_same_votes(kafka_broker, settings, tmp_path, u
     (README, "Semantics")."""
     from bench.kafka_streams_peer import KafkaStreamsPeer, build
     from spark_jobs.generators import votes
+    from tests.bench.test_kafka_streams_peer import KEEP_OLD_RECORDS
 
     events = list(votes.generate(voters=40, seed=4, max_votes=6, shuffle_window=30))
     events += events[::7]  # duplicates, arriving late
     topic, app, output = f"votes-ks-{unique}", f"ksvotes-{unique}", f"ksvotes-{unique}-out"
     ensure_topic(settings.kafka, topic, 2)
-    ensure_topic(settings.kafka, output, 2)
+    ensure_topic(settings.kafka, output, 2, config=KEEP_OLD_RECORDS)
     votes.produce(settings.kafka, topic, events)
     peer = KafkaStreamsPeer(build(), settings, "vote_counts", app, tmp_path / app, topic, output, threads=1)
     try:
