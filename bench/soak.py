@@ -40,6 +40,7 @@ from runtime.process import free_service_ports, stop_process_group  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.generators import purchases  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets  # noqa: E402
+from spark_jobs.layout import JobLayout  # noqa: E402
 from spark_jobs.lifecycle import read_status  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 from spark_jobs.state.changelog import changelog_topic_name  # noqa: E402
@@ -68,7 +69,7 @@ def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
     status = read_status(settings.status_dir, spec.application_id) or {}
     progress = status.get("progress") or {}
     end = {p: high for p, (_, high) in partition_offsets(bootstrap, spec.source_topic, 10).items()}
-    done = committed_input_offsets(settings.checkpoint_dir / spec.application_id, spec.source_topic) or {}
+    done = committed_input_offsets(JobLayout.of(spec, settings).checkpoint, spec.source_topic) or {}
     changelog = changelog_topic_name(spec.application_id, "counts")
     logs = settings.kafka_dir / "data"  # the local broker's log.dirs
     return {

@@ -83,7 +83,7 @@ def reprocess_job() -> None:
     launch = LaunchStreamingJobOperator(task_id="launch_new_version", job="{{ params.job }}", version=TARGET, manual=True)
     caught_up = WaitForCatchUpOperator(task_id="wait_caught_up", timeout_min="{{ params.catch_up_timeout_min }}")
     compare = CompareOutputsOperator(task_id="compare")
-    stop = StopStreamingJobOperator(task_id="stop", job="{{ params.job }}", version=TARGET,
+    stop = StopStreamingJobOperator(task_id="stop", job="{{ params.job }}", version=TARGET, stop_standby=True,
                                     reason="reprocessing reset {{ run_id }}")  # fmt: skip
     reset = ResetJobStateOperator(task_id="reset")
     restart = LaunchStreamingJobOperator(task_id="restart", job="{{ params.job }}", version=TARGET, manual=True)
@@ -122,7 +122,7 @@ def promote_job_version() -> None:
     # the promoted version must run (a rollback promotes a version that was stopped when it was retired)
     start_new = LaunchStreamingJobOperator(task_id="start_new", job="{{ params.job }}",
                                            version="{{ ti.xcom_pull(task_ids='promote')['new_version'] }}", manual=True)  # fmt: skip
-    stop_old = StopStreamingJobOperator(task_id="stop_old", job="{{ params.job }}",
+    stop_old = StopStreamingJobOperator(task_id="stop_old", job="{{ params.job }}", stop_standby=True,
                                         version="{{ ti.xcom_pull(task_ids='promote')['old_version'] }}",
                                         reason="retired: v{{ ti.xcom_pull(task_ids='promote')['new_version'] }} promoted ({{ run_id }})")  # fmt: skip
     retire = RetireJobVersionOperator(task_id="retire_old", job="{{ params.job }}", retain_days="{{ params.retain_days }}")

@@ -10,12 +10,12 @@ from pathlib import Path
 from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
-from spark_jobs.state.checkpoint_health import RESTORE_RECORD
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
 from spark_jobs.state.restore import RestoredState
-from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
+from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.store_changes import StoreChanges, restored_rows
 
 
@@ -38,6 +38,11 @@ class JobContext:
     #: over the run: the run report's answer to "where does a batch's time go"
     phase_seconds: dict = dataclasses.field(default_factory=dict)
 
+    @property
+    def layout(self) -> JobLayout:
+        """Every name and path this job version owns."""
+        return JobLayout.of(self.spec, self.settings)
+
     def kafka_source(self):
         """The job's source topic as a streaming DataFrame, starting where the restored state ends."""
         reader = (
@@ -58,7 +63,7 @@ class JobContext:
         reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint), else earliest."""
         positions = {json.dumps(r.input_offsets, sort_keys=True) for r in self.restored.values() if r.input_offsets}
         if not positions:
-            start_file = self.checkpoint / "streamstate" / "start-offsets.json"
+            start_file = self.layout.start_offsets_file
             return start_file.read_text() if start_file.exists() else "earliest"
         if len(positions) > 1:
             raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
@@ -71,11 +76,11 @@ class JobContext:
         with the job."""
         from spark_jobs import dead_letter
 
-        ensure_topic(self.settings.kafka, dead_letter.dead_letter_topic(self.spec.application_id),
+        ensure_topic(self.settings.kafka, self.layout.dead_letter_topic,
                      self.spec.source_partitions, self.settings.kafka_replication_factor)  # fmt: skip
         self.companion_writers.append(dead_letter.dead_letter_writer(
             classified, self.spec.application_id, self.settings.kafka,
-            str(self.checkpoint / "streamstate" / "dead-letter"),
+            str(self.layout.dead_letter_checkpoint),
         ))  # fmt: skip
         return dead_letter.valid(classified, *source_columns)
 
@@ -102,17 +107,16 @@ class JobContext:
 
     def snapshot_store(self, store_name: str) -> SnapshotStore:
         s = store(self.spec, store_name)
-        return SnapshotStore(snapshot_path(self.settings.lake_dir, self.spec.application_id, s.name),
-                             self.spec.application_id, s.name)  # fmt: skip
+        return SnapshotStore(self.layout.snapshot_table(s.name), self.spec.application_id, s.name)
 
     @property
     def checkpoint(self) -> Path:
         """The query checkpoint of this job version (one per application id)."""
-        return self.settings.checkpoint_dir / self.spec.application_id
+        return self.layout.checkpoint
 
     @property
     def output_path(self) -> str:
-        return str(self.settings.lake_dir / self.spec.output_table_dir)
+        return str(self.layout.output_table)
 
     def changelog_topic(self, store_name: str) -> ChangelogTopic:
         s = store(self.spec, store_name)
@@ -129,7 +133,7 @@ class JobContext:
     @property
     def restore_record(self) -> Path:
         """``restore.json`` in the checkpoint: how this checkpoint's state was restored, if it was."""
-        return self.checkpoint / RESTORE_RECORD
+        return self.layout.restore_record
 
     def changelog_writer(self, store_name: str) -> ChangelogWriter:
         """The store's changelog writer, continuing the changelog's batch ids after a restore."""

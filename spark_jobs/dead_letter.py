@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from runtime.kafka_connection import KafkaTarget, as_connection
+from spark_jobs.layout import dead_letter_topic_name
 
 ERROR_COLUMN = "_dead_letter_reason"
 MESSAGE_COLUMN = "_dead_letter_message"
@@ -30,7 +31,7 @@ HEADER_PREFIX = "streamstate.dlq."
 
 
 def dead_letter_topic(application_id: str) -> str:
-    return f"{application_id}-dead-letter"
+    return dead_letter_topic_name(application_id)
 
 
 def is_json_object(text_column: str) -> Column:

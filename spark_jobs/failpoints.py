@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
+from spark_jobs.layout import StatusFiles
+
 ENV = "STREAMSTATE_FAILPOINTS"
 
 Failpoint = Literal[
@@ -52,7 +54,7 @@ def armed() -> dict[str, int]:
 
 
 def marker_path(status_dir: Path, application_id: str) -> Path:
-    return Path(status_dir) / f"{application_id}.failpoint.json"
+    return StatusFiles(status_dir, application_id).failpoint
 
 
 def reached(name: Failpoint, status_dir: Path, application_id: str) -> None:

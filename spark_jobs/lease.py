@@ -15,12 +15,16 @@ reliable on NFS.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+
+from spark_jobs.layout import JobLayout, StatusFiles
 
 #: Exit code of a driver that found its job already running (spark_jobs/run.py).
 ALREADY_RUNNING = 3
@@ -40,7 +44,7 @@ class JobAlreadyRunning(RuntimeError):
 
 
 def lease_path(status_dir: Path, application_id: str) -> Path:
-    return Path(status_dir) / f"{application_id}.lease"
+    return StatusFiles(status_dir, application_id).lease
 
 
 class JobLease:
@@ -120,3 +124,18 @@ def _read(fd: int) -> dict:
         return json.loads(os.pread(fd, 4096, 0) or b"{}")
     except ValueError:
         return {}
+
+
+@contextlib.contextmanager
+def holding_version(layout: JobLayout) -> Iterator[None]:
+    """Hold a job version's driver lease *and* its standby's: nothing of the version can start or keep
+    writing while the block runs (reset and purge delete what both write).
+
+    Raises:
+        JobAlreadyRunning: the driver or the standby runs (its ``application_id`` says which);
+            nothing is held then.
+    """
+    with contextlib.ExitStack() as held:
+        for name in (layout.driver.name, layout.standby.name):
+            held.enter_context(JobLease(layout.status_dir, name))
+        yield

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from spark_jobs.layout import StatusFiles
+
 
 class JobState(str, enum.Enum):
     CREATED = "CREATED"
@@ -157,7 +159,7 @@ class JobStatus:
 
 
 def status_path(status_dir: Path, application_id: str) -> Path:
-    return Path(status_dir) / f"{application_id}.status.json"
+    return StatusFiles(status_dir, application_id).lifecycle
 
 
 def read_status(status_dir: Path, application_id: str) -> dict | None:

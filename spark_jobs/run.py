@@ -26,6 +26,7 @@ from pathlib import Path
 from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.context import JobContext
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning, JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, status_path
 from spark_jobs.registry import JobSpec, get_job
@@ -70,7 +71,7 @@ log = logging.getLogger("streamstate.run")
 
 
 def report_path(spec: JobSpec, settings: Settings) -> Path:
-    return settings.status_dir / f"{spec.application_id}.last-run.json"
+    return JobLayout.of(spec, settings).driver.last_run
 
 
 def _logged(method):

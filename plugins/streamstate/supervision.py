@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from spark_jobs.layout import StatusFiles
 from spark_jobs.registry import JobSpec
 
 DESIRED_RUNNING = "running"
@@ -78,7 +79,7 @@ class SupervisionRecord:
 
 
 def record_path(status_dir: Path, application_id: str) -> Path:
-    return Path(status_dir) / f"{application_id}.supervision.json"
+    return StatusFiles(status_dir, application_id).supervision
 
 
 def read_record(status_dir: Path, application_id: str) -> SupervisionRecord:
@@ -92,9 +93,10 @@ def read_record(status_dir: Path, application_id: str) -> SupervisionRecord:
 @contextlib.contextmanager
 def locked_record(status_dir: Path, application_id: str, keep_launches: int = 50) -> Iterator[SupervisionRecord]:
     """The record under an exclusive lock; written back (atomically) when the block exits normally."""
-    path = record_path(status_dir, application_id)
+    files = StatusFiles(status_dir, application_id)
+    path = files.supervision
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(files.supervision_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         record = read_record(status_dir, application_id)

@@ -18,6 +18,7 @@ import json
 import sys
 
 from runtime.settings import Settings
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.versions import platform_table
@@ -35,7 +36,7 @@ def reports_table(settings: Settings):
 
 
 def _position(settings: Settings, spec: JobSpec) -> dict:
-    return {str(p): o for p, o in (committed_input_offsets(settings.checkpoint_dir / spec.application_id,
+    return {str(p): o for p, o in (committed_input_offsets(JobLayout.of(spec, settings).checkpoint,
                                                            spec.source_topic) or {}).items()}  # fmt: skip
 
 
@@ -45,8 +46,8 @@ def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_v
 
     old_spec, new_spec = get_job(job, old_version), get_job(job, new_version)
     keys = list(new_spec.output_keys)
-    old = _read(spark, settings.lake_dir / old_spec.output_table_dir)
-    new = _read(spark, settings.lake_dir / new_spec.output_table_dir)
+    old = _read(spark, JobLayout.of(old_spec, settings).output_table)
+    new = _read(spark, JobLayout.of(new_spec, settings).output_table)
     if old is None and new is None:
         raise RuntimeError(f"neither {old_spec.output_table_dir} nor {new_spec.output_table_dir} exists: nothing to compare")
     old_columns = [c for c in (old.columns if old is not None else []) if c not in keys]

@@ -23,19 +23,16 @@ from pathlib import Path
 
 from runtime.kafka_connection import KafkaTarget
 from runtime.settings import Settings
-from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec, JobSpecError, get_job, registered_versions
 from spark_jobs.reprocess.positions import BadStartPosition, StartPosition
-from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets, latest_committed_batch_id
-from spark_jobs.state.snapshots import snapshot_path
 from spark_jobs.versions import JobVersions
 
 SIDE_BY_SIDE, RESET = "side_by_side", "reset"
 MODES = (SIDE_BY_SIDE, RESET)
-START_OFFSETS_FILE = Path("streamstate") / "start-offsets.json"
 
 
 class BadReprocessRequest(ValueError):
@@ -164,30 +161,6 @@ def checkpoint_size(path: Path, topic: str) -> str:
     return f"{human_bytes(dir_size(path))}, {where}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Artifacts:
-    """Everything one application id owns (what reset deletes and retirement purges)."""
-
-    checkpoint: Path
-    quarantined_checkpoints: tuple[Path, ...]
-    changelog_topics: tuple[str, ...]
-    dead_letter_topic: str
-    snapshot_tables: tuple[Path, ...]
-    output_tables: tuple[Path, ...]
-
-    @classmethod
-    def of(cls, spec: JobSpec, settings: Settings) -> Artifacts:
-        checkpoint = settings.checkpoint_dir / spec.application_id
-        return cls(
-            checkpoint=checkpoint,
-            quarantined_checkpoints=tuple(sorted(checkpoint.parent.glob(f"{checkpoint.name}.corrupt-*"))),
-            changelog_topics=tuple(changelog_topic_name(spec.application_id, s.name) for s in spec.stores),
-            dead_letter_topic=dead_letter_topic(spec.application_id),
-            snapshot_tables=tuple(snapshot_path(settings.lake_dir, spec.application_id, s.name) for s in spec.stores),
-            output_tables=tuple(settings.lake_dir / d for d in spec.output_table_dirs),
-        )
-
-
 # ----- making the plan -----------------------------------------------------------------------------
 def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) -> ReprocessPlan:
     """Validate the trigger form's ``params`` against the registry and the cluster, and plan the run.
@@ -229,10 +202,14 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
 
 
 def _sizes(settings: Settings, spec: JobSpec):
-    art = Artifacts.of(spec, settings)
+    art = JobLayout.of(spec, settings)
     bootstrap = settings.kafka
-    present = existing_topics(bootstrap, [*art.changelog_topics, art.dead_letter_topic])
+    present = existing_topics(bootstrap, list(art.topics))
     return art, bootstrap, present
+
+
+def _holder_text(holder: dict | None) -> str:
+    return f"running, pid {holder.get('pid')} on {holder.get('host')}" if holder else "not running"
 
 
 def _side_by_side_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
@@ -244,7 +221,7 @@ def _side_by_side_actions(plan: ReprocessPlan, settings: Settings, current: JobS
                           "it resumes from there; the start position applies to a fresh checkpoint only")  # fmt: skip
     holder = JobLease(settings.status_dir, target.application_id).holder()
     add(Action("prepare", "keep" if resumes else "write", "start position",
-               str(art.checkpoint / START_OFFSETS_FILE), checkpoint_size(art.checkpoint, plan.input_topic),
+               str(art.start_offsets_file), checkpoint_size(art.checkpoint, plan.input_topic),
                f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
     for topic in art.changelog_topics:
         add(Action("launch", "create", "changelog topic", topic, topic_size(bootstrap, topic, present)))
@@ -256,9 +233,9 @@ def _side_by_side_actions(plan: ReprocessPlan, settings: Settings, current: JobS
                f"consumer group prefix {target.application_id}"))  # fmt: skip
     add(Action("wait_caught_up", "wait", "input position", plan.input_topic, f"{plan.records_to_process} records",
                "until v%d has committed the input end at that time" % target.version))  # fmt: skip
-    old = Artifacts.of(current, settings)
-    add(Action("compare", "compare", "Delta tables", f"{old.output_tables[0]} vs {art.output_tables[0]}",
-               f"{delta_size(old.output_tables[0])} vs {delta_size(art.output_tables[0])}",
+    old = JobLayout.of(current, settings)
+    add(Action("compare", "compare", "Delta tables", f"{old.output_table} vs {art.output_table}",
+               f"{delta_size(old.output_table)} vs {delta_size(art.output_table)}",
                f"on {', '.join(target.output_keys)}; report in {settings.lake_dir / '_streamstate'}"))  # fmt: skip
     running_old = JobLease(settings.status_dir, current.application_id).holder()
     plan.notes.append(f"{current.application_id} keeps running and serving readers "
@@ -270,12 +247,14 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
     art, bootstrap, present = _sizes(settings, target)
     add = plan.actions.append
     holder = JobLease(settings.status_dir, target.application_id).holder()
-    add(Action("stop", "stop" if holder else "keep", "driver", target.application_id,
-               f"running, pid {holder.get('pid')} on {holder.get('host')}" if holder else "not running",
-               "clean shutdown (SIGTERM), kept stopped until the restart"))  # fmt: skip
+    add(Action("stop", "stop" if holder else "keep", "driver", target.application_id, _holder_text(holder),
+               "clean shutdown (SIGTERM), kept stopped until the restart"))
+    standby = JobLease(settings.status_dir, art.standby.name).holder()
+    add(Action("stop", "stop" if standby else "keep", "warm standby", art.standby.name, _holder_text(standby),
+               "it writes the snapshot tables deleted below; the reset holds its lease, supervision restarts it after"))
     add(Action("reset", "delete", "checkpoint", str(art.checkpoint), checkpoint_size(art.checkpoint, plan.input_topic),
                "input positions live here (Spark commits no consumer-group offsets)"))  # fmt: skip
-    for path in art.quarantined_checkpoints:
+    for path in art.quarantined_checkpoints():
         add(Action("reset", "delete", "quarantined checkpoint", str(path), human_bytes(dir_size(path))))
     for topic in art.changelog_topics:
         add(Action("reset", "delete", "changelog topic", topic, topic_size(bootstrap, topic, present),
@@ -288,7 +267,7 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
                    else "reprocessed keys are merged over the existing rows"))  # fmt: skip
     add(Action("reset", "truncate" if plan.truncate_outputs else "keep", "dead-letter topic", art.dead_letter_topic,
                topic_size(bootstrap, art.dead_letter_topic, present)))  # fmt: skip
-    add(Action("reset", "write", "start position", str(art.checkpoint / START_OFFSETS_FILE), "",
+    add(Action("reset", "write", "start position", str(art.start_offsets_file), "",
                f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
     add(Action("restart", "start", "driver", target.application_id, "", "supervision resumes"))
     if plan.start != "earliest":
@@ -296,9 +275,9 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
                           "absent from the new state")  # fmt: skip
 
 
-def write_start_offsets(checkpoint: Path, topic: str, offsets: dict[int, int]) -> Path:
+def write_start_offsets(layout: JobLayout, topic: str, offsets: dict[int, int]) -> Path:
     """Leave the start position where the job's first query reads it (``JobContext.starting_offsets``)."""
-    path = checkpoint / START_OFFSETS_FILE
+    path = layout.start_offsets_file
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}}, indent=2))
     return path

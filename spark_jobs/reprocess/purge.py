@@ -2,8 +2,9 @@
 
 Promotion retires the old version and records until when its data stays (``retain_until``, the
 ``retain_days`` the engineer confirmed). After that, ``purge_retired_versions`` deletes everything the
-version's application id owns - checkpoint, changelog and dead-letter topics, snapshots, output
-tables - under the version's lease, and never the current version or one with a live driver.
+version's application id owns (its :class:`~spark_jobs.layout.JobLayout`: checkpoint, changelog and
+dead-letter topics, snapshots, output tables, status files, logs, its standby's files) under the
+version's leases, and never the current version or one whose driver or standby runs.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import shutil
+from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import delete_topics, existing_topics
-from spark_jobs.lease import JobAlreadyRunning, JobLease
+from spark_jobs.layout import JobLayout
+from spark_jobs.lease import JobAlreadyRunning, JobLease, holding_version
 from spark_jobs.registry import JobSpecError, get_job
-from spark_jobs.reprocess.plan import Artifacts, dir_size, human_bytes
+from spark_jobs.reprocess.plan import dir_size, human_bytes
 from spark_jobs.versions import JobVersions
 
 
@@ -34,10 +37,13 @@ class PurgeCandidate:
         return {**dataclasses.asdict(self), "retain_until": self.retain_until.isoformat()}
 
 
-def owned_targets(settings: Settings, art: Artifacts) -> list[str]:
-    paths = [p for p in (art.checkpoint, *art.quarantined_checkpoints, *art.snapshot_tables, *art.output_tables) if p.exists()]
-    topics = existing_topics(settings.kafka, [*art.changelog_topics, art.dead_letter_topic])
-    return [f"{p} ({human_bytes(dir_size(p))})" for p in paths] + [f"topic {t}" for t in sorted(topics)]
+def owned_targets(settings: Settings, layout: JobLayout) -> list[str]:
+    """What of the version exists now, with sizes: everything purging would delete."""
+    paths = [Path(a.location) for a in layout.artifacts() if a.system != "kafka" and Path(a.location).exists()]
+    topics = existing_topics(settings.kafka, list(layout.topics))
+    return [f"{p} ({human_bytes(dir_size(p) if p.is_dir() else p.stat().st_size)})" for p in paths] + [
+        f"topic {t}" for t in sorted(topics)
+    ]
 
 
 def purge_candidates(settings: Settings, now: dt.datetime | None = None) -> list[PurgeCandidate]:
@@ -53,15 +59,18 @@ def purge_candidates(settings: Settings, now: dt.datetime | None = None) -> list
             candidates.append(PurgeCandidate(event.job, event.version, event.retain_until, [],
                                              "no longer registered: purge by hand"))  # fmt: skip
             continue
+        layout = JobLayout.of(spec, settings)
         blocked = None
         if event.retain_until > now:
             blocked = f"kept until {event.retain_until.isoformat(timespec='seconds')}"
         elif versions.current(event.job) == event.version:
             blocked = "it is the current version again"
-        elif JobLease(settings.status_dir, spec.application_id).holder() is not None:
+        elif JobLease(settings.status_dir, layout.driver.name).holder() is not None:
             blocked = "its driver is running"
+        elif JobLease(settings.status_dir, layout.standby.name).holder() is not None:
+            blocked = "its warm standby is running"
         candidates.append(PurgeCandidate(event.job, event.version, event.retain_until,
-                                         owned_targets(settings, Artifacts.of(spec, settings)), blocked))  # fmt: skip
+                                         owned_targets(settings, layout), blocked))  # fmt: skip
     return candidates
 
 
@@ -71,23 +80,32 @@ def purge_version(settings: Settings, job: str, version: int, *, by: str, run_id
     versions = JobVersions(settings)
     if versions.current(job) == version:
         raise ValueError(f"{spec.application_id} is the current version; it is never purged")
-    lease = JobLease(settings.status_dir, spec.application_id)
+    layout = JobLayout.of(spec, settings)
     try:
-        lease.acquire()
+        with holding_version(layout):
+            deleted = _delete_everything(settings, layout)
+            versions.mark_purged(job, version, by=by, run_id=run_id)
     except JobAlreadyRunning as err:
-        raise RuntimeError(f"{spec.application_id} runs (pid {err.holder.get('pid')}); stop it before purging") from None
-    try:
-        art = Artifacts.of(spec, settings)
-        deleted = []
-        for path in (art.checkpoint, *art.quarantined_checkpoints, *art.snapshot_tables, *art.output_tables):
-            if path.exists():
-                shutil.rmtree(path)
-                deleted.append(str(path))
-        deleted += [f"topic {t}" for t in delete_topics(settings.kafka,
-                                                          [*art.changelog_topics, art.dead_letter_topic])]  # fmt: skip
-        for suffix in (".status.json", ".last-run.json", ".supervision.json"):
-            (settings.status_dir / f"{spec.application_id}{suffix}").unlink(missing_ok=True)
-        versions.mark_purged(job, version, by=by, run_id=run_id)
-        return deleted
-    finally:
-        lease.release()
+        raise RuntimeError(f"{err.holder.get('application_id')} runs (pid {err.holder.get('pid')}); stop it "
+                           "before purging") from None  # fmt: skip
+    # The lease files go last, once released: while held they kept the version from starting.
+    for status_files in (layout.driver, layout.standby):
+        status_files.lease.unlink(missing_ok=True)
+    return deleted
+
+
+def _delete_everything(settings: Settings, layout: JobLayout) -> list[str]:
+    """Every artifact of the version's layout except its lease files; returns what was deleted."""
+    leases = {str(layout.driver.lease), str(layout.standby.lease)}
+    deleted = []
+    for artifact in layout.artifacts():
+        path = Path(artifact.location)
+        if artifact.system == "kafka" or artifact.location in leases or not path.exists():
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        deleted.append(str(path))
+    deleted += [f"topic {t}" for t in delete_topics(settings.kafka, list(layout.topics))]
+    return deleted

@@ -1,7 +1,8 @@
 """Reset in place: Kafka Streams' application reset tool for a job version, executed from a plan.
 
-Runs while *holding the job's lease*: a driver that is still running makes it refuse before touching
-anything, and a driver started during the reset (a supervisor, a person) exits at once with code 3.
+Runs while *holding the version's leases* (its driver's and its warm standby's): a driver or standby that
+is still running makes it refuse before touching anything, and one started during the reset (a supervisor,
+a person) exits at once with code 3.
 Every step is idempotent (deleting what is gone is a no-op), so a failed reset can simply run again.
 """
 
@@ -12,8 +13,9 @@ import shutil
 
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import delete_topics, truncate_topic
-from spark_jobs.lease import JobAlreadyRunning, JobLease
-from spark_jobs.reprocess.plan import Artifacts, ReprocessPlan, write_start_offsets
+from spark_jobs.layout import JobLayout
+from spark_jobs.lease import JobAlreadyRunning, holding_version
+from spark_jobs.reprocess.plan import ReprocessPlan, write_start_offsets
 
 log = logging.getLogger("streamstate.reprocess")
 
@@ -24,35 +26,36 @@ class ResetRefused(RuntimeError):
 
 def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
     """Delete the version's checkpoint, changelog topics and snapshots, truncate its outputs when the
-    plan says so, and leave the start position for the restart. Returns what was done."""
+    plan says so, and leave the start position for the restart. Returns what was done.
+
+    Raises:
+        ResetRefused: the version's driver or its warm standby runs (nothing was touched).
+    """
     spec = plan.spec()
-    lease = JobLease(settings.status_dir, spec.application_id)
+    layout = JobLayout.of(spec, settings)
     try:
-        lease.acquire()
+        with holding_version(layout):
+            return _reset(settings, plan, layout)
     except JobAlreadyRunning as err:
-        raise ResetRefused(f"{spec.application_id} is held by pid {err.holder.get('pid')} on {err.holder.get('host')} "
-                           f"(lease epoch {err.holder.get('epoch')}); stop it first - nothing was touched") from None  # fmt: skip
-    try:
-        art = Artifacts.of(spec, settings)
-        bootstrap = settings.kafka
-        done: dict = {"application_id": spec.application_id}
-        for path in (art.checkpoint, *art.quarantined_checkpoints):
-            if path.exists():
-                shutil.rmtree(path)
-                done.setdefault("deleted_paths", []).append(str(path))
-        done["deleted_topics"] = delete_topics(bootstrap, list(art.changelog_topics))
-        for table in art.snapshot_tables:
-            if table.exists():
-                shutil.rmtree(table)
-                done.setdefault("deleted_paths", []).append(str(table))
-        if plan.truncate_outputs:
-            done["truncated_tables"] = {str(t): truncate_table(t) for t in art.output_tables}
-            done["dead_letters_deleted"] = truncate_topic(bootstrap, art.dead_letter_topic)
-        done["start_offsets_file"] = str(write_start_offsets(art.checkpoint, plan.input_topic, plan.start_offsets))
-        log.info("reset %s: %s", spec.application_id, done)
-        return done
-    finally:
-        lease.release()
+        raise ResetRefused(f"{err.holder.get('application_id')} is held by pid {err.holder.get('pid')} on "
+                           f"{err.holder.get('host')} (lease epoch {err.holder.get('epoch')}); stop it first - "
+                           "nothing was touched") from None  # fmt: skip
+
+
+def _reset(settings: Settings, plan: ReprocessPlan, layout: JobLayout) -> dict:
+    bootstrap = settings.kafka
+    done: dict = {"application_id": layout.application_id}
+    for path in (layout.checkpoint, *layout.quarantined_checkpoints(), *layout.snapshot_tables):
+        if path.exists():
+            shutil.rmtree(path)
+            done.setdefault("deleted_paths", []).append(str(path))
+    done["deleted_topics"] = delete_topics(bootstrap, list(layout.changelog_topics))
+    if plan.truncate_outputs:
+        done["truncated_tables"] = {str(t): truncate_table(t) for t in layout.output_tables}
+        done["dead_letters_deleted"] = truncate_topic(bootstrap, layout.dead_letter_topic)
+    done["start_offsets_file"] = str(write_start_offsets(layout, plan.input_topic, plan.start_offsets))
+    log.info("reset %s: %s", layout.application_id, done)
+    return done
 
 
 def truncate_table(path) -> int:

@@ -20,7 +20,6 @@ gauges; the supervise DAG starts it and restarts it when it dies, like a job.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import enum
 import json
@@ -36,11 +35,11 @@ from prometheus_client import Counter, Gauge
 
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import is_transient
+from spark_jobs.layout import JobLayout, standby_name, standby_status_file
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec
-from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import ChangelogMissing, ChangelogTail, CompleteBatches
-from spark_jobs.state.snapshots import SnapshotInfo, latest_snapshot, snapshot_path, snapshot_table_configuration
+from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore
 
 log = logging.getLogger("streamstate.standby")
 
@@ -51,13 +50,11 @@ STANDBY_LAG_RECORDS = Gauge("streamstate_standby_lag_records", "Changelog record
 STANDBY_COMMITS = Counter("streamstate_standby_commits", "Snapshot commits by the follower", ["application_id", "store"])
 
 
-def standby_id(application_id: str) -> str:
-    """The follower's lease and status name."""
-    return f"{application_id}.standby"
+standby_id = standby_name  # the follower's lease and status name (spark_jobs.layout)
 
 
 def standby_status_path(status_dir: Path, application_id: str) -> Path:
-    return Path(status_dir) / f"{standby_id(application_id)}.json"
+    return standby_status_file(status_dir, application_id)
 
 
 def read_standby_status(status_dir: Path, application_id: str) -> dict | None:
@@ -93,10 +90,6 @@ LEGAL_TRANSITIONS: dict[FollowerState, frozenset[FollowerState]] = {
 }
 
 
-class SnapshotConflict(RuntimeError):
-    """Someone else committed to the snapshot table since the follower's last read."""
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -108,8 +101,10 @@ class StoreFollower:
         self.application_id = spec.application_id
         self.store = store
         self.settings = settings
-        self.path = str(snapshot_path(settings.lake_dir, spec.application_id, store))
-        self.topic = changelog_topic_name(spec.application_id, store)
+        layout = JobLayout.of(spec, settings)
+        self.snapshots = SnapshotStore.of(layout, store)
+        self.path = self.snapshots.path
+        self.topic = layout.changelog_topic(store)
         self.commits = 0
         self.tail: ChangelogTail | None = None
         self._open()
@@ -118,8 +113,8 @@ class StoreFollower:
         """(Re)start from the table's newest snapshot: its changelog offsets are where the tail resumes."""
         if self.tail is not None:
             self.tail.close()
-        self.snapshot: SnapshotInfo | None = latest_snapshot(self.path)
-        self.known_version = self._table_version()
+        self.snapshot: SnapshotInfo | None = self.snapshots.latest()
+        self.known_version = self.snapshots.version()
         start = self.snapshot.changelog_offsets if self.snapshot else None
         try:
             self.tail = ChangelogTail(self.settings.kafka, self.topic, start)
@@ -140,11 +135,6 @@ class StoreFollower:
         self.caught_up_at_ms = 0
         self.opened_at_ms = _now_ms()
         self._at_head = False
-
-    def _table_version(self) -> int | None:
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path).version() if DeltaTable.is_deltatable(self.path) else None
 
     def step(self, max_wait_s: float) -> None:
         """Read what arrived; remember the changes of every batch that became complete."""
@@ -190,16 +180,14 @@ class StoreFollower:
         return waited >= self.settings.standby_commit_interval_s * 1000 or len(self.pending) >= 200_000
 
     def commit(self) -> SnapshotInfo | None:
-        """MERGE the pending changes into the snapshot table as a new snapshot (None: nothing pending)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from deltalake import CommitProperties, DeltaTable, write_deltalake
+        """MERGE the pending changes into the snapshot table as a new snapshot (None: nothing pending).
 
+        Raises:
+            SnapshotConflict: a driver snapshot landed since the follower's last read.
+        """
         batch = self.pending_batch
         if batch is None:
             return None
-        if self._table_version() != self.known_version:
-            raise SnapshotConflict(f"{self.path} changed since version {self.known_version}")
         previous = self.snapshot
         info = SnapshotInfo(
             delta_version=-1, application_id=self.application_id, store=self.store, batch_id=batch.batch_id,
@@ -209,40 +197,13 @@ class StoreFollower:
             watermark_ms=batch.marker.watermark_ms, as_of_ms=self.caught_up_at_ms if self.at_head else batch.marker_time_ms,
             writer="standby",
         )  # fmt: skip
-        schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
-        keys = [k.decode() for k in self.pending]
-        values = [None if v is None else v.decode() for v in self.pending.values()]
-        changes = pa.table({"key": keys, "value": values}, schema=schema)
-        if self.known_version is None:
-            live = changes.filter(pc.is_valid(changes.column("value")))
-            info = dataclasses.replace(info, rows=live.num_rows)
-            write_deltalake(self.path, live, mode="error", commit_properties=CommitProperties(
-                custom_metadata={"userMetadata": info.metadata_json()}), configuration=snapshot_table_configuration())  # fmt: skip
-        else:
-            table = DeltaTable(self.path)  # checked above; a commit racing this one fails the merge's own commit
-            # The row count the snapshot will have: which of the changed keys exist now (a key-column scan).
-            existing = set(table.to_pyarrow_dataset().to_table(
-                columns=["key"], filter=pc.field("key").isin(keys)).column("key").to_pylist())  # fmt: skip
-            inserted = sum(1 for k, v in zip(keys, values) if v is not None and k not in existing)
-            deleted = sum(1 for k, v in zip(keys, values) if v is None and k in existing)
-            info = dataclasses.replace(info, rows=(previous.rows if previous else len(existing)) + inserted - deleted)
-            (table.merge(changes, "t.key = s.key", source_alias="s", target_alias="t",
-                         commit_properties=CommitProperties(custom_metadata={"userMetadata": info.metadata_json()}))
-             .when_matched_delete("s.value IS NULL")
-             .when_matched_update(updates={"value": "s.value"}, predicate="s.value IS NOT NULL")
-             .when_not_matched_insert(updates={"key": "s.key", "value": "s.value"}, predicate="s.value IS NOT NULL")
-             .execute())  # fmt: skip
-        self._after_commit(info)
-        return self.snapshot
-
-    def _after_commit(self, written: SnapshotInfo) -> None:
-        from deltalake import DeltaTable
-
-        self.known_version = DeltaTable(self.path).version()
-        self.snapshot = dataclasses.replace(written, delta_version=self.known_version)
+        written = self.snapshots.merge(self.pending, info, expected_version=self.known_version,
+                                       previous_rows=previous.rows if previous else None)  # fmt: skip
+        self.known_version, self.snapshot = written.delta_version, written
         self.pending, self.pending_batch, self.pending_since_ms = {}, None, None
         self.commits += 1
         STANDBY_COMMITS.labels(self.application_id, self.store).inc()
+        return self.snapshot
 
     def view(self) -> dict:
         snap = self.snapshot

@@ -25,16 +25,13 @@ from confluent_kafka import Producer
 
 from runtime.kafka_connection import KafkaTarget, as_connection, client_config
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import changelog_topic_name  # noqa: F401 - re-exported: the name has one owner
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 MARKER_KEY = b"__streamstate.batch__"
 BATCH_HEADER = "streamstate.batch"
 
 StoreKind = Literal["key_value", "windowed", "versioned"]
-
-
-def changelog_topic_name(application_id: str, store: str) -> str:
-    return f"{application_id}-{store}-changelog"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from spark_jobs import layout
+
 
 def _log_entries(directory: Path) -> dict[int, Path]:
     return {int(p.name): p for p in directory.glob("[0-9]*") if p.name.isdigit()} if directory.exists() else {}
@@ -36,7 +38,7 @@ def _check_log_file(path: Path, min_lines: int) -> str | None:
 
 
 #: written by the job when it starts from a restored state (``JobContext.restore_record``)
-RESTORE_RECORD = Path("streamstate") / "restore.json"
+RESTORE_RECORD = layout.RESTORE_RECORD
 
 
 def checkpoint_problem(checkpoint: str | Path, stateful: bool = True) -> str | None:

@@ -12,8 +12,8 @@ A snapshot is built from the previous snapshot plus the changelog tail up to the
 batch (:func:`take_snapshot`), never from a live query, so it is consistent by construction. The
 warm standby (:mod:`spark_jobs.standby`) commits the same kind of snapshot incrementally: a MERGE of
 the complete batches' changes, with the same metadata.
-:class:`SnapshotStore` is the source of truth for snapshots; it does not read Kafka. The history is
-read without Spark (delta-rs), so the standby and the state API can use it too.
+:class:`SnapshotStore` is the only code that reads or writes a snapshot table (driver, standby, state
+API, audit); it does not read Kafka. It works without Spark (delta-rs).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from spark_jobs.layout import JobLayout, snapshot_table_path
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 METADATA_KIND = "streamstate.snapshot/v1"
@@ -117,8 +118,7 @@ def latest_snapshot(path: Path | str) -> SnapshotInfo | None:
     return None
 
 
-def snapshot_path(lake_dir: Path, application_id: str, store: str) -> Path:
-    return lake_dir / "_state" / application_id / store
+snapshot_path = snapshot_table_path  # the table's name has one owner: spark_jobs.layout
 
 
 def snapshot_table_configuration(retention: str = "7 days") -> dict[str, str]:
@@ -126,10 +126,21 @@ def snapshot_table_configuration(retention: str = "7 days") -> dict[str, str]:
     return {"delta.logRetentionDuration": f"interval {retention}", "delta.deletedFileRetentionDuration": f"interval {retention}"}
 
 
+class SnapshotConflict(RuntimeError):
+    """Someone else committed to the snapshot table since the writer's last read."""
+
+
 class SnapshotStore:
-    """Writes and reads the snapshots of one store, with delta-rs: the state is built in the driver's
-    Python process (restore, snapshot), so a Spark job per snapshot would only add its start-up and a
-    cold Delta log replay to what is one Parquet file written or scanned through Arrow."""
+    """The only reader and writer of one store's snapshot table, with delta-rs: the driver's full
+    snapshots (:meth:`write`), the warm standby's incremental ones (:meth:`merge`), the state API's and
+    the audit's reads. The state is built in one Python process (restore, snapshot), so a Spark job per
+    snapshot would only add its start-up and a cold Delta log replay to what is one Parquet file written
+    or scanned through Arrow."""
+
+    @classmethod
+    def of(cls, layout: JobLayout, store: str) -> SnapshotStore:
+        """The snapshot table of ``store`` of the job version ``layout`` names."""
+        return cls(layout.snapshot_table(store), layout.application_id, store)
 
     def __init__(self, path: Path | str, application_id: str, store: str, retention: str = "7 days",
                  file_size_bytes: int = 128 * 1024 * 1024) -> None:  # fmt: skip
@@ -153,13 +164,44 @@ class SnapshotStore:
     def latest(self) -> SnapshotInfo | None:
         return latest_snapshot(self.path)
 
-    def read(self, info: SnapshotInfo) -> dict[bytes, bytes]:
-        """The state of one snapshot (time travel to its Delta version)."""
+    def exists(self) -> bool:
         from deltalake import DeltaTable
 
-        table = DeltaTable(self.path, version=info.delta_version).to_pyarrow_table(columns=["key", "value"])
-        keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
-        return {k.encode(): v.encode() for k, v in zip(keys, values)}
+        return DeltaTable.is_deltatable(self.path)
+
+    def version(self) -> int | None:
+        """The table's current Delta version (None: no table yet)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path).version() if self.exists() else None
+
+    def read(self, info: SnapshotInfo) -> dict[bytes, bytes]:
+        """The state of one snapshot (time travel to its Delta version)."""
+        return {k.encode(): v.encode() for k, v in self.read_text(info).items()}
+
+    def read_text(self, info: SnapshotInfo) -> dict[str, str]:
+        """The state of one snapshot as text (keys and values are UTF-8 JSON/strings in the table)."""
+        table = self._arrow(info.delta_version, ["key", "value"])
+        return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+
+    def values(self, info: SnapshotInfo) -> list[str]:
+        """The values of one snapshot, without their keys (the audit's scan of what a store holds)."""
+        return [v for v in self._arrow(info.delta_version, ["value"]).column("value").to_pylist() if v]
+
+    def files(self) -> list[int]:
+        """The sizes in bytes of the Parquet files the table's current version is made of."""
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        if not self.exists():
+            return []
+        actions = pa.table(DeltaTable(self.path).get_add_actions(flatten=True)).select(["size_bytes"])
+        return [int(size) for size in actions.column("size_bytes").to_pylist()]
+
+    def _arrow(self, version: int, columns: list[str]):
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path, version=version).to_pyarrow_table(columns=columns)
 
     def write(self, state: dict[bytes, bytes], batch_id: int, input_offsets: KafkaOffsets,
               changelog_offsets: dict[int, int], watermark_ms: int = 0) -> SnapshotInfo:  # fmt: skip
@@ -191,3 +233,45 @@ class SnapshotStore:
         if written is None:
             raise RuntimeError(f"snapshot of {self.application_id}/{self.store} at batch {batch_id} was not committed")
         return written
+
+    def merge(self, changes: dict[bytes, bytes | None], info: SnapshotInfo, *, expected_version: int | None,
+              previous_rows: int | None = None) -> SnapshotInfo:  # fmt: skip
+        """Commit ``changes`` (key -> new value, None: deleted) over the table as a new snapshot described
+        by ``info``: one Delta MERGE, costing the changed keys, not the store (the warm standby's write).
+
+        Raises:
+            SnapshotConflict: the table is no longer at ``expected_version`` (a driver snapshot landed).
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+        if self.version() != expected_version:
+            raise SnapshotConflict(f"{self.path} changed since version {expected_version}")
+        schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
+        keys = [k.decode() for k in changes]
+        values = [None if v is None else v.decode() for v in changes.values()]
+        source = pa.table({"key": keys, "value": values}, schema=schema)
+        if expected_version is None:
+            live = source.filter(pc.is_valid(source.column("value")))
+            info = dataclasses.replace(info, rows=live.num_rows)
+            metadata = CommitProperties(custom_metadata={"userMetadata": info.metadata_json()})
+            write_deltalake(self.path, live, mode="error", commit_properties=metadata,
+                            configuration=snapshot_table_configuration(self.retention))  # fmt: skip
+        else:
+            table = DeltaTable(self.path)  # checked above; a commit racing this one fails the merge's own commit
+            # The row count the snapshot will have: which of the changed keys exist now (a key-column scan).
+            existing = set(table.to_pyarrow_dataset().to_table(
+                columns=["key"], filter=pc.field("key").isin(keys)).column("key").to_pylist())  # fmt: skip
+            inserted = sum(1 for k, v in zip(keys, values) if v is not None and k not in existing)
+            deleted = sum(1 for k, v in zip(keys, values) if v is None and k in existing)
+            base = previous_rows if previous_rows is not None else len(existing)
+            info = dataclasses.replace(info, rows=base + inserted - deleted)
+            metadata = CommitProperties(custom_metadata={"userMetadata": info.metadata_json()})
+            (table.merge(source, "t.key = s.key", source_alias="s", target_alias="t", commit_properties=metadata)
+             .when_matched_delete("s.value IS NULL")
+             .when_matched_update(updates={"value": "s.value"}, predicate="s.value IS NOT NULL")
+             .when_not_matched_insert(updates={"key": "s.key", "value": "s.value"}, predicate="s.value IS NOT NULL")
+             .execute())  # fmt: skip
+        return dataclasses.replace(info, delta_version=DeltaTable(self.path).version())
+

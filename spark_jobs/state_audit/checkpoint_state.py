@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from runtime.settings import Settings
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, registered_versions
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
 from spark_jobs.versions import append_rows, platform_table
@@ -63,7 +64,7 @@ def read_store(spark, checkpoint: Path, store: str, operator_id: int) -> dict[in
 
 
 def audit_checkpoint(spark, settings: Settings, spec: JobSpec, run_id: str) -> list[dict]:
-    checkpoint = settings.checkpoint_dir / spec.application_id
+    checkpoint = JobLayout.of(spec, settings).checkpoint
     batch_id = latest_batch_id(checkpoint)
     if batch_id is None or not spec.stores:
         return []

@@ -16,6 +16,7 @@ from pathlib import Path
 from runtime.settings import Settings
 from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
+from spark_jobs.layout import JobLayout
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import JobSpec, StoreSpec
 from spark_jobs.state.changelog import changelog_topic_name
@@ -121,7 +122,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     progress = status.get("progress") or {}
     row: dict = {"run_id": run_id, "audited_at": dt.datetime.now(dt.timezone.utc), "job": spec.name,
                  "version": spec.version, "application_id": spec.application_id, "store": store.name, "kind": store.kind,
-                 "checkpoint_bytes": _dir_bytes(settings.checkpoint_dir / spec.application_id),
+                 "checkpoint_bytes": _dir_bytes(JobLayout.of(spec, settings).checkpoint),
                  "memory_bytes": progress.get("state_memory_bytes")}  # fmt: skip
     if readable:
         row.update(state_rows=sum(r["rows"] for r in readable), state_bytes=sum(r["bytes"] for r in readable),

@@ -12,14 +12,15 @@ import html
 from pathlib import Path
 
 from runtime.settings import Settings
+from spark_jobs.layout import AUDIT_REPORT_DIR, audit_plot_file
 
 
 def report_dir(settings: Settings) -> Path:
-    return settings.status_dir / "state_audit"
+    return settings.status_dir / AUDIT_REPORT_DIR
 
 
 def chart_name(application_id: str, store: str) -> str:
-    return f"{application_id}.{store}.png"
+    return audit_plot_file(Path(), application_id, store).name
 
 
 def render_chart(rows: list[dict], path: Path) -> None:

@@ -19,7 +19,7 @@ from runtime.settings import Settings
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import SnapshotFollower, read_standby_status
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
-from spark_jobs.state.snapshots import latest_snapshot, snapshot_path
+from spark_jobs.state.snapshots import SnapshotStore, latest_snapshot, snapshot_path
 from streamstate.state_api.views import LiveView
 from tests.conftest import fresh_ports
 from tests.helpers import wait_for, write_changelog_batch
@@ -44,7 +44,7 @@ def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
         write_changelog_batch(writer, 0, {b"a": b"1", b"b": b"1"})
         running.start()
         wait_for(lambda: latest_snapshot(path), 60, "the standby's first snapshot")
-        view = LiveView(path, bootstrap, topic.name, poll_s=0.1)
+        view = LiveView(SnapshotStore(path, job.application_id, "counts"), bootstrap, topic.name, poll_s=0.1)
         assert view.wait_ready(30) and view.table.state == {"a": "1", "b": "1"}
 
         broker.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs.state.changelog import BatchMarker, ChangelogTopic, ChangelogWriter
+from spark_jobs.state.snapshots import SnapshotStore
 from streamstate.state_api.views import LiveView, StateTable
 from tests.helpers import wait_for
 from tests.spark_jobs.state.test_changelog_reader import _produce
@@ -35,7 +36,7 @@ def test_live_view_applies_each_complete_batch(kafka_broker, settings, unique, t
     _produce(settings, topic.name, 0, [(b"a", b'{"n": 1}')], batch_id=0)
     _produce(settings, topic.name, 1, [(b"b", b'{"n": 1}')], batch_id=0)
     writer._write_markers(BatchMarker(0, {"in": {0: 1, 1: 1}}, 2))
-    view = LiveView(str(tmp_path / "no-snapshot-yet"), bootstrap, topic.name, poll_s=0.1)
+    view = LiveView(SnapshotStore(tmp_path / "no-snapshot-yet", "app", "store"), bootstrap, topic.name, poll_s=0.1)
     try:
         assert view.wait_ready(30)
         wait_for(lambda: view.batch_id == 0, 30, "batch 0 in the view")

@@ -26,7 +26,7 @@ from spark_jobs.generators import purchases
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import SnapshotFollower, read_standby_status
 from spark_jobs.state.changelog import changelog_topic_name
-from spark_jobs.state.snapshots import snapshot_path
+from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
 from tests.conftest import fresh_ports
 from tests.helpers import delta_purchase_counts
 from tests.secured_kafka import (
@@ -184,7 +184,7 @@ def test_standby_live_view_and_state_api_on_secured_kafka(secured, secured_run, 
     follower.run(max_seconds=3 * secured.standby_commit_interval_s)
     status = read_standby_status(secured.status_dir, JOB.application_id)
     assert status["error"] is None and status.get("transient_kafka_errors", 0) == 0, status
-    view = LiveView(str(snapshot_path(secured.lake_dir, JOB.application_id, "counts")), secured.kafka, CHANGELOG)
+    view = LiveView(SnapshotStore(snapshot_path(secured.lake_dir, JOB.application_id, "counts"), JOB.application_id, "counts"), secured.kafka, CHANGELOG)
     try:
         assert view.wait_ready(60) and view.error is None
         live = {user: json.loads(value)["purchases"] for user, value in view.table.state.items()}

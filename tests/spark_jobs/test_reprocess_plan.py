@@ -7,13 +7,16 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+from pathlib import Path
+
 import pytest
 
 from spark_jobs.generators.purchases import generate, produce
 from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, Artifacts, BadReprocessRequest, make_plan
+from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, BadReprocessRequest, make_plan
 from spark_jobs.reprocess.positions import BadStartPosition, parse_datetime, parse_duration
 from spark_jobs.reprocess.purge import purge_candidates, purge_version
 from spark_jobs.reprocess.reset import ResetRefused, reset_in_place
@@ -103,9 +106,13 @@ def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_he
     checkpoint = settings.checkpoint_dir / spec.application_id
     checkpoint.mkdir(parents=True, exist_ok=True)
     (checkpoint / "marker").write_text("still here")
-    with JobLease(settings.status_dir, spec.application_id):  # a driver that is still running
-        with pytest.raises(ResetRefused, match="stop it first - nothing was touched"):
-            reset_in_place(settings, plan)
+    layout = JobLayout.of(spec, settings)
+    assert [(a.kind, a.target) for a in plan.actions if a.step == "stop"] == [
+        ("driver", spec.application_id), ("warm standby", layout.standby.name)]  # fmt: skip
+    for running in (layout.driver.name, layout.standby.name):  # a driver, a standby that still runs
+        with JobLease(settings.status_dir, running):
+            with pytest.raises(ResetRefused, match=f"{running} is held .* stop it first - nothing was touched"):
+                reset_in_place(settings, plan)
     assert (checkpoint / "marker").read_text() == "still here"
     done = reset_in_place(settings, plan)
     assert str(checkpoint) in done["deleted_paths"] and not (checkpoint / "marker").exists()
@@ -146,7 +153,7 @@ def test_version_pointer_adopts_promotes_and_retires(settings, fixture_jobs, tmp
 def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_broker, fixture_jobs, tmp_path):
     own = settings.replace(data_dir=tmp_path)  # its own lake and pointer, the shared broker
     v1 = get_job("retired_counts", 1)
-    art = Artifacts.of(v1, own)
+    art = JobLayout.of(v1, own)
     for path in (art.checkpoint / "commits", art.output_tables[0], art.snapshot_tables[0]):
         path.mkdir(parents=True)
     ensure_topic(own.kafka_bootstrap_servers, art.changelog_topics[0], v1.source_partitions)
@@ -160,10 +167,18 @@ def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_
     later = now + dt.timedelta(days=2)
     with JobLease(own.status_dir, v1.application_id):  # a driver of v1 still runs
         assert purge_candidates(own, later)[0].blocked == "its driver is running"
+    with JobLease(own.status_dir, art.standby.name):  # its warm standby still runs: it writes the snapshots
+        assert purge_candidates(own, later)[0].blocked == "its warm standby is running"
+        with pytest.raises(RuntimeError, match="standby runs"):
+            purge_version(own, "retired_counts", 1, by="test")
+    art.standby_status.write_text("{}")
     [due] = purge_candidates(own, later)
-    assert due.blocked is None and len(due.targets) == 4
-    deleted = purge_version(own, "retired_counts", 1, by="test")
-    assert len(deleted) == 4 and not art.checkpoint.exists() and not art.output_tables[0].exists()
+    owned = [art.checkpoint, art.output_tables[0], art.snapshot_tables[0], art.driver.lease, art.standby.lease,
+             art.standby_status]  # fmt: skip
+    assert due.blocked is None and len(due.targets) == len(owned) + 1  # and the changelog topic
+    assert all(any(t.startswith(f"{p} (") for t in due.targets) for p in owned), due.targets
+    purge_version(own, "retired_counts", 1, by="test")
+    assert [a.location for a in art.artifacts() if a.system != "kafka" and Path(a.location).exists()] == []
     assert not existing_topics(own.kafka_bootstrap_servers, list(art.changelog_topics))
     assert purge_candidates(own, later) == []  # purged once, recorded
     with pytest.raises(ValueError, match="current version"):

@@ -17,6 +17,7 @@ from streamstate.operators.streaming_job import StreamingJobFailed, _apply_submi
 from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.plan import BadReprocessRequest, ReprocessPlan, make_plan, write_start_offsets
 
@@ -61,13 +62,13 @@ class PrepareSideBySideOperator(BaseOperator):
     def execute(self, context):
         plan, settings = _plan(context), Settings.from_env()
         spec = plan.spec()
-        checkpoint = settings.checkpoint_dir / spec.application_id
+        layout = JobLayout.of(spec, settings)
         from spark_jobs.state.checkpoint_offsets import latest_committed_batch_id
 
-        if latest_committed_batch_id(checkpoint) is not None:
+        if latest_committed_batch_id(layout.checkpoint) is not None:
             self.log.info("%s resumes from its checkpoint; start position not applied", spec.application_id)
             return {"start_offsets_file": None}
-        path = write_start_offsets(checkpoint, plan.input_topic, plan.start_offsets)
+        path = write_start_offsets(layout, plan.input_topic, plan.start_offsets)
         self.log.info("%s starts at %s (%s)", spec.application_id, plan.start_offsets, path)
         return {"start_offsets_file": str(path)}
 
@@ -90,7 +91,7 @@ class WaitForCatchUpOperator(BaseOperator):
         targets = {p: high for p, (_low, high) in partition_offsets(settings.kafka, plan.input_topic).items()}
         self.log.info("waiting for %s to commit %s %s", spec.application_id, plan.input_topic, targets)
         self.defer(trigger=StreamingJobCaughtUpTrigger(spec.application_id, str(settings.status_dir),
-                                                       str(settings.checkpoint_dir / spec.application_id),
+                                                       str(JobLayout.of(spec, settings).checkpoint),
                                                        plan.input_topic, targets, float(self.timeout_min) * 60),
                    method_name="execute_complete")  # fmt: skip
 
@@ -178,16 +179,15 @@ class PromoteJobVersionOperator(BaseOperator):
         dry_run = str(self.dry_run).lower() == "true"
         if not dry_run and self.confirm != self.job:
             _reject(context, f"promotion stops {old.application_id}; type {self.job!r} in 'confirm' to run it")
-        committed = committed_input_offsets(settings.checkpoint_dir / new.application_id, new.source_topic)
+        committed = committed_input_offsets(JobLayout.of(new, settings).checkpoint, new.source_topic)
         if committed is None and new.version != old.version:
             _reject(context, f"{new.application_id} has not committed any batch yet; run reprocess_job side_by_side first")
         running = JobLease(settings.status_dir, new.application_id).holder() is not None
         if new.version != old.version:
-            from spark_jobs.reprocess.plan import Artifacts
             from spark_jobs.reprocess.purge import owned_targets
 
-            self.log.info("v%s will be stopped and retired; purge_retired_versions deletes, after the retention: %s",
-                          old.version, owned_targets(settings, Artifacts.of(old, settings)))  # fmt: skip
+            self.log.info("v%s and its standby will be stopped and retired; purge_retired_versions deletes, after "
+                          "the retention: %s", old.version, owned_targets(settings, JobLayout.of(old, settings)))
         summary = {"old_version": old.version, "new_version": new.version, "changed": new.version != old.version,
                    "new_running": running, "new_committed": committed, "dry_run": dry_run}  # fmt: skip
         if resumed:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import time
 
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator
-
+from airflow.sdk.exceptions import AirflowFailException
 from streamstate.alerts import reconcile
-from streamstate.notifiers.routing import send
 from streamstate.hooks.standby import StandbyHook
 from streamstate.hooks.streaming_job import exit_code, log_tail, process_alive
+from streamstate.notifiers.routing import send
 from streamstate.operators.streaming_job import _run_label, job_spec
-from streamstate.supervision import Condition, Launch, locked_record
+from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_record, read_record
 
 #: how long a start may take to hold the lease (a follower needs no Spark: seconds)
 START_WAIT_S = 45
@@ -42,7 +41,9 @@ class SuperviseStandbyOperator(BaseOperator):
         with locked_record(hook.status_dir, hook.application_id) as record:
             action, conditions = "none", []
             holder = hook.running_instance()
-            if holder is None:
+            if holder is None and read_record(hook.status_dir, spec.application_id).desired == DESIRED_STOPPED:
+                action = "job_stopped"  # stopped on request (or for a reset): its standby stays stopped too
+            elif holder is None:
                 recent = record.launches_since(now - spec.supervision.crash_loop_window_s)
                 backoff = spec.supervision.backoff_s(len(recent))
                 last = record.last_launch

@@ -20,6 +20,7 @@ from streamstate.supervision import Condition
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.changelog_tuning import history as tuning_history
 from spark_jobs.kafka_topics import existing_topics
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import registered_versions
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.restore_history import restore_measurements
@@ -97,7 +98,7 @@ class AuditStateSizeOperator(BaseOperator):
             for spec in versions.values():
                 topics = [changelog_topic_name(spec.application_id, s.name) for s in spec.stores]
                 present = existing_topics(settings.kafka, topics) if topics else set()
-                if not (settings.checkpoint_dir / spec.application_id).exists() and not present:
+                if not JobLayout.of(spec, settings).checkpoint.exists() and not present:
                     continue  # never ran here
                 for store in spec.stores:
                     history = audit_rows(settings, spec.application_id, store.name)

@@ -13,14 +13,14 @@ import time
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
-
-from spark_jobs.lease import JobLease
-from spark_jobs.registry import JobSpec, get_job
 from streamstate.alerts import reconcile
 from streamstate.hooks.streaming_job import StreamingJobHook, log_tail, process_alive
 from streamstate.notifiers.routing import send
 from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
 from streamstate.triggers.streaming_job import StreamingJobStartedTrigger, StreamingJobStoppedTrigger
+
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import JobSpec, get_job
 
 
 class StreamingJobFailed(RuntimeError):
@@ -158,21 +158,26 @@ class DrainStreamingJobOperator(SparkSubmitOperator):
 
 
 class StopStreamingJobOperator(BaseOperator):
-    """Stop a job on request and keep it stopped (supervision will not restart it until it is
-    started again). SIGTERM lets the driver finish its batch and stop its queries; ``force`` kills."""
+    """Stop a job on request and keep it stopped (supervision will not restart it, nor its warm
+    standby, until it is started again). SIGTERM lets the driver finish its batch and stop its queries;
+    ``force`` kills. With ``stop_standby`` the version's warm standby is stopped first (a reset deletes
+    the snapshots it writes; a retired version's standby has nothing left to follow)."""
 
-    template_fields = ("job", "version", "reason", "force", "timeout_s")
+    template_fields = ("job", "version", "reason", "force", "timeout_s", "stop_standby")
 
     def __init__(self, *, job: str, reason: str, version: int | str | None = None, force: bool | str = False,
-                 timeout_s: float | str = 180, **kwargs) -> None:  # fmt: skip
+                 timeout_s: float | str = 180, stop_standby: bool | str = False, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.job, self.version, self.reason, self.force, self.timeout_s = job, version, reason, force, timeout_s
+        self.stop_standby = stop_standby
 
     def execute(self, context):
         spec = job_spec(self.job, self.version)
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
             record.desired, record.stop_reason = DESIRED_STOPPED, f"{self.reason} ({_run_label(context)})"
+        if str(self.stop_standby).lower() == "true":
+            self._stop_standby(spec)
         holder = jobs.stop(force=str(self.force).lower() == "true")
         if holder is None:
             self.log.info("%s is not running; it stays stopped", spec.application_id)
@@ -181,6 +186,22 @@ class StopStreamingJobOperator(BaseOperator):
         self.job = spec.application_id  # for the messages after the deferral
         self.defer(trigger=StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s)),
                    method_name="execute_complete")  # fmt: skip
+
+    def _stop_standby(self, spec) -> None:
+        """SIGTERM the standby and wait for its lease (a follower needs no Spark: it stops in seconds)."""
+        from streamstate.hooks.standby import StandbyHook
+
+        standby = StandbyHook(spec)
+        holder = standby.stop(force=str(self.force).lower() == "true")
+        if holder is None:
+            return
+        deadline = time.monotonic() + float(self.timeout_s)
+        while standby.running_instance() is not None:
+            if time.monotonic() > deadline:
+                raise StreamingJobFailed(f"{standby.application_id} still runs after {self.timeout_s}s; run again "
+                                         "with force=true")  # fmt: skip
+            time.sleep(0.5)
+        self.log.info("stopped the warm standby %s (pid %s)", standby.application_id, holder.get("pid"))
 
     def execute_complete(self, context, event: dict):
         if event["state"] != "stopped":

@@ -25,11 +25,12 @@ from streamstate.state_api.views import LiveView, StandbyView, StateTable
 
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import partition_offsets
+from spark_jobs.layout import JobLayout
 from spark_jobs.lifecycle import current_state
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, get_job, registered_versions, store
 from spark_jobs.standby.follower import read_standby_status, standby_running
 from spark_jobs.state.changelog import changelog_topic_name
-from spark_jobs.state.snapshots import SnapshotInfo, snapshot_path
+from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.versions import JobVersions
 
 #: a live view nobody queried for this long is stopped (its memory freed); the next query rebuilds it
@@ -119,7 +120,7 @@ class StateQueryService:
         else:
             reason = "restoring" if state == "RESTORING" else "job_not_running"
         with self._lock:
-            standby = self._standby.setdefault(key, StandbyView(self._snapshot_path(spec, store_spec)))
+            standby = self._standby.setdefault(key, StandbyView(self._snapshots(spec, store_spec)))
         snapshot, table = standby.current()
         if snapshot is None:
             return Source("standby", reason, state, None, None, None, None, table)
@@ -154,13 +155,13 @@ class StateQueryService:
                     del self._live[other_key]
             view = self._live.get(key)
             if view is None:
-                view = LiveView(self._snapshot_path(spec, store_spec), self.settings.kafka,
+                view = LiveView(self._snapshots(spec, store_spec), self.settings.kafka,
                                 changelog_topic_name(spec.application_id, store_spec.name))  # fmt: skip
                 self._live[key] = view
             return view
 
-    def _snapshot_path(self, spec: JobSpec, store_spec: StoreSpec) -> str:
-        return str(snapshot_path(self.settings.lake_dir, spec.application_id, store_spec.name))
+    def _snapshots(self, spec: JobSpec, store_spec: StoreSpec) -> SnapshotStore:
+        return SnapshotStore.of(JobLayout.of(spec, self.settings), store_spec.name)
 
     # ----- answers ------------------------------------------------------------------------------
     def get(self, spec: JobSpec, store_spec: StoreSpec, key: str, window_start: int | None = None) -> dict:

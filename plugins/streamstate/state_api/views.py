@@ -28,7 +28,7 @@ from confluent_kafka import KafkaException
 from runtime.kafka_connection import KafkaTarget
 from spark_jobs.kafka_topics import is_transient
 from spark_jobs.state.changelog_reader import ChangelogTail
-from spark_jobs.state.snapshots import SnapshotInfo, latest_snapshot
+from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 
 log = logging.getLogger("streamstate.state_api")
 
@@ -80,18 +80,11 @@ class StateTable:
         return len(self.state)
 
 
-def _snapshot_state(path: str, version: int) -> dict[str, str]:
-    from deltalake import DeltaTable
-
-    table = DeltaTable(path, version=version).to_pyarrow_table(columns=["key", "value"])
-    return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
-
-
 class StandbyView:
     """The store's Delta snapshot, reloaded when a newer version is committed (checked at most every ``recheck_s``)."""
 
-    def __init__(self, path: str, recheck_s: float = 0.5) -> None:
-        self.path = path
+    def __init__(self, snapshots: SnapshotStore, recheck_s: float = 0.5) -> None:
+        self.snapshots = snapshots
         self.recheck_s = recheck_s
         self.snapshot: SnapshotInfo | None = None
         self.table = StateTable()
@@ -102,9 +95,9 @@ class StandbyView:
         with self._lock:
             if time.monotonic() - self._checked >= self.recheck_s:
                 self._checked = time.monotonic()
-                latest = latest_snapshot(self.path)
+                latest = self.snapshots.latest()
                 if latest is not None and (self.snapshot is None or latest.delta_version != self.snapshot.delta_version):
-                    self.table = StateTable(_snapshot_state(self.path, latest.delta_version))
+                    self.table = StateTable(self.snapshots.read_text(latest))
                     self.snapshot = latest
             return self.snapshot, self.table
 
@@ -115,8 +108,8 @@ class LiveView:
     A daemon thread loads and follows; :meth:`wait_ready` bounds how long a query waits for the first load.
     """
 
-    def __init__(self, snapshot_path: str, kafka: KafkaTarget, topic: str, poll_s: float = 0.2) -> None:
-        self.snapshot_path = snapshot_path
+    def __init__(self, snapshots: SnapshotStore, kafka: KafkaTarget, topic: str, poll_s: float = 0.2) -> None:
+        self.snapshots = snapshots
         self.kafka = kafka
         self.topic = topic
         self.poll_s = poll_s
@@ -148,8 +141,8 @@ class LiveView:
     def _follow(self) -> None:
         tail = None
         try:
-            snapshot = latest_snapshot(self.snapshot_path)
-            state = _snapshot_state(self.snapshot_path, snapshot.delta_version) if snapshot else {}
+            snapshot = self.snapshots.latest()
+            state = self.snapshots.read_text(snapshot) if snapshot else {}
             self.batch_id = snapshot.batch_id if snapshot else None
             tail = ChangelogTail(self.kafka, self.topic, snapshot.changelog_offsets if snapshot else None)
             with self.lock:

@@ -1,0 +1,282 @@
+"""Every name and path a job version owns, in one place: the role of Kafka Streams' ``StateDirectory``.
+
+A job version is known everywhere by its application id (``<job>-v<version>``). What it owns is spread
+over four systems, and this module is the only place that spells any of it:
+
+* **checkpoint** (disk): ``<checkpoints>/<application_id>``, with the platform's own files under its
+  ``streamstate/`` directory (the start position a reprocessing run leaves, the restore record), and
+  the quarantined copies ``<application_id>.corrupt-<stamp>`` of checkpoints that could not resume;
+* **Kafka**: one changelog topic per store (``<application_id>-<store>-changelog``) and the
+  dead-letter topic (``<application_id>-dead-letter``);
+* **Delta**: one snapshot table per store (``<lake>/_state/<application_id>/<store>``) and the output
+  tables (``<lake>/<output_table>_v<version>`` and its companions);
+* **status directory**: the lifecycle status, the last run's report, the lease, the supervision record
+  and its lock, a failpoint marker (tests only), the warm standby's own status, lease and supervision
+  record (the standby runs under the name ``<application_id>.standby``), and the state-size audit's
+  plots; driver and follower logs go to ``<logs>/jobs/<application_id>[.standby]-<stamp>.log|.exit``.
+
+Reset, purge, the reprocessing plan and the state-size audit work from :meth:`JobLayout.artifacts`,
+and a test runs each reference job with its standby and checks that what exists equals that list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # registry and settings import nothing from here; kept lazy for the driver's start-up
+    from runtime.settings import Settings
+    from spark_jobs.registry import JobSpec
+
+#: the platform's files inside a checkpoint (Spark ignores directories it does not know)
+CHECKPOINT_FILES_DIR = "streamstate"
+#: inside a checkpoint: the start position a reprocessing run leaves for the version's first query
+START_OFFSETS_FILE = Path(CHECKPOINT_FILES_DIR) / "start-offsets.json"
+#: inside a checkpoint: what the driver restored its stores from when the query started
+RESTORE_RECORD = Path(CHECKPOINT_FILES_DIR) / "restore.json"
+#: the suffix a quarantined checkpoint gets, followed by a time stamp
+QUARANTINE_SUFFIX = ".corrupt-"
+#: the state-size audit's report directory in the status directory (shared by every job)
+AUDIT_REPORT_DIR = "state_audit"
+#: the name suffix of a job version's warm standby (its lease, status and supervision record)
+STANDBY_SUFFIX = ".standby"
+
+ArtifactKind = Literal[
+    "checkpoint",
+    "quarantined_checkpoint",
+    "changelog_topic",
+    "dead_letter_topic",
+    "snapshot_table",
+    "output_table",
+    "status_file",
+    "log_file",
+]
+#: where an artifact lives: a path on the local (or shared) file system, a Kafka topic, a Delta table
+ArtifactSystem = Literal["disk", "kafka", "delta"]
+
+_SYSTEM: dict[ArtifactKind, ArtifactSystem] = {
+    "checkpoint": "disk",
+    "quarantined_checkpoint": "disk",
+    "changelog_topic": "kafka",
+    "dead_letter_topic": "kafka",
+    "snapshot_table": "delta",
+    "output_table": "delta",
+    "status_file": "disk",
+    "log_file": "disk",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+    """One thing a job version owns: a topic name or a path."""
+
+    kind: ArtifactKind
+    location: str
+
+    @property
+    def system(self) -> ArtifactSystem:
+        return _SYSTEM[self.kind]
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusFiles:
+    """The files one process name (a driver's application id, or its standby's) keeps in the status directory."""
+
+    status_dir: Path
+    #: the driver's application id, or the standby's ``<application_id>.standby``
+    name: str
+
+    def _file(self, suffix: str) -> Path:
+        return Path(self.status_dir) / f"{self.name}{suffix}"
+
+    @property
+    def lifecycle(self) -> Path:
+        """The lifecycle status a driver publishes (spark_jobs/lifecycle.py)."""
+        return self._file(".status.json")
+
+    @property
+    def last_run(self) -> Path:
+        """The report of the driver's last run (spark_jobs/run.py)."""
+        return self._file(".last-run.json")
+
+    @property
+    def lease(self) -> Path:
+        """The single-instance lease with its epoch (spark_jobs/lease.py)."""
+        return self._file(".lease")
+
+    @property
+    def supervision(self) -> Path:
+        """Airflow's supervision record: launches and open alerts (plugins/streamstate/supervision.py)."""
+        return self._file(".supervision.json")
+
+    @property
+    def supervision_lock(self) -> Path:
+        return self._file(".supervision.lock")
+
+    @property
+    def failpoint(self) -> Path:
+        """Where a driver stopped by a test's failpoint says so (spark_jobs/failpoints.py)."""
+        return self._file(".failpoint.json")
+
+    def supervised(self) -> tuple[Path, ...]:
+        """What every supervised process has: its lease and Airflow's supervision record (and its lock)."""
+        return (self.lease, self.supervision, self.supervision_lock)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobLayout:
+    """Every artifact of one application id. Build it with :meth:`of`."""
+
+    application_id: str
+    source_topic: str
+    store_names: tuple[str, ...]
+    checkpoint: Path
+    status_dir: Path
+    lake_dir: Path
+    logs_dir: Path
+    output_table_dirs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, spec: JobSpec, settings: Settings) -> JobLayout:
+        return cls(
+            application_id=spec.application_id,
+            source_topic=spec.source_topic,
+            store_names=tuple(s.name for s in spec.stores),
+            checkpoint=settings.checkpoint_dir / spec.application_id,
+            status_dir=settings.status_dir,
+            lake_dir=settings.lake_dir,
+            logs_dir=settings.logs_dir,
+            output_table_dirs=spec.output_table_dirs,
+        )
+
+    # ----- checkpoint ------------------------------------------------------------------------------
+    @property
+    def start_offsets_file(self) -> Path:
+        """The start position a reprocessing run leaves for the version's first query."""
+        return self.checkpoint / START_OFFSETS_FILE
+
+    @property
+    def restore_record(self) -> Path:
+        """What the driver restored its stores from when the query started (``JobContext.restore_record``)."""
+        return self.checkpoint / RESTORE_RECORD
+
+    @property
+    def dead_letter_checkpoint(self) -> Path:
+        """The checkpoint of the job's companion dead-letter query (inside the job's own)."""
+        return self.checkpoint / CHECKPOINT_FILES_DIR / "dead-letter"
+
+    def quarantined_checkpoints(self) -> tuple[Path, ...]:
+        return tuple(sorted(self.checkpoint.parent.glob(f"{self.checkpoint.name}{QUARANTINE_SUFFIX}*")))
+
+    # ----- Kafka -----------------------------------------------------------------------------------
+    def changelog_topic(self, store: str) -> str:
+        return changelog_topic_name(self.application_id, store)
+
+    @property
+    def changelog_topics(self) -> tuple[str, ...]:
+        return tuple(self.changelog_topic(s) for s in self.store_names)
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return dead_letter_topic_name(self.application_id)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """Every topic the version owns (not its source: that one is shared by all versions)."""
+        return (*self.changelog_topics, self.dead_letter_topic)
+
+    # ----- Delta -----------------------------------------------------------------------------------
+    def snapshot_table(self, store: str) -> Path:
+        return snapshot_table_path(self.lake_dir, self.application_id, store)
+
+    @property
+    def snapshot_tables(self) -> tuple[Path, ...]:
+        return tuple(self.snapshot_table(s) for s in self.store_names)
+
+    @property
+    def output_table(self) -> Path:
+        """The main output table."""
+        return self.output_tables[0]
+
+    @property
+    def output_tables(self) -> tuple[Path, ...]:
+        """Every output table: the main one first."""
+        return tuple(self.lake_dir / d for d in self.output_table_dirs)
+
+    # ----- status directory ------------------------------------------------------------------------
+    @property
+    def driver(self) -> StatusFiles:
+        return StatusFiles(self.status_dir, self.application_id)
+
+    @property
+    def standby(self) -> StatusFiles:
+        return StatusFiles(self.status_dir, standby_name(self.application_id))
+
+    @property
+    def standby_status(self) -> Path:
+        """The warm standby's status: its stores, lags and snapshot versions (spark_jobs/standby)."""
+        return standby_status_file(self.status_dir, self.application_id)
+
+    def audit_plot(self, store: str) -> Path:
+        """The state-size audit's plot of one store (spark_jobs/state_audit/report.py)."""
+        return audit_plot_file(self.status_dir, self.application_id, store)
+
+    def log_files(self) -> tuple[Path, ...]:
+        """The logs and exit-code files of the driver's and the standby's detached launches."""
+        jobs = self.logs_dir / "jobs"
+        found = [*jobs.glob(f"{self.application_id}-*"), *jobs.glob(f"{standby_name(self.application_id)}-*")]
+        return tuple(sorted(found))
+
+    # ----- everything --------------------------------------------------------------------------------
+    def artifacts(self) -> tuple[Artifact, ...]:
+        """Everything this version owns, present or not (quarantined checkpoints and logs: those present)."""
+        return tuple(self._artifacts())
+
+    def _artifacts(self) -> Iterator[Artifact]:
+        yield Artifact("checkpoint", str(self.checkpoint))
+        for path in self.quarantined_checkpoints():
+            yield Artifact("quarantined_checkpoint", str(path))
+        for topic in self.changelog_topics:
+            yield Artifact("changelog_topic", topic)
+        yield Artifact("dead_letter_topic", self.dead_letter_topic)
+        for table in self.snapshot_tables:
+            yield Artifact("snapshot_table", str(table))
+        for table in self.output_tables:
+            yield Artifact("output_table", str(table))
+        driver = self.driver
+        for path in (driver.lifecycle, driver.last_run, driver.failpoint, *driver.supervised()):
+            yield Artifact("status_file", str(path))
+        for path in (self.standby_status, *self.standby.supervised()):
+            yield Artifact("status_file", str(path))
+        for store in self.store_names:
+            yield Artifact("status_file", str(self.audit_plot(store)))
+        for path in self.log_files():
+            yield Artifact("log_file", str(path))
+
+
+def changelog_topic_name(application_id: str, store: str) -> str:
+    """Kafka Streams' name for a store's changelog: ``<application.id>-<store>-changelog``."""
+    return f"{application_id}-{store}-changelog"
+
+
+def dead_letter_topic_name(application_id: str) -> str:
+    return f"{application_id}-dead-letter"
+
+
+def standby_status_file(status_dir: Path, application_id: str) -> Path:
+    return Path(status_dir) / f"{standby_name(application_id)}.json"
+
+
+def audit_plot_file(status_dir: Path, application_id: str, store: str) -> Path:
+    return Path(status_dir) / AUDIT_REPORT_DIR / f"{application_id}.{store}.png"
+
+
+def snapshot_table_path(lake_dir: Path, application_id: str, store: str) -> Path:
+    return Path(lake_dir) / "_state" / application_id / store
+
+
+def standby_name(application_id: str) -> str:
+    """The name the warm standby of ``application_id`` runs under (its lease, status, supervision)."""
+    return f"{application_id}{STANDBY_SUFFIX}"
