@@ -3,9 +3,10 @@ Delta tables read back with delta-rs, Kafka read back with a consumer.
 
 - side_by_side: v1 of ``gift_card_counts`` counts gift cards twice; v2 (the fix) reprocesses from
   earliest beside it, the report names exactly the users that differ, promote switches readers to v2
-  and stops v1.
+  and stops v1 and its warm standby.
 - reset: ``reset_counts`` reset to a date-time reprocesses only what came after it, with a changelog
-  holding nothing from before; the dry run before it changes nothing; a bad form is rejected.
+  holding nothing from before; the dry run before it changes nothing; a bad form is rejected; the
+  version's warm standby is stopped first (the reset deletes the snapshots it writes).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from decimal import Decimal
@@ -24,6 +27,7 @@ from streamstate.supervision import read_record
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators.purchases import expected_counts, generate, produce
 from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.audit import audit_rows
@@ -83,6 +87,16 @@ def _caught_up(settings, spec) -> None:
           f"{spec.application_id} to commit {end}")  # fmt: skip
 
 
+def _start_standby(settings, spec) -> subprocess.Popen:
+    """The version's warm standby, launched as supervision launches it (a detached follower process)."""
+    env = {**os.environ, **settings.to_env(), "STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT)}
+    follower = subprocess.Popen([sys.executable, "-m", "spark_jobs.standby", spec.name, "--version", str(spec.version)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    lease = JobLease(settings.status_dir, JobLayout.of(spec, settings).standby.name)
+    _wait(lambda: lease.holder() is not None, 60, f"the standby of {spec.application_id} to hold its lease")
+    return follower
+
+
 def _counts(path: str) -> dict[str, tuple[int, Decimal]]:
     return {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in read_rows(path)}
 
@@ -120,6 +134,7 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert versions.current(v1.name) == 1 and current_output_path(settings, v1.name).endswith("gift_card_counts_v1")
     assert JobLease(settings.status_dir, v1.application_id).holder() and JobLease(settings.status_dir, v2.application_id).holder()
 
+    standby = _start_standby(settings, v1)
     result = run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False})  # no confirmation
     assert result.returncode != 0 and "type 'gift_card_counts' in 'confirm'" in result.stdout + result.stderr
     assert versions.current(v1.name) == 1
@@ -128,6 +143,7 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert versions.current(v1.name) == 2
     assert _counts(current_output_path(settings, v1.name)) == correct
     assert JobLease(settings.status_dir, v1.application_id).holder() is None  # the old version stopped
+    assert standby.wait(30) == 0  # and its standby, cleanly (SIGTERM)
     assert JobLease(settings.status_dir, v2.application_id).holder() is not None
     assert [e.version for e in versions.retired(v1.name)] == [1]
     assert read_record(settings.status_dir, v1.application_id).desired == "stopped"  # supervision leaves it
@@ -219,7 +235,9 @@ def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
     assert bad.returncode != 0 and "has no partition [5]" in bad.stdout + bad.stderr
     assert _state_of_the_world(settings, spec) == world
 
+    standby = _start_standby(settings, spec)
     _ok(run_dag("reprocess_job", {**conf, "dry_run": False, "confirm": spec.name}))
+    assert standby.wait(30) == 0  # stopped before the reset deleted the snapshots it writes
     _caught_up(settings, spec)
     assert _counts(current_output_path(settings, spec.name)) == expected_counts(after)
     changelog = _read_changelog(bootstrap, changelog_topic_name(spec.application_id, "counts"))
