@@ -28,8 +28,9 @@ from tests.spark_jobs.test_dead_letter import read_with_headers
 pytestmark = pytest.mark.integration
 
 SEEDS = [int(s) for s in os.environ.get("SAME_OUTPUT_SEEDS", "11").split(",")]
-#: maxOffsetsPerTrigger of each run: everything in one batch, a few batches, many tiny ones
-CUTS = (None, 60, 7)
+#: maxOffsetsPerTrigger of each run: everything in one batch, a few batches, many small ones (``all``: no
+#: limit). ``SAME_OUTPUT_CUTS=all,60,7`` adds tiny batches (35 of them: 2 more minutes).
+CUTS = tuple(None if c == "all" else int(c) for c in os.environ.get("SAME_OUTPUT_CUTS", "all,60,13").split(","))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
