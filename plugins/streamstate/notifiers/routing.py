@@ -4,6 +4,7 @@ Airflow connections exist. The connection ids are the configuration, here in one
 from __future__ import annotations
 
 import html
+import socket
 import logging
 
 from streamstate.alerts import RESOLVED, Alert
@@ -14,6 +15,7 @@ SLACK_CONN_ID = "streamstate_slack"
 #: PagerDuty Events API v2 connection (``pagerduty_events``: the integration key)
 PAGERDUTY_CONN_ID = "streamstate_pagerduty"
 #: SMTP connection (``smtp``); extra ``to`` (comma-separated recipients), optional ``from_email``
+#: (default ``streamstate@<this host>``: the provider's notifier refuses to send without a sender)
 SMTP_CONN_ID = "streamstate_smtp"
 
 log = logging.getLogger("streamstate.alerts")
@@ -51,7 +53,7 @@ def notifiers_for(alert: Alert) -> dict[str, object]:
     if (smtp := _connection(SMTP_CONN_ID)) is not None and smtp.extra_dejson.get("to"):
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
-        notifiers["smtp"] = SmtpNotifier(to=smtp.extra_dejson["to"], from_email=smtp.extra_dejson.get("from_email"),
+        notifiers["smtp"] = SmtpNotifier(to=smtp.extra_dejson["to"], from_email=smtp.extra_dejson.get("from_email") or f"streamstate@{socket.getfqdn()}",
                                          subject=alert.title, html_content=f"<pre>{html.escape(alert.text())}</pre>",
                                          smtp_conn_id=SMTP_CONN_ID)  # fmt: skip
     return notifiers
