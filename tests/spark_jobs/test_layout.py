@@ -83,12 +83,18 @@ def _votes(settings, topic):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("job_name, produce", [("purchase_counts", _purchases), ("patient_heart_rate", _pulses),
-                                               ("vote_counts", _votes)])  # fmt: skip
+@pytest.mark.parametrize(
+    "job_name, produce", [("purchase_counts", _purchases), ("patient_heart_rate", _pulses), ("vote_counts", _votes)]
+)
 def test_what_a_version_owns_is_what_its_layout_lists(spark, kafka_broker, settings, unique, job_name, produce):
     spec = get_job(job_name)
-    job = dataclasses.replace(spec, name=f"layout_{unique}", source_topic=f"layout-{unique}",
-                              output_table=f"layout_{unique}", snapshot_every_batches=1)  # fmt: skip
+    job = dataclasses.replace(
+        spec,
+        name=f"layout_{unique}",
+        source_topic=f"layout-{unique}",
+        output_table=f"layout_{unique}",
+        snapshot_every_batches=1,
+    )
     layout = JobLayout.of(job, settings)
     ensure_topic(settings.kafka, job.source_topic, job.source_partitions)
     produce(settings, job.source_topic)
@@ -105,6 +111,14 @@ def test_what_a_version_owns_is_what_its_layout_lists(spark, kafka_broker, setti
     cluster = AdminClient(client_config(settings.kafka)).list_topics(timeout=30).topics
     topics = {t for t in cluster if t.startswith(f"{layout.application_id}-")}
     assert topics == set(layout.topics) == existing_topics(settings.kafka, list(layout.topics))
-    required = [layout.checkpoint, *layout.snapshot_tables, *layout.output_tables, layout.driver.lifecycle,
-                layout.driver.last_run, layout.standby_status, *layout.driver.supervised(), *layout.standby.supervised()]  # fmt: skip
+    required = [
+        layout.checkpoint,
+        *layout.snapshot_tables,
+        *layout.output_tables,
+        layout.driver.lifecycle,
+        layout.driver.last_run,
+        layout.standby_status,
+        *layout.driver.supervised(),
+        *layout.standby.supervised(),
+    ]
     assert [str(p) for p in required if not p.exists()] == []
