@@ -21,7 +21,7 @@ from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import JobSpec, StoreSpec
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.restore_history import RestoreRates
-from spark_jobs.state.snapshots import SnapshotInfo, snapshot_history, snapshot_path
+from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.state_audit import trends
 from spark_jobs.versions import append_rows, platform_table, read_rows
 
@@ -65,25 +65,20 @@ def _dir_bytes(path: Path) -> int:
 
 
 def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tuple[dict, SnapshotInfo | None, list]:
-    """(numbers, latest snapshot, its decoded values) of the store's Delta snapshot table, read with delta-rs."""
-    from deltalake import DeltaTable
-
-    path = snapshot_path(settings.lake_dir, spec.application_id, store.name)
-    if not DeltaTable.is_deltatable(str(path)):
+    """(numbers, latest snapshot, its decoded values) of the store's Delta snapshot table."""
+    snapshots = SnapshotStore.of(JobLayout.of(spec, settings), store.name)
+    if not snapshots.exists():
         return {"snapshot_versions": 0}, None, []
-    import pyarrow as pa
-
-    table = DeltaTable(str(path))
-    infos = snapshot_history(path)
+    infos = snapshots.history()
     latest = infos[-1] if infos else None
-    files = pa.table(table.get_add_actions(flatten=True)).select(["size_bytes"]).to_pylist()
+    files = snapshots.files()
     taken = dt.datetime.fromisoformat(latest.taken_at) if latest else None
     numbers = {"snapshot_versions": len(infos), "snapshot_rows": latest.rows if latest else None,
-               "snapshot_bytes": sum(f["size_bytes"] for f in files), "snapshot_files": len(files),
+               "snapshot_bytes": sum(files), "snapshot_files": len(files),
                "snapshot_age_s": (dt.datetime.now(dt.timezone.utc) - taken).total_seconds() if taken else None}  # fmt: skip
     values = []
     if latest is not None and store.kind == "windowed":
-        values = [json.loads(v) for v in table.to_pyarrow_table(columns=["value"]).column("value").to_pylist() if v]
+        values = [json.loads(v) for v in snapshots.values(latest)]
     return numbers, latest, values
 
 
