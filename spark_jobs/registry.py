@@ -55,8 +55,11 @@ class StoreSpec:
     Attributes:
         name: store name (letters, digits, ``-``/``_``).
         kind: ``windowed`` changelogs also delete by time; ``versioned`` keep ``retention_ms`` of history.
-        retention_ms: windowed: window size + grace + retention; versioned: history kept.
-        changelog_configs: topic config overrides (the seeds' ``withLoggingEnabled(map)``).
+        retention_ms: windowed: how long a window is kept, counted from its start (Kafka Streams'
+            ``Materialized.withRetention``; at least ``window_ms + grace_ms``, so a window is never dropped
+            while it still accepts events); versioned: history kept.
+        changelog_configs: topic config overrides (the seeds' ``withLoggingEnabled(map)``); the
+            changelog tuning DAG never changes a config named here, it only reports what it would do.
         ttl_ms: key-value stores: evict a key idle this long (processing time), with a tombstone
             (the seeds' bounded store; None keeps keys until deleted).
         window_ms: windowed stores: the tumbling window size.

@@ -12,9 +12,12 @@ Kafka's log cleaner (the seeds' "aggressive topic compaction", table 6-1):
   the ratio; ``min.compaction.lag.ms`` protects records younger than it (a versioned store's history);
 - tombstones are removed ``delete.retention.ms`` after their segment was cleaned: a restore that
   starts from an older snapshot would miss the delete and bring the key back;
-- windowed stores also delete by time (``compact,delete``), never before window + grace + retention.
+- windowed stores also delete by time (``compact,delete``), never before the store's retention (counted
+  from a window's start, at least window + grace) plus Kafka Streams' extra day for the changelog.
 
-Only changes are returned; a config already inside the rules is left alone (no churn).
+Only changes are returned; a config already inside the rules is left alone (no churn). A config the job
+declares (``StoreSpec.changelog_configs``, Kafka Streams' ``withLoggingEnabled(map)``) is the team's
+decision: its recommendation is returned marked ``held_by_job`` and is never applied.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 from runtime.settings import CompactionPolicy
 from spark_jobs.changelog_tuning.measure import ChangelogMeasurement
 from spark_jobs.registry import JobSpec, StoreSpec
+from spark_jobs.state.changelog import WINDOWED_CHANGELOG_EXTRA_RETENTION_MS, windowed_changelog_retention_ms
 
 #: how many snapshot intervals a tombstone must outlive (see the delete.retention.ms rule)
 SNAPSHOT_INTERVALS_FOR_TOMBSTONES = 4
@@ -37,6 +41,8 @@ class Recommendation:
     current: str | None
     proposed: str
     reason: str
+    #: the job declares this config (``StoreSpec.changelog_configs``): reported, never applied
+    held_by_job: bool = False
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -69,7 +75,10 @@ def recommend(spec: JobSpec, store: StoreSpec, m: ChangelogMeasurement, policy: 
 
     def propose(name: str, value, reason: str) -> None:
         if cfg.get(name) != str(value):
-            out.append(Recommendation(m.topic, name, cfg.get(name), str(value), reason))
+            held = name in store.changelog_configs
+            if held:
+                reason += f"; not applied: the job sets {name}={store.changelog_configs[name]} (changelog_configs)"
+            out.append(Recommendation(m.topic, name, cfg.get(name), str(value), reason, held_by_job=held))
 
     # cleanup.policy and retention.ms: what leaves the log by time
     policies = set((cfg.get("cleanup.policy") or "compact").replace(" ", "").split(","))
@@ -78,11 +87,11 @@ def recommend(spec: JobSpec, store: StoreSpec, m: ChangelogMeasurement, policy: 
             propose("cleanup.policy", "compact,delete",
                     f"windowed store: windows must also leave the changelog by time; with '{','.join(sorted(policies))}' "
                     f"every window ever written ({m.live_keys:,} live keys now) stays and is replayed on restore")  # fmt: skip
-        needed = (store.window_ms or 0) + store.grace_ms + (store.retention_ms or 0)
+        needed = windowed_changelog_retention_ms(store.retention_ms or 0)
         if _int(cfg, "retention.ms", 7 * 86_400_000) < needed:
             propose("retention.ms", needed,
-                    f"window {human_ms(store.window_ms or 0)} + grace {human_ms(store.grace_ms)} + retention "
-                    f"{human_ms(store.retention_ms or 0)} = {human_ms(needed)}; retention.ms="
+                    f"the store keeps a window {human_ms(store.retention_ms or 0)} from its start, the changelog "
+                    f"{human_ms(WINDOWED_CHANGELOG_EXTRA_RETENTION_MS)} longer = {human_ms(needed)}; retention.ms="
                     f"{human_ms(_int(cfg, 'retention.ms', 0))} would delete windows a restore still needs")  # fmt: skip
     elif policies != {"compact"}:
         propose("cleanup.policy", "compact",

@@ -19,8 +19,8 @@ holds the processor to the plain-Python reference :func:`spark_jobs.generators.p
 several cuts). The store is the Java processor ``streamstate.jobs.PulseWindows`` of
 ``jvm/state-processors``, keyed by source partition. Its changelog ``…-pulse-counts-changelog`` is
 keyed ``<patient>@<window start ms>``, plus one ``~stream-time@<partition>`` entry per partition so a
-restore continues stream time exactly; it is ``compact,delete`` with ``retention.ms`` = the store
-retention.
+restore continues stream time exactly; it is ``compact,delete`` with ``retention.ms`` = the store's
+retention plus Kafka Streams' extra day for windowed changelogs.
 """
 
 from __future__ import annotations

@@ -33,6 +33,16 @@ BATCH_HEADER = "streamstate.batch"
 
 StoreKind = Literal["key_value", "windowed", "versioned"]
 
+#: Kafka Streams' ``windowstore.changelog.additional.retention.ms`` (its default): a windowed store's
+#: changelog keeps records this much longer than the store keeps windows. Records carry the write's
+#: wall-clock time, so a window written while stream time lags the clock (a replay) must outlive it.
+WINDOWED_CHANGELOG_EXTRA_RETENTION_MS = 86_400_000
+
+
+def windowed_changelog_retention_ms(retention_ms: int) -> int:
+    """The changelog ``retention.ms`` of a windowed store that keeps each window ``retention_ms``."""
+    return retention_ms + WINDOWED_CHANGELOG_EXTRA_RETENTION_MS
+
 
 @dataclasses.dataclass(frozen=True)
 class ChangelogTopic:
@@ -44,7 +54,8 @@ class ChangelogTopic:
         partitions: the source topic's partition count (same key, same partition number).
         replication_factor: from the deployment settings.
         kind: ``windowed`` stores also delete by time (``compact,delete``); the others only compact.
-        retention_ms: windowed stores: window size + grace + retention; versioned: the history kept.
+        retention_ms: windowed stores: how long a window is kept after its start (the topic keeps
+            records a day longer: :func:`windowed_changelog_retention_ms`); versioned: the history kept.
         overrides: any topic config, applied last.
     """
 
@@ -72,7 +83,7 @@ class ChangelogTopic:
             "message.timestamp.type": "CreateTime",
         }
         if self.kind == "windowed":
-            configs["retention.ms"] = str(self.retention_ms)
+            configs["retention.ms"] = str(windowed_changelog_retention_ms(self.retention_ms))
         if self.kind == "versioned":
             # Compaction must not remove history a versioned store still answers for.
             configs["min.compaction.lag.ms"] = str(self.retention_ms)

@@ -83,8 +83,8 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
 
 
 def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_ms: int) -> int | None:
-    """Windows in the state that should have been evicted: their start + window + grace + retention is
-    before stream time. Stream time is the store's own per-partition entry (``stream_time_ms`` with a
+    """Windows in the state that should have been evicted: their start + the store's retention is before
+    stream time (the store keeps a window ``retention_ms`` from its start). Stream time is the store's own per-partition entry (``stream_time_ms`` with a
     ``source_partition``) where it keeps one, else ``stream_time_ms`` (the snapshot's watermark)."""
     if store.kind != "windowed":
         return None
@@ -92,7 +92,7 @@ def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_m
                      if v.get("window_start_ms") is None and isinstance(v.get("stream_time_ms"), int)}  # fmt: skip
     if not stream_time_ms and not per_partition:
         return None
-    horizon = (store.window_ms or 0) + store.grace_ms + (store.retention_ms or 0)
+    horizon = store.retention_ms or 0
     return sum(
         1 for v in values
         if isinstance(v.get("window_start_ms"), int)

@@ -60,9 +60,9 @@ def unbounded_growth(store: StoreSpec, history: list[dict], windows_beyond_reten
     ``changelog_tombstones`` are read)."""
     if store.kind == "windowed":
         if windows_beyond_retention:
-            return Unbounded(True, f"{windows_beyond_retention:,} windows older than window + grace + retention "
-                                   f"({(store.window_ms or 0) + store.grace_ms + (store.retention_ms or 0):,} ms) "
-                                   "are still in the state: expiry is not deleting them")  # fmt: skip
+            return Unbounded(True, f"{windows_beyond_retention:,} windows older than the store's retention "
+                                   f"({store.retention_ms or 0:,} ms from their start) are still in the state: "
+                                   "expiry is not deleting them")  # fmt: skip
         return Unbounded(False, "windows expire with the retention")
     if store.ttl_ms:
         return Unbounded(False, f"keys idle for {store.ttl_ms:,} ms are evicted")

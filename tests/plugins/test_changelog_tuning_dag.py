@@ -74,9 +74,9 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     spec = get_job("tuned_counts")
     stores = {s.name: s for s in spec.stores}
     topics = {name: changelog_topic_name(spec.application_id, name) for name in stores}
-    # topics as an older platform version created them: the windowed one only compacted, the versioned
-    # one without protection for its history
-    overrides = {"windows": {"cleanup.policy": "compact"}, "history": {"min.compaction.lag.ms": "0"}}
+    # topics as an older platform version created them: the windowed one only compacted and kept no longer
+    # than the store keeps windows, the versioned one without protection for its history
+    overrides = {"windows": {"cleanup.policy": "compact", "retention.ms": "3600000"}, "history": {"min.compaction.lag.ms": "0"}}
     for name, store in stores.items():
         ChangelogTopic(spec.application_id, name, spec.source_partitions, kind=store.kind, retention_ms=store.retention_ms,
                        overrides=overrides.get(name, {})).ensure(bootstrap)  # fmt: skip
@@ -96,7 +96,7 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     assert proposed[(topics["counts"], "segment.ms")]["new_value"] == "2500"
     assert proposed[(topics["counts"], "min.cleanable.dirty.ratio")]["new_value"] == "0.33"
     assert proposed[(topics["windows"], "cleanup.policy")]["new_value"] == "compact,delete"
-    assert proposed[(topics["windows"], "retention.ms")]["new_value"] == str(60_000 + 5_000 + 3_600_000)
+    assert proposed[(topics["windows"], "retention.ms")]["new_value"] == str(3_600_000 + 86_400_000)
     assert proposed[(topics["history"], "min.compaction.lag.ms")]["new_value"] == "7200000"
     assert all(r["reason"] for r in proposed.values())
     assert webhook.received == []  # one run above target is not an alert yet

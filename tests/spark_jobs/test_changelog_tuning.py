@@ -3,6 +3,7 @@ topic config changes on the real broker (validate-only refusals, exact rollback 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -13,7 +14,8 @@ from spark_jobs.changelog_tuning import history, topic_configs
 from spark_jobs.changelog_tuning.measure import ChangelogMeasurement
 from spark_jobs.changelog_tuning.recommend import recommend
 from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.registry import JobSpec, StoreSpec
+from spark_jobs.registry import JobSpec, StoreSpec, registered_versions
+from spark_jobs.state.changelog import ChangelogTopic
 
 KAFKA_DEFAULTS = {"cleanup.policy": "compact", "segment.bytes": str(1024**3), "segment.ms": "604800000",
                   "min.cleanable.dirty.ratio": "0.5", "min.compaction.lag.ms": "0",
@@ -71,12 +73,35 @@ def test_default_target_keeps_kafkas_dirty_ratio_and_bounds_hold():
     assert "segment.ms" not in by_config(recommend(SPEC, KV, fast, CompactionPolicy()))
 
 
-def test_windowed_store_deletes_by_time_no_earlier_than_window_grace_retention():
+def test_a_config_the_job_declares_is_reported_but_never_applied():
+    """``changelog_configs`` is the team's decision (Kafka Streams' ``withLoggingEnabled(map)``)."""
+    own = dataclasses.replace(KV, changelog_configs={"min.cleanable.dirty.ratio": "0.9", "segment.ms": "604800000"})
+    m = measurement(configs={**KAFKA_DEFAULTS, "min.cleanable.dirty.ratio": "0.9"})
+    recs = by_config(recommend(SPEC, own, m, CompactionPolicy()))
+    assert recs["min.cleanable.dirty.ratio"].held_by_job and recs["segment.ms"].held_by_job
+    assert "not applied: the job sets min.cleanable.dirty.ratio=0.9" in recs["min.cleanable.dirty.ratio"].reason
+    assert not recs["max.compaction.lag.ms"].held_by_job  # what the job leaves open is still tuned
+
+
+@pytest.mark.parametrize("spec", [s for versions in registered_versions().values() for s in versions.values()],
+                         ids=lambda s: s.application_id)  # fmt: skip
+def test_the_platforms_own_changelogs_pass_its_tuners_retention_rules(spec):
+    """Windowed retention has one meaning: the topic the platform creates is what its tuner requires."""
+    for store in spec.stores:
+        topic = ChangelogTopic(spec.application_id, store.name, spec.source_partitions, kind=store.kind,
+                               retention_ms=store.retention_ms, overrides=store.changelog_configs)  # fmt: skip
+        m = measurement(topic=topic.name, configs={**KAFKA_DEFAULTS, **topic.configs()})
+        recs = by_config(recommend(spec, store, m, CompactionPolicy()))
+        for config in ("cleanup.policy", "retention.ms", "min.compaction.lag.ms"):
+            assert config not in recs, f"{topic.name}: the tuner would change {config}: {recs[config].reason}"
+
+
+def test_windowed_store_deletes_by_time_no_earlier_than_its_retention_plus_a_day():
     m = measurement(topic="tuned-v1-windows-changelog", configs={**KAFKA_DEFAULTS, "retention.ms": "3600000"})
     recs = by_config(recommend(SPEC, WINDOWED, m, CompactionPolicy()))
     assert recs["cleanup.policy"].proposed == "compact,delete"
-    assert recs["retention.ms"].proposed == str(60_000 + 5_000 + 3_600_000)
-    assert "window 1 min + grace 5 s + retention 1 h" in recs["retention.ms"].reason
+    assert recs["retention.ms"].proposed == str(3_600_000 + 86_400_000)
+    assert "keeps a window 1 h from its start, the changelog 1 d longer" in recs["retention.ms"].reason
 
 
 def test_versioned_store_keeps_its_history_and_max_lag_stays_above_min_lag():

@@ -17,6 +17,7 @@ from spark_jobs.generators import pulse
 from spark_jobs.kafka_topics import ensure_topic, read_json_records
 from spark_jobs.registry import get_job, store
 from spark_jobs.run import run
+from spark_jobs.state.changelog import windowed_changelog_retention_ms
 from spark_jobs.state.changelog_reader import read_changelog
 from tests.spark_jobs.test_dead_letter import read_with_headers
 
@@ -127,7 +128,7 @@ def test_windowed_changelog_deletes_by_time_and_restore_keeps_stream_time(spark,
     admin = AdminClient({"bootstrap.servers": bootstrap})
     described = next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values())).result()
     assert described["cleanup.policy"].value == "compact,delete"
-    assert described["retention.ms"].value == str(store(job, STORE).retention_ms)
+    assert described["retention.ms"].value == str(windowed_changelog_retention_ms(store(job, STORE).retention_ms))
 
     # Lose the checkpoint. The next round holds a pulse for a window that closed before the loss:
     # still late after the restore, because stream time was restored with the state.

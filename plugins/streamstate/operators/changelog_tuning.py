@@ -95,8 +95,10 @@ class TuneChangelogsOperator(BaseOperator):
                     continue
                 recs = recommend(target.spec, target.store, m, settings.compaction)
                 for rec in recs:
-                    self.log.info("%s: %s %s -> %s because %s", m.topic, rec.config, rec.current, rec.proposed, rec.reason)
-                outcome = apply_recommendations(settings, run_id, target, recs, dry_run=dry_run, by=by)
+                    self.log.info("%s: %s%s %s -> %s because %s", m.topic, "HELD BY THE JOB: " if rec.held_by_job else "",
+                                  rec.config, rec.current, rec.proposed, rec.reason)  # fmt: skip
+                applicable = [rec for rec in recs if not rec.held_by_job]  # the team's own configs win
+                outcome = apply_recommendations(settings, run_id, target, applicable, dry_run=dry_run, by=by)
                 self.log.info("%s: %s %s", m.topic, outcome.action, outcome.detail)
                 outcomes.append(outcome)
         result = [o if isinstance(o, dict) else {"topic": o.topic, "action": o.action, "changes": o.changes,
