@@ -63,6 +63,10 @@ COMMON = {"catchup": False, "max_active_runs": 1, "tags": ["streamstate", "repro
                                propertyNames={"pattern": r"^\d+$"}, additionalProperties={"type": "integer", "minimum": 0}),
         "truncate_outputs": Param(False, type="boolean", title="Truncate outputs (reset)",
                                   description="Delete the output rows (history kept) and dead letters before reprocessing."),
+        "accept_history_gap": Param(False, type="boolean", title="Accept a history gap",
+                                    description="When the source no longer holds the start (retention deleted it), "
+                                                "proceed from what remains; the plan and report record the gap. "
+                                                "Off: such a start is refused."),
         "dry_run": Param(True, type="boolean", title="Dry run", description="Print the plan; change nothing."),
         "confirm": Param(None, type=["null", "string"], title="Confirm (reset)",
                          description="To run a reset for real, type the job name."),

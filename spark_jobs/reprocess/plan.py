@@ -67,6 +67,10 @@ class ReprocessPlan:
     made_at: str
     actions: list[Action] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: partition -> records the source no longer held before the requested start (accepted gaps only)
+    history_gap: dict[int, int] = dataclasses.field(default_factory=dict)
+    #: the source topic's time and size retention when the plan was made
+    source_retention: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def records_to_process(self) -> int:
@@ -80,6 +84,7 @@ class ReprocessPlan:
         data = dataclasses.asdict(self)
         data["start_offsets"] = {str(p): o for p, o in self.start_offsets.items()}
         data["input_end"] = {str(p): o for p, o in self.input_end.items()}
+        data["history_gap"] = {str(p): n for p, n in self.history_gap.items()}
         data["records_to_process"] = self.records_to_process
         return data
 
@@ -89,6 +94,7 @@ class ReprocessPlan:
         values = {k: v for k, v in data.items() if k in fields}
         values["start_offsets"] = {int(p): int(o) for p, o in data["start_offsets"].items()}
         values["input_end"] = {int(p): int(o) for p, o in data["input_end"].items()}
+        values["history_gap"] = {int(p): int(n) for p, n in data.get("history_gap", {}).items()}
         values["actions"] = [Action(**a) for a in data.get("actions", [])]
         return cls(**values)
 
@@ -98,6 +104,9 @@ class ReprocessPlan:
         lines = [
             f"Reprocessing plan: {self.job} {target}, mode {self.mode} (made {self.made_at})",
             f"  input {self.input_topic}, start: {self.start}",
+            "  source retention: " + (", ".join(f"{k}={v}" for k, v in self.source_retention.items()) or "unknown"),
+            *(f"  HISTORY GAP (accepted): partition {p}: up to {n} records before the start are no longer in the "
+              "source; the new state is built without them" for p, n in sorted(self.history_gap.items())),
             *(f"    partition {p}: from offset {o} (end now {self.input_end.get(p)}; "
               f"{max(0, self.input_end.get(p, 0) - o)} records)" for p, o in sorted(self.start_offsets.items())),
             f"  records to process: {self.records_to_process}",
@@ -146,6 +155,18 @@ def delta_size(path: Path) -> str:
     return f"{rows} rows, {human_bytes(sum(f['size_bytes'] for f in files))}, Delta version {table.version()}"
 
 
+def source_retention(kafka: KafkaTarget, topic: str) -> dict[str, str]:
+    """The topic's ``cleanup.policy``, ``retention.ms`` and ``retention.bytes`` as the broker applies them."""
+    from confluent_kafka.admin import AdminClient
+
+    from runtime.kafka_connection import client_config
+    from spark_jobs.changelog_tuning.topic_configs import describe
+
+    configs = describe(AdminClient(client_config(kafka)), [topic])[topic]
+    names = ("cleanup.policy", "retention.ms", "retention.bytes")
+    return {name: str(configs[name].value) for name in names if name in configs}
+
+
 def topic_size(bootstrap: KafkaTarget, topic: str, present: set[str]) -> str:
     if topic not in present:
         return "absent"
@@ -189,14 +210,21 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
                                   "(or run with dry_run to see the plan)")  # fmt: skip
     position = StartPosition.from_params(params)
     try:
-        start = position.resolve(settings.kafka, target.source_topic, now)
+        start, gap = position.resolve(settings.kafka, target.source_topic, now,
+                                      accept_history_gap=bool(params.get("accept_history_gap")))  # fmt: skip
     except BadStartPosition as err:
         raise BadReprocessRequest(str(err)) from None
-    end = {p: high for p, (_low, high) in partition_offsets(settings.kafka, target.source_topic).items()}
+    bounds = partition_offsets(settings.kafka, target.source_topic)
+    end = {p: high for p, (_low, high) in bounds.items()}
     plan = ReprocessPlan(job=job, mode=mode, current_version=current.version, target_version=target.version,
                          input_topic=target.source_topic, start=position.describe(), start_offsets=start,
                          input_end=end, truncate_outputs=bool(params.get("truncate_outputs")),
-                         made_at=now.isoformat(timespec="seconds"))  # fmt: skip
+                         made_at=now.isoformat(timespec="seconds"), history_gap=gap,
+                         source_retention=source_retention(settings.kafka, target.source_topic))  # fmt: skip
+    if position.kind == "earliest" and any(low > 0 for low, _high in bounds.values()):
+        plan.notes.append("the source's retention already deleted the head of "
+                          + ", ".join(f"partition {p} (offsets below {low})" for p, (low, _h) in sorted(bounds.items()) if low > 0)
+                          + ": earliest is what remains, not the whole history")  # fmt: skip
     (_side_by_side_actions if mode == SIDE_BY_SIDE else _reset_actions)(plan, settings, current, target)
     return plan
 

@@ -100,33 +100,55 @@ class StartPosition:
         return {EARLIEST: "earliest", DATETIME: f"records from {self.datetime}", DURATION: f"the last {self.duration}",
                 OFFSETS: f"offsets {dict(self.offsets or {})}"}.get(self.kind, self.kind)  # fmt: skip
 
-    def resolve(self, kafka: KafkaTarget, topic: str, now: dt.datetime) -> dict[int, int]:
-        """partition -> first offset to process. Validates against the topic as it is now.
+    def resolve(self, kafka: KafkaTarget, topic: str, now: dt.datetime, *,
+                accept_history_gap: bool = False) -> tuple[dict[int, int], dict[int, int]]:  # fmt: skip
+        """(partition -> first offset to process, partition -> records the source no longer holds
+        before it). Validates against the topic as it is now.
+
+        A start older than what a partition still holds (retention deleted the head of its log) would
+        build the new state on partial history: refused, unless ``accept_history_gap``; then the start
+        is the partition's first offset and the gap is returned (for a date-time, the records deleted
+        are an upper bound: some may be older than the date-time).
 
         Raises:
-            BadStartPosition: the topic is missing, a partition does not exist, an offset is outside
-                what the partition holds, or a date-time is in the future.
+            BadStartPosition: the topic is missing, a partition does not exist, an offset is beyond
+                what the partition holds, a date-time is in the future, or a history gap not accepted.
         """
+        offsets, gaps = self._resolve(kafka, topic, now)
+        if gaps and not accept_history_gap:
+            lost = ", ".join(f"partition {p}: up to {n} records before offset {offsets[p]}" for p, n in sorted(gaps.items()))
+            raise BadStartPosition(f"{topic} no longer holds the start of {self.describe()} ({lost}: deleted by "
+                                   "retention); reprocessing from here builds state on partial history. Choose a "
+                                   "later start, or set accept_history_gap to proceed and record the gap")  # fmt: skip
+        return offsets, gaps
+
+    def _resolve(self, kafka: KafkaTarget, topic: str, now: dt.datetime) -> tuple[dict[int, int], dict[int, int]]:
         self.validate(now)
         try:
             bounds = partition_offsets(kafka, topic)
         except KeyError:
             raise BadStartPosition(f"input topic {topic!r} does not exist") from None
-        if self.kind == EARLIEST:
-            return {p: low for p, (low, _high) in bounds.items()}
+        if self.kind == EARLIEST:  # everything the topic holds, by definition: a deleted head is a plan note
+            return {p: low for p, (low, _high) in bounds.items()}, {}
         if self.kind in (DATETIME, DURATION):
             at = parse_datetime(self.datetime) if self.kind == DATETIME else now - parse_duration(self.duration)
             found = offsets_for_time(kafka, topic, int(at.timestamp() * 1000))
-            # Records deleted by retention cannot be reprocessed: start at what is left.
-            return {p: max(found[p], bounds[p][0]) for p in bounds}
+            start = {p: max(found[p], bounds[p][0]) for p in bounds}
+            # Every record still held is at or after the date-time, and some were deleted: those may
+            # have been too (Kafka cannot say when deleted records were written).
+            gaps = {p: low for p, (low, _high) in bounds.items() if low > 0 and start[p] == low}
+            return start, gaps
         requested = {int(p): int(o) for p, o in self.offsets.items()}
         missing = sorted(set(requested) - set(bounds))
         if missing:
             raise BadStartPosition(f"start_offsets: topic {topic!r} has no partition {missing} "
                                    f"(it has {sorted(bounds)})")  # fmt: skip
+        gaps = {}
         for p, offset in requested.items():
             low, high = bounds[p]
-            if not low <= offset <= high:
+            if offset > high:
                 raise BadStartPosition(f"start_offsets: partition {p} holds offsets {low}..{high}; {offset} is outside")
+            if offset < low:
+                gaps[p] = low - offset
         # Partitions not named keep the earliest position, like the reset tool's per-partition form.
-        return {p: requested.get(p, low) for p, (low, _high) in bounds.items()}
+        return {p: max(requested.get(p, low), low) for p, (low, _high) in bounds.items()}, gaps

@@ -10,13 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from spark_jobs.generators.purchases import generate, produce
 from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, BadReprocessRequest, make_plan
+from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, BadReprocessRequest, ReprocessPlan, make_plan
 from spark_jobs.reprocess.positions import BadStartPosition, parse_datetime, parse_duration
 from spark_jobs.reprocess.purge import purge_candidates, purge_version
 from spark_jobs.reprocess.reset import ResetRefused, reset_in_place
@@ -183,3 +185,34 @@ def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_
     assert purge_candidates(own, later) == []  # purged once, recorded
     with pytest.raises(ValueError, match="current version"):
         purge_version(own, "retired_counts", 2, by="test")
+
+
+def test_a_start_the_source_no_longer_holds_is_refused_unless_the_gap_is_accepted(settings, fixture_jobs):
+    spec = get_job("gapped_counts")
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, spec.source_topic, 1)
+    long_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    produce(bootstrap, spec.source_topic, list(generate(30, users=5, seed=4)))
+    # Retention deletes the head of the log (what a broker's retention.ms does to old segments).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(spec.source_topic, 0, 12)]).values():
+        future.result(30)
+    base = {"job": "gapped_counts", "mode": RESET, "dry_run": True}
+
+    for start in ({"start_from": "datetime", "start_datetime": long_ago.isoformat()},
+                  {"start_from": "duration", "start_duration": "2h"},
+                  {"start_from": "offsets", "start_offsets": {"0": 3}}):  # fmt: skip
+        with pytest.raises(BadReprocessRequest, match="no longer holds .*partition 0: up to \\d+ records before offset 12"):
+            make_plan(settings, {**base, **start})
+    plan = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": 3}, "accept_history_gap": True})
+    assert (plan.start_offsets, plan.history_gap) == ({0: 12}, {0: 9})
+    plan = make_plan(settings, {**base, "start_from": "datetime", "start_datetime": long_ago.isoformat(),
+                                "accept_history_gap": True})  # fmt: skip
+    assert plan.history_gap == {0: 12} and ReprocessPlan.from_dict(plan.to_dict()).history_gap == {0: 12}
+    text = plan.render()
+    assert "HISTORY GAP (accepted): partition 0: up to 12 records" in text and "retention.ms=604800000" in text
+    earliest = make_plan(settings, base)  # everything the topic holds: no gap, but the plan says what is gone
+    assert earliest.history_gap == {} and earliest.start_offsets == {0: 12}
+    assert any("already deleted the head of partition 0 (offsets below 12)" in note for note in earliest.notes)
+    later = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": 20}})
+    assert later.history_gap == {} and "HISTORY GAP" not in later.render()

@@ -125,6 +125,11 @@ class CompareOutputsOperator(SparkSubmitOperator):
         if report is None:
             raise StreamingJobFailed(f"the comparison wrote no report for run {run_id}")
         text = render_report(report)
+        if plan.history_gap:  # accepted when the plan was made: the report must not look like a full replay
+            text += "\n\nHistory gap accepted: " + ", ".join(
+                f"partition {p}: up to {n} records before the start were no longer in {plan.input_topic}"
+                for p, n in sorted(plan.history_gap.items())
+            )
         path = settings.status_dir / "reports" / f"{plan.job}-v{plan.current_version}-v{plan.target_version}-{_safe(run_id)}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
