@@ -32,6 +32,7 @@ from spark_jobs import failpoints
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import JobSpec, get_job, registered_versions
 from spark_jobs.run import run
 from spark_jobs.state.changelog import changelog_topic_name
@@ -88,6 +89,10 @@ def kill_at(settings: Settings, spec: JobSpec, kill: Kill, log_name: str, timeou
             assert driver.poll() is None, f"{kill}: the driver exited by itself; see {log.name}"
             assert time.monotonic() < deadline, f"{kill}: failpoint not reached in {timeout_s} s; see {log.name}"
             time.sleep(0.05)
+        # The phase the job itself published when it stopped: a kill meant for RESTORING must land there.
+        stopped["lifecycle_state"] = (read_status(settings.status_dir, spec.application_id) or {}).get("state")
+        if kill.failpoint == "restoring":
+            assert stopped["lifecycle_state"] == "RESTORING", f"{kill}: the driver was {stopped['lifecycle_state']}"
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(30)
