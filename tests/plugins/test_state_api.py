@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +26,10 @@ from streamstate.state_api.app import create_app
 
 from runtime.process import stop_process_group
 from runtime.settings import Settings
+from spark_jobs import failpoints
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, read_status, status_path
 from spark_jobs.registry import get_job
@@ -43,11 +46,11 @@ JOB = get_job("purchase_counts")
 BASE = f"/jobs/{JOB.name}/stores/counts"
 
 
-def _start_driver(settings, log_name: str) -> subprocess.Popen:
+def _start_driver(settings, log_name: str, env: dict | None = None) -> subprocess.Popen:
     submit = submit_spec(JOB, settings)
     log = open(settings.data_dir / log_name, "w")
-    return subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    return subprocess.Popen(submit.command(), env={**os.environ, **submit.env, **(env or {})}, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
 
 def _all_state(client: TestClient, page_size: int = 150) -> tuple[dict[str, tuple[int, Decimal]], list[dict]]:
@@ -172,15 +175,26 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         assert {p["batch_id"] for p in pages} == {changelog.cut_batch_id} and {p["staleness_ms"] for p in pages} == {0}
         assert pages[0]["snapshot_version"] is not None and pages[0]["as_of"]
 
-        # While a restarted driver restores, queries stay on the standby and say why.
-        lease = JobLease(settings.status_dir, JOB.application_id)
-        epoch = lease.acquire()
+        # While a restarted driver really restores (its checkpoint set aside: it rebuilds from the snapshot
+        # and the changelog, held in RESTORING by a failpoint), queries stay on the standby and say why.
+        layout = JobLayout.of(JOB, settings)
+        aside = layout.checkpoint.with_name(layout.checkpoint.name + ".aside")
+        layout.checkpoint.rename(aside)
+        before = client.get(f"{BASE}/keys/u00007").json()
+        restoring = _start_driver(settings, "driver-restoring.log", {failpoints.ENV: "restoring:1"})
         try:
-            status = JobStatus(JOB.application_id, status_path(settings.status_dir, JOB.application_id), lease_epoch=epoch)
-            status.transition_to(JobState.RESTORING)
-            assert client.get(f"{BASE}/keys/u00007").json()["fallback_reason"] == "restoring"
+            wait_for(lambda: failpoints.read_marker(settings.status_dir, JOB.application_id) is not None, 300,
+                     "the restarted driver to restore", diagnose=why)  # fmt: skip
+            assert read_status(settings.status_dir, JOB.application_id)["state"] == "RESTORING"
+            during = client.get(f"{BASE}/keys/u00007").json()
+            assert (during["source"], during["fallback_reason"]) == ("standby", "restoring")
+            assert during["value"] == before["value"] and during["snapshot_version"] == before["snapshot_version"]
         finally:
-            lease.release()
+            os.killpg(restoring.pid, signal.SIGKILL)
+            restoring.wait(30)
+            failpoints.marker_path(settings.status_dir, JOB.application_id).unlink(missing_ok=True)
+            shutil.rmtree(layout.checkpoint, ignore_errors=True)
+            aside.rename(layout.checkpoint)
 
         # Restart from the checkpoint: back to live; state and output equal the reference over every event.
         driver = _start_driver(settings, "driver-2.log")
