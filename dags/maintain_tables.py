@@ -1,0 +1,37 @@
+"""Delta table maintenance: compact small files and vacuum what is past the time-travel window.
+
+``maintain_delta_tables`` (daily): every registered version's snapshot and output tables and the
+platform's own tables (``_streamstate``). Compaction rewrites small files (the per-batch MERGEs of outputs,
+the standby's snapshot MERGEs) without changing data or history; vacuum deletes files no version of the
+last 7 days (or the table's own longer ``delta.deletedFileRetentionDuration``) references, so the time
+travel the README promises always holds. Scheduled runs apply; a manual run is a dry run unless
+``dry_run`` is switched off, and logs per table what it would compact and delete. Logic:
+spark_jobs/maintenance.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import Param, dag
+from streamstate.operators.maintenance import MaintainDeltaTablesOperator
+
+
+@dag(
+    dag_id="maintain_delta_tables",
+    schedule="@daily",
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    tags=["streamstate", "delta"],
+    default_args={"retries": 0},  # the next day's run is the retry
+    params={"dry_run": Param(True, type="boolean", title="Dry run (manual runs)",
+                             description="Log what would be compacted and vacuumed; change nothing. "
+                                         "Scheduled runs always apply.")},  # fmt: skip
+    doc_md=__doc__,
+)
+def maintain_delta_tables() -> None:
+    MaintainDeltaTablesOperator(task_id="maintain")
+
+
+maintain_delta_tables()
