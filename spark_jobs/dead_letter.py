@@ -1,7 +1,9 @@
 """Bad input never stops a job: it goes to the job's dead-letter topic, with why and where from.
 
-A job decodes its raw Kafka records once and names, per record, the first rule it breaks
-(:func:`classify`). Valid records feed the job; the others are written by a second, stateless
+A job decodes its raw Kafka records and names, per record, the first rule it breaks
+(:func:`classify`). The rules are Spark expressions over the decoded struct, and the optimizer may
+repeat the decoding inside them (BENCHMARKS.md's input-cost profile: the classification is most of a
+1e7-event run's time); decoding once is open work. Valid records feed the job; the others are written by a second, stateless
 streaming query of the same job to ``<application_id>-dead-letter``: the original key and value
 bytes untouched, and headers (Kafka Connect's DLQ convention) with the reason, a message, and the
 source topic, partition and offset. That query keeps its own checkpoint inside the job's, so it
