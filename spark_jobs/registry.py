@@ -166,7 +166,8 @@ class JobSpec:
         key_field: the event field state is keyed by.
         output_table: Delta table the job's results are merged into; each version writes its own,
             ``<lake>/<output_table>_v<version>`` (see :attr:`output_table_dir`).
-        entrypoint: ``module:function`` that builds the query from (spark, spec, settings).
+        entrypoint: ``module:function``, ``build(ctx: JobContext)``: returns the query's stream writer
+            (spark_jobs/context.py gives it the session, the spec, the settings and the artifacts).
         trigger_interval: micro-batch interval, e.g. ``"5 seconds"`` (the seeds' commit interval).
         stores: the job's state stores, each logged to its own changelog topic.
         snapshot_every_batches: take a Delta state snapshot after every N-th micro-batch (0: never).
