@@ -8,11 +8,11 @@ things to restore: rolling back to a default means *deleting* the topic override
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
-
 
 
 def _is_topic_override(source) -> bool:
@@ -65,14 +65,26 @@ def alter(admin: AdminClient, topic: str, changes: Mapping[str, str | None], *, 
         raise TopicConfigError(f"{topic}: broker refused {what} {dict(changes)}: {err.args[0].str()}") from err
 
 
-def mismatches(admin: AdminClient, topic: str, wanted: Mapping[str, ConfigValue]) -> dict[str, tuple]:
+def mismatches(
+    admin: AdminClient, topic: str, wanted: Mapping[str, ConfigValue], settle_s: float = 15.0
+) -> dict[str, tuple]:
     """config -> (wanted, found) for every config of ``wanted`` that does not read back as wanted.
-    For a default, only "is a default again" is compared (the default's value is the broker's)."""
-    found = describe(admin, [topic])[topic]
-    wrong = {}
-    for name, want in wanted.items():
-        have = found.get(name, ConfigValue(None, True))
-        ok = have.is_default if want.is_default else (not have.is_default and have.value == want.value)
-        if not ok:
-            wrong[name] = (want, have)
-    return wrong
+    For a default, only "is a default again" is compared (the default's value is the broker's).
+
+    With KRaft the controller acknowledges a change once it is in the metadata log; the broker
+    answering DescribeConfigs applies that log a moment later, so a read right after an alter can
+    still show the old values. Re-read for up to ``settle_s`` before calling it a mismatch."""
+    deadline = time.monotonic() + settle_s
+    pause_s = 0.1
+    while True:
+        found = describe(admin, [topic])[topic]
+        wrong = {}
+        for name, want in wanted.items():
+            have = found.get(name, ConfigValue(None, True))
+            ok = have.is_default if want.is_default else (not have.is_default and have.value == want.value)
+            if not ok:
+                wrong[name] = (want, have)
+        if not wrong or time.monotonic() >= deadline:
+            return wrong
+        time.sleep(pause_s)
+        pause_s = min(pause_s * 2, 2.0)
