@@ -280,3 +280,12 @@ def snapshot_table_path(lake_dir: Path, application_id: str, store: str) -> Path
 def standby_name(application_id: str) -> str:
     """The name the warm standby of ``application_id`` runs under (its lease, status, supervision)."""
     return f"{application_id}{STANDBY_SUFFIX}"
+
+
+#: the Delta table maintenance's record (latest run, latest applied run, totals freed), in the audit's
+#: report directory: the state-size audit shows what maintenance freed (spark_jobs/maintenance.py)
+TABLE_MAINTENANCE_FILE = Path(AUDIT_REPORT_DIR) / "table_maintenance.json"
+
+
+def table_maintenance_file(status_dir: Path) -> Path:
+    return Path(status_dir) / TABLE_MAINTENANCE_FILE

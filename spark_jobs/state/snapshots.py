@@ -275,9 +275,9 @@ class SnapshotStore:
              .execute())  # fmt: skip
         return dataclasses.replace(info, delta_version=DeltaTable(self.path).version())
 
-    def maintain(self, *, dry_run: bool = True):
+    def maintain(self, *, dry_run: bool = True, writer_running: str | None = None):
         """Compact the table's small files and vacuum files past the time-travel window
         (:func:`spark_jobs.maintenance.maintain_table`); every snapshot inside the window stays readable."""
         from spark_jobs.maintenance import maintain_table
 
-        return maintain_table(self.path, "snapshot", dry_run=dry_run)
+        return maintain_table(self.path, "snapshot", dry_run=dry_run, writer_running=writer_running)

@@ -5,6 +5,7 @@ Everything here runs without Spark: the live state per partition was read by
 numbers are the compaction tuning DAG's newest measurement (``_streamstate/changelog_measurements``;
 only when there is none does the audit fall back to watermark offsets), and restore times are
 estimated from the restores this deployment measured (:mod:`spark_jobs.state.restore_history`).
+A store with a TTL has its changelog read to measure whether idle keys are evicted (:mod:`.ttl`).
 """
 
 from __future__ import annotations
@@ -14,26 +15,24 @@ import json
 from pathlib import Path
 
 from runtime.settings import Settings
-from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import JobSpec, StoreSpec
-from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.restore_history import RestoreRates
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
-from spark_jobs.state_audit import trends
-from spark_jobs.versions import append_rows, platform_table, read_rows
+from spark_jobs.state_audit import trends, ttl
+from spark_jobs.versions import platform_table, read_rows
 
 _INTS = ("version", "state_rows", "state_bytes", "state_disk_bytes", "memory_bytes", "checkpoint_bytes",
          "snapshot_versions", "snapshot_rows", "snapshot_bytes", "snapshot_files", "changelog_records",
          "changelog_bytes", "changelog_live_keys", "changelog_tombstones", "dead_letter_records",
          "dead_letter_growth", "tail_records", "windows_beyond_retention", "budget_max_rows",
-         "budget_max_bytes")  # fmt: skip
+         "budget_max_bytes", "ttl_ms", "ttl_keys_checked", "ttl_keys_overdue", "ttl_oldest_overdue_ms")  # fmt: skip
 _FLOATS = ("snapshot_age_s", "restore_snapshot_tail_s", "restore_full_replay_s", "rows_per_day", "bytes_per_day",
            "restore_s_per_day", "days_to_budget", "budget_max_restore_s", "budget_warn_days")  # fmt: skip
 _STRINGS = ("run_id", "job", "application_id", "store", "kind", "state_rows_source", "partitions",
-            "changelog_source", "unbounded_reason", "budget_status", "errors")  # fmt: skip
+            "changelog_source", "unbounded_reason", "budget_status", "errors", "ttl_verdict", "ttl_reason")  # fmt: skip
 
 
 def audit_table(settings: Settings):
@@ -49,8 +48,14 @@ def _schema():
 
 
 def record_audit(settings: Settings, rows: list[dict]) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
     if rows:
-        append_rows(audit_table(settings), rows, _schema())
+        path = audit_table(settings)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # merge: a table written before a column was added (the TTL check's) gains it
+        write_deltalake(str(path), pa.Table.from_pylist(rows, schema=_schema()), mode="append", schema_mode="merge")
 
 
 def audit_rows(settings: Settings, application_id: str | None = None, store: str | None = None) -> list[dict]:
@@ -64,11 +69,12 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
 
 
-def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tuple[dict, SnapshotInfo | None, list]:
-    """(numbers, latest snapshot, its decoded values) of the store's Delta snapshot table."""
+def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tuple[dict, list[SnapshotInfo], list]:
+    """(numbers, the snapshots still in the table oldest first, the latest one's decoded values) of the
+    store's Delta snapshot table."""
     snapshots = SnapshotStore.of(JobLayout.of(spec, settings), store.name)
     if not snapshots.exists():
-        return {"snapshot_versions": 0}, None, []
+        return {"snapshot_versions": 0}, [], []
     infos = snapshots.history()
     latest = infos[-1] if infos else None
     files = snapshots.files()
@@ -79,7 +85,7 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
     values = []
     if latest is not None and store.kind == "windowed":
         values = [json.loads(v) for v in snapshots.values(latest)]
-    return numbers, latest, values
+    return numbers, infos, values
 
 
 def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_ms: int) -> int | None:
@@ -100,6 +106,19 @@ def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_m
     )  # fmt: skip
 
 
+def ttl_check(
+    settings: Settings, spec: JobSpec, store: StoreSpec, snapshots: list[SnapshotInfo]
+) -> ttl.TtlCheck | None:
+    """Whether ``store``'s TTL evicts idle keys, measured on its changelog (None: no TTL declared)."""
+    if not store.ttl_ms:
+        return None
+    topic = JobLayout.of(spec, settings).changelog_topic(store.name)
+    if topic not in existing_topics(settings.kafka, [topic]):
+        return ttl.TtlCheck(ttl.UNVERIFIABLE, 0, 0, None, f"no changelog topic {topic} yet")
+    taken = [int(dt.datetime.fromisoformat(s.taken_at).timestamp() * 1000) for s in snapshots]
+    return ttl.check_ttl(settings.kafka, spec, store, topic, snapshots_since_ms=min(taken, default=None))
+
+
 def _offset_span(settings: Settings, topic: str) -> int | None:
     if topic not in existing_topics(settings.kafka, [topic]):
         return None
@@ -113,11 +132,12 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     ``restores``: every measured restore; ``history``: the store's earlier audit rows, oldest first."""
     errors = [r["error"] for r in checkpoint_rows if r.get("error")]
     readable = [r for r in checkpoint_rows if not r.get("error")]
+    layout = JobLayout.of(spec, settings)
     status = read_status(settings.status_dir, spec.application_id) or {}
     progress = status.get("progress") or {}
     row: dict = {"run_id": run_id, "audited_at": dt.datetime.now(dt.timezone.utc), "job": spec.name,
                  "version": spec.version, "application_id": spec.application_id, "store": store.name, "kind": store.kind,
-                 "checkpoint_bytes": _dir_bytes(JobLayout.of(spec, settings).checkpoint),
+                 "checkpoint_bytes": _dir_bytes(layout.checkpoint),
                  "memory_bytes": progress.get("state_memory_bytes")}  # fmt: skip
     if readable:
         row.update(state_rows=sum(r["rows"] for r in readable), state_bytes=sum(r["bytes"] for r in readable),
@@ -129,11 +149,12 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     else:
         row["state_rows_source"] = "none"
 
-    snap, latest, values = snapshot_numbers(settings, spec, store)
+    snap, snapshots, values = snapshot_numbers(settings, spec, store)
+    latest = snapshots[-1] if snapshots else None
     row.update(snap)
     row["windows_beyond_retention"] = windows_beyond_retention(store, values, latest.watermark_ms if latest else 0)
 
-    topic = changelog_topic_name(spec.application_id, store.name)
+    topic = layout.changelog_topic(store.name)
     if changelog is not None:
         row.update(changelog_records=changelog["records"], changelog_bytes=changelog["bytes"],
                    changelog_live_keys=changelog["live_keys"], changelog_tombstones=changelog["tombstones"],
@@ -141,7 +162,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     else:
         row.update(changelog_records=_offset_span(settings, topic), changelog_source="watermark offsets (not measured yet)")
 
-    dead_letters = _offset_span(settings, dead_letter_topic(spec.application_id))
+    dead_letters = _offset_span(settings, layout.dead_letter_topic)
     previous = next((r for r in reversed(history) if r.get("dead_letter_records") is not None), None)
     row["dead_letter_records"] = dead_letters
     row["dead_letter_growth"] = dead_letters - previous["dead_letter_records"] if dead_letters is not None and previous else None
@@ -174,7 +195,17 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     days = [c.days_left for c in checks if c.days_left is not None]
     row["days_to_budget"] = min(days) if days else None
     row["budget_status"] = json.dumps([c.__dict__ | {"crossed": c.crossed} for c in checks])
-    unbounded = trends.unbounded_growth(store, series, row["windows_beyond_retention"])
+    checked = ttl_check(settings, spec, store, snapshots)
+    if checked is not None:
+        row.update(
+            ttl_ms=store.ttl_ms,
+            ttl_verdict=checked.verdict,
+            ttl_keys_checked=checked.keys_checked,
+            ttl_keys_overdue=checked.keys_overdue,
+            ttl_oldest_overdue_ms=checked.oldest_overdue_ms,
+            ttl_reason=checked.reason,
+        )
+    unbounded = trends.unbounded_growth(store, series, row["windows_beyond_retention"], checked)
     row.update(unbounded=unbounded.flagged, unbounded_reason=unbounded.reason)
     b = store.budget
     row.update(budget_max_rows=b.max_rows, budget_max_bytes=b.max_bytes, budget_max_restore_s=b.max_restore_s,

@@ -76,6 +76,15 @@ def write_report(settings: Settings, by_store: dict[tuple[str, str], list[dict]]
             flags.append(f'budget crossed{"" if r["days_to_budget"] == 0 else " in " + _fmt(r["days_to_budget"], " days")}')
         if r.get("errors"):
             flags.append(f'<span class="bad">{html.escape(r["errors"])}</span>')
+        ttl_row = ""
+        if r.get("ttl_verdict"):
+            if r["ttl_verdict"] == "ttl_not_enforced":
+                flags.append(f'<b class="bad">TTL not enforced</b>: {html.escape(r.get("ttl_reason") or "")}')
+            ttl_row = (
+                f"<tr><th>TTL {_fmt(r.get('ttl_ms'), ' ms')}</th><td>{html.escape(r['ttl_verdict'])}: "
+                f"{_fmt(r.get('ttl_keys_overdue'))} of {_fmt(r.get('ttl_keys_checked'))} live keys overdue</td>"
+                f'<td colspan="2"><small>{html.escape(r.get("ttl_reason") or "")}</small></td></tr>\n'
+            )
         lines.append(f"""<section><h3>{html.escape(app)} / {html.escape(store)} <small>({html.escape(r["kind"])})</small></h3>
 <table>
 <tr><th>live rows</th><td>{_fmt(r.get("state_rows"))} ({html.escape(r.get("state_rows_source") or "")})</td>
@@ -90,7 +99,7 @@ def write_report(settings: Settings, by_store: dict[tuple[str, str], list[dict]]
 <tr><th>growth per day</th><td>{_fmt(r.get("rows_per_day"), " rows")}, {_fmt(r.get("bytes_per_day"), " B")}</td>
 <th>budget</th><td>rows {_fmt(r.get("budget_max_rows"))}, bytes {_fmt(r.get("budget_max_bytes"))},
 restore {_fmt(r.get("budget_max_restore_s"), " s")}</td></tr>
-</table>
+{ttl_row}</table>
 <p>{"<br>".join(flags) or "no findings"}</p>
 <img src="{chart_name(app, store)}" alt="state rows and restore estimate of {html.escape(app)}/{html.escape(store)}">
 </section>""")

@@ -3,16 +3,21 @@
 - growth per day: least-squares slope of a measure over the audits of the last ``window_days``;
 - days until a budget is crossed at that growth (None: not growing, or no budget);
 - unbounded growth: keys only ever added (the key count never fell over the last audits and grew,
-  with no tombstone ever seen in the changelog), or, for a windowed store, windows older than its
-  retention still present.
+  with no tombstone ever seen in the changelog), a declared TTL the changelog shows is not enforced
+  (:mod:`.ttl`), or, for a windowed store, windows older than its retention still present. A TTL makes
+  a store bounded only once it is verified; until then the store is judged as one without.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 
 from spark_jobs.registry import StateBudget, StoreSpec
+
+if TYPE_CHECKING:
+    from spark_jobs.state_audit.ttl import TtlCheck
 
 DAY_S = 86_400.0
 #: how many audits in a row must show only additions before a store counts as unbounded
@@ -55,9 +60,11 @@ class Unbounded:
     reason: str
 
 
-def unbounded_growth(store: StoreSpec, history: list[dict], windows_beyond_retention: int | None) -> Unbounded:
+def unbounded_growth(
+    store: StoreSpec, history: list[dict], windows_beyond_retention: int | None, ttl: TtlCheck | None = None
+) -> Unbounded:
     """``history``: this store's audit rows, oldest first, the current one last (``state_rows`` and
-    ``changelog_tombstones`` are read)."""
+    ``changelog_tombstones`` are read); ``ttl``: the measured eviction of a store with ``ttl_ms``."""
     if store.kind == "windowed":
         if windows_beyond_retention:
             return Unbounded(True, f"{windows_beyond_retention:,} windows older than the store's retention "
@@ -65,7 +72,18 @@ def unbounded_growth(store: StoreSpec, history: list[dict], windows_beyond_reten
                                    "expiry is not deleting them")  # fmt: skip
         return Unbounded(False, "windows expire with the retention")
     if store.ttl_ms:
-        return Unbounded(False, f"keys idle for {store.ttl_ms:,} ms are evicted")
+        if ttl is not None and ttl.verdict == "ttl_verified":
+            return Unbounded(False, f"keys idle for {store.ttl_ms:,} ms are evicted (measured: {ttl.reason})")
+        if ttl is not None and ttl.verdict == "ttl_not_enforced":
+            return Unbounded(True, f"the declared TTL is not enforced: {ttl.reason}")
+        # A declared TTL proves nothing until the changelog shows keys leaving: judged as a store without.
+        keys = _keys_only_added(history)
+        unverified = ttl.reason if ttl is not None else "not measured"
+        return Unbounded(keys.flagged, f"TTL of {store.ttl_ms:,} ms not verified ({unverified}); {keys.reason}")
+    return _keys_only_added(history)
+
+
+def _keys_only_added(history: list[dict]) -> Unbounded:
     recent = [r for r in history if r.get("state_rows") is not None][-UNBOUNDED_AFTER_AUDITS:]
     if len(recent) < UNBOUNDED_AFTER_AUDITS:
         return Unbounded(False, f"fewer than {UNBOUNDED_AFTER_AUDITS} audits")
@@ -73,7 +91,7 @@ def unbounded_growth(store: StoreSpec, history: list[dict], windows_beyond_reten
     tombstones = max((r.get("changelog_tombstones") or 0) for r in history)
     if all(b >= a for a, b in zip(keys, keys[1:])) and keys[-1] > keys[0] and tombstones == 0:
         return Unbounded(True, f"keys only ever added: {keys[0]:,} -> {keys[-1]:,} over the last {len(keys)} audits, "
-                               "no tombstone ever seen in the changelog and no TTL: nothing removes a key")  # fmt: skip
+                               "no tombstone ever seen in the changelog: nothing deletes or evicts a key")  # fmt: skip
     return Unbounded(False, "keys are removed (tombstones seen) or the key count is stable")
 
 

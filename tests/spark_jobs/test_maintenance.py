@@ -1,27 +1,55 @@
 """Delta table maintenance on real tables (delta-rs, local disk): compaction keeps the data, vacuum
-never breaks the promised time travel, a dry run changes nothing."""
+never breaks the promised time travel (whatever retention a table declares), a dry run changes
+nothing, running writers' tables are not compacted, purged versions are left alone, and each run's
+summary adds what it freed to the totals the state-size audit shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from runtime.settings import Settings
-from spark_jobs.layout import JobLayout
-from spark_jobs.maintenance import MIN_FILES_TO_COMPACT, TIME_TRAVEL_DAYS, maintain, maintain_table, retention_hours
+from runtime.settings import PROJECT_ROOT, Settings
+from spark_jobs.layout import JobLayout, table_maintenance_file
+from spark_jobs.lease import JobLease
+from spark_jobs.maintenance import (
+    MIN_FILES_TO_COMPACT,
+    TIME_TRAVEL_DAYS,
+    TIME_TRAVEL_RETENTION,
+    interval_hours,
+    maintain,
+    maintain_table,
+    read_summary,
+    record_summary,
+    retention_hours,
+    summarize,
+    tables_to_maintain,
+)
 from spark_jobs.registry import get_job
-from spark_jobs.state.snapshots import SnapshotStore
+from spark_jobs.state.snapshots import SnapshotStore, snapshot_table_configuration
+from spark_jobs.versions import JobVersions
+
+PROMISE_HOURS = TIME_TRAVEL_DAYS * 24
 
 
-def _many_small_commits(path: Path, commits: int) -> None:
+def _many_small_commits(path: Path, commits: int, configuration: dict | None = None) -> None:
     for i in range(commits):
-        write_deltalake(str(path), pa.table({"key": [f"k{i}"], "value": [str(i)]}), mode="append")
+        batch = pa.table({"key": [f"k{i}"], "value": [str(i)]})
+        write_deltalake(str(path), batch, mode="append", configuration=configuration if i == 0 else None)
 
 
-def _age_every_file(path: Path, days: float) -> None:
+def _overwrite(path: Path, rows: int) -> None:
+    """One commit that removes every file (each becomes a vacuum candidate once it is old enough)."""
+    batch = pa.table({"key": [f"n{i}" for i in range(rows)], "value": ["x"] * rows})
+    write_deltalake(str(path), batch, mode="overwrite")
+
+
+def _age_removals(path: Path, days: float) -> None:
     """Removals as if committed ``days`` ago: vacuum goes by the remove actions' ``deletionTimestamp``."""
     shift = int(days * 86_400_000)
     for commit in (path / "_delta_log").glob("*.json"):
@@ -34,44 +62,150 @@ def _age_every_file(path: Path, days: float) -> None:
         commit.write_text("\n".join(lines) + "\n")
 
 
-def test_retention_is_never_shorter_than_the_promised_time_travel():
-    assert retention_hours({}) == TIME_TRAVEL_DAYS * 24
-    assert retention_hours({"delta.deletedFileRetentionDuration": "interval 0 hours"}) == TIME_TRAVEL_DAYS * 24
-    assert retention_hours({"delta.deletedFileRetentionDuration": "interval 2 weeks"}) == 14 * 24
+def _rows(path: Path, version: int | None = None) -> list[dict]:
+    return sorted(DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist(), key=lambda r: r["key"])
 
 
-def test_compaction_keeps_the_data_and_vacuum_keeps_the_time_travel_window(tmp_path):
+def _parquet_files(path: Path) -> set[str]:
+    return {p.name for p in path.glob("*.parquet")}
+
+
+def test_retention_intervals_are_read_as_delta_writes_them():
+    assert interval_hours("interval 7 days") == 168
+    assert interval_hours("interval 1 week") == 168
+    assert interval_hours("2 weeks") == 336
+    assert interval_hours("interval 1 day 12 hours") == 36
+    assert interval_hours("interval 90 minutes") == 2  # rounded up: never shorter than declared
+    for unreadable in ("interval 1 month", "forever", ""):
+        with pytest.raises(ValueError):
+            interval_hours(unreadable)
+
+
+def test_retention_is_never_shorter_than_the_promise_nor_than_what_the_table_declares():
+    assert retention_hours({}) == PROMISE_HOURS
+    assert retention_hours({"delta.deletedFileRetentionDuration": "interval 0 hours"}) == PROMISE_HOURS
+    assert retention_hours({"delta.deletedFileRetentionDuration": "interval 2 weeks"}) == 336
+    longest = {"delta.deletedFileRetentionDuration": "interval 1 day", "delta.logRetentionDuration": "interval 10 days"}
+    assert retention_hours(longest) == 240
+
+
+def test_the_readme_promise_and_the_snapshot_tables_retention_are_the_constant():
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    promised = set(re.findall(r"time travel[^.;]*?(\d+) days", readme.replace("\n", " ")))
+    assert promised == {str(TIME_TRAVEL_DAYS)}, f"README promises time travel for {promised} days"
+    configuration = snapshot_table_configuration()
+    assert configuration["delta.deletedFileRetentionDuration"] == f"interval {TIME_TRAVEL_RETENTION}"
+    assert interval_hours(configuration["delta.logRetentionDuration"]) == PROMISE_HOURS
+
+
+def test_compaction_keeps_the_data_and_history_and_a_dry_run_changes_nothing(tmp_path):
     table = tmp_path / "out"
     _many_small_commits(table, MIN_FILES_TO_COMPACT + 2)
-    rows = sorted(DeltaTable(str(table)).to_pyarrow_table().to_pylist(), key=lambda r: r["key"])
+    rows, files = _rows(table), _parquet_files(table)
 
     planned = maintain_table(table, "output", dry_run=True)
-    assert planned.compact and planned.small_files == MIN_FILES_TO_COMPACT + 2 and planned.vacuum_files == 0
-    assert DeltaTable(str(table)).version() == MIN_FILES_TO_COMPACT + 1  # the dry run committed nothing
+    assert planned.compact and len(planned.small_files) == MIN_FILES_TO_COMPACT + 2
+    assert set(planned.small_files) == files and planned.small_bytes > 0
+    assert DeltaTable(str(table)).version() == MIN_FILES_TO_COMPACT + 1 and _parquet_files(table) == files
 
     done = maintain_table(table, "output", dry_run=False)
     after = DeltaTable(str(table))
-    assert done.compacted["files_removed"] == MIN_FILES_TO_COMPACT + 2 and len(after.file_uris()) == 1
-    assert sorted(after.to_pyarrow_table().to_pylist(), key=lambda r: r["key"]) == rows
-    # The files compaction replaced are younger than the promise: still there, time travel still reads.
-    assert done.vacuum_files == 0 and DeltaTable(str(table), version=3).to_pyarrow_table().num_rows == 4
+    assert done.compacted_files_removed == MIN_FILES_TO_COMPACT + 2 and done.compacted_files_added == 1
+    assert len(after.file_uris()) == 1 and _rows(table) == rows
+    # The replaced files were removed just now: kept, so time travel to before the compaction reads.
+    assert done.vacuum_files == [] and _rows(table, version=3) == rows[:4]
+    assert maintain_table(table, "output", dry_run=True).compact is False  # nothing small left
 
-    _age_every_file(table, TIME_TRAVEL_DAYS + 1)  # a week and a day later
+
+def test_a_table_declaring_no_retention_is_vacuumed_at_the_promise_not_earlier(tmp_path):
+    table = tmp_path / "out"
+    _many_small_commits(table, 3, configuration={"delta.deletedFileRetentionDuration": "interval 0 hours"})
+    before_overwrite = _rows(table)
+    _overwrite(table, 5)
+    old_files = _parquet_files(table) - {Path(u).name for u in DeltaTable(str(table)).file_uris()}
+    assert len(old_files) == 3
+
+    # Removed a day ago: inside the promised window although the table declares 0 hours.
+    _age_removals(table, 1)
+    kept = maintain_table(table, "output", dry_run=False)
+    assert kept.retention_hours == PROMISE_HOURS and kept.vacuum_files == []
+    assert old_files <= _parquet_files(table) and _rows(table, version=2) == before_overwrite
+
+    # A week and a day ago: past the window. The dry run lists them and deletes nothing.
+    _age_removals(table, TIME_TRAVEL_DAYS)
+    planned = maintain_table(table, "output", dry_run=True)
+    assert {Path(f).name for f in planned.vacuum_files} == old_files and planned.vacuum_bytes > 0
+    assert old_files <= _parquet_files(table)
     freed = maintain_table(table, "output", dry_run=False)
-    assert freed.vacuum_files == MIN_FILES_TO_COMPACT + 2 and freed.vacuum_bytes > 0
-    assert sorted(DeltaTable(str(table)).to_pyarrow_table().to_pylist(), key=lambda r: r["key"]) == rows
+    assert {Path(f).name for f in freed.vacuum_files} == old_files and freed.vacuum_bytes == planned.vacuum_bytes
+    assert not old_files & _parquet_files(table) and len(_rows(table)) == 5
 
 
-def test_every_registered_versions_tables_are_maintained_snapshots_through_their_store(tmp_path):
+def test_a_table_whose_retention_cannot_be_read_is_not_vacuumed(tmp_path):
+    table = tmp_path / "out"
+    _many_small_commits(table, 2, configuration={"delta.logRetentionDuration": "interval 1 month"})
+    _overwrite(table, 1)
+    _age_removals(table, 365)
+    result = maintain_table(table, "output", dry_run=False)
+    assert result.retention_hours is None and "1 month" in result.vacuum_skipped
+    assert len(_parquet_files(table)) == 3
+
+
+def test_every_registered_versions_tables_snapshots_through_their_store_running_writers_not_compacted(tmp_path):
     settings = Settings(data_dir=tmp_path)
     layout = JobLayout.of(get_job("purchase_counts"), settings)
     store = SnapshotStore.of(layout, "counts")
-    for batch in range(3):
-        store.write({b"u1": str(batch).encode()}, batch, {}, {0: batch})
-    _many_small_commits(layout.output_table, 2)
-    results = {Path(r.path): r for r in maintain(settings, dry_run=True)}
-    assert set(results) == {layout.snapshot_table("counts"), layout.output_table}
-    assert results[layout.snapshot_table("counts")].kind == "snapshot"
-    _age_every_file(layout.snapshot_table("counts"), TIME_TRAVEL_DAYS + 1)
-    maintain(settings, dry_run=False)
-    assert store.read(store.latest()) == {b"u1": b"2"}  # the newest snapshot is untouched
+    latest = store.write({b"u0": b"0"}, 0, {}, {0: 0})
+    for batch in range(1, MIN_FILES_TO_COMPACT):  # the standby's MERGEs: a small file each
+        info = dataclasses.replace(latest, batch_id=batch, changelog_offsets={0: batch})
+        latest = store.merge({f"u{batch}".encode(): str(batch).encode()}, info, expected_version=latest.delta_version)
+    state = store.read(store.latest())
+    _many_small_commits(layout.output_table, MIN_FILES_TO_COMPACT)
+    output_files = _parquet_files(layout.output_table)
+
+    listed = {t.path: t.kind for t in tables_to_maintain(settings)}
+    assert listed == {layout.snapshot_table("counts"): "snapshot", layout.output_table: "output"}
+
+    with JobLease(settings.status_dir, layout.driver.name):  # the job runs
+        results = {Path(r.path): r for r in maintain(settings, dry_run=False)}
+    output = results[layout.output_table]
+    assert not output.compact and layout.driver.name in output.compact_deferred
+    assert _parquet_files(layout.output_table) == output_files
+    assert DeltaTable(str(layout.output_table)).version() == MIN_FILES_TO_COMPACT - 1
+
+    with JobLease(settings.status_dir, layout.standby.name):  # only the standby runs: it writes snapshots only
+        results = {Path(r.path): r for r in maintain(settings, dry_run=False)}
+    assert results[layout.output_table].compacted_files_removed == MIN_FILES_TO_COMPACT
+    assert layout.standby.name in results[layout.snapshot_table("counts")].compact_deferred
+
+    results = {Path(r.path): r for r in maintain(settings, dry_run=False)}  # nothing runs
+    assert results[layout.snapshot_table("counts")].compacted_files_removed == MIN_FILES_TO_COMPACT
+    assert len(state) == MIN_FILES_TO_COMPACT and store.read(store.latest()) == state
+
+
+def test_purged_versions_are_left_alone_platform_tables_are_maintained(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    layout = JobLayout.of(get_job("vote_counts"), settings)
+    _many_small_commits(layout.output_table, 1)
+    versions = JobVersions(settings)
+    spec = get_job("vote_counts")
+    versions.mark_purged(spec.name, spec.version, by="test")  # e.g. a table left behind by a purge
+    listed = {t.path: t.kind for t in tables_to_maintain(settings)}
+    assert listed == {versions.path: "platform"}
+
+
+def test_the_summary_adds_what_applied_runs_freed_dry_runs_add_nothing(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    table = tmp_path / "out"
+    _many_small_commits(table, 2)
+    _overwrite(table, 1)
+    _age_removals(table, TIME_TRAVEL_DAYS + 1)
+
+    record = record_summary(settings, summarize([maintain_table(table, "output", dry_run=True)], dry_run=True))
+    assert record["last_run"]["vacuum_files"] == 2 and record["freed_bytes_total"] == 0
+    applied = summarize([maintain_table(table, "output", dry_run=False)], dry_run=False)
+    record_summary(settings, applied)
+    record = read_summary(settings)
+    assert record["freed_files_total"] == 2 and record["freed_bytes_total"] == applied["vacuum_bytes"] > 0
+    assert record["last_applied"] == applied
+    assert table_maintenance_file(settings.status_dir).exists()

@@ -1,4 +1,5 @@
-"""State-size audit logic (pure): growth, projections, unbounded growth, budget conditions, the report."""
+"""State-size audit logic (pure): growth, projections, unbounded growth, the TTL verdict, budget and TTL
+conditions, the report."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from spark_jobs.registry import StateBudget, StoreSpec
 from spark_jobs.state_audit import trends
 from spark_jobs.state_audit.collect import windows_beyond_retention
 from spark_jobs.state_audit.report import write_report
+from spark_jobs.state_audit.ttl import KeyWrite, TtlCheck, ttl_verdict
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 KV = StoreSpec("counts", budget=StateBudget(max_rows=1_000, max_restore_s=60, warn_days=7))
@@ -38,14 +40,73 @@ def _history(keys: list[int], tombstones: int = 0) -> list[dict]:
     return [{"audited_at": _at(i), "state_rows": k, "changelog_tombstones": tombstones} for i, k in enumerate(keys)]
 
 
-def test_keys_only_added_is_unbounded_deletes_or_ttl_are_not():
+def test_keys_only_added_is_unbounded_deletes_are_not():
     assert trends.unbounded_growth(KV, _history([10, 20, 35]), None).flagged
     assert "10 -> 35" in trends.unbounded_growth(KV, _history([10, 20, 35]), None).reason
     assert not trends.unbounded_growth(KV, _history([10, 20, 35], tombstones=3), None).flagged
     assert not trends.unbounded_growth(KV, _history([10, 20, 18]), None).flagged  # a key went away
     assert not trends.unbounded_growth(KV, _history([10, 20]), None).flagged  # too few audits to tell
-    ttl = StoreSpec("counts", ttl_ms=60_000)
-    assert not trends.unbounded_growth(ttl, _history([10, 20, 35]), None).flagged
+
+
+TTL_MS, TOLERANCE_MS = 3_600_000, 65_000
+NOW_MS = 1_800_000_000_000
+
+
+def _writes(*rows: tuple[int, bool]) -> list[KeyWrite]:
+    """(idle ms at NOW_MS, present) per key."""
+    return [KeyWrite(f"u{i}".encode(), NOW_MS - idle, present) for i, (idle, present) in enumerate(rows)]
+
+
+def _verdict(writes: list[KeyWrite], history_since_ms: int | None = None) -> TtlCheck:
+    return ttl_verdict(
+        TTL_MS, writes, evaluated_at_ms=NOW_MS, history_since_ms=history_since_ms, tolerance_ms=TOLERANCE_MS
+    )
+
+
+def test_ttl_verdict_over_each_keys_last_write():
+    hours = 3_600_000
+    # keys idle 3 h still present under a 1 h TTL: the processor does not evict
+    stale = _verdict(_writes((3 * hours, True), (3 * hours, True), (60_000, True)))
+    assert stale.verdict == "ttl_not_enforced"
+    assert (stale.keys_checked, stale.keys_overdue, stale.oldest_overdue_ms) == (3, 2, 3 * hours)
+    # the same keys tombstoned after their last write: evicted; the live key is recent
+    evicted = _verdict(_writes((3 * hours, False), (3 * hours, False), (60_000, True)))
+    assert (evicted.verdict, evicted.keys_checked, evicted.keys_overdue) == ("ttl_verified", 1, 0)
+    # idle past the TTL but within the tolerance (trigger interval + batch budget): not overdue yet
+    assert _verdict(_writes((TTL_MS + TOLERANCE_MS - 1, True)), NOW_MS - 2 * hours).verdict == "ttl_verified"
+    assert _verdict(_writes((TTL_MS + TOLERANCE_MS + 1, True))).verdict == "ttl_not_enforced"
+    # a store younger than its TTL (+ tolerance): no key can be overdue yet, nothing is proven
+    young = _verdict(_writes((10 * 60_000, True), (60_000, True)), history_since_ms=NOW_MS - 10 * 60_000)
+    assert young.verdict == "ttl_unverifiable" and young.keys_overdue == 0
+    # older evidence of the store (a snapshot taken 2 h ago) covers the TTL: verified
+    assert _verdict(_writes((10 * 60_000, True)), history_since_ms=NOW_MS - 2 * hours).verdict == "ttl_verified"
+    # no complete batch in the changelog: nothing to judge
+    nothing = ttl_verdict(
+        TTL_MS, _writes((3 * hours, True)), evaluated_at_ms=None, history_since_ms=None, tolerance_ms=TOLERANCE_MS
+    )
+    assert nothing.verdict == "ttl_unverifiable"
+    # one straggler per thousand live keys is noise; two are not
+    many = [(60_000, True)] * 999
+    assert _verdict(_writes((3 * hours, True), *many)).verdict == "ttl_verified"
+    assert _verdict(_writes((3 * hours, True), (3 * hours, True), *many)).verdict == "ttl_not_enforced"
+
+
+def test_only_a_verified_ttl_makes_a_store_bounded():
+    ttl = StoreSpec("counts", ttl_ms=TTL_MS)
+    growing = _history([10, 20, 35])
+    verified = TtlCheck("ttl_verified", 35, 0, None, "none overdue")
+    not_enforced = TtlCheck("ttl_not_enforced", 35, 20, 3 * TTL_MS, "20 of 35 live keys overdue")
+    unverifiable = TtlCheck("ttl_unverifiable", 35, 0, None, "history shorter than the TTL")
+    assert not trends.unbounded_growth(ttl, growing, None, verified).flagged
+    assert "evicted" in trends.unbounded_growth(ttl, growing, None, verified).reason
+    # not enforced: unbounded even while tombstones (deletes) are seen and the key count fell
+    flagged = trends.unbounded_growth(ttl, _history([10, 20, 18], tombstones=3), None, not_enforced)
+    assert flagged.flagged and "20 of 35 live keys overdue" in flagged.reason
+    # declared but not verified (or not measured): judged as a store without a TTL
+    for check in (unverifiable, None):
+        judged = trends.unbounded_growth(ttl, growing, None, check)
+        assert judged.flagged and "not verified" in judged.reason and "keys only ever added" in judged.reason
+    assert not trends.unbounded_growth(ttl, _history([10, 20, 35], tombstones=3), None, unverifiable).flagged
 
 
 def test_windows_older_than_their_retention_are_unbounded():
@@ -81,6 +142,20 @@ def test_conditions_name_the_numbers_and_the_likely_cause():
     assert [c.name for c in soon] == ["state_budget_forecast_counts"] and soon[0].numbers["days_left"] == 2.0
     assert conditions_for(row(100, 10)) == []  # 90 days away: nothing to say
 
+    ttl = {
+        "ttl_verdict": "ttl_not_enforced",
+        "ttl_ms": TTL_MS,
+        "ttl_keys_checked": 35,
+        "ttl_keys_overdue": 20,
+        "ttl_oldest_overdue_ms": 3 * TTL_MS,
+        "ttl_reason": "20 of 35 live keys were idle longer than the TTL",
+    }
+    [alert] = conditions_for(row(100, 10) | ttl)
+    assert (alert.name, alert.severity) == ("state_ttl_not_enforced_counts", "warning")
+    assert alert.numbers["keys_overdue"] == 20
+    assert "20 of 35 live keys" in alert.summary
+    assert conditions_for(row(100, 10) | ttl | {"ttl_verdict": "ttl_verified"}) == []
+
 
 def test_report_lists_every_store_with_a_chart(tmp_path):
     from runtime.settings import Settings
@@ -88,11 +163,51 @@ def test_report_lists_every_store_with_a_chart(tmp_path):
     settings = Settings(data_dir=tmp_path)
     rows = [{"audited_at": _at(i), "application_id": "a-v1", "store": "counts", "kind": "key_value", "state_rows": 10 * i,
              "restore_snapshot_tail_s": 1.0 + i, "restore_full_replay_s": 2.0 + i, "budget_max_rows": 50,
-             "budget_max_restore_s": 10.0, "unbounded": i == 2, "unbounded_reason": "keys only ever added"}
+             "budget_max_restore_s": 10.0, "unbounded": i == 2, "unbounded_reason": "keys only ever added",
+             "ttl_ms": 60_000, "ttl_verdict": "ttl_not_enforced", "ttl_keys_checked": 30, "ttl_keys_overdue": 12,
+             "ttl_reason": "12 of 30 live keys were idle longer than the TTL"}
             for i in range(3)]  # fmt: skip
     page = write_report(settings, {("a-v1", "counts"): rows, ("b-v2", "windows"): [{**rows[0], "application_id": "b-v2",
                                                                                        "store": "windows"}]})  # fmt: skip
     text = page.read_text()
     assert "a-v1 / counts" in text and "b-v2 / windows" in text and "unbounded growth" in text
+    assert "TTL not enforced</b>: 12 of 30 live keys" in text and "12 of 30 live keys overdue" in text
     for name in ("a-v1.counts.png", "b-v2.windows.png"):
         assert (page.parent / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_audit_table_written_before_the_ttl_check_gains_its_columns(tmp_path):
+    import pyarrow as pa
+
+    from runtime.settings import Settings
+    from spark_jobs.state_audit.collect import audit_rows, audit_table, record_audit
+    from spark_jobs.versions import append_rows
+
+    settings = Settings(data_dir=tmp_path)
+    before = pa.schema(
+        [pa.field("audited_at", pa.timestamp("us", tz="UTC"))]
+        + [pa.field(n, pa.string()) for n in ("run_id", "application_id", "store")]
+    )
+    append_rows(
+        audit_table(settings),
+        [{"audited_at": _at(0), "run_id": "old", "application_id": "a-v1", "store": "counts"}],
+        before,
+    )
+    record_audit(
+        settings,
+        [
+            {
+                "audited_at": _at(1),
+                "run_id": "new",
+                "application_id": "a-v1",
+                "store": "counts",
+                "ttl_verdict": "ttl_verified",
+                "ttl_keys_checked": 7,
+            }
+        ],
+    )
+    rows = audit_rows(settings, "a-v1", "counts")
+    assert [(r["run_id"], r["ttl_verdict"], r["ttl_keys_checked"]) for r in rows] == [
+        ("old", None, None),
+        ("new", "ttl_verified", 7),
+    ]

@@ -4,26 +4,75 @@
 from __future__ import annotations
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from runtime.settings import Settings
 
+#: file names logged per table and action; the rest is counted
+LOGGED_FILES = 20
+
 
 class MaintainDeltaTablesOperator(BaseOperator):
-    """Scheduled runs apply; a manual run follows its ``dry_run`` param (the form's default: true)."""
+    """Scheduled runs apply; a manual run follows its ``dry_run`` param (the form's default: true).
+    ``compact_running`` (manual runs only) also compacts tables whose writer runs."""
 
     def execute(self, context):
-        from spark_jobs.maintenance import maintain
+        from spark_jobs.maintenance import maintain, record_summary, summarize
 
+        params = context["params"]
         manual = context["dag_run"].run_type == "manual"
-        dry_run = bool(context["params"].get("dry_run", True)) if manual else False
+        dry_run = bool(params.get("dry_run", True)) if manual else False
+        compact_running = bool(params.get("compact_running", False)) if manual else False
+        settings = Settings.from_env()
         self.log.info("%s", "DRY RUN - nothing is compacted or deleted" if dry_run else "compacting and vacuuming")
-        results = maintain(Settings.from_env(), dry_run=dry_run)
+        results = maintain(settings, dry_run=dry_run, compact_running=compact_running)
         for r in results:
-            self.log.info("%s (%s): %d files, %d small%s; vacuum %s %d files, %d bytes (retention %d h)", r.path,
-                          r.kind, r.files, r.small_files, ", compact" if r.compact else "",
-                          "would delete" if dry_run else "deleted", r.vacuum_files, r.vacuum_bytes, r.retention_hours)  # fmt: skip
-        return {"dry_run": dry_run, "tables": len(results),
-                "compacted": sum(1 for r in results if r.compact),
-                "vacuum_files": sum(r.vacuum_files for r in results),
-                "vacuum_bytes": sum(r.vacuum_bytes for r in results),
-                "per_table": [r.to_dict() for r in results]}  # fmt: skip
+            self._log_table(r, dry_run)
+        summary = summarize(results, dry_run=dry_run)
+        record = record_summary(settings, summary)
+        self.log.info(
+            "%d tables: %d compacted (%d files rewritten), %d deferred; vacuum %s %d files, %d bytes; "
+            "freed so far: %d files, %d bytes",
+            summary["tables"],
+            summary["tables_compacted"],
+            summary["files_compacted"],
+            summary["tables_deferred"],
+            "would delete" if dry_run else "deleted",
+            summary["vacuum_files"],
+            summary["vacuum_bytes"],
+            record["freed_files_total"],
+            record["freed_bytes_total"],
+        )
+        if summary["errors"]:
+            raise AirflowFailException(f"maintenance failed on {len(summary['errors'])} tables: {summary['errors']}")
+        return summary
+
+    def _log_table(self, r, dry_run: bool) -> None:
+        if r.error:
+            self.log.error("%s (%s): FAILED: %s", r.path, r.kind, r.error)
+            return
+        compaction = (
+            f"compact {len(r.small_files)} small files ({r.small_bytes} bytes)"
+            if r.compact
+            else f"not compacted ({r.compact_deferred})"
+            if r.compact_deferred
+            else "no compaction needed"
+        )
+        vacuum = (
+            f"not vacuumed ({r.vacuum_skipped})"
+            if r.vacuum_skipped
+            else f"vacuum {'would delete' if dry_run else 'deleted'} {len(r.vacuum_files)} files, "
+            f"{r.vacuum_bytes} bytes (retention {r.retention_hours} h)"
+        )
+        self.log.info(
+            "%s (%s): %d files, %d small; %s; %s", r.path, r.kind, r.files, len(r.small_files), compaction, vacuum
+        )
+        if r.compact and r.small_files:
+            self.log.info("  %s: %s", "would compact" if dry_run else "compacted", _names(r.small_files))
+        if r.vacuum_files:
+            self.log.info("  %s: %s", "would delete" if dry_run else "deleted", _names(r.vacuum_files))
+
+
+def _names(files: list[str]) -> str:
+    shown = ", ".join(files[:LOGGED_FILES])
+    return shown if len(files) <= LOGGED_FILES else f"{shown} and {len(files) - LOGGED_FILES} more"

@@ -2,7 +2,8 @@
 
 The logic is in ``spark_jobs.state_audit``; these operators pick the stores, hand the rows over, log
 one line per store and tell on-call (once per condition, resolved when it clears) when a store has
-crossed a budget or is projected to within its ``warn_days``.
+crossed a budget or is projected to within its ``warn_days``, or when its declared TTL is measured not
+to evict idle keys.
 """
 
 from __future__ import annotations
@@ -54,6 +55,35 @@ def open_alerts_file(settings: Settings):
 
 
 def conditions_for(row: dict) -> list[Condition]:
+    """A crossed budget (error), or one projected to be crossed within warn_days (warning); a declared
+    TTL that does not evict (warning)."""
+    return budget_conditions(row) + ttl_conditions(row)
+
+
+def ttl_conditions(row: dict) -> list[Condition]:
+    """The store declares ``ttl_ms`` but its changelog holds live keys idle far longer (``ttl_not_enforced``)."""
+    if row.get("ttl_verdict") != "ttl_not_enforced":
+        return []
+    store = row["store"]
+    numbers = {
+        "ttl_ms": row.get("ttl_ms"),
+        "keys_checked": row.get("ttl_keys_checked"),
+        "keys_overdue": row.get("ttl_keys_overdue"),
+        "oldest_overdue_ms": row.get("ttl_oldest_overdue_ms"),
+    }
+    return [
+        Condition(
+            f"state_ttl_not_enforced_{store}",
+            "warning",
+            f"store {store} declares a TTL but does not evict: {row.get('ttl_reason')}",
+            numbers,
+            "check that the job's processor registers a timer per key and deletes the key when it fires "
+            "(and that the job still runs batches); until then the store keeps every key it ever saw",
+        )
+    ]
+
+
+def budget_conditions(row: dict) -> list[Condition]:
     """A crossed budget (error), or one projected to be crossed within warn_days (warning)."""
     checks = [trends.BudgetCheck(**{k: v for k, v in c.items() if k != "crossed"}) for c in json.loads(row["budget_status"])]
     cause = row["unbounded_reason"] if row.get("unbounded") else (
@@ -115,6 +145,10 @@ class AuditStateSizeOperator(BaseOperator):
                                   _round(row.get("restore_full_replay_s")), _round(row.get("rows_per_day")),
                                   _round(row.get("days_to_budget")),
                                   f"; UNBOUNDED: {row['unbounded_reason']}" if row["unbounded"] else "")  # fmt: skip
+                    if row.get("ttl_verdict"):
+                        self.log.info(
+                            "%s/%s: %s: %s", spec.application_id, store.name, row["ttl_verdict"], row["ttl_reason"]
+                        )
                     undelivered += self._alert(context, spec, row, open_alerts.setdefault(spec.application_id, {}))
         record_audit(settings, audited)
         page = write_report(settings, by_store)
@@ -125,12 +159,14 @@ class AuditStateSizeOperator(BaseOperator):
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
         return {"report": str(page), "stores": [{"application_id": r["application_id"], "store": r["store"],
                                                  "state_rows": r.get("state_rows"), "unbounded": r["unbounded"],
-                                                 "days_to_budget": r.get("days_to_budget")} for r in audited]}  # fmt: skip
+                                                 "days_to_budget": r.get("days_to_budget"),
+                                                 "ttl_verdict": r.get("ttl_verdict")} for r in audited]}  # fmt: skip
 
     @staticmethod
     def _alert(context, spec, row: dict, app_alerts: dict) -> list[str]:
-        """Fire / resolve this store's budget alerts; the job's other alerts are left alone."""
-        names = {f"state_budget_{row['store']}", f"state_budget_forecast_{row['store']}"}
+        """Fire / resolve this store's budget and TTL alerts; the job's other alerts are left alone."""
+        store = row["store"]
+        names = {f"state_budget_{store}", f"state_budget_forecast_{store}", f"state_ttl_not_enforced_{store}"}
         mine = {k: v for k, v in app_alerts.items() if k in names}
         before = dict(mine)
         fire, resolve = reconcile(spec.name, spec.application_id, mine, conditions_for(row),
