@@ -19,9 +19,9 @@ tables (named by :class:`~spark_jobs.layout.JobLayout`; snapshot tables through
 :class:`~spark_jobs.state.snapshots.SnapshotStore`) and the platform's own tables (``_streamstate``).
 
 A run is a dry run unless told otherwise: the plan lists, per table, the files a compaction would
-rewrite and the files and bytes a vacuum would delete. Each run's summary goes to
-:func:`~spark_jobs.layout.table_maintenance_file`, with the totals freed so far, for the state-size
-audit's report.
+rewrite and the files and bytes a vacuum would delete. Each run is added to the
+:class:`MaintenanceRecord` in :func:`~spark_jobs.layout.table_maintenance_file`: what applied runs freed,
+in total and per table, which the state-size audit reports.
 """
 
 from __future__ import annotations
@@ -254,45 +254,126 @@ def maintain(settings: Settings, *, dry_run: bool = True, compact_running: bool 
     return results
 
 
-def summarize(results: list[TableMaintenance], *, dry_run: bool) -> dict:
-    """One run's totals (what the operator returns and the state-size audit shows)."""
-    return {
-        "run_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "dry_run": dry_run,
-        "tables": len(results),
-        "tables_compacted": sum(1 for r in results if r.compact),
-        "tables_deferred": sum(1 for r in results if r.compact_deferred),
-        "files_compacted": sum(r.compacted_files_removed for r in results),
-        "files_written": sum(r.compacted_files_added for r in results),
-        "vacuum_files": sum(len(r.vacuum_files) for r in results),
-        "vacuum_bytes": sum(r.vacuum_bytes for r in results),
-        "errors": [f"{r.path}: {r.error}" for r in results if r.error],
-    }
+@dataclasses.dataclass
+class Freed:
+    """Files and bytes a vacuum deleted (or, in a dry run, would delete)."""
+
+    files: int = 0
+    bytes: int = 0
+
+    def add(self, other: Freed) -> None:
+        self.files += other.files
+        self.bytes += other.bytes
 
 
-def record_summary(settings: Settings, summary: dict) -> dict:
-    """Keep the run's summary as the latest run (and, when it applied, the latest applied run) and add
-    what it freed to the totals; returns the record (:func:`read_summary` reads it)."""
+@dataclasses.dataclass
+class MaintenanceRun:
+    """One run's totals: what the operator logs and returns, and what :class:`MaintenanceRecord` keeps."""
+
+    run_at: str
+    dry_run: bool
+    tables: int
+    tables_compacted: int
+    tables_deferred: int
+    files_compacted: int
+    files_written: int
+    vacuumed: Freed
+    #: table path -> what a vacuum deleted there (tables with nothing to delete are left out)
+    vacuumed_by_table: dict[str, Freed]
+    errors: list[str]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MaintenanceRun:
+        return cls(
+            **{
+                **data,
+                "vacuumed": Freed(**data["vacuumed"]),
+                "vacuumed_by_table": {k: Freed(**v) for k, v in data["vacuumed_by_table"].items()},
+            }
+        )
+
+
+def summarize(results: list[TableMaintenance], *, dry_run: bool) -> MaintenanceRun:
+    """One run's totals."""
+    by_table = {r.path: Freed(len(r.vacuum_files), r.vacuum_bytes) for r in results if r.vacuum_files}
+    total = Freed()
+    for freed in by_table.values():
+        total.add(freed)
+    return MaintenanceRun(
+        run_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        dry_run=dry_run,
+        tables=len(results),
+        tables_compacted=sum(1 for r in results if r.compact),
+        tables_deferred=sum(1 for r in results if r.compact_deferred),
+        files_compacted=sum(r.compacted_files_removed for r in results),
+        files_written=sum(r.compacted_files_added for r in results),
+        vacuumed=total,
+        vacuumed_by_table=by_table,
+        errors=[f"{r.path}: {r.error}" for r in results if r.error],
+    )
+
+
+@dataclasses.dataclass
+class MaintenanceRecord:
+    """What maintenance has done so far: its latest run, its latest applied run, and what applied runs
+    freed, in total and per table (the state-size audit reports a snapshot table's share)."""
+
+    last_run: MaintenanceRun | None = None
+    last_applied: MaintenanceRun | None = None
+    freed: Freed = dataclasses.field(default_factory=Freed)
+    compacted_files: int = 0
+    freed_by_table: dict[str, Freed] = dataclasses.field(default_factory=dict)
+
+    def freed_from(self, table: Path | str) -> Freed:
+        """What applied runs freed in ``table`` so far."""
+        return self.freed_by_table.get(str(table), Freed())
+
+    def add(self, run: MaintenanceRun) -> None:
+        self.last_run = run
+        if run.dry_run:
+            return
+        self.last_applied = run
+        self.freed.add(run.vacuumed)
+        self.compacted_files += run.files_compacted
+        for path, freed in run.vacuumed_by_table.items():
+            self.freed_by_table.setdefault(path, Freed()).add(freed)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MaintenanceRecord:
+        data = json.loads(text)
+
+        def run(d: dict | None) -> MaintenanceRun | None:
+            return MaintenanceRun.from_dict(d) if d else None
+
+        return cls(
+            last_run=run(data["last_run"]),
+            last_applied=run(data["last_applied"]),
+            freed=Freed(**data["freed"]),
+            compacted_files=data["compacted_files"],
+            freed_by_table={k: Freed(**v) for k, v in data["freed_by_table"].items()},
+        )
+
+
+def record_run(settings: Settings, run: MaintenanceRun) -> MaintenanceRecord:
+    """Add ``run`` to the record (:func:`read_record`) and keep it; returns the record."""
     from spark_jobs.layout import table_maintenance_file
 
-    record = read_summary(settings) or {"freed_files_total": 0, "freed_bytes_total": 0, "compacted_files_total": 0}
-    record["last_run"] = summary
-    if not summary["dry_run"]:
-        record["last_applied"] = summary
-        record["freed_files_total"] += summary["vacuum_files"]
-        record["freed_bytes_total"] += summary["vacuum_bytes"]
-        record["compacted_files_total"] += summary["files_compacted"]
+    record = read_record(settings)
+    record.add(run)
     path = table_maintenance_file(settings.status_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+    tmp.write_text(record.to_json())
     tmp.replace(path)
     return record
 
 
-def read_summary(settings: Settings) -> dict | None:
-    """The record :func:`record_summary` keeps, None before the first maintenance run."""
+def read_record(settings: Settings) -> MaintenanceRecord:
+    """What maintenance has done so far (an empty record before its first run)."""
     from spark_jobs.layout import table_maintenance_file
 
     path = table_maintenance_file(settings.status_dir)
-    return json.loads(path.read_text()) if path.exists() else None
+    return MaintenanceRecord.from_json(path.read_text()) if path.exists() else MaintenanceRecord()

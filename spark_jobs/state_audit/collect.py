@@ -5,6 +5,9 @@ Everything here runs without Spark: the live state per partition was read by
 numbers are the compaction tuning DAG's newest measurement (``_streamstate/changelog_measurements``;
 only when there is none does the audit fall back to watermark offsets), and restore times are
 estimated from the restores this deployment measured (:mod:`spark_jobs.state.restore_history`).
+A snapshot table's bytes are counted three ways: what its latest snapshot reads, what the table keeps on
+disk (older snapshots, for time travel), and what Delta table maintenance (:mod:`spark_jobs.maintenance`)
+can vacuum next and has freed so far.
 A store with a TTL has its changelog read to measure whether idle keys are evicted (:mod:`.ttl`).
 """
 
@@ -18,21 +21,68 @@ from runtime.settings import Settings
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lifecycle import read_status
+from spark_jobs.maintenance import read_record
 from spark_jobs.registry import JobSpec, StoreSpec
 from spark_jobs.state.restore_history import RestoreRates
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.state_audit import trends, ttl
 from spark_jobs.versions import platform_table, read_rows
 
-_INTS = ("version", "state_rows", "state_bytes", "state_disk_bytes", "memory_bytes", "checkpoint_bytes",
-         "snapshot_versions", "snapshot_rows", "snapshot_bytes", "snapshot_files", "changelog_records",
-         "changelog_bytes", "changelog_live_keys", "changelog_tombstones", "dead_letter_records",
-         "dead_letter_growth", "tail_records", "windows_beyond_retention", "budget_max_rows",
-         "budget_max_bytes", "ttl_ms", "ttl_keys_checked", "ttl_keys_overdue", "ttl_oldest_overdue_ms")  # fmt: skip
-_FLOATS = ("snapshot_age_s", "restore_snapshot_tail_s", "restore_full_replay_s", "rows_per_day", "bytes_per_day",
-           "restore_s_per_day", "days_to_budget", "budget_max_restore_s", "budget_warn_days")  # fmt: skip
-_STRINGS = ("run_id", "job", "application_id", "store", "kind", "state_rows_source", "partitions",
-            "changelog_source", "unbounded_reason", "budget_status", "errors", "ttl_verdict", "ttl_reason")  # fmt: skip
+_INTS = (
+    "version",
+    "state_rows",
+    "state_bytes",
+    "state_disk_bytes",
+    "memory_bytes",
+    "checkpoint_bytes",
+    "snapshot_versions",
+    "snapshot_rows",
+    "snapshot_bytes",
+    "snapshot_files",
+    "changelog_records",
+    "changelog_bytes",
+    "changelog_live_keys",
+    "changelog_tombstones",
+    "dead_letter_records",
+    "dead_letter_growth",
+    "tail_records",
+    "windows_beyond_retention",
+    "budget_max_rows",
+    "budget_max_bytes",
+    "snapshot_disk_bytes",
+    "snapshot_vacuumable_bytes",
+    "snapshot_freed_bytes",
+    "ttl_ms",
+    "ttl_keys_checked",
+    "ttl_keys_overdue",
+    "ttl_oldest_overdue_ms",
+)
+_FLOATS = (
+    "snapshot_age_s",
+    "restore_snapshot_tail_s",
+    "restore_full_replay_s",
+    "rows_per_day",
+    "bytes_per_day",
+    "restore_s_per_day",
+    "days_to_budget",
+    "budget_max_restore_s",
+    "budget_warn_days",
+)
+_STRINGS = (
+    "run_id",
+    "job",
+    "application_id",
+    "store",
+    "kind",
+    "state_rows_source",
+    "partitions",
+    "changelog_source",
+    "unbounded_reason",
+    "budget_status",
+    "errors",
+    "ttl_verdict",
+    "ttl_reason",
+)
 
 
 def audit_table(settings: Settings):
@@ -79,9 +129,17 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
     latest = infos[-1] if infos else None
     files = snapshots.files()
     taken = dt.datetime.fromisoformat(latest.taken_at) if latest else None
-    numbers = {"snapshot_versions": len(infos), "snapshot_rows": latest.rows if latest else None,
-               "snapshot_bytes": sum(files), "snapshot_files": len(files),
-               "snapshot_age_s": (dt.datetime.now(dt.timezone.utc) - taken).total_seconds() if taken else None}  # fmt: skip
+    numbers = {
+        "snapshot_versions": len(infos),
+        "snapshot_rows": latest.rows if latest else None,
+        "snapshot_bytes": sum(files),
+        "snapshot_files": len(files),
+        "snapshot_age_s": (dt.datetime.now(dt.timezone.utc) - taken).total_seconds() if taken else None,
+        # what table maintenance keeps (time travel), can free next, and has freed
+        "snapshot_disk_bytes": _dir_bytes(Path(snapshots.path)),
+        "snapshot_vacuumable_bytes": snapshots.maintain(dry_run=True).vacuum_bytes,
+        "snapshot_freed_bytes": read_record(settings).freed_from(snapshots.path).bytes,
+    }
     values = []
     if latest is not None and store.kind == "windowed":
         values = [json.loads(v) for v in snapshots.values(latest)]
@@ -160,12 +218,16 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
                    changelog_live_keys=changelog["live_keys"], changelog_tombstones=changelog["tombstones"],
                    changelog_source=f"tuning measurement {changelog['measured_at'].isoformat(timespec='seconds')}")  # fmt: skip
     else:
-        row.update(changelog_records=_offset_span(settings, topic), changelog_source="watermark offsets (not measured yet)")
+        row.update(
+            changelog_records=_offset_span(settings, topic), changelog_source="watermark offsets (not measured yet)"
+        )
 
     dead_letters = _offset_span(settings, layout.dead_letter_topic)
     previous = next((r for r in reversed(history) if r.get("dead_letter_records") is not None), None)
     row["dead_letter_records"] = dead_letters
-    row["dead_letter_growth"] = dead_letters - previous["dead_letter_records"] if dead_letters is not None and previous else None
+    row["dead_letter_growth"] = (
+        dead_letters - previous["dead_letter_records"] if dead_letters is not None and previous else None
+    )
 
     # restore estimates: latest snapshot + the changelog written after it, and a full replay
     high = {p: h for p, (_, h) in partition_offsets(settings.kafka, topic).items()} \
@@ -175,12 +237,16 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     row["tail_records"] = tail
     row["restore_snapshot_tail_s"] = rates.estimate(snapshot_rows=latest.rows if latest else 0, changelog_records=tail) \
         if latest else None  # fmt: skip
-    row["restore_full_replay_s"] = rates.estimate(snapshot_rows=None, changelog_records=row.get("changelog_records") or 0)
+    row["restore_full_replay_s"] = rates.estimate(
+        snapshot_rows=None, changelog_records=row.get("changelog_records") or 0
+    )
 
     # trends and budgets
     state_bytes = max(v for v in (row.get("state_bytes"), row.get("state_disk_bytes"), row.get("snapshot_bytes"),
                                   row.get("changelog_bytes"), 0) if v is not None)  # fmt: skip
-    restore_s = row["restore_snapshot_tail_s"] if row["restore_snapshot_tail_s"] is not None else row["restore_full_replay_s"]
+    restore_s = (
+        row["restore_snapshot_tail_s"] if row["restore_snapshot_tail_s"] is not None else row["restore_full_replay_s"]
+    )
     series = history + [{**row, "_bytes": state_bytes, "_restore_s": restore_s}]
     for r in history:
         r.setdefault("_bytes", max(v for v in (r.get("state_bytes"), r.get("state_disk_bytes"), r.get("snapshot_bytes"),
@@ -191,7 +257,9 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
                "bytes": trends.growth_per_day([(r["audited_at"], r.get("_bytes")) for r in series]),
                "restore_s": trends.growth_per_day([(r["audited_at"], r.get("_restore_s")) for r in series])}  # fmt: skip
     row.update(rows_per_day=per_day["rows"], bytes_per_day=per_day["bytes"], restore_s_per_day=per_day["restore_s"])
-    checks = trends.budget_checks(store.budget, {"rows": row.get("state_rows"), "bytes": state_bytes, "restore_s": restore_s}, per_day)
+    checks = trends.budget_checks(
+        store.budget, {"rows": row.get("state_rows"), "bytes": state_bytes, "restore_s": restore_s}, per_day
+    )
     days = [c.days_left for c in checks if c.days_left is not None]
     row["days_to_budget"] = min(days) if days else None
     row["budget_status"] = json.dumps([c.__dict__ | {"crossed": c.crossed} for c in checks])

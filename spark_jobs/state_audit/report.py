@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.layout import AUDIT_REPORT_DIR, audit_plot_file
+from spark_jobs.maintenance import MaintenanceRecord, read_record
 
 
 def report_dir(settings: Settings) -> Path:
@@ -61,6 +62,18 @@ def _fmt(value, unit: str = "") -> str:
     return html.escape(str(value))
 
 
+def maintenance_summary(record: MaintenanceRecord) -> str:
+    """One line on Delta table maintenance (snapshot, output and platform tables): what it freed so far."""
+    applied = record.last_applied
+    if applied is None:
+        return "Delta table maintenance has not run yet (DAG maintain_delta_tables): nothing freed."
+    return (
+        f"Delta table maintenance freed {record.freed.files:,} files, {record.freed.bytes:,} B so far and "
+        f"compacted {record.compacted_files:,} small files; its last run ({html.escape(applied.run_at)}) "
+        f"freed {applied.vacuumed.files:,} files, {applied.vacuumed.bytes:,} B in {applied.tables:,} tables."
+    )
+
+
 def write_report(settings: Settings, by_store: dict[tuple[str, str], list[dict]]) -> Path:
     """Charts and the index page for every store's audit rows (oldest first). Returns the page."""
     out = report_dir(settings)
@@ -90,7 +103,9 @@ def write_report(settings: Settings, by_store: dict[tuple[str, str], list[dict]]
 <tr><th>live rows</th><td>{_fmt(r.get("state_rows"))} ({html.escape(r.get("state_rows_source") or "")})</td>
 <th>state bytes / on disk</th><td>{_fmt(r.get("state_bytes"))} / {_fmt(r.get("state_disk_bytes"))}</td></tr>
 <tr><th>snapshot</th><td>{_fmt(r.get("snapshot_rows"))} rows, {_fmt(r.get("snapshot_bytes"))} B, {_fmt(r.get("snapshot_files"))} files,
-{_fmt(r.get("snapshot_versions"))} versions, {_fmt(r.get("snapshot_age_s"), " s")} old</td>
+{_fmt(r.get("snapshot_versions"))} versions, {_fmt(r.get("snapshot_age_s"), " s")} old<br>
+<small>table on disk {_fmt(r.get("snapshot_disk_bytes"), " B")}; maintenance can vacuum {_fmt(r.get("snapshot_vacuumable_bytes"), " B")},
+has freed {_fmt(r.get("snapshot_freed_bytes"), " B")}</small></td>
 <th>changelog</th><td>{_fmt(r.get("changelog_records"))} records, {_fmt(r.get("changelog_live_keys"))} live keys,
 {_fmt(r.get("changelog_tombstones"))} tombstones <small>({html.escape(r.get("changelog_source") or "")})</small></td></tr>
 <tr><th>restore estimate</th><td>{_fmt(r.get("restore_snapshot_tail_s"), " s")} (snapshot + {_fmt(r.get("tail_records"))} tail records),
@@ -104,12 +119,14 @@ restore {_fmt(r.get("budget_max_restore_s"), " s")}</td></tr>
 <img src="{chart_name(app, store)}" alt="state rows and restore estimate of {html.escape(app)}/{html.escape(store)}">
 </section>""")
     generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    maintenance = maintenance_summary(read_record(settings))
     page = out / "index.html"
     page.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>State size audit</title><style>
 body {{ font-family: system-ui, sans-serif; margin: 1.5rem; color: #1a202c; }} table {{ border-collapse: collapse; }}
 th, td {{ border-bottom: 1px solid #e2e8f0; padding: 0.3rem 0.6rem; text-align: left; font-size: 0.9rem; }}
 .bad {{ color: #c53030; }} section {{ margin-bottom: 2rem; }}
 </style></head><body><h2>State size audit</h2><p>{len(by_store)} stores, generated {generated}</p>
+<p>{maintenance}</p>
 {"".join(lines)}
 </body></html>""")
     return page

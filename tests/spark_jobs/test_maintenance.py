@@ -21,11 +21,12 @@ from spark_jobs.maintenance import (
     MIN_FILES_TO_COMPACT,
     TIME_TRAVEL_DAYS,
     TIME_TRAVEL_RETENTION,
+    Freed,
     interval_hours,
     maintain,
     maintain_table,
-    read_summary,
-    record_summary,
+    read_record,
+    record_run,
     retention_hours,
     summarize,
     tables_to_maintain,
@@ -194,18 +195,48 @@ def test_purged_versions_are_left_alone_platform_tables_are_maintained(tmp_path)
     assert listed == {versions.path: "platform"}
 
 
-def test_the_summary_adds_what_applied_runs_freed_dry_runs_add_nothing(tmp_path):
+def test_the_record_adds_what_applied_runs_freed_dry_runs_add_nothing(tmp_path):
     settings = Settings(data_dir=tmp_path)
     table = tmp_path / "out"
     _many_small_commits(table, 2)
     _overwrite(table, 1)
     _age_removals(table, TIME_TRAVEL_DAYS + 1)
 
-    record = record_summary(settings, summarize([maintain_table(table, "output", dry_run=True)], dry_run=True))
-    assert record["last_run"]["vacuum_files"] == 2 and record["freed_bytes_total"] == 0
+    record = record_run(settings, summarize([maintain_table(table, "output", dry_run=True)], dry_run=True))
+    assert record.last_run.vacuumed.files == 2 and record.freed == Freed() and record.freed_from(table) == Freed()
     applied = summarize([maintain_table(table, "output", dry_run=False)], dry_run=False)
-    record_summary(settings, applied)
-    record = read_summary(settings)
-    assert record["freed_files_total"] == 2 and record["freed_bytes_total"] == applied["vacuum_bytes"] > 0
-    assert record["last_applied"] == applied
+    record_run(settings, applied)
+    record = read_record(settings)  # read back from its file
+    assert record.freed.files == 2 and record.freed.bytes == applied.vacuumed.bytes > 0
+    assert record.freed_from(table) == record.freed and record.last_applied == applied
     assert table_maintenance_file(settings.status_dir).exists()
+
+
+def test_the_state_size_audit_counts_what_maintenance_can_free_and_freed(settings, kafka_broker, tmp_path):
+    from spark_jobs.state_audit.collect import audit_store
+    from spark_jobs.state_audit.report import write_report
+
+    settings = dataclasses.replace(settings, data_dir=tmp_path)  # the shared broker, tables of this test only
+    spec = get_job("purchase_counts")
+    store = SnapshotStore.of(JobLayout.of(spec, settings), "counts")
+    for batch in range(3):  # each snapshot replaces the previous one's files
+        store.write({b"u1": str(batch).encode()}, batch, {}, {0: batch})
+    _age_removals(Path(store.path), TIME_TRAVEL_DAYS + 1)
+
+    def audit(run_id: str) -> dict:
+        return audit_store(
+            settings, run_id, spec, spec.stores[0], checkpoint_rows=[], changelog=None, restores=[], history=[]
+        )
+
+    before = audit("before")
+    assert before["snapshot_vacuumable_bytes"] > 0 and before["snapshot_freed_bytes"] == 0
+    record_run(settings, summarize(maintain(settings, dry_run=False), dry_run=False))
+    after = audit("after")
+    assert after["snapshot_freed_bytes"] == before["snapshot_vacuumable_bytes"]
+    assert after["snapshot_vacuumable_bytes"] == 0
+    assert after["snapshot_disk_bytes"] < before["snapshot_disk_bytes"]
+    assert store.read(store.latest()) == {b"u1": b"2"}
+
+    page = write_report(settings, {(spec.application_id, "counts"): [before, after]}).read_text()
+    assert f"has freed {after['snapshot_freed_bytes']:,} B" in page
+    assert f"Delta table maintenance freed 2 files, {after['snapshot_freed_bytes']:,} B so far" in page

@@ -1,6 +1,7 @@
 """The state-size audit measures whether a declared TTL evicts keys, on a real broker.
 
-The changelog of ``ttl_counts`` (TTL 1 h, tests/fixtures/audit_jobs.py) is written as the driver writes
+A real job's changelog, as its driver writes it, shows the reference processor evicting idle users and
+a processor that ignores its timers not evicting them. The changelog of ``ttl_counts`` (TTL 1 h, tests/fixtures/audit_jobs.py) is written as the driver writes
 it (changes tagged with their batch, then a batch marker per partition), with record timestamps set in
 the past: users last written 3 h ago and never tombstoned are keys the TTL should have evicted. The
 audit's own entry point (``audit_store``, what the DAG's operator calls) reads it.
@@ -16,10 +17,15 @@ import pytest
 from confluent_kafka import Producer
 
 from runtime.kafka_connection import client_config
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.registry import StoreSpec, SupervisionPolicy, get_job
+from spark_jobs.run import run
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic
 from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
-from tests.fixtures.audit_jobs import TTL_COUNTS
+from spark_jobs.state_audit.ttl import tolerance_ms
+from tests.fixtures.audit_jobs import NEVER_EVICTS, TTL_COUNTS
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +92,39 @@ def test_a_store_younger_than_its_ttl_is_unverifiable_and_not_called_bounded(set
     row = _audit(settings, 3, [(10 * 60_000, _users(range(10))), (0, _users(range(10, 20)))])
     assert row["ttl_verdict"] == "ttl_unverifiable", row["ttl_reason"]
     assert "are evicted" not in row["unbounded_reason"] and "not verified" in row["unbounded_reason"]
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "verdict"),
+    [("spark_jobs.jobs.purchase_counts:build", "ttl_verified"), (NEVER_EVICTS, "ttl_not_enforced")],
+    ids=["the-reference-processor-evicts", "a-processor-that-never-evicts"],
+)
+def test_a_real_jobs_eviction_is_measured(spark, kafka_broker, settings, unique, entrypoint, verdict):
+    """The job runs as in production (Spark, its changelog written by the driver); users idle past the
+    TTL are evicted by the next batch, or, by a processor that ignores its timers, never."""
+    spec = dataclasses.replace(
+        get_job("purchase_counts"),
+        name=f"ttl_{unique}",
+        source_topic=f"ttl-purchases-{unique}",
+        output_table=f"ttl_{unique}",
+        entrypoint=entrypoint,
+        stores=(StoreSpec("counts", ttl_ms=2_000),),
+        trigger_interval="1 second",
+        supervision=SupervisionPolicy(batch_duration_budget_s=2),
+    )
+    ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
+
+    def round_(users: range) -> None:
+        events = [{"event_id": f"e-{u}", "type": "purchase", "user_id": f"u{u:03d}", "item": "sku-1",
+                   "amount": 1.5, "event_time": "2026-11-01T09:00:00Z"} for u in users]  # fmt: skip
+        purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic, events)
+        run(spec, settings, available_now=True, spark=spark)
+
+    round_(range(10))
+    time.sleep((2_000 + tolerance_ms(spec)) / 1000 + 1)  # past the TTL and its tolerance
+    round_(range(10, 20))  # the batch that evicts users 0-9 (a TTL job runs no batch without input)
+    row = audit_store(
+        settings, f"test-ttl-{unique}", spec, spec.stores[0], checkpoint_rows=[], changelog=None, restores=[], history=[]
+    )
+    assert row["ttl_verdict"] == verdict, row["ttl_reason"]
+    assert (row["ttl_keys_checked"], row["ttl_keys_overdue"]) == ((10, 0) if entrypoint != NEVER_EVICTS else (20, 10))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -17,7 +19,7 @@ class MaintainDeltaTablesOperator(BaseOperator):
     ``compact_running`` (manual runs only) also compacts tables whose writer runs."""
 
     def execute(self, context):
-        from spark_jobs.maintenance import maintain, record_summary, summarize
+        from spark_jobs.maintenance import maintain, record_run, summarize
 
         params = context["params"]
         manual = context["dag_run"].run_type == "manual"
@@ -28,24 +30,24 @@ class MaintainDeltaTablesOperator(BaseOperator):
         results = maintain(settings, dry_run=dry_run, compact_running=compact_running)
         for r in results:
             self._log_table(r, dry_run)
-        summary = summarize(results, dry_run=dry_run)
-        record = record_summary(settings, summary)
+        run = summarize(results, dry_run=dry_run)
+        record = record_run(settings, run)
         self.log.info(
             "%d tables: %d compacted (%d files rewritten), %d deferred; vacuum %s %d files, %d bytes; "
             "freed so far: %d files, %d bytes",
-            summary["tables"],
-            summary["tables_compacted"],
-            summary["files_compacted"],
-            summary["tables_deferred"],
+            run.tables,
+            run.tables_compacted,
+            run.files_compacted,
+            run.tables_deferred,
             "would delete" if dry_run else "deleted",
-            summary["vacuum_files"],
-            summary["vacuum_bytes"],
-            record["freed_files_total"],
-            record["freed_bytes_total"],
+            run.vacuumed.files,
+            run.vacuumed.bytes,
+            record.freed.files,
+            record.freed.bytes,
         )
-        if summary["errors"]:
-            raise AirflowFailException(f"maintenance failed on {len(summary['errors'])} tables: {summary['errors']}")
-        return summary
+        if run.errors:
+            raise AirflowFailException(f"maintenance failed on {len(run.errors)} tables: {run.errors}")
+        return dataclasses.asdict(run)
 
     def _log_table(self, r, dry_run: bool) -> None:
         if r.error:
