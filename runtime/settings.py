@@ -138,6 +138,9 @@ class Settings:
     state_api_max_page_size: int = 1000
     #: a live answer that takes longer falls back to the standby
     state_api_timeout_s: float = 2.0
+    #: every driver and standby serves Prometheus metrics on this port (spark_jobs/metrics.py); 0 takes
+    #: a free port (several processes on one host), published in the process's status file
+    metrics_port: int = 0
 
     # ----- derived locations -------------------------------------------------------------------
     @property
@@ -253,6 +256,8 @@ class Settings:
                                 f"({self.standby_commit_interval_s} vs {self.standby_max_lag_s})")
         if not 1 <= self.state_api_port <= 65535 or self.state_api_max_page_size < 1 or self.state_api_timeout_s <= 0:
             raise SettingsError(f"{ENV_PREFIX}STATE_API_*: need a TCP port, a page size >= 1 and a timeout > 0")
+        if not 0 <= self.metrics_port <= 65535:
+            raise SettingsError(f"{ENV_PREFIX}METRICS_PORT={self.metrics_port} is not a TCP port (0: a free one)")
         try:
             self.kafka  # noqa: B018 - building the connection validates the Kafka security settings
         except KafkaSecurityError as err:

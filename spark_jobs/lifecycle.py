@@ -99,7 +99,11 @@ class JobStatus:
     idle_at: str | None = None
     #: the first micro-batch of this run (it catches up after a start: supervision does not hold it to the budget)
     first_batch_id: int | None = None
+    #: where this driver serves Prometheus metrics (spark_jobs/metrics.py), None: not serving
+    metrics_port: int | None = None
     listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
+    #: called with every document published, under the status lock (the driver's metrics follow it)
+    publish_listeners: list[Callable[[dict], None]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -150,8 +154,10 @@ class JobStatus:
             "pid": os.getpid(), "host": socket.gethostname(), "started_at": self.started_at,
             "updated_at": _now(), "progress": self.progress, "restore": self.restore,
             "lease_epoch": self.lease_epoch, "snapshots": self.snapshots, "spark_ui": self.spark_ui,
-            "idle_at": self.idle_at, "first_batch_id": self.first_batch_id,
+            "idle_at": self.idle_at, "first_batch_id": self.first_batch_id, "metrics_port": self.metrics_port,
         }  # fmt: skip
+        for listener in self.publish_listeners:
+            listener(document)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(document, indent=2, sort_keys=True))

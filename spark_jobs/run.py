@@ -29,6 +29,7 @@ from spark_jobs.context import JobContext
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning, JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, status_path
+from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session
 from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
@@ -151,7 +152,25 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
 
 
 def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, epoch: int) -> RunReport:
-    status = JobStatus(spec.application_id, status_path(settings.status_dir, spec.application_id), lease_epoch=epoch)
+    metrics = DriverMetrics(spec.application_id, JobLayout.of(spec, settings).dead_letter_topic, settings.kafka)
+    metrics_server = MetricsServer(settings)
+    try:
+        status = JobStatus(
+            spec.application_id,
+            status_path(settings.status_dir, spec.application_id),
+            lease_epoch=epoch,
+            metrics_port=metrics_server.port,
+            publish_listeners=[metrics.update],
+        )
+        return _run_published(spec, settings, available_now, spark, status)
+    finally:
+        metrics_server.close()
+        metrics.close()
+
+
+def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark, status: JobStatus) -> RunReport:
+    """The run, with its lifecycle published to ``status`` (and from there to its metrics)."""
+    epoch = status.lease_epoch
     try:
         spark = spark or build_spark_session(settings, spec.application_id)
         module_name, function_name = spec.entrypoint.split(":")

@@ -74,3 +74,18 @@ def file_stream(spark, batches: list[list], schema, directory):
         spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(directory / f"batch={number}"))
     return (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true")
             .parquet(str(directory)))  # fmt: skip
+
+
+def scrape_metrics(host: str, port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One scrape of a process's Prometheus endpoint: (sample name, sorted labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

@@ -223,7 +223,9 @@ class StoreFollower:
 class SnapshotFollower:
     """The standby of one job version: a :class:`StoreFollower` per store, one lease, one status file."""
 
-    def __init__(self, spec: JobSpec, settings: Settings) -> None:
+    def __init__(self, spec: JobSpec, settings: Settings, metrics_port: int | None = None) -> None:
+        """``metrics_port``: where this process serves its Prometheus metrics (published in its status)."""
+        self.metrics_port = metrics_port
         if not spec.stores:
             raise ValueError(f"job {spec.name} has no state stores: nothing to follow")
         self.spec = spec
@@ -328,7 +330,7 @@ class SnapshotFollower:
             "pid": os.getpid(), "host": socket.gethostname(), "lease_epoch": self.lease.epoch,
             "started_at": self.started_at, "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
             "max_lag_ms": int(self.settings.standby_max_lag_s * 1000), "lag_ms": self._lag_ms(),
-            "transient_kafka_errors": self.transient_errors,
+            "transient_kafka_errors": self.transient_errors, "metrics_port": self.metrics_port,
             "stores": {name: f.view() for name, f in self.stores.items()},
         }  # fmt: skip
         path = standby_status_path(self.settings.status_dir, self.spec.application_id)

@@ -21,6 +21,7 @@ import time
 from decimal import Decimal
 
 import pytest
+from confluent_kafka import Producer
 from fastapi.testclient import TestClient
 from streamstate.state_api.app import create_app
 
@@ -28,7 +29,7 @@ from runtime.process import stop_process_group
 from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, read_status, status_path
@@ -37,7 +38,7 @@ from spark_jobs.standby.follower import read_standby_status
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.submit import submit_spec
-from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic, wait_for
+from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic, scrape_metrics, wait_for
 from tests.spark_jobs.test_purchase_counts import decode_counts
 
 pytestmark = pytest.mark.integration
@@ -98,6 +99,16 @@ def _steady_input(bootstrap: str, stop: threading.Event, first_seed: int) -> thr
     return thread
 
 
+NOT_JSON = [b"not json", b"{broken", b"\xff\xfe"]
+
+
+def _produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, key=b"u00001", value=value)
+    assert producer.flush(30) == 0
+
+
 def _diagnosis(settings, standby: dict | None) -> str:
     """What a failed assertion prints: the standby's status and the tails of the follower and driver logs."""
     logs = sorted(settings.data_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
@@ -110,6 +121,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, JOB.source_topic, JOB.source_partitions)
     purchases.produce(bootstrap, JOB.source_topic, list(purchases.generate(3000, users=400, seed=71)))
+    _produce_raw(bootstrap, JOB.source_topic, NOT_JSON)  # dead letters (the reference computation skips them)
     follower = subprocess.Popen([sys.executable, "-m", "spark_jobs.standby", JOB.name, "--version", str(JOB.version)],
                                 env={**os.environ, **settings.to_env()}, stdout=open(settings.data_dir / "follower.log", "w"),
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
@@ -143,6 +155,24 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         assert standby["state"] == "FOLLOWING" and standby["stores"]["counts"]["commits"] > 0, why()
         assert max(lags) <= standby["max_lag_ms"] == 15_000, f"lags {lags}\n{why()}"
         assert sources == {("live", None)}, f"sources {sources}\n{why()}"
+
+        # Both processes serve Prometheus metrics on the port their status names; they agree with the status.
+        app = (("application_id", JOB.application_id),)
+        status = read_status(settings.status_dir, JOB.application_id)
+        driver_metrics = scrape_metrics(settings.host, status["metrics_port"])
+        assert driver_metrics[("streamstate_job_state", (*app, ("state", "RUNNING")))] == 1
+        assert driver_metrics[("streamstate_batch_id", app)] >= status["progress"]["batch_id"] > 0
+        assert driver_metrics[("streamstate_state_rows", app)] > 0
+        assert driver_metrics[("streamstate_batch_duration_seconds", app)] > 0
+        lag_series = {labels for name, labels in driver_metrics if name == "streamstate_input_lag_records"}
+        assert len(lag_series) == JOB.source_partitions
+        assert driver_metrics[("streamstate_dead_letter_records", app)] == sum(
+            high - low for low, high in partition_offsets(settings.kafka, JobLayout.of(JOB, settings).dead_letter_topic).values()
+        ) >= len(NOT_JSON)
+        standby_metrics = scrape_metrics(settings.host, standby["metrics_port"])
+        store = (*app, ("store", "counts"))
+        assert standby_metrics[("streamstate_standby_commits_total", store)] > 0
+        assert ("streamstate_standby_lag_ms", store) in standby_metrics
 
         # Input stops: live answers equal the reference computation, key by key through the paged scan.
         expected = expected_purchase_counts(read_topic(bootstrap, JOB.source_topic))
@@ -185,7 +215,11 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         try:
             wait_for(lambda: failpoints.read_marker(settings.status_dir, JOB.application_id) is not None, 300,
                      "the restarted driver to restore", diagnose=why)  # fmt: skip
-            assert read_status(settings.status_dir, JOB.application_id)["state"] == "RESTORING"
+            restoring_status = read_status(settings.status_dir, JOB.application_id)
+            assert restoring_status["state"] == "RESTORING"
+            restoring_metrics = scrape_metrics(settings.host, restoring_status["metrics_port"])
+            assert restoring_metrics[("streamstate_job_state", (*app, ("state", "RESTORING")))] == 1
+            assert ("streamstate_restore_records_read", (*app, ("store", "counts"))) in restoring_metrics
             during = client.get(f"{BASE}/keys/u00007").json()
             assert (during["source"], during["fallback_reason"]) == ("standby", "restoring")
             assert during["value"] == before["value"] and during["snapshot_version"] == before["snapshot_version"]

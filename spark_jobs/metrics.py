@@ -1,0 +1,153 @@
+"""Prometheus metrics of a driver or a warm standby, served over HTTP while it runs.
+
+Every driver (``spark_jobs.run``) and every standby follower (``python -m spark_jobs.standby``) serves
+``/metrics`` (Prometheus' text format, ``prometheus_client``) on ``settings.host`` and the port
+``STREAMSTATE_METRICS_PORT`` names; 0, the default, takes a free port, so several drivers share a
+host. The port a process serves on is in its status file (``metrics_port``), which is where a scrape
+configuration (file-based service discovery) or on-call finds it.
+
+A driver's metrics are what its status publishes (:class:`DriverMetrics` is fed every status
+document, so the two never disagree), labelled with the ``application_id``:
+
+=========================================================  ===========================================
+``streamstate_job_state{state}``                           1 for the lifecycle state the driver is in
+``streamstate_batch_id``                                   the latest micro-batch
+``streamstate_batch_duration_seconds``                     how long the latest micro-batch took
+``streamstate_input_rows_per_second``                      input rate of the latest micro-batch
+``streamstate_processed_rows_per_second``                  processing rate of the latest micro-batch
+``streamstate_input_lag_records{partition}``               records of ``<topic>-<partition>`` not read yet
+``streamstate_state_rows`` / ``..._state_memory_bytes``    live state rows and their memory
+``streamstate_restore_records_read{store}``                changelog records a running restore has read
+``streamstate_snapshot_timestamp_seconds{store}``          when the latest snapshot was taken
+``streamstate_snapshot_rows{store}``                       rows of the latest snapshot
+``streamstate_dead_letter_records``                        records the dead-letter topic holds (read
+                                                           from Kafka at each scrape: every writer counts)
+=========================================================  ===========================================
+
+plus the restore counters of :mod:`spark_jobs.state.restore` and, in a standby, its lag gauges
+(:mod:`spark_jobs.standby.follower`). An age is a timestamp metric, as Prometheus recommends:
+``time() - streamstate_snapshot_timestamp_seconds`` is the snapshot's age.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Iterator
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from runtime.kafka_connection import KafkaTarget
+from runtime.settings import Settings
+from spark_jobs.kafka_topics import partition_offsets
+from spark_jobs.lifecycle import JobState
+
+log = logging.getLogger("streamstate.metrics")
+
+LABEL = "application_id"
+
+JOB_STATE = Gauge("streamstate_job_state", "1 for the lifecycle state the driver is in", [LABEL, "state"])
+BATCH_ID = Gauge("streamstate_batch_id", "The latest micro-batch", [LABEL])
+BATCH_SECONDS = Gauge("streamstate_batch_duration_seconds", "How long the latest micro-batch took", [LABEL])
+INPUT_RATE = Gauge("streamstate_input_rows_per_second", "Input rate of the latest micro-batch", [LABEL])
+PROCESSED_RATE = Gauge(
+    "streamstate_processed_rows_per_second", "Processing rate of the latest micro-batch", [LABEL]
+)
+INPUT_LAG = Gauge(
+    "streamstate_input_lag_records", "Source records not read yet, per <topic>-<partition>", [LABEL, "partition"]
+)
+STATE_ROWS = Gauge("streamstate_state_rows", "Live state rows (all stateful operators)", [LABEL])
+STATE_MEMORY = Gauge("streamstate_state_memory_bytes", "Memory the state stores use", [LABEL])
+RESTORE_READ = Gauge(
+    "streamstate_restore_records_read", "Changelog records the store's restore has read", [LABEL, "store"]
+)
+SNAPSHOT_TAKEN = Gauge(
+    "streamstate_snapshot_timestamp_seconds", "When the store's latest Delta snapshot was taken", [LABEL, "store"]
+)
+SNAPSHOT_ROWS = Gauge("streamstate_snapshot_rows", "Rows of the store's latest Delta snapshot", [LABEL, "store"])
+#: a scrape waits at most this long for the dead-letter topic's offsets (the metric is left out otherwise)
+DEAD_LETTER_SCRAPE_TIMEOUT_S = 2.0
+
+
+class MetricsServer:
+    """``/metrics`` of this process, on ``settings.host`` and ``STREAMSTATE_METRICS_PORT`` (0: a free port)."""
+
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
+        """``port``: instead of ``settings.metrics_port``."""
+        self._server: WSGIServer
+        self._thread: threading.Thread
+        chosen = settings.metrics_port if port is None else port
+        self._server, self._thread = start_http_server(chosen, addr=settings.host)
+        self.port: int = self._server.server_port
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class DeadLetterCollector(Collector):
+    """``streamstate_dead_letter_records``: what the job's dead-letter topic holds, read at scrape time,
+    so the rules' companion query and a batch's own writes (late events) are all counted."""
+
+    def __init__(self, application_id: str, topic: str, kafka: KafkaTarget) -> None:
+        self.application_id, self.topic, self.kafka = application_id, topic, kafka
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            offsets = partition_offsets(self.kafka, self.topic, DEAD_LETTER_SCRAPE_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - a scrape during a Kafka outage shows the other metrics
+            log.warning("dead-letter offsets of %s not read: %s", self.topic, err)
+            return
+        family = GaugeMetricFamily(
+            "streamstate_dead_letter_records", "Records the job's dead-letter topic holds", labels=[LABEL]
+        )
+        family.add_metric([self.application_id], sum(high - low for low, high in offsets.values()))
+        yield family
+
+
+class DriverMetrics:
+    """The driver's metrics, set from each status document it publishes (``JobStatus.publish_listeners``),
+    and its dead-letter topic's size, read at scrape time. :meth:`close` unregisters the latter."""
+
+    def __init__(self, application_id: str, dead_letter_topic: str, kafka: KafkaTarget) -> None:
+        self.application_id = application_id
+        self._lag_partitions: set[str] = set()
+        self._dead_letters = DeadLetterCollector(application_id, dead_letter_topic, kafka)
+        REGISTRY.register(self._dead_letters)
+
+    def close(self) -> None:
+        REGISTRY.unregister(self._dead_letters)
+
+    def update(self, status: dict) -> None:
+        app = self.application_id
+        for state in JobState:
+            JOB_STATE.labels(app, state.value).set(1 if status.get("state") == state.value else 0)
+        progress = status.get("progress") or {}
+        _set(BATCH_ID.labels(app), progress.get("batch_id"))
+        duration_ms = progress.get("batch_duration_ms")
+        _set(BATCH_SECONDS.labels(app), duration_ms / 1000 if duration_ms is not None else None)
+        _set(INPUT_RATE.labels(app), progress.get("input_rows_per_second"))
+        _set(PROCESSED_RATE.labels(app), progress.get("processed_rows_per_second"))
+        lag = progress.get("input_lag") or {}
+        for partition in self._lag_partitions - set(lag):
+            INPUT_LAG.remove(app, partition)
+        for partition, records in lag.items():
+            INPUT_LAG.labels(app, partition).set(records)
+        self._lag_partitions = set(lag)
+        _set(STATE_ROWS.labels(app), progress.get("state_rows"))
+        _set(STATE_MEMORY.labels(app), progress.get("state_memory_bytes"))
+        for store, restore in (status.get("restore") or {}).items():
+            _set(RESTORE_READ.labels(app, store), restore.get("records_read"))
+        for store, snapshot in (status.get("snapshots") or {}).items():
+            _set(SNAPSHOT_ROWS.labels(app, store), snapshot.get("rows"))
+            if snapshot.get("taken_at"):
+                SNAPSHOT_TAKEN.labels(app, store).set(dt.datetime.fromisoformat(snapshot["taken_at"]).timestamp())
+
+
+def _set(gauge, value) -> None:
+    if value is not None:
+        gauge.set(value)
