@@ -2,8 +2,11 @@
 
 ``supervise__<job>`` runs every ``SupervisionPolicy.check_every_s``. The check decides (restart with
 backoff, give up on a crash loop, which alerts open and resolve); the launch task runs only when the
-check says so and returns as soon as the driver is RUNNING; beside them, the job's warm standby (the
-snapshot follower behind state queries and short restores) is kept running and watched for lag.
+check says so and returns as soon as the driver is RUNNING; the watch task then stays deferred until
+shortly before the next run, and when the driver exits meanwhile (kill -9, OOM, a lost node) runs the
+same check and restarts it within seconds instead of at the next run. Beside them, the job's warm
+standby (the snapshot follower behind state queries and short restores) is kept running and watched
+for lag.
 Logic lives in plugins/streamstate.
 """
 
@@ -11,9 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import dag, task
+from airflow.sdk import Param, dag, task
 from streamstate.operators.standby import SuperviseStandbyOperator
-from streamstate.operators.streaming_job import CheckStreamingJobOperator, LaunchStreamingJobOperator
+from streamstate.operators.streaming_job import (
+    CheckStreamingJobOperator,
+    LaunchStreamingJobOperator,
+    WatchStreamingJobOperator,
+)
 
 from spark_jobs.registry import JobSpec, latest_jobs
 
@@ -27,17 +34,35 @@ def supervise_dag(job: JobSpec) -> None:
         max_active_runs=1,
         tags=["streamstate", "supervision", job.name],
         default_args={"retries": 0},  # supervision itself is the retry loop, with backoff
+        params={
+            "watch_s": Param(
+                None,
+                type=["null", "integer"],
+                minimum=0,
+                title="Watch for (seconds)",
+                description="How long this run's watch task restarts a driver that exits. Empty: until shortly "
+                "before the next scheduled check; 0: no watch (the check and the launch only).",
+            )
+        },
         doc_md=f"Keep the current version of **{job.name}** running (the version pointer: `promote_job_version` "
         f"moves it) and tell on-call when it needs a human.\n\n{job.description}",
     )
     def supervise() -> None:
         check = CheckStreamingJobOperator(task_id="check", job=job.name)
 
-        @task.short_circuit(trigger_rule="all_done")
+        # ignore_downstream_trigger_rules=False: a skip reaches the launch only, the watch still runs
+        @task.short_circuit(trigger_rule="all_done", ignore_downstream_trigger_rules=False)
         def should_start(assessment: dict | None) -> bool:
             return bool(assessment) and assessment["action"] in ("start", "restart")
 
-        should_start(check.output) >> LaunchStreamingJobOperator(task_id="launch", job=job.name)
+        launch = LaunchStreamingJobOperator(task_id="launch", job=job.name)
+        should_start(check.output) >> launch
+        # After the launch (or when it was not needed): restart the driver within seconds if it exits
+        # before the next run's check. After a failed launch it does not run, so the run fails (the
+        # signal on-call sees) and the next run's check applies the backoff.
+        launch >> WatchStreamingJobOperator(
+            task_id="watch", job=job.name, watch_s="{{ params.watch_s }}", trigger_rule="none_failed"
+        )
         if job.stores:
             SuperviseStandbyOperator(task_id="standby", job=job.name)
 

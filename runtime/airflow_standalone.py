@@ -197,6 +197,9 @@ class AirflowApi:
         run = self._request("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
         return run["dag_run_id"]
 
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self._request("PATCH", f"/dags/{dag_id}", {"is_paused": paused})
+
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self._request("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")["state"]
 

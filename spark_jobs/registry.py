@@ -125,6 +125,9 @@ class SupervisionPolicy:
         restore_budget_s: alert when a restore takes (or has been taking) longer.
         dead_letter_growth_records: alert when the dead-letter topic grew by more than this between
             two checks.
+        watch: between checks, the supervise DAG's watch task restarts a driver that exits within
+            seconds (with the same check: backoff, crash loop, alerts); False: only the scheduled
+            checks restart it.
     """
 
     check_every_s: int = 120
@@ -139,10 +142,11 @@ class SupervisionPolicy:
     batch_duration_budget_s: float = 60.0
     restore_budget_s: float = 600.0
     dead_letter_growth_records: int = 1_000
+    watch: bool = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            if getattr(self, field.name) <= 0:
+            if field.name != "watch" and getattr(self, field.name) <= 0:
                 raise JobSpecError(f"supervision policy: {field.name} must be > 0, got {getattr(self, field.name)}")
         if self.restart_backoff_max_s < self.restart_backoff_s:
             raise JobSpecError("supervision policy: restart_backoff_max_s must be >= restart_backoff_s")

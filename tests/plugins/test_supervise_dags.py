@@ -36,7 +36,10 @@ def airflow_cli(airflow, dag_runner, settings, webhook):
     env = {"AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}
 
     def run(dag_id: str, conf: dict | None = None, **extra_env: str):
-        dag_file = PROJECT_ROOT / "dags" / ("supervise_jobs.py" if dag_id.startswith("supervise__") else "control_jobs.py")
+        supervise = dag_id.startswith("supervise__")
+        if supervise and conf is None:
+            conf = {"watch_s": 0}  # the check and the launch only; the watch is tested on its own
+        dag_file = PROJECT_ROOT / "dags" / ("supervise_jobs.py" if supervise else "control_jobs.py")
         return dag_runner.dags_test(dag_id, conf, env={**env, **extra_env}, dag_file=dag_file)
 
     yield run
@@ -251,3 +254,42 @@ def test_crash_looping_job_stops_being_restarted_after_k_tries(settings, airflow
     crash = next(a for a in webhook.received if a["application_id"] == app and a["condition"] == "crash_loop")
     assert crash["severity"] == "critical" and "start_streaming_job" in crash["next_step"]
     assert crash["numbers"]["restarts_in_window"] == policy.crash_loop_restarts
+
+
+def test_a_driver_killed_while_watched_is_restarted_by_the_watch(settings, airflow_cli, webhook, heart_rate_input):
+    """The run's watch task, deferred after the check, restarts a driver killed with kill -9 at once
+    (the same check: the outage is announced once), instead of the next scheduled run doing it."""
+    app = JOB.application_id
+    lease = JobLease(settings.status_dir, app)
+    # started on request (after the stop test): a new crash-loop window, the restarts above do not count
+    _ok(airflow_cli("start_streaming_job", {"job": JOB.name}))
+    _wait(lambda: read_status(settings.status_dir, app)["state"] == "RUNNING", 120, "RUNNING")
+    running = lease.holder()
+    alerts_before = len(webhook.of(app))
+    checked_before = read_record(settings.status_dir, app).last_check_at or 0.0
+
+    def back() -> bool:
+        holder, status = lease.holder(), read_status(settings.status_dir, app) or {}
+        return (holder is not None and holder["epoch"] == running["epoch"] + 1
+                and status.get("lease_epoch") == holder["epoch"] and status.get("state") == "RUNNING")  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        run = pool.submit(airflow_cli, f"supervise__{JOB.name}", {"watch_s": 90})
+        _wait(lambda: (read_record(settings.status_dir, app).last_check_at or 0.0) > checked_before, 120, "the check")
+        time.sleep(8)  # the watch task defers (killed earlier, it would find no driver and restart it the same way)
+        os.kill(int(running["pid"]), signal.SIGKILL)
+        killed_at = time.monotonic()
+        try:
+            _wait(back, 85, "the watch to restart the driver", diagnose=lambda: _driver_diagnosis(settings, app))
+        except AssertionError:
+            result = run.result(timeout=300)
+            raise AssertionError(f"supervise run:\n{result.stdout[-8000:]}\n{result.stderr[-3000:]}") from None
+        print(f"kill -9 -> RUNNING again, restarted by the watch: {time.monotonic() - killed_at:.1f}s")
+        _ok(run.result(timeout=300))
+
+    restart = read_record(settings.status_dir, app).last_launch
+    assert f"supervise__{JOB.name}/" in restart.by and "/watch#" in restart.by and restart.outcome == "running"
+    assert _driver_pids(app) == {int(lease.holder()["pid"])}
+    assert webhook.of(app)[alerts_before:] == [("down", "firing")]
+    _ok(airflow_cli(f"supervise__{JOB.name}"))  # the next check finds it running: resolved
+    assert webhook.of(app)[alerts_before:] == [("down", "firing"), ("down", "resolved")]

@@ -17,9 +17,15 @@ pytestmark = pytest.mark.integration
 def _status(state: str, lag: dict[str, int]) -> dict:
     return {
         "state": state,
-        "progress": {"batch_id": 7, "batch_duration_ms": 1500, "input_rows_per_second": 12.5,
-                     "processed_rows_per_second": 40.0, "input_lag": lag, "state_rows": 321,
-                     "state_memory_bytes": 4096},  # fmt: skip
+        "progress": {
+            "batch_id": 7,
+            "batch_duration_ms": 1500,
+            "input_rows_per_second": 12.5,
+            "processed_rows_per_second": 40.0,
+            "input_lag": lag,
+            "state_rows": 321,
+            "state_memory_bytes": 4096,
+        },
         "restore": {"counts": {"records_read": 900}},
         "snapshots": {"counts": {"rows": 300, "taken_at": "2026-11-24T10:00:00+00:00"}},
     }

@@ -1,6 +1,6 @@
-"""Operators over :class:`~streamstate.hooks.streaming_job.StreamingJobHook`: launch, stop, check.
+"""Operators over :class:`~streamstate.hooks.streaming_job.StreamingJobHook`: launch, watch, stop, check.
 
-All three read and change the job's supervision record only under its lock, so racing DAG runs, a
+All of them read and change the job's supervision record only under its lock, so racing DAG runs, a
 retried task and a stop request see each other's decisions. The driver's own lease
 (``spark_jobs/lease.py``) is the last line: even a launch that slipped through exits with code 3
 without touching anything.
@@ -17,7 +17,11 @@ from streamstate.alerts import reconcile
 from streamstate.hooks.streaming_job import StreamingJobHook, log_tail, process_alive
 from streamstate.notifiers.routing import send
 from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
-from streamstate.triggers.streaming_job import StreamingJobStartedTrigger, StreamingJobStoppedTrigger
+from streamstate.triggers.streaming_job import (
+    StreamingJobExitedTrigger,
+    StreamingJobStartedTrigger,
+    StreamingJobStoppedTrigger,
+)
 
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec, get_job
@@ -71,7 +75,12 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
 
     def execute(self, context):
         label = _run_label(context)
-        spec = job_spec(self.job, self.version, adopt_by=label)
+        return self._start(context, job_spec(self.job, self.version, adopt_by=label), "execute_complete")
+
+    def _start(self, context, spec: JobSpec, method_name: str, carry: dict | None = None):
+        """Launch ``spec``'s driver unless it runs or a launch is in flight, and defer until it is
+        RUNNING; ``method_name`` receives the trigger's event (with ``carry`` in it)."""
+        label = _run_label(context)
         jobs = StreamingJobHook(spec)
         now = time.time()
         with locked_record(jobs.status_dir, spec.application_id) as record:
@@ -100,8 +109,8 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         self.defer(
             trigger=StreamingJobStartedTrigger(spec.application_id, str(jobs.status_dir), launch.launcher_pid,
                                                launch.exit_file, launch.previous_epoch, spec.supervision.start_timeout_s,
-                                               launch_at=launch.at, version=spec.version),  # fmt: skip
-            method_name="execute_complete",
+                                               launch_at=launch.at, version=spec.version, carry=carry),  # fmt: skip
+            method_name=method_name,
         )
 
     def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
@@ -133,6 +142,84 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         log = launch.log if launch else None
         raise StreamingJobFailed(f"{spec.application_id} did not start: {launch.error if launch else state}\n"
                                  f"--- {log} (tail) ---\n{log_tail(log)}")  # fmt: skip
+
+
+class WatchStreamingJobOperator(LaunchStreamingJobOperator):
+    """Keep the job running until the next scheduled check: restart its driver the moment it exits.
+
+    The task defers on :class:`~streamstate.triggers.streaming_job.StreamingJobExitedTrigger` (the
+    triggerer polls the driver's lease every second; no worker slot is held). When the driver lets the
+    lease go without a stop request (kill -9, OOM, a lost node: the kernel drops its flock), the task
+    resumes, runs the same supervision check as the ``check`` task (:func:`check_job`: alerts once,
+    backoff, crash loop) and, when it says start or restart, launches the driver as the launch task
+    does (one instance, fenced by the lease), waits for RUNNING and watches again. A check that says
+    anything else (stopped on request, backoff, crash loop) ends the watch; the next scheduled run
+    takes over.
+
+    :param watch_s: how long to watch (templated); None: until ``WATCH_MARGIN_S`` before the next
+        scheduled check, so the DAG's runs (``max_active_runs=1``) keep their cadence (not at all when
+        the job's ``SupervisionPolicy.watch`` is off); 0: not at all.
+    """
+
+    #: the watch ends this long before the next scheduled check is due
+    WATCH_MARGIN_S = 15.0
+
+    template_fields = (*LaunchStreamingJobOperator.template_fields, "watch_s")
+
+    def __init__(self, *, job: str, watch_s: float | str | None = None, **kwargs) -> None:
+        super().__init__(job=job, **kwargs)
+        self.watch_s = watch_s
+
+    def execute(self, context):
+        spec = job_spec(self.job)
+        window = spec.supervision.check_every_s - self.WATCH_MARGIN_S if spec.supervision.watch else 0.0
+        if self.watch_s not in (None, "", "None"):
+            window = float(self.watch_s)
+        if window <= 0:
+            self.log.info("not watching (watch_s=%s)", self.watch_s)
+            return {"state": "not_watched"}
+        return self._watch(context, time.time() + max(window, 1.0), restarts=0)
+
+    def _watch(self, context, deadline: float, restarts: int):
+        spec = job_spec(self.job)
+        jobs = StreamingJobHook(spec)
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            return {"state": "watched", "restarts": restarts}
+        holder = jobs.running_instance()
+        if holder is None:
+            return self._restart(context, spec, deadline, restarts)
+        self.log.info(
+            "watching %s (driver pid %s, lease epoch %s) for %.0fs",
+            spec.application_id,
+            holder.get("pid"),
+            holder.get("epoch"),
+            remaining,
+        )
+        self.defer(
+            trigger=StreamingJobExitedTrigger(spec.application_id, str(jobs.status_dir), int(holder["epoch"]), remaining,
+                                              carry={"deadline": deadline, "restarts": restarts}),  # fmt: skip
+            method_name="driver_exited",
+        )
+
+    def driver_exited(self, context, event: dict):
+        deadline, restarts = event["carry"]["deadline"], event["carry"]["restarts"]
+        if event["state"] == "timeout":
+            return {"state": "watched", "restarts": restarts}
+        error = f": {event['error']}" if event.get("error") else ""
+        self.log.warning("driver of lease epoch %s exited (last state %s%s)", event["epoch"], event.get("final_state"), error)
+        return self._restart(context, job_spec(self.job), deadline, restarts)
+
+    def _restart(self, context, spec: JobSpec, deadline: float, restarts: int):
+        assessment = check_job(self, context, spec)
+        if assessment["action"] not in ("start", "restart"):
+            self.log.info("not restarting %s: %s (%s)", spec.application_id, assessment["action"], assessment["reason"])
+            return {"state": assessment["state"], "action": assessment["action"], "restarts": restarts}
+        return self._start(context, spec, "driver_restarted", {"deadline": deadline, "restarts": restarts + 1})
+
+    def driver_restarted(self, context, event: dict):
+        self.execute_complete(context, event)  # records the launch's outcome; raises if it did not start
+        return self._watch(context, event["carry"]["deadline"], event["carry"]["restarts"])
 
 
 class DrainStreamingJobOperator(SparkSubmitOperator):
@@ -223,42 +310,54 @@ class CheckStreamingJobOperator(BaseOperator):
         self.job = job
 
     def execute(self, context):
-        spec = job_spec(self.job)
-        jobs = StreamingJobHook(spec)
-        undelivered = []
-        with locked_record(jobs.status_dir, spec.application_id) as record:
-            last = record.last_launch
-            seen = Observation(now=time.time(), holder=jobs.running_instance(), status=jobs.status(),
-                               launcher_alive=process_alive(last.launcher_pid) if last else False,
-                               dead_letters=jobs.dead_letters())  # fmt: skip
-            assessment = assess(spec, seen, record)
-            if assessment.action == "give_up" and record.crash_loop_since is None:
-                record.crash_loop_since = seen.now
-            links = {"dag": f"{jobs.settings.airflow_url}/dags/supervise__{spec.name}"}
-            if (seen.status or {}).get("spark_ui") and seen.holder:
-                links["spark_ui"] = seen.status["spark_ui"]
-            before = dict(record.open_alerts)
-            fire, resolve = reconcile(spec.name, spec.application_id, record.open_alerts, list(assessment.conditions), links)
-            for alert in fire + resolve:
-                results = send(alert, context)
-                if not any(result == "sent" for result in results.values()):
-                    undelivered.append((alert, results))
-                    # not delivered anywhere: leave it as it was, so the next check tries again
-                    if alert.condition in before:
-                        record.open_alerts[alert.condition] = before[alert.condition]
-                    else:
-                        record.open_alerts.pop(alert.condition, None)
-            if seen.dead_letters is not None:
-                record.dead_letters_seen = seen.dead_letters
-            record.last_check_at = seen.now
-            record.last_assessment = assessment.to_dict()
-        self.log.info("%s: state=%s action=%s (%s); fired %s, resolved %s", spec.application_id, assessment.state,
-                      assessment.action, assessment.reason, [a.condition for a in fire], [a.condition for a in resolve])  # fmt: skip
-        result = {"state": assessment.state, "action": assessment.action, "reason": assessment.reason,
-                  "fired": [a.condition for a in fire], "resolved": [a.condition for a in resolve]}  # fmt: skip
-        if undelivered:
-            # The decision still reaches the launch task (it runs on all_done); the failed task is the signal.
-            context["ti"].xcom_push(key="return_value", value=result)
-            raise StreamingJobFailed("alerts not delivered on any channel: "
-                                     + "; ".join(f"{a.dedup_key} ({a.status}): {r}" for a, r in undelivered))  # fmt: skip
-        return result
+        return check_job(self, context, job_spec(self.job))
+
+
+def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
+    """Observe the job, decide (:func:`~streamstate.supervision.assess`), fire and resolve its alerts, and
+    record it all under the supervision lock. Returns the assessment (``action``: what to do next)."""
+    jobs = StreamingJobHook(spec)
+    undelivered = []
+    with locked_record(jobs.status_dir, spec.application_id) as record:
+        last = record.last_launch
+        seen = Observation(now=time.time(), holder=jobs.running_instance(), status=jobs.status(),
+                           launcher_alive=process_alive(last.launcher_pid) if last else False,
+                           dead_letters=jobs.dead_letters())  # fmt: skip
+        assessment = assess(spec, seen, record)
+        if assessment.action == "give_up" and record.crash_loop_since is None:
+            record.crash_loop_since = seen.now
+        links = {"dag": f"{jobs.settings.airflow_url}/dags/supervise__{spec.name}"}
+        if (seen.status or {}).get("spark_ui") and seen.holder:
+            links["spark_ui"] = seen.status["spark_ui"]
+        before = dict(record.open_alerts)
+        fire, resolve = reconcile(spec.name, spec.application_id, record.open_alerts, list(assessment.conditions), links)
+        for alert in fire + resolve:
+            results = send(alert, context)
+            if not any(result == "sent" for result in results.values()):
+                undelivered.append((alert, results))
+                # not delivered anywhere: leave it as it was, so the next check tries again
+                if alert.condition in before:
+                    record.open_alerts[alert.condition] = before[alert.condition]
+                else:
+                    record.open_alerts.pop(alert.condition, None)
+        if seen.dead_letters is not None:
+            record.dead_letters_seen = seen.dead_letters
+        record.last_check_at = seen.now
+        record.last_assessment = assessment.to_dict()
+    operator.log.info(
+        "%s: state=%s action=%s (%s); fired %s, resolved %s",
+        spec.application_id,
+        assessment.state,
+        assessment.action,
+        assessment.reason,
+        [a.condition for a in fire],
+        [a.condition for a in resolve],
+    )
+    result = {"state": assessment.state, "action": assessment.action, "reason": assessment.reason,
+              "fired": [a.condition for a in fire], "resolved": [a.condition for a in resolve]}  # fmt: skip
+    if undelivered:
+        # The decision still reaches the launch task (it runs on all_done); the failed task is the signal.
+        context["ti"].xcom_push(key="return_value", value=result)
+        raise StreamingJobFailed("alerts not delivered on any channel: "
+                                 + "; ".join(f"{a.dedup_key} ({a.status}): {r}" for a, r in undelivered))  # fmt: skip
+    return result

@@ -1,4 +1,5 @@
-"""Triggers that only wait: for a launched driver to reach RUNNING, or for a stopped one to let go.
+"""Triggers that only wait: for a launched driver to reach RUNNING, for a stopped one to let go, or for
+a running one to exit.
 
 They read the same files the hook does (lease, status, the launch's exit code); the decisions are
 made by the operators when the trigger fires.
@@ -39,8 +40,11 @@ class StreamingJobStartedTrigger(BaseTrigger):
 
     def __init__(self, application_id: str, status_dir: str, launcher_pid: int, exit_file: str,
                  previous_epoch: int, timeout_s: float, launch_at: float = 0.0, poll_s: float = 2.0,
-                 version: int | None = None) -> None:  # fmt: skip
+                 version: int | None = None, carry: dict | None = None) -> None:  # fmt: skip
         super().__init__()
+        #: the operator's own state across the deferral, echoed in the event (``dag.test()`` passes a
+        #: resumed method the event only, not the ``kwargs`` of ``defer``)
+        self.carry = carry
         #: which launch this is and of which version (echoed in every event: the operator finds its record by it)
         self.launch_at = launch_at
         self.version = version
@@ -57,7 +61,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
             "application_id": self.application_id, "status_dir": self.status_dir,
             "launcher_pid": self.launcher_pid, "exit_file": self.exit_file,
             "previous_epoch": self.previous_epoch, "timeout_s": self.timeout_s, "launch_at": self.launch_at,
-            "poll_s": self.poll_s, "version": self.version,
+            "poll_s": self.poll_s, "version": self.version, "carry": self.carry,
         })  # fmt: skip
 
     def check(self) -> dict | None:
@@ -85,7 +89,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         event = await _poll(self.check, self.timeout_s, self.poll_s)
-        yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version})
+        yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version, "carry": self.carry})
 
 
 class StreamingJobStoppedTrigger(BaseTrigger):
@@ -149,3 +153,39 @@ class StreamingJobCaughtUpTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         yield TriggerEvent(await _poll(self.check, self.timeout_s, self.poll_s))
+
+
+class StreamingJobExitedTrigger(BaseTrigger):
+    """Fires when the driver holding lease ``epoch`` no longer holds it (``exited``: it stopped, or died
+    and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``)."""
+
+    def __init__(self, application_id: str, status_dir: str, epoch: int, timeout_s: float, poll_s: float = 1.0,
+                 carry: dict | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.application_id, self.status_dir, self.epoch = application_id, status_dir, epoch
+        self.timeout_s, self.poll_s = timeout_s, poll_s
+        #: echoed in the event (see StreamingJobStartedTrigger.carry)
+        self.carry = carry
+
+    def serialize(self) -> tuple[str, dict]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "application_id": self.application_id,
+                "status_dir": self.status_dir,
+                "epoch": self.epoch,
+                "timeout_s": self.timeout_s,
+                "poll_s": self.poll_s,
+                "carry": self.carry,
+            },
+        )
+
+    def check(self) -> dict | None:
+        holder = JobLease(self.status_dir, self.application_id).holder()
+        if holder is not None and int(holder.get("epoch", 0)) == self.epoch:
+            return None
+        status = read_status(self.status_dir, self.application_id) or {}
+        return {"state": "exited", "epoch": self.epoch, "final_state": status.get("state"), "error": status.get("error")}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent({**await _poll(self.check, self.timeout_s, self.poll_s), "carry": self.carry})

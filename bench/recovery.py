@@ -1,0 +1,175 @@
+"""Recovery after kill -9 of a running driver: the supervise DAG's watch task vs the scheduled check.
+
+A private stack: a Kafka broker, Airflow standalone (scheduler, triggerer, API server; SQLite) and two
+copies of purchase_counts (bench/recovery_jobs.py) with steady input, 200 events/s. For each path in
+turn its ``supervise__<job>`` DAG is unpaused (scheduled every ``--check-every`` s, as in production)
+and starts the driver; then ``--kills`` times: wait a random 10-40 s, kill -9 the driver (the Python
+process holding the lease), and measure
+
+* **to RUNNING**: a new driver holds the lease and publishes RUNNING (its state from the checkpoint);
+* **to a batch**: that driver has completed a micro-batch after the kill (the backlog of the outage
+  in it: the input lag falls).
+
+``watched``: the watch task restarts the driver (``SupervisionPolicy.watch``, the default);
+``scheduled``: only the next scheduled check does (``watch=False``). Medians (min-max) go to
+BENCHMARKS.md.
+
+    .venv/bin/python bench/recovery.py [--kills 5] [--check-every 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import random
+import signal
+import statistics
+import threading
+import time
+
+from rich.console import Console
+
+from bench.private_stack import append_section, private_broker
+from runtime.airflow_standalone import AirflowApi, LocalAirflow
+from runtime.process import free_port
+from runtime.settings import PROJECT_ROOT, Settings
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import read_status
+
+console = Console()
+EVENTS_PER_S = 200
+
+
+def steady_input(settings: Settings, topic: str, stop: threading.Event) -> threading.Thread:
+    def produce() -> None:
+        seed = 0
+        while not stop.is_set():
+            seed += 1
+            purchases.produce(settings.kafka, topic, purchases.generate(EVENTS_PER_S, users=2000, seed=seed))
+            stop.wait(1.0)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"{what}: not within {timeout_s:.0f}s")
+
+
+def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, check_every_s: int) -> list[dict]:
+    from spark_jobs.registry import get_job
+
+    spec = get_job(job)
+    app = spec.application_id
+    lease = JobLease(settings.status_dir, app)
+    ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
+    stop = threading.Event()
+    producer = steady_input(settings, spec.source_topic, stop)
+    api.trigger(f"supervise__{job}")  # unpauses it: scheduled runs follow
+    results = []
+    try:
+        wait_for(lambda: (read_status(settings.status_dir, app) or {}).get("state") == "RUNNING", 600, f"{job} to run")
+        for i in range(kills):
+            time.sleep(random.uniform(10, 40))
+            holder = lease.holder()
+            killed_at = time.time()
+            os.kill(int(holder["pid"]), signal.SIGKILL)
+
+            def running(epoch=int(holder["epoch"])):
+                status, now_holder = read_status(settings.status_dir, app) or {}, lease.holder()
+                return (now_holder is not None and int(now_holder["epoch"]) > epoch
+                        and status.get("lease_epoch") == now_holder["epoch"] and status.get("state") == "RUNNING")  # fmt: skip
+
+            wait_for(running, check_every_s + 600, f"{job} RUNNING again")
+            to_running = time.time() - killed_at
+
+            def batch_after_kill(killed_at=killed_at):
+                progress = (read_status(settings.status_dir, app) or {}).get("progress") or {}
+                at = progress.get("progress_at")
+                return at and dt.datetime.fromisoformat(at).timestamp() > killed_at
+
+            wait_for(batch_after_kill, 600, f"{job}'s first batch after the kill")
+            to_batch = time.time() - killed_at
+            results.append({"to_running_s": to_running, "to_batch_s": to_batch})
+            console.print(f"{job} kill {i + 1}/{kills}: RUNNING after {to_running:.1f}s, a batch after {to_batch:.1f}s")
+    finally:
+        api.set_paused(f"supervise__{job}", True)
+        stop.set()
+        producer.join(30)
+        run = api.trigger("stop_streaming_job", {"job": job, "reason": "benchmark done"})
+        api.wait_for_run("stop_streaming_job", run, 300)
+        api.set_paused(f"supervise__{job}", True)  # (trigger unpaused the stop DAG, not this one)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--check-every", type=int, default=120, help="the supervise DAGs' schedule, seconds")
+    args = parser.parse_args()
+    os.environ["BENCH_RECOVERY_CHECK_EVERY_S"] = str(args.check_every)
+    os.environ["STREAMSTATE_JOB_MODULES"] = "bench.recovery_jobs"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    with private_broker("streamstate-recovery-") as broker_settings:
+        ports = {free_port() for _ in range(6)} - {broker_settings.kafka_port, broker_settings.kafka_controller_port}
+        ports = sorted(ports)
+        settings = broker_settings.replace(
+            job_modules="bench.recovery_jobs",
+            airflow_port=ports[0],
+            airflow_scheduler_health_port=ports[1],
+            airflow_worker_log_port=ports[2],
+            airflow_triggerer_log_port=ports[3],
+        )
+        airflow = LocalAirflow(settings)
+        console.print(f"starting Airflow standalone on {settings.airflow_url} (data: {settings.data_dir})")
+        airflow.start()
+        api = AirflowApi(settings.airflow_url)
+        try:
+            wait_for(lambda: {"supervise__recovery_watched", "supervise__recovery_scheduled"} <= set(api.dag_ids()),
+                     300, "the supervise DAGs to be parsed")  # fmt: skip
+            paths = {
+                "watched": measure_path(settings, api, "recovery_watched", args.kills, args.check_every),
+                "scheduled": measure_path(settings, api, "recovery_scheduled", args.kills, args.check_every),
+            }
+        finally:
+            airflow.stop()
+
+    def fmt(values: list[float]) -> str:
+        return f"{statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
+
+    lines = [
+        f"## Recovery after kill -9 of a running driver ({dt.date.today().isoformat()})",
+        "",
+        (
+            f"`.venv/bin/python bench/recovery.py --kills {args.kills} --check-every {args.check_every}` on "
+            f"{platform.machine()}, {os.cpu_count()} cores: Airflow standalone (scheduler, triggerer; SQLite), "
+            f"purchase_counts with {EVENTS_PER_S} events/s, a kill every 10-40 s after the driver runs again."
+        ),
+        "",
+        "| path | kills | to RUNNING, median (min-max) | to a batch after the kill, median (min-max) |",
+        "|---|---|---|---|",
+    ]
+    for name, results in paths.items():
+        lines.append(f"| {name} | {len(results)} | {fmt([r['to_running_s'] for r in results])} | "
+                     f"{fmt([r['to_batch_s'] for r in results])} |")  # fmt: skip
+    lines += [
+        "",
+        "watched: the supervise DAG's watch task (deferred in the triggerer between checks) restarts the",
+        f"driver; scheduled: the next `supervise__<job>` run does (every {args.check_every} s).",
+        "",
+    ]
+    append_section(lines, console)
+
+
+if __name__ == "__main__":
+    main()

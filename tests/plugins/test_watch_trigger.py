@@ -1,0 +1,46 @@
+"""The watch task's trigger on a real lease (flock): silent while the watched driver holds the lease,
+``exited`` once it lets go (or a newer epoch holds it), ``timeout`` at the end of the window; the
+operator's state rides in the event."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from streamstate.triggers.streaming_job import StreamingJobExitedTrigger
+
+from spark_jobs.lease import JobLease
+
+APP = "watched-v1"
+
+
+def _first_event(trigger) -> dict:
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+
+    return asyncio.run(first())
+
+
+def test_exits_are_seen_within_a_poll_and_the_carry_comes_back(tmp_path):
+    lease = JobLease(tmp_path, APP)
+    epoch = lease.acquire()
+    carry = {"deadline": 1.0e9, "restarts": 2}
+    trigger = StreamingJobExitedTrigger(APP, str(tmp_path), epoch, timeout_s=30, poll_s=0.1, carry=carry)
+    assert trigger.check() is None  # the watched driver holds it
+    classpath, kwargs = trigger.serialize()
+    assert classpath.endswith("StreamingJobExitedTrigger") and StreamingJobExitedTrigger(**kwargs).carry == carry
+
+    released_at = time.monotonic()
+    threading.Timer(0.5, lease.release).start()
+    event = _first_event(trigger)
+    assert (event["state"], event["epoch"], event["carry"]) == ("exited", epoch, carry)
+    assert time.monotonic() - released_at < 5
+
+    newer = JobLease(tmp_path, APP)
+    assert newer.acquire() == epoch + 1  # another driver took over: the watched one is gone too
+    assert StreamingJobExitedTrigger(APP, str(tmp_path), epoch, timeout_s=30).check()["state"] == "exited"
+    quiet = StreamingJobExitedTrigger(APP, str(tmp_path), epoch + 1, timeout_s=0.3, poll_s=0.1, carry=carry)
+    assert _first_event(quiet) == {"state": "timeout", "timeout_s": 0.3, "carry": carry}
+    newer.release()
