@@ -2,10 +2,12 @@
 
     streamstate setup-jvm         resolve the JVM jars from jvm/ (Maven; idempotent)
     streamstate up [kafka|airflow] start the local broker and/or Airflow standalone
-    streamstate down [...]        stop them (data is kept; `down --wipe` deletes it)
+    streamstate down [...]        stop them and every job driver and standby (data is kept; `--wipe`
+                                  deletes it)
     streamstate status            what runs, where, and its health (add --json for machines)
     streamstate logs kafka|airflow [-n N]
-    streamstate demo              the main job: stack up, sample events, stateful job, summary
+    streamstate demo              the main job: stack up, the job launched and supervised by Airflow,
+                                  events flowing, summary (the job keeps running until `down`)
 
 Settings come from STREAMSTATE_* variables (see runtime/settings.py and README "Configuration").
 """
@@ -13,6 +15,7 @@ Settings come from STREAMSTATE_* variables (see runtime/settings.py and README "
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
@@ -54,10 +57,47 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     return cmd_status(settings, argparse.Namespace(json=False))
 
 
+def stop_job_processes(settings: Settings, timeout_s: float = 90.0) -> list[str]:
+    """Stop every driver and warm standby of a registered job version that runs on this host: SIGTERM
+    (a driver stops its queries cleanly), SIGKILL what still holds its lease after ``timeout_s``.
+    Their supervision records are left as they are: started again, Airflow resumes supervising them.
+    Returns the names stopped."""
+    import os
+    import signal
+    import socket
+    import time
+
+    from spark_jobs.layout import standby_name
+    from spark_jobs.lease import JobLease
+    from spark_jobs.registry import registered_versions
+
+    names = [name for versions in registered_versions().values() for spec in versions.values()
+             for name in (spec.application_id, standby_name(spec.application_id))]  # fmt: skip
+    running = {}
+    for name in names:
+        holder = JobLease(settings.status_dir, name).holder()
+        if holder is not None and holder.get("host") == socket.gethostname():
+            running[name] = int(holder["pid"])
+    for pid in running.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(JobLease(settings.status_dir, n).holder() for n in running):
+        time.sleep(0.5)
+    for name, pid in running.items():
+        if JobLease(settings.status_dir, name).holder() is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return sorted(running)
+
+
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     for name, service in reversed(list(_services(settings, args.services).items())):
         stopped = service.stop()
         console.print(f"{name}: {'stopped' if stopped else 'was not running'}")
+        if name == "airflow" and not args.services:  # nothing restarts them now; Kafka still runs
+            for job in stop_job_processes(settings):
+                console.print(f"{job}: stopped")
     if args.wipe:
         if args.services and set(args.services) != set(SERVICES):
             console.print("[red]--wipe deletes all local data; use it without naming services[/red]")
@@ -94,7 +134,8 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from runtime.demo import run_demo
 
-    return run_demo(settings, events=args.events, users=args.users, with_airflow=not args.no_airflow)
+    return run_demo(settings, events=args.events, users=args.users, with_airflow=not args.no_airflow,
+                    seconds=args.seconds)  # fmt: skip
 
 
 def cmd_state_api(settings: Settings, args: argparse.Namespace) -> int:
@@ -135,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the main job end to end on the embedded stack")
     p.add_argument("--events", type=int, default=20_000)
     p.add_argument("--users", type=int, default=2_000)
-    p.add_argument("--no-airflow", action="store_true", help="do not start Airflow (Kafka + Spark + Delta only)")
+    p.add_argument("--seconds", type=float, default=30.0, help="produce the events over this long")
+    p.add_argument("--no-airflow", action="store_true",
+                   help="no Airflow: the job drains the events with spark-submit --available-now and stops")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("state-api", help="serve the state query API (OpenAPI at /docs)")

@@ -1,15 +1,21 @@
-"""The main job: the whole path on the embedded stack, ending in a summary a person can check.
+"""The main job: the platform running, ending in a summary a person can check.
 
-1. resolve JVM jars, start the local Kafka broker (and Airflow standalone);
-2. create the source topic and produce a batch of realistic purchase events;
-3. run the stateful ``purchase_counts`` job through ``spark-submit`` (the path Airflow uses) until it
-   has processed everything available;
-4. read the Delta output and print what happened, with a consistency check: the Delta table equals
-   the per-user counts computed in plain Python over every event in the topic (closed accounts
-   deleted).
+``make run`` (``streamstate demo``):
 
-Re-running is safe: each run adds a new batch of events (new seed) and the job continues from its
-checkpoint, so totals grow and the check still holds.
+1. resolves the JVM jars, starts the local Kafka broker and Airflow standalone;
+2. unpauses and triggers ``supervise__purchase_counts``: **Airflow launches the driver** (spark-submit,
+   detached, one instance), watches it and restarts it if it dies, as in production;
+3. produces realistic purchase events for a while (``--seconds``), as a live source would;
+4. waits until the job has committed every event, then prints what the jobs page's API and the
+   Delta output say (running under supervision, batches, lag, state, snapshot, standby) with a
+   consistency check: the Delta table equals the per-user counts computed in plain Python over every
+   event in the topic (closed accounts deleted), and the addresses of the UI.
+
+The stack and the job keep running until ``make down``. Re-running is safe: each run adds new events
+(a new seed) to the running job, so totals grow and the check still holds.
+
+``--no-airflow`` is the quick path without Airflow: the job runs through ``spark-submit
+--available-now`` until it has processed everything, then stops.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from runtime import jvm
-from runtime.airflow_standalone import LocalAirflow
+from runtime.airflow_standalone import AirflowApi, LocalAirflow
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import KafkaTarget
 from runtime.settings import Settings
@@ -47,7 +55,15 @@ def _next_seed(settings: Settings) -> int:
     return 1000 + runs
 
 
-def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool) -> int:
+def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool, seconds: float = 30.0) -> int:
+    """``make run``: the platform path (Airflow supervises the job), or without Airflow the drained one."""
+    if with_airflow:
+        return run_supervised_demo(settings, events=events, users=users, seconds=seconds)
+    return run_drained_demo(settings, events=events, users=users)
+
+
+def run_drained_demo(settings: Settings, *, events: int, users: int) -> int:
+    """Kafka, Spark and Delta only: the job drains its input with ``spark-submit --available-now``."""
     from spark_jobs import kafka_topics
     from spark_jobs.dead_letter import dead_letter_topic
     from spark_jobs.generators import purchases
@@ -63,10 +79,6 @@ def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool)
     with console.status("starting the Kafka broker…"):
         LocalKafkaBroker(settings).start()
     console.print(f"[green]✓[/green] Kafka broker at {settings.kafka}")
-    if with_airflow:
-        with console.status("starting Airflow standalone (first start migrates its database)…"):
-            LocalAirflow(settings).start()
-        console.print(f"[green]✓[/green] Airflow at {settings.airflow_url}")
 
     created = kafka_topics.ensure_topic(
         settings.kafka, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor
@@ -123,6 +135,15 @@ def _read_output(settings: Settings, path: str) -> dict:
             "version": table.version(), "state": {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in rows}}  # fmt: skip
 
 
+def _print_top(summary: dict) -> None:
+    top = Table(title="top spenders")
+    for column in ("user_id", "purchases", "amount_spent", "last_purchase_at"):
+        top.add_column(column)
+    for row in summary["top"]:
+        top.add_row(row["user_id"], str(row["purchases"]), str(row["amount_spent"]), str(row["last_purchase_at"]))
+    console.print(top)
+
+
 def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file) -> None:
     table = Table(title=f"{spec.application_id}: summary", show_header=False)
     table.add_column(style="bold")
@@ -143,18 +164,131 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
         ("Delta table", report["output"]),
         ("checkpoint", report["checkpoint"]),
         ("topic", f"{spec.source_topic} @ {settings.kafka}"),
-        ("Airflow UI", f"{settings.airflow_url}  (DAG drain__{spec.name})"),
-        *[("state query", f"{settings.airflow_url}/state-api/jobs/{spec.name}/stores/{spec.stores[0].name}/keys/"
-           f"{summary['top'][0]['user_id']}  (from the Delta snapshot while the job is stopped)")][: 1 if summary["top"] else 0],
         ("spark-submit log", str(log_file)),
         ("elapsed", f"{elapsed:.0f} s"),
     ]  # fmt: skip
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
-    top = Table(title="top spenders")
-    for column in ("user_id", "purchases", "amount_spent", "last_purchase_at"):
-        top.add_column(column)
-    for row in summary["top"]:
-        top.add_row(row["user_id"], str(row["purchases"]), str(row["amount_spent"]), str(row["last_purchase_at"]))
-    console.print(top)
+    _print_top(summary)
+
+
+def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds: float) -> int:
+    """The platform path: Airflow's ``supervise__purchase_counts`` launches and watches the driver while
+    events flow in; the summary comes from the jobs page's API and the Delta output."""
+    from spark_jobs import kafka_topics
+    from spark_jobs.generators import purchases
+    from spark_jobs.layout import JobLayout
+    from spark_jobs.lease import JobLease
+    from spark_jobs.lifecycle import read_status
+    from spark_jobs.registry import get_job
+    from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+
+    started = time.monotonic()
+    spec = get_job(JOB)
+    layout = JobLayout.of(spec, settings)
+    dag_id = f"supervise__{spec.name}"
+    jvm.resolve(settings, log=console.print)
+    with console.status("starting the Kafka broker…"):
+        LocalKafkaBroker(settings).start()
+    console.print(f"[green]✓[/green] Kafka broker at {settings.kafka}")
+    with console.status("starting Airflow standalone (a first start migrates its database)…"):
+        LocalAirflow(settings).start()
+    console.print(f"[green]✓[/green] Airflow at {settings.airflow_url}")
+    kafka_topics.ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor)
+
+    api = AirflowApi(settings.airflow_url)
+    with console.status(f"waiting for Airflow to parse {dag_id}…"):
+        _wait(lambda: dag_id in api.dag_ids(), 300, f"{dag_id} to be parsed")
+    lease = JobLease(settings.status_dir, spec.application_id)
+    if lease.holder() is None:
+        run_id = api.trigger(dag_id)  # unpauses it: scheduled checks follow every check_every_s
+        console.print(f"[green]✓[/green] triggered {dag_id} (run {run_id}); it launches the driver")
+    else:
+        api.set_paused(dag_id, False)
+        console.print(f"[green]✓[/green] {spec.application_id} already runs under {dag_id}")
+
+    def running() -> bool:
+        status, holder = read_status(settings.status_dir, spec.application_id) or {}, lease.holder()
+        return holder is not None and status.get("lease_epoch") == holder.get("epoch") and status.get("state") == "RUNNING"
+
+    with console.status(f"waiting for Airflow to launch {spec.application_id} (spark-submit, a JVM start)…"):
+        _wait(running, 600, f"{spec.application_id} to run (see {settings.logs_dir / 'jobs'})")
+    launched_by = next(j for j in _jobs_api(settings)["jobs"] if j["job"] == spec.name)["supervision"]["launched_by"]
+    console.print(f"[green]✓[/green] {spec.application_id} RUNNING, launched by {launched_by}")
+
+    seed = _next_seed(settings)
+    batch = list(purchases.generate(events, users=users, seed=seed))
+    steps = max(1, int(seconds))
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"producing {len(batch):,} events over {steps} s", total=len(batch))
+        for i in range(steps):
+            chunk = batch[i * len(batch) // steps : (i + 1) * len(batch) // steps]
+            purchases.produce(settings.kafka, spec.source_topic, chunk)
+            lag = sum((((read_status(settings.status_dir, spec.application_id) or {}).get("progress") or {})
+                       .get("input_lag") or {}).values())  # fmt: skip
+            progress.update(task, advance=len(chunk), description=f"producing (the job's input lag: {lag:,})")
+            time.sleep(1)
+    console.print(f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) over {steps} s to '{spec.source_topic}'")
+
+    ends = {p: high for p, (_, high) in kafka_topics.partition_offsets(settings.kafka, spec.source_topic).items()}
+
+    def caught_up() -> bool:
+        committed = committed_input_offsets(layout.checkpoint, spec.source_topic) or {}
+        return all(committed.get(p, 0) >= end for p, end in ends.items())
+
+    with console.status("waiting for the job to commit every event…"):
+        _wait(caught_up, 600, f"{spec.application_id} to catch up")
+
+    view = next(j for j in _jobs_api(settings)["jobs"] if j["job"] == spec.name)
+    summary = _read_output(settings, str(layout.output_table))
+    in_topic = topic_record_count(settings.kafka, spec.source_topic)
+    expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka, spec.source_topic))
+    matches = summary.pop("state") == expected
+    snapshot = (view.get("snapshots") or {}).get(spec.stores[0].name) or {}
+    table = Table(title=f"{spec.application_id}: the platform running", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("job", f"{view['lifecycle_state']} under {dag_id} (desired {view['supervision']['desired']}); "
+                f"driver pid {(view['driver'] or {}).get('pid')}, launched by {view['supervision']['launched_by']}"),
+        ("events produced (this run)", f"{len(batch):,}"),
+        ("events in topic (all runs)", f"{in_topic:,}"),
+        ("micro-batches", f"latest {view['batch_id']}, input lag {view['input_lag_records']:,} records"),
+        ("keys in state", f"{view['state_rows']:,} users ({view['state_memory_bytes']:,} bytes in RocksDB)"),
+        ("snapshot", f"batch {snapshot.get('batch_id')}, {snapshot.get('rows')} rows" if snapshot else "none yet"),
+        ("warm standby", f"{view['standby']['state']}"),
+        ("outputs", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
+        ("check", "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
+         if matches else "[red]MISMATCH[/red]"),
+        ("Airflow UI", settings.airflow_url),
+        ("Streaming jobs page", f"{settings.airflow_url}/streamstate/"),
+        *[("state query", f"{settings.airflow_url}/state-api/jobs/{spec.name}/stores/{spec.stores[0].name}/keys/"
+           f"{summary['top'][0]['user_id']}")][: 1 if summary["top"] else 0],
+        ("Delta table", str(layout.output_table)),
+        ("elapsed", f"{time.monotonic() - started:.0f} s"),
+    ]  # fmt: skip
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    _print_top(summary)
+    console.print(f"The job keeps running under {dag_id}; `make down` stops the stack and the job.")
+    if not matches:
+        console.print(f"[red]check failed: the Delta table {layout.output_table} differs from the counts computed "
+                      f"in plain Python over the {in_topic:,} events of '{spec.source_topic}'[/red]")  # fmt: skip
+        return 1
+    return 0
+
+
+def _jobs_api(settings: Settings) -> dict:
+    """The Streaming jobs page's JSON (what on-call's page shows), served by Airflow's API server."""
+    with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/api/jobs", timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
+        time.sleep(1)

@@ -1,7 +1,10 @@
-"""The README's main-job command path, on a fresh stack of its own: exit 0 with the summary, twice.
+"""The README's main-job command path, on a fresh stack of its own, as a user runs it.
 
-Runs ``python -m runtime demo`` as a user would (Airflow left out here: the Airflow tests cover it),
-then ``status`` and ``down``.
+``python -m runtime demo`` (``make run``): Airflow standalone comes up, ``supervise__purchase_counts``
+launches the driver, events flow in, the summary (jobs page API + Delta, checked against plain Python)
+says the job runs under supervision; a second run adds to the running job. ``down`` stops Airflow, the
+driver and its standby, and Kafka. ``demo --no-airflow`` then drains the new events from the same
+checkpoint without Airflow.
 """
 
 from __future__ import annotations
@@ -10,12 +13,18 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from spark_jobs.layout import standby_name
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import get_job
 from tests.conftest import fresh_ports
 
 pytestmark = pytest.mark.integration
+
+CHECK_OK = "OK: Delta = plain-Python counts over every event in the topic"
 
 
 def _cli(env, *args, timeout=900):
@@ -23,24 +32,39 @@ def _cli(env, *args, timeout=900):
                           timeout=timeout)  # fmt: skip
 
 
-def test_demo_runs_twice_and_stays_consistent(tmp_path):
+def test_make_run_is_the_platform_running_until_make_down(tmp_path):
     env = {**os.environ, "STREAMSTATE_DATA_DIR": str(tmp_path)}
     env.update({f"STREAMSTATE_{k.upper()}": str(v) for k, v in fresh_ports().items()})
+    app = get_job("purchase_counts").application_id
+    status_dir = Path(tmp_path) / "status"
+    demo = ("demo", "--events", "3000", "--users", "250", "--seconds", "5")
     try:
-        first = _cli(env, "demo", "--no-airflow", "--events", "3000", "--users", "250")
-        assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-        assert "OK: Delta = plain-Python counts over every event in the topic" in first.stdout
-        assert "events in (this run)" in first.stdout and "3,000" in first.stdout
+        first = _cli(env, *demo, timeout=1500)
+        assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-4000:]
+        assert CHECK_OK in first.stdout
+        assert "RUNNING under supervise__purchase_counts (desired running)" in first.stdout
+        assert "launched by supervise__purchase_counts/" in first.stdout and "/launch#" in first.stdout
+        assert re.search(r"events in topic \(all runs\)\s*│\s*3,000", first.stdout), first.stdout
 
-        second = _cli(env, "demo", "--no-airflow", "--events", "3000", "--users", "250")
-        assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-        # The second run read only the new events and the totals cover both runs.
-        assert re.search(r"events in \(this run\)\s*│\s*3,000", second.stdout), second.stdout
+        second = _cli(env, *demo)  # the job is running: the events go to it
+        assert second.returncode == 0, second.stdout[-6000:] + second.stderr[-4000:]
+        assert f"{app} already runs under supervise__purchase_counts" in second.stdout
         assert re.search(r"events in topic \(all runs\)\s*│\s*6,000", second.stdout), second.stdout
-        assert "OK: Delta = plain-Python counts over every event in the topic" in second.stdout
+        assert CHECK_OK in second.stdout
 
         status = _cli(env, "status", "--json", timeout=60)
         assert '"running": true' in status.stdout
     finally:
-        down = _cli(env, "down", timeout=120)
-    assert down.returncode == 0 and "kafka: stopped" in down.stdout
+        down = _cli(env, "down", timeout=300)
+    assert down.returncode == 0 and "kafka: stopped" in down.stdout, down.stdout + down.stderr
+    assert f"{app}: stopped" in down.stdout
+    assert JobLease(status_dir, app).holder() is None and JobLease(status_dir, standby_name(app)).holder() is None
+
+    try:  # without Airflow: the stopped job drains the new events from its checkpoint
+        drained = _cli(env, "demo", "--no-airflow", "--events", "3000", "--users", "250")
+        assert drained.returncode == 0, drained.stdout[-4000:] + drained.stderr[-4000:]
+        assert re.search(r"events in \(this run\)\s*│\s*3,000", drained.stdout), drained.stdout
+        assert re.search(r"events in topic \(all runs\)\s*│\s*9,000", drained.stdout), drained.stdout
+        assert CHECK_OK in drained.stdout
+    finally:
+        _cli(env, "down", timeout=300)

@@ -72,7 +72,8 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "supervision": {"state": record.last_assessment.get("state"), "action": record.last_assessment.get("action"),
                         "reason": record.last_assessment.get("reason"), "desired": record.desired,
                         "stop_reason": record.stop_reason, "crash_looping": record.crash_loop_since is not None,
-                        "last_check_at": record.last_check_at, "launches": len(record.launches)},  # fmt: skip
+                        "last_check_at": record.last_check_at, "launches": len(record.launches),
+                        "launched_by": record.last_launch.by if record.last_launch else None},  # fmt: skip
         "driver": {"pid": holder.get("pid"), "host": holder.get("host"), "lease_epoch": holder.get("epoch")} if holder else None,
         "input_lag_records": sum((progress.get("input_lag") or {}).values()) if progress else None,
         "batch_id": progress.get("batch_id"),
