@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up for a fresh Linux machine, idempotent: a second run only checks stamps (a few seconds).
-#   - system tools: Java 17+, Maven, Python 3.11 with venv (apt-get when missing)
+#   - system tools: Java 17+, Maven, Python 3.11 with venv, Chromium + chromedriver (apt-get when missing)
 #   - .venv from requirements.lock (uv), this project installed editable
 #   - JVM jars resolved by Maven from jvm/*/pom.xml into .jvm/ (git-ignored)
 set -euo pipefail
@@ -21,6 +21,8 @@ if ! command -v java >/dev/null || ! command -v javap >/dev/null || [ "$(java_ma
   apt_install openjdk-17-jdk-headless
 fi
 if ! command -v mvn >/dev/null; then apt_install maven; fi
+# Debian's Chromium and its WebDriver for the browser tests (tests/ui): nothing downloads a browser
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then apt_install chromium chromium-driver; fi
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then

@@ -16,7 +16,9 @@ def client(tmp_path, monkeypatch):
 
 def test_report_page_and_charts_are_served(client):
     http, folder = client
-    assert http.get("/state-audit/").status_code == 404  # no audit yet
+    missing = http.get("/state-audit/")  # no audit yet: a page that says what to do, not JSON
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+    assert "No report yet" in missing.text and 'href="/dags/audit_state_size"' in missing.text
     folder.mkdir(parents=True)
     (folder / "index.html").write_text("<h2>State size audit</h2>")
     (folder / "a-v1.counts.png").write_bytes(b"\x89PNG\r\n\x1a\n")

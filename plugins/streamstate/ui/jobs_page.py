@@ -95,11 +95,12 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "changelogs": {m["store"]: m for m in measured.values() if m["application_id"] == spec.application_id},
         "links": {
             "supervise_dag": f"/dags/supervise__{spec.name}",
-            "start_dag": "/dags/start_streaming_job/trigger",
-            "stop_dag": "/dags/stop_streaming_job/trigger",
+            # Airflow 3's UI has no trigger URL: a DAG's page opens its form with the Trigger button
+            "start_dag": "/dags/start_streaming_job",
+            "stop_dag": "/dags/stop_streaming_job",
             "drain_dag": f"/dags/drain__{spec.name}",
-            "reprocess_dag": "/dags/reprocess_job/trigger",
-            "promote_dag": "/dags/promote_job_version/trigger",
+            "reprocess_dag": "/dags/reprocess_job",
+            "promote_dag": "/dags/promote_job_version",
             "tune_dag": "/dags/tune_changelog_compaction",
             "spark_ui": status.get("spark_ui") if alive else None,
         },
@@ -221,6 +222,18 @@ def state_audit_report(name: str):
 
 @app.get("/state-audit/", response_class=HTMLResponse)
 def state_audit_index():
+    from spark_jobs.state_audit.report import report_dir
+
+    if not (report_dir(_settings()) / "index.html").is_file():
+        return HTMLResponse(
+            f"""<!doctype html><html><head><meta charset="utf-8"><title>State size audit</title>
+<style>{_STYLE}</style></head><body><h2>State size audit</h2>
+<p>No report yet. The <b>audit_state_size</b> DAG writes this page on every run (hourly once it is
+unpaused). To have one now, open <a target="_top" href="/dags/audit_state_size">its DAG page</a> and
+press <b>Trigger</b>; the page is here when the run has finished.</p>
+<p><a href="../">Back to the Streaming jobs page</a></p></body></html>""",
+            status_code=404,
+        )
     return state_audit_report("index.html")
 
 
