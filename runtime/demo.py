@@ -135,7 +135,14 @@ def _read_output(settings: Settings, path: str) -> dict:
             "version": table.version(), "state": {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in rows}}  # fmt: skip
 
 
-def _print_top(summary: dict) -> None:
+def _print_summary_table(title: str, rows: list[tuple[str, str]], summary: dict) -> None:
+    """The summary (key, value rows), then the top spenders of the output table."""
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
     top = Table(title="top spenders")
     for column in ("user_id", "purchases", "amount_spent", "last_purchase_at"):
         top.add_column(column)
@@ -145,9 +152,6 @@ def _print_top(summary: dict) -> None:
 
 
 def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file) -> None:
-    table = Table(title=f"{spec.application_id}: summary", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
     rows = [
         ("events in (this run)", f"{report['input_rows']:,}"),
         ("events in topic (all runs)", f"{in_topic:,}"),
@@ -167,10 +171,7 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
         ("spark-submit log", str(log_file)),
         ("elapsed", f"{elapsed:.0f} s"),
     ]  # fmt: skip
-    for key, value in rows:
-        table.add_row(key, value)
-    console.print(table)
-    _print_top(summary)
+    _print_summary_table(f"{spec.application_id}: summary", rows, summary)
 
 
 def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds: float) -> int:
@@ -246,9 +247,6 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka, spec.source_topic))
     matches = summary.pop("state") == expected
     snapshot = (view.get("snapshots") or {}).get(spec.stores[0].name) or {}
-    table = Table(title=f"{spec.application_id}: the platform running", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
     rows = [
         ("job", f"{view['lifecycle_state']} under {dag_id} (desired {view['supervision']['desired']}); "
                 f"driver pid {(view['driver'] or {}).get('pid')}, launched by {view['supervision']['launched_by']}"),
@@ -268,10 +266,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
         ("Delta table", str(layout.output_table)),
         ("elapsed", f"{time.monotonic() - started:.0f} s"),
     ]  # fmt: skip
-    for key, value in rows:
-        table.add_row(key, value)
-    console.print(table)
-    _print_top(summary)
+    _print_summary_table(f"{spec.application_id}: the platform running", rows, summary)
     console.print(f"The job keeps running under {dag_id}; `make down` stops the stack and the job.")
     if not matches:
         console.print(f"[red]check failed: the Delta table {layout.output_table} differs from the counts computed "

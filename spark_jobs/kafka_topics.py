@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from runtime.kafka_connection import KafkaTarget, client_config
@@ -99,6 +99,26 @@ def partition_offsets(kafka: KafkaTarget, topic: str, timeout_s: float = 30.0) -
         consumer.close()
 
 
+def read_partition(consumer: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> Iterator[Message]:
+    """Every record of ``topic[partition]`` from its low to its current high watermark, in offset order
+    (``consumer`` is assigned to it). Raises when the partition stalls or fails before the end."""
+    low, high = watermark_offsets(consumer, TopicPartition(topic, partition), timeout_s)
+    if high <= low:
+        return
+    consumer.assign([TopicPartition(topic, partition, low)])
+    while True:
+        msg = consumer.poll(timeout_s)
+        if msg is None:
+            raise TimeoutError(f"reading {topic}[{partition}]: no record for {timeout_s}s before offset {high}")
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                return
+            raise RuntimeError(f"reading {topic}[{partition}]: {msg.error()}")
+        yield msg
+        if msg.offset() + 1 >= high:
+            return
+
+
 def read_json_records(kafka: KafkaTarget, topic: str, timeout_s: float = 30) -> list[dict]:
     """Every record currently in ``topic``, decoded from JSON, partition by partition in offset order
     (so one key's records keep their order). Records that are not JSON objects are skipped."""
@@ -108,24 +128,13 @@ def read_json_records(kafka: KafkaTarget, topic: str, timeout_s: float = 30) -> 
         partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
         records: list[dict] = []
         for p in sorted(partitions):
-            low, high = watermark_offsets(consumer, TopicPartition(topic, p), timeout_s)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            while True:
-                msg = consumer.poll(timeout_s)
-                if msg is None:
-                    raise TimeoutError(f"read-back of {topic}[{p}] stalled before offset {high}")
-                if msg.error():
-                    raise RuntimeError(msg.error())
+            for msg in read_partition(consumer, topic, p, timeout_s):
                 try:
                     value = json.loads(msg.value()) if msg.value() is not None else None
                 except ValueError:
                     value = None
                 if isinstance(value, dict):
                     records.append(value)
-                if msg.offset() + 1 >= high:
-                    break
         return records
     finally:
         consumer.close()

@@ -27,11 +27,11 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Self
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.changelog_tuning.recommend import human_ms
-from spark_jobs.kafka_topics import watermark_offsets
+from spark_jobs.kafka_topics import read_partition
 from spark_jobs.registry import JobSpec, StoreSpec, trigger_interval_s
 from spark_jobs.state.changelog_reader import BatchAssembler
 
@@ -170,25 +170,12 @@ def read_key_writes(kafka: KafkaTarget, topic: str, poll_timeout_s: float = 30.0
         assembler = BatchAssembler(partitions)
         oldest: int | None = None
         for p in partitions:
-            low, high = watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            while True:
-                msg = consumer.poll(poll_timeout_s)
-                if msg is None:
-                    raise TimeoutError(f"reading {topic}[{p}]: no data for {poll_timeout_s}s before offset {high}")
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise RuntimeError(f"reading {topic}[{p}]: {msg.error()}")
+            for msg in read_partition(consumer, topic, p, poll_timeout_s):
                 written_ms = msg.timestamp()[1]
                 oldest = written_ms if oldest is None else min(oldest, written_ms)
                 assembler.add(
                     p, msg.offset(), _WrittenKey(msg.key() or b"", written_ms), msg.value(), msg.headers(), written_ms
                 )
-                if msg.offset() + 1 >= high:
-                    break
     finally:
         consumer.close()
     complete = assembler.take_complete()
