@@ -15,7 +15,7 @@ window and the backoff, so every kill is a first crash)
 ``scheduled``: only the next scheduled check does (``watch=False``). Medians (min-max) go to
 BENCHMARKS.md.
 
-    .venv/bin/python bench/recovery.py [--kills 5] [--check-every 120]
+    .venv/bin/python bench/recovery.py [--kills 5] [--check-every 120] [--paths watched,scheduled]
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.private_stack import append_section, private_broker  # noqa: E402
-from runtime.airflow_standalone import AirflowApi, LocalAirflow  # noqa: E402
-from runtime.process import free_port  # noqa: E402
-from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
-from spark_jobs.generators import purchases  # noqa: E402
-from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
-from spark_jobs.lease import JobLease  # noqa: E402
-from spark_jobs.lifecycle import read_status  # noqa: E402
+from bench.private_stack import append_section, private_broker
+from runtime.airflow_standalone import AirflowApi, LocalAirflow
+from runtime.process import free_port
+from runtime.settings import PROJECT_ROOT, Settings
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import read_status
 
 console = Console()
 EVENTS_PER_S = 200
@@ -98,15 +98,18 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
             wait_for(running, check_every_s + 600, f"{job} RUNNING again")
             to_running = time.time() - killed_at
 
-            def batch_after_kill(killed_at=killed_at):
+            def batch_after_kill(killed_at=killed_at) -> dict | None:
                 progress = (read_status(settings.status_dir, app) or {}).get("progress") or {}
                 at = progress.get("progress_at")
-                return at and dt.datetime.fromisoformat(at).timestamp() > killed_at
+                return progress if at and dt.datetime.fromisoformat(at).timestamp() > killed_at else None
 
-            wait_for(batch_after_kill, 600, f"{job}'s first batch after the kill")
+            first = wait_for(batch_after_kill, 600, f"{job}'s first batch after the kill")
             to_batch = time.time() - killed_at
-            results.append({"to_running_s": to_running, "to_batch_s": to_batch})
-            console.print(f"{job} kill {i + 1}/{kills}: RUNNING after {to_running:.1f}s, a batch after {to_batch:.1f}s")
+            # the profile of the restart: where the first batch's time went (Spark's durationMs phases)
+            phases = {name: ms for name, ms in (first.get("phase_ms") or {}).items() if ms}
+            results.append({"to_running_s": to_running, "to_batch_s": to_batch, "first_batch_ms": phases})
+            console.print(f"{job} kill {i + 1}/{kills}: RUNNING after {to_running:.1f}s, a batch after {to_batch:.1f}s "
+                          f"(first batch {first.get('batch_id')}: {phases})")  # fmt: skip
             # Each kill measures a first crash: a manual start (what on-call does after a fix) resets the
             # crash-loop window and the backoff, which three kills in 30 minutes would otherwise trip.
             api.wait_for_run("start_streaming_job", api.trigger("start_streaming_job", {"job": job}), 300)
@@ -124,7 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--check-every", type=int, default=120, help="the supervise DAGs' schedule, seconds")
+    parser.add_argument("--paths", default="watched,scheduled", help="which paths to measure, comma-separated")
     args = parser.parse_args()
+    chosen = args.paths.split(",")
     os.environ["BENCH_RECOVERY_CHECK_EVERY_S"] = str(args.check_every)
     os.environ["STREAMSTATE_JOB_MODULES"] = "bench.recovery_jobs"
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
@@ -145,10 +150,8 @@ def main() -> None:
         try:
             wait_for(lambda: {"supervise__recovery_watched", "supervise__recovery_scheduled"} <= set(api.dag_ids()),
                      300, "the supervise DAGs to be parsed")  # fmt: skip
-            paths = {
-                "watched": measure_path(settings, api, "recovery_watched", args.kills, args.check_every),
-                "scheduled": measure_path(settings, api, "recovery_scheduled", args.kills, args.check_every),
-            }
+            paths = {name: measure_path(settings, api, f"recovery_{name}", args.kills, args.check_every)
+                     for name in ("watched", "scheduled") if name in chosen}  # fmt: skip
         finally:
             airflow.stop()
 
@@ -159,7 +162,8 @@ def main() -> None:
         f"## Recovery after kill -9 of a running driver ({dt.date.today().isoformat()})",
         "",
         (
-            f"`.venv/bin/python bench/recovery.py --kills {args.kills} --check-every {args.check_every}` on "
+            f"`.venv/bin/python bench/recovery.py --kills {args.kills} --check-every {args.check_every} "
+            f"--paths {args.paths}` on "
             f"{platform.machine()}, {os.cpu_count()} cores: Airflow standalone (scheduler, triggerer; SQLite), "
             f"purchase_counts with {EVENTS_PER_S} events/s, a kill every 10-40 s after the driver runs again."
         ),
@@ -170,6 +174,11 @@ def main() -> None:
     for name, results in paths.items():
         lines.append(f"| {name} | {len(results)} | {fmt([r['to_running_s'] for r in results])} | "
                      f"{fmt([r['to_batch_s'] for r in results])} |")  # fmt: skip
+    profiled = [r["first_batch_ms"] for results in paths.values() for r in results if r.get("first_batch_ms")]
+    if profiled:
+        phases = sorted({name for p in profiled for name in p}, key=lambda n: -statistics.median(p.get(n, 0) for p in profiled))
+        lines += ["", "The first micro-batch after a restart, median ms per Spark phase (`durationMs`): "
+                  + ", ".join(f"{n} {statistics.median(p.get(n, 0) for p in profiled):,.0f}" for n in phases) + "."]  # fmt: skip
     lines += [
         "",
         "watched: the supervise DAG's watch task (deferred in the triggerer between checks) restarts the",

@@ -62,6 +62,8 @@ def progress_summary(progress: dict) -> dict:
     return {
         "batch_id": progress.get("batchId"),
         "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        # where the batch's time went (Spark's phases: getBatch, queryPlanning, addBatch, walCommit, ...)
+        "phase_ms": dict(progress.get("durationMs") or {}),
         "input_rows": progress.get("numInputRows", 0),
         "input_rows_per_second": progress.get("inputRowsPerSecond"),
         "processed_rows_per_second": progress.get("processedRowsPerSecond"),

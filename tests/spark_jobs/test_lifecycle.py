@@ -52,6 +52,7 @@ def test_progress_summary_has_lag_per_partition_and_state_numbers(tmp_path):
     assert summary["input_lag"] == {"t-0": 30, "t-1": 0}
     assert summary["state_rows"] == 300 and summary["state_memory_bytes"] == 4096
     assert summary["batch_id"] == 4 and summary["batch_duration_ms"] == 850
+    assert summary["phase_ms"] == PROGRESS["durationMs"]
     assert summary["rocksdb"] == {"rocksdbBytesCopied": 10, "rocksdbCommitFlushLatency": 3}
     status = JobStatus("app-v1", tmp_path / "app-v1.status.json")
     status.record_progress(json.loads(json.dumps(PROGRESS)))
