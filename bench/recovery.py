@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.private_stack import append_section, private_broker
 from runtime.airflow_standalone import AirflowApi, LocalAirflow
+from runtime.cli import stop_job_processes
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
@@ -154,6 +155,7 @@ def main() -> None:
                      for name in ("watched", "scheduled") if name in chosen}  # fmt: skip
         finally:
             airflow.stop()
+            stop_job_processes(settings)  # the warm standbys the supervise DAGs started
 
     def fmt(values: list[float]) -> str:
         return f"{statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
