@@ -274,7 +274,7 @@ def test_a_driver_killed_while_watched_is_restarted_by_the_watch(settings, airfl
                 and status.get("lease_epoch") == holder["epoch"] and status.get("state") == "RUNNING")  # fmt: skip
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        run = pool.submit(airflow_cli, f"supervise__{JOB.name}", {"watch_s": 90})
+        run = pool.submit(airflow_cli, f"supervise__{JOB.name}", {"watch_s": 45})
         _wait(lambda: (read_record(settings.status_dir, app).last_check_at or 0.0) > checked_before, 120, "the check")
         time.sleep(8)  # the watch task defers (killed earlier, it would find no driver and restart it the same way)
         os.kill(int(running["pid"]), signal.SIGKILL)
