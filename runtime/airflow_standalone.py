@@ -203,6 +203,11 @@ class AirflowApi:
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self._request("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")["state"]
 
+    def task_states(self, dag_id: str, task_id: str) -> dict[str, str | None]:
+        """run id -> the state of the task in that run, over the DAG's runs (newest 100)."""
+        found = self._request("GET", f"/dags/{dag_id}/dagRuns/~/taskInstances?task_id={task_id}&limit=100&order_by=-id")
+        return {ti["dag_run_id"]: ti["state"] for ti in found["task_instances"]}
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 600) -> str:
         """Poll until the run is success or failed; returns the final state."""
         import time

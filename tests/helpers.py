@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
+from pathlib import Path
 
 from runtime.alert_inbox import AlertInbox
 from runtime.kafka_connection import client_config
 from spark_jobs.generators.purchases import expected_counts as expected_purchase_counts  # noqa: F401
 from spark_jobs.kafka_topics import partition_offsets
 from spark_jobs.kafka_topics import read_json_records as read_topic  # noqa: F401
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import read_status
 
 
 def delta_purchase_counts(spark, path: str) -> dict[str, tuple[int, Decimal]]:
@@ -89,3 +92,30 @@ def scrape_metrics(host: str, port: int) -> dict[tuple[str, tuple[tuple[str, str
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def driver_pids(application_id: str) -> set[int]:
+    """Python drivers of the job (the processes that take the lease), from the process table."""
+    name = application_id.rsplit("-v", 1)[0].encode()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if any(part.endswith(b"spark_jobs/run.py") for part in cmd) and name in cmd and b"java" not in cmd[0]:
+            pids.add(int(entry.name))
+    return pids
+
+
+def driver_diagnosis(settings, application_id: str) -> str:
+    """What a timed-out wait on a driver shows: its lease, status and the tail of its newest log."""
+    status = read_status(settings.status_dir, application_id) or {}
+    logs = sorted((settings.logs_dir / "jobs").glob(f"{application_id}-*.log"), key=lambda p: p.stat().st_mtime)
+    tail = logs[-1].read_text(errors="replace")[-3000:] if logs else "(no driver log)"
+    return (
+        f"lease: {JobLease(settings.status_dir, application_id).holder()}\n"
+        f"status: state={status.get('state')} error={status.get('error')} progress={status.get('progress')} "
+        f"idle_at={status.get('idle_at')}\n"
+        f"newest driver log ({logs[-1].name if logs else '-'}):\n{tail}"
+    )

@@ -54,6 +54,11 @@ class Alert:
     def to_dict(self) -> dict:
         return {**dataclasses.asdict(self), "title": self.title}
 
+    @classmethod
+    def from_dict(cls, body: dict) -> Alert:
+        """The alert a webhook received (:meth:`to_dict`'s output); keys it does not know are ignored."""
+        return cls(**{f.name: body[f.name] for f in dataclasses.fields(cls) if f.name in body})
+
 
 def reconcile(job: str, application_id: str, open_alerts: dict[str, dict], now_holding: list[Condition],
               links: dict | None = None) -> tuple[list[Alert], list[Alert]]:  # fmt: skip

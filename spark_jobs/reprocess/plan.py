@@ -208,6 +208,11 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
     if mode == RESET and not dry_run and params.get("confirm") != job:
         raise BadReprocessRequest(f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
                                   "(or run with dry_run to see the plan)")  # fmt: skip
+    if not existing_topics(settings.kafka, [target.source_topic]):
+        raise BadReprocessRequest(
+            f"{job} v{target.version}'s source topic {target.source_topic!r} does not exist on "
+            f"{settings.kafka_bootstrap_servers}: there is nothing to reprocess"
+        )
     position = StartPosition.from_params(params)
     try:
         start, gap = position.resolve(settings.kafka, target.source_topic, now,

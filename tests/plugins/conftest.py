@@ -13,3 +13,12 @@ def webhook():
     receiver = WebhookReceiver()
     yield receiver
     receiver.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ui(settings, airflow):
+    """Airflow's UI in headless Chromium (tests/plugins/airflow_ui.py), one browser per test module."""
+    from tests.plugins.airflow_ui import AirflowUi, chromium
+
+    with chromium() as browser:
+        yield AirflowUi(browser, settings.airflow_url, settings.logs_dir / "ui-screenshots")

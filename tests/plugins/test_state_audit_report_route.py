@@ -1,4 +1,5 @@
-"""The jobs page serves the state-size report: the page and its charts, nothing else."""
+"""The jobs page's own routes: the state-size report (the page and its charts, nothing else) and the
+received alerts."""
 
 from __future__ import annotations
 
@@ -28,3 +29,40 @@ def test_report_page_and_charts_are_served(client):
     assert http.get("/state-audit/a-v1.counts.png").content.startswith(b"\x89PNG")
     assert http.get("/state-audit/open_alerts.json").status_code == 404  # only the page and its charts
     assert http.get("/state-audit/..%2F..%2Fsettings.png").status_code == 404
+
+
+def test_received_alerts_are_a_page_with_their_next_step(client):
+    from streamstate.alerts import FIRING, RESOLVED, Alert, dedup_key
+
+    http, _ = client
+    assert "No alert received yet" in http.get("/alerts").text
+    down = Alert(
+        job="purchase_counts",
+        application_id="purchase_counts-v3",
+        condition="down",
+        status=FIRING,
+        severity="critical",
+        summary="the driver is gone",
+        numbers={"lease_epoch": 4},
+        next_step="read the driver log",
+        dedup_key=dedup_key("purchase_counts-v3", "down"),
+        at="2026-11-24T18:00:00Z",
+    )
+    for body in (down.to_dict(), {"not": "an alert"}, {**down.to_dict(), "status": RESOLVED}):
+        assert http.post("/api/alerts", json=body).status_code == 200
+    page = http.get("/alerts")
+    assert page.headers["content-type"].startswith("text/html")
+    assert page.text.index("[RESOLVED] purchase_counts: down") < page.text.index("[CRITICAL] purchase_counts: down")
+    for shown in ("read the driver log", "lease_epoch=4", "streamstate/purchase_counts-v3/down"):
+        assert shown in page.text
+    assert len(http.get("/api/alerts").json()["alerts"]) == 3  # the JSON keeps every body as received
+
+
+def test_the_lookup_form_is_answered_as_a_page_with_or_without_a_window(client):
+    http, _ = client
+    # a browser sends the form's empty window field as window_start=: a lookup, not a 422 of FastAPI's
+    unknown = http.get("/lookup", params={"target": "no_such_job/counts", "key": "u1", "window_start": ""})
+    assert unknown.status_code == 422 and unknown.headers["content-type"].startswith("text/html")
+    assert "State lookup: no_such_job/counts u1" in unknown.text and "no_such_job" in unknown.text.split("</form>")[1]
+    bad = http.get("/lookup", params={"target": "no_such_job/counts", "key": "u1", "window_start": "soon"})
+    assert bad.status_code == 422 and "a number of milliseconds" in bad.text

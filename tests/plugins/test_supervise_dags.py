@@ -24,6 +24,7 @@ from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import read_standby_status, standby_id
 from streamstate.supervision import read_record
+from tests.helpers import driver_diagnosis, driver_pids
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ def airflow_cli(airflow, dag_runner, settings, webhook):
     def run(dag_id: str, conf: dict | None = None, **extra_env: str):
         supervise = dag_id.startswith("supervise__")
         if supervise and conf is None:
-            conf = {"watch_s": 0}  # the check and the launch only; the watch is tested on its own
+            conf = {"watch_s": 0}  # the check and the launch; the watch: test_on_call_in_browser.py
         dag_file = PROJECT_ROOT / "dags" / ("supervise_jobs.py" if supervise else "control_jobs.py")
         return dag_runner.dags_test(dag_id, conf, env={**env, **extra_env}, dag_file=dag_file)
 
@@ -50,32 +51,6 @@ def airflow_cli(airflow, dag_runner, settings, webhook):
                 os.killpg(launch.launcher_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError, TypeError):
                 pass
-
-
-def _driver_pids(application_id: str) -> set[int]:
-    """Python drivers of the job (the processes that take the lease), from the process table."""
-    name = application_id.rsplit("-v", 1)[0]
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if any(part.endswith(b"spark_jobs/run.py") for part in cmd) and name.encode() in cmd and b"java" not in cmd[0]:
-            pids.add(int(entry))
-    return pids
-
-
-def _driver_diagnosis(settings, application_id: str) -> str:
-    """What a timed-out wait on a driver shows: its lease, status and the tail of its newest log."""
-    status = read_status(settings.status_dir, application_id) or {}
-    logs = sorted((settings.logs_dir / "jobs").glob(f"{application_id}-*.log"), key=lambda p: p.stat().st_mtime)
-    tail = logs[-1].read_text(errors="replace")[-3000:] if logs else "(no driver log)"
-    return (f"lease: {JobLease(settings.status_dir, application_id).holder()}\nstatus: state={status.get('state')} "
-            f"error={status.get('error')} progress={status.get('progress')} idle_at={status.get('idle_at')}\n"
-            f"newest driver log ({logs[-1].name if logs else '-'}):\n{tail}")  # fmt: skip
 
 
 def _ok(result) -> None:
@@ -136,7 +111,7 @@ def test_racing_supervision_and_retried_launches_never_run_two_instances(setting
 
     # A retried launch task (a second start of a running job) starts nothing.
     _ok(airflow_cli("start_streaming_job", {"job": JOB.name}))
-    assert lease.holder()["epoch"] == running["epoch"] and _driver_pids(app) == {int(running["pid"])}
+    assert lease.holder()["epoch"] == running["epoch"] and driver_pids(app) == {int(running["pid"])}
 
     # Kill it, then let two supervision runs and two manual starts race to bring it back.
     os.kill(int(running["pid"]), signal.SIGKILL)
@@ -154,7 +129,7 @@ def test_racing_supervision_and_retried_launches_never_run_two_instances(setting
     assert after is not None
     # The fencing token: exactly one driver acquired the lease in the whole race.
     assert after["epoch"] == running["epoch"] + 1
-    assert _driver_pids(app) == {int(after["pid"])}
+    assert driver_pids(app) == {int(after["pid"])}
     race = [launch for launch in read_record(settings.status_dir, app).launches if launch.at >= killed_at]
     assert [launch.outcome for launch in race] == ["running"]  # the other runs waited for it or found it running
     assert webhook.of(app).count(("down", "firing")) <= 2  # this outage announced at most once
@@ -175,7 +150,7 @@ def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cl
     # (A restarted driver on a loaded 2-core machine: Spark's start, the RocksDB restore of the checkpoint
     # and the Python workers of transformWithState before the first batch; CI has taken over 180 s.)
     jobs = _wait(lambda: (p := page_json()) and p[JOB.name]["batch_id"] is not None and p, 360, "a batch on the page",
-                 lambda: _driver_diagnosis(settings, JOB.application_id))  # fmt: skip
+                 lambda: driver_diagnosis(settings, JOB.application_id))  # fmt: skip
     assert set(jobs) == set(latest_jobs())
     live = jobs[JOB.name]
     status = read_status(settings.status_dir, JOB.application_id)
@@ -254,42 +229,3 @@ def test_crash_looping_job_stops_being_restarted_after_k_tries(settings, airflow
     crash = next(a for a in webhook.received if a["application_id"] == app and a["condition"] == "crash_loop")
     assert crash["severity"] == "critical" and "start_streaming_job" in crash["next_step"]
     assert crash["numbers"]["restarts_in_window"] == policy.crash_loop_restarts
-
-
-def test_a_driver_killed_while_watched_is_restarted_by_the_watch(settings, airflow_cli, webhook, heart_rate_input):
-    """The run's watch task, deferred after the check, restarts a driver killed with kill -9 at once
-    (the same check: the outage is announced once), instead of the next scheduled run doing it."""
-    app = JOB.application_id
-    lease = JobLease(settings.status_dir, app)
-    # started on request (after the stop test): a new crash-loop window, the restarts above do not count
-    _ok(airflow_cli("start_streaming_job", {"job": JOB.name}))
-    _wait(lambda: read_status(settings.status_dir, app)["state"] == "RUNNING", 120, "RUNNING")
-    running = lease.holder()
-    alerts_before = len(webhook.of(app))
-    checked_before = read_record(settings.status_dir, app).last_check_at or 0.0
-
-    def back() -> bool:
-        holder, status = lease.holder(), read_status(settings.status_dir, app) or {}
-        return (holder is not None and holder["epoch"] == running["epoch"] + 1
-                and status.get("lease_epoch") == holder["epoch"] and status.get("state") == "RUNNING")  # fmt: skip
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        run = pool.submit(airflow_cli, f"supervise__{JOB.name}", {"watch_s": 45})
-        _wait(lambda: (read_record(settings.status_dir, app).last_check_at or 0.0) > checked_before, 120, "the check")
-        time.sleep(8)  # the watch task defers (killed earlier, it would find no driver and restart it the same way)
-        os.kill(int(running["pid"]), signal.SIGKILL)
-        killed_at = time.monotonic()
-        try:
-            _wait(back, 85, "the watch to restart the driver", diagnose=lambda: _driver_diagnosis(settings, app))
-        except AssertionError:
-            result = run.result(timeout=300)
-            raise AssertionError(f"supervise run:\n{result.stdout[-8000:]}\n{result.stderr[-3000:]}") from None
-        print(f"kill -9 -> RUNNING again, restarted by the watch: {time.monotonic() - killed_at:.1f}s")
-        _ok(run.result(timeout=300))
-
-    restart = read_record(settings.status_dir, app).last_launch
-    assert f"supervise__{JOB.name}/" in restart.by and "/watch#" in restart.by and restart.outcome == "running"
-    assert _driver_pids(app) == {int(lease.holder()["pid"])}
-    assert webhook.of(app)[alerts_before:] == [("down", "firing")]
-    _ok(airflow_cli(f"supervise__{JOB.name}"))  # the next check finds it running: resolved
-    assert webhook.of(app)[alerts_before:] == [("down", "firing"), ("down", "resolved")]

@@ -89,6 +89,7 @@ def test_start_positions_resolve_to_explicit_offsets(settings, topic_with_two_ba
     ({"job": "planned_counts", "mode": RESET, "dry_run": False}, "type the job name 'planned_counts'"),
     ({"job": "planned_counts", "mode": SIDE_BY_SIDE}, "already the current version"),
     ({"job": "gift_card_counts", "mode": SIDE_BY_SIDE, "version": 9}, "has no version 9"),
+    ({"job": "unfed_counts", "mode": RESET}, "source topic 'reprocess-never-created' does not exist"),
 ])  # fmt: skip
 def test_bad_requests_are_rejected_with_the_reason(settings, topic_with_two_batches, params, reason):
     with pytest.raises(BadReprocessRequest, match=reason):

@@ -199,7 +199,8 @@ class PromoteJobVersionOperator(BaseOperator):
             summary["resumed"] = f"v{new.version} is already current; finishing the promotion: stop and retire v{old.version}"
             self.log.info(summary["resumed"])
         elif not summary["changed"]:
-            summary["nothing_to_do"] = f"v{new.version} is already the current version"
+            summary["nothing_to_do"] = f"v{new.version} is already the current version: nothing to promote"
+            self.log.info(summary["nothing_to_do"])
         self.log.info("%spromote %s: v%s -> v%s (v%s %s, committed %s)", "DRY RUN: " if dry_run else "", self.job,
                       old.version, new.version, new.version, "running" if running else "not running", committed)  # fmt: skip
         if not dry_run and summary["changed"]:

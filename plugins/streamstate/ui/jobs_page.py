@@ -5,8 +5,9 @@ A FastAPI app mounted by the Airflow API server under ``/streamstate`` (see
 
 - ``GET /streamstate/``: the page (HTML, refreshes itself every 10 s);
 - ``GET /streamstate/api/jobs``: the same as JSON;
-- ``POST /streamstate/api/alerts``: a webhook inbox (the embedded stack's default alert webhook), and
-  ``GET /streamstate/api/alerts`` for the latest alerts received;
+- ``POST /streamstate/api/alerts``: a webhook inbox (the embedded stack's default alert webhook);
+  ``GET /streamstate/alerts`` shows the latest alerts received as a page, ``GET /streamstate/api/alerts``
+  as JSON;
 - ``GET /streamstate/state-audit/``: the state-size report (HTML + PNG charts) of the audit DAG;
 - ``GET /streamstate/lookup``: a key looked up through the state query API (``/state-api``), as a page.
 
@@ -30,7 +31,8 @@ from spark_jobs.lifecycle import current_state, read_status
 from spark_jobs.registry import JobSpec, registered_versions
 from spark_jobs.standby.follower import read_standby_status, standby_running
 from spark_jobs.versions import JobVersions
-from streamstate.supervision import read_record
+from streamstate.alerts import RESOLVED, Alert
+from streamstate.supervision import DESIRED_STOPPED, read_record
 
 app = FastAPI(title="streamstate: streaming jobs", docs_url=None, redoc_url=None)
 INBOX_KEEP = 200
@@ -143,6 +145,44 @@ def alerts() -> dict:
     return {"alerts": [json.loads(line) for line in reversed(lines)]}
 
 
+def _received_alerts(settings: Settings) -> list[tuple[float, Alert]]:
+    """(received at, alert) of the inbox, newest first; a body that is not an alert is skipped."""
+    path = _inbox(settings)
+    received = []
+    for line in reversed(path.read_text().splitlines() if path.exists() else []):
+        body = json.loads(line)
+        try:
+            received.append((body["received_at"], Alert.from_dict(body)))
+        except (KeyError, TypeError):
+            continue
+    return received
+
+
+@app.get("/alerts", response_class=HTMLResponse)
+def alerts_page() -> str:
+    """The alerts the inbox received, newest first: what on-call was told, and the next step."""
+    received = _received_alerts(_settings())
+    rows = "\n".join(
+        f"""<tr><td>{time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))} UTC</td>
+<td class="{"dim" if alert.status == RESOLVED else "sev-" + html.escape(alert.severity)}">{html.escape(alert.title)}</td>
+<td>{html.escape(alert.summary)}<br><span class="dim">{html.escape(", ".join(f"{k}={v}" for k, v in alert.numbers.items()))}</span></td>
+<td>{html.escape(alert.next_step)}</td><td class="dim">{html.escape(alert.dedup_key)}</td></tr>"""
+        for at, alert in received
+    )
+    body = (
+        f"""<table><thead><tr><th>Received</th><th>Alert</th><th>What happened</th><th>Next step</th><th>Dedup key</th></tr>
+</thead><tbody>{rows}</tbody></table>"""
+        if received
+        else """<p>No alert received yet. Supervision (<code>supervise__&lt;job&gt;</code>), the state-size audit and
+the changelog tuning send alerts here (the <code>streamstate_webhook</code> connection) when a condition
+starts to hold, and once more when it clears.</p>"""
+    )
+    return f"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
+<title>Received alerts</title><style>{_STYLE}</style></head><body><h2>Received alerts</h2>{body}
+<p class="dim">Refreshes every 10 s. <a href="./">Streaming jobs</a> · JSON: <a href="api/alerts">api/alerts</a></p>
+</body></html>"""
+
+
 def _cell(value) -> str:
     if value is None or value == {}:
         return '<span class="dim">–</span>'
@@ -183,6 +223,8 @@ def _row(job: dict) -> str:
     links = job["links"]
     spark = f'<a target="_blank" href="{html.escape(links["spark_ui"])}">Spark UI</a>' if links["spark_ui"] else ""
     sup = job["supervision"]
+    # a stop request is news before the next check assesses it: show it at once
+    why = f"stopped on request: {sup['stop_reason']}" if sup["desired"] == DESIRED_STOPPED else sup["reason"]
     changelogs = "<br>".join(
         f'{html.escape(store)}: {m["records"]:,} / {m["live_keys"]:,} '
         f'<span class="{"sev-warning" if m["excess_replay_ratio"] > m["target"] else "dim"}">({m["replay_ratio"]:.1f}x)</span>'
@@ -190,7 +232,7 @@ def _row(job: dict) -> str:
     return f"""<tr>
 <td><b>{html.escape(job["job"])}</b><br><span class="dim">{html.escape(job["application_id"])}</span>{beside}</td>
 <td class="state-{html.escape(state)}">{html.escape(state)}</td>
-<td>{_cell(sup["state"])}<br><span class="dim">{_cell(sup["reason"])}</span></td>
+<td>{_cell(sup["state"])}<br><span class="dim">{_cell(why)}</span></td>
 <td class="num">{_cell(job["input_lag_records"])}</td>
 <td class="num">{_cell(job["batch_id"])}</td>
 <td class="num">{_cell(job["batch_duration_ms"])}</td>
@@ -201,7 +243,7 @@ def _row(job: dict) -> str:
 <td>{alerts or '<span class="dim">none</span>'}</td>
 <td><a target="_top" href="{links["supervise_dag"]}">supervision</a> · <a target="_top" href="{links["start_dag"]}">start</a>
  · <a target="_top" href="{links["stop_dag"]}">stop</a> · <a target="_top" href="{links["drain_dag"]}">drain</a>
- · <a target="_top" href="{links["reprocess_dag"]}">reprocess</a>
+ · <a target="_top" href="{links["reprocess_dag"]}">reprocess</a> · <a target="_top" href="{links["promote_dag"]}">promote</a>
  · <a target="_top" href="{links["tune_dag"]}">changelogs</a> {spark}</td>
 </tr>"""
 
@@ -260,8 +302,9 @@ def _lookup_form(views: list[dict], chosen: str = "", key: str = "", window_star
 
 
 @app.get("/lookup", response_class=HTMLResponse)
-def lookup(target: str = "", key: str = "", window_start: int | None = None):
-    """One key through the state query API's service (in-process), shown as a page."""
+def lookup(target: str = "", key: str = "", window_start: str = ""):
+    """One key through the state query API's service (in-process), shown as a page. ``window_start``
+    is a string: the page's form sends it empty for a store without windows."""
     from streamstate.state_api.app import app as state_api
     from streamstate.state_api.keys import InvalidKey
     from streamstate.state_api.service import UnknownStore
@@ -269,13 +312,16 @@ def lookup(target: str = "", key: str = "", window_start: int | None = None):
     views = jobs()["jobs"]
     job, _, store = target.partition("/")
     status, body = 200, ""
-    if _settings().state_api_token:
+    window = int(window_start) if window_start.strip().isdigit() else None
+    if window_start.strip() and window is None:
+        status, body = 422, f'<p class="sev-error">window start {html.escape(window_start)!r}: a number of milliseconds</p>'
+    elif _settings().state_api_token:
         # The page has no way to hold the token; the API itself stays closed to callers without it.
         status, body = 403, "<p>State lookups need the API token here: query <code>/state-api</code> with it.</p>"
     else:
         service = state_api.state.service
         try:
-            answer = service.get(*service.resolve(job, store), key, window_start)
+            answer = service.get(*service.resolve(job, store), key, window)
         except (UnknownStore, InvalidKey) as err:
             status, body = 422, f'<p class="sev-error">{html.escape(str(err))}</p>'
         else:
@@ -285,7 +331,7 @@ def lookup(target: str = "", key: str = "", window_start: int | None = None):
             body = "<table>" + "".join(f"<tr><th>{html.escape(n)}</th><td>{_cell(v)}</td></tr>" for n, v in facts)
             body += f"<tr><th>value</th><td><pre>{html.escape(json.dumps(answer['value'], indent=2))}</pre></td></tr></table>"
     page_html = f"""<!doctype html><html><head><meta charset="utf-8"><title>State lookup</title><style>{_STYLE}</style></head>
-<body><h2>State lookup: {html.escape(target)} {html.escape(key)}</h2>{_lookup_form(views, target, key, window_start)}{body}
+<body><h2>State lookup: {html.escape(target)} {html.escape(key)}</h2>{_lookup_form(views, target, key, window)}{body}
 <p><a href="./">all jobs</a></p></body></html>"""
     return HTMLResponse(page_html, status_code=status)
 
@@ -305,6 +351,6 @@ def page() -> str:
 {rows}
 </tbody></table>
 {_lookup_form(views)}
-<p class="dim">Refreshes every 10 s. JSON: <a href="api/jobs">api/jobs</a> · received alerts: <a href="api/alerts">api/alerts</a>
- · <a href="state-audit/">state-size report</a></p>
+<p class="dim">Refreshes every 10 s. <a href="alerts">Received alerts</a> · <a href="state-audit/">state-size report</a>
+ · JSON: <a href="api/jobs">api/jobs</a>, <a href="api/alerts">api/alerts</a></p>
 </body></html>"""

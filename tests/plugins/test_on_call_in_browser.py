@@ -1,0 +1,226 @@
+"""What on-call does, in a real browser (tests/plugins/airflow_ui.py) against the real Airflow
+standalone: its scheduler, workers and triggerer run what the forms trigger, spark-submit launches the
+drivers, and alerts reach the jobs page's inbox (the stack's default ``streamstate_webhook``).
+
+- ``reprocess_job`` triggered from its form as a dry run, the plan read in the task's log;
+- ``promote_job_version`` from its form (a dry run), what it would do read in the task's log;
+- purchase_counts started from its form, a key looked up on the jobs page, its supervision started from
+  its form; kill -9 of the driver: the watch restarts it within seconds with its state, the ``down``
+  alert arrives; stopped from its form; the state-size report before and after an audit run
+  triggered from its form.
+
+The last story's screenshots of the jobs page and the received alerts are the README's: with
+``UPDATE_README_SCREENSHOTS=1`` they are written to ``docs/img/`` too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import urllib.request
+
+import pytest
+from streamstate.supervision import read_record
+
+from runtime.cli import stop_job_processes
+from runtime.settings import PROJECT_ROOT
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import read_status
+from spark_jobs.registry import get_job
+from tests.helpers import driver_diagnosis, driver_pids, expected_purchase_counts, read_topic, wait_for
+
+pytestmark = pytest.mark.integration
+
+JOB = get_job("purchase_counts")
+SUPERVISE = f"supervise__{JOB.name}"
+README_IMAGES = PROJECT_ROOT / "docs" / "img"
+
+
+@pytest.fixture(scope="module")
+def purchases_input(settings, kafka_broker):
+    ensure_topic(settings.kafka_bootstrap_servers, JOB.source_topic, JOB.source_partitions)
+    purchases.produce(
+        settings.kafka_bootstrap_servers, JOB.source_topic, list(purchases.generate(400, users=20, seed=5))
+    )
+
+
+@pytest.fixture(scope="module")
+def leaves_the_stack_quiet(settings, airflow):
+    """The forms unpause the DAGs they trigger (Airflow's default): pause them again, and stop whatever
+    driver or standby the stories left running, so the tests after these find a quiet stack."""
+    yield
+    for dag_id in (
+        "audit_state_size",
+        "reprocess_job",
+        "promote_job_version",
+        "start_streaming_job",
+        "stop_streaming_job",
+        SUPERVISE,
+    ):
+        airflow.set_paused(dag_id, True)
+    stop_job_processes(settings)
+
+
+def _job_row(settings) -> dict:
+    with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/api/jobs", timeout=10) as resp:
+        return next(job for job in json.load(resp)["jobs"] if job["job"] == JOB.name)
+
+
+def _received(settings, dedup_key: str) -> list[dict]:
+    """The alerts the jobs page's inbox received under ``dedup_key``, oldest first."""
+    with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/api/alerts", timeout=10) as resp:
+        return [alert for alert in reversed(json.load(resp)["alerts"]) if alert.get("dedup_key") == dedup_key]
+
+
+def _look_up(ui, key: str) -> str:
+    """Look ``key`` up with the jobs page's form; the answer page's text."""
+    from selenium.webdriver.support.ui import Select
+
+    ui.open("/streamstate/")
+    form = ui.browser.find_element("css selector", "form[action=lookup]")
+    Select(form.find_element("name", "target")).select_by_value(f"{JOB.name}/counts")
+    form.find_element("name", "key").send_keys(key)
+    ui.button("Look up", within=form).click()
+    return ui.wait_for_text(f"State lookup: {JOB.name}/counts {key}")
+
+
+def _readme_screenshot(ui, name: str) -> None:
+    path = ui.save_screenshot(name)
+    if os.environ.get("UPDATE_README_SCREENSHOTS") == "1":
+        README_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, README_IMAGES / path.name)
+
+
+def test_a_reprocessing_dry_run_shows_its_plan_in_the_task_log(ui, airflow, purchases_input, leaves_the_stack_quiet):
+    with ui.screenshot_on_failure("reprocess-trigger"):
+        run_id = ui.trigger("reprocess_job", job=JOB.name, mode="reset")  # dry_run: on by default
+    assert airflow.wait_for_run("reprocess_job", run_id, timeout_s=300) == "success"
+    with ui.screenshot_on_failure("reprocess-plan-log"):
+        log = ui.task_log("reprocess_job", run_id, "plan", expect="DRY RUN - nothing will be changed")
+        assert f"Reprocessing plan: {JOB.name} v{JOB.version}, mode reset" in log
+        assert f"input {JOB.source_topic}, start: earliest" in log and "records to process: 400" in log
+        assert "delete checkpoint" in log and "restart" in log
+    assert airflow.task_states("reprocess_job", "reset")[run_id] == "skipped"  # a dry run changes nothing
+
+
+def test_a_promotion_dry_run_says_what_it_would_do(ui, airflow, leaves_the_stack_quiet):
+    with ui.screenshot_on_failure("promote-trigger"):
+        run_id = ui.trigger("promote_job_version", job=JOB.name)  # the newest version, dry run: the defaults
+    assert airflow.wait_for_run("promote_job_version", run_id, timeout_s=300) == "success"
+    with ui.screenshot_on_failure("promote-log"):
+        log = ui.task_log("promote_job_version", run_id, "promote", expect=f"DRY RUN: promote {JOB.name}")
+        assert f"v{JOB.version} is already the current version: nothing to promote" in log
+    assert airflow.task_states("promote_job_version", "start_new")[run_id] == "skipped"
+
+
+def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
+    settings, ui, airflow, purchases_input, leaves_the_stack_quiet
+):
+    app = JOB.application_id
+    lease = JobLease(settings.status_dir, app)
+
+    def diagnose() -> str:
+        return driver_diagnosis(settings, app)
+
+    expected = expected_purchase_counts(read_topic(settings.kafka_bootstrap_servers, JOB.source_topic))
+    user, (purchase_count, _amount) = max(expected.items(), key=lambda item: item[1][0])
+    with ui.screenshot_on_failure("audit-before"):
+        ui.open("/streamstate/state-audit/")
+        before = ui.wait_for_text("State size audit")
+        assert "No report yet" in before or "generated" in before, before[:500]
+
+    with ui.screenshot_on_failure("start-trigger"):
+        run_id = ui.trigger("start_streaming_job", job=JOB.name)
+    assert airflow.wait_for_run("start_streaming_job", run_id, timeout_s=300) == "success", diagnose()
+    started = lease.holder()
+    wait_for(
+        lambda: _job_row(settings)["input_lag_records"] == 0 and _job_row(settings)["lifecycle_state"] == "RUNNING",
+        180,
+        "the job to read all its input",
+        diagnose,
+    )
+
+    with ui.screenshot_on_failure("lookup"):
+        answer = _look_up(ui, user)
+        assert f'"purchases": {purchase_count}' in answer and "source live" in answer, answer[-1500:]
+
+    # supervision from its form: the check finds the job running, the watch defers on its lease
+    with ui.screenshot_on_failure("supervise-trigger"):
+        ui.trigger(SUPERVISE)
+    wait_for(
+        lambda: "deferred" in airflow.task_states(SUPERVISE, "watch").values(), 180, "the watch to defer", diagnose
+    )
+    batch_before_kill = _job_row(settings)["batch_id"]
+    os.kill(int(started["pid"]), signal.SIGKILL)
+
+    def back() -> bool:
+        holder, status = lease.holder(), read_status(settings.status_dir, app) or {}
+        return (
+            holder is not None
+            and holder["epoch"] > started["epoch"]
+            and status.get("lease_epoch") == holder["epoch"]
+            and status.get("state") == "RUNNING"
+        )
+
+    wait_for(back, 120, "the watch to restart the driver", diagnose)
+    # the watch task records the launch's outcome when it resumes from its wait for RUNNING
+    restart = wait_for(
+        lambda: (launch := read_record(settings.status_dir, app).last_launch).outcome and launch,
+        60,
+        "the watch to record its launch",
+    )
+    assert f"{SUPERVISE}/" in restart.by and "/watch#" in restart.by and restart.outcome == "running", restart
+    assert driver_pids(app) == {int(lease.holder()["pid"])}  # one instance
+
+    with ui.screenshot_on_failure("alert-arrives"):
+        ui.open("/streamstate/alerts")
+        alerts = ui.wait_for_text(f"{JOB.name}: down", timeout_s=60, reload_every_s=5)
+        assert f"streamstate/{app}/down" in alerts
+        received = _received(settings, f"streamstate/{app}/down")
+        assert [a["status"] for a in received] == ["firing"], received  # once, not once per check
+        _readme_screenshot(ui, "on-call-alerts")
+    # the restarted job goes on from its state: new purchases add to the counts from before the kill
+    purchases.produce(
+        settings.kafka_bootstrap_servers, JOB.source_topic, list(purchases.generate(100, users=20, seed=6))
+    )
+    expected = expected_purchase_counts(read_topic(settings.kafka_bootstrap_servers, JOB.source_topic))
+    wait_for(
+        lambda: (row := _job_row(settings))["input_lag_records"] == 0 and (row["batch_id"] or 0) > batch_before_kill,
+        120,
+        "the restarted job to read the new input",
+        diagnose,
+    )
+    with ui.screenshot_on_failure("restarted-jobs-page"):
+        assert f'"purchases": {expected[user][0]}' in _look_up(ui, user)
+        ui.open("/streamstate/")
+        page = ui.wait_for_text("RUNNING")
+        assert "down" in page  # the open alert, until a check finds the job running again
+        _readme_screenshot(ui, "on-call-jobs-page")
+
+    with ui.screenshot_on_failure("stop-trigger"):
+        run_id = ui.trigger("stop_streaming_job", job=JOB.name, reason="on-call drill in the browser")
+    assert airflow.wait_for_run("stop_streaming_job", run_id, timeout_s=300) == "success"
+    assert lease.holder() is None and driver_pids(app) == set()
+    with ui.screenshot_on_failure("stopped-jobs-page"):
+        ui.open("/streamstate/")
+        ui.wait_for_text("on-call drill in the browser", timeout_s=60, reload_every_s=5)
+    # the stop request ends the watch: no run of supervision is left watching a job that should not run
+    wait_for(lambda: "deferred" not in airflow.task_states(SUPERVISE, "watch").values(), 120, "the watch to end")
+
+    # the job's state is audited on request: a report newer than the request, with the job's store
+    asked_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    with ui.screenshot_on_failure("audit-trigger"):
+        run_id = ui.trigger("audit_state_size")
+    assert airflow.wait_for_run("audit_state_size", run_id, timeout_s=300) == "success"
+    with ui.screenshot_on_failure("audit-after"):
+        ui.open("/streamstate/state-audit/")
+        report = ui.wait_for_text("generated")
+        generated = dt.datetime.fromisoformat(re.search(r"generated (\S+)", report).group(1))
+        assert generated >= asked_at, f"the report is older than the audit run: {report[:300]}"
+        assert f"{app} / counts" in report, report[:1500]
