@@ -203,6 +203,17 @@ class AirflowApi:
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self._request("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")["state"]
 
+    def fail_unfinished_runs(self, dag_id: str) -> list[str]:
+        """Mark the DAG's queued and running runs failed (what on-call does with a run whose process
+        died); the run ids. Under ``max_active_runs=1`` a run left running blocks every new one."""
+        found = self._request("GET", f"/dags/{dag_id}/dagRuns?state=queued&state=running&limit=100")
+        failed = []
+        for run in found["dag_runs"]:
+            quoted = urllib.parse.quote(run["dag_run_id"], safe="")
+            self._request("PATCH", f"/dags/{dag_id}/dagRuns/{quoted}", {"state": "failed"})
+            failed.append(run["dag_run_id"])
+        return failed
+
     def task_states(self, dag_id: str, task_id: str) -> dict[str, str | None]:
         """run id -> the state of the task in that run, over the DAG's runs (newest 100)."""
         found = self._request("GET", f"/dags/{dag_id}/dagRuns/~/taskInstances?task_id={task_id}&limit=100&order_by=-id")

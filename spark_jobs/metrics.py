@@ -24,7 +24,8 @@ document, so the two never disagree), labelled with the ``application_id``:
                                                            from Kafka at each scrape: every writer counts)
 =========================================================  ===========================================
 
-plus the restore counters of :mod:`spark_jobs.state.restore` and, in a standby, its lag gauges
+plus the restore metrics of :mod:`spark_jobs.state.restore` (``streamstate_restore_records_total`` and
+``streamstate_restore_last_seconds``, by application_id and store) and, in a standby, its lag gauges
 (:mod:`spark_jobs.standby.follower`). An age is a timestamp metric, as Prometheus recommends:
 ``time() - streamstate_snapshot_timestamp_seconds`` is the snapshot's age.
 """

@@ -265,6 +265,7 @@ class StatusRestoreListener(LoggingRestoreListener):
     """Logs and metrics as usual, and the restore's progress in the status file (the Airflow page shows it)."""
 
     def __init__(self, status: JobStatus, status_dir: Path) -> None:
+        super().__init__(status.application_id)
         self.status, self.status_dir = status, status_dir
 
     def on_restore_start(self, store, topic, starting_offsets) -> None:

@@ -26,8 +26,10 @@ from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 
 log = logging.getLogger("streamstate.restore")
 
-RESTORED_RECORDS = Counter("streamstate_restore_records", "Changelog records read by restores", ["store"])
-RESTORE_SECONDS = Gauge("streamstate_restore_last_seconds", "Duration of the last restore", ["store"])
+RESTORED_RECORDS = Counter(
+    "streamstate_restore_records", "Changelog records read by restores", ["application_id", "store"]
+)
+RESTORE_SECONDS = Gauge("streamstate_restore_last_seconds", "Duration of the last restore", ["application_id", "store"])
 
 
 class RestoreListener(Protocol):
@@ -37,7 +39,11 @@ class RestoreListener(Protocol):
 
 
 class LoggingRestoreListener:
-    """Structured log lines and Prometheus metrics for every restore."""
+    """Structured log lines and Prometheus metrics (labelled with the job version's ``application_id``)
+    for every restore."""
+
+    def __init__(self, application_id: str) -> None:
+        self.application_id = application_id
 
     def on_restore_start(self, store, topic, starting_offsets) -> None:
         log.info(json.dumps({"event": "restore_start", "store": store, "topic": topic,
@@ -47,8 +53,8 @@ class LoggingRestoreListener:
         log.info(json.dumps({"event": "restore_progress", "store": store, "records": records_so_far}))
 
     def on_restore_end(self, store, result) -> None:
-        RESTORED_RECORDS.labels(store).inc(result.changelog_records_read)
-        RESTORE_SECONDS.labels(store).set(result.seconds)
+        RESTORED_RECORDS.labels(self.application_id, store).inc(result.changelog_records_read)
+        RESTORE_SECONDS.labels(self.application_id, store).set(result.seconds)
         log.info(json.dumps({"event": "restore_end", "store": store, **result.summary()}))
 
 
@@ -102,7 +108,7 @@ def restore_from_snapshot(
     use_snapshot: bool = True,
 ) -> RestoredState:
     """Latest snapshot (unless ``use_snapshot`` is False) + changelog tail -> state at the last complete batch."""
-    listener = listener or LoggingRestoreListener()
+    listener = listener or LoggingRestoreListener(snapshots.application_id)
     started = time.monotonic()
     snapshot = snapshots.latest() if use_snapshot else None
     base = snapshots.read(snapshot) if snapshot else {}

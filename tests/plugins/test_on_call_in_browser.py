@@ -50,19 +50,27 @@ def purchases_input(settings, kafka_broker):
     )
 
 
+TRIGGERED = (
+    "audit_state_size",
+    "reprocess_job",
+    "promote_job_version",
+    "start_streaming_job",
+    "stop_streaming_job",
+    SUPERVISE,
+)
+
+
 @pytest.fixture(scope="module")
 def leaves_the_stack_quiet(settings, airflow):
-    """The forms unpause the DAGs they trigger (Airflow's default): pause them again, and stop whatever
-    driver or standby the stories left running, so the tests after these find a quiet stack."""
+    """Runs on a quiet stack, and leaves it quiet. Before: earlier tests ran these DAGs with ``airflow
+    dags test`` on the same metadata DB, some killing it mid-run (tests/faults), which leaves runs
+    "running" that would hold back a new one (``max_active_runs=1``): they are failed, as on-call would.
+    After: the forms unpaused the DAGs they triggered (Airflow's default): paused again, and whatever
+    driver or standby the stories left running is stopped."""
+    for dag_id in TRIGGERED:
+        airflow.fail_unfinished_runs(dag_id)
     yield
-    for dag_id in (
-        "audit_state_size",
-        "reprocess_job",
-        "promote_job_version",
-        "start_streaming_job",
-        "stop_streaming_job",
-        SUPERVISE,
-    ):
+    for dag_id in TRIGGERED:
         airflow.set_paused(dag_id, True)
     stop_job_processes(settings)
 
