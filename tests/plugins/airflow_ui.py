@@ -53,7 +53,13 @@ class AirflowUi:
         self.browser.get(self.base + path if path.startswith("/") else path)
 
     def body(self) -> str:
-        return self.browser.find_element("tag name", "body").text
+        """The page's text; "" while a navigation replaces the page under the read."""
+        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+        try:
+            return self.browser.find_element("tag name", "body").text
+        except (NoSuchElementException, StaleElementReferenceException):  # the next page is not there yet
+            return ""
 
     def wait_for_text(self, text: str, timeout_s: float = 60, reload_every_s: float | None = None) -> str:
         """Wait until ``text`` is on the page (reloading it every ``reload_every_s``); the page's text."""
