@@ -122,6 +122,10 @@ class Settings:
     #: catching up on a long backlog works in bounded batches (snapshots, changelog flushes, batch
     #: durations within budget) instead of one batch of everything; unset = no limit
     max_offsets_per_trigger: int | None = None
+    #: a store whose restore reads at least this many records (snapshot rows + changelog tail) is
+    #: restored by Spark's executors, never entering the driver process; a smaller one is restored in
+    #: the driver, which is faster for it (no Spark jobs to plan). 0: always in Spark
+    restore_in_spark_min_records: int = 1_000_000
     #: Comma-separated modules with more jobs (each lists ``JobSpec``s in ``JOBS``), e.g. a team's
     #: own job package; it must be importable wherever drivers and Airflow tasks run.
     job_modules: str | None = None
@@ -249,11 +253,15 @@ class Settings:
             )
         if self.kafka_replication_factor < 1:
             raise SettingsError("kafka_replication_factor must be at least 1")
+        if self.restore_in_spark_min_records < 0:
+            raise SettingsError(f"{ENV_PREFIX}RESTORE_IN_SPARK_MIN_RECORDS must be >= 0 (0: every store in Spark)")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise SettingsError(f"{ENV_PREFIX}MAX_OFFSETS_PER_TRIGGER must be >= 1 (or unset: no limit)")
         if not 0 < self.standby_commit_interval_s < self.standby_max_lag_s:
-            raise SettingsError(f"{ENV_PREFIX}STANDBY_COMMIT_INTERVAL_S must be > 0 and below STANDBY_MAX_LAG_S "
-                                f"({self.standby_commit_interval_s} vs {self.standby_max_lag_s})")
+            raise SettingsError(
+                f"{ENV_PREFIX}STANDBY_COMMIT_INTERVAL_S must be > 0 and below STANDBY_MAX_LAG_S "
+                f"({self.standby_commit_interval_s} vs {self.standby_max_lag_s})"
+            )
         if not 1 <= self.state_api_port <= 65535 or self.state_api_max_page_size < 1 or self.state_api_timeout_s <= 0:
             raise SettingsError(f"{ENV_PREFIX}STATE_API_*: need a TCP port, a page size >= 1 and a timeout > 0")
         if not 0 <= self.metrics_port <= 65535:

@@ -14,7 +14,7 @@ from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
-from spark_jobs.state.restore import RestoredState
+from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.store_changes import StoreChanges, restored_rows
 
@@ -99,11 +99,23 @@ class JobContext:
             return None  # the warm standby keeps this store's snapshots (one writer per table)
 
         self.failpoint("before_snapshot")
-        snapshot = take_snapshot(self.snapshot_store(store_name), self.settings.kafka,
-                                 self.changelog_topic(store_name).name)  # fmt: skip
+        snapshot = take_snapshot(
+            self.snapshot_store(store_name),
+            self.settings.kafka,
+            self.changelog_topic(store_name).name,
+            spark=self.spark_for_state(store_name),
+        )
         for listener in self.snapshot_listeners:
             listener(store_name, snapshot)
         return snapshot
+
+    def spark_for_state(self, store_name: str):
+        """The Spark session when the store is large enough to be restored and snapshotted by Spark's
+        executors (``restore_in_spark_min_records``), else None: a small store is faster in this process."""
+        from spark_jobs.state.restore import restore_size
+
+        size = restore_size(self.snapshot_store(store_name), self.settings.kafka, self.changelog_topic(store_name).name)
+        return self.spark if size >= self.settings.restore_in_spark_min_records else None
 
     def snapshot_store(self, store_name: str) -> SnapshotStore:
         s = store(self.spec, store_name)
@@ -153,7 +165,7 @@ class JobContext:
         of a query without a checkpoint: exactly when a restore happened."""
         if changes.store not in self.restored:
             return None
-        return restored_rows(self.spark, self.restored[changes.store].state, changes.value_ddl)
+        return restored_rows(self.restored[changes.store].store_frame(self.spark), changes.value_ddl)
 
     @property
     def starts_without_checkpoint(self) -> bool:
@@ -162,8 +174,11 @@ class JobContext:
 
     def restored_store(self, changes: StoreChanges):
         """The store as it was restored (``key`` + value columns), empty when nothing was restored."""
-        state = self.restored[changes.store].state if changes.store in self.restored else {}
-        return restored_rows(self.spark, state, changes.value_ddl)
+        if changes.store in self.restored:
+            store = self.restored[changes.store].store_frame(self.spark)
+        else:
+            store = self.spark.createDataFrame([], STORE_SCHEMA)
+        return restored_rows(store, changes.value_ddl)
 
     def state_change_sink(self, changes: StoreChanges, write_outputs, reconcile_outputs=None):
         """The ``foreachBatch`` function of a job whose processor emits store changes.

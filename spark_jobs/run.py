@@ -178,9 +178,16 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         status.spark_ui = spark.sparkContext.uiWebUrl
         context = JobContext(spark, spec, settings)
         context.snapshot_listeners.append(
-            lambda store, snap: status.record_snapshot(store, {"batch_id": snap.batch_id, "rows": snap.rows,
-                                                               "bytes": snap.bytes, "taken_at": snap.taken_at,
-                                                               "delta_version": snap.delta_version})  # fmt: skip
+            lambda store, snap: status.record_snapshot(
+                store,
+                {
+                    "batch_id": snap.batch_id,
+                    "rows": snap.rows,
+                    "bytes": snap.bytes,
+                    "taken_at": snap.taken_at,
+                    "delta_version": snap.delta_version,
+                },
+            )
         )
         context.ensure_changelog_topics()
         quarantined = quarantine_if_unusable(context)
@@ -205,6 +212,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
     collector = _progress_collector(report, status)
     spark.streams.addListener(collector)
     try:
+
         def with_trigger(w):
             return w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
 
@@ -288,12 +296,19 @@ def restore_if_needed(context: JobContext, listener: RestoreListener | None = No
     A checkpoint with a committed offset log resumes by itself (Spark restores RocksDB from it). Without
     one, each store is rebuilt from its latest snapshot + changelog tail and the query starts at the
     input offsets of that state; the result is also written to ``<checkpoint>/streamstate/restore.json``.
+    A store of ``restore_in_spark_min_records`` records or more is rebuilt by Spark's executors (the
+    query's ``initialState`` reads it lazily), a smaller one in this process.
     """
     if latest_batch_id(context.checkpoint) is not None:
         return {}
     for s in context.spec.stores:
-        restored = restore_from_snapshot(context.snapshot_store(s.name), context.settings.kafka,
-                                         context.changelog_topic(s.name).name, listener)  # fmt: skip
+        restored = restore_from_snapshot(
+            context.snapshot_store(s.name),
+            context.settings.kafka,
+            context.changelog_topic(s.name).name,
+            listener,
+            spark=context.spark_for_state(s.name),
+        )
         record_restore(context.settings, context.spec, restored)  # this deployment's restore throughput
         if restored.batch_id is not None or restored.next_batch_id > 0:
             context.restored[s.name] = restored

@@ -13,12 +13,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import is_transient, watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
+from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord, cut_of, plan_cut
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +49,6 @@ class ChangelogRead:
 
 
 @dataclasses.dataclass
-class _Segment:
-    batch_id: int
-    records: list[tuple[bytes, bytes | None]]
-    marker_offset: int
-    marker: BatchMarker
-    #: when the marker was written (the record's CreateTime, ms)
-    marker_time_ms: int = 0
-
-
-@dataclasses.dataclass
 class CompleteBatches:
     """Batches that became complete (their markers reached every partition), ready to apply in order."""
 
@@ -79,74 +70,91 @@ def _batch_of(headers) -> int | None:
     return None
 
 
-class BatchAssembler:
-    """Groups changelog records into batches and releases the ones complete in every partition.
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    """A changelog record read and not yet released or dropped."""
 
-    Records wait in their partition until their batch's marker arrives; records of a batch a later
-    marker declares void (half-written before a checkpoint loss) are dropped. The cut is the newest
-    batch whose marker is in every partition: the writer marks every partition after every batch,
-    so a partition without a newer marker means nothing newer is complete yet.
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    batch_id: int | None
+    timestamp_ms: int
+    marker: BatchMarker | None = None
+
+
+class BatchAssembler:
+    """Buffers changelog records and releases the batches complete in every partition.
+
+    The rules (which batch is complete, which records a marker absorbs, which are void) are
+    :mod:`.cut_rules`'; this class feeds them what it read and keeps what waits for a later marker.
+    Records of complete batches come out in apply order, once.
     """
 
     def __init__(self, partitions: list[int]) -> None:
         self.partitions = list(partitions)
-        self.segments: dict[int, list[_Segment]] = {p: [] for p in self.partitions}
-        self.pending: dict[int, list[tuple[int | None, bytes, bytes | None]]] = {p: [] for p in self.partitions}
-        #: the newest marker batch per partition (kept after its segment is released)
+        #: per partition: records read and not released or dropped yet, in offset order
+        self.buffer: dict[int, list[_Read]] = {p: [] for p in self.partitions}
+        #: the newest marker batch per partition (kept after it is released)
         self.last_marked: dict[int, int] = {}
         self.records_dropped_void = 0
         #: the highest batch id seen (marked or not): a new query must continue above it
         self.max_batch_seen: int | None = None
 
-    def add(self, partition: int, offset: int, key: bytes | None, value: bytes | None, headers, timestamp_ms: int = 0) -> None:
-        p = partition
+    def add(
+        self, partition: int, offset: int, key: bytes | None, value: bytes | None, headers, timestamp_ms: int = 0
+    ) -> None:
         if key == MARKER_KEY:
             marker = BatchMarker.from_bytes(value)
             seen = marker.batch_id
-            # Records up to this marker belong to it, except those of void batches; later batches'
-            # records wait for their own marker.
-            records = [(k, v) for b, k, v in self.pending[p]
-                       if (b is None or b <= marker.batch_id) and not (b is not None and marker.is_void(b))]  # fmt: skip
-            self.records_dropped_void += sum(1 for b, _, _ in self.pending[p] if b is not None and marker.is_void(b))
-            self.pending[p] = [(b, k, v) for b, k, v in self.pending[p] if b is not None and b > marker.batch_id]
-            self.segments[p].append(_Segment(marker.batch_id, records, offset, marker, timestamp_ms))
-            self.last_marked[p] = marker.batch_id
+            self.last_marked[partition] = seen
+            self.buffer[partition].append(_Read(offset, key, value, seen, timestamp_ms, marker))
         else:
             seen = _batch_of(headers)
-            self.pending[p].append((seen, key, value))
+            self.buffer[partition].append(_Read(offset, key, value, seen, timestamp_ms))
         if seen is not None and (self.max_batch_seen is None or seen > self.max_batch_seen):
             self.max_batch_seen = seen
 
     def cut(self) -> int | None:
-        if not self.partitions or len(self.last_marked) < len(self.partitions):
-            return None
-        return min(self.last_marked.values())
+        return cut_of(self.partitions, self.last_marked)
 
     def take_complete(self) -> CompleteBatches | None:
-        """Release every segment up to the cut (None when no new batch is complete)."""
-        cut = self.cut()
-        if cut is None or not any(s and s[0].batch_id <= cut for s in self.segments.values()):
-            return None
+        """Release every batch up to the cut (None when no new batch is complete); void records are dropped."""
+        markers, spans = [], {}
+        for p, records in self.buffer.items():
+            for read in records:
+                if read.marker is not None:
+                    markers.append(MarkerRecord(p, read.offset, read.marker, read.timestamp_ms))
+                else:
+                    n, first, _ = spans.get((p, read.batch_id), (0, read.offset, read.offset))
+                    spans[(p, read.batch_id)] = (n + 1, first, read.offset)
+        plan = plan_cut(self.partitions, markers, [BatchSpan(p, b, *span) for (p, b), span in spans.items()],
+                        last_marked=self.last_marked)  # fmt: skip
         changes: list[tuple[bytes, bytes | None]] = []
-        resume: dict[int, int] = {}
-        marker, marker_time = None, 0
-        # A key lives in one partition, so applying partitions one after another keeps per-key order.
         for p in self.partitions:
-            while self.segments[p] and self.segments[p][0].batch_id <= cut:
-                segment = self.segments[p].pop(0)
-                changes.extend(segment.records)
-                resume[p] = segment.marker_offset + 1
-                if segment.batch_id == cut:
-                    marker = segment.marker
-                    marker_time = max(marker_time, segment.marker_time_ms)
-        if marker is None:  # the cut batch itself was released earlier; only older segments were left
-            return CompleteBatches(changes, cut, BatchMarker(cut, {}, 0), marker_time, resume)
-        return CompleteBatches(changes, cut, marker, marker_time, resume)
+            applied, waiting = [], []
+            resume = plan.resume_offsets.get(p, 0)
+            for read in self.buffer[p]:
+                if read.marker is not None:
+                    if read.offset >= resume:  # not released yet
+                        waiting.append(read)
+                elif (at := plan.absorbed_at(p, read.offset, read.batch_id)) is not None:
+                    applied.append((at, read))
+                elif plan.is_voided(p, read.offset, read.batch_id):
+                    self.records_dropped_void += 1
+                else:
+                    waiting.append(read)
+            # in the order their markers absorbed them (a key lives in one partition, so per-key order holds)
+            applied.sort(key=lambda item: (item[0], item[1].offset))
+            changes.extend((read.key, read.value) for _, read in applied)
+            self.buffer[p] = waiting
+        if not plan.released:
+            return None
+        marker = plan.marker or BatchMarker(plan.cut, {}, 0)  # the cut batch itself was released earlier
+        return CompleteBatches(changes, plan.cut, marker, plan.marker_time_ms, plan.resume_offsets)
 
     def unfinished_records(self) -> int:
         """Records read but not released: incomplete batches, and records without a marker yet."""
-        return sum(len(s.records) for segs in self.segments.values() for s in segs) + sum(
-            len(records) for records in self.pending.values())  # fmt: skip
+        return sum(1 for records in self.buffer.values() for read in records if read.marker is None)
 
 
 def apply_changes(state: dict[bytes, bytes], changes: list[tuple[bytes, bytes | None]]) -> int:
@@ -187,16 +195,16 @@ def read_changelog(
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
         start_offsets = dict(start_offsets or {})
-        high = {}
+        high, first = {}, {}
         assignment = []
         for p in partitions:
             low, hi = watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s)
-            high[p] = hi
-            start = start_offsets.get(p, OFFSET_BEGINNING)
-            if (start if start >= 0 else low) < hi:
-                assignment.append(TopicPartition(topic, p, start))
+            # a start below the log start (records deleted by retention) reads from the log start
+            high[p], first[p] = hi, max(low, start_offsets.get(p, 0))
+            if first[p] < hi:
+                assignment.append(TopicPartition(topic, p, first[p]))
         assembler = BatchAssembler(partitions)
-        result = ChangelogRead(topic, {}, None, {}, resume_offsets={p: start_offsets.get(p, 0) for p in partitions})
+        result = ChangelogRead(topic, {}, None, {}, resume_offsets=dict(first))
 
         remaining = {tp.partition for tp in assignment}
         if assignment:
@@ -204,7 +212,9 @@ def read_changelog(
         while remaining:
             msg = consumer.poll(poll_timeout_s)
             if msg is None:
-                raise TimeoutError(f"reading changelog {topic}: no data for {poll_timeout_s}s, partitions {remaining} unfinished")
+                raise TimeoutError(
+                    f"reading changelog {topic}: no data for {poll_timeout_s}s, partitions {remaining} unfinished"
+                )
             p = msg.partition()
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
@@ -261,9 +271,12 @@ class ChangelogTail:
         self.partitions = sorted(metadata.partitions)
         start_offsets = dict(start_offsets or {})
         self.assembler = BatchAssembler(self.partitions)
-        #: per partition: the next offset to read
-        self.position = {p: start_offsets.get(p, 0) for p in self.partitions}
-        self.consumer.assign([TopicPartition(topic, p, start_offsets.get(p, OFFSET_BEGINNING)) for p in self.partitions])
+        #: per partition: the next offset to read (not below the log start: see read_changelog)
+        self.position = {
+            p: max(start_offsets.get(p, 0), watermark_offsets(self.consumer, TopicPartition(topic, p), timeout_s)[0])
+            for p in self.partitions
+        }
+        self.consumer.assign([TopicPartition(topic, p, offset) for p, offset in self.position.items()])
         self.high: dict[int, int] = {}
         #: consumer errors skipped as transient (a broker restart shows up here)
         self.transient_errors = 0

@@ -26,6 +26,9 @@ from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 
 log = logging.getLogger("streamstate.restore")
 
+#: a store as Spark sees it: the changelog's key and its JSON value (the snapshot table's columns)
+STORE_SCHEMA = "key STRING, value STRING"
+
 RESTORED_RECORDS = Counter(
     "streamstate_restore_records", "Changelog records read by restores", ["application_id", "store"]
 )
@@ -63,7 +66,8 @@ class RestoredState:
     """The rebuilt state and exactly where the input must resume for it."""
 
     store: str
-    state: dict[bytes, bytes]
+    #: the state in this process (None when it was restored in Spark: see ``frame``)
+    state: dict[bytes, bytes] | None
     #: the last micro-batch the state includes (None: nothing to restore)
     batch_id: int | None
     #: the input offsets to start the new query at (end offsets of ``batch_id``)
@@ -81,6 +85,19 @@ class RestoredState:
     #: rows read from the snapshot and the time that took (the rest of ``seconds`` is the changelog)
     snapshot_rows: int = 0
     snapshot_seconds: float = 0.0
+    #: the state as a lazy DataFrame(key STRING, value STRING) when it was restored in Spark
+    frame: object | None = None
+
+    @property
+    def keys(self) -> int | None:
+        """Keys in the state (None when restored in Spark: counting would cost a pass over the store)."""
+        return len(self.state) if self.state is not None else None
+
+    def store_frame(self, spark):
+        """The state as DataFrame(key STRING, value STRING): the Spark restore's frame, or the rows of ``state``."""
+        if self.frame is not None:
+            return self.frame
+        return spark.createDataFrame([(k.decode(), v.decode()) for k, v in self.state.items()], STORE_SCHEMA)
 
     @property
     def full_replay(self) -> bool:
@@ -88,7 +105,7 @@ class RestoredState:
 
     def summary(self) -> dict:
         return {
-            "batch_id": self.batch_id, "keys": len(self.state), "full_replay": self.full_replay,
+            "batch_id": self.batch_id, "keys": self.keys, "in_spark": self.frame is not None, "full_replay": self.full_replay,
             "snapshot_version": self.snapshot.delta_version if self.snapshot else None,
             "snapshot_batch_id": self.snapshot.batch_id if self.snapshot else None,
             "changelog_records_read": self.changelog_records_read,
@@ -106,19 +123,40 @@ def restore_from_snapshot(
     listener: RestoreListener | None = None,
     *,
     use_snapshot: bool = True,
+    spark=None,
 ) -> RestoredState:
-    """Latest snapshot (unless ``use_snapshot`` is False) + changelog tail -> state at the last complete batch."""
+    """Latest snapshot (unless ``use_snapshot`` is False) + changelog tail -> state at the last complete batch.
+
+    With ``spark`` the state is built by Spark's executors (the snapshot read from Delta, the tail from
+    Kafka, both lazily) and never enters this process: ``frame`` holds it and ``state`` is None.
+    """
     listener = listener or LoggingRestoreListener(snapshots.application_id)
     started = time.monotonic()
     snapshot = snapshots.latest() if use_snapshot else None
-    base = snapshots.read(snapshot) if snapshot else {}
-    snapshot_seconds = time.monotonic() - started
     start = snapshot.changelog_offsets if snapshot else None
-    listener.on_restore_start(snapshots.store, changelog_topic, start if start else "earliest")
-    tail = read_changelog(
-        kafka, changelog_topic, start, base_state=base,
-        on_progress=lambda n: listener.on_batch_restored(snapshots.store, n),
-    )  # fmt: skip
+    if spark is None:
+        base = snapshots.read(snapshot) if snapshot else {}
+        snapshot_rows, snapshot_seconds = len(base), time.monotonic() - started
+        listener.on_restore_start(snapshots.store, changelog_topic, start if start else "earliest")
+        tail = read_changelog(
+            kafka,
+            changelog_topic,
+            start,
+            base_state=base,
+            on_progress=lambda n: listener.on_batch_restored(snapshots.store, n),
+        )
+        state, frame, applied, max_seen = tail.state, None, tail.records_applied, tail.max_batch_seen
+    else:
+        from spark_jobs.state.changelog_spark import read_changelog_frame
+
+        base = snapshots.frame(spark, snapshot) if snapshot else spark.createDataFrame([], STORE_SCHEMA)
+        snapshot_rows, snapshot_seconds = (snapshot.rows if snapshot else 0), time.monotonic() - started
+        listener.on_restore_start(snapshots.store, changelog_topic, start if start else "earliest")
+        tail = read_changelog_frame(spark, kafka, changelog_topic, start)
+        changes = tail.changes
+        # the snapshot's keys the tail does not touch, then the tail's live values (a null deletes)
+        frame = base.join(changes.select("key"), "key", "left_anti").unionByName(changes.where("value IS NOT NULL"))
+        state, applied, max_seen = None, tail.plan.records_applied or 0, tail.max_batch_seen
     if tail.cut_batch_id is not None:
         batch_id, input_offsets, watermark = tail.cut_batch_id, tail.input_offsets, tail.watermark_ms
     elif snapshot is not None:
@@ -126,27 +164,53 @@ def restore_from_snapshot(
     else:
         batch_id, input_offsets, watermark = None, {}, 0
     result = RestoredState(
-        store=snapshots.store, state=tail.state, batch_id=batch_id, input_offsets=input_offsets, snapshot=snapshot,
-        changelog_resume_offsets=tail.resume_offsets, changelog_records_read=tail.records_read, changelog_records_applied=tail.records_applied,
+        store=snapshots.store,
+        state=state,
+        batch_id=batch_id,
+        input_offsets=input_offsets,
+        snapshot=snapshot,
+        changelog_resume_offsets=tail.resume_offsets,
+        changelog_records_read=tail.records_read,
+        changelog_records_applied=applied,
         seconds=time.monotonic() - started,
-        next_batch_id=1 + max((b for b in (tail.max_batch_seen, batch_id) if b is not None), default=-1),
-        watermark_ms=watermark, snapshot_rows=len(base), snapshot_seconds=snapshot_seconds,
-    )  # fmt: skip
+        next_batch_id=1 + max((b for b in (max_seen, batch_id) if b is not None), default=-1),
+        watermark_ms=watermark,
+        snapshot_rows=snapshot_rows,
+        snapshot_seconds=snapshot_seconds,
+        frame=frame,
+    )
     listener.on_restore_end(snapshots.store, result)
     return result
 
 
-def take_snapshot(snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str) -> SnapshotInfo | None:
+def restore_size(snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str) -> int:
+    """The records a restore would read: the latest snapshot's rows plus the changelog after it."""
+    from spark_jobs.state.changelog_spark import topic_range
+
+    snapshot = snapshots.latest()
+    try:
+        start, end = topic_range(kafka, changelog_topic, snapshot.changelog_offsets if snapshot else None)
+    except LookupError:  # no changelog yet
+        start, end = {}, {}
+    return (snapshot.rows if snapshot else 0) + sum(end[p] - start[p] for p in end)
+
+
+def take_snapshot(
+    snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str, spark=None
+) -> SnapshotInfo | None:
     """Write a new snapshot if the changelog has complete batches beyond the latest one.
 
+    With ``spark`` the state is rebuilt and written by Spark's executors (see :func:`restore_from_snapshot`).
     Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
     """
-    restored = restore_from_snapshot(snapshots, kafka, changelog_topic, SilentRestoreListener())
+    restored = restore_from_snapshot(snapshots, kafka, changelog_topic, SilentRestoreListener(), spark=spark)
     latest = restored.snapshot
     if restored.batch_id is None or (latest is not None and restored.batch_id <= latest.batch_id):
         return latest
-    return snapshots.write(restored.state, restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets,
-                           restored.watermark_ms)  # fmt: skip
+    position = (restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets, restored.watermark_ms)
+    if restored.frame is not None:
+        return snapshots.write_frame(restored.frame, *position)
+    return snapshots.write(restored.state, *position)
 
 
 class SilentRestoreListener:

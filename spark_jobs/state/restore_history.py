@@ -45,7 +45,7 @@ def record_restore(settings: Settings, spec: JobSpec, result: RestoredState) -> 
            "application_id": spec.application_id, "store": result.store,
            "mode": "full_replay" if result.full_replay else "snapshot_and_tail", "snapshot_rows": result.snapshot_rows,
            "changelog_records_read": result.changelog_records_read,
-           "changelog_records_applied": result.changelog_records_applied, "keys": len(result.state),
+           "changelog_records_applied": result.changelog_records_applied, "keys": result.keys,
            "seconds": result.seconds, "snapshot_seconds": result.snapshot_seconds,
            "changelog_seconds": max(0.0, result.seconds - result.snapshot_seconds)}  # fmt: skip
     try:

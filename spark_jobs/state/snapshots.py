@@ -123,7 +123,10 @@ snapshot_path = snapshot_table_path  # the table's name has one owner: spark_job
 
 def snapshot_table_configuration(retention: str = "7 days") -> dict[str, str]:
     """Table properties of a new snapshot table: old snapshots stay readable by time travel this long."""
-    return {"delta.logRetentionDuration": f"interval {retention}", "delta.deletedFileRetentionDuration": f"interval {retention}"}
+    return {
+        "delta.logRetentionDuration": f"interval {retention}",
+        "delta.deletedFileRetentionDuration": f"interval {retention}",
+    }
 
 
 class SnapshotConflict(RuntimeError):
@@ -184,6 +187,13 @@ class SnapshotStore:
         table = self._arrow(info.delta_version, ["key", "value"])
         return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
 
+    def frame(self, spark, info: SnapshotInfo):
+        """One snapshot as a lazy DataFrame(key STRING, value STRING), read by Spark's executors (Delta time
+        travel to its version): the restore path for stores too large for one process."""
+        return (
+            spark.read.format("delta").option("versionAsOf", info.delta_version).load(self.path).select("key", "value")
+        )
+
     def values(self, info: SnapshotInfo) -> list[str]:
         """The values of one snapshot, without their keys (the audit's scan of what a store holds)."""
         return [v for v in self._arrow(info.delta_version, ["value"]).column("value").to_pylist() if v]
@@ -210,11 +220,7 @@ class SnapshotStore:
         import pyarrow as pa
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-        info = SnapshotInfo(
-            delta_version=-1, application_id=self.application_id, store=self.store, batch_id=batch_id,
-            input_offsets=input_offsets, changelog_offsets=dict(changelog_offsets), rows=len(state),
-            taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), watermark_ms=watermark_ms,
-        )  # fmt: skip
+        info = self._new_info(batch_id, input_offsets, changelog_offsets, len(state), watermark_ms)
         created = not (Path(self.path) / "_delta_log").is_dir()
         committed = None if created else DeltaTable(self.path).transaction_version(self.transaction_app_id)
         if committed is None or committed < batch_id:
@@ -229,10 +235,70 @@ class SnapshotStore:
                                                    app_transactions=[Transaction(self.transaction_app_id, batch_id)]),
                 configuration=snapshot_table_configuration(self.retention) if created else None,
             )  # fmt: skip
+        return self._committed(batch_id)
+
+    def _new_info(
+        self,
+        batch_id: int,
+        input_offsets: KafkaOffsets,
+        changelog_offsets: dict[int, int],
+        rows: int,
+        watermark_ms: int,
+    ) -> SnapshotInfo:
+        return SnapshotInfo(
+            delta_version=-1,
+            application_id=self.application_id,
+            store=self.store,
+            batch_id=batch_id,
+            input_offsets=input_offsets,
+            changelog_offsets=dict(changelog_offsets),
+            rows=rows,
+            taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            watermark_ms=watermark_ms,
+        )
+
+    def _committed(self, batch_id: int) -> SnapshotInfo:
+        """The snapshot of ``batch_id`` just committed (or committed by an earlier try of the same batch)."""
         written = next((i for i in reversed(snapshot_history(self.path, 20)) if i.batch_id == batch_id), None)
         if written is None:
             raise RuntimeError(f"snapshot of {self.application_id}/{self.store} at batch {batch_id} was not committed")
         return written
+
+    def write_frame(
+        self,
+        frame,
+        batch_id: int,
+        input_offsets: KafkaOffsets,
+        changelog_offsets: dict[int, int],
+        watermark_ms: int = 0,
+    ) -> SnapshotInfo:
+        """:meth:`write` for a state Spark holds (DataFrame(key, value)): Spark's executors write it, one
+        atomic Delta overwrite, idempotent per batch through Delta's own ``txnAppId``/``txnVersion``; the
+        state never enters this process."""
+        from deltalake import DeltaTable
+        from pyspark import StorageLevel
+
+        if not self.exists():  # created by delta-rs, with the retention properties (a commit without a snapshot)
+            import pyarrow as pa
+
+            schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
+            DeltaTable.create(self.path, schema, configuration=snapshot_table_configuration(self.retention))
+        committed = DeltaTable(self.path).transaction_version(self.transaction_app_id)
+        if committed is None or committed < batch_id:
+            frame = frame.persist(StorageLevel.DISK_ONLY)  # counted, then written: evaluated once, on the executors
+            try:
+                info = self._new_info(batch_id, input_offsets, changelog_offsets, frame.count(), watermark_ms)
+                (
+                    frame.write.format("delta")
+                    .mode("overwrite")
+                    .option("txnAppId", self.transaction_app_id)
+                    .option("txnVersion", batch_id)
+                    .option("userMetadata", info.metadata_json())
+                    .save(self.path)
+                )
+            finally:
+                frame.unpersist()
+        return self._committed(batch_id)
 
     def merge(self, changes: dict[bytes, bytes | None], info: SnapshotInfo, *, expected_version: int | None,
               previous_rows: int | None = None) -> SnapshotInfo:  # fmt: skip

@@ -54,13 +54,9 @@ class StoreChanges:
         return changes.select(key.cast("string").alias("key"), value.alias("value"))
 
 
-def restored_rows(spark, state: dict[bytes, bytes], value_ddl: str):
-    """A restored store (changelog key -> JSON value) as DataFrame(key STRING, <value columns>).
-
-    The rows are built on the driver from the restored dict; at the state sizes the reference jobs
-    restore (10^5 keys) that takes about a second (BENCHMARKS.md).
-    """
+def restored_rows(store, value_ddl: str):
+    """A restored store, DataFrame(key STRING, value STRING) (see ``RestoredState.store_frame``), as
+    DataFrame(key STRING, <value columns>)."""
     from pyspark.sql import functions as F
 
-    raw = spark.createDataFrame([(k.decode(), v.decode()) for k, v in state.items()], "key STRING, value STRING")
-    return raw.select("key", F.from_json("value", value_ddl).alias("v")).select("key", "v.*")
+    return store.select("key", F.from_json("value", value_ddl).alias("v")).select("key", "v.*")

@@ -40,6 +40,7 @@ def test_external_bootstrap_wins():
         ({"STREAMSTATE_SPARK_MASTER": "local-ish"}, "expected local[*]"),
         ({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "0"}, "MAX_OFFSETS_PER_TRIGGER must be >= 1"),
         ({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "lots"}, "STREAMSTATE_MAX_OFFSETS_PER_TRIGGER='lots'"),
+        ({"STREAMSTATE_RESTORE_IN_SPARK_MIN_RECORDS": "-1"}, "RESTORE_IN_SPARK_MIN_RECORDS must be >= 0"),
     ],
 )
 def test_bad_settings_are_refused_with_the_variable_named(env, message):

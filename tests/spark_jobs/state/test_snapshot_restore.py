@@ -22,7 +22,17 @@ from tests.spark_jobs.test_purchase_counts import decode_counts
 pytestmark = pytest.mark.integration
 
 
-def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
+def _state(restored) -> dict[bytes, bytes]:
+    """A restore's state, collected from Spark when it was restored there."""
+    if restored.frame is None:
+        return restored.state
+    return {row.key.encode(): row.value.encode() for row in restored.frame.collect()}
+
+
+@pytest.mark.parametrize("restore_in", ["driver", "spark"])
+def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, restore_in):
+    in_spark = restore_in == "spark"
+    settings = settings.replace(restore_in_spark_min_records=0 if in_spark else 10**12)
     job = dataclasses.replace(get_job("purchase_counts"), name=f"restore_{unique}", source_topic=f"restore-{unique}",
                               output_table=f"restore_{unique}")  # fmt: skip
     ctx = JobContext(spark, job, settings)
@@ -35,11 +45,12 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
 
     purchases.produce(bootstrap, job.source_topic, batches[0])
     run(job, settings, available_now=True, spark=spark)
-    first = take_snapshot(snapshots, bootstrap, changelog)
+    on = {"spark": spark} if in_spark else {}  # snapshots and restores by Spark's executors
+    first = take_snapshot(snapshots, bootstrap, changelog, **on)
     assert first is not None and first.batch_id == 0
     assert first.rows == len(expected_purchase_counts(batches[0]))
     assert first.input_offsets == {job.source_topic: end_offsets(bootstrap, job.source_topic)}
-    assert take_snapshot(snapshots, bootstrap, changelog) == first  # nothing new: no new snapshot
+    assert take_snapshot(snapshots, bootstrap, changelog, **on) == first  # nothing new: no new snapshot
 
     purchases.produce(bootstrap, job.source_topic, batches[1])
     run(job, settings, available_now=True, spark=spark)
@@ -52,6 +63,7 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
 
     restore = report.restores["counts"]
     assert restore["full_replay"] is False and restore["snapshot_batch_id"] == 0
+    assert restore["in_spark"] is in_spark and (restore["keys"] is None) is in_spark
     assert restore["changelog_records_read"] == tail_records  # only the tail, not the whole changelog
     # the restore recorded its own throughput (restore-time estimates use this deployment's numbers)
     recorded = [m for m in restore_measurements(settings) if m["application_id"] == job.application_id]
@@ -63,15 +75,18 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique):
     assert delta_purchase_counts(spark, report.output) == everything
 
     # The changelog still equals the state; a full replay agrees with snapshot + tail but reads more.
-    full = restore_from_snapshot(snapshots, bootstrap, changelog, use_snapshot=False)
-    assert decode_counts(full.state) == everything
-    after = restore_from_snapshot(snapshots, bootstrap, changelog)
-    assert decode_counts(after.state) == everything
+    full = restore_from_snapshot(snapshots, bootstrap, changelog, use_snapshot=False, **on)
+    assert decode_counts(_state(full)) == everything
+    after = restore_from_snapshot(snapshots, bootstrap, changelog, **on)
+    assert decode_counts(_state(after)) == everything
     assert full.changelog_records_read > after.changelog_records_read
 
     # Old snapshots stay readable (time travel) next to newer ones.
-    second = take_snapshot(snapshots, bootstrap, changelog)
+    second = take_snapshot(snapshots, bootstrap, changelog, **on)
     assert second.batch_id > first.batch_id and second.delta_version > first.delta_version
+    if in_spark:  # a retried snapshot of the same batch commits nothing (Delta's txnAppId/txnVersion)
+        position = (after.batch_id, after.input_offsets, after.changelog_resume_offsets, after.watermark_ms)
+        assert snapshots.write_frame(after.frame, *position) == second and snapshots.version() == second.delta_version
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything
     assert json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 1

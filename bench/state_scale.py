@@ -1,0 +1,135 @@
+"""Restore of a large store: in the driver process vs by Spark's executors, at growing sizes.
+
+For each size, a changelog of KEYS keys (inserts, then batches that each change CHURN_FRACTION of
+the keys) is written to a private local broker, a snapshot is taken before the last TAIL_BATCHES
+batches, and each restore runs in a fresh process of its own so its peak memory is its own:
+
+- ``driver``: ``restore_from_snapshot`` as small stores use it (the state built as a Python dict);
+- ``spark``: ``restore_from_snapshot(spark=...)`` (snapshot from Delta, tail from Kafka's batch source,
+  cut by the same rules), evaluated with ``count()`` the way the job's first batch evaluates it.
+
+Reported per run: seconds (the Spark session's start excluded and shown apart), keys, the peak RSS
+of the Python driver process and, for Spark, of its JVM (under ``local[*]`` the executors live in
+that JVM: on a cluster that memory is the executors', not the driver's).
+
+    .venv/bin/python bench/state_scale.py [--sizes 1000000 10000000] [--churn-fraction 0.01] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.private_stack import append_section, private_broker
+from bench.restore_time import ChangelogSimulator
+from runtime.settings import Settings
+from spark_jobs.state.changelog import ChangelogTopic
+from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot, take_snapshot
+from spark_jobs.state.snapshots import SnapshotStore
+
+console = Console()
+MODES = ("driver", "spark")
+
+
+def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> dict:
+    """One restore in this process (run as a child of the benchmark): its numbers as a dict."""
+    snapshots = SnapshotStore(snapshot_path, "bench-v1", "counts")
+    result: dict = {"mode": mode}
+    spark = None
+    if mode == "spark":
+        from spark_jobs.session import build_spark_session
+
+        started = time.monotonic()
+        spark = build_spark_session(settings, "bench-state-scale")
+        result["session_seconds"] = round(time.monotonic() - started, 2)
+    started = time.monotonic()
+    restored = restore_from_snapshot(snapshots, settings.kafka, topic, SilentRestoreListener(), spark=spark)
+    result["keys"] = restored.keys if spark is None else restored.frame.count()
+    result["seconds"] = round(time.monotonic() - started, 2)
+    result["batch_id"] = restored.batch_id
+    result["python_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    if spark is not None:
+        jvm = spark.sparkContext._gateway.proc.pid
+        peak = next(line for line in Path(f"/proc/{jvm}/status").read_text().splitlines() if line.startswith("VmHWM"))
+        result["jvm_peak_rss_mb"] = round(int(peak.split()[1]) / 1024)
+        spark.stop()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--churn-fraction", type=float, default=0.01)
+    parser.add_argument("--churn-batches", type=int, default=4)
+    parser.add_argument("--tail-batches", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--measure", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--settings", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--snapshot", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        settings = Settings.from_env(json.loads(args.settings))
+        print(json.dumps(measure(args.measure, settings, args.topic, args.snapshot)))
+        return
+
+    rows = []
+    with private_broker("bench-state-scale-") as settings:
+        for keys in args.sizes:
+            topic = ChangelogTopic(f"bench-{keys}-v1", "counts", partitions=2)
+            topic.ensure(settings.kafka)
+            snapshot_path = str(settings.data_dir / f"snapshot-{keys}")
+            batches = 3 + args.churn_batches  # ChangelogSimulator inserts over the first third
+            churn = max(1, int(keys * args.churn_fraction))
+            simulator = ChangelogSimulator(settings, topic, keys, batches, churn, seed=7)
+            simulator.write(batches - args.tail_batches)
+            take_snapshot(SnapshotStore(snapshot_path, "bench-v1", "counts"), settings.kafka, topic.name)
+            simulator.write(args.tail_batches)
+            for mode in MODES:
+                command = [sys.executable, __file__, "--measure", mode, "--settings", json.dumps(settings.to_env()),
+                           "--topic", topic.name, "--snapshot", snapshot_path]  # fmt: skip
+                out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=7200)
+                row = {"keys_written": keys, **json.loads(out.stdout.strip().splitlines()[-1])}
+                assert row["keys"] == keys and row["batch_id"] == batches - 1, row
+                console.print(row)
+                rows.append(row)
+
+    lines = [
+        f"## Restore of a large store: driver process vs Spark executors ({dt.date.today().isoformat()})",
+        "",
+        (
+            f"Command: `.venv/bin/python bench/state_scale.py --sizes {' '.join(map(str, args.sizes))} "
+            f"--churn-fraction {args.churn_fraction} --churn-batches {args.churn_batches} --tail-batches {args.tail_batches}`"
+        ),
+        (
+            f"Machine: {platform.machine()}, 2 cores (shared); local KRaft broker, Spark `{settings.spark_master}` "
+            f"(driver memory {settings.spark_driver_memory}), Delta on local disk. Each restore in a fresh process; "
+            f"the snapshot before the last {args.tail_batches} batches, each batch changing "
+            f"{args.churn_fraction:.0%} of the keys."
+        ),
+        "",
+        "| keys | restore | seconds | Spark session start, s | Python driver peak RSS, MB | JVM peak RSS, MB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['keys']:,} | {row['mode']} | {row['seconds']:.1f} | {row.get('session_seconds', '-')} | "
+                     f"{row['python_peak_rss_mb']:,} | {row.get('jvm_peak_rss_mb', '-')} |")  # fmt: skip
+    if args.no_write:
+        console.print("\n".join(lines))
+    else:
+        append_section([*lines, ""], console)
+
+
+if __name__ == "__main__":
+    main()
