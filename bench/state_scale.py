@@ -21,7 +21,6 @@ import argparse
 import datetime as dt
 import json
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -58,13 +57,18 @@ def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> di
     result["keys"] = restored.keys if spark is None else restored.frame.count()
     result["seconds"] = round(time.monotonic() - started, 2)
     result["batch_id"] = restored.batch_id
-    result["python_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result["python_peak_rss_mb"] = _peak_rss_mb("self")
     if spark is not None:
-        jvm = spark.sparkContext._gateway.proc.pid
-        peak = next(line for line in Path(f"/proc/{jvm}/status").read_text().splitlines() if line.startswith("VmHWM"))
-        result["jvm_peak_rss_mb"] = round(int(peak.split()[1]) / 1024)
+        result["jvm_peak_rss_mb"] = _peak_rss_mb(spark.sparkContext._gateway.proc.pid)
         spark.stop()
     return result
+
+
+def _peak_rss_mb(pid) -> int:
+    """A process's peak resident memory (VmHWM: per address space, so not inherited across fork+exec
+    the way ``ru_maxrss`` is)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return round(int(next(line for line in status if line.startswith("VmHWM")).split()[1]) / 1024)
 
 
 def main() -> None:
