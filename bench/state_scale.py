@@ -101,8 +101,18 @@ def main() -> None:
             take_snapshot(SnapshotStore(snapshot_path, "bench-v1", "counts"), settings.kafka, topic.name)
             simulator.write(args.tail_batches)
             for mode in MODES:
-                command = [sys.executable, __file__, "--measure", mode, "--settings", json.dumps(settings.to_env()),
-                           "--topic", topic.name, "--snapshot", snapshot_path]  # fmt: skip
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--measure",
+                    mode,
+                    "--settings",
+                    json.dumps(settings.to_env()),
+                    "--topic",
+                    topic.name,
+                    "--snapshot",
+                    snapshot_path,
+                ]
                 out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=7200)
                 row = {"keys_written": keys, **json.loads(out.stdout.strip().splitlines()[-1])}
                 assert row["keys"] == keys and row["batch_id"] == batches - 1, row
@@ -127,8 +137,10 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     for row in rows:
-        lines.append(f"| {row['keys']:,} | {row['mode']} | {row['seconds']:.1f} | {row.get('session_seconds', '-')} | "
-                     f"{row['python_peak_rss_mb']:,} | {row.get('jvm_peak_rss_mb', '-')} |")  # fmt: skip
+        lines.append(
+            f"| {row['keys']:,} | {row['mode']} | {row['seconds']:.1f} | {row.get('session_seconds', '-')} | "
+            f"{row['python_peak_rss_mb']:,} | {row.get('jvm_peak_rss_mb', '-')} |"
+        )
     if args.no_write:
         console.print("\n".join(lines))
     else:

@@ -127,8 +127,12 @@ class BatchAssembler:
                 else:
                     n, first, _ = spans.get((p, read.batch_id), (0, read.offset, read.offset))
                     spans[(p, read.batch_id)] = (n + 1, first, read.offset)
-        plan = plan_cut(self.partitions, markers, [BatchSpan(p, b, *span) for (p, b), span in spans.items()],
-                        last_marked=self.last_marked)  # fmt: skip
+        plan = plan_cut(
+            self.partitions,
+            markers,
+            [BatchSpan(p, b, *span) for (p, b), span in spans.items()],
+            last_marked=self.last_marked,
+        )
         changes: list[tuple[bytes, bytes | None]] = []
         for p in self.partitions:
             applied, waiting = [], []

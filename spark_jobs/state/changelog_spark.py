@@ -126,11 +126,14 @@ def read_changelog_frame(
             in_range = in_range | ((F.col("partition") == p) & (F.col("offset") < resume))
         kept = data.where(in_range).withColumn("absorbed_at", F.col("offset"))
     else:
+        # records without a batch header join as batch -1
+        rows = [
+            (k.partition, -1 if k.batch_id is None else k.batch_id, k.first_offset, k.end_offset, k.absorbed_at)
+            for k in plan.kept
+        ]
         ranges = spark.createDataFrame(
-            [(k.partition, -1 if k.batch_id is None else k.batch_id, k.first_offset, k.end_offset, k.absorbed_at)
-             for k in plan.kept],
-            "k_partition INT, k_batch BIGINT, k_first BIGINT, k_end BIGINT, absorbed_at BIGINT",
-        )  # fmt: skip
+            rows, "k_partition INT, k_batch BIGINT, k_first BIGINT, k_end BIGINT, absorbed_at BIGINT"
+        )
         kept = data.join(
             F.broadcast(ranges),
             (F.col("partition") == F.col("k_partition"))
@@ -149,16 +152,13 @@ def _records(spark, kafka: KafkaTarget, topic: str, start: dict[int, int], end: 
     from pyspark.sql import functions as F
 
     # Spark wants every partition in both offset maps; an empty range (start == end) reads nothing.
-    offsets = {
-        "start": {topic: {str(p): o for p, o in start.items()}},
-        "end": {topic: {str(p): o for p, o in end.items()}},
-    }
+    starting, ending = ({topic: {str(p): o for p, o in offsets.items()}} for offsets in (start, end))
     raw = (
         spark.read.format("kafka")
         .options(**as_connection(kafka).spark_options())
         .option("assign", json.dumps({topic: sorted(end)}))
-        .option("startingOffsets", json.dumps(offsets["start"]))
-        .option("endingOffsets", json.dumps(offsets["end"]))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "true")
         .option("groupIdPrefix", f"streamstate-restore-{topic}")

@@ -21,11 +21,20 @@ from tests.spark_jobs.state.test_cut_rules import Log, adversarial_log, writer_l
 pytestmark = pytest.mark.integration
 
 VOID_LOG: Log = {  # a batch half-written before a checkpoint loss: the keep table, not the offset range
-    0: [(b"a", b"1", 0), (MARKER_KEY, BatchMarker(0, {"in": {0: 1}}, 1).to_bytes(), 0), (b"a", b"half", 1),
-        (b"b", b"2", 5), (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void_after=0, void_before=5).to_bytes(), 5)],
-    1: [(b"c", b"1", 0), (MARKER_KEY, BatchMarker(0, {"in": {0: 1}}, 1).to_bytes(), 0), (b"c", None, 5),
-        (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void_after=0, void_before=5).to_bytes(), 5)],
-}  # fmt: skip
+    0: [
+        (b"a", b"1", 0),
+        (MARKER_KEY, BatchMarker(0, {"in": {0: 1}}, 1).to_bytes(), 0),
+        (b"a", b"half", 1),
+        (b"b", b"2", 5),
+        (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void_after=0, void_before=5).to_bytes(), 5),
+    ],
+    1: [
+        (b"c", b"1", 0),
+        (MARKER_KEY, BatchMarker(0, {"in": {0: 1}}, 1).to_bytes(), 0),
+        (b"c", None, 5),
+        (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void_after=0, void_before=5).to_bytes(), 5),
+    ],
+}
 
 
 def _produce(bootstrap: str, topic: str, log: Log) -> None:
@@ -54,8 +63,10 @@ def test_spark_applies_what_the_python_reader_applies(spark, kafka_broker, setti
         python = read_changelog(bootstrap, topic)
         frame = read_changelog_frame(spark, bootstrap, topic)
         state: dict = {}
-        apply_changes(state, [(r.key.encode(), r.value.encode() if r.value is not None else None)
-                              for r in frame.changes.collect()])  # fmt: skip
+        apply_changes(
+            state,
+            [(r.key.encode(), r.value.encode() if r.value is not None else None) for r in frame.changes.collect()],
+        )
         where = f"{name}: {log}"
         assert state == python.state, where
         assert (frame.cut_batch_id, frame.max_batch_seen) == (python.cut_batch_id, python.max_batch_seen), where
@@ -74,8 +85,14 @@ def test_a_start_below_the_log_start_reads_from_the_log_start(spark, kafka_broke
     bootstrap = settings.kafka_bootstrap_servers
     topic = f"cut-{unique}-trimmed"
     marker = BatchMarker(0, {"in": {0: 1}}, 1).to_bytes()
-    _produce(bootstrap, topic, {0: [(b"gone", b"1", 0), (b"a", b"1", 0), (MARKER_KEY, marker, 0)],
-                                1: [(b"b", b"1", 0), (MARKER_KEY, marker, 0)]})  # fmt: skip
+    _produce(
+        bootstrap,
+        topic,
+        {
+            0: [(b"gone", b"1", 0), (b"a", b"1", 0), (MARKER_KEY, marker, 0)],
+            1: [(b"b", b"1", 0), (MARKER_KEY, marker, 0)],
+        },
+    )
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_records([TopicPartition(topic, 0, 1)]).values():
         future.result(30)

@@ -242,8 +242,15 @@ def test_a_batch_without_markers_everywhere_is_not_applied():
 
 def test_records_of_a_void_batch_are_dropped_and_force_the_keep_table():
     void = BatchMarker(5, {}, 1, void_after=0, void_before=5)
-    log: Log = {0: [(b"a", b"1", 0), (MARKER_KEY, BatchMarker(0, {}, 1).to_bytes(), 0), (b"a", b"half", 1),
-                    (b"a", b"3", 5), (MARKER_KEY, void.to_bytes(), 5)]}  # fmt: skip
+    log: Log = {
+        0: [
+            (b"a", b"1", 0),
+            (MARKER_KEY, BatchMarker(0, {}, 1).to_bytes(), 0),
+            (b"a", b"half", 1),
+            (b"a", b"3", 5),
+            (MARKER_KEY, void.to_bytes(), 5),
+        ]
+    }
     plan = _plan(log)
     assert plan.cut == 5 and not plan.offset_range_only
     assert _fold_planned(log, plan)[0] == {b"a": b"3"}
