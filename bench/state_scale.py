@@ -1,4 +1,4 @@
-"""Restore of a large store: in the driver process vs by Spark's executors, at growing sizes.
+"""Restore of a large store: in the driver process, by Spark's executors, and Kafka Streams', at growing sizes.
 
 For each size, a changelog of KEYS keys (inserts, then batches that each change CHURN_FRACTION of
 the keys) is written to a private local broker, a snapshot is taken before the last TAIL_BATCHES
@@ -6,7 +6,10 @@ batches, and each restore runs in a fresh process of its own so its peak memory 
 
 - ``driver``: ``restore_from_snapshot`` as small stores use it (the state built as a Python dict);
 - ``spark``: ``restore_from_snapshot(spark=...)`` (snapshot from Delta, tail from Kafka's batch source,
-  cut by the same rules), evaluated with ``count()`` the way the job's first batch evaluates it.
+  cut by the same rules), evaluated with ``count()`` the way the job's first batch evaluates it;
+- ``kafka_streams``: the Kafka Streams peer's purchase_counts store of about as many users (built from
+  twice as many events), restored from its changelog after its state directory is wiped (a full
+  replay: Kafka Streams has no snapshots), timed by its restore listener.
 
 Reported per run: seconds (the Spark session's start excluded and shown apart), keys, the peak RSS
 of the Python driver process and, for Spark, of its JVM (under ``local[*]`` the executors live in
@@ -21,6 +24,7 @@ import argparse
 import datetime as dt
 import json
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -30,9 +34,13 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.kafka_streams_peer import KafkaStreamsPeer
+from bench.kafka_streams_peer import build as build_kafka_streams
 from bench.private_stack import append_section, private_broker
 from bench.restore_time import ChangelogSimulator
 from runtime.settings import Settings
+from spark_jobs.generators import purchases
+from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.state.changelog import ChangelogTopic
 from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot, take_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
@@ -57,11 +65,44 @@ def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> di
     result["keys"] = restored.keys if spark is None else restored.frame.count()
     result["seconds"] = round(time.monotonic() - started, 2)
     result["batch_id"] = restored.batch_id
+    result["records_read"] = restored.snapshot_rows + restored.changelog_records_read
     result["python_peak_rss_mb"] = _peak_rss_mb("self")
     if spark is not None:
         result["jvm_peak_rss_mb"] = _peak_rss_mb(spark.sparkContext._gateway.proc.pid)
         spark.stop()
     return result
+
+
+def kafka_streams_restore(settings: Settings, classpath: str, keys: int) -> dict:
+    """Kafka Streams' purchase_counts (bench/kafka_streams) with a store of about ``keys`` users, built from
+    twice as many events, then restored after its state directory is wiped: its full changelog replay,
+    timed by its restore listener (the JVM's start excluded, as the Spark session's is)."""
+    input_topic, output_topic = f"ks-purchases-{keys}", f"ks-purchase-counts-{keys}"
+    for topic in (input_topic, output_topic):  # the broker auto-creates nothing
+        ensure_topic(settings.kafka, topic, 2)
+    events, users = 2 * keys, set()
+
+    def tapped():
+        for event in purchases.generate(events, users=keys, seed=3, start=purchases.start_ending_by(events)):
+            users.add(event["user_id"])
+            yield event
+
+    purchases.produce(settings.kafka, input_topic, tapped())
+    state_dir = settings.data_dir / f"kstreams-{keys}"
+
+    def peer() -> KafkaStreamsPeer:
+        return KafkaStreamsPeer(classpath, settings, "purchase_counts", f"kstreams-scale-{keys}", state_dir,
+                                input_topic, output_topic)  # fmt: skip
+
+    first = peer()
+    first.wait_caught_up()
+    first.stop()
+    shutil.rmtree(state_dir)
+    restore = peer()
+    restore.wait_running()
+    restore.stop()
+    return {"mode": "kafka_streams", "keys": len(users), "seconds": round(restore.restore_seconds(), 2),
+            "records_read": restore.restored_records(), "jvm_peak_rss_mb": round(restore.peak_rss_bytes / 2**20)}  # fmt: skip
 
 
 def _peak_rss_mb(pid) -> int:
@@ -77,6 +118,7 @@ def main() -> None:
     parser.add_argument("--churn-fraction", type=float, default=0.01)
     parser.add_argument("--churn-batches", type=int, default=4)
     parser.add_argument("--tail-batches", type=int, default=2)
+    parser.add_argument("--no-kafka-streams", action="store_true", help="leave out Kafka Streams' restore")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     parser.add_argument("--measure", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
@@ -89,6 +131,7 @@ def main() -> None:
         return
 
     rows = []
+    classpath = None if args.no_kafka_streams else build_kafka_streams()
     with private_broker("bench-state-scale-") as settings:
         for keys in args.sizes:
             topic = ChangelogTopic(f"bench-{keys}-v1", "counts", partitions=2)
@@ -118,9 +161,12 @@ def main() -> None:
                 assert row["keys"] == keys and row["batch_id"] == batches - 1, row
                 console.print(row)
                 rows.append(row)
+            if not args.no_kafka_streams:
+                rows.append(kafka_streams_restore(settings, classpath, keys))
+                console.print(rows[-1])
 
     lines = [
-        f"## Restore of a large store: driver process vs Spark executors ({dt.date.today().isoformat()})",
+        f"## Restore of a large store: driver process vs Spark executors vs Kafka Streams ({dt.date.today().isoformat()})",
         "",
         (
             f"Command: `.venv/bin/python bench/state_scale.py --sizes {' '.join(map(str, args.sizes))} "
@@ -130,16 +176,20 @@ def main() -> None:
             f"Machine: {platform.machine()}, 2 cores (shared); local KRaft broker, Spark `{settings.spark_master}` "
             f"(driver memory {settings.spark_driver_memory}), Delta on local disk. Each restore in a fresh process; "
             f"the snapshot before the last {args.tail_batches} batches, each batch changing "
-            f"{args.churn_fraction:.0%} of the keys."
+            f"{args.churn_fraction:.0%} of the keys. Kafka Streams: bench/kafka_streams, 2 stream threads, -Xmx2g; "
+            "seconds exclude the JVM's and the Spark session's start."
         ),
         "",
-        "| keys | restore | seconds | Spark session start, s | Python driver peak RSS, MB | JVM peak RSS, MB |",
-        "|---|---|---|---|---|---|",
+        (
+            "| keys | restore | records read | seconds | Spark session start, s | Python driver peak RSS, MB "
+            "| JVM peak RSS, MB |"
+        ),
+        "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['keys']:,} | {row['mode']} | {row['seconds']:.1f} | {row.get('session_seconds', '-')} | "
-            f"{row['python_peak_rss_mb']:,} | {row.get('jvm_peak_rss_mb', '-')} |"
+            f"| {row['keys']:,} | {row['mode']} | {row['records_read']:,} | {row['seconds']:.1f} | "
+            f"{row.get('session_seconds', '-')} | {row.get('python_peak_rss_mb', '-')} | {row.get('jvm_peak_rss_mb', '-')} |"
         )
     if args.no_write:
         console.print("\n".join(lines))
