@@ -45,16 +45,10 @@ class RecordByRecordAssembler:
         self.partitions = list(partitions)
         self.segments: dict[int, list[_Segment]] = {p: [] for p in self.partitions}
         self.pending: dict[int, list[tuple[int | None, bytes, bytes | None]]] = {p: [] for p in self.partitions}
-        #: the newest marker batch per partition (kept after its segment is released)
         self.last_marked: dict[int, int] = {}
-        self.records_dropped_void = 0
-        #: the highest batch id seen (marked or not): a new query must continue above it
-        self.max_batch_seen: int | None = None
+        self.records_dropped_void, self.max_batch_seen = 0, None
 
-    def add(
-        self, partition: int, offset: int, key: bytes | None, value: bytes | None, headers, timestamp_ms: int = 0
-    ) -> None:
-        p = partition
+    def add(self, p: int, offset: int, key: bytes | None, value: bytes | None, headers, timestamp_ms: int = 0) -> None:
         if key == MARKER_KEY:
             marker = BatchMarker.from_bytes(value)
             seen = marker.batch_id
