@@ -1,4 +1,5 @@
-"""Restore of a large store: in the driver process, by Spark's executors, and Kafka Streams', at growing sizes.
+"""Restore and snapshots of a large store: in the driver process, by Spark's executors, and Kafka Streams',
+at growing sizes.
 
 For each size, a changelog of KEYS keys (inserts, then batches that each change CHURN_FRACTION of
 the keys) is written to a private local broker, a snapshot is taken before the last TAIL_BATCHES
@@ -15,7 +16,14 @@ Reported per run: seconds (the Spark session's start excluded and shown apart), 
 of the Python driver process and, for Spark, of its JVM (under ``local[*]`` the executors live in
 that JVM: on a cluster that memory is the executors', not the driver's).
 
-    .venv/bin/python bench/state_scale.py [--sizes 1000000 10000000] [--churn-fraction 0.01] [--no-write]
+Then the snapshot write (``--snapshots``): the snapshot is brought up to the changelog's head by
+Spark, one more batch changes CHURN_FRACTION of the keys, and a fresh process writes the snapshot of
+that batch both ways, in one session, timed by the same clock: ``incremental`` (the MERGE of the
+batch's changes the job commits) and ``full`` (the whole state, into a new table). The two tables
+must hold the same rows (a checksum of every key and value) before the ratio is reported.
+
+    .venv/bin/python bench/state_scale.py [--sizes 1000000 10000000] [--churn-fraction 0.01] \
+        [--modes driver spark snapshots] [--no-kafka-streams] [--no-write]
 """
 
 from __future__ import annotations
@@ -46,7 +54,8 @@ from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapsho
 from spark_jobs.state.snapshots import SnapshotStore
 
 console = Console()
-MODES = ("driver", "spark")
+MODES = ("driver", "spark", "snapshots")
+RESTORES = ("driver", "spark")
 
 
 def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> dict:
@@ -112,6 +121,59 @@ def kafka_streams_restore(settings: Settings, classpath: str, keys: int) -> dict
             "records_read": restore.restored_records(), "jvm_peak_rss_mb": round(restore.peak_rss_bytes / 2**20)}  # fmt: skip
 
 
+def catch_up_snapshot(settings: Settings, topic: str, snapshot_path: str) -> dict:
+    """Bring the snapshot to the changelog's head with Spark (the MERGE of the tail): the base of :func:`snapshots`."""
+    from spark_jobs.session import build_spark_session
+
+    spark = build_spark_session(settings, "bench-state-scale")
+    snapshots = SnapshotStore(snapshot_path, "bench-v1", "counts")
+    started = time.monotonic()
+    written = take_snapshot(snapshots, settings.kafka, topic, spark=spark)
+    spark.stop()
+    return {"batch_id": written.batch_id, "mode": written.mode, "seconds": round(time.monotonic() - started, 2)}
+
+
+def snapshots(settings: Settings, topic: str, snapshot_path: str) -> dict:
+    """The snapshot of the changelog's last batch, written incrementally and in full in one session."""
+    from deltalake import DeltaTable
+
+    from spark_jobs.session import build_spark_session
+
+    spark = build_spark_session(settings, "bench-state-scale")
+    store = SnapshotStore(snapshot_path, "bench-v1", "counts")
+    restored = restore_from_snapshot(store, settings.kafka, topic, SilentRestoreListener(), spark=spark)
+    keys = restored.frame.count()  # the JVM's first jobs, before either write is timed
+    position = (restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets, restored.watermark_ms)
+    started = time.monotonic()
+    incremental = store.merge_frame(restored.changes, restored.snapshot, *position)
+    incremental_seconds = time.monotonic() - started
+    full_store = SnapshotStore(f"{snapshot_path}-full", "bench-v1", "counts")
+    started = time.monotonic()
+    full = full_store.write_frame(restored.frame, *position)
+    full_seconds = time.monotonic() - started
+
+    def checksum(store_: SnapshotStore, info) -> tuple[int, int]:
+        row = store_.frame(spark, info).selectExpr("count(*) AS n", "sum(xxhash64(key, value)) AS h").first()
+        return row["n"], row["h"]
+
+    same = checksum(store, incremental) == checksum(full_store, full)
+    metrics = DeltaTable(store.path).history(1)[0]["operationMetrics"]  # the MERGE's
+    spark.stop()
+    if not same or incremental.rows != keys or full.rows != keys:
+        raise SystemExit(f"the incremental and full snapshots differ: {incremental} vs {full}")
+    return {
+        "mode": "snapshots",
+        "keys": keys,
+        "changed_keys": int(metrics["numSourceRows"]),
+        "incremental_seconds": round(incremental_seconds, 2),
+        "full_seconds": round(full_seconds, 2),
+        "ratio": round(incremental_seconds / full_seconds, 3),
+        "incremental_bytes": incremental.bytes,
+        "full_bytes": full.bytes,
+        "files_rewritten": int(metrics["numTargetFilesRemoved"]),
+    }
+
+
 def _peak_rss_mb(pid) -> int:
     """A process's peak resident memory (VmHWM: per address space, so not inherited across fork+exec
     the way ``ru_maxrss`` is)."""
@@ -125,19 +187,24 @@ def main() -> None:
     parser.add_argument("--churn-fraction", type=float, default=0.01)
     parser.add_argument("--churn-batches", type=int, default=4)
     parser.add_argument("--tail-batches", type=int, default=2)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="what to measure")
     parser.add_argument("--no-kafka-streams", action="store_true", help="leave out Kafka Streams' restore")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    parser.add_argument("--measure", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--measure", choices=(*RESTORES, "catch-up", "snapshots"), help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         settings = Settings.from_env(json.loads(args.settings))
-        print(json.dumps(measure(args.measure, settings, args.topic, args.snapshot)))
+        steps = {"catch-up": catch_up_snapshot, "snapshots": snapshots}
+        if args.measure in steps:
+            print(json.dumps(steps[args.measure](settings, args.topic, args.snapshot)))
+        else:
+            print(json.dumps(measure(args.measure, settings, args.topic, args.snapshot)))
         return
 
-    rows = []
+    rows, snapshot_rows = [], []
     classpath = None if args.no_kafka_streams else build_kafka_streams()
     with private_broker("bench-state-scale-") as settings:
         for keys in args.sizes:
@@ -150,58 +217,94 @@ def main() -> None:
             simulator.write(batches - args.tail_batches)
             take_snapshot(SnapshotStore(snapshot_path, "bench-v1", "counts"), settings.kafka, topic.name)
             simulator.write(args.tail_batches)
-            for mode in MODES:
-                command = [
-                    sys.executable,
-                    __file__,
-                    "--measure",
-                    mode,
-                    "--settings",
-                    json.dumps(settings.to_env()),
-                    "--topic",
-                    topic.name,
-                    "--snapshot",
-                    snapshot_path,
-                ]
-                out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=7200)
-                row = {"keys_written": keys, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+            for mode in (m for m in RESTORES if m in args.modes):
+                row = {"keys_written": keys, **_child(mode, settings, topic.name, snapshot_path)}
                 assert row["keys"] == keys and row["batch_id"] == batches - 1, row
                 console.print(row)
                 rows.append(row)
-            if not args.no_kafka_streams:
+            if "snapshots" in args.modes:
+                console.print({"catch_up": _child("catch-up", settings, topic.name, snapshot_path)})
+                simulator.write(1)  # the batch whose snapshot is written both ways
+                snapshot_rows.append(_child("snapshots", settings, topic.name, snapshot_path))
+                console.print(snapshot_rows[-1])
+            if not args.no_kafka_streams and any(m in args.modes for m in RESTORES):
                 rows.append(kafka_streams_restore(settings, classpath, keys))
                 console.print(rows[-1])
 
-    lines = [
-        f"## Restore of a large store: driver process vs Spark executors vs Kafka Streams ({dt.date.today().isoformat()})",
-        "",
-        (
-            f"Command: `.venv/bin/python bench/state_scale.py --sizes {' '.join(map(str, args.sizes))} "
-            f"--churn-fraction {args.churn_fraction} --churn-batches {args.churn_batches} --tail-batches {args.tail_batches}`"
-        ),
-        (
-            f"Machine: {platform.machine()}, 2 cores (shared); local KRaft broker, Spark `{settings.spark_master}` "
-            f"(driver memory {settings.spark_driver_memory}), Delta on local disk. Each restore in a fresh process; "
-            f"the snapshot before the last {args.tail_batches} batches, each batch changing "
-            f"{args.churn_fraction:.0%} of the keys. Kafka Streams: bench/kafka_streams, 2 stream threads, -Xmx2g; "
-            "seconds exclude the JVM's and the Spark session's start."
-        ),
-        "",
-        (
-            "| keys | restore | records read | seconds | Spark session start, s | Python driver peak RSS, MB "
-            "| JVM peak RSS, MB |"
-        ),
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = (
+        []
+        if not rows
+        else [
+            f"## Restore of a large store: driver process vs Spark executors vs Kafka Streams ({dt.date.today().isoformat()})",
+            "",
+            (
+                f"Command: `.venv/bin/python bench/state_scale.py --sizes {' '.join(map(str, args.sizes))} "
+                f"--churn-fraction {args.churn_fraction} --churn-batches {args.churn_batches} --tail-batches {args.tail_batches}`"
+            ),
+            (
+                f"Machine: {platform.machine()}, 2 cores (shared); local KRaft broker, Spark `{settings.spark_master}` "
+                f"(driver memory {settings.spark_driver_memory}), Delta on local disk. Each restore in a fresh process; "
+                f"the snapshot before the last {args.tail_batches} batches, each batch changing "
+                f"{args.churn_fraction:.0%} of the keys. Kafka Streams: bench/kafka_streams, 2 stream threads, -Xmx2g; "
+                "seconds exclude the JVM's and the Spark session's start."
+            ),
+            "",
+            (
+                "| keys | restore | records read | seconds | Spark session start, s | Python driver peak RSS, MB "
+                "| JVM peak RSS, MB |"
+            ),
+            "|---|---|---|---|---|---|---|",
+        ]
+    )
     for row in rows:
         lines.append(
             f"| {row['keys']:,} | {row['mode']} | {row['records_read']:,} | {row['seconds']:.1f} | "
             f"{row.get('session_seconds', '-')} | {row.get('python_peak_rss_mb', '-')} | {row.get('jvm_peak_rss_mb', '-')} |"
         )
+    if snapshot_rows:
+        lines += _snapshot_section(args, snapshot_rows)
     if args.no_write:
         console.print("\n".join(lines))
     else:
         append_section([*lines, ""], console)
+
+
+def _child(step: str, settings: Settings, topic: str, snapshot_path: str) -> dict:
+    """Run one measurement in a fresh process of its own (its peak memory is its own): its result."""
+    command = [sys.executable, __file__, "--measure", step, "--settings", json.dumps(settings.to_env())]
+    command += ["--topic", topic, "--snapshot", snapshot_path]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=7200)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _snapshot_section(args, rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        f"## Snapshot of a large store after one batch: incremental vs full ({dt.date.today().isoformat()})",
+        "",
+        (
+            f"Command: `.venv/bin/python bench/state_scale.py --sizes {' '.join(map(str, args.sizes))} "
+            f"--churn-fraction {args.churn_fraction} --modes snapshots --no-kafka-streams`"
+        ),
+        (
+            f"Machine: {platform.machine()}, 2 cores (shared), Spark `local[*]`, Delta on local disk. The batch "
+            f"changed {args.churn_fraction:.0%} of the keys; both writes in one warm session, each reading the "
+            "snapshot and the batch from Kafka as `take_snapshot` does. Target: incremental <= 5% of full."
+        ),
+        "",
+        (
+            "| keys | changed keys | incremental, s | full, s | incremental / full | bytes written, incremental "
+            "| bytes written, full | files rewritten by the MERGE |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['keys']:,} | {row['changed_keys']:,} | {row['incremental_seconds']:.1f} | {row['full_seconds']:.1f} "
+            f"| {row['ratio']:.1%} | {row['incremental_bytes']:,} | {row['full_bytes']:,} | {row['files_rewritten']} |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ report with what the job did is written to ``<status_dir>/<application_id>.last-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import importlib
@@ -31,7 +30,7 @@ from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning, JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, status_path
 from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
-from spark_jobs.session import build_spark_session
+from spark_jobs.session import build_spark_session, session_conf
 from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
 from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
@@ -184,6 +183,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
                     "batch_id": snap.batch_id,
                     "rows": snap.rows,
                     "bytes": snap.bytes,
+                    "mode": snap.mode,
                     "taken_at": snap.taken_at,
                     "delta_version": snap.delta_version,
                 },
@@ -218,7 +218,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
 
         writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
         queries = [with_trigger(w).start() for w in context.companion_writers]
-        with _session_conf(spark, context.query_conf):  # a query copies the session conf when it starts
+        with session_conf(spark, context.query_conf):  # a query copies the session conf when it starts
             queries.append(with_trigger(writer).start())
         collector.main_query_id = str(queries[-1].id)
         status.transition_to(JobState.RUNNING)
@@ -317,18 +317,6 @@ def restore_if_needed(context: JobContext, listener: RestoreListener | None = No
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps({n: r.summary() for n, r in context.restored.items()}, indent=2))
     return context.restored
-
-
-@contextlib.contextmanager
-def _session_conf(spark, conf: dict[str, str]):
-    previous = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
 def _now() -> str:

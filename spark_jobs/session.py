@@ -15,6 +15,7 @@ What it guarantees, whatever the master:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -82,3 +83,20 @@ def build_spark_session(settings: Settings, app_name: str, extra_conf: dict[str,
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextlib.contextmanager
+def session_conf(spark, conf: dict[str, str]):
+    """Set SQL ``conf`` on ``spark`` for the block, then put back what was there (a streaming query copies
+    the session's conf when it starts; a Delta MERGE reads its commit's metadata from it)."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

@@ -22,7 +22,7 @@ from prometheus_client import Counter, Gauge
 from runtime.kafka_connection import KafkaTarget
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
-from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
+from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore
 
 log = logging.getLogger("streamstate.restore")
 
@@ -87,6 +87,8 @@ class RestoredState:
     snapshot_seconds: float = 0.0
     #: the state as a lazy DataFrame(key STRING, value STRING) when it was restored in Spark
     frame: object | None = None
+    #: restored in Spark: the tail's latest value per changed key (null: deleted), what ``frame`` adds to the snapshot
+    changes: object | None = None
 
     @property
     def keys(self) -> int | None:
@@ -145,7 +147,8 @@ def restore_from_snapshot(
             base_state=base,
             on_progress=lambda n: listener.on_batch_restored(snapshots.store, n),
         )
-        state, frame, applied, max_seen = tail.state, None, tail.records_applied, tail.max_batch_seen
+        state, frame, changes = tail.state, None, None
+        applied, max_seen = tail.records_applied, tail.max_batch_seen
     else:
         from spark_jobs.state.changelog_spark import read_changelog_frame
 
@@ -178,6 +181,7 @@ def restore_from_snapshot(
         snapshot_rows=snapshot_rows,
         snapshot_seconds=snapshot_seconds,
         frame=frame,
+        changes=changes,
     )
     listener.on_restore_end(snapshots.store, result)
     return result
@@ -200,7 +204,10 @@ def take_snapshot(
 ) -> SnapshotInfo | None:
     """Write a new snapshot if the changelog has complete batches beyond the latest one.
 
-    With ``spark`` the state is rebuilt and written by Spark's executors (see :func:`restore_from_snapshot`).
+    With ``spark`` the state is rebuilt and written by Spark's executors (see :func:`restore_from_snapshot`):
+    as a MERGE of the tail's changes over the latest snapshot (``incremental``: its cost follows the keys
+    changed), or in full when there is none yet or another snapshot landed meanwhile. Without, the driver
+    rewrites the whole state (a store small enough for one process).
     Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
     """
     restored = restore_from_snapshot(snapshots, kafka, changelog_topic, SilentRestoreListener(), spark=spark)
@@ -208,9 +215,14 @@ def take_snapshot(
     if restored.batch_id is None or (latest is not None and restored.batch_id <= latest.batch_id):
         return latest
     position = (restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets, restored.watermark_ms)
-    if restored.frame is not None:
-        return snapshots.write_frame(restored.frame, *position)
-    return snapshots.write(restored.state, *position)
+    if restored.frame is None:
+        return snapshots.write(restored.state, *position)
+    if latest is not None:
+        try:
+            return snapshots.merge_frame(restored.changes, latest, *position)
+        except SnapshotConflict:  # the state at the cut does not depend on the table: write it whole
+            pass
+    return snapshots.write_frame(restored.frame, *position)
 
 
 class SilentRestoreListener:

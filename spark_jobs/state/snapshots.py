@@ -9,9 +9,19 @@ offsets the state corresponds to and the changelog offsets to resume from. So:
 * a snapshot write that dies half-way never commits, so readers only ever see complete snapshots.
 
 A snapshot is built from the previous snapshot plus the changelog tail up to the last complete
-batch (:func:`take_snapshot`), never from a live query, so it is consistent by construction. The
-warm standby (:mod:`spark_jobs.standby`) commits the same kind of snapshot incrementally: a MERGE of
-the complete batches' changes, with the same metadata.
+batch (:func:`take_snapshot`), never from a live query, so it is consistent by construction. It is
+written in one of two modes (:data:`SnapshotMode`):
+
+* ``full``: the whole state, one overwrite (a first snapshot, or a store small enough for the driver);
+* ``incremental``: a MERGE of the tail's changes (the latest value per changed key, null: deleted)
+  over the previous snapshot. Snapshot tables have deletion vectors on, so a MERGE writes the changed
+  rows and marks the replaced ones deleted instead of rewriting every file that holds a changed key:
+  its cost follows the keys changed, not the store. Spark's executors run the job's incremental
+  snapshots; the warm standby (:mod:`spark_jobs.standby`) commits the same kind with delta-rs.
+
+Both carry the same metadata. An incremental commit records the rows of the snapshot it was merged
+over; its own row count is that plus the MERGE's inserted minus deleted rows (the commit's
+``operationMetrics``), so no writer scans the table to count it.
 :class:`SnapshotStore` is the only code that reads or writes a snapshot table (driver, standby, state
 API, audit); it does not read Kafka. It works without Spark (delta-rs).
 """
@@ -22,11 +32,15 @@ import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Literal
 
 from spark_jobs.layout import JobLayout, snapshot_table_path
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 METADATA_KIND = "streamstate.snapshot/v1"
+
+#: how a snapshot was written: the whole state (an overwrite) or the changes since the previous one (a MERGE)
+SnapshotMode = Literal["full", "incremental"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,31 +55,59 @@ class SnapshotInfo:
     changelog_offsets: dict[int, int]
     rows: int
     taken_at: str
+    #: bytes the snapshot's commit wrote (the whole table when ``full``, the changed rows when ``incremental``)
     bytes: int = 0
     #: the event-time watermark of ``batch_id`` (0: none)
     watermark_ms: int = 0
     #: the snapshot holds every change written to the changelog before this time (epoch ms; 0: unknown)
     as_of_ms: int = 0
-    #: who wrote it: ``driver`` (the job's cadence, a full overwrite) or ``standby`` (a MERGE of a tail)
+    #: who wrote it: ``driver`` (the job's cadence) or ``standby`` (the warm standby)
     writer: str = "driver"
+    mode: SnapshotMode = "full"
+    #: ``incremental``: the rows of the snapshot the changes were merged over
+    rows_before: int | None = None
 
     def metadata_json(self) -> str:
-        return json.dumps({
-            "kind": METADATA_KIND, "application_id": self.application_id, "store": self.store,
-            "batch_id": self.batch_id, "rows": self.rows, "taken_at": self.taken_at, "watermark_ms": self.watermark_ms,
-            "input_offsets": {t: {str(p): o for p, o in ps.items()} for t, ps in self.input_offsets.items()},
-            "changelog_offsets": {str(p): o for p, o in self.changelog_offsets.items()},
-            "as_of_ms": self.as_of_ms, "writer": self.writer, "bytes": self.bytes,
-        }, sort_keys=True)  # fmt: skip
+        """The commit's ``userMetadata``. An incremental snapshot's ``rows`` is not known before its MERGE
+        commits: it records ``rows_before`` and :meth:`from_commit` adds the MERGE's metrics."""
+        incremental = self.mode == "incremental"
+        return json.dumps(
+            {
+                "kind": METADATA_KIND,
+                "application_id": self.application_id,
+                "store": self.store,
+                "batch_id": self.batch_id,
+                "rows": None if incremental else self.rows,
+                "rows_before": self.rows_before if incremental else None,
+                "mode": self.mode,
+                "taken_at": self.taken_at,
+                "watermark_ms": self.watermark_ms,
+                "input_offsets": {t: {str(p): o for p, o in ps.items()} for t, ps in self.input_offsets.items()},
+                "changelog_offsets": {str(p): o for p, o in self.changelog_offsets.items()},
+                "as_of_ms": self.as_of_ms,
+                "writer": self.writer,
+            },
+            sort_keys=True,
+        )
 
     @classmethod
-    def from_commit(cls, version: int, user_metadata: str | None, output_bytes: int) -> SnapshotInfo | None:
+    def from_commit(cls, version: int, user_metadata: str | None, metrics: dict) -> SnapshotInfo | None:
+        """The snapshot a commit wrote (None: the commit is not a snapshot), from its ``userMetadata`` and
+        ``operationMetrics`` (Spark names them in camelCase, delta-rs in snake_case)."""
         try:
             data = json.loads(user_metadata or "")
         except ValueError:
             return None
         if not isinstance(data, dict) or data.get("kind") != METADATA_KIND:
             return None
+        mode = data.get("mode", "full")
+        if mode == "incremental":
+            changed = _metric(metrics, "numTargetRowsInserted", "num_target_rows_inserted") - _metric(
+                metrics, "numTargetRowsDeleted", "num_target_rows_deleted"
+            )
+            rows = int(data["rows_before"]) + changed
+        else:
+            rows = int(data["rows"])
         return cls(
             delta_version=version,
             application_id=data["application_id"],
@@ -73,13 +115,20 @@ class SnapshotInfo:
             batch_id=int(data["batch_id"]),
             input_offsets={t: {int(p): int(o) for p, o in ps.items()} for t, ps in data["input_offsets"].items()},
             changelog_offsets={int(p): int(o) for p, o in data["changelog_offsets"].items()},
-            rows=int(data["rows"]),
+            rows=rows,
             taken_at=data["taken_at"],
-            bytes=output_bytes or int(data.get("bytes", 0)),
+            bytes=_metric(metrics, "numOutputBytes", "num_output_bytes") or int(data.get("bytes", 0)),
             watermark_ms=int(data.get("watermark_ms", 0)),
             as_of_ms=int(data.get("as_of_ms", 0)),
             writer=data.get("writer", "driver"),
+            mode=mode,
+            rows_before=data.get("rows_before"),
         )
+
+
+def _metric(metrics: dict, *names: str) -> int:
+    """A commit's operation metric under the first of ``names`` it has (0: none)."""
+    return next((int(metrics[n] or 0) for n in names if n in metrics), 0)
 
 
 def snapshot_history(path: Path | str, limit: int | None = None) -> list[SnapshotInfo]:
@@ -90,9 +139,8 @@ def snapshot_history(path: Path | str, limit: int | None = None) -> list[Snapsho
         return []
     infos = []
     for commit in DeltaTable(str(path)).history(limit):
-        metrics = commit.get("operationMetrics") or {}
         metadata = commit.get("userMetadata") or _user_metadata(Path(path), int(commit["version"]))
-        info = SnapshotInfo.from_commit(int(commit["version"]), metadata, int(metrics.get("numOutputBytes", 0) or 0))
+        info = SnapshotInfo.from_commit(int(commit["version"]), metadata, commit.get("operationMetrics") or {})
         if info is not None:
             infos.append(info)
     return sorted(infos, key=lambda i: i.delta_version)
@@ -122,10 +170,12 @@ snapshot_path = snapshot_table_path  # the table's name has one owner: spark_job
 
 
 def snapshot_table_configuration(retention: str = "7 days") -> dict[str, str]:
-    """Table properties of a new snapshot table: old snapshots stay readable by time travel this long."""
+    """Table properties of a new snapshot table: old snapshots stay readable by time travel this long, and
+    a MERGE marks replaced rows in deletion vectors instead of rewriting their files (incremental snapshots)."""
     return {
         "delta.logRetentionDuration": f"interval {retention}",
         "delta.deletedFileRetentionDuration": f"interval {retention}",
+        "delta.enableDeletionVectors": "true",
     }
 
 
@@ -134,11 +184,14 @@ class SnapshotConflict(RuntimeError):
 
 
 class SnapshotStore:
-    """The only reader and writer of one store's snapshot table, with delta-rs: the driver's full
-    snapshots (:meth:`write`), the warm standby's incremental ones (:meth:`merge`), the state API's and
-    the audit's reads. The state is built in one Python process (restore, snapshot), so a Spark job per
-    snapshot would only add its start-up and a cold Delta log replay to what is one Parquet file written
-    or scanned through Arrow."""
+    """The only reader and writer of one store's snapshot table.
+
+    In this process, with delta-rs: the full snapshots of a store small enough for the driver
+    (:meth:`write`), the warm standby's incremental ones (:meth:`merge`), the state API's and the audit's
+    reads (:meth:`read`; a Spark job would only add its start-up to one Parquet scan). With Spark's
+    executors, for a store too large for one process: reads (:meth:`frame`), full snapshots
+    (:meth:`write_frame`) and incremental ones (:meth:`merge_frame`).
+    """
 
     @classmethod
     def of(cls, layout: JobLayout, store: str) -> SnapshotStore:
@@ -209,9 +262,11 @@ class SnapshotStore:
         return [int(size) for size in actions.column("size_bytes").to_pylist()]
 
     def _arrow(self, version: int, columns: list[str]):
+        import pyarrow as pa
         from deltalake import DeltaTable
 
-        return DeltaTable(self.path, version=version).to_pyarrow_table(columns=columns)
+        # scan() applies deletion vectors (an incremental snapshot's replaced rows); to_pyarrow_table refuses them
+        return pa.table(DeltaTable(self.path, version=version).scan(columns=columns))
 
     def write(self, state: dict[bytes, bytes], batch_id: int, input_offsets: KafkaOffsets,
               changelog_offsets: dict[int, int], watermark_ms: int = 0) -> SnapshotInfo:  # fmt: skip
@@ -253,7 +308,7 @@ class SnapshotStore:
             input_offsets=input_offsets,
             changelog_offsets=dict(changelog_offsets),
             rows=rows,
-            taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            taken_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             watermark_ms=watermark_ms,
         )
 
@@ -300,10 +355,73 @@ class SnapshotStore:
                 frame.unpersist()
         return self._committed(batch_id)
 
-    def merge(self, changes: dict[bytes, bytes | None], info: SnapshotInfo, *, expected_version: int | None,
-              previous_rows: int | None = None) -> SnapshotInfo:  # fmt: skip
+    def merge_frame(
+        self,
+        changes,
+        base: SnapshotInfo,
+        batch_id: int,
+        input_offsets: KafkaOffsets,
+        changelog_offsets: dict[int, int],
+        watermark_ms: int = 0,
+    ) -> SnapshotInfo:
+        """An incremental snapshot written by Spark's executors: one Delta MERGE of ``changes``
+        (DataFrame(key, value): the latest value of every key changed since ``base``, null: deleted) over
+        the table at ``base``. Deletion vectors keep its cost to the changed keys; idempotent per batch
+        like :meth:`write_frame`.
+
+        Raises:
+            SnapshotConflict: the table is no longer at ``base`` (another snapshot landed since).
+        """
+        from delta.tables import DeltaTable as SparkDeltaTable
+        from deltalake import DeltaTable
+
+        from spark_jobs.session import session_conf
+
+        committed = DeltaTable(self.path).transaction_version(self.transaction_app_id)
+        if committed is not None and committed >= batch_id:
+            return self._committed(batch_id)
+        if self.version() != base.delta_version:
+            raise SnapshotConflict(f"{self.path} changed since version {base.delta_version}")
+        spark = changes.sparkSession
+        if DeltaTable(self.path).metadata().configuration.get("delta.enableDeletionVectors") != "true":
+            # a table created before snapshots were incremental: one protocol upgrade, then MERGEs stay cheap
+            spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        info = dataclasses.replace(
+            self._new_info(batch_id, input_offsets, changelog_offsets, base.rows, watermark_ms),
+            mode="incremental",
+            rows_before=base.rows,
+        )
+        # A MERGE takes its commit's metadata and transaction from the session, not from options.
+        with session_conf(
+            spark,
+            {
+                "spark.databricks.delta.commitInfo.userMetadata": info.metadata_json(),
+                "spark.databricks.delta.write.txnAppId": self.transaction_app_id,
+                "spark.databricks.delta.write.txnVersion": str(batch_id),
+            },
+        ):
+            (
+                SparkDeltaTable.forPath(spark, self.path)
+                .alias("t")
+                .merge(changes.alias("s"), "t.key = s.key")
+                .whenMatchedDelete("s.value IS NULL")
+                .whenMatchedUpdate("s.value IS NOT NULL", {"value": "s.value"})
+                .whenNotMatchedInsert("s.value IS NOT NULL", {"key": "s.key", "value": "s.value"})
+                .execute()
+            )
+        return self._committed(batch_id)
+
+    def merge(
+        self,
+        changes: dict[bytes, bytes | None],
+        info: SnapshotInfo,
+        *,
+        expected_version: int | None,
+        previous_rows: int | None = None,
+    ) -> SnapshotInfo:
         """Commit ``changes`` (key -> new value, None: deleted) over the table as a new snapshot described
         by ``info``: one Delta MERGE, costing the changed keys, not the store (the warm standby's write).
+        ``previous_rows``: the rows of the table at ``expected_version`` (counted when not given).
 
         Raises:
             SnapshotConflict: the table is no longer at ``expected_version`` (a driver snapshot landed).
@@ -320,26 +438,30 @@ class SnapshotStore:
         source = pa.table({"key": keys, "value": values}, schema=schema)
         if expected_version is None:
             live = source.filter(pc.is_valid(source.column("value")))
-            info = dataclasses.replace(info, rows=live.num_rows)
+            info = dataclasses.replace(info, rows=live.num_rows, mode="full")
             metadata = CommitProperties(custom_metadata={"userMetadata": info.metadata_json()})
-            write_deltalake(self.path, live, mode="error", commit_properties=metadata,
-                            configuration=snapshot_table_configuration(self.retention))  # fmt: skip
-        else:
-            table = DeltaTable(self.path)  # checked above; a commit racing this one fails the merge's own commit
-            # The row count the snapshot will have: which of the changed keys exist now (a key-column scan).
-            existing = set(table.to_pyarrow_dataset().to_table(
-                columns=["key"], filter=pc.field("key").isin(keys)).column("key").to_pylist())  # fmt: skip
-            inserted = sum(1 for k, v in zip(keys, values) if v is not None and k not in existing)
-            deleted = sum(1 for k, v in zip(keys, values) if v is None and k in existing)
-            base = previous_rows if previous_rows is not None else len(existing)
-            info = dataclasses.replace(info, rows=base + inserted - deleted)
-            metadata = CommitProperties(custom_metadata={"userMetadata": info.metadata_json()})
-            (table.merge(source, "t.key = s.key", source_alias="s", target_alias="t", commit_properties=metadata)
-             .when_matched_delete("s.value IS NULL")
-             .when_matched_update(updates={"value": "s.value"}, predicate="s.value IS NOT NULL")
-             .when_not_matched_insert(updates={"key": "s.key", "value": "s.value"}, predicate="s.value IS NOT NULL")
-             .execute())  # fmt: skip
-        return dataclasses.replace(info, delta_version=DeltaTable(self.path).version())
+            write_deltalake(
+                self.path,
+                live,
+                mode="error",
+                commit_properties=metadata,
+                configuration=snapshot_table_configuration(self.retention),
+            )
+            return dataclasses.replace(info, delta_version=DeltaTable(self.path).version())
+        if previous_rows is None:
+            previous_rows = self._arrow(expected_version, ["key"]).num_rows
+        info = dataclasses.replace(info, rows=previous_rows, mode="incremental", rows_before=previous_rows)
+        metadata = CommitProperties(custom_metadata={"userMetadata": info.metadata_json()})
+        # a commit racing this one (after the check above) fails the MERGE's own commit
+        (
+            DeltaTable(self.path)
+            .merge(source, "t.key = s.key", source_alias="s", target_alias="t", commit_properties=metadata)
+            .when_matched_delete("s.value IS NULL")
+            .when_matched_update(updates={"value": "s.value"}, predicate="s.value IS NOT NULL")
+            .when_not_matched_insert(updates={"key": "s.key", "value": "s.value"}, predicate="s.value IS NOT NULL")
+            .execute()
+        )
+        return snapshot_history(self.path, 1)[-1]
 
     def maintain(self, *, dry_run: bool = True, writer_running: str | None = None):
         """Compact the table's small files and vacuum files past the time-travel window

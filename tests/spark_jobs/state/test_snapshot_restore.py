@@ -54,7 +54,9 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
 
     purchases.produce(bootstrap, job.source_topic, batches[1])
     run(job, settings, available_now=True, spark=spark)
-    tail_records = sum(end_offsets(bootstrap, changelog)[p] - first.changelog_offsets[p] for p in first.changelog_offsets)
+    tail_records = sum(
+        end_offsets(bootstrap, changelog)[p] - first.changelog_offsets[p] for p in first.changelog_offsets
+    )
 
     # Lose the checkpoint, then more input arrives.
     shutil.rmtree(ctx.checkpoint)
@@ -84,8 +86,11 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     # Old snapshots stay readable (time travel) next to newer ones.
     second = take_snapshot(snapshots, bootstrap, changelog, **on)
     assert second.batch_id > first.batch_id and second.delta_version > first.delta_version
+    # Spark merges the tail's changes over the previous snapshot; the driver rewrites its small store
+    assert (second.mode, second.rows) == ("incremental" if in_spark else "full", len(everything))
     if in_spark:  # a retried snapshot of the same batch commits nothing (Delta's txnAppId/txnVersion)
         position = (after.batch_id, after.input_offsets, after.changelog_resume_offsets, after.watermark_ms)
+        assert snapshots.merge_frame(after.changes, first, *position) == second
         assert snapshots.write_frame(after.frame, *position) == second and snapshots.version() == second.delta_version
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything

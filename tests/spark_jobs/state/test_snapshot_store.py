@@ -1,11 +1,13 @@
-"""SnapshotStore on a real Delta table (delta-rs, local disk): commits, retries, empty state, time travel,
-the standby's incremental MERGEs."""
+"""SnapshotStore on a real Delta table (local disk): commits, retries, empty state, time travel, the
+standby's incremental MERGEs (delta-rs) and the job's (Spark), over deletion vectors."""
 
 from __future__ import annotations
 
 import pytest
 from deltalake import DeltaTable
 
+from spark_jobs.maintenance import maintain_table
+from spark_jobs.state.restore import STORE_SCHEMA
 from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore
 
 
@@ -62,3 +64,55 @@ def test_the_standbys_incremental_snapshots_merge_changes_only(tmp_path):
     with pytest.raises(SnapshotConflict, match="changed since version"):
         store.merge({b"u9": b"9"}, _info(3), expected_version=second.delta_version)
     assert store.read(store.latest()) == {b"x": b"1"}
+
+
+def test_spark_merges_an_incremental_snapshot_through_deletion_vectors(spark, tmp_path):
+    store = SnapshotStore(tmp_path / "snap", "job-v1", "counts", file_size_bytes=32 * 1024)
+    state = {f"k{i:05d}": f'{{"n":{i}}}' for i in range(20_000)}
+    full = store.write({k.encode(): v.encode() for k, v in state.items()}, 3, {"in": {0: 30}}, {0: 9})
+    assert full.mode == "full" and len(store.files()) >= 8  # enough small files for maintenance to compact
+
+    # 1% of the keys change, some are deleted, some are new: the latest value per key, null deletes
+    changes = {f"k{i:05d}": f'{{"n":{-i}}}' for i in range(0, 20_000, 100)}
+    changes |= {"k00001": None, "k00002": None, "new1": '{"n":1}', "gone": None}
+    frame = spark.createDataFrame(list(changes.items()), STORE_SCHEMA)
+    merged = store.merge_frame(frame, full, 4, {"in": {0: 40}}, {0: 12}, watermark_ms=7)
+    expected = {k: v for k, v in (state | changes).items() if v is not None}
+    assert (merged.mode, merged.rows_before, merged.rows) == ("incremental", 20_000, len(expected))
+    assert (merged.batch_id, merged.changelog_offsets, merged.watermark_ms) == (4, {0: 12}, 7)
+    assert store.latest() == merged and merged.delta_version == full.delta_version + 1
+    metrics = DeltaTable(store.path).history(1)[0]["operationMetrics"]
+    # no file holding a changed key was rewritten: the replaced rows are marked in deletion vectors
+    assert int(metrics["numTargetFilesRemoved"]) == 0 and int(metrics["numTargetDeletionVectorsAdded"]) > 0
+    assert store.read_text(merged) == expected  # delta-rs applies the deletion vectors
+    assert {r.key: r.value for r in store.frame(spark, merged).collect()} == expected
+    assert store.read_text(full) == state  # the previous snapshot stays readable
+
+    # A retried batch commits nothing; a base that is no longer the latest is refused.
+    assert store.merge_frame(frame, full, 4, {"in": {0: 40}}, {0: 12}) == merged
+    with pytest.raises(SnapshotConflict, match="changed since version"):
+        store.merge_frame(frame, full, 5, {"in": {0: 50}}, {0: 15})
+    assert store.version() == merged.delta_version
+
+    # The standby's delta-rs MERGE rewrites a file with a deletion vector: the rows it deletes stay deleted.
+    standby_changes = {b"k00105": b'{"n":0}', b"new2": b"2"}  # k00105 shares its file with the replaced k00100
+    standby = store.merge(standby_changes, _info(5), expected_version=merged.delta_version, previous_rows=merged.rows)
+    expected |= {k.decode(): v.decode() for k, v in standby_changes.items()}
+    assert standby.rows == len(expected) == len(store.values(standby)) and store.read_text(standby) == expected
+
+    # Compaction rewrites the files without the deleted rows; every snapshot reads the same after it.
+    assert maintain_table(store.path, "snapshot", dry_run=False).compacted_files_removed > 0
+    assert store.read_text(store.latest()) == expected and store.read_text(full) == state
+
+
+def test_a_snapshot_table_from_before_deletion_vectors_is_upgraded_by_its_first_merge(spark, tmp_path):
+    import pyarrow as pa
+
+    store = SnapshotStore(tmp_path / "old", "job-v1", "counts")
+    schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
+    DeltaTable.create(store.path, schema)  # as tables were created before snapshots were incremental
+    full = store.write({b"a": b"1", b"b": b"2"}, 0, {}, {0: 2})
+    changes = spark.createDataFrame([("a", None), ("c", "3")], STORE_SCHEMA)
+    merged = store.merge_frame(changes, full, 1, {}, {0: 4})
+    assert DeltaTable(store.path).metadata().configuration["delta.enableDeletionVectors"] == "true"
+    assert store.latest() == merged and merged.rows == 2 and store.read_text(merged) == {"b": "2", "c": "3"}
