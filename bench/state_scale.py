@@ -153,7 +153,7 @@ def snapshots(settings: Settings, topic: str, snapshot_path: str) -> dict:
     full_seconds = time.monotonic() - started
 
     def checksum(store_: SnapshotStore, info) -> tuple[int, int]:
-        row = store_.frame(spark, info).selectExpr("count(*) AS n", "sum(xxhash64(key, value)) AS h").first()
+        row = store_.frame(spark, info).selectExpr("count(*) AS n", "bit_xor(xxhash64(key, value)) AS h").first()
         return row["n"], row["h"]
 
     same = checksum(store, incremental) == checksum(full_store, full)
@@ -274,7 +274,9 @@ def _child(step: str, settings: Settings, topic: str, snapshot_path: str) -> dic
     """Run one measurement in a fresh process of its own (its peak memory is its own): its result."""
     command = [sys.executable, __file__, "--measure", step, "--settings", json.dumps(settings.to_env())]
     command += ["--topic", topic, "--snapshot", snapshot_path]
-    out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=7200)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=7200)
+    if out.returncode != 0:
+        raise SystemExit(f"{step} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -117,7 +117,8 @@ class SnapshotInfo:
             changelog_offsets={int(p): int(o) for p, o in data["changelog_offsets"].items()},
             rows=rows,
             taken_at=data["taken_at"],
-            bytes=_metric(metrics, "numOutputBytes", "num_output_bytes") or int(data.get("bytes", 0)),
+            # an overwrite's output bytes, a Spark MERGE's bytes added (delta-rs' MERGE reports none)
+            bytes=_metric(metrics, "numOutputBytes", "numTargetBytesAdded") or int(data.get("bytes", 0)),
             watermark_ms=int(data.get("watermark_ms", 0)),
             as_of_ms=int(data.get("as_of_ms", 0)),
             writer=data.get("writer", "driver"),
