@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -119,3 +120,16 @@ def driver_diagnosis(settings, application_id: str) -> str:
         f"idle_at={status.get('idle_at')}\n"
         f"newest driver log ({logs[-1].name if logs else '-'}):\n{tail}"
     )
+
+
+def age_delta_removals(path: Path, days: float) -> None:
+    """Removals as if committed ``days`` ago: vacuum goes by the remove actions' ``deletionTimestamp``."""
+    shift = int(days * 86_400_000)
+    for commit in (path / "_delta_log").glob("*.json"):
+        lines = []
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "remove" in action and action["remove"].get("deletionTimestamp"):
+                action["remove"]["deletionTimestamp"] -= shift
+            lines.append(json.dumps(action))
+        commit.write_text("\n".join(lines) + "\n")

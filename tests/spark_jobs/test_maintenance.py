@@ -6,7 +6,6 @@ summary adds what it freed to the totals the state-size audit shows."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from spark_jobs.maintenance import (
 from spark_jobs.registry import get_job
 from spark_jobs.state.snapshots import SnapshotStore, snapshot_table_configuration
 from spark_jobs.versions import JobVersions
+from tests.helpers import age_delta_removals
 
 PROMISE_HOURS = TIME_TRAVEL_DAYS * 24
 
@@ -48,19 +48,6 @@ def _overwrite(path: Path, rows: int) -> None:
     """One commit that removes every file (each becomes a vacuum candidate once it is old enough)."""
     batch = pa.table({"key": [f"n{i}" for i in range(rows)], "value": ["x"] * rows})
     write_deltalake(str(path), batch, mode="overwrite")
-
-
-def _age_removals(path: Path, days: float) -> None:
-    """Removals as if committed ``days`` ago: vacuum goes by the remove actions' ``deletionTimestamp``."""
-    shift = int(days * 86_400_000)
-    for commit in (path / "_delta_log").glob("*.json"):
-        lines = []
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "remove" in action and action["remove"].get("deletionTimestamp"):
-                action["remove"]["deletionTimestamp"] -= shift
-            lines.append(json.dumps(action))
-        commit.write_text("\n".join(lines) + "\n")
 
 
 def _rows(path: Path, version: int | None = None) -> list[dict]:
@@ -127,13 +114,13 @@ def test_a_table_declaring_no_retention_is_vacuumed_at_the_promise_not_earlier(t
     assert len(old_files) == 3
 
     # Removed a day ago: inside the promised window although the table declares 0 hours.
-    _age_removals(table, 1)
+    age_delta_removals(table, 1)
     kept = maintain_table(table, "output", dry_run=False)
     assert kept.retention_hours == PROMISE_HOURS and kept.vacuum_files == []
     assert old_files <= _parquet_files(table) and _rows(table, version=2) == before_overwrite
 
     # A week and a day ago: past the window. The dry run lists them and deletes nothing.
-    _age_removals(table, TIME_TRAVEL_DAYS)
+    age_delta_removals(table, TIME_TRAVEL_DAYS)
     planned = maintain_table(table, "output", dry_run=True)
     assert {Path(f).name for f in planned.vacuum_files} == old_files and planned.vacuum_bytes > 0
     assert old_files <= _parquet_files(table)
@@ -146,7 +133,7 @@ def test_a_table_whose_retention_cannot_be_read_is_not_vacuumed(tmp_path):
     table = tmp_path / "out"
     _many_small_commits(table, 2, configuration={"delta.logRetentionDuration": "interval 1 month"})
     _overwrite(table, 1)
-    _age_removals(table, 365)
+    age_delta_removals(table, 365)
     result = maintain_table(table, "output", dry_run=False)
     assert result.retention_hours is None and "1 month" in result.vacuum_skipped
     assert len(_parquet_files(table)) == 3
@@ -200,7 +187,7 @@ def test_the_record_adds_what_applied_runs_freed_dry_runs_add_nothing(tmp_path):
     table = tmp_path / "out"
     _many_small_commits(table, 2)
     _overwrite(table, 1)
-    _age_removals(table, TIME_TRAVEL_DAYS + 1)
+    age_delta_removals(table, TIME_TRAVEL_DAYS + 1)
 
     record = record_run(settings, summarize([maintain_table(table, "output", dry_run=True)], dry_run=True))
     assert record.last_run.vacuumed.files == 2 and record.freed == Freed() and record.freed_from(table) == Freed()
@@ -221,7 +208,7 @@ def test_the_state_size_audit_counts_what_maintenance_can_free_and_freed(setting
     store = SnapshotStore.of(JobLayout.of(spec, settings), "counts")
     for batch in range(3):  # each snapshot replaces the previous one's files
         store.write({b"u1": str(batch).encode()}, batch, {}, {0: batch})
-    _age_removals(Path(store.path), TIME_TRAVEL_DAYS + 1)
+    age_delta_removals(Path(store.path), TIME_TRAVEL_DAYS + 1)
 
     def audit(run_id: str) -> dict:
         return audit_store(

@@ -3,12 +3,15 @@ standby's incremental MERGEs (delta-rs) and the job's (Spark), over deletion vec
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.maintenance import maintain_table
 from spark_jobs.state.restore import STORE_SCHEMA
 from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore
+from tests.helpers import age_delta_removals
 
 
 def _write(store: SnapshotStore, state: dict[bytes, bytes], batch_id: int):
@@ -103,6 +106,10 @@ def test_spark_merges_an_incremental_snapshot_through_deletion_vectors(spark, tm
     # Compaction rewrites the files without the deleted rows; every snapshot reads the same after it.
     assert maintain_table(store.path, "snapshot", dry_run=False).compacted_files_removed > 0
     assert store.read_text(store.latest()) == expected and store.read_text(full) == state
+    # Past the time-travel window the files only older snapshots read are vacuumed; what the latest reads stays.
+    age_delta_removals(Path(store.path), 30)
+    assert maintain_table(store.path, "snapshot", dry_run=False).vacuum_files
+    assert store.read_text(store.latest()) == expected
 
 
 def test_a_snapshot_table_from_before_deletion_vectors_is_upgraded_by_its_first_merge(spark, tmp_path):
