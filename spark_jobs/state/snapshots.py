@@ -238,19 +238,34 @@ class SnapshotStore:
 
     def read_text(self, info: SnapshotInfo) -> dict[str, str]:
         """The state of one snapshot as text (keys and values are UTF-8 JSON/strings in the table)."""
-        table = self._arrow(info.delta_version, ["key", "value"])
+        table = self._arrow(self.readable_version(info), ["key", "value"])
         return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
 
     def frame(self, spark, info: SnapshotInfo):
         """One snapshot as a lazy DataFrame(key STRING, value STRING), read by Spark's executors (Delta time
-        travel to its version): the restore path for stores too large for one process."""
-        return (
-            spark.read.format("delta").option("versionAsOf", info.delta_version).load(self.path).select("key", "value")
-        )
+        travel, see :meth:`readable_version`): the restore path for stores too large for one process."""
+        version = self.readable_version(info)
+        return spark.read.format("delta").option("versionAsOf", version).load(self.path).select("key", "value")
 
     def values(self, info: SnapshotInfo) -> list[str]:
         """The values of one snapshot, without their keys (the audit's scan of what a store holds)."""
-        return [v for v in self._arrow(info.delta_version, ["value"]).column("value").to_pylist() if v]
+        return [v for v in self._arrow(self.readable_version(info), ["value"]).column("value").to_pylist() if v]
+
+    def readable_version(self, info: SnapshotInfo) -> int:
+        """The Delta version to read ``info`` at: the table's current version while no snapshot came after
+        it (the commits since are maintenance, which changes files, not rows), else its own version.
+
+        Compaction removes the files a snapshot's own version lists and vacuum deletes them once the
+        time-travel window has passed, so the latest snapshot of a job stopped longer than that is only
+        readable at the current version; older snapshots are readable inside the window only.
+        """
+        current = self.version()
+        if current is None or current == info.delta_version:
+            return info.delta_version
+        later = [
+            s for s in snapshot_history(self.path, current - info.delta_version) if s.delta_version > info.delta_version
+        ]
+        return info.delta_version if later else current
 
     def files(self) -> list[int]:
         """The sizes in bytes of the Parquet files the table's current version is made of."""
