@@ -205,8 +205,8 @@ def take_snapshot(
     """Write a new snapshot if the changelog has complete batches beyond the latest one.
 
     With ``spark`` the state is rebuilt and written by Spark's executors (see :func:`restore_from_snapshot`):
-    as a MERGE of the tail's changes over the latest snapshot (``incremental``: its cost follows the keys
-    changed), or in full when there is none yet or another snapshot landed meanwhile. Without, the driver
+    as a MERGE of the tail's changes over the latest snapshot (``incremental``: it writes only the changed
+    rows), or in full when there is none yet or another snapshot landed meanwhile. Without, the driver
     rewrites the whole state (a store small enough for one process).
     Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
     """

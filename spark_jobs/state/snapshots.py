@@ -16,7 +16,8 @@ written in one of two modes (:data:`SnapshotMode`):
 * ``incremental``: a MERGE of the tail's changes (the latest value per changed key, null: deleted)
   over the previous snapshot. Snapshot tables have deletion vectors on, so a MERGE writes the changed
   rows and marks the replaced ones deleted instead of rewriting every file that holds a changed key:
-  its cost follows the keys changed, not the store. Spark's executors run the job's incremental
+  it writes about the changed keys' bytes (though it reads the key column of every file it may touch,
+  which for keys changed at random is every file: BENCHMARKS.md). Spark's executors run the job's incremental
   snapshots; the warm standby (:mod:`spark_jobs.standby`) commits the same kind with delta-rs.
 
 Both carry the same metadata. An incremental commit records the rows of the snapshot it was merged
@@ -382,7 +383,7 @@ class SnapshotStore:
     ) -> SnapshotInfo:
         """An incremental snapshot written by Spark's executors: one Delta MERGE of ``changes``
         (DataFrame(key, value): the latest value of every key changed since ``base``, null: deleted) over
-        the table at ``base``. Deletion vectors keep its cost to the changed keys; idempotent per batch
+        the table at ``base``. Deletion vectors keep its writes to the changed rows; idempotent per batch
         like :meth:`write_frame`.
 
         Raises:
@@ -436,7 +437,8 @@ class SnapshotStore:
         previous_rows: int | None = None,
     ) -> SnapshotInfo:
         """Commit ``changes`` (key -> new value, None: deleted) over the table as a new snapshot described
-        by ``info``: one Delta MERGE, costing the changed keys, not the store (the warm standby's write).
+        by ``info``: one Delta MERGE (the warm standby's write; delta-rs writes no deletion vectors, so it
+        rewrites every file that holds a changed key).
         ``previous_rows``: the rows of the table at ``expected_version`` (counted when not given).
 
         Raises:
