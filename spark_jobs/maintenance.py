@@ -1,7 +1,7 @@
 """Delta table maintenance: compact small files, vacuum files past the time-travel window.
 
-Output tables get a MERGE per micro-batch and snapshot tables a commit per snapshot (the standby's
-MERGEs are small), so files pile up; nothing else deletes the files older versions reference. This
+Output tables get a MERGE per micro-batch and snapshot tables a commit per snapshot (a layered
+snapshot appends a few small files), so files pile up; nothing else deletes the files older versions reference. This
 module plans and runs, with delta-rs (no Spark session), per table:
 
 * **compaction** (``OPTIMIZE``) when the current version holds at least :data:`MIN_FILES_TO_COMPACT`

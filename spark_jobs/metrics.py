@@ -19,7 +19,8 @@ document, so the two never disagree), labelled with the ``application_id``:
 ``streamstate_state_rows`` / ``..._state_memory_bytes``    live state rows and their memory
 ``streamstate_restore_records_read{store}``                changelog records a running restore has read
 ``streamstate_snapshot_timestamp_seconds{store}``          when the latest snapshot was taken
-``streamstate_snapshot_rows{store}``                       rows of the latest snapshot
+``streamstate_snapshot_rows{store}``                       rows a restore reads from the latest snapshot
+                                                           (its live keys; for a layered one, base + layers)
 ``streamstate_dead_letter_records``                        records the dead-letter topic holds (read
                                                            from Kafka at each scrape: every writer counts)
 =========================================================  ===========================================
@@ -55,9 +56,7 @@ JOB_STATE = Gauge("streamstate_job_state", "1 for the lifecycle state the driver
 BATCH_ID = Gauge("streamstate_batch_id", "The latest micro-batch", [LABEL])
 BATCH_SECONDS = Gauge("streamstate_batch_duration_seconds", "How long the latest micro-batch took", [LABEL])
 INPUT_RATE = Gauge("streamstate_input_rows_per_second", "Input rate of the latest micro-batch", [LABEL])
-PROCESSED_RATE = Gauge(
-    "streamstate_processed_rows_per_second", "Processing rate of the latest micro-batch", [LABEL]
-)
+PROCESSED_RATE = Gauge("streamstate_processed_rows_per_second", "Processing rate of the latest micro-batch", [LABEL])
 INPUT_LAG = Gauge(
     "streamstate_input_lag_records", "Source records not read yet, per <topic>-<partition>", [LABEL, "partition"]
 )
@@ -69,7 +68,9 @@ RESTORE_READ = Gauge(
 SNAPSHOT_TAKEN = Gauge(
     "streamstate_snapshot_timestamp_seconds", "When the store's latest Delta snapshot was taken", [LABEL, "store"]
 )
-SNAPSHOT_ROWS = Gauge("streamstate_snapshot_rows", "Rows of the store's latest Delta snapshot", [LABEL, "store"])
+SNAPSHOT_ROWS = Gauge(
+    "streamstate_snapshot_rows", "Rows a restore reads from the store's latest Delta snapshot", [LABEL, "store"]
+)
 #: a scrape waits at most this long for the dead-letter topic's offsets (the metric is left out otherwise)
 DEAD_LETTER_SCRAPE_TIMEOUT_S = 2.0
 
@@ -144,7 +145,7 @@ class DriverMetrics:
         for store, restore in (status.get("restore") or {}).items():
             _set(RESTORE_READ.labels(app, store), restore.get("records_read"))
         for store, snapshot in (status.get("snapshots") or {}).items():
-            _set(SNAPSHOT_ROWS.labels(app, store), snapshot.get("rows"))
+            _set(SNAPSHOT_ROWS.labels(app, store), snapshot.get("rows_scanned", snapshot.get("rows")))
             if snapshot.get("taken_at"):
                 SNAPSHOT_TAKEN.labels(app, store).set(dt.datetime.fromisoformat(snapshot["taken_at"]).timestamp())
 

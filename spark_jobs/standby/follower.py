@@ -4,9 +4,10 @@ Kafka Streams keeps *standby replicas*: another instance applies a store's chang
 failover restores only the last few records and queries can read the replica while the active instance
 restores. Here the replica is the store's Delta snapshot table itself. One follower process per job
 version follows every store's changelog (:class:`~spark_jobs.state.changelog_reader.ChangelogTail`)
-and, every ``standby_commit_interval_s``, MERGEs the changes of the batches that became complete into
-the snapshot table (delta-rs: no JVM, a commit costs milliseconds at reference state sizes), with the
-same snapshot metadata a driver snapshot carries. Therefore:
+and, every ``standby_commit_interval_s``, appends the changes of the batches that became complete to
+the snapshot table as a layer (delta-rs: no JVM, a commit costs the changed keys only), with the
+same snapshot metadata a driver snapshot carries; once the layers outgrow their base it folds them
+into a new one (which reads the whole state into this process). Therefore:
 
 * a restore (``restore_from_snapshot``) starts from a snapshot at most about ``standby_max_lag_s`` old,
   so its changelog tail is short;
@@ -47,7 +48,9 @@ STANDBY_LAG_MS = Gauge("streamstate_standby_lag_ms", "How long the oldest change
                        "has waited", ["application_id", "store"])  # fmt: skip
 STANDBY_LAG_RECORDS = Gauge("streamstate_standby_lag_records", "Changelog records not yet read by the follower",
                             ["application_id", "store"])  # fmt: skip
-STANDBY_COMMITS = Counter("streamstate_standby_commits", "Snapshot commits by the follower", ["application_id", "store"])
+STANDBY_COMMITS = Counter(
+    "streamstate_standby_commits", "Snapshot commits by the follower", ["application_id", "store"]
+)
 
 
 standby_id = standby_name  # the follower's lease and status name (spark_jobs.layout)
@@ -82,8 +85,12 @@ class FollowerState(str, enum.Enum):
 
 LEGAL_TRANSITIONS: dict[FollowerState, frozenset[FollowerState]] = {
     FollowerState.CREATED: frozenset({FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}),
-    FollowerState.CATCHING_UP: frozenset({FollowerState.FOLLOWING, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}),
-    FollowerState.FOLLOWING: frozenset({FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}),
+    FollowerState.CATCHING_UP: frozenset(
+        {FollowerState.FOLLOWING, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}
+    ),
+    FollowerState.FOLLOWING: frozenset(
+        {FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}
+    ),
     FollowerState.PENDING_SHUTDOWN: frozenset({FollowerState.NOT_RUNNING, FollowerState.ERROR}),
     FollowerState.ERROR: frozenset({FollowerState.NOT_RUNNING}),
     FollowerState.NOT_RUNNING: frozenset(),
@@ -114,7 +121,6 @@ class StoreFollower:
         if self.tail is not None:
             self.tail.close()
         self.snapshot: SnapshotInfo | None = self.snapshots.latest()
-        self.known_version = self.snapshots.version()
         start = self.snapshot.changelog_offsets if self.snapshot else None
         try:
             self.tail = ChangelogTail(self.settings.kafka, self.topic, start)
@@ -180,7 +186,7 @@ class StoreFollower:
         return waited >= self.settings.standby_commit_interval_s * 1000 or len(self.pending) >= 200_000
 
     def commit(self) -> SnapshotInfo | None:
-        """MERGE the pending changes into the snapshot table as a new snapshot (None: nothing pending).
+        """Append the pending changes to the snapshot table as a new layered snapshot (None: nothing pending).
 
         Raises:
             SnapshotConflict: a driver snapshot landed since the follower's last read.
@@ -197,9 +203,10 @@ class StoreFollower:
             watermark_ms=batch.marker.watermark_ms, as_of_ms=self.caught_up_at_ms if self.at_head else batch.marker_time_ms,
             writer="standby",
         )  # fmt: skip
-        written = self.snapshots.merge(self.pending, info, expected_version=self.known_version,
-                                       previous_rows=previous.rows if previous else None)  # fmt: skip
-        self.known_version, self.snapshot = written.delta_version, written
+        written = self.snapshots.append_layer(self.pending, info, base=previous)
+        if self.snapshots.next_mode(written) == "full":  # the layers outgrew the base: fold them (reads the state)
+            written = self.snapshots.fold(written)
+        self.snapshot = written
         self.pending, self.pending_batch, self.pending_since_ms = {}, None, None
         self.commits += 1
         STANDBY_COMMITS.labels(self.application_id, self.store).inc()
@@ -242,7 +249,9 @@ class SnapshotFollower:
 
     def transition_to(self, new: FollowerState, error: str | None = None) -> None:
         if new not in LEGAL_TRANSITIONS[self.state]:
-            raise RuntimeError(f"{standby_id(self.spec.application_id)}: illegal move {self.state.value} -> {new.value}")
+            raise RuntimeError(
+                f"{standby_id(self.spec.application_id)}: illegal move {self.state.value} -> {new.value}"
+            )
         log.info(json.dumps({"event": "standby_state", "application_id": self.spec.application_id,
                              "from": self.state.value, "to": new.value}))  # fmt: skip
         self.state = new
@@ -291,7 +300,9 @@ class SnapshotFollower:
                 # A broker restart or a timeout under load: the standby waits it out (its lag shows how
                 # long); it does not give up the lease over it.
                 self.transient_errors += 1
-                log.warning(json.dumps({"event": "standby_kafka_transient", "store": follower.store, "error": str(err)}))
+                log.warning(
+                    json.dumps({"event": "standby_kafka_transient", "store": follower.store, "error": str(err)})
+                )
                 time.sleep(max_wait_s)
             if follower.commit_due():
                 self._commit(follower)
@@ -300,7 +311,11 @@ class SnapshotFollower:
         at_head = all(f.at_head for f in self.stores.values())
         if at_head and self.state is FollowerState.CATCHING_UP:
             self.transition_to(FollowerState.FOLLOWING)
-        elif not at_head and self.state is FollowerState.FOLLOWING and self._lag_ms() > self.settings.standby_max_lag_s * 1000:
+        elif (
+            not at_head
+            and self.state is FollowerState.FOLLOWING
+            and self._lag_ms() > self.settings.standby_max_lag_s * 1000
+        ):
             self.transition_to(FollowerState.CATCHING_UP)
         self.publish()
 

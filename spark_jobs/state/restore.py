@@ -153,7 +153,7 @@ def restore_from_snapshot(
         from spark_jobs.state.changelog_spark import read_changelog_frame
 
         base = snapshots.frame(spark, snapshot) if snapshot else spark.createDataFrame([], STORE_SCHEMA)
-        snapshot_rows, snapshot_seconds = (snapshot.rows if snapshot else 0), time.monotonic() - started
+        snapshot_rows, snapshot_seconds = (snapshot.rows_scanned if snapshot else 0), time.monotonic() - started
         listener.on_restore_start(snapshots.store, changelog_topic, start if start else "earliest")
         tail = read_changelog_frame(spark, kafka, changelog_topic, start)
         changes = tail.changes
@@ -188,7 +188,7 @@ def restore_from_snapshot(
 
 
 def restore_size(snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str) -> int:
-    """The records a restore would read: the latest snapshot's rows plus the changelog after it."""
+    """The records a restore would read: the latest snapshot's rows (base and layers) plus the changelog after it."""
     from spark_jobs.state.changelog_spark import topic_range
 
     snapshot = snapshots.latest()
@@ -196,7 +196,7 @@ def restore_size(snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: 
         start, end = topic_range(kafka, changelog_topic, snapshot.changelog_offsets if snapshot else None)
     except LookupError:  # no changelog yet
         start, end = {}, {}
-    return (snapshot.rows if snapshot else 0) + sum(end[p] - start[p] for p in end)
+    return (snapshot.rows_scanned if snapshot else 0) + sum(end[p] - start[p] for p in end)
 
 
 def take_snapshot(
@@ -205,9 +205,10 @@ def take_snapshot(
     """Write a new snapshot if the changelog has complete batches beyond the latest one.
 
     With ``spark`` the state is rebuilt and written by Spark's executors (see :func:`restore_from_snapshot`):
-    as a MERGE of the tail's changes over the latest snapshot (``incremental``: it writes only the changed
-    rows), or in full when there is none yet or another snapshot landed meanwhile. Without, the driver
-    rewrites the whole state (a store small enough for one process).
+    as a layer of the tail's changes on the latest snapshot (``layered``: it writes only the changed keys),
+    or in full (a fold) when there is none yet, the layers are due a fold (:meth:`SnapshotStore.next_mode`)
+    or another snapshot landed meanwhile. Without, the driver rewrites the whole state (a store small
+    enough for one process).
     Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
     """
     restored = restore_from_snapshot(snapshots, kafka, changelog_topic, SilentRestoreListener(), spark=spark)
@@ -217,9 +218,9 @@ def take_snapshot(
     position = (restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets, restored.watermark_ms)
     if restored.frame is None:
         return snapshots.write(restored.state, *position)
-    if latest is not None:
+    if snapshots.next_mode(latest) == "layered":
         try:
-            return snapshots.merge_frame(restored.changes, latest, *position)
+            return snapshots.append_layer_frame(restored.changes, latest, *position)
         except SnapshotConflict:  # the state at the cut does not depend on the table: write it whole
             pass
     return snapshots.write_frame(restored.frame, *position)

@@ -10,19 +10,21 @@ offsets the state corresponds to and the changelog offsets to resume from. So:
 
 A snapshot is built from the previous snapshot plus the changelog tail up to the last complete
 batch (:func:`take_snapshot`), never from a live query, so it is consistent by construction. It is
-written in one of two modes (:data:`SnapshotMode`):
+written in one of two modes (:data:`SnapshotMode`), the way RocksDB-backed incremental checkpoints are
+(Flink): a base and the layers of changes on top of it.
 
-* ``full``: the whole state, one overwrite (a first snapshot, or a store small enough for the driver);
-* ``incremental``: a MERGE of the tail's changes (the latest value per changed key, null: deleted)
-  over the previous snapshot. Snapshot tables have deletion vectors on, so a MERGE writes the changed
-  rows and marks the replaced ones deleted instead of rewriting every file that holds a changed key:
-  it writes about the changed keys' bytes (though it reads the key column of every file it may touch,
-  which for keys changed at random is every file: BENCHMARKS.md). Spark's executors run the job's incremental
-  snapshots; the warm standby (:mod:`spark_jobs.standby`) commits the same kind with delta-rs.
+* ``full``: the whole state, one overwrite (the *base*: rows whose ``layer`` is null). A first
+  snapshot, a store small enough for the driver, or a *fold* of the layers into a new base.
+* ``layered``: one append of the tail's changes (the latest value per changed key, null: deleted),
+  tagged ``layer`` = the snapshot's batch id. It costs the changed keys only: nothing is looked up
+  or rewritten. A reader takes each key's value from its newest layer, else from the base
+  (:func:`resolve_layers`, :meth:`SnapshotStore.frame`). Once the layers hold more rows than
+  ``fold_fraction`` of the base (or ``max_layers`` of them exist), the next snapshot is a fold.
 
-Both carry the same metadata. An incremental commit records the rows of the snapshot it was merged
-over; its own row count is that plus the MERGE's inserted minus deleted rows (the commit's
-``operationMetrics``), so no writer scans the table to count it.
+Both carry the same metadata. A layered snapshot does not know its live row count (that would need a
+lookup of every changed key in the base): its ``rows`` is None, and ``rows_scanned`` (base + layers)
+is what a reader reads. Spark's executors write the job's snapshots of large stores; the warm standby
+(:mod:`spark_jobs.standby`) appends layers with delta-rs.
 :class:`SnapshotStore` is the only code that reads or writes a snapshot table (driver, standby, state
 API, audit); it does not read Kafka. It works without Spark (delta-rs).
 """
@@ -40,8 +42,8 @@ from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 METADATA_KIND = "streamstate.snapshot/v1"
 
-#: how a snapshot was written: the whole state (an overwrite) or the changes since the previous one (a MERGE)
-SnapshotMode = Literal["full", "incremental"]
+#: how a snapshot was written: the whole state (an overwrite: a new base) or a layer of changes on the latest one
+SnapshotMode = Literal["full", "layered"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +56,10 @@ class SnapshotInfo:
     batch_id: int
     input_offsets: KafkaOffsets
     changelog_offsets: dict[int, int]
-    rows: int
+    #: live keys (None for a ``layered`` snapshot: counting them would look every changed key up in the base)
+    rows: int | None
     taken_at: str
-    #: bytes the snapshot's commit wrote (the whole table when ``full``, the changed rows when ``incremental``)
+    #: bytes the snapshot's commit wrote (the whole state when ``full``, the layer when ``layered``)
     bytes: int = 0
     #: the event-time watermark of ``batch_id`` (0: none)
     watermark_ms: int = 0
@@ -65,22 +68,39 @@ class SnapshotInfo:
     #: who wrote it: ``driver`` (the job's cadence) or ``standby`` (the warm standby)
     writer: str = "driver"
     mode: SnapshotMode = "full"
-    #: ``incremental``: the rows of the snapshot the changes were merged over
-    rows_before: int | None = None
+    #: ``layered``: the batch of the base (the last ``full`` snapshot) the layers lie on, and its rows
+    base_batch_id: int | None = None
+    base_rows: int | None = None
+    #: ``layered``: rows in the layers since the base (this one included), and how many layers there are
+    layer_rows: int = 0
+    layers: int = 0
+
+    @property
+    def base_batch(self) -> int:
+        """The batch of the base: layers of later batches lie on it (rows of older layers are stale)."""
+        return self.batch_id if self.base_batch_id is None else self.base_batch_id
+
+    @property
+    def rows_scanned(self) -> int:
+        """The rows a reader of this snapshot reads: the base and its layers."""
+        return self.layer_rows + (self.base_rows or 0) if self.mode == "layered" else self.rows or 0
 
     def metadata_json(self) -> str:
-        """The commit's ``userMetadata``. An incremental snapshot's ``rows`` is not known before its MERGE
-        commits: it records ``rows_before`` and :meth:`from_commit` adds the MERGE's metrics."""
-        incremental = self.mode == "incremental"
+        """The commit's ``userMetadata``. A layer's row count is not known before it commits: it records
+        the layers' rows before it, and :meth:`from_commit` adds the rows its commit wrote."""
+        layered = self.mode == "layered"
         return json.dumps(
             {
                 "kind": METADATA_KIND,
                 "application_id": self.application_id,
                 "store": self.store,
                 "batch_id": self.batch_id,
-                "rows": None if incremental else self.rows,
-                "rows_before": self.rows_before if incremental else None,
+                "rows": None if layered else self.rows,
                 "mode": self.mode,
+                "base_batch_id": self.base_batch_id if layered else None,
+                "base_rows": self.base_rows if layered else None,
+                "layer_rows_before": self.layer_rows if layered else None,
+                "layers": self.layers if layered else 0,
                 "taken_at": self.taken_at,
                 "watermark_ms": self.watermark_ms,
                 "input_offsets": {t: {str(p): o for p, o in ps.items()} for t, ps in self.input_offsets.items()},
@@ -101,14 +121,22 @@ class SnapshotInfo:
             return None
         if not isinstance(data, dict) or data.get("kind") != METADATA_KIND:
             return None
-        mode = data.get("mode", "full")
-        if mode == "incremental":
-            changed = _metric(metrics, "numTargetRowsInserted", "num_target_rows_inserted") - _metric(
-                metrics, "numTargetRowsDeleted", "num_target_rows_deleted"
+        layered = data.get("mode") == "layered"
+        if layered:
+            rows, layer_rows = (
+                None,
+                int(data["layer_rows_before"]) + _metric(metrics, "numOutputRows", "num_added_rows"),
             )
-            rows = int(data["rows_before"]) + changed
+        elif data.get("mode") == "incremental":  # a MERGE over the previous snapshot (written before layers)
+            inserted = _metric(metrics, "numTargetRowsInserted", "num_target_rows_inserted")
+            rows, layer_rows = (
+                int(data["rows_before"])
+                + inserted
+                - _metric(metrics, "numTargetRowsDeleted", "num_target_rows_deleted"),
+                0,
+            )
         else:
-            rows = int(data["rows"])
+            rows, layer_rows = int(data["rows"]), 0
         return cls(
             delta_version=version,
             application_id=data["application_id"],
@@ -118,19 +146,58 @@ class SnapshotInfo:
             changelog_offsets={int(p): int(o) for p, o in data["changelog_offsets"].items()},
             rows=rows,
             taken_at=data["taken_at"],
-            # an overwrite's output bytes, a Spark MERGE's bytes added (delta-rs' MERGE reports none)
-            bytes=_metric(metrics, "numOutputBytes", "numTargetBytesAdded") or int(data.get("bytes", 0)),
+            bytes=_metric(metrics, "numOutputBytes", "num_added_bytes") or int(data.get("bytes", 0)),
             watermark_ms=int(data.get("watermark_ms", 0)),
             as_of_ms=int(data.get("as_of_ms", 0)),
             writer=data.get("writer", "driver"),
-            mode=mode,
-            rows_before=data.get("rows_before"),
+            mode="layered" if layered else "full",
+            base_batch_id=data["base_batch_id"] if layered else None,
+            base_rows=data["base_rows"] if layered else rows,
+            layer_rows=layer_rows,
+            layers=int(data.get("layers") or 0),
+        )
+
+    def layer_on(self, base: SnapshotInfo) -> SnapshotInfo:
+        """This snapshot as the next layer on ``base`` (its ``layer_rows`` are added when it commits)."""
+        return dataclasses.replace(
+            self,
+            rows=None,
+            mode="layered",
+            base_batch_id=base.base_batch,
+            base_rows=base.base_rows if base.mode == "layered" else base.rows,
+            layer_rows=base.layer_rows,
+            layers=base.layers + 1,
         )
 
 
 def _metric(metrics: dict, *names: str) -> int:
     """A commit's operation metric under the first of ``names`` it has (0: none)."""
     return next((int(metrics[n] or 0) for n in names if n in metrics), 0)
+
+
+def resolve_layers(table, base_batch: int):
+    """The state a snapshot table's rows hold (pyarrow Table(key, value[, layer]) -> Table(key, value)): a
+    key's value is its newest layer's (null: deleted), else the base's. Rows of layers at or before
+    ``base_batch`` are stale (a layer written after a fold of a later batch raced it) and ignored."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = table.cast(pa.schema([(f.name, pa.string() if f.name != "layer" else f.type) for f in table.schema]))
+    if "layer" not in table.column_names:
+        return table
+    layer = table.column("layer")
+    base = table.filter(pc.is_null(layer)).select(["key", "value"])
+    layers = table.filter(pc.greater(layer, base_batch))
+    if layers.num_rows == 0:
+        return base
+    newest = (
+        layers.sort_by("layer")
+        .group_by("key", use_threads=False)  # in order: "last" is the newest layer's value
+        .aggregate([("value", "last", pc.ScalarAggregateOptions(skip_nulls=False))])
+        .rename_columns(["key", "value"])
+    )
+    untouched = base.filter(pc.invert(pc.is_in(base.column("key"), value_set=newest.column("key"))))
+    return pa.concat_tables([untouched, newest.filter(pc.is_valid(newest.column("value")))])
 
 
 def snapshot_history(path: Path | str, limit: int | None = None) -> list[SnapshotInfo]:
@@ -172,12 +239,10 @@ snapshot_path = snapshot_table_path  # the table's name has one owner: spark_job
 
 
 def snapshot_table_configuration(retention: str = "7 days") -> dict[str, str]:
-    """Table properties of a new snapshot table: old snapshots stay readable by time travel this long, and
-    a MERGE marks replaced rows in deletion vectors instead of rewriting their files (incremental snapshots)."""
+    """Table properties of a new snapshot table: old snapshots stay readable by time travel this long."""
     return {
         "delta.logRetentionDuration": f"interval {retention}",
         "delta.deletedFileRetentionDuration": f"interval {retention}",
-        "delta.enableDeletionVectors": "true",
     }
 
 
@@ -185,14 +250,24 @@ class SnapshotConflict(RuntimeError):
     """Someone else committed to the snapshot table since the writer's last read."""
 
 
+def _table_schema():
+    """A snapshot table's columns: a base row has no ``layer``; a layer's rows carry its batch id (null value: deleted)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string()), pa.field("layer", pa.int64())]
+    )
+
+
 class SnapshotStore:
     """The only reader and writer of one store's snapshot table.
 
     In this process, with delta-rs: the full snapshots of a store small enough for the driver
-    (:meth:`write`), the warm standby's incremental ones (:meth:`merge`), the state API's and the audit's
+    (:meth:`write`), the warm standby's layers (:meth:`append_layer`), the state API's and the audit's
     reads (:meth:`read`; a Spark job would only add its start-up to one Parquet scan). With Spark's
     executors, for a store too large for one process: reads (:meth:`frame`), full snapshots
-    (:meth:`write_frame`) and incremental ones (:meth:`merge_frame`).
+    (:meth:`write_frame`) and layers (:meth:`append_layer_frame`). :meth:`next_mode` says which a new
+    snapshot should be.
     """
 
     @classmethod
@@ -200,15 +275,27 @@ class SnapshotStore:
         """The snapshot table of ``store`` of the job version ``layout`` names."""
         return cls(layout.snapshot_table(store), layout.application_id, store)
 
-    def __init__(self, path: Path | str, application_id: str, store: str, retention: str = "7 days",
-                 file_size_bytes: int = 128 * 1024 * 1024) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: Path | str,
+        application_id: str,
+        store: str,
+        retention: str = "7 days",
+        file_size_bytes: int = 128 * 1024 * 1024,
+        fold_fraction: float = 0.1,
+        max_layers: int = 50,
+    ) -> None:
         """``file_size_bytes``: Parquet files of a snapshot are cut at about this size (a big state is
-        then several files that a reader can scan in parallel, not one huge one)."""
+        then several files that a reader can scan in parallel, not one huge one). ``fold_fraction``,
+        ``max_layers``: layers are folded into a new base once they hold more rows than this fraction of
+        the base, or once there are this many (a reader's work beyond the base stays bounded)."""
         self.path = str(path)
         self.application_id = application_id
         self.store = store
         self.retention = retention
         self.file_size_bytes = file_size_bytes
+        self.fold_fraction = fold_fraction
+        self.max_layers = max_layers
 
     @property
     def transaction_app_id(self) -> str:
@@ -233,24 +320,64 @@ class SnapshotStore:
 
         return DeltaTable(self.path).version() if self.exists() else None
 
+    def next_mode(self, latest: SnapshotInfo | None) -> SnapshotMode:
+        """How the snapshot after ``latest`` should be written: a layer on it, or a fold into a new base."""
+        if latest is None:
+            return "full"
+        base_rows = latest.base_rows if latest.mode == "layered" else latest.rows
+        if latest.layers >= self.max_layers or latest.layer_rows > self.fold_fraction * (base_rows or 0):
+            return "full"
+        return "layered"
+
     def read(self, info: SnapshotInfo) -> dict[bytes, bytes]:
         """The state of one snapshot (time travel to its Delta version)."""
         return {k.encode(): v.encode() for k, v in self.read_text(info).items()}
 
     def read_text(self, info: SnapshotInfo) -> dict[str, str]:
         """The state of one snapshot as text (keys and values are UTF-8 JSON/strings in the table)."""
-        table = self._arrow(self.readable_version(info), ["key", "value"])
+        table = self.arrow(info)
         return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+
+    def arrow(self, info: SnapshotInfo):
+        """The state of one snapshot as a pyarrow Table(key, value), its layers resolved (:func:`resolve_layers`)."""
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        table = DeltaTable(self.path, version=self.readable_version(info))
+        names = {field.name for field in table.schema().fields}
+        columns = [c for c in ("key", "value", "layer") if c in names]
+        # scan() applies deletion vectors (snapshots MERGEd before layers existed); to_pyarrow_table refuses them
+        return resolve_layers(pa.table(table.scan(columns=columns)), info.base_batch)
 
     def frame(self, spark, info: SnapshotInfo):
         """One snapshot as a lazy DataFrame(key STRING, value STRING), read by Spark's executors (Delta time
-        travel, see :meth:`readable_version`): the restore path for stores too large for one process."""
+        travel, see :meth:`readable_version`): the restore path for stores too large for one process.
+        Its layers are resolved like :func:`resolve_layers` does: the base's keys a layer touches are
+        dropped (a join against the layers' keys, which are few), and each touched key's newest value added."""
+        from pyspark.sql import functions as F
+
         version = self.readable_version(info)
-        return spark.read.format("delta").option("versionAsOf", version).load(self.path).select("key", "value")
+        table = spark.read.format("delta").option("versionAsOf", version).load(self.path)
+        if "layer" not in table.columns:
+            return table.select("key", "value")
+        base = table.where(F.col("layer").isNull()).select("key", "value")
+        if info.mode != "layered":
+            return base
+        newest = (
+            table.where(F.col("layer") > info.base_batch)
+            .groupBy("key")
+            .agg(F.max(F.struct("layer", "value")).alias("newest"))
+            .select("key", F.col("newest.value").alias("value"))
+        )
+        return base.join(newest.select("key"), "key", "left_anti").unionByName(newest.where("value IS NOT NULL"))
 
     def values(self, info: SnapshotInfo) -> list[str]:
         """The values of one snapshot, without their keys (the audit's scan of what a store holds)."""
-        return [v for v in self._arrow(self.readable_version(info), ["value"]).column("value").to_pylist() if v]
+        return [v for v in self.arrow(info).column("value").to_pylist() if v]
+
+    def count(self, info: SnapshotInfo) -> int:
+        """The live keys of one snapshot: its ``rows``, or for a layered one a read of the table."""
+        return info.rows if info.rows is not None else self.arrow(info).num_rows
 
     def readable_version(self, info: SnapshotInfo) -> int:
         """The Delta version to read ``info`` at: the table's current version while no snapshot came after
@@ -278,36 +405,51 @@ class SnapshotStore:
         actions = pa.table(DeltaTable(self.path).get_add_actions(flatten=True)).select(["size_bytes"])
         return [int(size) for size in actions.column("size_bytes").to_pylist()]
 
-    def _arrow(self, version: int, columns: list[str]):
-        import pyarrow as pa
+    def _committed_batch(self) -> int | None:
+        """The newest batch whose snapshot this table holds through its ``txn`` (None: none yet)."""
         from deltalake import DeltaTable
 
-        # scan() applies deletion vectors (an incremental snapshot's replaced rows); to_pyarrow_table refuses them
-        return pa.table(DeltaTable(self.path, version=version).scan(columns=columns))
+        return DeltaTable(self.path).transaction_version(self.transaction_app_id) if self.exists() else None
 
-    def write(self, state: dict[bytes, bytes], batch_id: int, input_offsets: KafkaOffsets,
-              changelog_offsets: dict[int, int], watermark_ms: int = 0) -> SnapshotInfo:  # fmt: skip
-        """Commit ``state`` as a new snapshot (one atomic Delta overwrite); a second write of the same
-        batch (a retried task) commits nothing and returns the first."""
+    def write(
+        self,
+        state: dict[bytes, bytes],
+        batch_id: int,
+        input_offsets: KafkaOffsets,
+        changelog_offsets: dict[int, int],
+        watermark_ms: int = 0,
+    ) -> SnapshotInfo:
+        """Commit ``state`` as a new base (one atomic Delta overwrite, which drops every layer); a second write
+        of the same batch (a retried task) commits nothing and returns the first."""
         import pyarrow as pa
-        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
         info = self._new_info(batch_id, input_offsets, changelog_offsets, len(state), watermark_ms)
-        created = not (Path(self.path) / "_delta_log").is_dir()
-        committed = None if created else DeltaTable(self.path).transaction_version(self.transaction_app_id)
+        committed = self._committed_batch()
         if committed is None or committed < batch_id:
-            schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
-            table = pa.table({"key": [k.decode() for k in state], "value": [v.decode() for v in state.values()]},
-                             schema=schema)  # fmt: skip
-            # The txn action records the batch (checked above), and keeps even an empty state over an empty
-            # state a real commit; old snapshots stay readable by time travel for ``retention``.
-            write_deltalake(
-                self.path, table, mode="overwrite", target_file_size=self.file_size_bytes,
-                commit_properties=CommitProperties(custom_metadata={"userMetadata": info.metadata_json()},
-                                                   app_transactions=[Transaction(self.transaction_app_id, batch_id)]),
-                configuration=snapshot_table_configuration(self.retention) if created else None,
-            )  # fmt: skip
+            keys, values = [k.decode() for k in state], [v.decode() for v in state.values()]
+            table = pa.table({"key": keys, "value": values, "layer": pa.nulls(len(keys), pa.int64())}, _table_schema())
+            self._write_arrow(table, info, "overwrite")
         return self._committed(batch_id)
+
+    def _write_arrow(self, table, info: SnapshotInfo, mode: Literal["overwrite", "append"]) -> None:
+        """One delta-rs commit of ``table`` carrying ``info`` and the batch's ``txn`` (a new table gets the
+        retention properties; an older one gains the ``layer`` column). The ``txn`` also keeps an empty
+        state over an empty state a real commit; old snapshots stay readable by time travel for ``retention``."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        properties = CommitProperties(
+            custom_metadata={"userMetadata": info.metadata_json()},
+            app_transactions=[Transaction(self.transaction_app_id, info.batch_id)],
+        )
+        write_deltalake(
+            self.path,
+            table,
+            mode=mode,
+            schema_mode="merge" if self.exists() else None,
+            target_file_size=self.file_size_bytes,
+            commit_properties=properties,
+            configuration=None if self.exists() else snapshot_table_configuration(self.retention),
+        )
 
     def _new_info(
         self,
@@ -349,20 +491,20 @@ class SnapshotStore:
         state never enters this process."""
         from deltalake import DeltaTable
         from pyspark import StorageLevel
+        from pyspark.sql import functions as F
 
         if not self.exists():  # created by delta-rs, with the retention properties (a commit without a snapshot)
-            import pyarrow as pa
-
-            schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
-            DeltaTable.create(self.path, schema, configuration=snapshot_table_configuration(self.retention))
-        committed = DeltaTable(self.path).transaction_version(self.transaction_app_id)
+            DeltaTable.create(self.path, _table_schema(), configuration=snapshot_table_configuration(self.retention))
+        committed = self._committed_batch()
         if committed is None or committed < batch_id:
             frame = frame.persist(StorageLevel.DISK_ONLY)  # counted, then written: evaluated once, on the executors
             try:
                 info = self._new_info(batch_id, input_offsets, changelog_offsets, frame.count(), watermark_ms)
                 (
-                    frame.write.format("delta")
+                    frame.withColumn("layer", F.lit(None).cast("long"))
+                    .write.format("delta")
                     .mode("overwrite")
+                    .option("mergeSchema", "true")  # a table from before layers gains the column
                     .option("txnAppId", self.transaction_app_id)
                     .option("txnVersion", batch_id)
                     .option("userMetadata", info.metadata_json())
@@ -372,7 +514,18 @@ class SnapshotStore:
                 frame.unpersist()
         return self._committed(batch_id)
 
-    def merge_frame(
+    def _check_base(self, base: SnapshotInfo | None, batch_id: int | None = None) -> None:
+        """Refuse a write over anything but ``base`` (the latest snapshot; maintenance commits since do not
+        count), or of a batch not after it."""
+        latest = self.latest()
+        if (latest.delta_version if latest else None) != (base.delta_version if base else None):
+            raise SnapshotConflict(
+                f"{self.path}: a snapshot landed after version {base.delta_version if base else None}"
+            )
+        if base is not None and batch_id is not None and base.batch_id >= batch_id:
+            raise SnapshotConflict(f"{self.path}: batch {batch_id} is not after the latest snapshot's {base.batch_id}")
+
+    def append_layer_frame(
         self,
         changes,
         base: SnapshotInfo,
@@ -381,104 +534,72 @@ class SnapshotStore:
         changelog_offsets: dict[int, int],
         watermark_ms: int = 0,
     ) -> SnapshotInfo:
-        """An incremental snapshot written by Spark's executors: one Delta MERGE of ``changes``
-        (DataFrame(key, value): the latest value of every key changed since ``base``, null: deleted) over
-        the table at ``base``. Deletion vectors keep its writes to the changed rows; idempotent per batch
-        like :meth:`write_frame`.
+        """A layered snapshot written by Spark's executors: one Delta append of ``changes``
+        (DataFrame(key, value): the latest value of every key changed since ``base``, null: deleted),
+        tagged with ``batch_id``. It reads nothing of the table; idempotent per batch like :meth:`write_frame`.
 
         Raises:
             SnapshotConflict: the table is no longer at ``base`` (another snapshot landed since).
         """
-        from delta.tables import DeltaTable as SparkDeltaTable
-        from deltalake import DeltaTable
+        from pyspark.sql import functions as F
 
-        from spark_jobs.session import session_conf
-
-        committed = DeltaTable(self.path).transaction_version(self.transaction_app_id)
+        committed = self._committed_batch()
         if committed is not None and committed >= batch_id:
             return self._committed(batch_id)
-        if self.version() != base.delta_version:
-            raise SnapshotConflict(f"{self.path} changed since version {base.delta_version}")
-        spark = changes.sparkSession
-        if DeltaTable(self.path).metadata().configuration.get("delta.enableDeletionVectors") != "true":
-            # a table created before snapshots were incremental: one protocol upgrade, then MERGEs stay cheap
-            spark.sql(f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-        info = dataclasses.replace(
-            self._new_info(batch_id, input_offsets, changelog_offsets, base.rows, watermark_ms),
-            mode="incremental",
-            rows_before=base.rows,
+        self._check_base(base, batch_id)
+        info = self._new_info(batch_id, input_offsets, changelog_offsets, 0, watermark_ms).layer_on(base)
+        (
+            changes.withColumn("layer", F.lit(batch_id).cast("long"))
+            .write.format("delta")
+            .mode("append")
+            .option("mergeSchema", "true")  # a table from before layers gains the column
+            .option("txnAppId", self.transaction_app_id)
+            .option("txnVersion", batch_id)
+            .option("userMetadata", info.metadata_json())
+            .save(self.path)
         )
-        # A MERGE takes its commit's metadata and transaction from the session, not from options.
-        with session_conf(
-            spark,
-            {
-                "spark.databricks.delta.commitInfo.userMetadata": info.metadata_json(),
-                "spark.databricks.delta.write.txnAppId": self.transaction_app_id,
-                "spark.databricks.delta.write.txnVersion": str(batch_id),
-            },
-        ):
-            (
-                SparkDeltaTable.forPath(spark, self.path)
-                .alias("t")
-                .merge(changes.alias("s"), "t.key = s.key")
-                .whenMatchedDelete("s.value IS NULL")
-                .whenMatchedUpdate("s.value IS NOT NULL", {"value": "s.value"})
-                .whenNotMatchedInsert("s.value IS NOT NULL", {"key": "s.key", "value": "s.value"})
-                .execute()
-            )
         return self._committed(batch_id)
 
-    def merge(
-        self,
-        changes: dict[bytes, bytes | None],
-        info: SnapshotInfo,
-        *,
-        expected_version: int | None,
-        previous_rows: int | None = None,
+    def append_layer(
+        self, changes: dict[bytes, bytes | None], info: SnapshotInfo, *, base: SnapshotInfo | None
     ) -> SnapshotInfo:
-        """Commit ``changes`` (key -> new value, None: deleted) over the table as a new snapshot described
-        by ``info``: one Delta MERGE (the warm standby's write; delta-rs writes no deletion vectors, so it
-        rewrites every file that holds a changed key).
-        ``previous_rows``: the rows of the table at ``expected_version`` (counted when not given).
+        """Commit ``changes`` (key -> new value, None: deleted) as a new snapshot described by ``info``: a
+        layer on ``base``, or the first base when there is none (the warm standby's write, with delta-rs).
 
         Raises:
-            SnapshotConflict: the table is no longer at ``expected_version`` (a driver snapshot landed).
+            SnapshotConflict: the table is no longer at ``base`` (a driver snapshot landed).
         """
         import pyarrow as pa
-        import pyarrow.compute as pc
-        from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-        if self.version() != expected_version:
-            raise SnapshotConflict(f"{self.path} changed since version {expected_version}")
-        schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
+        self._check_base(base, info.batch_id)
         keys = [k.decode() for k in changes]
         values = [None if v is None else v.decode() for v in changes.values()]
-        source = pa.table({"key": keys, "value": values}, schema=schema)
-        if expected_version is None:
-            live = source.filter(pc.is_valid(source.column("value")))
-            info = dataclasses.replace(info, rows=live.num_rows, mode="full")
-            metadata = CommitProperties(custom_metadata={"userMetadata": info.metadata_json()})
-            write_deltalake(
-                self.path,
-                live,
-                mode="error",
-                commit_properties=metadata,
-                configuration=snapshot_table_configuration(self.retention),
-            )
-            return dataclasses.replace(info, delta_version=DeltaTable(self.path).version())
-        if previous_rows is None:
-            previous_rows = self._arrow(expected_version, ["key"]).num_rows
-        info = dataclasses.replace(info, rows=previous_rows, mode="incremental", rows_before=previous_rows)
-        metadata = CommitProperties(custom_metadata={"userMetadata": info.metadata_json()})
-        # a commit racing this one (after the check above) fails the MERGE's own commit
-        (
-            DeltaTable(self.path)
-            .merge(source, "t.key = s.key", source_alias="s", target_alias="t", commit_properties=metadata)
-            .when_matched_delete("s.value IS NULL")
-            .when_matched_update(updates={"value": "s.value"}, predicate="s.value IS NOT NULL")
-            .when_not_matched_insert(updates={"key": "s.key", "value": "s.value"}, predicate="s.value IS NOT NULL")
-            .execute()
+        if base is None:
+            live = [(k, v) for k, v in zip(keys, values) if v is not None]
+            keys, values = [k for k, _ in live], [v for _, v in live]
+            info = dataclasses.replace(info, rows=len(keys), mode="full")
+            layer = pa.nulls(len(keys), pa.int64())
+        else:
+            info = info.layer_on(base)
+            layer = pa.array([info.batch_id] * len(keys), pa.int64())
+        table = pa.table({"key": keys, "value": values, "layer": layer}, _table_schema())
+        self._write_arrow(table, info, "overwrite" if base is None else "append")
+        return self._committed(info.batch_id)
+
+    def fold(self, info: SnapshotInfo) -> SnapshotInfo:
+        """Rewrite the snapshot ``info`` (the latest) as a new base of the same batch, its layers resolved in
+        this process (:func:`resolve_layers`; the warm standby's fold). A no-op for a ``full`` snapshot."""
+        import pyarrow as pa
+
+        if info.mode != "layered":
+            return info
+        self._check_base(info)
+        table = self.arrow(info)
+        table = table.append_column("layer", pa.nulls(table.num_rows, pa.int64())).cast(_table_schema())
+        folded = dataclasses.replace(
+            info, mode="full", rows=table.num_rows, base_batch_id=None, base_rows=None, layer_rows=0, layers=0
         )
+        self._write_arrow(table, folded, "overwrite")
         return snapshot_history(self.path, 1)[-1]
 
     def maintain(self, *, dry_run: bool = True, writer_running: str | None = None):

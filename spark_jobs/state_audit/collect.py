@@ -131,7 +131,7 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
     taken = dt.datetime.fromisoformat(latest.taken_at) if latest else None
     numbers = {
         "snapshot_versions": len(infos),
-        "snapshot_rows": latest.rows if latest else None,
+        "snapshot_rows": snapshots.count(latest) if latest else None,  # a layered snapshot's are counted by a read
         "snapshot_bytes": sum(files),
         "snapshot_files": len(files),
         "snapshot_age_s": (dt.datetime.now(dt.timezone.utc) - taken).total_seconds() if taken else None,
@@ -235,7 +235,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     tail = sum(max(0, h - (latest.changelog_offsets.get(p, 0) if latest else 0)) for p, h in high.items())
     rates = RestoreRates.fit(restores, store=store.name, application_id=spec.application_id)
     row["tail_records"] = tail
-    row["restore_snapshot_tail_s"] = rates.estimate(snapshot_rows=latest.rows if latest else 0, changelog_records=tail) \
+    row["restore_snapshot_tail_s"] = rates.estimate(snapshot_rows=latest.rows_scanned if latest else 0, changelog_records=tail) \
         if latest else None  # fmt: skip
     row["restore_full_replay_s"] = rates.estimate(
         snapshot_rows=None, changelog_records=row.get("changelog_records") or 0

@@ -144,9 +144,9 @@ def test_every_registered_versions_tables_snapshots_through_their_store_running_
     layout = JobLayout.of(get_job("purchase_counts"), settings)
     store = SnapshotStore.of(layout, "counts")
     latest = store.write({b"u0": b"0"}, 0, {}, {0: 0})
-    for batch in range(1, MIN_FILES_TO_COMPACT):  # the standby's MERGEs: a small file each
+    for batch in range(1, MIN_FILES_TO_COMPACT):  # the standby's layers: a small file each
         info = dataclasses.replace(latest, batch_id=batch, changelog_offsets={0: batch})
-        latest = store.merge({f"u{batch}".encode(): str(batch).encode()}, info, expected_version=latest.delta_version)
+        latest = store.append_layer({f"u{batch}".encode(): str(batch).encode()}, info, base=latest)
     state = store.read(store.latest())
     _many_small_commits(layout.output_table, MIN_FILES_TO_COMPACT)
     output_files = _parquet_files(layout.output_table)

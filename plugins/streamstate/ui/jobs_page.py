@@ -71,12 +71,20 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "version": spec.version,
         "lifecycle_state": current_state(settings.status_dir, spec.application_id),
         "last_published_state": status.get("state"),
-        "supervision": {"state": record.last_assessment.get("state"), "action": record.last_assessment.get("action"),
-                        "reason": record.last_assessment.get("reason"), "desired": record.desired,
-                        "stop_reason": record.stop_reason, "crash_looping": record.crash_loop_since is not None,
-                        "last_check_at": record.last_check_at, "launches": len(record.launches),
-                        "launched_by": record.last_launch.by if record.last_launch else None},  # fmt: skip
-        "driver": {"pid": holder.get("pid"), "host": holder.get("host"), "lease_epoch": holder.get("epoch")} if holder else None,
+        "supervision": {
+            "state": record.last_assessment.get("state"),
+            "action": record.last_assessment.get("action"),
+            "reason": record.last_assessment.get("reason"),
+            "desired": record.desired,
+            "stop_reason": record.stop_reason,
+            "crash_looping": record.crash_loop_since is not None,
+            "last_check_at": record.last_check_at,
+            "launches": len(record.launches),
+            "launched_by": record.last_launch.by if record.last_launch else None,
+        },
+        "driver": {"pid": holder.get("pid"), "host": holder.get("host"), "lease_epoch": holder.get("epoch")}
+        if holder
+        else None,
         "input_lag_records": sum((progress.get("input_lag") or {}).values()) if progress else None,
         "batch_id": progress.get("batch_id"),
         "batch_duration_ms": progress.get("batch_duration_ms"),
@@ -86,10 +94,15 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "progress_at": progress.get("progress_at"),
         "idle_at": status.get("idle_at"),
         "snapshots": status.get("snapshots") or {},
-        "standby": {"running": standby_alive, "state": standby.get("state") if standby_alive else "NOT_RUNNING",
-                    "lag_ms": standby.get("lag_ms") if standby_alive else None,
-                    "stores": {name: {"batch_id": v.get("batch_id"), "rows": v.get("rows"), "lag_ms": v.get("lag_ms")}
-                               for name, v in (standby.get("stores") or {}).items()}},
+        "standby": {
+            "running": standby_alive,
+            "state": standby.get("state") if standby_alive else "NOT_RUNNING",
+            "lag_ms": standby.get("lag_ms") if standby_alive else None,
+            "stores": {
+                name: {"batch_id": v.get("batch_id"), "rows": v.get("rows"), "lag_ms": v.get("lag_ms")}
+                for name, v in (standby.get("stores") or {}).items()
+            },
+        },
         "stores": [{"store": s.name, "kind": s.kind} for s in spec.stores],
         "restore": status.get("restore") or {},
         "error": status.get("error"),
@@ -132,7 +145,7 @@ async def receive_alert(request: Request) -> dict:
     alert = await request.json()
     path = _inbox(_settings())
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = path.read_text().splitlines()[-(INBOX_KEEP - 1):] if path.exists() else []
+    lines = path.read_text().splitlines()[-(INBOX_KEEP - 1) :] if path.exists() else []
     lines.append(json.dumps({"received_at": time.time(), **alert}))
     path.write_text("\n".join(lines) + "\n")
     return {"ok": True}
@@ -203,10 +216,19 @@ def _bytes(n) -> str:
     return f"{n:,.1f} TiB"
 
 
+def _snapshot_rows(snapshot: dict) -> str:
+    """A snapshot's size: its live rows, or for a layer (whose live rows are not counted) what it wrote."""
+    if snapshot.get("rows") is not None:
+        return f"{snapshot['rows']:,} rows"
+    return f"layer {snapshot.get('layers', '?')} ({snapshot.get('layer_rows', 0):,} rows on a base of {snapshot.get('base_rows') or 0:,})"
+
+
 def _row(job: dict) -> str:
     state = job["lifecycle_state"]
-    snapshots = "<br>".join(f"{html.escape(s)}: batch {v.get('batch_id')}, {v.get('rows', 0):,} rows, {html.escape(str(v.get('taken_at', '')))}"
-                            for s, v in job["snapshots"].items())  # fmt: skip
+    snapshots = "<br>".join(
+        f"{html.escape(s)}: batch {v.get('batch_id')}, {_snapshot_rows(v)}, {html.escape(str(v.get('taken_at', '')))}"
+        for s, v in job["snapshots"].items()
+    )
     standby = job["standby"]
     if standby["running"]:
         snapshots += "".join(f"<br>standby {html.escape(s)}: batch {_cell(v['batch_id'])}, {_cell(v['rows'])} rows, "
@@ -314,7 +336,10 @@ def lookup(target: str = "", key: str = "", window_start: str = ""):
     status, body = 200, ""
     window = int(window_start) if window_start.strip().isdigit() else None
     if window_start.strip() and window is None:
-        status, body = 422, f'<p class="sev-error">window start {html.escape(window_start)!r}: a number of milliseconds</p>'
+        status, body = (
+            422,
+            f'<p class="sev-error">window start {html.escape(window_start)!r}: a number of milliseconds</p>',
+        )
     elif _settings().state_api_token:
         # The page has no way to hold the token; the API itself stays closed to callers without it.
         status, body = 403, "<p>State lookups need the API token here: query <code>/state-api</code> with it.</p>"

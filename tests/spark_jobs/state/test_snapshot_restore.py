@@ -86,11 +86,11 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     # Old snapshots stay readable (time travel) next to newer ones.
     second = take_snapshot(snapshots, bootstrap, changelog, **on)
     assert second.batch_id > first.batch_id and second.delta_version > first.delta_version
-    # Spark merges the tail's changes over the previous snapshot; the driver rewrites its small store
-    assert (second.mode, second.rows) == ("incremental" if in_spark else "full", len(everything))
+    # Spark appends the tail's changes as a layer on the previous snapshot; the driver rewrites its small store
+    assert (second.mode, snapshots.count(second)) == ("layered" if in_spark else "full", len(everything))
     if in_spark:  # a retried snapshot of the same batch commits nothing (Delta's txnAppId/txnVersion)
         position = (after.batch_id, after.input_offsets, after.changelog_resume_offsets, after.watermark_ms)
-        assert snapshots.merge_frame(after.changes, first, *position) == second
+        assert snapshots.append_layer_frame(after.changes, first, *position) == second
         assert snapshots.write_frame(after.frame, *position) == second and snapshots.version() == second.delta_version
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything

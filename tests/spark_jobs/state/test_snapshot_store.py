@@ -1,5 +1,5 @@
-"""SnapshotStore on a real Delta table (local disk): commits, retries, empty state, time travel, the
-standby's incremental MERGEs (delta-rs) and the job's (Spark), over deletion vectors."""
+"""SnapshotStore on a real Delta table (local disk): commits, retries, empty state, time travel, layered
+snapshots written by the standby (delta-rs) and the job (Spark), folds, and maintenance over layers."""
 
 from __future__ import annotations
 
@@ -51,75 +51,116 @@ def _info(batch_id: int) -> SnapshotInfo:
                         taken_at="2026-11-23T00:00:00+00:00", writer="standby")  # fmt: skip
 
 
-def test_the_standbys_incremental_snapshots_merge_changes_only(tmp_path):
-    store = SnapshotStore(tmp_path / "snap", "job-v1", "counts")
-    first = store.merge({b"u1": b"1", b"u2": b"2", b"gone": None}, _info(0), expected_version=None)
-    assert (first.rows, first.delta_version, first.writer) == (2, store.version(), "standby")
-    # A change and a delete: only those keys are rewritten; the row count follows.
-    second = store.merge({b"u2": b"5", b"u1": None, b"u3": b"3"}, _info(1), expected_version=first.delta_version,
-                         previous_rows=first.rows)  # fmt: skip
-    assert store.latest() == second and second.rows == 2
-    assert store.read(second) == {b"u2": b"5", b"u3": b"3"} and store.read(first) == {b"u1": b"1", b"u2": b"2"}
-    assert store.read_text(second) == {"u2": "5", "u3": "3"} and sorted(store.values(second)) == ["3", "5"]
+def test_the_standbys_layers_read_as_the_state_and_fold_when_they_outgrow_the_base(tmp_path):
+    store = SnapshotStore(tmp_path / "snap", "job-v1", "counts", fold_fraction=1.0)
+    first = store.append_layer({b"u1": b"1", b"u2": b"2", b"u3": b"3", b"gone": None}, _info(0), base=None)
+    assert (first.mode, first.rows, first.delta_version, first.writer) == ("full", 3, store.version(), "standby")
+    # A change, a delete and a new key: one append, read back as the state
+    second = store.append_layer({b"u2": b"5", b"u1": None, b"u4": b"4"}, _info(1), base=first)
+    assert (second.mode, second.rows, second.base_rows, second.layer_rows, second.layers) == ("layered", None, 3, 3, 1)
+    assert store.latest() == second and second.rows_scanned == 6 and store.count(second) == 3
+    assert store.read(second) == {b"u2": b"5", b"u3": b"3", b"u4": b"4"}
+    assert store.read(first) == {b"u1": b"1", b"u2": b"2", b"u3": b"3"}  # the base stays readable by time travel
+    assert sorted(store.values(second)) == ["3", "4", "5"]
+    # A newer layer wins over an older one, a delete over a value; a key deleted and set again is back.
+    third = store.append_layer({b"u4": None, b"u1": b"11"}, _info(2), base=second)
+    assert store.read_text(third) == {"u1": "11", "u2": "5", "u3": "3"}
+    assert (third.layer_rows, third.layers, third.base_batch) == (5, 2, 0)
+    # The layers hold more rows than the base: they fold into a new base of the same batch.
+    assert store.next_mode(second) == "layered" and store.next_mode(third) == "full"
+    folded = store.fold(third)
+    assert (folded.mode, folded.batch_id, folded.rows, folded.layers) == ("full", 2, 3, 0)
+    assert store.read_text(folded) == store.read_text(third) and store.read_text(second) == {
+        "u2": "5",
+        "u3": "3",
+        "u4": "4",
+    }
     assert len(store.files()) >= 1 and all(size > 0 for size in store.files())
-    # A driver snapshot landed meanwhile: the standby's merge is refused, nothing is committed.
-    _write(store, {b"x": b"1"}, 2)
-    with pytest.raises(SnapshotConflict, match="changed since version"):
-        store.merge({b"u9": b"9"}, _info(3), expected_version=second.delta_version)
+    # A driver snapshot landed meanwhile: the standby's layer is refused, nothing is committed.
+    _write(store, {b"x": b"1"}, 3)
+    with pytest.raises(SnapshotConflict, match="a snapshot landed after version"):
+        store.append_layer({b"u9": b"9"}, _info(4), base=folded)
     assert store.read(store.latest()) == {b"x": b"1"}
+    # A layer of a batch the table already holds is refused too (it would hide newer values).
+    with pytest.raises(SnapshotConflict, match="is not after"):
+        store.append_layer({b"u9": b"9"}, _info(3), base=store.latest())
 
 
-def test_spark_merges_an_incremental_snapshot_through_deletion_vectors(spark, tmp_path):
+def test_spark_appends_a_layer_that_reads_like_the_whole_state(spark, tmp_path):
     store = SnapshotStore(tmp_path / "snap", "job-v1", "counts", file_size_bytes=32 * 1024)
     state = {f"k{i:05d}": f'{{"n":{i}}}' for i in range(20_000)}
     full = store.write({k.encode(): v.encode() for k, v in state.items()}, 3, {"in": {0: 30}}, {0: 9})
-    assert full.mode == "full" and len(store.files()) >= 8  # enough small files for maintenance to compact
+    base_files = len(store.files())
+    assert full.mode == "full" and base_files >= 8  # enough small files for maintenance to compact
 
     # 1% of the keys change, some are deleted, some are new: the latest value per key, null deletes
     changes = {f"k{i:05d}": f'{{"n":{-i}}}' for i in range(0, 20_000, 100)}
     changes |= {"k00001": None, "k00002": None, "new1": '{"n":1}', "gone": None}
     frame = spark.createDataFrame(list(changes.items()), STORE_SCHEMA)
-    merged = store.merge_frame(frame, full, 4, {"in": {0: 40}}, {0: 12}, watermark_ms=7)
+    assert store.next_mode(full) == "layered"
+    layer = store.append_layer_frame(frame, full, 4, {"in": {0: 40}}, {0: 12}, watermark_ms=7)
     expected = {k: v for k, v in (state | changes).items() if v is not None}
-    assert (merged.mode, merged.rows_before, merged.rows) == ("incremental", 20_000, len(expected))
-    assert (merged.batch_id, merged.changelog_offsets, merged.watermark_ms) == (4, {0: 12}, 7)
-    assert store.latest() == merged and merged.delta_version == full.delta_version + 1
+    assert (layer.mode, layer.rows, layer.base_rows, layer.layer_rows) == ("layered", None, 20_000, len(changes))
+    assert (layer.batch_id, layer.changelog_offsets, layer.watermark_ms) == (4, {0: 12}, 7)
+    assert store.latest() == layer and layer.delta_version == full.delta_version + 1 and layer.bytes > 0
     metrics = DeltaTable(store.path).history(1)[0]["operationMetrics"]
-    # no file holding a changed key was rewritten: the replaced rows are marked in deletion vectors
-    assert int(metrics["numTargetFilesRemoved"]) == 0 and int(metrics["numTargetDeletionVectorsAdded"]) > 0
-    assert store.read_text(merged) == expected  # delta-rs applies the deletion vectors
-    assert {r.key: r.value for r in store.frame(spark, merged).collect()} == expected
+    # an append: nothing of the base was read or rewritten
+    assert int(metrics["numOutputRows"]) == len(changes) and len(store.files()) > base_files
+    assert store.read_text(layer) == expected and store.count(layer) == len(expected)
+    assert {r.key: r.value for r in store.frame(spark, layer).collect()} == expected
     assert store.read_text(full) == state  # the previous snapshot stays readable
 
     # A retried batch commits nothing; a base that is no longer the latest is refused.
-    assert store.merge_frame(frame, full, 4, {"in": {0: 40}}, {0: 12}) == merged
-    with pytest.raises(SnapshotConflict, match="changed since version"):
-        store.merge_frame(frame, full, 5, {"in": {0: 50}}, {0: 15})
-    assert store.version() == merged.delta_version
+    assert store.append_layer_frame(frame, full, 4, {"in": {0: 40}}, {0: 12}) == layer
+    with pytest.raises(SnapshotConflict, match="a snapshot landed after version"):
+        store.append_layer_frame(frame, full, 5, {"in": {0: 50}}, {0: 15})
+    assert store.version() == layer.delta_version
 
-    # The standby's delta-rs MERGE rewrites a file with a deletion vector: the rows it deletes stay deleted.
-    standby_changes = {b"k00105": b'{"n":0}', b"new2": b"2"}  # k00105 shares its file with the replaced k00100
-    standby = store.merge(standby_changes, _info(5), expected_version=merged.delta_version, previous_rows=merged.rows)
-    expected |= {k.decode(): v.decode() for k, v in standby_changes.items()}
-    assert standby.rows == len(expected) == len(store.values(standby)) and store.read_text(standby) == expected
+    # The standby's delta-rs layer goes on the job's: both are read, the newest wins.
+    standby_changes = {b"k00100": b'{"n":0}', b"new1": None, b"new2": b"2"}
+    standby = store.append_layer(standby_changes, _info(5), base=layer)
+    expected = {
+        k: v
+        for k, v in (
+            expected | {k.decode(): None if v is None else v.decode() for k, v in standby_changes.items()}
+        ).items()
+        if v is not None
+    }
+    assert (standby.layers, standby.layer_rows) == (2, len(changes) + 3)
+    assert store.read_text(standby) == expected
+    assert {r.key: r.value for r in store.frame(spark, standby).collect()} == expected
 
-    # Compaction rewrites the files without the deleted rows; every snapshot reads the same after it.
+    # Compaction merges base and layer files; every snapshot reads the same after it.
     assert maintain_table(store.path, "snapshot", dry_run=False).compacted_files_removed > 0
     assert store.read_text(store.latest()) == expected and store.read_text(full) == state
+    # A fold by Spark: the resolved frame written as the new base (what take_snapshot does when one is due)
+    folded = store.write_frame(store.frame(spark, standby), 6, {"in": {0: 60}}, {0: 18})
+    assert (folded.mode, folded.rows, folded.layers) == ("full", len(expected), 0) and store.read_text(
+        folded
+    ) == expected
     # Past the time-travel window the files only older snapshots read are vacuumed; what the latest reads stays.
     age_delta_removals(Path(store.path), 30)
     assert maintain_table(store.path, "snapshot", dry_run=False).vacuum_files
     assert store.read_text(store.latest()) == expected
 
 
-def test_a_snapshot_table_from_before_deletion_vectors_is_upgraded_by_its_first_merge(spark, tmp_path):
+def test_a_snapshot_table_from_before_layers_gains_the_column_with_its_first_layer(spark, tmp_path):
+    import json
+
     import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
 
     store = SnapshotStore(tmp_path / "old", "job-v1", "counts")
-    schema = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string())])
-    DeltaTable.create(store.path, schema)  # as tables were created before snapshots were incremental
-    full = store.write({b"a": b"1", b"b": b"2"}, 0, {}, {0: 2})
+    # a snapshot as it was written before layers: (key, value) only
+    old = store._new_info(0, {}, {0: 2}, 2, 0)
+    table = pa.table({"key": ["a", "b"], "value": ["1", "2"]})
+    write_deltalake(
+        store.path, table, commit_properties=CommitProperties(custom_metadata={"userMetadata": old.metadata_json()})
+    )
+    full = store.latest()
+    assert store.read_text(full) == {"a": "1", "b": "2"} and json.loads(old.metadata_json())["mode"] == "full"
+    assert {r.key: r.value for r in store.frame(spark, full).collect()} == {"a": "1", "b": "2"}
     changes = spark.createDataFrame([("a", None), ("c", "3")], STORE_SCHEMA)
-    merged = store.merge_frame(changes, full, 1, {}, {0: 4})
-    assert DeltaTable(store.path).metadata().configuration["delta.enableDeletionVectors"] == "true"
-    assert store.latest() == merged and merged.rows == 2 and store.read_text(merged) == {"b": "2", "c": "3"}
+    layer = store.append_layer_frame(changes, full, 1, {}, {0: 4})
+    assert store.latest() == layer and store.count(layer) == 2 and store.read_text(layer) == {"b": "2", "c": "3"}
+    assert {r.key: r.value for r in store.frame(spark, layer).collect()} == {"b": "2", "c": "3"}
