@@ -263,14 +263,19 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
 
 def quarantine_if_unusable(context: JobContext) -> dict | None:
     """Move a damaged checkpoint aside so the job restores instead of failing (or resuming on
-    empty state). Returns {"path", "reason"} when it did."""
-    problem = checkpoint_problem(context.checkpoint, stateful=bool(context.spec.stores))
-    if problem is None:
-        return None
-    moved = quarantine(context.checkpoint)
-    log.warning(json.dumps({"event": "checkpoint_quarantined", "application_id": context.spec.application_id,
-                            "reason": problem, "moved_to": str(moved)}))  # fmt: skip
-    return {"path": str(moved), "reason": problem}
+    empty state); then the dead-letter query's, which holds no state: it starts over where the job's source
+    starts (dead letters are at least once: a damaged one after batches ran sends theirs again).
+    Returns {"path", "reason"} of what it moved last, if anything."""
+    checkpoints = [(context.checkpoint, bool(context.spec.stores)), (context.layout.dead_letter_checkpoint, False)]
+    moved = None
+    for checkpoint, stateful in checkpoints:
+        problem = checkpoint_problem(checkpoint, stateful=stateful)
+        if problem is None:
+            continue
+        moved = {"path": str(quarantine(checkpoint)), "reason": problem}
+        log.warning(json.dumps({"event": "checkpoint_quarantined", "application_id": context.spec.application_id,
+                                "reason": problem, "moved_to": moved["path"]}))  # fmt: skip
+    return moved
 
 
 class StatusRestoreListener(LoggingRestoreListener):

@@ -40,13 +40,24 @@ def _check_log_file(path: Path, min_lines: int) -> str | None:
 #: written by the job when it starts from a restored state (``JobContext.restore_record``)
 RESTORE_RECORD = layout.RESTORE_RECORD
 
+#: what Spark requires empty or absent when it starts a query whose offset log has no entry
+#: (``MicroBatchExecution.verifyNewCheckpointDirectory``: STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY)
+NEW_QUERY_DIRS = ("offsets", "state", "commits")
+
 
 def checkpoint_problem(checkpoint: str | Path, stateful: bool = True) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when it can (or has nothing to resume)."""
     checkpoint = Path(checkpoint)
     offsets, commits = _log_entries(checkpoint / "offsets"), _log_entries(checkpoint / "commits")
     if not offsets:
-        return None  # nothing to resume: a fresh start, not a damaged one
+        # nothing to resume: a fresh start, unless a start was killed while writing its first log entry
+        # (a temporary file left in offsets/): Spark refuses to start a new query over any file there
+        leftovers = [d for d in NEW_QUERY_DIRS if (checkpoint / d).is_dir() and any((checkpoint / d).iterdir())]
+        if leftovers:
+            return (
+                f"{checkpoint} has no offset log entry but files in {', '.join(leftovers)} (a start killed mid-write)"
+            )
+        return None
     metadata = checkpoint / "metadata"
     try:
         if "id" not in json.loads(metadata.read_text().splitlines()[0]):

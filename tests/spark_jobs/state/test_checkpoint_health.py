@@ -70,6 +70,18 @@ def test_damage_is_named(tmp_path, damage, reason):
     assert reason in checkpoint_problem(checkpoint)
 
 
+def test_a_start_killed_while_writing_its_first_offsets_is_a_problem(tmp_path):
+    """Spark writes a log entry to a temporary file and renames it: a kill between the two leaves a
+    checkpoint with no entry but a file in offsets/, over which Spark refuses to start a new query
+    (found by the supervise DAG test killing a driver as its dead-letter query started)."""
+    checkpoint = tmp_path / "dead-letter"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / ".0.8c1e9f.tmp").write_text("v1\n")
+    assert "no offset log entry but files in offsets" in checkpoint_problem(checkpoint, stateful=False)
+    (checkpoint / "offsets" / ".0.8c1e9f.tmp").unlink()
+    assert checkpoint_problem(checkpoint, stateful=False) is None  # an empty directory is a fresh start
+
+
 def test_committed_batches_without_state_files_are_a_problem_for_stateful_jobs(tmp_path):
     checkpoint = _checkpoint(tmp_path / "cp", state=False)
     assert "no state store files" in checkpoint_problem(checkpoint)
@@ -91,10 +103,23 @@ def _delete_state_files(checkpoint: Path) -> None:  # e.g. a cleanup script or a
     shutil.rmtree(checkpoint / "state")
 
 
+def _kill_while_writing_first_offsets(checkpoint: Path) -> None:  # Spark's temporary file, never renamed
+    for log_dir in ("offsets", "commits"):
+        shutil.rmtree(checkpoint / log_dir)
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / "offsets" / ".0.8c1e9f.tmp").write_text("v1\n")
+
+
 @pytest.mark.integration
 @pytest.mark.faults
-@pytest.mark.parametrize(("damage", "reason"), [(_tear_latest_offsets, "not a Spark log entry"),
-                                                (_delete_state_files, "no state store files")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_tear_latest_offsets, "not a Spark log entry"),
+        (_delete_state_files, "no state store files"),
+        (_kill_while_writing_first_offsets, "no offset log entry but files in offsets, state"),
+    ],
+)
 def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_broker, settings, unique, damage, reason):
     job = dataclasses.replace(get_job("purchase_counts"), name=f"corrupt_{unique}", source_topic=f"corrupt-{unique}",
                               output_table=f"corrupt_{unique}")  # fmt: skip
@@ -116,3 +141,28 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
     assert report.input_rows == len(rounds[2])
     assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(rounds[0] + rounds[1] + rounds[2])
     assert json.loads((checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 1
+
+
+@pytest.mark.integration
+@pytest.mark.faults
+def test_a_dead_letter_checkpoint_killed_mid_write_is_moved_aside_and_the_job_runs(
+    spark, kafka_broker, settings, unique
+):
+    job = dataclasses.replace(get_job("purchase_counts"), name=f"dlqcp_{unique}", source_topic=f"dlqcp-{unique}",
+                              output_table=f"dlqcp_{unique}")  # fmt: skip
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, job.source_topic, job.source_partitions)
+    first, second = (list(purchases.generate(300, users=40, seed=s)) for s in (81, 82))
+    purchases.produce(bootstrap, job.source_topic, first)
+    run(job, settings, available_now=True, spark=spark)
+    dead_letters = JobContext(spark, job, settings).layout.dead_letter_checkpoint
+    shutil.rmtree(dead_letters)  # as if the driver died while the dead-letter query wrote its first offsets
+    (dead_letters / "offsets").mkdir(parents=True)
+    (dead_letters / "offsets" / ".0.8c1e9f.tmp").write_text("v1\n")
+
+    purchases.produce(bootstrap, job.source_topic, second)
+    report = run(job, settings, available_now=True, spark=spark)
+    assert "no offset log entry" in report.quarantined_checkpoint["reason"]
+    assert Path(report.quarantined_checkpoint["path"]).name.startswith("dead-letter.corrupt-")
+    assert not report.restores and report.input_rows == len(second)  # the job's own checkpoint resumed
+    assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(first + second)
