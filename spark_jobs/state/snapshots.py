@@ -491,7 +491,6 @@ class SnapshotStore:
         state never enters this process."""
         from deltalake import DeltaTable
         from pyspark import StorageLevel
-        from pyspark.sql import functions as F
 
         if not self.exists():  # created by delta-rs, with the retention properties (a commit without a snapshot)
             DeltaTable.create(self.path, _table_schema(), configuration=snapshot_table_configuration(self.retention))
@@ -500,16 +499,7 @@ class SnapshotStore:
             frame = frame.persist(StorageLevel.DISK_ONLY)  # counted, then written: evaluated once, on the executors
             try:
                 info = self._new_info(batch_id, input_offsets, changelog_offsets, frame.count(), watermark_ms)
-                (
-                    frame.withColumn("layer", F.lit(None).cast("long"))
-                    .write.format("delta")
-                    .mode("overwrite")
-                    .option("mergeSchema", "true")  # a table from before layers gains the column
-                    .option("txnAppId", self.transaction_app_id)
-                    .option("txnVersion", batch_id)
-                    .option("userMetadata", info.metadata_json())
-                    .save(self.path)
-                )
+                self._write_spark(frame, None, info, "overwrite")
             finally:
                 frame.unpersist()
         return self._committed(batch_id)
@@ -541,24 +531,30 @@ class SnapshotStore:
         Raises:
             SnapshotConflict: the table is no longer at ``base`` (another snapshot landed since).
         """
-        from pyspark.sql import functions as F
 
         committed = self._committed_batch()
         if committed is not None and committed >= batch_id:
             return self._committed(batch_id)
         self._check_base(base, batch_id)
         info = self._new_info(batch_id, input_offsets, changelog_offsets, 0, watermark_ms).layer_on(base)
+        self._write_spark(changes, batch_id, info, "append")
+        return self._committed(batch_id)
+
+    def _write_spark(self, frame, layer: int | None, info: SnapshotInfo, mode: Literal["overwrite", "append"]) -> None:
+        """One Spark Delta commit of ``frame``(key, value) tagged ``layer`` (None: base rows) carrying ``info``
+        and the batch's ``txnAppId``/``txnVersion`` (an older table gains the ``layer`` column)."""
+        from pyspark.sql import functions as F
+
         (
-            changes.withColumn("layer", F.lit(batch_id).cast("long"))
+            frame.withColumn("layer", F.lit(layer).cast("long"))
             .write.format("delta")
-            .mode("append")
-            .option("mergeSchema", "true")  # a table from before layers gains the column
+            .mode(mode)
+            .option("mergeSchema", "true")
             .option("txnAppId", self.transaction_app_id)
-            .option("txnVersion", batch_id)
+            .option("txnVersion", info.batch_id)
             .option("userMetadata", info.metadata_json())
             .save(self.path)
         )
-        return self._committed(batch_id)
 
     def append_layer(
         self, changes: dict[bytes, bytes | None], info: SnapshotInfo, *, base: SnapshotInfo | None
