@@ -1,8 +1,9 @@
 """Delta state snapshots: the full state of a store at a complete micro-batch, with where it stands.
 
-One Delta table per store (``<lake>/_state/<application_id>/<store>``, columns ``key``, ``value``).
-Each snapshot is one overwrite commit; its commit ``userMetadata`` records the batch id, the input
-offsets the state corresponds to and the changelog offsets to resume from. So:
+One Delta table per store (``<lake>/_state/<application_id>/<store>``, columns ``key``, ``value``,
+``layer``). Each snapshot is one commit (an overwrite or an append, below); its commit ``userMetadata``
+records the batch id, the input offsets the state corresponds to and the changelog offsets to resume
+from. So:
 
 * the table's history *is* the snapshot log, and older snapshots stay readable by time travel until
   the configured retention (``delta.logRetentionDuration`` / ``deletedFileRetentionDuration``);
