@@ -29,6 +29,11 @@ log = logging.getLogger("streamstate.restore")
 #: a store as Spark sees it: the changelog's key and its JSON value (the snapshot table's columns)
 STORE_SCHEMA = "key STRING, value STRING"
 
+#: a snapshot's layer from a tail of fewer changelog records than this is collected to the driver and
+#: committed by delta-rs (at most this many keys, tens of MB): faster than a Spark Delta commit, which
+#: costs seconds whatever its size
+LAYER_IN_DRIVER_MAX_RECORDS = 1_000_000
+
 RESTORED_RECORDS = Counter(
     "streamstate_restore_records", "Changelog records read by restores", ["application_id", "store"]
 )
@@ -219,8 +224,9 @@ def take_snapshot(
     if restored.frame is None:
         return snapshots.write(restored.state, *position)
     if snapshots.next_mode(latest) == "layered":
+        collect = restored.changelog_records_read < LAYER_IN_DRIVER_MAX_RECORDS
         try:
-            return snapshots.append_layer_frame(restored.changes, latest, *position)
+            return snapshots.append_layer_frame(restored.changes, latest, *position, collect=collect)
         except SnapshotConflict:  # the state at the cut does not depend on the table: write it whole
             pass
     return snapshots.write_frame(restored.frame, *position)

@@ -116,9 +116,18 @@ def test_spark_appends_a_layer_that_reads_like_the_whole_state(spark, tmp_path):
         store.append_layer_frame(frame, full, 5, {"in": {0: 50}}, {0: 15})
     assert store.version() == layer.delta_version
 
-    # The standby's delta-rs layer goes on the job's: both are read, the newest wins.
+    # A small tail's layer is collected and committed by delta-rs: the same rows, read the same way.
+    few = {"k00200": '{"n":2}', "k00003": None}
+    collected = store.append_layer_frame(
+        spark.createDataFrame(list(few.items()), STORE_SCHEMA), layer, 5, {"in": {0: 50}}, {0: 15}, collect=True
+    )
+    expected = {k: v for k, v in (expected | few).items() if v is not None}
+    assert (collected.mode, collected.layers, collected.layer_rows) == ("layered", 2, len(changes) + 2)
+    assert store.read_text(collected) == expected and store.read_text(layer) != expected
+
+    # The standby's delta-rs layer goes on the job's: all are read, the newest wins.
     standby_changes = {b"k00100": b'{"n":0}', b"new1": None, b"new2": b"2"}
-    standby = store.append_layer(standby_changes, _info(5), base=layer)
+    standby = store.append_layer(standby_changes, _info(6), base=collected)
     expected = {
         k: v
         for k, v in (
@@ -126,7 +135,7 @@ def test_spark_appends_a_layer_that_reads_like_the_whole_state(spark, tmp_path):
         ).items()
         if v is not None
     }
-    assert (standby.layers, standby.layer_rows) == (2, len(changes) + 3)
+    assert (standby.layers, standby.layer_rows) == (3, len(changes) + 5)
     assert store.read_text(standby) == expected
     assert {r.key: r.value for r in store.frame(spark, standby).collect()} == expected
 
@@ -134,7 +143,7 @@ def test_spark_appends_a_layer_that_reads_like_the_whole_state(spark, tmp_path):
     assert maintain_table(store.path, "snapshot", dry_run=False).compacted_files_removed > 0
     assert store.read_text(store.latest()) == expected and store.read_text(full) == state
     # A fold by Spark: the resolved frame written as the new base (what take_snapshot does when one is due)
-    folded = store.write_frame(store.frame(spark, standby), 6, {"in": {0: 60}}, {0: 18})
+    folded = store.write_frame(store.frame(spark, standby), 7, {"in": {0: 70}}, {0: 21})
     assert (folded.mode, folded.rows, folded.layers) == ("full", len(expected), 0) and store.read_text(
         folded
     ) == expected
