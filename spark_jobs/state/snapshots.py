@@ -43,6 +43,10 @@ from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 METADATA_KIND = "streamstate.snapshot/v1"
 
+#: a Spark read joins the base against at most this many changed keys by broadcasting them (tens of MB)
+#: instead of shuffling the base: Spark cannot tell from the table's statistics how few they are
+BROADCAST_MAX_KEYS = 2_000_000
+
 #: how a snapshot was written: the whole state (an overwrite: a new base) or a layer of changes on the latest one
 SnapshotMode = Literal["full", "layered"]
 
@@ -370,7 +374,10 @@ class SnapshotStore:
             .agg(F.max(F.struct("layer", "value")).alias("newest"))
             .select("key", F.col("newest.value").alias("value"))
         )
-        return base.join(newest.select("key"), "key", "left_anti").unionByName(newest.where("value IS NOT NULL"))
+        layered_keys = newest.select("key")
+        if info.layer_rows <= BROADCAST_MAX_KEYS:  # each executor drops them from its part of the base: no shuffle
+            layered_keys = F.broadcast(layered_keys)
+        return base.join(layered_keys, "key", "left_anti").unionByName(newest.where("value IS NOT NULL"))
 
     def values(self, info: SnapshotInfo) -> list[str]:
         """The values of one snapshot, without their keys (the audit's scan of what a store holds)."""
