@@ -54,12 +54,21 @@ class AirflowUi:
 
     def body(self) -> str:
         """The page's text; "" while a navigation replaces the page under the read."""
-        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+        from selenium.common.exceptions import (
+            NoSuchElementException,
+            StaleElementReferenceException,
+            WebDriverException,
+        )
 
         try:
             return self.browser.find_element("tag name", "body").text
         except (NoSuchElementException, StaleElementReferenceException):  # the next page is not there yet
             return ""
+        except WebDriverException as err:
+            # chromedriver reports a body replaced between its lookup and its read this way, not as stale
+            if "does not belong to the document" in str(err):
+                return ""
+            raise
 
     def wait_for_text(self, text: str, timeout_s: float = 60, reload_every_s: float | None = None) -> str:
         """Wait until ``text`` is on the page (reloading it every ``reload_every_s``); the page's text."""
