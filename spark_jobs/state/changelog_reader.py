@@ -46,6 +46,8 @@ class ChangelogRead:
     #: the highest batch id seen in the range (marked or not): a new query must continue above it
     max_batch_seen: int | None = None
     seconds: float = 0.0
+    #: with ``keep_changes``: key -> its last change in the complete batches (None: deleted), a layer's rows
+    changes: dict[bytes, bytes | None] | None = None
 
 
 @dataclasses.dataclass
@@ -187,12 +189,14 @@ def read_changelog(
     base_state: dict[bytes, bytes] | None = None,
     on_progress: Callable[[int], None] | None = None,
     poll_timeout_s: float = 30.0,
+    keep_changes: bool = False,
 ) -> ChangelogRead:
     """Read ``topic`` from ``start_offsets`` (default: the beginning) to its current end.
 
     Args:
         base_state: state to apply the changelog on (a snapshot); copied, not modified.
         on_progress: called with the number of records read so far, every 10,000 records.
+        keep_changes: also return each changed key's last change, deletes included (``changes``).
     """
     started = time.monotonic()
     consumer = _consumer(kafka, topic)
@@ -240,6 +244,8 @@ def read_changelog(
         if complete is not None:
             result.records_applied = len(complete.changes)
             result.tombstones_applied = apply_changes(state, complete.changes)
+            if keep_changes:
+                result.changes = dict(complete.changes)
             result.resume_offsets.update(complete.resume_offsets)
             result.input_offsets = complete.marker.input_offsets
             result.watermark_ms = complete.marker.watermark_ms

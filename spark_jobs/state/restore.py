@@ -29,9 +29,9 @@ log = logging.getLogger("streamstate.restore")
 #: a store as Spark sees it: the changelog's key and its JSON value (the snapshot table's columns)
 STORE_SCHEMA = "key STRING, value STRING"
 
-#: a snapshot's layer from a tail of fewer changelog records than this is collected to the driver and
-#: committed by delta-rs (at most this many keys, tens of MB): faster than a Spark Delta commit, which
-#: costs seconds whatever its size
+#: a snapshot's layer from a tail of fewer changelog records than this is read by this process and
+#: committed by delta-rs (at most this many keys, tens of MB): faster than a Spark job and a Spark Delta
+#: commit, which cost seconds whatever their size
 LAYER_IN_DRIVER_MAX_RECORDS = 1_000_000
 
 RESTORED_RECORDS = Counter(
@@ -200,28 +200,53 @@ def restore_from_snapshot(
 
 def restore_size(snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str) -> int:
     """The records a restore would read: the latest snapshot's rows (base and layers) plus the changelog after it."""
+    snapshot = snapshots.latest()
+    return (snapshot.rows_scanned if snapshot else 0) + tail_records(
+        kafka, changelog_topic, snapshot.changelog_offsets if snapshot else None
+    )
+
+
+def tail_records(kafka: KafkaTarget, changelog_topic: str, start_offsets: dict[int, int] | None) -> int:
+    """The changelog records from ``start_offsets`` (None: the beginning) to the topic's end (0: no topic yet)."""
     from spark_jobs.state.changelog_spark import topic_range
 
-    snapshot = snapshots.latest()
     try:
-        start, end = topic_range(kafka, changelog_topic, snapshot.changelog_offsets if snapshot else None)
+        start, end = topic_range(kafka, changelog_topic, start_offsets)
     except LookupError:  # no changelog yet
-        start, end = {}, {}
-    return (snapshot.rows_scanned if snapshot else 0) + sum(end[p] - start[p] for p in end)
+        return 0
+    return sum(end[p] - start[p] for p in end)
 
 
 def take_snapshot(
     snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str, spark=None
 ) -> SnapshotInfo | None:
-    """Write a new snapshot if the changelog has complete batches beyond the latest one.
+    """Write a new snapshot if the changelog has complete batches beyond the latest one, in the mode
+    :meth:`SnapshotStore.next_mode` says:
 
-    With ``spark`` the state is rebuilt and written by Spark's executors (see :func:`restore_from_snapshot`):
-    as a layer of the tail's changes on the latest snapshot (``layered``: it writes only the changed keys),
-    or in full (a fold) when there is none yet, the layers are due a fold (:meth:`SnapshotStore.next_mode`)
-    or another snapshot landed meanwhile. Without, the driver rewrites the whole state (a store small
-    enough for one process).
+    - ``layered``: only the keys changed since the latest snapshot, appended as a layer on it. A tail of
+      fewer than ``LAYER_IN_DRIVER_MAX_RECORDS`` records is read here with the changelog reader and
+      committed by delta-rs (milliseconds, where a Spark job and a Spark Delta commit cost seconds
+      whatever their size); a longer one is read and written by Spark's executors. If another snapshot
+      landed meanwhile, the state is written in full instead.
+    - ``full`` (a fold; the first snapshot): the whole state, by Spark's executors with ``spark`` (see
+      :func:`restore_from_snapshot`), else rebuilt and written by this process (a small store).
+
     Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
     """
+    latest = snapshots.latest()
+    mode = snapshots.next_mode(latest)
+    short_tail = mode == "layered" and tail_records(kafka, changelog_topic, latest.changelog_offsets) < (
+        LAYER_IN_DRIVER_MAX_RECORDS
+    )
+    if short_tail:
+        tail = read_changelog(kafka, changelog_topic, latest.changelog_offsets, keep_changes=True)
+        if tail.cut_batch_id is None or tail.cut_batch_id <= latest.batch_id:
+            return latest
+        info = snapshots.new_info(tail.cut_batch_id, tail.input_offsets, tail.resume_offsets, tail.watermark_ms)
+        try:
+            return snapshots.append_layer(tail.changes, info, base=latest)
+        except SnapshotConflict:  # the state at the cut does not depend on the table: write it whole
+            pass
     restored = restore_from_snapshot(snapshots, kafka, changelog_topic, SilentRestoreListener(), spark=spark)
     latest = restored.snapshot
     if restored.batch_id is None or (latest is not None and restored.batch_id <= latest.batch_id):
@@ -229,11 +254,10 @@ def take_snapshot(
     position = (restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets, restored.watermark_ms)
     if restored.frame is None:
         return snapshots.write(restored.state, *position)
-    if snapshots.next_mode(latest) == "layered":
-        collect = restored.changelog_records_read < LAYER_IN_DRIVER_MAX_RECORDS
+    if mode == "layered":
         try:
-            return snapshots.append_layer_frame(restored.changes, latest, *position, collect=collect)
-        except SnapshotConflict:  # the state at the cut does not depend on the table: write it whole
+            return snapshots.append_layer_frame(restored.changes, latest, *position)
+        except SnapshotConflict:
             pass
     return snapshots.write_frame(restored.frame, *position)
 

@@ -431,7 +431,7 @@ class SnapshotStore:
         of the same batch (a retried task) commits nothing and returns the first."""
         import pyarrow as pa
 
-        info = self._new_info(batch_id, input_offsets, changelog_offsets, len(state), watermark_ms)
+        info = self.new_info(batch_id, input_offsets, changelog_offsets, watermark_ms, rows=len(state))
         committed = self._committed_batch()
         if committed is None or committed < batch_id:
             keys, values = [k.decode() for k in state], [v.decode() for v in state.values()]
@@ -459,14 +459,16 @@ class SnapshotStore:
             configuration=None if self.exists() else snapshot_table_configuration(self.retention),
         )
 
-    def _new_info(
+    def new_info(
         self,
         batch_id: int,
         input_offsets: KafkaOffsets,
         changelog_offsets: dict[int, int],
-        rows: int,
-        watermark_ms: int,
+        watermark_ms: int = 0,
+        *,
+        rows: int = 0,
     ) -> SnapshotInfo:
+        """A snapshot of this store at ``batch_id``, described but not yet written (this driver's)."""
         return SnapshotInfo(
             delta_version=-1,
             application_id=self.application_id,
@@ -506,7 +508,7 @@ class SnapshotStore:
         if committed is None or committed < batch_id:
             frame = frame.persist(StorageLevel.DISK_ONLY)  # counted, then written: evaluated once, on the executors
             try:
-                info = self._new_info(batch_id, input_offsets, changelog_offsets, frame.count(), watermark_ms)
+                info = self.new_info(batch_id, input_offsets, changelog_offsets, watermark_ms, rows=frame.count())
                 self._write_spark(frame, None, info, "overwrite")
             finally:
                 frame.unpersist()
@@ -531,16 +533,12 @@ class SnapshotStore:
         input_offsets: KafkaOffsets,
         changelog_offsets: dict[int, int],
         watermark_ms: int = 0,
-        *,
-        collect: bool = False,
     ) -> SnapshotInfo:
-        """A layered snapshot of a state Spark holds: one Delta append of ``changes`` (DataFrame(key, value):
-        the latest value of every key changed since ``base``, null: deleted), tagged with ``batch_id``. It
-        reads nothing of the table; idempotent per batch like :meth:`write_frame`.
-
-        ``collect``: the changes are few (the caller knows the tail's size), so they come to this process as
-        Arrow and delta-rs commits them: a Spark Delta commit costs seconds whatever its size (it loads the
-        table's log; BENCHMARKS.md), a delta-rs one milliseconds. Otherwise Spark's executors write them.
+        """A layered snapshot of a state Spark holds: one Spark Delta append of ``changes`` (DataFrame(key,
+        value): the latest value of every key changed since ``base``, null: deleted), tagged with
+        ``batch_id``, by the executors. It reads nothing of the table; idempotent per batch like
+        :meth:`write_frame`. (Few changes are faster through :meth:`append_layer`: a Spark Delta commit
+        costs seconds whatever its size, it loads the table's log; BENCHMARKS.md.)
 
         Raises:
             SnapshotConflict: the table is no longer at ``base`` (another snapshot landed since).
@@ -549,15 +547,8 @@ class SnapshotStore:
         if committed is not None and committed >= batch_id:
             return self._committed(batch_id)
         self._check_base(base, batch_id)
-        info = self._new_info(batch_id, input_offsets, changelog_offsets, 0, watermark_ms).layer_on(base)
-        if collect:
-            import pyarrow as pa
-
-            rows = changes.select("key", "value").toArrow()
-            layer = pa.array([batch_id] * rows.num_rows, pa.int64())
-            self._write_arrow(rows.append_column("layer", layer).cast(_table_schema()), info, "append")
-        else:
-            self._write_spark(changes, batch_id, info, "append")
+        info = self.new_info(batch_id, input_offsets, changelog_offsets, watermark_ms).layer_on(base)
+        self._write_spark(changes, batch_id, info, "append")
         return self._committed(batch_id)
 
     def _write_spark(self, frame, layer: int | None, info: SnapshotInfo, mode: Literal["overwrite", "append"]) -> None:
@@ -580,7 +571,8 @@ class SnapshotStore:
         self, changes: dict[bytes, bytes | None], info: SnapshotInfo, *, base: SnapshotInfo | None
     ) -> SnapshotInfo:
         """Commit ``changes`` (key -> new value, None: deleted) as a new snapshot described by ``info``: a
-        layer on ``base``, or the first base when there is none (the warm standby's write, with delta-rs).
+        layer on ``base``, or the first base when there is none. One delta-rs commit: the warm standby's
+        write, and a driver's layer of a short changelog tail (:func:`~spark_jobs.state.restore.take_snapshot`).
 
         Raises:
             SnapshotConflict: the table is no longer at ``base`` (a driver snapshot landed).

@@ -116,18 +116,16 @@ def test_spark_appends_a_layer_that_reads_like_the_whole_state(spark, tmp_path):
         store.append_layer_frame(frame, full, 5, {"in": {0: 50}}, {0: 15})
     assert store.version() == layer.delta_version
 
-    # A small tail's layer is collected and committed by delta-rs: the same rows, read the same way.
-    few = {"k00200": '{"n":2}', "k00003": None}
-    collected = store.append_layer_frame(
-        spark.createDataFrame(list(few.items()), STORE_SCHEMA), layer, 5, {"in": {0: 50}}, {0: 15}, collect=True
-    )
-    expected = {k: v for k, v in (expected | few).items() if v is not None}
-    assert (collected.mode, collected.layers, collected.layer_rows) == ("layered", 2, len(changes) + 2)
-    assert store.read_text(collected) == expected and store.read_text(layer) != expected
+    # A short tail's layer is committed by delta-rs (as take_snapshot writes it): the same rows, read the same way.
+    few = {b"k00200": b'{"n":2}', b"k00003": None}
+    short = store.append_layer(few, store.new_info(5, {"in": {0: 50}}, {0: 15}), base=layer)
+    expected = {k: v for k, v in (expected | {"k00200": '{"n":2}', "k00003": None}).items() if v is not None}
+    assert (short.mode, short.layers, short.layer_rows, short.writer) == ("layered", 2, len(changes) + 2, "driver")
+    assert store.read_text(short) == expected and store.read_text(layer) != expected
 
     # The standby's delta-rs layer goes on the job's: all are read, the newest wins.
     standby_changes = {b"k00100": b'{"n":0}', b"new1": None, b"new2": b"2"}
-    standby = store.append_layer(standby_changes, _info(6), base=collected)
+    standby = store.append_layer(standby_changes, _info(6), base=short)
     expected = {
         k: v
         for k, v in (
@@ -161,7 +159,7 @@ def test_a_snapshot_table_from_before_layers_gains_the_column_with_its_first_lay
 
     store = SnapshotStore(tmp_path / "old", "job-v1", "counts")
     # a snapshot as it was written before layers: (key, value) only
-    old = store._new_info(0, {}, {0: 2}, 2, 0)
+    old = store.new_info(0, {}, {0: 2}, rows=2)
     table = pa.table({"key": ["a", "b"], "value": ["1", "2"]})
     write_deltalake(
         store.path, table, commit_properties=CommitProperties(custom_metadata={"userMetadata": old.metadata_json()})
