@@ -79,7 +79,7 @@ def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
         "state_rows": progress.get("state_rows", 0),
         "batch_id": progress.get("batch_id"),
         "changelog_bytes": sum(_dir_bytes(d) for d in logs.glob(f"{changelog}-*") if d.is_dir()),
-        "snapshots": len(snapshot_history(snapshot_path(settings.lake_dir, spec.application_id, "counts"))),
+        "snapshots": len(snapshot_history(snapshot_path(settings.lake, spec.application_id, "counts"))),
         "state": status.get("state"),
         "phase": "run",
     }
@@ -105,7 +105,7 @@ def output_matches_reference(settings: Settings, spec) -> bool:
     from spark_jobs.kafka_topics import read_json_records
 
     expected = purchases.expected_counts(read_json_records(settings.kafka, spec.source_topic))
-    rows = DeltaTable(str(settings.lake_dir / spec.output_table_dir)).to_pyarrow_table(
+    rows = DeltaTable(str(settings.lake / spec.output_table_dir)).to_pyarrow_table(
         columns=["user_id", "purchases", "amount_spent"]).to_pylist()  # fmt: skip
     got = {r["user_id"]: (r["purchases"], Decimal(r["amount_spent"]).quantize(Decimal("0.01"))) for r in rows}
     if got != expected:

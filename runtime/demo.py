@@ -34,6 +34,7 @@ from runtime import jvm
 from runtime.airflow_standalone import AirflowApi, LocalAirflow
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import KafkaTarget
+from runtime.object_store import Location
 from runtime.settings import Settings
 
 JOB = "purchase_counts"
@@ -128,7 +129,7 @@ def _read_output(settings: Settings, path: str) -> dict:
     from deltalake import DeltaTable
 
     with console.status("reading the Delta output…"):
-        table = DeltaTable(path)
+        table = DeltaTable(path, storage_options=Location.of(path, settings.object_store).storage_options())
         rows = table.to_pyarrow_table(columns=["user_id", "purchases", "amount_spent", "last_purchase_at"]).to_pylist()
     top = sorted(rows, key=lambda r: r["amount_spent"], reverse=True)[:5]
     return {"keys": len(rows), "total_purchases": sum(r["purchases"] or 0 for r in rows), "top": top,

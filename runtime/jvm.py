@@ -3,9 +3,11 @@
 Two classpaths come out of it:
 
 * ``<jvm_dir>/kafka-broker``: everything the local Apache Kafka broker needs to run.
-* ``<jvm_dir>/spark-jars``: the Kafka connector and Delta jars that every Spark session loads through
-  ``spark.jars``. Jars whose artifact the pyspark wheel already ships (Scala, Hadoop, Jackson, Parquet…)
-  are dropped so Spark runs on the exact versions it was built with.
+* ``<jvm_dir>/spark-jars``: the Kafka connector, Delta and Hadoop's S3A connector jars that every Spark
+  session loads through ``spark.jars``. Jars whose artifact the pyspark wheel already ships (Scala,
+  Hadoop, Jackson, Parquet, Netty…) are dropped so Spark runs on the exact versions it was built with.
+* ``<jvm_dir>/s3-server``: S3Proxy, the local S3-API server tests and benchmarks run against
+  (``runtime/s3_server.py``).
 * ``<jvm_dir>/state-processors``: the platform's own JVM code (``jvm/state-processors/src``: the
   reference jobs' state logic), compiled with ``javac`` against the pyspark wheel's jars, so it links
   against exactly the Spark it runs in and needs no download. Also on ``spark.jars``.
@@ -26,7 +28,7 @@ from runtime.settings import PROJECT_ROOT, Settings
 
 MANIFEST_DIR = PROJECT_ROOT / "jvm"
 MAVEN_SETTINGS = MANIFEST_DIR / "settings.xml"
-CLASSPATHS = ("kafka-broker", "spark-jars")
+CLASSPATHS = ("kafka-broker", "spark-jars", "s3-server")
 PROCESSORS = "state-processors"
 PROCESSORS_JAR = "streamstate-processors-1.0.jar"
 

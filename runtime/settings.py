@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from runtime.kafka_connection import KafkaConnection, KafkaSecurityError
+from runtime.object_store import Location, ObjectStoreConnection, ObjectStoreError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "STREAMSTATE_"
@@ -114,6 +115,17 @@ class Settings:
     airflow_scheduler_health_port: int = 8974
     airflow_worker_log_port: int = 8793
     airflow_triggerer_log_port: int = 8794
+    #: where Delta tables live (job outputs, state snapshots, the platform's own tables): unset =
+    #: ``<data_dir>/lake`` on the local disk; ``s3a://bucket/prefix`` puts them in an S3-API object
+    #: store, reached with the ``s3_*`` settings (checkpoints and status files stay on the local disk)
+    lake_uri: str | None = None
+    #: an S3-API server other than AWS (``http(s)://host:port``: MinIO, Ceph, S3Proxy...); unset = AWS
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+    #: unset: the AWS SDK's default credentials (environment, instance profile...)
+    s3_access_key_id: str | None = None
+    #: a file holding the secret access key (a mounted secret): the key itself is never a setting
+    s3_secret_access_key_file: Path | None = None
     #: ``local[*]`` on one machine, ``spark://host:7077`` on a standalone cluster.
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 2
@@ -166,9 +178,15 @@ class Settings:
         return self.data_dir / "airflow"
 
     @property
-    def lake_dir(self) -> Path:
-        """Delta tables (job outputs, later snapshots and audits)."""
-        return self.data_dir / "lake"
+    def object_store(self) -> ObjectStoreConnection:
+        """Address and credentials of the S3-API store ``s3a://`` locations are in."""
+        return ObjectStoreConnection(self.s3_endpoint, self.s3_region, self.s3_access_key_id,
+                                     self.s3_secret_access_key_file)  # fmt: skip
+
+    @property
+    def lake(self) -> Location:
+        """Delta tables: job outputs, state snapshots (``_state``) and the platform's own tables (``_streamstate``)."""
+        return Location.of(self.lake_uri or self.data_dir / "lake", self.object_store)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -270,6 +288,10 @@ class Settings:
             self.kafka  # noqa: B018 - building the connection validates the Kafka security settings
         except KafkaSecurityError as err:
             raise SettingsError(str(err)) from None
+        try:
+            self.lake  # noqa: B018 - building the location validates the lake and object store settings
+        except ObjectStoreError as err:
+            raise SettingsError(f"{ENV_PREFIX}LAKE_URI / S3_*: {err}") from None
         self.compaction.validate()
 
 

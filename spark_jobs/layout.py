@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from runtime.object_store import Location
+
 if TYPE_CHECKING:  # registry and settings import nothing from here; kept lazy for the driver's start-up
     from runtime.settings import Settings
     from spark_jobs.registry import JobSpec
@@ -134,7 +136,8 @@ class JobLayout:
     store_names: tuple[str, ...]
     checkpoint: Path
     status_dir: Path
-    lake_dir: Path
+    #: where the Delta tables are (the local disk or an object store)
+    lake: Location
     logs_dir: Path
     output_table_dirs: tuple[str, ...]
 
@@ -146,7 +149,7 @@ class JobLayout:
             store_names=tuple(s.name for s in spec.stores),
             checkpoint=settings.checkpoint_dir / spec.application_id,
             status_dir=settings.status_dir,
-            lake_dir=settings.lake_dir,
+            lake=settings.lake,
             logs_dir=settings.logs_dir,
             output_table_dirs=spec.output_table_dirs,
         )
@@ -188,22 +191,22 @@ class JobLayout:
         return (*self.changelog_topics, self.dead_letter_topic)
 
     # ----- Delta -----------------------------------------------------------------------------------
-    def snapshot_table(self, store: str) -> Path:
-        return snapshot_table_path(self.lake_dir, self.application_id, store)
+    def snapshot_table(self, store: str) -> Location:
+        return snapshot_table_path(self.lake, self.application_id, store)
 
     @property
-    def snapshot_tables(self) -> tuple[Path, ...]:
+    def snapshot_tables(self) -> tuple[Location, ...]:
         return tuple(self.snapshot_table(s) for s in self.store_names)
 
     @property
-    def output_table(self) -> Path:
+    def output_table(self) -> Location:
         """The main output table."""
         return self.output_tables[0]
 
     @property
-    def output_tables(self) -> tuple[Path, ...]:
+    def output_tables(self) -> tuple[Location, ...]:
         """Every output table: the main one first."""
-        return tuple(self.lake_dir / d for d in self.output_table_dirs)
+        return tuple(self.lake / d for d in self.output_table_dirs)
 
     # ----- status directory ------------------------------------------------------------------------
     @property
@@ -273,8 +276,8 @@ def audit_plot_file(status_dir: Path, application_id: str, store: str) -> Path:
     return Path(status_dir) / AUDIT_REPORT_DIR / f"{application_id}.{store}.png"
 
 
-def snapshot_table_path(lake_dir: Path, application_id: str, store: str) -> Path:
-    return Path(lake_dir) / "_state" / application_id / store
+def snapshot_table_path(lake: Location | Path | str, application_id: str, store: str) -> Location:
+    return Location.of(lake) / "_state" / application_id / store
 
 
 def standby_name(application_id: str) -> str:

@@ -34,6 +34,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from runtime.object_store import Location
+
 if TYPE_CHECKING:
     from runtime.settings import Settings
     from spark_jobs.layout import JobLayout
@@ -126,7 +128,7 @@ class TableMaintenance:
 
 
 def maintain_table(
-    path: Path | str, kind: TableKind, *, dry_run: bool = True, writer_running: str | None = None
+    path: Location | Path | str, kind: TableKind, *, dry_run: bool = True, writer_running: str | None = None
 ) -> TableMaintenance:
     """Plan (``dry_run``) or run compaction and vacuum of one Delta table.
 
@@ -136,8 +138,9 @@ def maintain_table(
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(path))
-    result = TableMaintenance(str(path), kind, dry_run=dry_run)
+    location = Location.of(path)
+    table = DeltaTable(str(location), storage_options=location.storage_options())
+    result = TableMaintenance(str(location), kind, dry_run=dry_run)
     actions = pa.table(table.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
     small = [a for a in actions if a["size_bytes"] < SMALL_FILE_BYTES]
     result.files = len(actions)
@@ -156,24 +159,17 @@ def maintain_table(
         metrics = table.optimize.compact(target_size=TARGET_FILE_BYTES)
         result.compacted_files_removed = int(metrics.get("numFilesRemoved") or 0)
         result.compacted_files_added = int(metrics.get("numFilesAdded") or 0)
-        table = DeltaTable(str(path))
+        table = DeltaTable(str(location), storage_options=location.storage_options())
     if result.retention_hours is None:
         return result
     # The files compaction just replaced are removed as of now: inside the retention, never vacuumed here.
     # enforce_retention_duration: delta-rs itself refuses a retention shorter than the table declares.
     doomed = table.vacuum(retention_hours=result.retention_hours, dry_run=True, enforce_retention_duration=True)
     result.vacuum_files = sorted(doomed)
-    result.vacuum_bytes = sum(_size(Path(path) / name) for name in doomed)
+    result.vacuum_bytes = sum((location / name).size_bytes() for name in doomed)
     if doomed and not dry_run:
         table.vacuum(retention_hours=result.retention_hours, dry_run=False, enforce_retention_duration=True)
     return result
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +177,7 @@ class MaintainedTable:
     """One table to maintain: its kind, path, and the job version that owns it (None: the platform's)."""
 
     kind: TableKind
-    path: Path
+    path: Location
     layout: JobLayout | None = None
     store: str | None = None
 
@@ -226,10 +222,8 @@ def tables_to_maintain(settings: Settings) -> list[MaintainedTable]:
             layout = JobLayout.of(spec, settings)
             found += [MaintainedTable("snapshot", layout.snapshot_table(s), layout, s) for s in layout.store_names]
             found += [MaintainedTable("output", t, layout) for t in layout.output_tables]
-    platform_dir = platform_table(settings, "job_versions").parent
-    if platform_dir.is_dir():
-        found += [MaintainedTable("platform", t) for t in sorted(platform_dir.iterdir())]
-    return [t for t in found if DeltaTable.is_deltatable(str(t.path))]
+    found += [MaintainedTable("platform", t) for t in platform_table(settings, "job_versions").parent.children()]
+    return [t for t in found if DeltaTable.is_deltatable(str(t.path), storage_options=t.path.storage_options())]
 
 
 def maintain(settings: Settings, *, dry_run: bool = True, compact_running: bool = False) -> list[TableMaintenance]:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from pathlib import Path
 
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.registry import JobSpec, get_job
 
@@ -31,9 +31,9 @@ _SCHEMA_FIELDS = (("job", "string"), ("version", "int64"), ("event", "string"), 
                   ("by", "string"), ("run_id", "string"), ("retain_until", "timestamp"), ("note", "string"))  # fmt: skip
 
 
-def platform_table(settings: Settings, name: str) -> Path:
+def platform_table(settings: Settings, name: str) -> Location:
     """A table the platform itself keeps (version pointer, audit log, reprocessing reports)."""
-    return settings.lake_dir / "_streamstate" / name
+    return settings.lake / "_streamstate" / name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,21 +55,22 @@ def _arrow_schema():
     return pa.schema([pa.field(name, types[kind]) for name, kind in _SCHEMA_FIELDS])
 
 
-def append_rows(path: Path, rows: list[dict], schema) -> None:
+def append_rows(table: Location, rows: list[dict], schema) -> None:
     """Append rows to a Delta table (created on first write). Appends never conflict with each other."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_deltalake(str(path), pa.Table.from_pylist(rows, schema=schema), mode="append")
+    options = table.storage_options()
+    write_deltalake(str(table), pa.Table.from_pylist(rows, schema=schema), mode="append", storage_options=options)
 
 
-def read_rows(path: Path) -> list[dict]:
+def read_rows(table: Location) -> list[dict]:
     from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(str(path)):
+    options = table.storage_options()
+    if not DeltaTable.is_deltatable(str(table), storage_options=options):
         return []
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return DeltaTable(str(table), storage_options=options).to_pyarrow_table().to_pylist()
 
 
 class JobVersions:
@@ -159,7 +160,7 @@ def current_output_path(settings: Settings, job: str, table: str | None = None) 
     dirs = dict(zip(("", *spec.companion_outputs), spec.output_table_dirs))
     if (table or "") not in dirs:
         raise ValueError(f"{job} has no output {table!r}; outputs: {[n or 'main' for n in dirs]}")
-    return str(settings.lake_dir / dirs[table or ""])
+    return str(settings.lake / dirs[table or ""])
 
 
 def read_current_output(spark, settings: Settings, job: str, table: str | None = None):

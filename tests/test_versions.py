@@ -35,6 +35,10 @@ def test_maven_manifests_match():
     assert spark["spark.minor"] == PINS["spark"]["minor"] == ".".join(PINS["spark"]["version"].split(".")[:2])
     assert spark["delta.version"] == PINS["delta"]["version"]
     assert spark["spark.kafka.token.provider.version"] == PINS["spark"]["kafka_token_provider"]["version"]
+    assert spark["hadoop.version"] == PINS["hadoop_aws"]["version"]
+    assert spark["awssdk.version"] == PINS["hadoop_aws"]["awssdk"]
+    assert spark["analyticsaccelerator.version"] == PINS["hadoop_aws"]["analytics_accelerator"]
+    assert pom_properties("s3-server")["s3proxy.version"] == PINS["s3proxy"]["version"]
     broker = pom_properties("kafka-broker")
     assert broker["kafka.version"] == PINS["kafka"]["version"]
     assert broker["log4j.version"] == PINS["log4j"]["version"]
@@ -69,6 +73,16 @@ def test_resolved_jars_are_the_pinned_ones(settings):
     assert f"spark-sql-kafka-0-10_2.13-{PINS['spark']['version']}.jar" in spark_jars
     assert f"delta-spark_{PINS['spark']['minor']}_2.13-{PINS['delta']['version']}.jar" in spark_jars
     assert f"delta-storage-{PINS['delta']['version']}.jar" in spark_jars
+    assert f"hadoop-aws-{PINS['hadoop_aws']['version']}.jar" in spark_jars
+    assert f"s3-{PINS['hadoop_aws']['awssdk']}.jar" in spark_jars
+    # the SDK's bundle is excluded; Hadoop, Netty and httpclient are pyspark's own
+    assert not any(
+        name.startswith(("bundle-", "hadoop-client", "netty-codec", "netty-common", "httpclient-"))
+        for name in spark_jars
+    )
+    assert [p.name for p in jvm.jars(settings, "s3-server")] == [
+        f"s3proxy-{PINS['s3proxy']['version']}-jar-with-dependencies.jar"
+    ]
     broker_jars = {p.name for p in jvm.jars(settings, "kafka-broker")}
     assert f"kafka_2.13-{PINS['kafka']['version']}.jar" in broker_jars
     assert f"log4j-slf4j2-impl-{PINS['log4j']['version']}.jar" in broker_jars

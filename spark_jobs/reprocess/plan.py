@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from runtime.kafka_connection import KafkaTarget
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
@@ -141,13 +142,14 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def delta_size(path: Path) -> str:
+def delta_size(location: Location) -> str:
     """``rows, bytes, version`` of a Delta table (from its log, no scan), or ``absent``."""
     from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(str(path)):
-        return "absent" if not path.exists() else f"not a Delta table, {human_bytes(dir_size(path))}"
-    table = DeltaTable(str(path))
+    options = location.storage_options()
+    if not DeltaTable.is_deltatable(str(location), storage_options=options):
+        return "absent" if not location.exists() else f"not a Delta table, {human_bytes(location.size_bytes())}"
+    table = DeltaTable(str(location), storage_options=options)
     import pyarrow as pa
 
     files = pa.table(table.get_add_actions(flatten=True)).select(["size_bytes", "num_records"]).to_pylist()
@@ -269,7 +271,7 @@ def _side_by_side_actions(plan: ReprocessPlan, settings: Settings, current: JobS
     old = JobLayout.of(current, settings)
     add(Action("compare", "compare", "Delta tables", f"{old.output_table} vs {art.output_table}",
                f"{delta_size(old.output_table)} vs {delta_size(art.output_table)}",
-               f"on {', '.join(target.output_keys)}; report in {settings.lake_dir / '_streamstate'}"))  # fmt: skip
+               f"on {', '.join(target.output_keys)}; report in {settings.lake / '_streamstate'}"))  # fmt: skip
     running_old = JobLease(settings.status_dir, current.application_id).holder()
     plan.notes.append(f"{current.application_id} keeps running and serving readers "
                       f"({'pid ' + str(running_old.get('pid')) if running_old else 'not running now'}); "

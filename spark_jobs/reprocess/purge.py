@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import shutil
-from pathlib import Path
 
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import delete_topics, existing_topics
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobAlreadyRunning, JobLease, holding_version
 from spark_jobs.registry import JobSpecError, get_job
-from spark_jobs.reprocess.plan import dir_size, human_bytes
+from spark_jobs.reprocess.plan import human_bytes
 from spark_jobs.versions import JobVersions
 
 
@@ -39,9 +38,9 @@ class PurgeCandidate:
 
 def owned_targets(settings: Settings, layout: JobLayout) -> list[str]:
     """What of the version exists now, with sizes: everything purging would delete."""
-    paths = [Path(a.location) for a in layout.artifacts() if a.system != "kafka" and Path(a.location).exists()]
+    places = [Location.of(a.location, settings.object_store) for a in layout.artifacts() if a.system != "kafka"]
     topics = existing_topics(settings.kafka, list(layout.topics))
-    return [f"{p} ({human_bytes(dir_size(p) if p.is_dir() else p.stat().st_size)})" for p in paths] + [
+    return [f"{p} ({human_bytes(p.size_bytes())})" for p in places if p.exists()] + [
         f"topic {t}" for t in sorted(topics)
     ]
 
@@ -99,13 +98,10 @@ def _delete_everything(settings: Settings, layout: JobLayout) -> list[str]:
     leases = {str(layout.driver.lease), str(layout.standby.lease)}
     deleted = []
     for artifact in layout.artifacts():
-        path = Path(artifact.location)
-        if artifact.system == "kafka" or artifact.location in leases or not path.exists():
+        if artifact.system == "kafka" or artifact.location in leases:
             continue
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-        deleted.append(str(path))
+        place = Location.of(artifact.location, settings.object_store)  # local files, or tables in an object store
+        if place.remove():
+            deleted.append(str(place))
     deleted += [f"topic {t}" for t in delete_topics(settings.kafka, list(layout.topics))]
     return deleted

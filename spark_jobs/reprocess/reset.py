@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import delete_topics, truncate_topic
 from spark_jobs.layout import JobLayout
@@ -45,10 +46,13 @@ def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
 def _reset(settings: Settings, plan: ReprocessPlan, layout: JobLayout) -> dict:
     bootstrap = settings.kafka
     done: dict = {"application_id": layout.application_id}
-    for path in (layout.checkpoint, *layout.quarantined_checkpoints(), *layout.snapshot_tables):
+    for path in (layout.checkpoint, *layout.quarantined_checkpoints()):
         if path.exists():
             shutil.rmtree(path)
             done.setdefault("deleted_paths", []).append(str(path))
+    for table in layout.snapshot_tables:  # on the local disk or in an object store
+        if table.remove():
+            done.setdefault("deleted_paths", []).append(str(table))
     done["deleted_topics"] = delete_topics(bootstrap, list(layout.changelog_topics))
     if plan.truncate_outputs:
         done["truncated_tables"] = {str(t): truncate_table(t) for t in layout.output_tables}
@@ -58,11 +62,12 @@ def _reset(settings: Settings, plan: ReprocessPlan, layout: JobLayout) -> dict:
     return done
 
 
-def truncate_table(path) -> int:
+def truncate_table(table: Location) -> int:
     """Delete every row of a Delta table (a new table version; older ones stay readable by time
     travel until vacuumed). Returns the rows deleted; 0 when the table does not exist."""
     from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(str(path)):
+    options = table.storage_options()
+    if not DeltaTable.is_deltatable(str(table), storage_options=options):
         return 0
-    return int(DeltaTable(str(path)).delete().get("num_deleted_rows", 0))
+    return int(DeltaTable(str(table), storage_options=options).delete().get("num_deleted_rows", 0))

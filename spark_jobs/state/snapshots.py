@@ -38,6 +38,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
+from runtime.object_store import Location
 from spark_jobs.layout import JobLayout, snapshot_table_path
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
@@ -205,24 +206,26 @@ def resolve_layers(table, base_batch: int):
     return pa.concat_tables([untouched, newest.filter(pc.is_valid(newest.column("value")))])
 
 
-def snapshot_history(path: Path | str, limit: int | None = None) -> list[SnapshotInfo]:
+def snapshot_history(table: Location | Path | str, limit: int | None = None) -> list[SnapshotInfo]:
     """The snapshots in a store's snapshot table (the newest ``limit`` commits only, when given), oldest first."""
     from deltalake import DeltaTable
 
-    if not DeltaTable.is_deltatable(str(path)):
+    table = Location.of(table)
+    options = table.storage_options()
+    if not DeltaTable.is_deltatable(str(table), storage_options=options):
         return []
     infos = []
-    for commit in DeltaTable(str(path)).history(limit):
-        metadata = commit.get("userMetadata") or _user_metadata(Path(path), int(commit["version"]))
+    for commit in DeltaTable(str(table), storage_options=options).history(limit):
+        metadata = commit.get("userMetadata") or _user_metadata(table, int(commit["version"]))
         info = SnapshotInfo.from_commit(int(commit["version"]), metadata, commit.get("operationMetrics") or {})
         if info is not None:
             infos.append(info)
     return sorted(infos, key=lambda i: i.delta_version)
 
 
-def _user_metadata(path: Path, version: int) -> str | None:
+def _user_metadata(table: Location, version: int) -> str | None:
     """A commit's ``userMetadata`` read from the commit file itself (some delta-rs history rows omit it)."""
-    commit = path / "_delta_log" / f"{version:020d}.json"
+    commit = table / "_delta_log" / f"{version:020d}.json"
     if not commit.exists():
         return None
     for line in commit.read_text().splitlines():
@@ -231,10 +234,10 @@ def _user_metadata(path: Path, version: int) -> str | None:
     return None
 
 
-def latest_snapshot(path: Path | str) -> SnapshotInfo | None:
+def latest_snapshot(table: Location | Path | str) -> SnapshotInfo | None:
     """The newest snapshot: nearly always the newest commit, so the full history is read only if not."""
     for limit in (20, None):
-        history = snapshot_history(path, limit)
+        history = snapshot_history(table, limit)
         if history:
             return history[-1]
     return None
@@ -282,7 +285,7 @@ class SnapshotStore:
 
     def __init__(
         self,
-        path: Path | str,
+        table: Location | Path | str,
         application_id: str,
         store: str,
         retention: str = "7 days",
@@ -294,7 +297,9 @@ class SnapshotStore:
         then several files that a reader can scan in parallel, not one huge one). ``fold_fraction``,
         ``max_layers``: layers are folded into a new base once they hold more rows than this fraction of
         the base, or once there are this many (a reader's work beyond the base stays bounded)."""
-        self.path = str(path)
+        self.table = Location.of(table)
+        #: the table's URI: a local path, or ``s3a://`` in an object store
+        self.path = str(self.table)
         self.application_id = application_id
         self.store = store
         self.retention = retention
@@ -309,21 +314,25 @@ class SnapshotStore:
 
     def history(self) -> list[SnapshotInfo]:
         """Every snapshot still in the table's history, oldest first."""
-        return snapshot_history(self.path)
+        return snapshot_history(self.table)
 
     def latest(self) -> SnapshotInfo | None:
-        return latest_snapshot(self.path)
+        return latest_snapshot(self.table)
+
+    def _delta(self, version: int | None = None):
+        """The table through delta-rs (with the object store's options when it is in one)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path, version=version, storage_options=self.table.storage_options())
 
     def exists(self) -> bool:
         from deltalake import DeltaTable
 
-        return DeltaTable.is_deltatable(self.path)
+        return DeltaTable.is_deltatable(self.path, storage_options=self.table.storage_options())
 
     def version(self) -> int | None:
         """The table's current Delta version (None: no table yet)."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path).version() if self.exists() else None
+        return self._delta().version() if self.exists() else None
 
     def next_mode(self, latest: SnapshotInfo | None) -> SnapshotMode:
         """How the snapshot after ``latest`` should be written: a layer on it, or a fold into a new base."""
@@ -346,9 +355,7 @@ class SnapshotStore:
     def arrow(self, info: SnapshotInfo):
         """The state of one snapshot as a pyarrow Table(key, value), its layers resolved (:func:`resolve_layers`)."""
         import pyarrow as pa
-        from deltalake import DeltaTable
-
-        table = DeltaTable(self.path, version=self.readable_version(info))
+        table = self._delta(self.readable_version(info))
         names = {field.name for field in table.schema().fields}
         columns = [c for c in ("key", "value", "layer") if c in names]
         # scan() applies deletion vectors (snapshots MERGEd before layers existed); to_pyarrow_table refuses them
@@ -399,25 +406,22 @@ class SnapshotStore:
         if current is None or current == info.delta_version:
             return info.delta_version
         later = [
-            s for s in snapshot_history(self.path, current - info.delta_version) if s.delta_version > info.delta_version
+            s for s in snapshot_history(self.table, current - info.delta_version) if s.delta_version > info.delta_version
         ]
         return info.delta_version if later else current
 
     def files(self) -> list[int]:
         """The sizes in bytes of the Parquet files the table's current version is made of."""
         import pyarrow as pa
-        from deltalake import DeltaTable
 
         if not self.exists():
             return []
-        actions = pa.table(DeltaTable(self.path).get_add_actions(flatten=True)).select(["size_bytes"])
+        actions = pa.table(self._delta().get_add_actions(flatten=True)).select(["size_bytes"])
         return [int(size) for size in actions.column("size_bytes").to_pylist()]
 
     def _committed_batch(self) -> int | None:
         """The newest batch whose snapshot this table holds through its ``txn`` (None: none yet)."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path).transaction_version(self.transaction_app_id) if self.exists() else None
+        return self._delta().transaction_version(self.transaction_app_id) if self.exists() else None
 
     def write(
         self,
@@ -453,6 +457,7 @@ class SnapshotStore:
             self.path,
             table,
             mode=mode,
+            storage_options=self.table.storage_options(),
             schema_mode="merge" if self.exists() else None,
             target_file_size=self.file_size_bytes,
             commit_properties=properties,
@@ -483,7 +488,7 @@ class SnapshotStore:
 
     def _committed(self, batch_id: int) -> SnapshotInfo:
         """The snapshot of ``batch_id`` just committed (or committed by an earlier try of the same batch)."""
-        written = next((i for i in reversed(snapshot_history(self.path, 20)) if i.batch_id == batch_id), None)
+        written = next((i for i in reversed(snapshot_history(self.table, 20)) if i.batch_id == batch_id), None)
         if written is None:
             raise RuntimeError(f"snapshot of {self.application_id}/{self.store} at batch {batch_id} was not committed")
         return written
@@ -503,7 +508,12 @@ class SnapshotStore:
         from pyspark import StorageLevel
 
         if not self.exists():  # created by delta-rs, with the retention properties (a commit without a snapshot)
-            DeltaTable.create(self.path, _table_schema(), configuration=snapshot_table_configuration(self.retention))
+            DeltaTable.create(
+                self.path,
+                _table_schema(),
+                configuration=snapshot_table_configuration(self.retention),
+                storage_options=self.table.storage_options(),
+            )
         committed = self._committed_batch()
         if committed is None or committed < batch_id:
             frame = frame.persist(StorageLevel.DISK_ONLY)  # counted, then written: evaluated once, on the executors
@@ -608,11 +618,11 @@ class SnapshotStore:
             info, mode="full", rows=table.num_rows, base_batch_id=None, base_rows=None, layer_rows=0, layers=0
         )
         self._write_arrow(table, folded, "overwrite")
-        return snapshot_history(self.path, 1)[-1]
+        return snapshot_history(self.table, 1)[-1]
 
     def maintain(self, *, dry_run: bool = True, writer_running: str | None = None):
         """Compact the table's small files and vacuum files past the time-travel window
         (:func:`spark_jobs.maintenance.maintain_table`); every snapshot inside the window stays readable."""
         from spark_jobs.maintenance import maintain_table
 
-        return maintain_table(self.path, "snapshot", dry_run=dry_run, writer_running=writer_running)
+        return maintain_table(self.table, "snapshot", dry_run=dry_run, writer_running=writer_running)

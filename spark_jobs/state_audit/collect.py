@@ -102,10 +102,10 @@ def record_audit(settings: Settings, rows: list[dict]) -> None:
     from deltalake import write_deltalake
 
     if rows:
-        path = audit_table(settings)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        table = audit_table(settings)
         # merge: a table written before a column was added (the TTL check's) gains it
-        write_deltalake(str(path), pa.Table.from_pylist(rows, schema=_schema()), mode="append", schema_mode="merge")
+        write_deltalake(str(table), pa.Table.from_pylist(rows, schema=_schema()), mode="append", schema_mode="merge",
+                        storage_options=table.storage_options())  # fmt: skip
 
 
 def audit_rows(settings: Settings, application_id: str | None = None, store: str | None = None) -> list[dict]:
@@ -136,7 +136,7 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
         "snapshot_files": len(files),
         "snapshot_age_s": (dt.datetime.now(dt.timezone.utc) - taken).total_seconds() if taken else None,
         # what table maintenance keeps (time travel), can free next, and has freed
-        "snapshot_disk_bytes": _dir_bytes(Path(snapshots.path)),
+        "snapshot_disk_bytes": snapshots.table.size_bytes(),
         "snapshot_vacuumable_bytes": snapshots.maintain(dry_run=True).vacuum_bytes,
         "snapshot_freed_bytes": read_record(settings).freed_from(snapshots.path).bytes,
     }

@@ -385,7 +385,7 @@ def test_reprocessing_killed_mid_run_the_rerun_resumes_to_the_reference(stack, d
 
     # The result: a report equal to what an uninterrupted run gives, from v2 counting exactly the reference.
     correct, changed = gift_cards["correct"], gift_cards["changed"]
-    assert _counts(str(stack.lake_dir / v2.output_table_dir)) == correct
+    assert _counts(str(stack.lake / v2.output_table_dir)) == correct
     assert _counts(current_output_path(stack, JOB)) == gift_cards["buggy"]  # v1's output untouched
     reports = sorted((r for r in read_rows(reports_table(stack)) if r["job"] == JOB), key=lambda r: r["created_at"])
     assert 1 <= len(reports) <= 2, reports  # the rerun's, and the killed run's if its compare had committed

@@ -38,7 +38,7 @@ def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
     writer = ChangelogWriter(topic, bootstrap)
     follower = SnapshotFollower(job, settings)
     running = threading.Thread(target=follower.run, daemon=True)
-    path = str(snapshot_path(settings.lake_dir, job.application_id, "counts"))
+    path = str(snapshot_path(settings.lake, job.application_id, "counts"))
     view = None
     try:
         write_changelog_batch(writer, 0, {b"a": b"1", b"b": b"1"})

@@ -130,7 +130,7 @@ def test_outputs_ahead_of_the_markers_and_a_lost_checkpoint_leave_no_stale_row(p
     purchases.produce(bootstrap, spec.source_topic, first)
 
     kill_at(settings, spec, Kill("between_outputs_and_markers", 1, lose_checkpoint=True), "driver-killed.log")
-    killed_outputs = delta_purchase_counts(spark, str(settings.lake_dir / spec.output_table_dir))
+    killed_outputs = delta_purchase_counts(spark, str(settings.lake / spec.output_table_dir))
     assert killed_outputs, "the killed batch wrote its outputs"
 
     closed_at = dt.datetime(2026, 11, 1, 12, tzinfo=dt.timezone.utc).isoformat().replace("+00:00", "Z")

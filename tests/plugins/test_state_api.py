@@ -237,7 +237,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         expected = expected_purchase_counts(read_topic(bootstrap, JOB.source_topic))
         pages = _wait_for_answers(client, expected, "live", 120, "live answers after the restart")
         assert pages[0]["batch_id"] > changelog.cut_batch_id
-        output = str(settings.lake_dir / JOB.output_table_dir)
+        output = str(settings.lake / JOB.output_table_dir)
         wait_for(lambda: delta_purchase_counts(spark, output) == expected, 60, "the Delta output to equal the reference")
     finally:
         for proc in (driver, follower):

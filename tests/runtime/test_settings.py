@@ -21,7 +21,7 @@ def test_environment_overrides_and_round_trip(tmp_path):
     assert s.kafka_bootstrap_servers == "127.0.0.1:19092"
     assert s.max_offsets_per_trigger == 50_000  # an optional int arrives as an int, not a string
     assert s.data_dir == tmp_path and isinstance(s.data_dir, Path)
-    assert s.lake_dir == tmp_path / "lake"
+    assert s.lake.path == tmp_path / "lake"
     assert Settings.from_env(s.to_env()) == s
 
 

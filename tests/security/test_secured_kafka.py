@@ -144,7 +144,7 @@ def secured_run(secured, cluster, dag_runner, airflow_db, tmp_path_factory):
 
 def test_job_and_admin_dags_run_on_secured_kafka(secured, secured_run, spark):
     # The drained job's output equals the reference computation.
-    output = str(secured.lake_dir / JOB.output_table_dir)
+    output = str(secured.lake / JOB.output_table_dir)
     assert delta_purchase_counts(spark, output) == purchases.expected_counts(secured_run["events"])
     # Its changelog and (empty) dead-letter topic were created on the secured broker, by the platform user.
     assert kafka_topics.existing_topics(secured.kafka, [CHANGELOG]) == {CHANGELOG}
@@ -184,7 +184,7 @@ def test_standby_live_view_and_state_api_on_secured_kafka(secured, secured_run, 
     follower.run(max_seconds=3 * secured.standby_commit_interval_s)
     status = read_standby_status(secured.status_dir, JOB.application_id)
     assert status["error"] is None and status.get("transient_kafka_errors", 0) == 0, status
-    view = LiveView(SnapshotStore(snapshot_path(secured.lake_dir, JOB.application_id, "counts"), JOB.application_id, "counts"), secured.kafka, CHANGELOG)
+    view = LiveView(SnapshotStore(snapshot_path(secured.lake, JOB.application_id, "counts"), JOB.application_id, "counts"), secured.kafka, CHANGELOG)
     try:
         assert view.wait_ready(60) and view.error is None
         live = {user: json.loads(value)["purchases"] for user, value in view.table.state.items()}

@@ -4,10 +4,10 @@ and its standby leave on disk, in Kafka and in Delta is exactly what the layout 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from streamstate.supervision import locked_record, record_path
 
 from runtime.kafka_connection import client_config
 from runtime.settings import Settings
@@ -24,7 +24,6 @@ from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.checkpoint_health import RESTORE_RECORD
 from spark_jobs.state.snapshots import snapshot_path
 from spark_jobs.state_audit.report import chart_name, report_dir
-from streamstate.supervision import locked_record, record_path
 
 
 def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
@@ -35,12 +34,12 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
     assert layout.checkpoint == settings.checkpoint_dir / app
     assert layout.changelog_topics == (f"{app}-pulse-counts-changelog",)  # Kafka Streams' name
     assert layout.topics == (*layout.changelog_topics, f"{app}-dead-letter")
-    assert layout.snapshot_tables == (settings.lake_dir / "_state" / app / "pulse-counts",)
-    assert layout.output_tables == (settings.lake_dir / spec.output_table_dir,)
+    assert layout.snapshot_tables == (settings.lake / "_state" / app / "pulse-counts",)
+    assert layout.output_tables == (settings.lake / spec.output_table_dir,)
     # The modules that name an artifact ask the layout: one spelling of each name.
     assert changelog_topic_name(app, "pulse-counts") == layout.changelog_topic("pulse-counts")
     assert dead_letter_topic(app) == layout.dead_letter_topic
-    assert snapshot_path(settings.lake_dir, app, "pulse-counts") == layout.snapshot_table("pulse-counts")
+    assert snapshot_path(settings.lake, app, "pulse-counts") == layout.snapshot_table("pulse-counts")
     assert lifecycle.status_path(settings.status_dir, app) == layout.driver.lifecycle
     assert lease.lease_path(settings.status_dir, app) == layout.driver.lease
     assert record_path(settings.status_dir, app) == layout.driver.supervision
@@ -53,7 +52,7 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
     assert report_dir(settings) / chart_name(app, "pulse-counts") == layout.audit_plot("pulse-counts")
     context = JobContext(None, spec, settings)
     assert context.checkpoint == layout.checkpoint and context.output_path == str(layout.output_table)
-    assert Path(context.snapshot_store("pulse-counts").path) == layout.snapshot_table("pulse-counts")
+    assert context.snapshot_store("pulse-counts").table == layout.snapshot_table("pulse-counts")
     # Versions never share anything but their source topic.
     other = JobLayout.of(dataclasses.replace(spec, version=spec.version + 1), settings)
     assert not {a.location for a in layout.artifacts()} & {a.location for a in other.artifacts()}
@@ -65,8 +64,8 @@ def _owned_on_disk(settings: Settings, layout: JobLayout, output_table: str) -> 
     found = {str(p) for p in settings.checkpoint_dir.glob(f"{app}*") if p.name == app or p.name.startswith(f"{app}.")}
     found |= {str(p) for p in settings.status_dir.rglob(f"{app}.*") if not p.name.endswith(".tmp")}
     found |= {str(p) for p in (settings.logs_dir / "jobs").glob(f"{app}[-.]*")}
-    found |= {str(p) for p in (settings.lake_dir / "_state" / app).glob("*")}
-    found |= {str(p) for p in settings.lake_dir.glob(f"{output_table}_v*")}
+    found |= {str(p) for p in (settings.lake.path / "_state" / app).glob("*")}
+    found |= {str(p) for p in settings.lake.path.glob(f"{output_table}_v*")}
     return found
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from runtime.object_store import Location
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.layout import JobLayout, table_maintenance_file
 from spark_jobs.lease import JobLease
@@ -54,8 +55,8 @@ def _rows(path: Path, version: int | None = None) -> list[dict]:
     return sorted(DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist(), key=lambda r: r["key"])
 
 
-def _parquet_files(path: Path) -> set[str]:
-    return {p.name for p in path.glob("*.parquet")}
+def _parquet_files(path: Path | Location) -> set[str]:
+    return {p.name for p in Path(path).glob("*.parquet")}
 
 
 def test_retention_intervals_are_read_as_delta_writes_them():
@@ -155,18 +156,18 @@ def test_every_registered_versions_tables_snapshots_through_their_store_running_
     assert listed == {layout.snapshot_table("counts"): "snapshot", layout.output_table: "output"}
 
     with JobLease(settings.status_dir, layout.driver.name):  # the job runs
-        results = {Path(r.path): r for r in maintain(settings, dry_run=False)}
+        results = {Location.of(r.path): r for r in maintain(settings, dry_run=False)}
     output = results[layout.output_table]
     assert not output.compact and layout.driver.name in output.compact_deferred
     assert _parquet_files(layout.output_table) == output_files
     assert DeltaTable(str(layout.output_table)).version() == MIN_FILES_TO_COMPACT - 1
 
     with JobLease(settings.status_dir, layout.standby.name):  # only the standby runs: it writes snapshots only
-        results = {Path(r.path): r for r in maintain(settings, dry_run=False)}
+        results = {Location.of(r.path): r for r in maintain(settings, dry_run=False)}
     assert results[layout.output_table].compacted_files_removed == MIN_FILES_TO_COMPACT
     assert layout.standby.name in results[layout.snapshot_table("counts")].compact_deferred
 
-    results = {Path(r.path): r for r in maintain(settings, dry_run=False)}  # nothing runs
+    results = {Location.of(r.path): r for r in maintain(settings, dry_run=False)}  # nothing runs
     assert results[layout.snapshot_table("counts")].compacted_files_removed == MIN_FILES_TO_COMPACT
     assert len(state) == MIN_FILES_TO_COMPACT and store.read(store.latest()) == state
 

@@ -39,7 +39,7 @@ def _expected(job, rounds) -> pulse.Expected:
 
 
 def _emitted(spark, job, settings) -> dict[tuple[str, int], int]:
-    rows = spark.read.format("delta").load(str(settings.lake_dir / job.output_table_dir)).collect()
+    rows = spark.read.format("delta").load(str(settings.lake / job.output_table_dir)).collect()
     keys = [(r.patient_id, int(r.window_start.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)) for r in rows]
     assert len(keys) == len(set(keys)), "a window was emitted twice"
     return {k: r.heart_rate for k, r in zip(keys, rows)}

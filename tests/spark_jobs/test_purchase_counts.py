@@ -170,7 +170,7 @@ def test_a_store_with_ttl_evicts_idle_users_with_tombstones(spark, kafka_broker,
 
 
 def job_output(settings, job) -> str:
-    return str(settings.lake_dir / job.output_table_dir)
+    return str(settings.lake / job.output_table_dir)
 
 
 def test_generator_is_deterministic():

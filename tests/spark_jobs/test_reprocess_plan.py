@@ -102,8 +102,8 @@ def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_he
                                 "truncate_outputs": True})  # fmt: skip
     text = plan.render()
     for target in ("planned_counts-v1-counts-changelog", "planned_counts-v1-dead-letter",
-                   str(settings.checkpoint_dir / spec.application_id), str(settings.lake_dir / "_state" / spec.application_id),
-                   str(settings.lake_dir / "planned_counts_v1"), "start-offsets.json"):  # fmt: skip
+                   str(settings.checkpoint_dir / spec.application_id), str(settings.lake / "_state" / spec.application_id),
+                   str(settings.lake / "planned_counts_v1"), "start-offsets.json"):  # fmt: skip
         assert target in text, f"{target} missing from the plan:\n{text}"
     assert [a.verb for a in plan.actions if a.kind == "output table"] == ["truncate"]
     checkpoint = settings.checkpoint_dir / spec.application_id
@@ -158,7 +158,7 @@ def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_
     v1 = get_job("retired_counts", 1)
     art = JobLayout.of(v1, own)
     for path in (art.checkpoint / "commits", art.output_tables[0], art.snapshot_tables[0]):
-        path.mkdir(parents=True)
+        Path(path).mkdir(parents=True)
     ensure_topic(own.kafka_bootstrap_servers, art.changelog_topics[0], v1.source_partitions)
     versions = JobVersions(own)
     versions.promote("retired_counts", 2, by="test")

@@ -33,7 +33,7 @@ def test_session_runs_rocksdb_with_changelog_checkpointing(spark, settings):
 
 
 def test_delta_round_trip_and_time_travel(spark, settings, unique):
-    path = str(settings.lake_dir / f"roundtrip_{unique}")
+    path = str(settings.lake / f"roundtrip_{unique}")
     spark.range(5).write.format("delta").save(path)
     spark.range(5, 8).write.format("delta").mode("append").save(path)
     assert spark.read.format("delta").load(path).count() == 8

@@ -32,7 +32,7 @@ def _vote(n: int, voter: str, candidate: str, second: int) -> dict:
 
 
 def _outputs(spark, settings, job):
-    path = str(settings.lake_dir / job.output_table_dir)
+    path = str(settings.lake / job.output_table_dir)
     latest = {r.voter_id: r.candidate for r in spark.read.format("delta").load(path).collect()}
     counts = {r.candidate: r.votes for r in spark.read.format("delta").load(f"{path}_counts").collect()}
     return latest, counts
