@@ -262,6 +262,17 @@ class Location:
         with self.filesystem().open_output_stream(self._fs_path) as stream:  # a PUT is atomic
             stream.write(text.encode())
 
+    def move_to(self, target: Location) -> None:
+        """Move what is here to ``target`` (same store). On the local disk a rename; in an object store,
+        which has no directories to rename, each object is copied and then the originals deleted."""
+        if self.is_local:
+            self.path.rename(target.path)
+            return
+        filesystem = self.filesystem()
+        for relative, _size in self.files():
+            filesystem.copy_file(f"{self._fs_path}/{relative}", f"{target._fs_path}/{relative}")
+        filesystem.delete_dir(self._fs_path)
+
     def remove(self) -> bool:
         """Delete what is here (a file, or a directory and everything under it). True if there was something."""
         from pyarrow import fs

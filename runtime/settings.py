@@ -117,8 +117,11 @@ class Settings:
     airflow_triggerer_log_port: int = 8794
     #: where Delta tables live (job outputs, state snapshots, the platform's own tables): unset =
     #: ``<data_dir>/lake`` on the local disk; ``s3a://bucket/prefix`` puts them in an S3-API object
-    #: store, reached with the ``s3_*`` settings (checkpoints and status files stay on the local disk)
+    #: store, reached with the ``s3_*`` settings
     lake_uri: str | None = None
+    #: where Structured Streaming checkpoints live: unset = ``<data_dir>/checkpoints``; ``s3a://bucket/prefix``
+    #: in the object store (status files and leases stay in ``<data_dir>/status``, on a disk the host locks)
+    checkpoint_uri: str | None = None
     #: an S3-API server other than AWS (``http(s)://host:port``: MinIO, Ceph, S3Proxy...); unset = AWS
     s3_endpoint: str | None = None
     s3_region: str = "us-east-1"
@@ -189,9 +192,9 @@ class Settings:
         return Location.of(self.lake_uri or self.data_dir / "lake", self.object_store)
 
     @property
-    def checkpoint_dir(self) -> Path:
-        """Structured Streaming checkpoints, one sub-directory per job version."""
-        return self.data_dir / "checkpoints"
+    def checkpoints(self) -> Location:
+        """Structured Streaming checkpoints, one directory per job version."""
+        return Location.of(self.checkpoint_uri or self.data_dir / "checkpoints", self.object_store)
 
     @property
     def status_dir(self) -> Path:
@@ -288,10 +291,11 @@ class Settings:
             self.kafka  # noqa: B018 - building the connection validates the Kafka security settings
         except KafkaSecurityError as err:
             raise SettingsError(str(err)) from None
-        try:
-            self.lake  # noqa: B018 - building the location validates the lake and object store settings
+        try:  # building the locations validates them and the object store settings
+            self.lake  # noqa: B018
+            self.checkpoints  # noqa: B018
         except ObjectStoreError as err:
-            raise SettingsError(f"{ENV_PREFIX}LAKE_URI / S3_*: {err}") from None
+            raise SettingsError(f"{ENV_PREFIX}LAKE_URI / CHECKPOINT_URI / S3_*: {err}") from None
         self.compaction.validate()
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
 
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.kafka_topics import ensure_topic
@@ -122,7 +122,7 @@ class JobContext:
         return SnapshotStore(self.layout.snapshot_table(s.name), self.spec.application_id, s.name)
 
     @property
-    def checkpoint(self) -> Path:
+    def checkpoint(self) -> Location:
         """The query checkpoint of this job version (one per application id)."""
         return self.layout.checkpoint
 
@@ -143,7 +143,7 @@ class JobContext:
         )
 
     @property
-    def restore_record(self) -> Path:
+    def restore_record(self) -> Location:
         """``restore.json`` in the checkpoint: how this checkpoint's state was restored, if it was."""
         return self.layout.restore_record
 

@@ -134,7 +134,8 @@ class JobLayout:
     application_id: str
     source_topic: str
     store_names: tuple[str, ...]
-    checkpoint: Path
+    #: the Structured Streaming checkpoint (the local disk or an object store)
+    checkpoint: Location
     status_dir: Path
     #: where the Delta tables are (the local disk or an object store)
     lake: Location
@@ -147,7 +148,7 @@ class JobLayout:
             application_id=spec.application_id,
             source_topic=spec.source_topic,
             store_names=tuple(s.name for s in spec.stores),
-            checkpoint=settings.checkpoint_dir / spec.application_id,
+            checkpoint=settings.checkpoints / spec.application_id,
             status_dir=settings.status_dir,
             lake=settings.lake,
             logs_dir=settings.logs_dir,
@@ -156,22 +157,23 @@ class JobLayout:
 
     # ----- checkpoint ------------------------------------------------------------------------------
     @property
-    def start_offsets_file(self) -> Path:
+    def start_offsets_file(self) -> Location:
         """The start position a reprocessing run leaves for the version's first query."""
         return self.checkpoint / START_OFFSETS_FILE
 
     @property
-    def restore_record(self) -> Path:
+    def restore_record(self) -> Location:
         """What the driver restored its stores from when the query started (``JobContext.restore_record``)."""
         return self.checkpoint / RESTORE_RECORD
 
     @property
-    def dead_letter_checkpoint(self) -> Path:
+    def dead_letter_checkpoint(self) -> Location:
         """The checkpoint of the job's companion dead-letter query (inside the job's own)."""
         return self.checkpoint / CHECKPOINT_FILES_DIR / "dead-letter"
 
-    def quarantined_checkpoints(self) -> tuple[Path, ...]:
-        return tuple(sorted(self.checkpoint.parent.glob(f"{self.checkpoint.name}{QUARANTINE_SUFFIX}*")))
+    def quarantined_checkpoints(self) -> tuple[Location, ...]:
+        prefix = f"{self.checkpoint.name}{QUARANTINE_SUFFIX}"
+        return tuple(c for c in self.checkpoint.parent.children() if c.name.startswith(prefix))
 
     # ----- Kafka -----------------------------------------------------------------------------------
     def changelog_topic(self, store: str) -> str:

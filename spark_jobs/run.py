@@ -322,9 +322,7 @@ def restore_if_needed(context: JobContext, listener: RestoreListener | None = No
         if restored.batch_id is not None or restored.next_batch_id > 0:
             context.restored[s.name] = restored
     if context.restored:
-        record = context.restore_record
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({n: r.summary() for n, r in context.restored.items()}, indent=2))
+        context.restore_record.write_text(json.dumps({n: r.summary() for n, r in context.restored.items()}, indent=2))
     return context.restored
 
 

@@ -30,8 +30,9 @@ LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
 def spark_conf(settings: Settings) -> dict[str, str]:
     """The Spark configuration every session of this platform runs with."""
     jars = ",".join(str(p) for p in jvm.spark_jars(settings))
-    # the S3A connector's address and credentials, when tables live in an object store
-    object_store = {} if settings.lake.is_local else settings.object_store.spark_conf()
+    # the S3A connector's address and credentials, when tables or checkpoints live in an object store
+    on_local_disk = settings.lake.is_local and settings.checkpoints.is_local
+    object_store = {} if on_local_disk else settings.object_store.spark_conf()
     return {
         **object_store,
         "spark.jars": jars,

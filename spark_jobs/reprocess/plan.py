@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
-from pathlib import Path
 
 from runtime.kafka_connection import KafkaTarget
 from runtime.object_store import Location
@@ -123,17 +121,6 @@ class ReprocessPlan:
 
 
 # ----- sizes of what exists ------------------------------------------------------------------------
-def dir_size(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += (Path(root) / name).stat().st_size
-            except FileNotFoundError:
-                pass
-    return total
-
-
 def human_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -176,12 +163,12 @@ def topic_size(bootstrap: KafkaTarget, topic: str, present: set[str]) -> str:
     return f"{sum(high - low for low, high in offsets.values())} records in {len(offsets)} partitions"
 
 
-def checkpoint_size(path: Path, topic: str) -> str:
-    if not path.exists():
+def checkpoint_size(checkpoint: Location, topic: str) -> str:
+    if not checkpoint.exists():
         return "absent"
-    batch = latest_committed_batch_id(path)
-    where = f"committed batch {batch}, input at {committed_input_offsets(path, topic)}" if batch is not None else "no committed batch"
-    return f"{human_bytes(dir_size(path))}, {where}"
+    batch = latest_committed_batch_id(checkpoint)
+    where = f"committed batch {batch}, input at {committed_input_offsets(checkpoint, topic)}" if batch is not None else "no committed batch"
+    return f"{human_bytes(checkpoint.size_bytes())}, {where}"
 
 
 # ----- making the plan -----------------------------------------------------------------------------
@@ -290,7 +277,7 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
     add(Action("reset", "delete", "checkpoint", str(art.checkpoint), checkpoint_size(art.checkpoint, plan.input_topic),
                "input positions live here (Spark commits no consumer-group offsets)"))  # fmt: skip
     for path in art.quarantined_checkpoints():
-        add(Action("reset", "delete", "quarantined checkpoint", str(path), human_bytes(dir_size(path))))
+        add(Action("reset", "delete", "quarantined checkpoint", str(path), human_bytes(path.size_bytes())))
     for topic in art.changelog_topics:
         add(Action("reset", "delete", "changelog topic", topic, topic_size(bootstrap, topic, present),
                    "re-created empty by the restart"))  # fmt: skip
@@ -310,9 +297,8 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
                           "absent from the new state")  # fmt: skip
 
 
-def write_start_offsets(layout: JobLayout, topic: str, offsets: dict[int, int]) -> Path:
+def write_start_offsets(layout: JobLayout, topic: str, offsets: dict[int, int]) -> Location:
     """Leave the start position where the job's first query reads it (``JobContext.starting_offsets``)."""
     path = layout.start_offsets_file
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}}, indent=2))
     return path

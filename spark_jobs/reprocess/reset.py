@@ -9,7 +9,6 @@ Every step is idempotent (deleting what is gone is a no-op), so a failed reset c
 from __future__ import annotations
 
 import logging
-import shutil
 
 from runtime.object_store import Location
 from runtime.settings import Settings
@@ -46,13 +45,10 @@ def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
 def _reset(settings: Settings, plan: ReprocessPlan, layout: JobLayout) -> dict:
     bootstrap = settings.kafka
     done: dict = {"application_id": layout.application_id}
-    for path in (layout.checkpoint, *layout.quarantined_checkpoints()):
-        if path.exists():
-            shutil.rmtree(path)
-            done.setdefault("deleted_paths", []).append(str(path))
-    for table in layout.snapshot_tables:  # on the local disk or in an object store
-        if table.remove():
-            done.setdefault("deleted_paths", []).append(str(table))
+    # on the local disk or in an object store
+    for place in (layout.checkpoint, *layout.quarantined_checkpoints(), *layout.snapshot_tables):
+        if place.remove():
+            done.setdefault("deleted_paths", []).append(str(place))
     done["deleted_topics"] = delete_topics(bootstrap, list(layout.changelog_topics))
     if plan.truncate_outputs:
         done["truncated_tables"] = {str(t): truncate_table(t) for t in layout.output_tables}

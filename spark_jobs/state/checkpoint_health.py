@@ -14,14 +14,15 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from runtime.object_store import Location
 from spark_jobs import layout
 
 
-def _log_entries(directory: Path) -> dict[int, Path]:
-    return {int(p.name): p for p in directory.glob("[0-9]*") if p.name.isdigit()} if directory.exists() else {}
+def _log_entries(directory: Location) -> dict[int, Location]:
+    return {int(c.name): c for c in directory.children() if c.name.isdigit()}
 
 
-def _check_log_file(path: Path, min_lines: int) -> str | None:
+def _check_log_file(path: Location, min_lines: int) -> str | None:
     try:
         lines = path.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -45,14 +46,14 @@ RESTORE_RECORD = layout.RESTORE_RECORD
 NEW_QUERY_DIRS = ("offsets", "state", "commits")
 
 
-def checkpoint_problem(checkpoint: str | Path, stateful: bool = True) -> str | None:
+def checkpoint_problem(checkpoint: Location | Path | str, stateful: bool = True) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when it can (or has nothing to resume)."""
-    checkpoint = Path(checkpoint)
+    checkpoint = Location.of(checkpoint)
     offsets, commits = _log_entries(checkpoint / "offsets"), _log_entries(checkpoint / "commits")
     if not offsets:
         # nothing to resume: a fresh start, unless a start was killed while writing its first log entry
         # (a temporary file left in offsets/): Spark refuses to start a new query over any file there
-        leftovers = [d for d in NEW_QUERY_DIRS if (checkpoint / d).is_dir() and any((checkpoint / d).iterdir())]
+        leftovers = [d for d in NEW_QUERY_DIRS if (checkpoint / d).children()]
         if leftovers:
             return (
                 f"{checkpoint} has no offset log entry but files in {', '.join(leftovers)} (a start killed mid-write)"
@@ -78,15 +79,15 @@ def checkpoint_problem(checkpoint: str | Path, stateful: bool = True) -> str | N
             return problem
         if last_commit not in offsets:
             return f"commit {last_commit} has no offset log entry"
-        if stateful and not any((checkpoint / "state").glob("*/*/*")):
+        if stateful and not any(name.count("/") >= 2 for name, _ in (checkpoint / "state").files()):
             return f"{checkpoint} has committed batches but no state store files"
     return None
 
 
-def quarantine(checkpoint: str | Path) -> Path:
-    """Move ``checkpoint`` to ``<checkpoint>.corrupt-<UTC time>``; returns the new path."""
-    checkpoint = Path(checkpoint)
+def quarantine(checkpoint: Location | Path | str) -> Location:
+    """Move ``checkpoint`` to ``<checkpoint>.corrupt-<UTC time>``; returns the new location."""
+    checkpoint = Location.of(checkpoint)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = checkpoint.with_name(f"{checkpoint.name}.corrupt-{stamp}")
-    checkpoint.rename(target)
+    target = checkpoint.parent / f"{checkpoint.name}.corrupt-{stamp}"
+    checkpoint.move_to(target)
     return target

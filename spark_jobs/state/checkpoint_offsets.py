@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from runtime.object_store import Location
+
 #: {topic: {partition: next offset to read}}
 KafkaOffsets = dict[str, dict[int, int]]
+#: a checkpoint's location (a path on the local disk, or in an object store with its connection)
+Checkpoint = Location | Path | str
 
 
 class CheckpointOffsetsError(RuntimeError):
     """The offset log of a checkpoint is missing or not in the expected format."""
 
 
-def _offset_log_entry(checkpoint: str | Path, batch_id: int) -> tuple[Path, list[str]]:
+def _offset_log_entry(checkpoint: Checkpoint, batch_id: int) -> tuple[Location, list[str]]:
     """The lines of ``batch_id``'s offset log entry: version, metadata, one line per source."""
-    path = Path(checkpoint) / "offsets" / str(batch_id)
+    path = Location.of(checkpoint) / "offsets" / str(batch_id)
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -31,7 +35,7 @@ def _offset_log_entry(checkpoint: str | Path, batch_id: int) -> tuple[Path, list
     return path, lines
 
 
-def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
+def batch_end_offsets(checkpoint: Checkpoint, batch_id: int) -> KafkaOffsets:
     """End (exclusive) Kafka offsets of every source of ``batch_id``, merged over sources."""
     _, lines = _offset_log_entry(checkpoint, batch_id)
     offsets: KafkaOffsets = {}
@@ -43,7 +47,7 @@ def batch_end_offsets(checkpoint: str | Path, batch_id: int) -> KafkaOffsets:
     return offsets
 
 
-def batch_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
+def batch_watermark_ms(checkpoint: Checkpoint, batch_id: int) -> int:
     """The event-time watermark ``batch_id`` ran with (0 when the query has none)."""
     path, lines = _offset_log_entry(checkpoint, batch_id)
     try:
@@ -52,21 +56,22 @@ def batch_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
         raise CheckpointOffsetsError(f"{path}: unexpected offset log metadata ({err})") from None
 
 
-def latest_batch_id(checkpoint: str | Path) -> int | None:
+def latest_batch_id(checkpoint: Checkpoint) -> int | None:
     """The newest batch id in the offset log, or None when the checkpoint has none."""
-    directory = Path(checkpoint) / "offsets"
-    ids = [int(p.name) for p in directory.glob("[0-9]*") if p.name.isdigit()] if directory.exists() else []
-    return max(ids) if ids else None
+    return _newest_entry(Location.of(checkpoint) / "offsets")
 
 
-def latest_committed_batch_id(checkpoint: str | Path) -> int | None:
+def latest_committed_batch_id(checkpoint: Checkpoint) -> int | None:
     """The newest batch in the commit log (finished, outputs written), or None."""
-    directory = Path(checkpoint) / "commits"
-    ids = [int(p.name) for p in directory.glob("[0-9]*") if p.name.isdigit()] if directory.exists() else []
+    return _newest_entry(Location.of(checkpoint) / "commits")
+
+
+def _newest_entry(log: Location) -> int | None:
+    ids = [int(entry.name) for entry in log.children() if entry.name.isdigit()]
     return max(ids) if ids else None
 
 
-def committed_input_offsets(checkpoint: str | Path, topic: str) -> dict[int, int] | None:
+def committed_input_offsets(checkpoint: Checkpoint, topic: str) -> dict[int, int] | None:
     """partition -> next offset to read after the newest committed batch, or None before the first."""
     batch = latest_committed_batch_id(checkpoint)
     if batch is None:

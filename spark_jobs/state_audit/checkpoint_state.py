@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from pathlib import Path
 
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, registered_versions
@@ -40,18 +40,17 @@ def _schema():
                      + [pa.field(n, pa.string()) for n in _STRINGS])  # fmt: skip
 
 
-def disk_bytes_per_partition(checkpoint: Path, operator_id: int) -> dict[int, int]:
+def disk_bytes_per_partition(checkpoint: Location, operator_id: int) -> dict[int, int]:
     """partition -> bytes of the state files Spark keeps for it (RocksDB snapshots and changelogs)."""
-    root = checkpoint / "state" / str(operator_id)
     sizes: dict[int, int] = {}
-    if root.is_dir():
-        for partition_dir in root.iterdir():
-            if partition_dir.is_dir() and partition_dir.name.isdigit():
-                sizes[int(partition_dir.name)] = sum(f.stat().st_size for f in partition_dir.rglob("*") if f.is_file())
+    for name, size in (Location.of(checkpoint) / "state" / str(operator_id)).files():
+        partition, _, rest = name.partition("/")
+        if partition.isdigit() and rest:
+            sizes[int(partition)] = sizes.get(int(partition), 0) + size
     return sizes
 
 
-def read_store(spark, checkpoint: Path, store: str, operator_id: int) -> dict[int, tuple[int, int]]:
+def read_store(spark, checkpoint: Location, store: str, operator_id: int) -> dict[int, tuple[int, int]]:
     """partition -> (rows, bytes) of ``store`` in ``checkpoint`` at its latest committed batch."""
     from pyspark.sql import functions as F
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
@@ -115,10 +114,6 @@ def audit_rows(settings: Settings, application_id: str | None = None, store: str
     return sorted(rows, key=lambda r: r["audited_at"])
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
-
-
 def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tuple[dict, list[SnapshotInfo], list]:
     """(numbers, the snapshots still in the table oldest first, the latest one's decoded values) of the
     store's Delta snapshot table."""
@@ -195,7 +190,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     progress = status.get("progress") or {}
     row: dict = {"run_id": run_id, "audited_at": dt.datetime.now(dt.timezone.utc), "job": spec.name,
                  "version": spec.version, "application_id": spec.application_id, "store": store.name, "kind": store.kind,
-                 "checkpoint_bytes": _dir_bytes(layout.checkpoint),
+                 "checkpoint_bytes": layout.checkpoint.size_bytes(),
                  "memory_bytes": progress.get("state_memory_bytes")}  # fmt: skip
     if readable:
         row.update(state_rows=sum(r["rows"] for r in readable), state_bytes=sum(r["bytes"] for r in readable),

@@ -243,7 +243,7 @@ def _end(settings: Settings, topic: str) -> dict[int, int]:
 
 def _caught_up(settings: Settings, spec) -> None:
     end = _end(settings, spec.source_topic)
-    wait_for(lambda: committed_input_offsets(settings.checkpoint_dir / spec.application_id, spec.source_topic) == end,
+    wait_for(lambda: committed_input_offsets(settings.checkpoints / spec.application_id, spec.source_topic) == end,
              240, f"{spec.application_id} to commit {end}")  # fmt: skip
 
 
@@ -338,7 +338,7 @@ def test_launch_killed_mid_way_the_rerun_adopts_the_driver_never_a_second(stack,
 def _v1_has_processed_everything(stack, dags, procs) -> None:
     """(When run on its own:) v1 runs over the whole input once and stops, as the launch test leaves it."""
     v1 = get_job(JOB, 1)
-    checkpoint = stack.checkpoint_dir / v1.application_id
+    checkpoint = stack.checkpoints / v1.application_id
     if committed_input_offsets(checkpoint, v1.source_topic) != _end(stack, v1.source_topic):
         _ok(dags.run("start_streaming_job", {"job": JOB}))
         _caught_up(stack, v1)
@@ -353,7 +353,7 @@ def _reprocess_phase(settings: Settings, procs: Stack, v2) -> str:
     holder = JobLease(settings.status_dir, v2.application_id).holder()
     if holder is None:
         return "new version's driver starting (before the lease)"
-    committed = committed_input_offsets(settings.checkpoint_dir / v2.application_id, v2.source_topic)
+    committed = committed_input_offsets(settings.checkpoints / v2.application_id, v2.source_topic)
     if committed != _end(settings, v2.source_topic):
         return f"new version running, catching up (committed {committed})"
     return "new version caught up, compare not started yet"
@@ -441,7 +441,7 @@ def test_promotion_killed_after_the_switch_the_rerun_stops_and_retires_the_old_v
     v1, v2 = get_job(JOB, 1), get_job(JOB, 2)
     versions = JobVersions(stack)
     assert versions.current(JOB) == 1
-    if committed_input_offsets(stack.checkpoint_dir / v2.application_id, v2.source_topic) is None:  # (run on its own)
+    if committed_input_offsets(stack.checkpoints / v2.application_id, v2.source_topic) is None:  # (run on its own)
         _ok(dags.run("reprocess_job", {"job": JOB, "mode": "side_by_side", "dry_run": False}))
     v1_lease, v2_lease = JobLease(stack.status_dir, v1.application_id), JobLease(stack.status_dir, v2.application_id)
     if StreamingJobHook(v2, stack).stop() is not None:  # (run on its own) v2 stopped, as test 2 leaves it

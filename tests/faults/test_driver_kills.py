@@ -77,7 +77,7 @@ def kill_at(settings: Settings, spec: JobSpec, kill: Kill, log_name: str, timeou
     marker = failpoints.marker_path(settings.status_dir, spec.application_id)
     marker.unlink(missing_ok=True)
     if kill.lose_checkpoint and kill.failpoint == "restoring":
-        shutil.rmtree(settings.checkpoint_dir / spec.application_id, ignore_errors=True)
+        shutil.rmtree(settings.checkpoints / spec.application_id, ignore_errors=True)
     submit = submit_spec(spec, settings)
     # PYTHONPATH: the driver may run a job of tests/fixtures (STREAMSTATE_JOB_MODULES)
     env = {**os.environ, **submit.env, failpoints.ENV: f"{kill.failpoint}:{kill.nth}", "PYTHONPATH": str(PROJECT_ROOT)}
@@ -98,7 +98,7 @@ def kill_at(settings: Settings, spec: JobSpec, kill: Kill, log_name: str, timeou
         driver.wait(30)
     marker.unlink()
     if kill.lose_checkpoint and kill.failpoint != "restoring":
-        shutil.rmtree(settings.checkpoint_dir / spec.application_id, ignore_errors=True)
+        shutil.rmtree(settings.checkpoints / spec.application_id, ignore_errors=True)
     return stopped
 
 

@@ -82,7 +82,7 @@ def _ok(result) -> None:
 
 def _caught_up(settings, spec) -> None:
     end = {p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()}
-    checkpoint = settings.checkpoint_dir / spec.application_id
+    checkpoint = settings.checkpoints / spec.application_id
     _wait(lambda: committed_input_offsets(checkpoint, spec.source_topic) == end, 240,
           f"{spec.application_id} to commit {end}")  # fmt: skip
 
@@ -153,7 +153,7 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
                         ("promote_job_version", "succeeded"): 1}  # fmt: skip
 
     # retained 0 days: the daily purge deletes what v1 owned, and nothing of v2
-    old_output, old_checkpoint = settings.lake / v1.output_table_dir, settings.checkpoint_dir / v1.application_id
+    old_output, old_checkpoint = settings.lake / v1.output_table_dir, settings.checkpoints / v1.application_id
     assert old_output.exists() and old_checkpoint.exists()
     _ok(run_dag("purge_retired_versions", {}))
     assert not old_output.exists() and not old_checkpoint.exists()
@@ -191,7 +191,7 @@ def _state_of_the_world(settings, spec) -> dict:
 
     bootstrap = settings.kafka_bootstrap_servers
     topics = [spec.source_topic, changelog_topic_name(spec.application_id, "counts"), f"{spec.application_id}-dead-letter"]
-    checkpoint = settings.checkpoint_dir / spec.application_id
+    checkpoint = (settings.checkpoints / spec.application_id).path
     tables = [settings.lake / spec.output_table_dir, settings.lake / "_state" / spec.application_id / "counts"]
     return {
         "topics": {t: partition_offsets(bootstrap, t) for t in sorted(existing_topics(bootstrap, topics))},

@@ -208,8 +208,8 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         # While a restarted driver really restores (its checkpoint set aside: it rebuilds from the snapshot
         # and the changelog, held in RESTORING by a failpoint), queries stay on the standby and say why.
         layout = JobLayout.of(JOB, settings)
-        aside = layout.checkpoint.with_name(layout.checkpoint.name + ".aside")
-        layout.checkpoint.rename(aside)
+        aside = layout.checkpoint.path.with_name(layout.checkpoint.name + ".aside")
+        layout.checkpoint.path.rename(aside)
         before = client.get(f"{BASE}/keys/u00007").json()
         restoring = _start_driver(settings, "driver-restoring.log", {failpoints.ENV: "restoring:1"})
         try:

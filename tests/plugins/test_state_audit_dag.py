@@ -66,7 +66,7 @@ def _round(settings, spark, job: str, events: list[dict]) -> None:
 def _restore_in_a_new_driver(settings, spec) -> None:
     """Lose the checkpoint, then drain the input in a new driver process (a cold JVM, as in production):
     it restores from the latest snapshot + changelog tail and records the restore's throughput."""
-    shutil.rmtree(settings.checkpoint_dir / spec.application_id)
+    shutil.rmtree(settings.checkpoints / spec.application_id)
     submit = submit_spec(spec, settings, available_now=True)
     env = {**os.environ, **submit.env, "PYTHONPATH": str(PROJECT_ROOT)}
     proc = subprocess.run(submit.command(), env=env, capture_output=True, text=True, timeout=600)

@@ -31,7 +31,7 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
     spec = get_job("patient_heart_rate")
     layout = JobLayout.of(spec, settings)
     app = spec.application_id
-    assert layout.checkpoint == settings.checkpoint_dir / app
+    assert layout.checkpoint == settings.checkpoints / app
     assert layout.changelog_topics == (f"{app}-pulse-counts-changelog",)  # Kafka Streams' name
     assert layout.topics == (*layout.changelog_topics, f"{app}-dead-letter")
     assert layout.snapshot_tables == (settings.lake / "_state" / app / "pulse-counts",)
@@ -61,7 +61,7 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
 def _owned_on_disk(settings: Settings, layout: JobLayout, output_table: str) -> set[str]:
     """Everything under the data directory whose name says it belongs to ``layout``'s application id."""
     app = layout.application_id
-    found = {str(p) for p in settings.checkpoint_dir.glob(f"{app}*") if p.name == app or p.name.startswith(f"{app}.")}
+    found = {str(p) for p in settings.checkpoints.path.glob(f"{app}*") if p.name == app or p.name.startswith(f"{app}.")}
     found |= {str(p) for p in settings.status_dir.rglob(f"{app}.*") if not p.name.endswith(".tmp")}
     found |= {str(p) for p in (settings.logs_dir / "jobs").glob(f"{app}[-.]*")}
     found |= {str(p) for p in (settings.lake.path / "_state" / app).glob("*")}

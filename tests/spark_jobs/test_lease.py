@@ -71,7 +71,7 @@ def test_a_second_driver_of_a_running_job_exits_without_touching_it(settings, tm
         output = second.stdout + second.stderr
         assert f"{spec.application_id} is already running (pid {os.getpid()}" in output, output[-3000:]
         assert read_status(settings.status_dir, spec.application_id) is None  # nothing was published
-        assert not (settings.checkpoint_dir / spec.application_id).exists()  # nor written
+        assert not (settings.checkpoints / spec.application_id).exists()  # nor written
     finally:
         holder.release()
     # Released: the next holder gets the next epoch (the fencing token).

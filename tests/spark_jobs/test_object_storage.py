@@ -1,11 +1,11 @@
-"""Tables in an object store: a job whose lake is ``s3a://`` on a real S3-API server (S3Proxy, started
-here from its Maven jar) writes its outputs, snapshots and the platform's tables there, and restores
-from there after losing its checkpoint (real Kafka, Spark through Hadoop's S3A, delta-rs)."""
+"""Tables and checkpoints in an object store: a job whose lake and checkpoints are ``s3a://`` on a real
+S3-API server (S3Proxy, started here from its Maven jar) writes its outputs, snapshots, checkpoint and the
+platform's tables there, and when its checkpoint is damaged there, moves it aside and restores from the
+snapshots there (real Kafka, Spark through Hadoop's S3A, delta-rs, pyarrow)."""
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import pytest
 from deltalake import DeltaTable
@@ -39,9 +39,10 @@ def s3_server(tmp_path_factory):
 
 @pytest.fixture
 def on_s3(settings, s3_server, spark, unique):
-    """The suite's settings with the lake in the S3 server; the shared Spark session reaches it through
-    S3A settings on its SQL conf (a driver of its own gets them at start from ``spark_conf``)."""
-    moved = settings.replace(lake_uri=f"s3a://lake/{unique}", **s3_server.settings_fields())
+    """The suite's settings with the lake and the checkpoints in the S3 server; the shared Spark session
+    reaches it through S3A settings on its SQL conf (a driver of its own gets them at start from ``spark_conf``)."""
+    moved = settings.replace(lake_uri=f"s3a://lake/{unique}", checkpoint_uri=f"s3a://lake/{unique}-checkpoints",
+                             **s3_server.settings_fields())  # fmt: skip
     with session_conf(spark, moved.object_store.hadoop_conf()):
         yield moved
 
@@ -70,21 +71,27 @@ def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(spar
     second = take_snapshot(snapshots, bootstrap, changelog, spark=spark)  # a layer committed by delta-rs
     assert second.mode == "layered" and second.base_batch == first.batch_id
 
-    # Lose the checkpoint (local), then more input: the state comes back from the object store.
-    shutil.rmtree(ctx.checkpoint)
+    # The checkpoint loses its state files, then more input: it is moved aside (in the store: objects
+    # copied, then deleted) and the state comes back from the snapshots.
+    assert str(ctx.checkpoint) == f"s3a://lake/{unique}-checkpoints/{job.application_id}"
+    assert (ctx.checkpoint / "state").remove()
     purchases.produce(bootstrap, job.source_topic, batches[2])
     report = run(job, settings, available_now=True, spark=spark)
+    moved = report.quarantined_checkpoint
+    assert "no state store files" in moved["reason"] and moved["path"].startswith(str(ctx.checkpoint) + ".corrupt-")
+    assert ctx.layout.quarantined_checkpoints()[0].exists() and ctx.checkpoint.exists()  # a new one, written by Spark
     restore = report.restores["counts"]
     assert restore["in_spark"] and restore["full_replay"] is False and restore["snapshot_batch_id"] == second.batch_id
     assert report.input_rows == len(batches[2])
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
     assert delta_purchase_counts(spark, report.output) == everything
 
-    # Everything of the lake is in the server's storage; nothing of it on the local disk.
-    assert not (settings.data_dir / "lake").exists()
+    # Everything of the lake and the checkpoint is in the server's storage; nothing of it on the local disk.
+    assert not (settings.data_dir / "lake").exists() and not (settings.data_dir / "checkpoints").exists()
     bucket = s3_server.blobs / "lake" / unique
     assert (bucket / "_state" / job.application_id / "counts" / "_delta_log").is_dir()
     assert (bucket / job.output_table_dir / "_delta_log").is_dir()
+    assert (s3_server.blobs / "lake" / f"{unique}-checkpoints" / job.application_id / "commits" / "0").is_file()
     # the platform's own tables (delta-rs) too: the restore's measurement
     assert [m for m in restore_measurements(settings) if m["application_id"] == job.application_id]
     assert {t.name for t in settings.lake.children()} >= {"_state", "_streamstate", job.output_table_dir}

@@ -197,7 +197,7 @@ def test_a_restore_reconciles_the_outputs_with_the_restored_store(spark, kafka_b
     ghost = spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], table.toDF().schema)
     ghost.write.format("delta").mode("append").save(output)  # a user the store never had
 
-    shutil.rmtree(settings.checkpoint_dir / job.application_id)  # the checkpoint is lost: restore
+    shutil.rmtree(settings.checkpoints / job.application_id)  # the checkpoint is lost: restore
     report = run(job, settings, available_now=True, spark=spark)
     assert report.restores, "the run restored from the changelog"
     assert delta_purchase_counts(spark, output) == expected

@@ -102,11 +102,11 @@ def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_he
                                 "truncate_outputs": True})  # fmt: skip
     text = plan.render()
     for target in ("planned_counts-v1-counts-changelog", "planned_counts-v1-dead-letter",
-                   str(settings.checkpoint_dir / spec.application_id), str(settings.lake / "_state" / spec.application_id),
+                   str(settings.checkpoints / spec.application_id), str(settings.lake / "_state" / spec.application_id),
                    str(settings.lake / "planned_counts_v1"), "start-offsets.json"):  # fmt: skip
         assert target in text, f"{target} missing from the plan:\n{text}"
     assert [a.verb for a in plan.actions if a.kind == "output table"] == ["truncate"]
-    checkpoint = settings.checkpoint_dir / spec.application_id
+    checkpoint = (settings.checkpoints / spec.application_id).path
     checkpoint.mkdir(parents=True, exist_ok=True)
     (checkpoint / "marker").write_text("still here")
     layout = JobLayout.of(spec, settings)

@@ -140,9 +140,13 @@ class StreamingJobCaughtUpTrigger(BaseTrigger):
         })  # fmt: skip
 
     def check(self) -> dict | None:
+        from runtime.object_store import Location
+        from runtime.settings import Settings
         from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 
-        committed = {str(p): o for p, o in (committed_input_offsets(self.checkpoint, self.topic) or {}).items()}
+        # the object store's credentials come from this process's settings, never from the trigger's row
+        checkpoint = Location.of(self.checkpoint, Settings.from_env().object_store)
+        committed = {str(p): o for p, o in (committed_input_offsets(checkpoint, self.topic) or {}).items()}
         behind = {p: target - committed.get(p, 0) for p, target in self.targets.items() if committed.get(p, 0) < target}
         if not behind:
             return {"state": "caught_up", "committed": committed}

@@ -130,7 +130,7 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
         purchases.produce(bootstrap, job.source_topic, events)
         run(job, settings, available_now=True, spark=spark)
 
-    checkpoint = JobContext(spark, job, settings).checkpoint
+    checkpoint = JobContext(spark, job, settings).checkpoint.path
     damage(checkpoint)
     purchases.produce(bootstrap, job.source_topic, rounds[2])
     report = run(job, settings, available_now=True, spark=spark)
@@ -155,7 +155,7 @@ def test_a_dead_letter_checkpoint_killed_mid_write_is_moved_aside_and_the_job_ru
     first, second = (list(purchases.generate(300, users=40, seed=s)) for s in (81, 82))
     purchases.produce(bootstrap, job.source_topic, first)
     run(job, settings, available_now=True, spark=spark)
-    dead_letters = JobContext(spark, job, settings).layout.dead_letter_checkpoint
+    dead_letters = JobContext(spark, job, settings).layout.dead_letter_checkpoint.path
     shutil.rmtree(dead_letters)  # as if the driver died while the dead-letter query wrote its first offsets
     (dead_letters / "offsets").mkdir(parents=True)
     (dead_letters / "offsets" / ".0.8c1e9f.tmp").write_text("v1\n")
