@@ -1,9 +1,9 @@
-"""The same job with its tables on the local disk and in an S3-API object store, side by side.
+"""The same job with its tables and checkpoint on the local disk and in an S3-API object store, side by side.
 
 purchase_counts processes a pre-loaded topic from a cold start (``python -m spark_jobs.run purchase_counts
---available-now``: outputs, changelog, snapshots, dead letters, status), once with the lake on the local
-disk and once with ``STREAMSTATE_LAKE_URI=s3a://...`` on a local S3Proxy (runtime/s3_server.py) over the
-same disk, alternating which goes first, for REPEATS rounds. Before any figure is reported, the two output
+--available-now``: outputs, changelog, snapshots, dead letters, status), once on the local disk and once
+with ``STREAMSTATE_LAKE_URI`` and ``STREAMSTATE_CHECKPOINT_URI`` on a local S3Proxy (runtime/s3_server.py)
+over the same disk, alternating which goes first, for REPEATS rounds. Before any figure is reported, the two output
 tables must hold the same rows, key by key; a mismatch stops the run with the differing keys.
 
 What the ratio measures is the object-store path (S3A and delta-rs over HTTP, SigV4, copy-on-rename),
@@ -59,7 +59,8 @@ def run_once(base: Settings, server: LocalS3Server, place: str, work: Path, roun
     job = get_job("purchase_counts")
     settings = base.replace(data_dir=work)
     if place == "object store":
-        settings = settings.replace(lake_uri=f"s3a://lake/r{round_no}", **server.settings_fields())
+        settings = settings.replace(lake_uri=f"s3a://lake/r{round_no}", checkpoint_uri=f"s3a://lake/r{round_no}-checkpoints",
+                                    **server.settings_fields())  # fmt: skip
     cmd = [sys.executable, "-m", "spark_jobs.run", job.name, "--version", str(job.version), "--available-now"]
     run = run_measured(cmd, settings.to_env(), timeout_s=7200)
     answer = run.answer
@@ -128,7 +129,7 @@ def section(args, results: dict[str, list[dict]]) -> list[str]:
     ]
     return [
         "",
-        f"## One job, tables on the local disk vs in an S3-API object store ({dt.date.today().isoformat()})",
+        f"## One job, tables and checkpoint on the local disk vs in an S3-API object store ({dt.date.today().isoformat()})",
         "",
         (
             f"Command: `.venv/bin/python bench/object_store.py --events {args.events} --users {args.users} "
@@ -141,7 +142,7 @@ def section(args, results: dict[str, list[dict]]) -> list[str]:
             "delta-rs over HTTP, not a network). The two output tables were checked equal key by key in every round."
         ),
         "",
-        "| tables on | seconds, median (min-max) | events/s | bytes of tables |",
+        "| tables and checkpoint on | seconds, median (min-max) | events/s | bytes of tables |",
         "|---|---|---|---|",
         *rows,
         "",
