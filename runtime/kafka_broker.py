@@ -110,6 +110,9 @@ class LocalKafkaBroker:
             "offsets.topic.replication.factor": "1",
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
+            # every driver's first claim (a transactional producer) waits for this topic: 50 partitions
+            # (the default) take seconds to create on one broker
+            "transaction.state.log.num.partitions": "5",
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",

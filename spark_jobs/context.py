@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 
@@ -12,8 +13,10 @@ from spark_jobs import failpoints
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, store
+from spark_jobs.session import session_conf
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
+from spark_jobs.state.fencing import WriterFence, fenced_writer
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.store_changes import StoreChanges, restored_rows
@@ -147,15 +150,20 @@ class JobContext:
         """``restore.json`` in the checkpoint: how this checkpoint's state was restored, if it was."""
         return self.layout.restore_record
 
+    @functools.cached_property
+    def writer_fence(self) -> WriterFence:
+        """This driver's claim of the job version (claimed on first use): every older driver of the version,
+        on any host, is fenced from then on (:mod:`spark_jobs.state.fencing`)."""
+        layout = self.layout
+        fence = WriterFence(self.settings.kafka, self.spec.application_id, layout.transactional_id,
+                            layout.generations_topic, self.settings.kafka_replication_factor)  # fmt: skip
+        fence.claim_generation()
+        return fence
+
     def changelog_writer(self, store_name: str) -> ChangelogWriter:
-        """The store's changelog writer, continuing the changelog's batch ids after a restore."""
-        restored = {}
-        if self.restore_record.exists():
-            restored = json.loads(self.restore_record.read_text()).get(store_name, {})
-        writer = ChangelogWriter(
-            self.changelog_topic(store_name), self.settings.kafka,
-            batch_base=restored.get("next_batch_id", 0), restored_batch=restored.get("batch_id"),
-        )  # fmt: skip
+        """The store's changelog writer: batch ids of this driver's generation, markers in its transactions,
+        and every id between the last complete batch and its own declared void."""
+        writer = fenced_writer(self.changelog_topic(store_name), self.settings.kafka, self.writer_fence)
         self.open_writers.append(writer)
         return writer
 
@@ -197,6 +205,10 @@ class JobContext:
         the changelog has its outputs written. (Changelog first lost outputs when a driver died between
         the two and the checkpoint was then lost: the restore resumed after a batch whose outputs were
         never written. Found by tests/faults/test_driver_kills.py.)
+
+        ``write_outputs`` runs as a Delta idempotent write whose version is the changelog batch id, so it
+        writes each output table at most once per batch (a second write to the same table in the batch
+        would be skipped), and a driver fenced by a newer one has its late writes skipped.
         """
         if reconcile_outputs is not None and self.starts_without_checkpoint:
             clock = _PhaseClock(self.phase_seconds)
@@ -212,7 +224,14 @@ class JobContext:
                 batch.count()  # materialise it now, so the state phase is timed apart from the writes
                 clock.lap("state")
                 self.failpoint("before_outputs")
-                write_outputs(batch, batch_id)
+                # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
+                # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py)
+                transaction = {
+                    "spark.databricks.delta.write.txnAppId": self.layout.output_transaction_app_id,
+                    "spark.databricks.delta.write.txnVersion": str(writer.batch_base + batch_id),
+                }
+                with session_conf(batch.sparkSession, transaction):
+                    write_outputs(batch, batch_id)
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
                 writer.write_batch(changes.changelog_records(batch), batch_id, batch_end_offsets(checkpoint, batch_id),
@@ -230,9 +249,11 @@ class JobContext:
         failpoints.reached(name, self.settings.status_dir, self.spec.application_id)
 
     def close(self) -> None:
-        """Flush and close what the job opened (the changelog marker producers)."""
+        """Flush and close what the job opened (the changelog marker producers, the fence's producer)."""
         while self.open_writers:
             self.open_writers.pop().close()
+        if "writer_fence" in self.__dict__:  # claimed
+            self.writer_fence.close()
 
     def ensure_changelog_topics(self) -> list[str]:
         """Create every store's changelog topic (idempotent); returns the topic names."""

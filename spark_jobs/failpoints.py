@@ -10,12 +10,17 @@ Off unless ``STREAMSTATE_FAILPOINTS`` is set in the driver's environment, e.g.::
 counted in this process). Stopping means: write ``<status_dir>/<application_id>.failpoint.json``
 (which point, which time, the pid) and block that thread forever. The test waits for the file and
 then kills the driver (kill -9), so the kill is real and lands exactly there.
+
+``name:N:pause`` pauses instead: after writing the file the driver sends SIGSTOP to its own process
+group (the driver's JVM with it, when it was started in a session of its own) and goes on where it
+was once the test sends SIGCONT: a driver frozen by a long GC or a partition, that wakes up later.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -42,14 +47,20 @@ _reached: Counter = Counter()
 _lock = threading.Lock()
 
 
-def armed() -> dict[str, int]:
-    """The failpoints set in the environment: name -> the time (1-based) it stops the driver."""
+Action = Literal["stop", "pause"]
+
+
+def armed() -> dict[str, tuple[int, Action]]:
+    """The failpoints set in the environment: name -> (the time, 1-based, it acts; stop or pause)."""
     armed_points = {}
     for entry in filter(None, (e.strip() for e in os.environ.get(ENV, "").split(","))):
-        name, _, nth = entry.partition(":")
+        name, _, rest = entry.partition(":")
+        nth, _, action = rest.partition(":")
         if name not in FAILPOINTS:
             raise ValueError(f"{ENV}: unknown failpoint {name!r} (known: {', '.join(FAILPOINTS)})")
-        armed_points[name] = int(nth or 1)
+        if action not in ("", "stop", "pause"):
+            raise ValueError(f"{ENV}: unknown action {action!r} of failpoint {name!r} (known: stop, pause)")
+        armed_points[name] = (int(nth or 1), action or "stop")
     return armed_points
 
 
@@ -61,7 +72,7 @@ def reached(name: Failpoint, status_dir: Path, application_id: str) -> None:
     """Called by the driver at ``name``: returns at once unless a test armed this point for this time."""
     if not os.environ.get(ENV):
         return
-    nth = armed().get(name)
+    nth, action = armed().get(name, (None, "stop"))
     if nth is None:
         return
     with _lock:
@@ -71,7 +82,10 @@ def reached(name: Failpoint, status_dir: Path, application_id: str) -> None:
         return
     path = marker_path(status_dir, application_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"failpoint": name, "time": count, "pid": os.getpid()}))
+    path.write_text(json.dumps({"failpoint": name, "time": count, "pid": os.getpid(), "action": action}))
+    if action == "pause":
+        os.killpg(os.getpgrp(), signal.SIGSTOP)  # returns once the test sends SIGCONT
+        return
     while True:  # held here until the test kills the driver
         time.sleep(3600)
 

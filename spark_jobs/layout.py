@@ -6,8 +6,9 @@ over four systems, and this module is the only place that spells any of it:
 * **checkpoint** (disk): ``<checkpoints>/<application_id>``, with the platform's own files under its
   ``streamstate/`` directory (the start position a reprocessing run leaves, the restore record), and
   the quarantined copies ``<application_id>.corrupt-<stamp>`` of checkpoints that could not resume;
-* **Kafka**: one changelog topic per store (``<application_id>-<store>-changelog``) and the
-  dead-letter topic (``<application_id>-dead-letter``);
+* **Kafka**: one changelog topic per store (``<application_id>-<store>-changelog``), the
+  dead-letter topic (``<application_id>-dead-letter``), the drivers' generations topic
+  (``<application_id>-generations``) and transactional id (``<application_id>-driver``);
 * **Delta**: one snapshot table per store (``<lake>/_state/<application_id>/<store>``) and the output
   tables (``<lake>/<output_table>_v<version>`` and its companions);
 * **status directory**: the lifecycle status, the last run's report, the lease, the supervision record
@@ -50,6 +51,7 @@ ArtifactKind = Literal[
     "quarantined_checkpoint",
     "changelog_topic",
     "dead_letter_topic",
+    "generations_topic",
     "snapshot_table",
     "output_table",
     "status_file",
@@ -63,6 +65,7 @@ _SYSTEM: dict[ArtifactKind, ArtifactSystem] = {
     "quarantined_checkpoint": "disk",
     "changelog_topic": "kafka",
     "dead_letter_topic": "kafka",
+    "generations_topic": "kafka",
     "snapshot_table": "delta",
     "output_table": "delta",
     "status_file": "disk",
@@ -188,9 +191,20 @@ class JobLayout:
         return dead_letter_topic_name(self.application_id)
 
     @property
+    def generations_topic(self) -> str:
+        """The claims of the version's drivers, one generation each (spark_jobs/state/fencing.py). A reset
+        keeps it, as the lease file keeps its epoch: a restarted version continues at a higher generation."""
+        return f"{self.application_id}-generations"
+
+    @property
+    def transactional_id(self) -> str:
+        """The Kafka ``transactional.id`` of the version's driver: a new driver's claim fences the older ones."""
+        return f"{self.application_id}-driver"
+
+    @property
     def topics(self) -> tuple[str, ...]:
         """Every topic the version owns (not its source: that one is shared by all versions)."""
-        return (*self.changelog_topics, self.dead_letter_topic)
+        return (*self.changelog_topics, self.dead_letter_topic, self.generations_topic)
 
     # ----- Delta -----------------------------------------------------------------------------------
     def snapshot_table(self, store: str) -> Location:
@@ -209,6 +223,12 @@ class JobLayout:
     def output_tables(self) -> tuple[Location, ...]:
         """Every output table: the main one first."""
         return tuple(self.lake / d for d in self.output_table_dirs)
+
+    @property
+    def output_transaction_app_id(self) -> str:
+        """The Delta idempotent-write ``txnAppId`` of the version's output writes (the version: the changelog
+        batch id, which grows across drivers)."""
+        return f"{self.application_id}-outputs"
 
     # ----- status directory ------------------------------------------------------------------------
     @property
@@ -246,6 +266,7 @@ class JobLayout:
         for topic in self.changelog_topics:
             yield Artifact("changelog_topic", topic)
         yield Artifact("dead_letter_topic", self.dead_letter_topic)
+        yield Artifact("generations_topic", self.generations_topic)
         for table in self.snapshot_tables:
             yield Artifact("snapshot_table", str(table))
         for table in self.output_tables:

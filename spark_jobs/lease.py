@@ -10,7 +10,7 @@ holder dies, even by kill -9, so there is no stale lease to expire and no window
 loses it. Each acquisition increments an epoch kept in the file (the fencing token): the status file
 and the run report carry it, so a reader can tell which incarnation wrote what. ``flock`` needs the
 status directory on one host's filesystem (the embedded stack; compose's shared volume); it is not
-reliable on NFS.
+reliable on NFS. Across hosts, the writes themselves are fenced: :mod:`spark_jobs.state.fencing`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from spark_jobs.layout import JobLayout, StatusFiles
 
 #: Exit code of a driver that found its job already running (spark_jobs/run.py).
 ALREADY_RUNNING = 3
+#: Exit code of a driver another driver of its job version took over from, on any host (its writes were
+#: refused: spark_jobs/state/fencing.py).
+FENCED = 4
 #: The lease record's size on disk: JSON padded with spaces (JSON allows trailing whitespace).
 RECORD_BYTES = 512
 

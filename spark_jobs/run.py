@@ -26,13 +26,14 @@ from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.context import JobContext
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning, JobLease
+from spark_jobs.lease import ALREADY_RUNNING, FENCED, JobAlreadyRunning, JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, status_path
 from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session, session_conf
 from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
+from spark_jobs.state.fencing import WriterFenced
 from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
 from spark_jobs.state.restore_history import record_restore
 
@@ -62,6 +63,10 @@ class RunReport:
     lease_epoch: int | None = None
     #: seconds per phase of the state-change batches, summed (state, changelog, outputs, snapshot)
     phase_seconds: dict = dataclasses.field(default_factory=dict)
+    #: the generation this driver claimed for the job version (spark_jobs/state/fencing.py)
+    generation: int | None = None
+    #: the newer driver's claim that fenced this one, when it was fenced
+    fenced_by: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -194,6 +199,8 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             )
         )
         context.ensure_changelog_topics()
+        # claim the version (fence older drivers, on any host) before reading its state
+        generation = context.writer_fence.generation if spec.stores else None
         quarantined = quarantine_if_unusable(context)
         if spec.stores and latest_batch_id(context.checkpoint) is None:
             status.transition_to(JobState.RESTORING)
@@ -212,6 +219,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         restores=status.restore,
         quarantined_checkpoint=quarantined,
         lease_epoch=epoch,
+        generation=generation,
     )
     collector = _progress_collector(report, status)
     spark.streams.addListener(collector)
@@ -229,16 +237,23 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         try:
             STOP_REQUEST.queries_running = True
             pending = list(queries)
-            # short waits, so a stop request is noticed between py4j calls, never inside one
+            # short waits, so a stop request is noticed between py4j calls, never inside one; every query
+            # in turn, so the job's failure is seen while its companions run on
             while pending and not STOP_REQUEST.requested.is_set():
-                if pending[0].awaitTermination(1):  # raises if the query failed
-                    pending.pop(0)
+                for query in list(pending):
+                    if query.awaitTermination(0.5):  # raises if the query failed
+                        pending.remove(query)
             if STOP_REQUEST.requested.is_set():
                 raise KeyboardInterrupt
         except KeyboardInterrupt:
             status.transition_to(JobState.PENDING_SHUTDOWN)
             for q in queries:
                 q.stop()
+        except Exception:
+            for q in queries:  # the companions of a failed query stop with it
+                if q.isActive:
+                    q.stop()
+            raise
         finally:
             STOP_REQUEST.queries_running = False
         # The listener bus is asynchronous: let it deliver the last progress events.
@@ -247,18 +262,38 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             status.transition_to(JobState.PENDING_SHUTDOWN)
         status.transition_to(JobState.NOT_RUNNING)
     except Exception as err:
+        refusal = taken_over(context, err)
         if status.state is not JobState.ERROR:
-            status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
-        report.error = report.error or status.error
+            error = str(refusal) if refusal else f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            status.transition_to(JobState.ERROR, error=error)
+        report.error = str(refusal) if refusal else report.error or status.error
+        if refusal is not None:
+            raise refusal from err
         raise
     finally:
         spark.streams.removeListener(collector)
         report.phase_seconds = dict(context.phase_seconds)
+        if spec.stores and context.writer_fence.fenced_by is not None:
+            report.fenced_by = dataclasses.asdict(context.writer_fence.fenced_by)
         context.close()
         report.finished_at = _now()
         settings.status_dir.mkdir(parents=True, exist_ok=True)
         report_path(spec, settings).write_text(report.to_json())
     return report
+
+
+def taken_over(context: JobContext, err: Exception) -> WriterFenced | None:
+    """Why the query failed, when it was because another driver took the job version over: a write the
+    fence refused (its error crosses the JVM wrapped in a query failure), or a batch Spark's offset log
+    refused because another driver wrote the shared checkpoint first."""
+    if context.spec.stores and context.writer_fence.refusal is not None:
+        return context.writer_fence.refusal
+    if "CONCURRENT_STREAM_LOG_UPDATE" in str(err):
+        return WriterFenced(
+            f"{context.spec.application_id}: another driver wrote this job version's checkpoint {context.checkpoint} "
+            "(Spark's offset log refused this driver's next batch): it took the version over, so this driver stops"
+        )
+    return None
 
 
 def quarantine_if_unusable(context: JobContext) -> dict | None:
@@ -361,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     except JobAlreadyRunning as err:
         print(f"streamstate: {err}", file=sys.stderr)
         return ALREADY_RUNNING
+    except WriterFenced as err:
+        print(f"streamstate: {err}", file=sys.stderr)
+        return FENCED
     print(report.to_json())
     return 1 if report.error else 0
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from pathlib import Path
 
 from runtime.object_store import Location
 from runtime.settings import Settings
@@ -64,9 +65,12 @@ def append_rows(table: Location, rows: list[dict], schema) -> None:
     write_deltalake(str(table), pa.Table.from_pylist(rows, schema=schema), mode="append", storage_options=options)
 
 
-def read_rows(table: Location) -> list[dict]:
+def read_rows(table: Location | str | Path) -> list[dict]:
+    """Every row of a Delta table (none when it does not exist); a path or URI names a local table or one
+    in no configured object store, a :class:`Location` carries its store's credentials."""
     from deltalake import DeltaTable
 
+    table = Location.of(table)
     options = table.storage_options()
     if not DeltaTable.is_deltatable(str(table), storage_options=options):
         return []

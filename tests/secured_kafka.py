@@ -109,6 +109,9 @@ class SecuredCluster:
             acls += [AclBinding(ResourceType.TOPIC, "*", ResourcePatternType.LITERAL, principal, "*",
                                 AclOperation.ALL, AclPermissionType.ALLOW),
                      AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, principal, "*",
+                                AclOperation.ALL, AclPermissionType.ALLOW),
+                     # a driver's claim of its job version: a transactional producer (spark_jobs/state/fencing.py)
+                     AclBinding(ResourceType.TRANSACTIONAL_ID, "*", ResourcePatternType.LITERAL, principal, "*",
                                 AclOperation.ALL, AclPermissionType.ALLOW)]  # fmt: skip
             acls += [AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, principal, "*", op,
                                 AclPermissionType.ALLOW)

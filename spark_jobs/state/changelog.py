@@ -8,8 +8,10 @@ trigger interval plays the seeds' ``commit.interval.ms``: one record per changed
    values), deletes and evictions as tombstones, every record tagged with a ``streamstate.batch``
    header;
 2. then one **batch marker** per partition, key :data:`MARKER_KEY`, carrying the batch id and the
-   input offsets the batch consumed. A reader cuts the log after the last batch whose markers
-   reached every partition, so a half-written batch is never restored.
+   input offsets the batch consumed, in one Kafka transaction of the driver's claim of the job version
+   (:mod:`.fencing`: a driver another one took over from has its markers refused). A reader cuts the
+   log after the last batch whose markers reached every partition, so a half-written batch is never
+   restored.
 
 :class:`ChangelogWriter` owns the topic's contents; it does not know about Delta or snapshots.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from confluent_kafka import Producer
 
@@ -27,6 +29,9 @@ from runtime.kafka_connection import KafkaTarget, as_connection, client_config
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import changelog_topic_name  # noqa: F401 - re-exported: the name has one owner
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
+
+if TYPE_CHECKING:  # fencing builds writers: imported there, typed here
+    from spark_jobs.state.fencing import WriterFence
 
 MARKER_KEY = b"__streamstate.batch__"
 BATCH_HEADER = "streamstate.batch"
@@ -37,6 +42,8 @@ StoreKind = Literal["key_value", "windowed", "versioned"]
 #: changelog keeps records this much longer than the store keeps windows. Records carry the write's
 #: wall-clock time, so a window written while stream time lags the clock (a replay) must outlive it.
 WINDOWED_CHANGELOG_EXTRA_RETENTION_MS = 86_400_000
+#: the void ranges a marker carries at most (one per driver start that followed a complete batch)
+MAX_VOID_RANGES = 64
 
 
 def windowed_changelog_retention_ms(retention_ms: int) -> int:
@@ -99,52 +106,66 @@ class ChangelogTopic:
 class BatchMarker:
     """The end of one micro-batch in one changelog partition.
 
-    Changelog batch ids grow monotonically per application id, across checkpoints: after a restore
-    the new query continues at a higher id, and its markers declare the ids between the restored
-    batch and its first batch void (``void_after`` < id < ``void_before``), so the records of a batch
-    that was half-written before the checkpoint was lost are never applied.
+    Changelog batch ids grow monotonically per application id: every driver continues at ids above
+    every id an earlier driver used (a new generation, :mod:`.fencing`), and its markers declare the ids
+    between the last batch complete when it started and its first id void. The records of a batch that
+    was half-written by a killed driver, or written by a fenced one after the takeover, are never
+    applied. Each marker carries the void ranges of earlier drivers too (the newest
+    :data:`MAX_VOID_RANGES`): compaction keeps only the newest marker of a partition, and it must still
+    void what older markers voided.
     """
 
     batch_id: int
     input_offsets: KafkaOffsets
     records: int
-    void_after: int | None = None
-    void_before: int | None = None
+    #: (after, before): batch ids strictly between the two are void
+    void: tuple[tuple[int, int], ...] = ()
     #: the event-time watermark the batch ran with (stream time, for jobs with windows)
     watermark_ms: int = 0
 
     def is_void(self, batch_id: int) -> bool:
-        return self.void_after is not None and self.void_before is not None and self.void_after < batch_id < self.void_before
+        return any(after < batch_id < before for after, before in self.void)
 
     def to_bytes(self) -> bytes:
         offsets = {t: {str(p): o for p, o in parts.items()} for t, parts in self.input_offsets.items()}
         data = {"batch_id": self.batch_id, "input_offsets": offsets, "records": self.records}
         if self.watermark_ms:
             data["watermark_ms"] = self.watermark_ms
-        if self.void_before is not None:
-            data.update(void_after=self.void_after, void_before=self.void_before)
+        if self.void:
+            data["void"] = [list(r) for r in self.void]
         return json.dumps(data).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> BatchMarker:
         data = json.loads(raw)
         offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in data["input_offsets"].items()}
+        void = [(int(a), int(b)) for a, b in data.get("void", ())]
+        if data.get("void_after") is not None and data.get("void_before") is not None:  # as markers said it before
+            void.append((int(data["void_after"]), int(data["void_before"])))
         return cls(batch_id=int(data["batch_id"]), input_offsets=offsets, records=int(data["records"]),
-                   void_after=data.get("void_after"), void_before=data.get("void_before"),
-                   watermark_ms=int(data.get("watermark_ms", 0)))  # fmt: skip
+                   void=tuple(void), watermark_ms=int(data.get("watermark_ms", 0)))  # fmt: skip
+
+
+def carried_void(previous: tuple[tuple[int, int], ...], after: int, before: int) -> tuple[tuple[int, int], ...]:
+    """The void ranges of a new driver's markers: the newest of ``previous`` (the last complete batch's
+    marker's) and its own ``(after, before)``."""
+    ranges = sorted({*previous, (after, before)}, key=lambda r: r[1])
+    return tuple(ranges[-MAX_VOID_RANGES:])
 
 
 class ChangelogWriter:
     """Appends one micro-batch of state changes, then its markers, to a store's changelog topic."""
 
     def __init__(self, topic: ChangelogTopic, kafka: KafkaTarget, *, batch_base: int = 0,
-                 restored_batch: int | None = None) -> None:  # fmt: skip
-        """``batch_base`` is added to Spark's batch id (0 for a query that never restored);
-        ``restored_batch`` is the batch the query's state was restored to (markers void the gap)."""
+                 void: tuple[tuple[int, int], ...] = (), fence: WriterFence | None = None) -> None:  # fmt: skip
+        """``batch_base`` is added to Spark's batch id (a driver's: its generation's, ``fence.batch_base``);
+        ``void`` goes on every marker. With a ``fence`` the markers are written in its transactions (a
+        fenced driver's are refused); without one (tools, tests), by an idempotent producer."""
         self.topic = topic
         self.kafka = kafka
         self.batch_base = batch_base
-        self.restored_batch = restored_batch
+        self.void = void
+        self.fence = fence
         self._producer: Producer | None = None
 
     def write_batch(self, changes, spark_batch_id: int, input_offsets: KafkaOffsets, watermark_ms: int = 0) -> int:
@@ -154,6 +175,9 @@ class ChangelogWriter:
 
         The data write finishes (every record acknowledged) before any marker is sent, so a marker
         in a partition means the whole batch is in that partition.
+
+        Raises:
+            WriterFenced: a newer driver claimed the job version; this batch's markers were refused.
         """
         from pyspark.sql import functions as F
 
@@ -171,20 +195,22 @@ class ChangelogWriter:
              .option("kafka.acks", "all")
              .option("topic", self.topic.name)
              .save())  # fmt: skip
-        void = {"void_after": self.restored_batch, "void_before": self.batch_base} if self.batch_base else {}
-        self._write_markers(BatchMarker(batch_id, input_offsets, count, watermark_ms=watermark_ms, **void))
+        self._write_markers(BatchMarker(batch_id, input_offsets, count, void=self.void, watermark_ms=watermark_ms))
         return count
 
     def _write_markers(self, marker: BatchMarker) -> None:
+        payload = marker.to_bytes()
+        headers = [(BATCH_HEADER, str(marker.batch_id).encode())]
+        if self.fence is not None:
+            self.fence.commit_markers(self.topic.name, range(self.topic.partitions), MARKER_KEY, payload, headers)
+            return
         if self._producer is None:
             self._producer = Producer(client_config(self.kafka, {"enable.idempotence": True,
                                        "acks": "all", "log_level": 3}))  # fmt: skip
         failures: list[str] = []
-        payload = marker.to_bytes()
         for partition in range(self.topic.partitions):
             self._producer.produce(
-                self.topic.name, key=MARKER_KEY, value=payload, partition=partition,
-                headers=[(BATCH_HEADER, str(marker.batch_id).encode())],
+                self.topic.name, key=MARKER_KEY, value=payload, partition=partition, headers=headers,
                 on_delivery=lambda err, _msg: failures.append(str(err)) if err else None,
             )  # fmt: skip
         if self._producer.flush(60) or failures:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
-from spark_jobs.kafka_topics import is_transient, watermark_offsets
+from spark_jobs.kafka_topics import is_transient, partition_offsets, watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord, cut_of, plan_cut
@@ -48,6 +48,8 @@ class ChangelogRead:
     seconds: float = 0.0
     #: with ``keep_changes``: key -> its last change in the complete batches (None: deleted), a layer's rows
     changes: dict[bytes, bytes | None] | None = None
+    #: the marker of the cut batch, when one was released in the range read
+    cut_marker: BatchMarker | None = None
 
 
 @dataclasses.dataclass
@@ -249,6 +251,7 @@ def read_changelog(
             result.resume_offsets.update(complete.resume_offsets)
             result.input_offsets = complete.marker.input_offsets
             result.watermark_ms = complete.marker.watermark_ms
+            result.cut_marker = complete.marker
         result.cut_batch_id = assembler.cut()
         result.records_dropped_incomplete = assembler.records_dropped_void + assembler.unfinished_records()
         result.max_batch_seen = assembler.max_batch_seen
@@ -257,6 +260,25 @@ def read_changelog(
         return result
     finally:
         consumer.close()
+
+
+def last_complete_batch(kafka: KafkaTarget, topic: str, window: int = 4096) -> BatchMarker | None:
+    """The marker of the newest batch complete in every partition of ``topic`` (None: no batch is).
+
+    Read from the end: the last ``window`` records of each partition, a wider window while some partition
+    has no marker in it. A driver's markers follow every batch, so one small read usually answers.
+    """
+    ends = partition_offsets(kafka, topic)
+    while True:
+        start = {p: max(low, high - window) for p, (low, high) in ends.items()}
+        read = read_changelog(kafka, topic, start)
+        if read.cut_batch_id is not None:
+            if read.cut_marker is None:  # the cut is the newest marker of some partition: it is in the window
+                raise RuntimeError(f"{topic}: batch {read.cut_batch_id} is complete but its marker was not read")
+            return read.cut_marker
+        if all(start[p] == low for p, (low, _high) in ends.items()):
+            return None
+        window *= 8
 
 
 class ChangelogMissing(LookupError):

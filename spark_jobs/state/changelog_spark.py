@@ -161,6 +161,8 @@ def _records(spark, kafka: KafkaTarget, topic: str, start: dict[int, int], end: 
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "true")
+        # a takeover aborts the fenced driver's open marker transaction: its markers must stay unseen
+        .option("kafka.isolation.level", "read_committed")
         .option("groupIdPrefix", f"streamstate-restore-{topic}")
         .load()
     )

@@ -83,7 +83,7 @@ class RestoredState:
     changelog_records_read: int
     changelog_records_applied: int
     seconds: float
-    #: the changelog batch id the next query must start at (above every id already in the changelog)
+    #: the lowest batch id above every id in the changelog read (a driver's generation puts its ids above it)
     next_batch_id: int = 0
     #: the event-time watermark (stream time) of ``batch_id``: windows older than it stay closed
     watermark_ms: int = 0

@@ -86,8 +86,11 @@ def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(spar
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
     assert delta_purchase_counts(spark, report.output) == everything
 
-    # Everything of the lake and the checkpoint is in the server's storage; nothing of it on the local disk.
-    assert not (settings.data_dir / "lake").exists() and not (settings.data_dir / "checkpoints").exists()
+    # Everything of the job's lake and checkpoint is in the server's storage; nothing of it on the local disk
+    # (the suite's other tests share this data directory: look for this job's own names)
+    local = [settings.data_dir / "lake" / job.output_table_dir, settings.data_dir / "lake" / "_state" / job.application_id,
+             settings.data_dir / "checkpoints" / job.application_id]  # fmt: skip
+    assert not [str(path) for path in local if path.exists()]
     bucket = s3_server.blobs / "lake" / unique
     assert (bucket / "_state" / job.application_id / "counts" / "_delta_log").is_dir()
     assert (bucket / job.output_table_dir / "_delta_log").is_dir()

@@ -72,9 +72,9 @@ def test_half_written_batch_before_a_checkpoint_loss_is_never_applied(kafka_brok
     assert restored.cut_batch_id == 0 and restored.max_batch_seen == 1
 
     # The new query continues above every id seen and voids the gap (0, 2).
-    writer = ChangelogWriter(topic, bootstrap, batch_base=restored.max_batch_seen + 1, restored_batch=0)
+    writer = ChangelogWriter(topic, bootstrap, batch_base=restored.max_batch_seen + 1, void=((0, 2),))
     _produce(settings, topic.name, 0, [(b"k", b"2")], batch_id=2)
-    writer._write_markers(BatchMarker(2, {"in": {0: 3}}, 1, void_after=0, void_before=2))
+    writer._write_markers(BatchMarker(2, {"in": {0: 3}}, 1, void=writer.void))
 
     read = read_changelog(bootstrap, topic.name)
     assert read.cut_batch_id == 2

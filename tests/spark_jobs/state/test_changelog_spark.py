@@ -26,13 +26,13 @@ VOID_LOG: Log = {  # a batch half-written before a checkpoint loss: the keep tab
         (MARKER_KEY, BatchMarker(0, {"in": {0: 1}}, 1).to_bytes(), 0),
         (b"a", b"half", 1),
         (b"b", b"2", 5),
-        (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void_after=0, void_before=5).to_bytes(), 5),
+        (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void=((0, 5),)).to_bytes(), 5),
     ],
     1: [
         (b"c", b"1", 0),
         (MARKER_KEY, BatchMarker(0, {"in": {0: 1}}, 1).to_bytes(), 0),
         (b"c", None, 5),
-        (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void_after=0, void_before=5).to_bytes(), 5),
+        (MARKER_KEY, BatchMarker(5, {"in": {0: 3}}, 1, void=((0, 5),)).to_bytes(), 5),
     ],
 }
 

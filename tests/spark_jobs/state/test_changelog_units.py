@@ -2,7 +2,7 @@
 
 import pytest
 
-from spark_jobs.state.changelog import BatchMarker, ChangelogTopic, changelog_topic_name
+from spark_jobs.state.changelog import MAX_VOID_RANGES, BatchMarker, ChangelogTopic, carried_void, changelog_topic_name
 from spark_jobs.state.checkpoint_offsets import CheckpointOffsetsError, batch_end_offsets, latest_batch_id
 
 
@@ -39,6 +39,24 @@ def test_windowed_store_without_retention_is_refused():
 def test_marker_round_trip():
     marker = BatchMarker(7, {"purchases": {0: 120, 1: 99}}, records=42)
     assert BatchMarker.from_bytes(marker.to_bytes()) == marker
+
+
+def test_marker_void_ranges_round_trip_and_read_the_single_range_of_older_markers():
+    marker = BatchMarker(3_000_000_002, {"in": {0: 9}}, 2, void=((4, 1_000_000_000), (1_000_000_007, 3_000_000_000)))
+    assert BatchMarker.from_bytes(marker.to_bytes()) == marker
+    assert [b for b in (4, 5, 999_999_999, 1_000_000_000, 1_000_000_007, 2_000_000_001) if marker.is_void(b)] == [
+        5, 999_999_999, 2_000_000_001]  # fmt: skip
+    older = BatchMarker.from_bytes(b'{"batch_id": 7, "input_offsets": {}, "records": 0, "void_after": 2, "void_before": 6}')
+    assert older.void == ((2, 6),) and older.is_void(3) and not older.is_void(7)
+    never_restored = b'{"batch_id": 7, "input_offsets": {}, "records": 0, "void_after": null, "void_before": 6}'
+    assert BatchMarker.from_bytes(never_restored).void == ()
+
+
+def test_a_new_driver_carries_the_void_ranges_of_the_last_complete_batch_newest_first_kept():
+    assert carried_void((), -1, 1_000_000_000) == ((-1, 1_000_000_000),)
+    previous = tuple((n * 10, n * 10 + 5) for n in range(MAX_VOID_RANGES))
+    carried = carried_void(previous, 1000, 2000)
+    assert len(carried) == MAX_VOID_RANGES and carried[-1] == (1000, 2000) and (0, 5) not in carried
 
 
 def test_offset_log_parsing(tmp_path):

@@ -123,7 +123,7 @@ def writer_log(rnd: random.Random) -> Log:
         for key in keys:
             value = rnd.choice([None, b"%d" % batch, b"v%d" % rnd.randint(0, 9)])
             log[key % partitions].append((f"k{key}".encode(), value, batch_id))
-        void = {"void_after": restored, "void_before": base} if base else {}
+        void = {"void": ((restored, base),)} if base and restored is not None else {}
         if event < 0.3:  # a crash before or among the markers
             for p in range(rnd.randint(0, partitions)):
                 mark(p, BatchMarker(batch_id, {}, 0, **void))
@@ -146,7 +146,7 @@ def adversarial_log(rnd: random.Random) -> Log:
         if rnd.random() < 0.3:
             after = rnd.choice([None, rnd.randint(0, 5)])
             before = None if after is None else after + rnd.randint(1, 4)
-            marker = BatchMarker(rnd.randint(0, 9), {}, 0, void_after=after, void_before=before)
+            marker = BatchMarker(rnd.randint(0, 9), {}, 0, void=((after, before),) if after is not None else ())
             log[p].append((MARKER_KEY, marker.to_bytes(), marker.batch_id))
         else:
             key = f"k{rnd.randint(0, 5) * len(log) + p}".encode()
@@ -235,7 +235,7 @@ def test_a_batch_without_markers_everywhere_is_not_applied():
 
 
 def test_records_of_a_void_batch_are_dropped_and_force_the_keep_table():
-    void = BatchMarker(5, {}, 1, void_after=0, void_before=5)
+    void = BatchMarker(5, {}, 1, void=((0, 5),))
     log: Log = {
         0: [
             (b"a", b"1", 0),

@@ -1,0 +1,253 @@
+"""One writer per job version across hosts: Kafka's transactional producer epoch as the fence.
+
+The lease (:mod:`spark_jobs.lease`) keeps a second driver from starting on the same host. Drivers on two
+hosts do not see each other's lease, and a driver that was paused (SIGSTOP, a long GC, a partition) may
+wake up after another took over. Kafka Streams answers this with a transactional producer per task: a
+new instance's ``initTransactions`` bumps the producer epoch and every later write of the old one is
+refused (``ProducerFencedException``). This module does the same for a job version:
+
+1. **Claim.** At start, a driver opens the version's transactional producer
+   (``transactional.id`` = :meth:`JobLayout.transactional_id`) and calls ``init_transactions``: any older
+   driver of the version is fenced from then on. It then reads the version's generations topic and
+   commits, in a transaction, a record claiming the next **generation** (1, 2, 3, ...). Of two drivers that
+   both commit a claim, the later one read the earlier one's claim (it committed before the later
+   ``init_transactions``, or it would have been fenced), so generations never repeat.
+2. **Changelog batch ids** of generation ``g`` are ``g * GENERATION_SPAN + Spark's batch id``: above every
+   id an older driver used or may still use. Each driver's markers declare the ids between the last
+   complete batch it found and its first id void (:class:`~.changelog.BatchMarker`), so the data records
+   a fenced driver writes after the takeover (Spark's Kafka sink is not transactional) are never applied.
+3. **Markers** are written in a transaction of the claimed producer: once fenced, a driver's markers
+   are refused (:class:`WriterFenced`, which stops its query) and its batch never becomes complete.
+4. **Outputs** are written as Delta idempotent writes with the changelog batch id as the transaction
+   version (``JobContext.state_change_sink``): a fenced driver's late MERGE is skipped by Delta because a
+   newer generation already committed a higher version.
+
+Readers read committed (librdkafka's default; Spark's changelog reader sets it), so the markers of a
+transaction a takeover aborted are never seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from runtime.kafka_connection import KafkaTarget, client_config
+from spark_jobs.kafka_topics import ensure_topic, watermark_offsets
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, carried_void
+from spark_jobs.state.changelog_reader import last_complete_batch
+
+#: changelog batch ids of generation g are [g * GENERATION_SPAN, (g + 1) * GENERATION_SPAN): a query would
+#: need a billion micro-batches to reach the next generation's ids (31 years at one batch per second)
+GENERATION_SPAN = 1_000_000_000
+#: how long a transaction may stay open before the broker aborts it (a paused driver's open transaction
+#: holds back read-committed readers of its partitions until then, or until a takeover aborts it)
+TRANSACTION_TIMEOUT_MS = 60_000
+_TIMEOUT_S = 60.0
+
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+class WriterFenced(RuntimeError):
+    """A newer driver of the same job version claimed it: this driver's writes are refused."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationClaim:
+    """One driver's claim of a job version, as committed to the generations topic."""
+
+    application_id: str
+    generation: int
+    host: str
+    pid: int
+    claimed_at: str
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> GenerationClaim:
+        data = json.loads(raw)
+        return cls(
+            data["application_id"],
+            int(data["generation"]),
+            data.get("host", "?"),
+            int(data.get("pid", 0)),
+            data.get("claimed_at", ""),
+        )
+
+    def describe(self) -> str:
+        return f"generation {self.generation} (pid {self.pid} on {self.host}, claimed {self.claimed_at})"
+
+
+def read_claims(kafka: KafkaTarget, topic: str, timeout_s: float = _TIMEOUT_S) -> list[GenerationClaim]:
+    """Every committed claim in the generations topic, oldest first (the topic is compacted: at least the newest)."""
+    consumer = Consumer(
+        client_config(
+            kafka,
+            {
+                "group.id": f"streamstate-fence-{topic}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "log_level": 3,
+            },
+        )
+    )
+    try:
+        low, high = watermark_offsets(consumer, TopicPartition(topic, 0), timeout_s)
+        if high <= low:
+            return []
+        consumer.assign([TopicPartition(topic, 0, low)])
+        claims = []
+        while True:
+            msg = consumer.poll(timeout_s)
+            if msg is None:
+                raise TimeoutError(f"reading {topic}: nothing for {timeout_s}s before its end")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return claims
+                raise RuntimeError(f"reading {topic}: {msg.error()}")
+            if msg.value() is not None:
+                claims.append(GenerationClaim.from_bytes(msg.value()))
+            if msg.offset() + 1 >= high:  # committed data up to the end (no control record after it)
+                return claims
+    finally:
+        consumer.close()
+
+
+class WriterFence:
+    """A driver's claim of its job version and the transactional producer its markers go through."""
+
+    def __init__(
+        self,
+        kafka: KafkaTarget,
+        application_id: str,
+        transactional_id: str,
+        generations_topic: str,
+        replication_factor: int = 1,
+    ) -> None:
+        self.kafka = kafka
+        self.application_id = application_id
+        self.transactional_id = transactional_id
+        self.generations_topic = generations_topic
+        self.replication_factor = replication_factor
+        self.claim: GenerationClaim | None = None
+        #: why a write of this driver was refused, once one was (a newer driver fenced it)
+        self.refusal: WriterFenced | None = None
+        #: the newer claim that fenced this driver, when the refusal found it
+        self.fenced_by: GenerationClaim | None = None
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def generation(self) -> int:
+        if self.claim is None:
+            raise RuntimeError(f"{self.application_id}: no generation claimed yet (call claim_generation first)")
+        return self.claim.generation
+
+    @property
+    def batch_base(self) -> int:
+        """Added to Spark's batch id to make the changelog batch id (see the module docstring)."""
+        return self.generation * GENERATION_SPAN
+
+    def claim_generation(self) -> GenerationClaim:
+        """Fence every older driver of the version and claim the next generation.
+
+        Raises:
+            WriterFenced: a newer driver claimed the version while this one was claiming it.
+        """
+        ensure_topic(
+            self.kafka,
+            self.generations_topic,
+            1,
+            self.replication_factor,
+            {"cleanup.policy": "compact", "min.insync.replicas": str(min(2, self.replication_factor))},
+        )
+        self._producer = Producer(
+            client_config(
+                self.kafka,
+                {
+                    "transactional.id": self.transactional_id,
+                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    "acks": "all",
+                    "log_level": 3,
+                },
+            )
+        )
+        self._producer.init_transactions(_TIMEOUT_S)  # from here on, older drivers' transactions are refused
+        newest = max((c.generation for c in read_claims(self.kafka, self.generations_topic)), default=0)
+        claim = GenerationClaim(
+            self.application_id,
+            newest + 1,
+            socket.gethostname(),
+            os.getpid(),
+            dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        )
+        self._in_transaction(
+            lambda p: p.produce(self.generations_topic, key=self.application_id.encode(), value=claim.to_bytes()),
+            f"claiming {claim.describe()}",
+        )
+        self.claim = claim
+        return claim
+
+    def commit_markers(self, topic: str, partitions: Iterable[int], key: bytes, value: bytes, headers: list) -> None:
+        """Write one marker record to each partition of ``topic`` in one transaction.
+
+        Raises:
+            WriterFenced: a newer driver claimed the version; nothing of this transaction is visible.
+        """
+        if self.claim is None:
+            raise RuntimeError(f"{self.application_id}: markers before a generation was claimed")
+
+        def produce(producer: Producer) -> None:
+            for partition in partitions:
+                producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+
+        self._in_transaction(produce, f"writing markers to {topic}")
+
+    def _in_transaction(self, produce, what: str) -> None:
+        with self._lock:
+            producer = self._producer
+            try:
+                producer.begin_transaction()
+                produce(producer)
+                producer.commit_transaction(_TIMEOUT_S)
+            except KafkaException as err:
+                error = err.args[0]
+                if error.code() in _FENCED_CODES or error.fatal():
+                    self.refusal = self._fenced(what, error)
+                    raise self.refusal from None
+                if error.txn_requires_abort():
+                    producer.abort_transaction(_TIMEOUT_S)
+                raise RuntimeError(f"{self.application_id}: {what} failed: {error}") from err
+
+    def _fenced(self, what: str, error: KafkaError) -> WriterFenced:
+        claims = read_claims(self.kafka, self.generations_topic)
+        newer = [c for c in claims if self.claim is None or c.generation > self.claim.generation]
+        self.fenced_by = newer[-1] if newer else None
+        ours = self.claim.describe() if self.claim else "a driver claiming it"
+        by = f"by {self.fenced_by.describe()}" if self.fenced_by else f"({error})"
+        return WriterFenced(
+            f"{self.application_id}: this driver, {ours}, was fenced {by}: another driver took the job version "
+            f"over, so {what} was refused and this driver stops (nothing it wrote after the takeover is applied)"
+        )
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None
+
+
+def fenced_writer(topic: ChangelogTopic, kafka: KafkaTarget, fence: WriterFence) -> ChangelogWriter:
+    """A store's changelog writer for the driver that claimed ``fence``: batch ids of its generation, markers
+    in its transactions, and the ids between the last complete batch and its first one declared void."""
+    last = last_complete_batch(kafka, topic.name)
+    void = carried_void(last.void if last else (), last.batch_id if last else -1, fence.batch_base)
+    return ChangelogWriter(topic, kafka, batch_base=fence.batch_base, void=void, fence=fence)
