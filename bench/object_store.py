@@ -34,11 +34,10 @@ from runtime.object_store import Location
 from runtime.process import free_port
 from runtime.s3_server import LocalS3Server
 from runtime.settings import Settings
-from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import delete_topics, ensure_topic
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import get_job
-from spark_jobs.state.changelog import changelog_topic_name
 
 console = Console()
 PLACES = ("local disk", "object store")
@@ -67,9 +66,7 @@ def run_once(base: Settings, server: LocalS3Server, place: str, work: Path, roun
     if answer.get("error") or answer.get("input_rows") is None:
         raise SystemExit(f"{place}: the run failed: {answer}")
     rows = output_rows(settings, answer["output"])
-    delete_topics(
-        settings.kafka, [changelog_topic_name(job.application_id, "counts"), dead_letter_topic(job.application_id)]
-    )
+    delete_topics(settings.kafka, list(JobLayout.of(job, settings).topics))  # the next run starts cold
     return {"seconds": run.seconds, "input_rows": answer["input_rows"], "rows": rows,
             "lake_bytes": settings.lake.size_bytes()}  # fmt: skip
 

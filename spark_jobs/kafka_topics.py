@@ -101,7 +101,10 @@ def partition_offsets(kafka: KafkaTarget, topic: str, timeout_s: float = 30.0) -
 
 def read_partition(consumer: Consumer, topic: str, partition: int, timeout_s: float = 30.0) -> Iterator[Message]:
     """Every record of ``topic[partition]`` from its low to its current high watermark, in offset order
-    (``consumer`` is assigned to it). Raises when the partition stalls or fails before the end."""
+    (``consumer`` is assigned to it). Raises when the partition stalls or fails before the end.
+
+    Give ``consumer`` ``enable.partition.eof``: the last offset of a partition written in transactions
+    (a changelog's markers) is a commit marker no consumer receives, only the end of the partition."""
     low, high = watermark_offsets(consumer, TopicPartition(topic, partition), timeout_s)
     if high <= low:
         return
@@ -123,7 +126,7 @@ def read_json_records(kafka: KafkaTarget, topic: str, timeout_s: float = 30) -> 
     """Every record currently in ``topic``, decoded from JSON, partition by partition in offset order
     (so one key's records keep their order). Records that are not JSON objects are skipped."""
     consumer = Consumer(client_config(kafka, {"group.id": f"streamstate-readback-{topic}",
-                         "enable.auto.commit": False, "log_level": 3}))  # fmt: skip
+                         "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3}))  # fmt: skip
     try:
         partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
         records: list[dict] = []

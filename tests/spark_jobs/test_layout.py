@@ -33,7 +33,8 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
     app = spec.application_id
     assert layout.checkpoint == settings.checkpoints / app
     assert layout.changelog_topics == (f"{app}-pulse-counts-changelog",)  # Kafka Streams' name
-    assert layout.topics == (*layout.changelog_topics, f"{app}-dead-letter")
+    assert layout.topics == (*layout.changelog_topics, f"{app}-dead-letter", f"{app}-generations")
+    assert layout.transactional_id == f"{app}-driver"
     assert layout.snapshot_tables == (settings.lake / "_state" / app / "pulse-counts",)
     assert layout.output_tables == (settings.lake / spec.output_table_dir,)
     # The modules that name an artifact ask the layout: one spelling of each name.
