@@ -16,7 +16,7 @@ from spark_jobs.registry import JobSpec, store
 from spark_jobs.session import session_conf
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
-from spark_jobs.state.fencing import WriterFence, fenced_writer
+from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence, fenced_writer
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.store_changes import StoreChanges, restored_rows
@@ -93,7 +93,8 @@ class JobContext:
         Called after the batch's changelog write, so the snapshot includes that batch.
         """
         every = self.spec.snapshot_every_batches
-        if every <= 0 or changelog_batch_id % every:
+        # counted within the driver's generation: after every ``every`` Spark batches, not at its first one
+        if every <= 0 or (changelog_batch_id % GENERATION_SPAN + 1) % every:
             return None
         from spark_jobs.standby.follower import standby_running
         from spark_jobs.state.restore import take_snapshot

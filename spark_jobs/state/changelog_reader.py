@@ -324,6 +324,8 @@ class ChangelogTail:
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     self.high[msg.partition()] = msg.offset()
+                    # the end may lie past a transaction's commit marker, which is never delivered as a record
+                    self.position[msg.partition()] = max(self.position[msg.partition()], msg.offset())
                     if read == 0 and time.monotonic() < deadline:
                         continue
                     break

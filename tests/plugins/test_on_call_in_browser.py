@@ -207,7 +207,9 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
             "the lookup to count the purchases sent after the restart",
             diagnose,
         )
-        assert (_job_row(settings)["batch_id"] or 0) > batch_before_kill
+        # the lookup can answer (the batch's changelog is written) before the batch's progress event reaches
+        # the status the jobs page reads
+        wait_for(lambda: (_job_row(settings)["batch_id"] or 0) > batch_before_kill, 60, "a batch after the restart")
         ui.open("/streamstate/")
         page = ui.wait_for_text("RUNNING")
         assert "down" in page  # the open alert, until a check finds the job running again

@@ -24,12 +24,12 @@ from streamstate.state_api.keys import KeySchema
 from streamstate.state_api.views import LiveView, StandbyView, StateTable
 
 from runtime.settings import Settings
-from spark_jobs.kafka_topics import partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lifecycle import current_state
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, get_job, registered_versions, store
 from spark_jobs.standby.follower import read_standby_status, standby_running
 from spark_jobs.state.changelog import changelog_topic_name
+from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.versions import JobVersions
 
@@ -83,7 +83,8 @@ class StateQueryService:
         self.settings = settings
         self._live: dict[tuple[str, str], LiveView] = {}
         self._standby: dict[tuple[str, str], StandbyView] = {}
-        self._ends: dict[str, tuple[float, dict[int, int]]] = {}
+        #: changelog topic -> (when read, its last complete batch id)
+        self._last_complete: dict[str, tuple[float, int | None]] = {}
         self._lock = threading.Lock()
 
     # ----- addressing ------------------------------------------------------------------------
@@ -129,22 +130,24 @@ class StateQueryService:
                       self._standby_staleness(spec, store_spec, snapshot, as_of), table)  # fmt: skip
 
     def _standby_staleness(self, spec: JobSpec, store_spec: StoreSpec, snapshot: SnapshotInfo, as_of: int) -> int:
-        """0 when the snapshot holds everything in the changelog, else how old ``as_of`` is."""
+        """0 when the snapshot holds every batch complete in the changelog, else how old ``as_of`` is. (By
+        batch, not offset: the changelog's last offset may be a transaction's commit marker, no record.)"""
         try:
-            ends = self._changelog_ends(changelog_topic_name(spec.application_id, store_spec.name))
+            last = self._last_complete_batch(changelog_topic_name(spec.application_id, store_spec.name))
         except Exception:  # Kafka down: the standby still answers; its staleness is then an upper bound
-            ends = None
-        if ends is not None and all(snapshot.changelog_offsets.get(p, 0) >= high for p, high in ends.items()):
+            last = None
+        if last is not None and snapshot.batch_id is not None and snapshot.batch_id >= last:
             return 0
         return max(0, _now_ms() - as_of)
 
-    def _changelog_ends(self, topic: str) -> dict[int, int]:
-        cached = self._ends.get(topic)
+    def _last_complete_batch(self, topic: str) -> int | None:
+        cached = self._last_complete.get(topic)
         if cached and time.monotonic() - cached[0] < 1.0:
             return cached[1]
-        ends = {p: high for p, (_, high) in partition_offsets(self.settings.kafka, topic, 2.0).items()}
-        self._ends[topic] = (time.monotonic(), ends)
-        return ends
+        marker = last_complete_batch(self.settings.kafka, topic)
+        last = marker.batch_id if marker is not None else None
+        self._last_complete[topic] = (time.monotonic(), last)
+        return last
 
     def _live_view(self, spec: JobSpec, store_spec: StoreSpec) -> LiveView:
         key = (spec.application_id, store_spec.name)

@@ -15,6 +15,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.state.checkpoint_health import RESTORE_RECORD, checkpoint_problem, quarantine
+from spark_jobs.state.fencing import GENERATION_SPAN
 from tests.helpers import delta_purchase_counts, expected_purchase_counts
 
 OFFSETS = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"t":{"0":5}}\n'
@@ -137,10 +138,11 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
 
     assert reason in report.quarantined_checkpoint["reason"]
     assert Path(report.quarantined_checkpoint["path"]).exists()
-    assert report.restores["counts"]["batch_id"] == 1  # the last complete batch in the changelog
+    # the last complete batch in the changelog: the second driver's (generation 2) Spark batch 1
+    assert report.restores["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
     assert report.input_rows == len(rounds[2])
     assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(rounds[0] + rounds[1] + rounds[2])
-    assert json.loads((checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 1
+    assert json.loads((checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
 
 
 @pytest.mark.integration

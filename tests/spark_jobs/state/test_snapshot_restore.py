@@ -16,6 +16,7 @@ from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.state import restore as restore_module
 from spark_jobs.state.changelog_reader import read_changelog
+from spark_jobs.state.fencing import GENERATION_SPAN
 from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
 from spark_jobs.state.restore_history import restore_measurements
 from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
@@ -51,7 +52,7 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     run(job, settings, available_now=True, spark=spark)
     on = {"spark": spark} if in_spark else {}  # snapshots and restores by Spark's executors
     first = take_snapshot(snapshots, bootstrap, changelog, **on)
-    assert first is not None and first.batch_id == 0
+    assert first is not None and first.batch_id == GENERATION_SPAN  # the first driver's first batch
     assert first.rows == len(expected_purchase_counts(batches[0]))
     assert first.input_offsets == {job.source_topic: end_offsets(bootstrap, job.source_topic)}
     assert take_snapshot(snapshots, bootstrap, changelog, **on) == first  # nothing new: no new snapshot
@@ -61,6 +62,8 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     tail_records = sum(
         end_offsets(bootstrap, changelog)[p] - first.changelog_offsets[p] for p in first.changelog_offsets
     )
+    # what the Python reader counts: the records delivered (a transaction's commit marker takes an offset too)
+    tail_delivered = read_changelog(bootstrap, changelog, first.changelog_offsets).records_read
 
     # Lose the checkpoint, then more input arrives.
     shutil.rmtree(ctx.checkpoint)
@@ -68,13 +71,15 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     report = run(job, settings, available_now=True, spark=spark)
 
     restore = report.restores["counts"]
-    assert restore["full_replay"] is False and restore["snapshot_batch_id"] == 0
+    assert restore["full_replay"] is False and restore["snapshot_batch_id"] == GENERATION_SPAN
     assert restore["in_spark"] is in_spark and (restore["keys"] is None) is in_spark
-    assert restore["changelog_records_read"] == tail_records  # only the tail, not the whole changelog
+    # only the tail, not the whole changelog (Spark counts offsets, the Python reader records)
+    assert restore["changelog_records_read"] == (tail_records if in_spark else tail_delivered)
     # the restore recorded its own throughput (restore-time estimates use this deployment's numbers)
     recorded = [m for m in restore_measurements(settings) if m["application_id"] == job.application_id]
     assert len(recorded) == 1 and recorded[0]["mode"] == "snapshot_and_tail"
-    assert (recorded[0]["snapshot_rows"], recorded[0]["changelog_records_read"]) == (first.rows, tail_records)
+    assert (recorded[0]["snapshot_rows"], recorded[0]["changelog_records_read"]) == (
+        first.rows, restore["changelog_records_read"])  # fmt: skip
     assert 0 < recorded[0]["snapshot_seconds"] < recorded[0]["seconds"]
     assert report.input_rows == 500  # the new query started exactly after the restored state
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
@@ -101,7 +106,8 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
         assert snapshots.write_frame(after.frame, *position) == second and snapshots.version() == second.delta_version
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything
-    assert json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 1
+    # restored to the second driver's (generation 2) Spark batch 1
+    assert json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
 
 
 def test_job_takes_snapshots_on_its_cadence(spark, kafka_broker, settings, unique):
@@ -113,6 +119,6 @@ def test_job_takes_snapshots_on_its_cadence(spark, kafka_broker, settings, uniqu
     run(job, settings, available_now=True, spark=spark)
 
     latest = JobContext(spark, job, settings).snapshot_store("counts").latest()
-    assert latest is not None and latest.batch_id == 0
+    assert latest is not None and latest.batch_id == GENERATION_SPAN
     assert latest.input_offsets == {job.source_topic: end_offsets(settings.kafka_bootstrap_servers, job.source_topic)}
     assert latest.rows == len(expected_purchase_counts(events))
