@@ -36,10 +36,10 @@ import socket
 import threading
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from runtime.kafka_connection import KafkaTarget, client_config
-from spark_jobs.kafka_topics import ensure_topic, watermark_offsets
+from spark_jobs.kafka_topics import ensure_topic, read_partition
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, carried_void
 from spark_jobs.state.changelog_reader import last_complete_batch
 
@@ -101,23 +101,9 @@ def read_claims(kafka: KafkaTarget, topic: str, timeout_s: float = _TIMEOUT_S) -
         )
     )
     try:
-        low, high = watermark_offsets(consumer, TopicPartition(topic, 0), timeout_s)
-        if high <= low:
-            return []
-        consumer.assign([TopicPartition(topic, 0, low)])
-        claims = []
-        while True:
-            msg = consumer.poll(timeout_s)
-            if msg is None:
-                raise TimeoutError(f"reading {topic}: nothing for {timeout_s}s before its end")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return claims
-                raise RuntimeError(f"reading {topic}: {msg.error()}")
-            if msg.value() is not None:
-                claims.append(GenerationClaim.from_bytes(msg.value()))
-            if msg.offset() + 1 >= high:  # committed data up to the end (no control record after it)
-                return claims
+        return [
+            GenerationClaim.from_bytes(m.value()) for m in read_partition(consumer, topic, 0, timeout_s) if m.value()
+        ]
     finally:
         consumer.close()
 
