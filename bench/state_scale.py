@@ -8,9 +8,9 @@ batches, and each restore runs in a fresh process of its own so its peak memory 
 - ``driver``: ``restore_from_snapshot`` as small stores use it (the state built as a Python dict);
 - ``spark``: ``restore_from_snapshot(spark=...)`` (snapshot from Delta, tail from Kafka's batch source,
   cut by the same rules), evaluated with ``count()`` the way the job's first batch evaluates it;
-- ``kafka_streams``: the Kafka Streams peer's purchase_counts store of about as many users (built from
-  twice as many events), restored from its changelog after its state directory is wiped (a full
-  replay: Kafka Streams has no snapshots), timed by its restore listener.
+- ``kafka_streams``: the Kafka Streams peer's purchase_counts store of the same KEYS users (one purchase
+  each, then as many changes as the platform's tail holds), restored from its changelog after its state
+  directory is wiped (a full replay: Kafka Streams has no snapshots), timed by its restore listener.
 
 Reported per run: seconds (the Spark session's start excluded and shown apart), keys, the peak RSS
 of the Python driver process and, for Spark, of its JVM (under ``local[*]`` the executors live in
@@ -98,17 +98,21 @@ def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> di
     return result
 
 
-def kafka_streams_restore(settings: Settings, classpath: str, keys: int) -> dict:
-    """Kafka Streams' purchase_counts (bench/kafka_streams) with a store of about ``keys`` users, built from
-    twice as many events, then restored after its state directory is wiped: its full changelog replay,
-    timed by its restore listener (the JVM's start excluded, as the Spark session's is)."""
+def kafka_streams_restore(settings: Settings, classpath: str, keys: int, changed: int) -> dict:
+    """Kafka Streams' purchase_counts (bench/kafka_streams) with the same state as the platform's: a store
+    of ``keys`` users (one purchase each, then ``changed`` more, as many as the platform's tail changed),
+    restored after its state directory is wiped: its full changelog replay (Kafka Streams has no
+    snapshots), timed by its restore listener (the JVM's start excluded, as the Spark session's is)."""
     input_topic, output_topic = f"ks-purchases-{keys}", f"ks-purchase-counts-{keys}"
     for topic in (input_topic, output_topic):  # the broker auto-creates nothing
         ensure_topic(settings.kafka, topic, 2)
-    events, users = 2 * keys, set()
+    events, users = keys + changed, set()
 
     def tapped():
-        for event in purchases.generate(events, users=keys, seed=3, start=purchases.start_ending_by(events)):
+        generated = purchases.generate(
+            events, users=keys, seed=3, start=purchases.start_ending_by(events), close_rate=0, every_user_first=True
+        )
+        for event in generated:
             users.add(event["user_id"])
             yield event
 
@@ -260,7 +264,7 @@ def main() -> None:
                 snapshot_rows.append(_child("snapshots", settings, topic.name, snapshot_path))
                 console.print(snapshot_rows[-1])
             if not args.no_kafka_streams and any(m in args.modes for m in RESTORES):
-                rows.append(kafka_streams_restore(settings, classpath, keys))
+                rows.append(kafka_streams_restore(settings, classpath, keys, churn * args.tail_batches))
                 console.print(rows[-1])
 
     lines = (

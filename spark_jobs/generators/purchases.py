@@ -14,6 +14,7 @@ count starts over).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -35,13 +36,21 @@ def start_ending_by(count: int, end: dt.datetime = START) -> dt.datetime:
     return end - dt.timedelta(milliseconds=count * MAX_STEP_MS)
 
 
-def generate(count: int, users: int = 1000, seed: int = 7, start: dt.datetime = START,
-             close_rate: float = 0.01) -> Iterator[dict]:  # fmt: skip
+def generate(
+    count: int,
+    users: int = 1000,
+    seed: int = 7,
+    start: dt.datetime = START,
+    close_rate: float = 0.01,
+    every_user_first: bool = False,
+) -> Iterator[dict]:
     """Yield ``count`` events over ``users`` users (Zipf-like popularity), about ``close_rate`` of
-    them ``account_closed``."""
+    them ``account_closed``. With ``every_user_first``, the first ``users`` events are one per user in
+    turn (with no closes, a store of exactly ``users`` keys) and the rest are drawn by popularity."""
     rng = random.Random(seed)
     weights = [1.0 / (rank + 1) ** 0.8 for rank in range(users)]
-    user_ids = rng.choices(range(users), weights=weights, k=count)
+    first = range(min(users, count)) if every_user_first else range(0)
+    user_ids = itertools.chain(first, rng.choices(range(users), weights=weights, k=count - len(first)))
     t = start
     for n, user in enumerate(user_ids):
         t += dt.timedelta(milliseconds=rng.randint(5, MAX_STEP_MS))

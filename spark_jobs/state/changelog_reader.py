@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import is_transient, partition_offsets, watermark_offsets
@@ -183,6 +183,60 @@ def _consumer(kafka: KafkaTarget, topic: str) -> Consumer:
                      "fetch.max.bytes": 64 * 1024 * 1024}))  # fmt: skip
 
 
+def _read_range(
+    consumer: Consumer, topic: str, start: Mapping[int, int], end: Mapping[int, int], poll_timeout_s: float
+) -> Iterator[Message]:
+    """The records of ``[start, end)`` per partition, in offset order per partition. The end of a partition
+    is known by its EOF event too: a transaction's commit marker may hold its last offset and is never
+    delivered."""
+    remaining = {p for p in end if start.get(p, 0) < end[p]}
+    if not remaining:
+        return
+    consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in sorted(remaining)])
+    while remaining:
+        msg = consumer.poll(poll_timeout_s)
+        if msg is None:
+            raise TimeoutError(
+                f"reading changelog {topic}: no data for {poll_timeout_s}s, partitions {remaining} unfinished"
+            )
+        p = msg.partition()
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                remaining.discard(p)
+                continue
+            raise RuntimeError(f"reading changelog {topic}[{p}]: {msg.error()}")
+        if p not in remaining or msg.offset() >= end[p]:
+            remaining.discard(p)
+            continue
+        yield msg
+        if msg.offset() + 1 >= end[p]:
+            remaining.discard(p)
+
+
+def summarize_range(
+    kafka: KafkaTarget, topic: str, start: Mapping[int, int], end: Mapping[int, int], poll_timeout_s: float = 30.0
+) -> tuple[list[MarkerRecord], list[BatchSpan]]:
+    """Every batch marker of ``[start, end)`` and one span per (partition, batch header) of its data records:
+    what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
+    batches in the range, not its records (the first pass of a Spark read of a short tail, done here
+    rather than by a Spark job)."""
+    consumer = _consumer(kafka, topic)
+    markers: list[MarkerRecord] = []
+    spans: dict[tuple[int, int | None], tuple[int, int, int]] = {}
+    try:
+        for msg in _read_range(consumer, topic, start, end, poll_timeout_s):
+            p, offset = msg.partition(), msg.offset()
+            if msg.key() == MARKER_KEY:
+                markers.append(MarkerRecord(p, offset, BatchMarker.from_bytes(msg.value()), msg.timestamp()[1]))
+            else:
+                batch_id = _batch_of(msg.headers())
+                n, first, _ = spans.get((p, batch_id), (0, offset, offset))
+                spans[(p, batch_id)] = (n + 1, first, offset)
+    finally:
+        consumer.close()
+    return markers, [BatchSpan(p, batch_id, *span) for (p, batch_id), span in spans.items()]
+
+
 def read_changelog(
     kafka: KafkaTarget,
     topic: str,
@@ -206,40 +260,18 @@ def read_changelog(
         partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
         start_offsets = dict(start_offsets or {})
         high, first = {}, {}
-        assignment = []
         for p in partitions:
             low, hi = watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s)
             # a start below the log start (records deleted by retention) reads from the log start
             high[p], first[p] = hi, max(low, start_offsets.get(p, 0))
-            if first[p] < hi:
-                assignment.append(TopicPartition(topic, p, first[p]))
         assembler = BatchAssembler(partitions)
         result = ChangelogRead(topic, {}, None, {}, resume_offsets=dict(first))
 
-        remaining = {tp.partition for tp in assignment}
-        if assignment:
-            consumer.assign(assignment)
-        while remaining:
-            msg = consumer.poll(poll_timeout_s)
-            if msg is None:
-                raise TimeoutError(
-                    f"reading changelog {topic}: no data for {poll_timeout_s}s, partitions {remaining} unfinished"
-                )
-            p = msg.partition()
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    remaining.discard(p)
-                    continue
-                raise RuntimeError(f"reading changelog {topic}[{p}]: {msg.error()}")
-            if msg.offset() >= high[p]:
-                remaining.discard(p)
-                continue
+        for msg in _read_range(consumer, topic, first, high, poll_timeout_s):
             result.records_read += 1
             if on_progress and result.records_read % 10_000 == 0:
                 on_progress(result.records_read)
-            assembler.add(p, msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp()[1])
-            if msg.offset() + 1 >= high[p]:
-                remaining.discard(p)
+            assembler.add(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp()[1])
 
         state = dict(base_state or {})
         complete = assembler.take_complete()

@@ -5,7 +5,9 @@ Two passes over the range ``[start, end)`` of every partition:
 
 1. a summary: every batch marker, and one row per (partition, batch header) with its count and its
    first and last offset. That is O(batches x partitions) rows, whatever the size of the store. The
-   planner of :mod:`.cut_rules` turns them into the cut, the resume offsets and the ranges kept;
+   planner of :mod:`.cut_rules` turns them into the cut, the resume offsets and the ranges kept. A
+   range of up to ``SUMMARY_IN_DRIVER_MAX_RECORDS`` is summarized by this process's consumer (values
+   dropped as read): a Spark job costs seconds whatever its size, more in a JVM that has run nothing yet;
 2. the changes (lazy): the data records of the kept ranges, reduced to the latest value per key in
    the order the rules apply them. After a checkpoint loss (void batches) the kept ranges are joined
    as a small broadcast table; otherwise the offset range ``[start, resume)`` is enough.
@@ -26,8 +28,12 @@ from confluent_kafka import Consumer, TopicPartition
 from runtime.kafka_connection import KafkaTarget, as_connection, client_config
 from spark_jobs.kafka_topics import watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.changelog_reader import summarize_range
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, CutPlan, MarkerRecord, plan_cut
+
+#: a range of up to this many offsets is summarized (pass 1) by the driver's consumer, not a Spark job
+SUMMARY_IN_DRIVER_MAX_RECORDS = 1_000_000
 
 
 @dataclasses.dataclass
@@ -95,28 +101,10 @@ def read_changelog_frame(
     start, end = topic_range(kafka, topic, start_offsets)
     records = _records(spark, kafka, topic, start, end)
     is_marker = F.col("key") == F.lit(MARKER_KEY)
-
-    summary = (
-        records.groupBy("partition", "batch_id", is_marker.alias("is_marker"))
-        .agg(
-            F.count(F.lit(1)).alias("records"),
-            F.min("offset").alias("first_offset"),
-            F.max("offset").alias("last_offset"),
-            F.collect_list(F.when(is_marker, F.struct("offset", "value", "timestamp_ms"))).alias("markers"),
-        )
-        .collect()
-    )
-    markers = [
-        MarkerRecord(row["partition"], m["offset"], BatchMarker.from_bytes(bytes(m["value"])), m["timestamp_ms"])
-        for row in summary
-        if row["is_marker"]
-        for m in row["markers"]
-    ]
-    spans = [
-        BatchSpan(row["partition"], row["batch_id"], row["records"], row["first_offset"], row["last_offset"])
-        for row in summary
-        if not row["is_marker"]
-    ]
+    if sum(end[p] - start[p] for p in end) <= SUMMARY_IN_DRIVER_MAX_RECORDS:
+        markers, spans = summarize_range(kafka, topic, start, end)
+    else:
+        markers, spans = _summarize_in_spark(records, is_marker)
     plan = plan_cut(end, markers, spans)
 
     data = records.where(~is_marker)
@@ -145,6 +133,34 @@ def read_changelog_frame(
     latest = kept.groupBy("key").agg(F.max(F.struct("partition", "absorbed_at", "offset", "value")).alias("last"))
     changes = latest.select(F.col("key").cast("string").alias("key"), F.col("last.value").cast("string").alias("value"))
     return ChangelogFrame(topic, plan, changes, start, end)
+
+
+def _summarize_in_spark(records, is_marker) -> tuple[list[MarkerRecord], list[BatchSpan]]:
+    """Pass 1 by a Spark job: what :func:`.changelog_reader.summarize_range` finds, for a long range."""
+    from pyspark.sql import functions as F
+
+    summary = (
+        records.groupBy("partition", "batch_id", is_marker.alias("is_marker"))
+        .agg(
+            F.count(F.lit(1)).alias("records"),
+            F.min("offset").alias("first_offset"),
+            F.max("offset").alias("last_offset"),
+            F.collect_list(F.when(is_marker, F.struct("offset", "value", "timestamp_ms"))).alias("markers"),
+        )
+        .collect()
+    )
+    markers = [
+        MarkerRecord(row["partition"], m["offset"], BatchMarker.from_bytes(bytes(m["value"])), m["timestamp_ms"])
+        for row in summary
+        if row["is_marker"]
+        for m in row["markers"]
+    ]
+    spans = [
+        BatchSpan(row["partition"], row["batch_id"], row["records"], row["first_offset"], row["last_offset"])
+        for row in summary
+        if not row["is_marker"]
+    ]
+    return markers, spans
 
 
 def _records(spark, kafka: KafkaTarget, topic: str, start: dict[int, int], end: dict[int, int]):

@@ -206,15 +206,27 @@ def restore_size(snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: 
     )
 
 
+#: a tail spanning up to this many offsets is counted by reading it (see :func:`tail_records`)
+EXACT_TAIL_MAX_OFFSETS = 10_000
+
+
 def tail_records(kafka: KafkaTarget, changelog_topic: str, start_offsets: dict[int, int] | None) -> int:
-    """The changelog records from ``start_offsets`` (None: the beginning) to the topic's end (0: no topic yet)."""
+    """The changelog records from ``start_offsets`` (None: the beginning) to the topic's end (0: no topic yet).
+
+    Offsets overcount records: every batch's transaction leaves a commit marker that takes an offset in
+    each partition it wrote and is never delivered. A span of up to ``EXACT_TAIL_MAX_OFFSETS`` is read and
+    counted (so a snapshot at the end of the changelog leaves a tail of 0, not one marker per partition);
+    a longer one is counted by offsets, over by one per batch and partition."""
     from spark_jobs.state.changelog_spark import topic_range
 
     try:
         start, end = topic_range(kafka, changelog_topic, start_offsets)
     except LookupError:  # no changelog yet
         return 0
-    return sum(end[p] - start[p] for p in end)
+    span = sum(end[p] - start[p] for p in end)
+    if 0 < span <= EXACT_TAIL_MAX_OFFSETS:
+        return read_changelog(kafka, changelog_topic, start).records_read
+    return span
 
 
 def take_snapshot(

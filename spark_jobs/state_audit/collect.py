@@ -22,6 +22,7 @@ from spark_jobs.layout import JobLayout
 from spark_jobs.lifecycle import read_status
 from spark_jobs.maintenance import read_record
 from spark_jobs.registry import JobSpec, StoreSpec
+from spark_jobs.state.restore import tail_records
 from spark_jobs.state.restore_history import RestoreRates
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.state_audit import trends, ttl
@@ -129,7 +130,7 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
         "snapshot_rows": snapshots.count(latest) if latest else None,  # a layered snapshot's are counted by a read
         "snapshot_bytes": sum(files),
         "snapshot_files": len(files),
-        "snapshot_age_s": (dt.datetime.now(dt.timezone.utc) - taken).total_seconds() if taken else None,
+        "snapshot_age_s": (dt.datetime.now(dt.UTC) - taken).total_seconds() if taken else None,
         # what table maintenance keeps (time travel), can free next, and has freed
         "snapshot_disk_bytes": snapshots.table.size_bytes(),
         "snapshot_vacuumable_bytes": snapshots.maintain(dry_run=True).vacuum_bytes,
@@ -188,7 +189,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     layout = JobLayout.of(spec, settings)
     status = read_status(settings.status_dir, spec.application_id) or {}
     progress = status.get("progress") or {}
-    row: dict = {"run_id": run_id, "audited_at": dt.datetime.now(dt.timezone.utc), "job": spec.name,
+    row: dict = {"run_id": run_id, "audited_at": dt.datetime.now(dt.UTC), "job": spec.name,
                  "version": spec.version, "application_id": spec.application_id, "store": store.name, "kind": store.kind,
                  "checkpoint_bytes": layout.checkpoint.size_bytes(),
                  "memory_bytes": progress.get("state_memory_bytes")}  # fmt: skip
@@ -225,9 +226,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     )
 
     # restore estimates: latest snapshot + the changelog written after it, and a full replay
-    high = {p: h for p, (_, h) in partition_offsets(settings.kafka, topic).items()} \
-        if topic in existing_topics(settings.kafka, [topic]) else {}  # fmt: skip
-    tail = sum(max(0, h - (latest.changelog_offsets.get(p, 0) if latest else 0)) for p, h in high.items())
+    tail = tail_records(settings.kafka, topic, latest.changelog_offsets if latest else None)
     rates = RestoreRates.fit(restores, store=store.name, application_id=spec.application_id)
     row["tail_records"] = tail
     row["restore_snapshot_tail_s"] = rates.estimate(snapshot_rows=latest.rows_scanned if latest else 0, changelog_records=tail) \

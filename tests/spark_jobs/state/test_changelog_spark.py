@@ -13,8 +13,9 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.state import changelog_spark
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
-from spark_jobs.state.changelog_reader import apply_changes, read_changelog
+from spark_jobs.state.changelog_reader import apply_changes, read_changelog, summarize_range
 from spark_jobs.state.changelog_spark import read_changelog_frame
 from tests.spark_jobs.state.test_cut_rules import Log, adversarial_log, writer_log
 
@@ -76,6 +77,14 @@ def test_spark_applies_what_the_python_reader_applies(spark, kafka_broker, setti
         if frame.plan.records_applied is not None:
             assert frame.plan.records_applied == python.records_applied, where
         ranges_only.append(frame.plan.offset_range_only)
+        # a short range is summarized by the driver's consumer, a long one by a Spark job: the same summary
+        start, end = frame.start_offsets, frame.end_offsets
+        records = changelog_spark._records(spark, bootstrap, topic, start, end)
+        by_spark = changelog_spark._summarize_in_spark(records, records["key"] == MARKER_KEY)
+        by_driver = summarize_range(bootstrap, topic, start, end)
+        assert [sorted(found, key=repr) for found in by_driver] == [sorted(found, key=repr) for found in by_spark], (
+            where
+        )
     assert ranges_only[0] is False and any(ranges_only), "both ways of keeping records were exercised"
 
 

@@ -11,6 +11,7 @@ from runtime.kafka_connection import client_config
 from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker, ChangelogTopic
 from spark_jobs.state.changelog_reader import last_complete_batch, read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence, WriterFenced, fenced_writer, read_claims
+from spark_jobs.state.restore import tail_records
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +63,8 @@ def test_a_takeover_fences_the_older_driver_and_voids_what_it_writes_afterwards(
     assert read.state == {b"a": b"2", b"b": b"1", b"c": b"3"}
     assert read.cut_batch_id == last_b and read.records_dropped_incomplete == 3
     assert [c.generation for c in read_claims(kafka, f"{app}-generations")] == [1, 2]
+    # after the last marker only commit markers remain: they take offsets but are no records of a tail
+    assert tail_records(kafka, topic.name, read.resume_offsets) == 0
 
     # a third driver continues above both and keeps B's void range (compaction may leave only its markers)
     fence_c, c = driver()
