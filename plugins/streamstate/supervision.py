@@ -5,8 +5,9 @@ One :class:`SupervisionRecord` per application id lives next to the job's status
 :func:`locked_record` (an ``flock``), so two supervision runs, a retried launch and a stop request
 serialize their decisions: the second one sees the launch the first one recorded.
 
-:func:`assess` turns what a check observed (lease holder, status file, dead-letter count) into the
-job's supervised state, the action to take and the alert conditions that hold right now.
+:func:`assess` turns what a check observed (lease holder, status file, dead-letter count, the last
+driver's exit code) into the job's supervised state, the action to take and the alert conditions that
+hold right now.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from spark_jobs.layout import StatusFiles
+from spark_jobs.lease import FENCED
 from spark_jobs.registry import JobSpec
 
 DESIRED_RUNNING = "running"
@@ -122,6 +124,8 @@ class Observation:
     launcher_alive: bool = False
     #: total records in the dead-letter topic, None when unknown (topic missing, Kafka down)
     dead_letters: int | None = None
+    #: the exit code of the last launch's driver, None while it runs or when unknown
+    last_exit_code: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +141,7 @@ class Condition:
 
 @dataclasses.dataclass(frozen=True)
 class Assessment:
-    #: running | restoring | starting | stopped | down | crash_looping | not_started
+    #: running | restoring | starting | stopped | taken_over | down | crash_looping | not_started
     state: str
     #: none | start | restart | wait_backoff | give_up
     action: str
@@ -163,6 +167,19 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
     last = record.last_launch
     if last is not None and last.outcome is None and seen.launcher_alive and seen.now - last.at < policy.start_timeout_s:
         return Assessment("starting", "none", f"launched {seen.now - last.at:.0f}s ago by {last.by}", tuple(conditions))
+    if seen.last_exit_code == FENCED:
+        # Another driver of this version (another host, another Airflow) claimed it and refused this one's
+        # writes. Restarting here would fence that one in turn, and its supervisor would restart it: the
+        # version would move between hosts forever. Whoever started the other driver owns the job now.
+        error = (seen.status or {}).get("error") or "another driver claimed this job version"
+        conditions.append(Condition(
+            "taken_over", "warning", f"{spec.application_id} was taken over by another driver: {error}",
+            {"exit_code": FENCED, "last_update": (seen.status or {}).get("updated_at")},
+            "Nothing to do if the job is meant to run where that driver runs; supervision here no longer "
+            f"restarts it. To run it here again, trigger the start_streaming_job DAG with job={spec.name} "
+            "(its driver fences the other one).",
+        ))  # fmt: skip
+        return Assessment("taken_over", "none", "another driver holds the job version", tuple(conditions))
 
     recent = record.launches_since(max(seen.now - policy.crash_loop_window_s, record.restarts_reset_at or 0.0))
     ran_before = seen.status is not None or bool(record.launches)  # (a launch in flight returned above)

@@ -16,6 +16,7 @@ from streamstate.supervision import (
     read_record,
 )
 
+from spark_jobs.lease import FENCED
 from spark_jobs.registry import latest_jobs, SupervisionPolicy
 
 SPEC = dataclasses.replace(latest_jobs()["purchase_counts"], supervision=SupervisionPolicy(
@@ -121,6 +122,21 @@ def test_a_launch_in_flight_is_waited_for():
     a = assess(SPEC, Observation(NOW, None, None, launcher_alive=True), record)
     assert (a.state, a.action) == ("starting", "none")
     assert assess(SPEC, Observation(NOW, None, None, launcher_alive=False), record).action == "restart"
+
+
+def test_a_driver_taken_over_by_another_is_not_restarted_until_started_again():
+    fenced = {**running_status(), "state": "ERROR", "error": "generation 1 was fenced by generation 2 (pid 7 on h2)"}
+    record = SupervisionRecord("a", launches=[Launch(at=NOW - 60, by="r1", outcome="running", exit_file="x")])
+    a = assess(SPEC, Observation(NOW, None, fenced, last_exit_code=FENCED), record)
+    assert (a.state, a.action, names(a)) == ("taken_over", "none", {"taken_over"})
+    taken = a.conditions[0]
+    assert taken.severity == "warning" and "fenced by generation 2 (pid 7 on h2)" in taken.summary
+    assert "start_streaming_job" in taken.next_step
+    # any other exit is a crash, restarted as before
+    assert assess(SPEC, Observation(NOW, None, fenced, last_exit_code=1), record).action == "restart"
+    # a manual start is a new launch: its driver runs, or its own exit decides
+    record.launches.append(Launch(at=NOW + 1, by="manual", outcome="running"))
+    assert assess(SPEC, Observation(NOW + 2, HOLDER, running_status()), record).state == "running"
 
 
 def test_stopped_on_request_is_left_alone():

@@ -14,7 +14,7 @@ import time
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from streamstate.alerts import reconcile
-from streamstate.hooks.streaming_job import StreamingJobHook, log_tail, process_alive
+from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail, process_alive
 from streamstate.notifiers.routing import send
 from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
 from streamstate.triggers.streaming_job import (
@@ -322,7 +322,8 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         last = record.last_launch
         seen = Observation(now=time.time(), holder=jobs.running_instance(), status=jobs.status(),
                            launcher_alive=process_alive(last.launcher_pid) if last else False,
-                           dead_letters=jobs.dead_letters())  # fmt: skip
+                           dead_letters=jobs.dead_letters(),
+                           last_exit_code=exit_code(last.exit_file) if last else None)  # fmt: skip
         assessment = assess(spec, seen, record)
         if assessment.action == "give_up" and record.crash_loop_since is None:
             record.crash_loop_since = seen.now
