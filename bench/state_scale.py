@@ -282,19 +282,21 @@ def main() -> None:
                 f"(driver memory {settings.spark_driver_memory}), Delta on local disk. Each restore in a fresh process; "
                 f"the snapshot before the last {args.tail_batches} batches, each batch changing "
                 f"{args.churn_fraction:.0%} of the keys. Kafka Streams: bench/kafka_streams, 2 stream threads, -Xmx2g; "
-                "seconds exclude the JVM's and the Spark session's start."
+                "the same keys, one purchase each then the tail's changes; seconds exclude the JVM's and the Spark "
+                "session's start. Warm: the same Spark restore again in the same session."
             ),
             "",
             (
-                "| keys | restore | records read | seconds | Spark session start, s | Python driver peak RSS, MB "
-                "| JVM peak RSS, MB |"
+                "| keys | restore | records read | seconds | of which first pass and plan, s | warm, s "
+                "| Spark session start, s | Python driver peak RSS, MB | JVM peak RSS, MB |"
             ),
-            "|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
     )
     for row in rows:
         lines.append(
             f"| {row['keys']:,} | {row['mode']} | {row['records_read']:,} | {row['seconds']:.1f} | "
+            f"{row.get('plan_seconds', '-') if row['mode'] == 'spark' else '-'} | {row.get('warm_seconds', '-')} | "
             f"{row.get('session_seconds', '-')} | {row.get('python_peak_rss_mb', '-')} | {row.get('jvm_peak_rss_mb', '-')} |"
         )
     if snapshot_rows:

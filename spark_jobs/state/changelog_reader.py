@@ -177,10 +177,10 @@ def apply_changes(state: dict[bytes, bytes], changes: list[tuple[bytes, bytes | 
     return tombstones
 
 
-def _consumer(kafka: KafkaTarget, topic: str) -> Consumer:
+def _consumer(kafka: KafkaTarget, topic: str, **overrides) -> Consumer:
     return Consumer(client_config(kafka, {"group.id": f"streamstate-restore-{topic}",
                      "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3,
-                     "fetch.max.bytes": 64 * 1024 * 1024}))  # fmt: skip
+                     "fetch.max.bytes": 64 * 1024 * 1024, **overrides}))  # fmt: skip
 
 
 def _read_range(
@@ -220,7 +220,8 @@ def summarize_range(
     what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
     batches in the range, not its records (the first pass of a Spark read of a short tail, done here
     rather than by a Spark job)."""
-    consumer = _consumer(kafka, topic)
+    # a small prefetch: the records are dropped as read, so the consumer's buffer is this read's memory
+    consumer = _consumer(kafka, topic, **{"fetch.max.bytes": 4 * 1024 * 1024, "queued.max.messages.kbytes": 4096})
     markers: list[MarkerRecord] = []
     spans: dict[tuple[int, int | None], tuple[int, int, int]] = {}
     try:
