@@ -220,7 +220,9 @@ def summarize_range(
     what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
     batches in the range, not its records (the first pass of a Spark read of a short tail, done here
     rather than by a Spark job)."""
-    # a small prefetch: the records are dropped as read, so the consumer's buffer is this read's memory
+    # the records are dropped as read, so the consumer's prefetch queue is this read's memory: capped in bytes
+    # here, though queued.min.messages (100,000 per partition) still fills it to about 45 MB per 2e5 records;
+    # smaller settings cost 3-30x the time (BENCHMARKS.md, restore of a large store, 2026-11-25)
     consumer = _consumer(kafka, topic, **{"fetch.max.bytes": 4 * 1024 * 1024, "queued.max.messages.kbytes": 4096})
     markers: list[MarkerRecord] = []
     spans: dict[tuple[int, int | None], tuple[int, int, int]] = {}
