@@ -220,10 +220,16 @@ def summarize_range(
     what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
     batches in the range, not its records (the first pass of a Spark read of a short tail, done here
     rather than by a Spark job)."""
-    # the records are dropped as read, so the consumer's prefetch queue is this read's memory: capped in bytes
-    # here, though queued.min.messages (100,000 per partition) still fills it to about 45 MB per 2e5 records;
-    # smaller settings cost 3-30x the time (BENCHMARKS.md, restore of a large store, 2026-11-25)
-    consumer = _consumer(kafka, topic, **{"fetch.max.bytes": 4 * 1024 * 1024, "queued.max.messages.kbytes": 4096})
+    # The records are dropped as read, so the consumer's prefetch queue is this read's memory: a short one
+    # (queued.min.messages, 100,000 per partition by default, overrides the byte cap), refilled without the
+    # default 1 s back-off (BENCHMARKS.md, restore of a large store, 2026-11-25).
+    queue = {
+        "fetch.max.bytes": 4 << 20,
+        "queued.max.messages.kbytes": 4096,
+        "queued.min.messages": 10_000,
+        "fetch.queue.backoff.ms": 0,
+    }
+    consumer = _consumer(kafka, topic, **queue)
     markers: list[MarkerRecord] = []
     spans: dict[tuple[int, int | None], tuple[int, int, int]] = {}
     try:
