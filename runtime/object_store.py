@@ -266,6 +266,7 @@ class Location:
         """Move what is here to ``target`` (same store). On the local disk a rename; in an object store,
         which has no directories to rename, each object is copied and then the originals deleted."""
         if self.is_local:
+            target.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.rename(target.path)
             return
         filesystem = self.filesystem()

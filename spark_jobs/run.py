@@ -31,7 +31,7 @@ from spark_jobs.lifecycle import JobState, JobStatus, status_path
 from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session, session_conf
-from spark_jobs.state.checkpoint_health import checkpoint_problem, quarantine
+from spark_jobs.state.checkpoint_health import NEW_QUERY_DIRS, checkpoint_problem, new_query_leftovers, quarantine
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
 from spark_jobs.state.fencing import WriterFenced
 from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
@@ -206,6 +206,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             status.transition_to(JobState.RESTORING)
         restores = restore_if_needed(context, StatusRestoreListener(status, settings.status_dir))
         status.restore = {name: {**status.restore.get(name, {}), **r.summary()} for name, r in restores.items()}
+        set_aside_new_query_leftovers(context)
     except Exception as err:
         status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")
         raise
@@ -311,6 +312,18 @@ def quarantine_if_unusable(context: JobContext) -> dict | None:
         log.warning(json.dumps({"event": "checkpoint_quarantined", "application_id": context.spec.application_id,
                                 "reason": problem, "moved_to": moved["path"]}))  # fmt: skip
     return moved
+
+
+def set_aside_new_query_leftovers(context: JobContext) -> None:
+    """Just before a query starts with no offset log: move aside whatever is left in its offset, state
+    and commit directories, which Spark refuses to start over and which nothing can resume from without
+    an offset log. Such leftovers appeared in object storage after a checkpoint was moved aside (a
+    directory left behind); the restore record beside them stays."""
+    for checkpoint in (context.checkpoint, context.layout.dead_letter_checkpoint):
+        if leftovers := new_query_leftovers(checkpoint):
+            moved = quarantine(checkpoint, entries=NEW_QUERY_DIRS)
+            event = {"event": "checkpoint_leftovers_set_aside", "application_id": context.spec.application_id}
+            log.warning(json.dumps({**event, "leftovers": leftovers, "moved_to": str(moved)}))
 
 
 class StatusRestoreListener(LoggingRestoreListener):

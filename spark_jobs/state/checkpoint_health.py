@@ -84,10 +84,25 @@ def checkpoint_problem(checkpoint: Location | Path | str, stateful: bool = True)
     return None
 
 
-def quarantine(checkpoint: Location | Path | str) -> Location:
-    """Move ``checkpoint`` to ``<checkpoint>.corrupt-<UTC time>``; returns the new location."""
+def quarantine(checkpoint: Location | Path | str, entries: tuple[str, ...] | None = None) -> Location:
+    """Move ``checkpoint`` (or only its ``entries``) to ``<checkpoint>.corrupt-<UTC time>``; returns the new
+    location."""
     checkpoint = Location.of(checkpoint)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = checkpoint.parent / f"{checkpoint.name}.corrupt-{stamp}"
-    checkpoint.move_to(target)
+    target = checkpoint.parent / f"{checkpoint.name}{layout.QUARANTINE_SUFFIX}{stamp}"
+    if entries is None:
+        checkpoint.move_to(target)
+    for name in entries or ():
+        if (checkpoint / name).exists():
+            (checkpoint / name).move_to(target / name)
     return target
+
+
+def new_query_leftovers(checkpoint: Location | Path | str) -> list[str]:
+    """What Spark would refuse to start a new query over (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``):
+    anything, an empty directory or an object store's directory marker included, in the offset, state or
+    commit directories of a checkpoint whose offset log has no entry. Empty when the query can start."""
+    checkpoint = Location.of(checkpoint)
+    if _log_entries(checkpoint / "offsets"):
+        return []
+    return [f"{name}/{child.name}" for name in NEW_QUERY_DIRS for child in (checkpoint / name).children()]

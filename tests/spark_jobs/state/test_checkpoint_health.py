@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from spark_jobs.context import JobContext
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
-from spark_jobs.state.checkpoint_health import RESTORE_RECORD, checkpoint_problem, quarantine
+from spark_jobs.run import run, set_aside_new_query_leftovers
+from spark_jobs.state.checkpoint_health import RESTORE_RECORD, checkpoint_problem, new_query_leftovers, quarantine
 from spark_jobs.state.fencing import GENERATION_SPAN
 from tests.helpers import delta_purchase_counts, expected_purchase_counts
 
@@ -95,6 +96,28 @@ def test_quarantine_moves_the_checkpoint_aside(tmp_path):
     assert not checkpoint.exists() and moved.name.startswith("app-v1.corrupt-") and (moved / "metadata").exists()
 
 
+def test_leftovers_that_would_stop_a_new_query_are_set_aside_and_the_restore_record_stays(tmp_path):
+    """Spark refuses to start a query with no offset log over anything in offsets/, state/ or commits/,
+    even an empty directory (what a move in object storage left behind in CI)."""
+    checkpoint, dead_letters = tmp_path / "app-v1", tmp_path / "app-v1-dead-letters"
+    (checkpoint / "state" / "0").mkdir(parents=True)
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / RESTORE_RECORD).parent.mkdir()
+    (checkpoint / RESTORE_RECORD).write_text('{"counts": {"batch_id": 7}}')
+    assert new_query_leftovers(checkpoint) == ["state/0"]
+    assert new_query_leftovers(dead_letters) == [] and new_query_leftovers(_checkpoint(tmp_path / "resumes")) == []
+
+    context = types.SimpleNamespace(
+        checkpoint=checkpoint,
+        spec=types.SimpleNamespace(application_id="app-v1"),
+        layout=types.SimpleNamespace(dead_letter_checkpoint=dead_letters),
+    )
+    set_aside_new_query_leftovers(context)
+    assert new_query_leftovers(checkpoint) == [] and (checkpoint / RESTORE_RECORD).exists()
+    (moved,) = [p for p in tmp_path.iterdir() if p.name.startswith("app-v1.corrupt-")]
+    assert (moved / "state" / "0").is_dir() and not (checkpoint / "state").exists()
+
+
 def _tear_latest_offsets(checkpoint: Path) -> None:  # e.g. a disk-full crash mid-write
     latest = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     (checkpoint / "offsets" / str(latest)).write_bytes(b"\x00torn write")
@@ -142,7 +165,10 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
     assert report.restores["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
     assert report.input_rows == len(rounds[2])
     assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(rounds[0] + rounds[1] + rounds[2])
-    assert json.loads((checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
+    assert (
+        json.loads((checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"]
+        == 2 * GENERATION_SPAN + 1
+    )
 
 
 @pytest.mark.integration
