@@ -4,6 +4,9 @@
 - ``reprocess_job`` side_by_side: plan -> prepare -> launch the new version -> wait until it caught up
   -> compare outputs (report). The current version keeps serving.
 - ``reprocess_job`` reset: plan -> stop -> reset (under the lease) -> restart.
+- ``reprocess_job`` migrate: plan -> migrate the current version's state into the new version (its first
+  snapshot, at the current version's input position) -> launch it -> wait until it caught up -> compare.
+  For a state format change when the source no longer holds the history (or replaying it costs too much).
 - ``promote_job_version``: switch readers and supervision to a version, stop and retire the old one.
 - ``purge_retired_versions`` (daily): delete a retired version's data once the retention confirmed at
   its promotion has passed.
@@ -18,6 +21,7 @@ import datetime as dt
 from airflow.sdk import Param, dag, task
 from streamstate.operators.reprocess import (
     CompareOutputsOperator,
+    MigrateStateOperator,
     PlanReprocessingOperator,
     PrepareSideBySideOperator,
     PromoteJobVersionOperator,
@@ -35,6 +39,8 @@ JOBS = sorted(registered_versions())
 TARGET = "{{ ti.xcom_pull(task_ids='plan')['target_version'] }}"
 SIDE_BY_SIDE_STEPS = ["plan", "prepare", "launch_new_version", "wait_caught_up", "compare"]
 RESET_STEPS = ["plan", "stop", "reset", "restart"]
+MIGRATE_STEPS = ["plan", "migrate_state", "launch_new_version", "wait_caught_up", "compare"]
+FIRST_STEP = {"side_by_side": "prepare", "reset": "stop", "migrate": "migrate_state"}
 #: one run at a time per DAG (two reprocessings of one job must not interleave); retrying is a re-run
 COMMON = {"catchup": False, "max_active_runs": 1, "tags": ["streamstate", "reprocessing"], "default_args": {"retries": 0}}
 
@@ -45,10 +51,12 @@ COMMON = {"catchup": False, "max_active_runs": 1, "tags": ["streamstate", "repro
     **COMMON,
     params={
         "job": Param(JOBS[0], type="string", enum=JOBS, title="Job"),
-        "mode": Param("side_by_side", type="string", enum=["side_by_side", "reset"], title="Mode",
+        "mode": Param("side_by_side", type="string", enum=["side_by_side", "reset", "migrate"], title="Mode",
                       description="side_by_side: run a new version beside the current one and compare (safe). "
-                      "reset: reprocess the current version in place (deletes its state)."),
-        "version": Param(None, type=["null", "integer"], minimum=1, title="New version (side_by_side)",
+                      "reset: reprocess the current version in place (deletes its state). "
+                      "migrate: start a new version from the current version's state, migrated (no replay; "
+                      "the start position does not apply)."),
+        "version": Param(None, type=["null", "integer"], minimum=1, title="New version (side_by_side, migrate)",
                          description="Default: the newest registered version."),
         "start_from": Param("earliest", type="string", enum=["earliest", "datetime", "duration", "offsets"],
                             title="Start position"),
@@ -81,21 +89,26 @@ def reprocess_job() -> None:
     def choose(params: dict | None = None) -> list[str]:
         if params["dry_run"]:
             return ["audit"]
-        return ["prepare" if params["mode"] == "side_by_side" else "stop", "audit"]
+        return [FIRST_STEP[params["mode"]], "audit"]
 
     prepare = PrepareSideBySideOperator(task_id="prepare")
-    launch = LaunchStreamingJobOperator(task_id="launch_new_version", job="{{ params.job }}", version=TARGET, manual=True)
+    migrate = MigrateStateOperator(task_id="migrate_state")
+    # after prepare or migrate_state, whichever the branch chose (the other one is skipped)
+    launch = LaunchStreamingJobOperator(task_id="launch_new_version", job="{{ params.job }}", version=TARGET, manual=True,
+                                        trigger_rule="none_failed_min_one_success")
     caught_up = WaitForCatchUpOperator(task_id="wait_caught_up", timeout_min="{{ params.catch_up_timeout_min }}")
     compare = CompareOutputsOperator(task_id="compare")
     stop = StopStreamingJobOperator(task_id="stop", job="{{ params.job }}", version=TARGET, stop_standby=True,
                                     reason="reprocessing reset {{ run_id }}")  # fmt: skip
     reset = ResetJobStateOperator(task_id="reset")
     restart = LaunchStreamingJobOperator(task_id="restart", job="{{ params.job }}", version=TARGET, manual=True)
-    audit = RecordReprocessingOperator(task_id="audit", steps={"side_by_side": SIDE_BY_SIDE_STEPS, "reset": RESET_STEPS})
+    audit = RecordReprocessingOperator(task_id="audit", steps={"side_by_side": SIDE_BY_SIDE_STEPS, "reset": RESET_STEPS,
+                                                               "migrate": MIGRATE_STEPS})
 
     branch = choose()
-    plan >> branch >> [prepare, stop]
-    prepare >> launch >> caught_up >> compare >> audit
+    plan >> branch >> [prepare, stop, migrate]
+    [prepare, migrate] >> launch
+    launch >> caught_up >> compare >> audit
     stop >> reset >> restart >> audit
     branch >> audit
 

@@ -86,11 +86,39 @@ class StoreSpec:
                 raise JobSpecError(f"windowed store {self.name!r} needs window_ms > 0 and grace_ms >= 0")
             if self.retention_ms < self.window_ms + self.grace_ms:
                 # The seeds: retention must cover window size + grace, or windows vanish while open.
-                raise JobSpecError(f"windowed store {self.name!r}: retention_ms {self.retention_ms} is shorter "
-                                   f"than window_ms + grace_ms = {self.window_ms + self.grace_ms}")
+                raise JobSpecError(
+                    f"windowed store {self.name!r}: retention_ms {self.retention_ms} is shorter "
+                    f"than window_ms + grace_ms = {self.window_ms + self.grace_ms}"
+                )
         if self.ttl_ms is not None and (self.kind != "key_value" or self.ttl_ms <= 0):
-            raise JobSpecError(f"store {self.name!r}: ttl_ms must be positive and is for key_value stores "
-                               "(windowed stores expire by retention_ms)")
+            raise JobSpecError(
+                f"store {self.name!r}: ttl_ms must be positive and is for key_value stores "
+                "(windowed stores expire by retention_ms)"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreMigration:
+    """How a store of this version is built from a store of the previous version's state (the
+    ``migrate`` mode of ``reprocess_job``; :mod:`spark_jobs.state.migration`), instead of recomputing it
+    from the source topic.
+
+    Attributes:
+        store: the store of this version it builds.
+        from_store: the previous version's store it reads (default: the same name).
+        function: ``module:function`` taking the old store as DataFrame(key STRING, value STRING: its JSON)
+            and returning the new one in the same shape (a value of null drops the key); None copies
+            the store as it is (right when the value's fields only gained nullable ones: a missing field
+            reads back as null).
+    """
+
+    store: str
+    from_store: str | None = None
+    function: str | None = None
+
+    @property
+    def source_store(self) -> str:
+        return self.from_store or self.store
 
 
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min|m)\s*$")
@@ -180,6 +208,9 @@ class JobSpec:
             reprocessing compares two versions' outputs on them.
         companion_outputs: further output tables the job writes, ``<output_table_dir>_<name>`` each
             (reset truncates them, retirement deletes them with the main one).
+        migrations: how this version's stores are built from the previous version's state by a
+            ``migrate`` reprocessing; a store without one is copied from the previous version's store of
+            the same name, or starts empty when there is none.
     """
 
     name: str
@@ -196,6 +227,7 @@ class JobSpec:
     description: str = ""
     output_key: tuple[str, ...] = ()
     companion_outputs: tuple[str, ...] = ()
+    migrations: tuple[StoreMigration, ...] = ()
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -211,6 +243,19 @@ class JobSpec:
         if ":" not in self.entrypoint:
             raise JobSpecError(f"job {self.name}: entrypoint must be 'module:function', got {self.entrypoint!r}")
         trigger_interval_s(self.trigger_interval)  # raises on a malformed interval
+        stores = [s.name for s in self.stores]
+        for migration in self.migrations:
+            if migration.store not in stores:
+                raise JobSpecError(
+                    f"job {self.name}: migrations: store {migration.store!r} is not one of its stores {stores}"
+                )
+            if migration.function is not None and ":" not in migration.function:
+                raise JobSpecError(
+                    f"job {self.name}: migrations: store {migration.store!r}: function must be "
+                    f"'module:function', got {migration.function!r}"
+                )
+        if len({m.store for m in self.migrations}) != len(self.migrations):
+            raise JobSpecError(f"job {self.name}: migrations: one migration per store")
 
     @property
     def trigger_interval_s(self) -> float:
@@ -239,53 +284,66 @@ class JobSpec:
 
 
 BUILTIN_JOBS: tuple[JobSpec, ...] = (
-        JobSpec(
-            name="purchase_counts",
-            # v2: state moved to a transformWithState processor (deletes on account_closed); its
-            # changelog values carry touched_at_ms, so v1 changelogs are not restored into it.
-            # v3: the same rules and change rows, computed by the Java processor (its checkpoint's
-            # state keys are encoded differently from v2's Python processor, hence a new version).
-            version=3,
-            source_topic="purchases",
-            key_field="user_id",
-            output_table="purchase_counts",
-            entrypoint="spark_jobs.jobs.purchase_counts:build",
-            stores=(StoreSpec("counts", budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600)),),
-            description="Purchases and amount spent per user; account_closed deletes the user (the seeds' "
-            "purchase-count scenario).",
+    JobSpec(
+        name="purchase_counts",
+        # v2: state moved to a transformWithState processor (deletes on account_closed); its
+        # changelog values carry touched_at_ms, so v1 changelogs are not restored into it.
+        # v3: the same rules and change rows, computed by the Java processor (its checkpoint's
+        # state keys are encoded differently from v2's Python processor, hence a new version).
+        version=3,
+        source_topic="purchases",
+        key_field="user_id",
+        output_table="purchase_counts",
+        entrypoint="spark_jobs.jobs.purchase_counts:build",
+        stores=(StoreSpec("counts", budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600)),),
+        description="Purchases and amount spent per user; account_closed deletes the user (the seeds' "
+        "purchase-count scenario).",
+    ),
+    JobSpec(
+        name="patient_heart_rate",
+        # v2: the same windows and rows, computed by the Java processor (its checkpoint's state keys
+        # are encoded differently from v1's Python processor, hence a new version).
+        # v3: Kafka Streams' semantics record by record: stream time per source partition, advanced
+        # by each record (v2 judged a whole micro-batch by the stream time before it); the store is
+        # keyed by partition and its entries carry the partition, plus one stream-time entry each.
+        version=3,
+        source_topic="patient-events",
+        key_field="patient_id",
+        output_table="patient_heart_rate",
+        entrypoint="spark_jobs.jobs.patient_heart_rate:build",
+        stores=(
+            StoreSpec(
+                "pulse-counts",
+                kind="windowed",
+                window_ms=60_000,
+                grace_ms=5_000,
+                retention_ms=6 * 3600 * 1000,
+                budget=StateBudget(max_rows=2_000_000, max_bytes=1024**3, max_restore_s=600),
+            ),
         ),
-        JobSpec(
-            name="patient_heart_rate",
-            # v2: the same windows and rows, computed by the Java processor (its checkpoint's state keys
-            # are encoded differently from v1's Python processor, hence a new version).
-            # v3: Kafka Streams' semantics record by record: stream time per source partition, advanced
-            # by each record (v2 judged a whole micro-batch by the stream time before it); the store is
-            # keyed by partition and its entries carry the partition, plus one stream-time entry each.
-            version=3,
-            source_topic="patient-events",
-            key_field="patient_id",
-            output_table="patient_heart_rate",
-            entrypoint="spark_jobs.jobs.patient_heart_rate:build",
-            stores=(StoreSpec("pulse-counts", kind="windowed", window_ms=60_000, grace_ms=5_000,
-                              retention_ms=6 * 3600 * 1000,
-                              budget=StateBudget(max_rows=2_000_000, max_bytes=1024**3, max_restore_s=600)),),
-            description="Heart rate per patient per 60 s tumbling window (5 s grace, 6 h retention), emitted "
-            "when the window closes; a check-out deletes the patient's windows (the seeds' pulse scenario).",
-            output_key=("patient_id", "window_start"),
+        description="Heart rate per patient per 60 s tumbling window (5 s grace, 6 h retention), emitted "
+        "when the window closes; a check-out deletes the patient's windows (the seeds' pulse scenario).",
+        output_key=("patient_id", "window_start"),
+    ),
+    JobSpec(
+        name="vote_counts",
+        version=1,
+        source_topic="votes",
+        key_field="voter_id",
+        output_table="votes",
+        entrypoint="spark_jobs.jobs.vote_counts:build",
+        stores=(
+            StoreSpec(
+                "latest-votes",
+                kind="versioned",
+                retention_ms=24 * 3600 * 1000,
+                budget=StateBudget(max_rows=10_000_000, max_bytes=4 * 1024**3, max_restore_s=600),
+            ),
         ),
-        JobSpec(
-            name="vote_counts",
-            version=1,
-            source_topic="votes",
-            key_field="voter_id",
-            output_table="votes",
-            entrypoint="spark_jobs.jobs.vote_counts:build",
-            stores=(StoreSpec("latest-votes", kind="versioned", retention_ms=24 * 3600 * 1000,
-                              budget=StateBudget(max_rows=10_000_000, max_bytes=4 * 1024**3, max_restore_s=600)),),
-            description="Each voter's latest vote by event time (voters change their minds, events arrive out "
-            "of order) and the counts per candidate.",
-            companion_outputs=("counts",),
-        ),
+        description="Each voter's latest vote by event time (voters change their minds, events arrive out "
+        "of order) and the counts per candidate.",
+        companion_outputs=("counts",),
+    ),
 )
 
 
@@ -303,7 +361,9 @@ def _registered(job_modules: str) -> dict[str, dict[int, JobSpec]]:
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
-            raise JobSpecError(f"job module {module_name!r} (STREAMSTATE_JOB_MODULES) cannot be imported: {err}") from err
+            raise JobSpecError(
+                f"job module {module_name!r} (STREAMSTATE_JOB_MODULES) cannot be imported: {err}"
+            ) from err
         specs.extend(getattr(module, "JOBS", ()))
     versions: dict[str, dict[int, JobSpec]] = {}
     for spec in specs:

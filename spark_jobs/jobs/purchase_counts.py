@@ -67,14 +67,25 @@ OUTPUT_SCHEMA = T.StructType(
 
 
 class PurchaseCounter(StatefulProcessor):
-    """Per user: count, amount spent, last purchase time; deleted on ``account_closed`` or TTL."""
+    """Per user: count, amount spent, last purchase time; deleted on ``account_closed`` or TTL.
+
+    A new version whose value gains fields sets ``changes`` and extends :meth:`value`."""
+
+    #: the store and its value's schema
+    changes = CHANGES
 
     def __init__(self, ttl_ms: int | None = None) -> None:
         self.ttl_ms = ttl_ms
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.counts = handle.getValueState(STORE, STATE_DDL)
+        self.counts = handle.getValueState(STORE, self.changes.value_ddl)
+        # the value's fields, in order (a Python worker has no JVM to parse the DDL with)
+        self.fields = list(self.value(0, Decimal("0"), None, 0))
+
+    def value(self, purchases: int, spent: Decimal, last, touched_at_ms: int) -> dict:
+        """The stored value after a change: ``changes.value_ddl``'s fields, in its order."""
+        return {"purchases": purchases, "amount_spent": spent, "last_purchase_at": last, "touched_at_ms": touched_at_ms}
 
     def handleInputRows(self, key, rows, timerValues):  # noqa: N802 - Spark's processor API
         user = key[0]
@@ -92,10 +103,10 @@ class PurchaseCounter(StatefulProcessor):
                 last = event.event_time if last is None else max(_aware(last), _aware(event.event_time))
         if alive:
             now = _now_ms(timerValues)
-            self.counts.update((purchases, spent, last, now))
+            value = self.value(purchases, spent, last, now)
+            self.counts.update(tuple(value[f] for f in self.fields))
             self._restart_ttl(now)
-            yield Row(key=user, tombstone=False, purchases=purchases, amount_spent=spent,
-                      last_purchase_at=last, touched_at_ms=now)  # fmt: skip
+            yield Row(key=user, tombstone=False, **value)
         else:
             # A tombstone even for a user created and closed inside this batch (never in the store):
             # the outputs may hold a row the store never recorded, and the delete must reach them.
@@ -107,7 +118,7 @@ class PurchaseCounter(StatefulProcessor):
 
     def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: N802
         row = initialState
-        self.counts.update((row.purchases, row.amount_spent, row.last_purchase_at, row.touched_at_ms))
+        self.counts.update(tuple(row[f] for f in self.fields))
         if self.ttl_ms:
             self.handle.registerTimer(row.touched_at_ms + self.ttl_ms)
 
@@ -126,8 +137,7 @@ class PurchaseCounter(StatefulProcessor):
         if self.ttl_ms:
             for deadline in list(self.handle.listTimers()):
                 self.handle.deleteTimer(deadline)
-        return Row(key=user, tombstone=True, purchases=None, amount_spent=None, last_purchase_at=None,
-                   touched_at_ms=None)  # fmt: skip
+        return Row(key=user, tombstone=True, **dict.fromkeys(self.fields))
 
 
 def _aware(ts):
@@ -158,7 +168,8 @@ def classify(ctx: JobContext) -> DataFrame:
 
 def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
     """The job's query. ``processor``: a Python state logic (a :class:`PurchaseCounter` subclass changes
-    it for a new version); None runs the Java processor with the same rules."""
+    it for a new version, and its ``changes`` the store's value); None runs the Java processor with the
+    same rules."""
     from delta.tables import DeltaTable
 
     ttl_ms = store_spec(ctx.spec, STORE).ttl_ms
@@ -169,7 +180,8 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
         ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
     DeltaTable.createIfNotExists(ctx.spark).location(ctx.output_path).addColumns(OUTPUT_SCHEMA).execute()
     events = ctx.split_dead_letters(classify(ctx), "offset")
-    changes = state_changes(events, ctx.initial_state(CHANGES), ttl_ms, processor)
+    store_changes = processor.changes if processor is not None else CHANGES
+    changes = state_changes(events, ctx.initial_state(store_changes), ttl_ms, processor)
     output_path = ctx.output_path
 
     def write_outputs(batch: DataFrame, _batch_id: int) -> None:
@@ -195,18 +207,20 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
             .execute()
         )  # fmt: skip
 
-    sink = ctx.state_change_sink(CHANGES, write_outputs, reconcile_outputs)
+    sink = ctx.state_change_sink(store_changes, write_outputs, reconcile_outputs)
     return changes.writeStream.outputMode("update").foreachBatch(sink)
 
 
 def state_changes(events: DataFrame, initial: DataFrame | None, ttl_ms: int | None,
                   processor: type[PurchaseCounter] | None = None) -> DataFrame:
-    """The store's change rows (``CHANGE_DDL``) for valid ``events``, seeded with ``initial`` (key +
-    value rows) after a restore: through ``processor`` (Python) or, when None, the Java processor."""
+    """The store's change rows (key, tombstone and the value's columns) for valid ``events``, seeded with
+    ``initial`` (key + value rows) after a restore: through ``processor`` (Python) or, when None, the Java
+    processor (``CHANGE_DDL``)."""
     if processor is None:
         return jvm_changes("PurchaseCounts", events, "user_id", initial, STORE, STATE_DDL, CHANGE_DDL, ttl_ms or 0)
     return events.groupBy("user_id").transformWithState(
-        processor(ttl_ms), CHANGE_DDL, "Update", "ProcessingTime" if ttl_ms else "None",
+        processor(ttl_ms), f"key STRING, tombstone BOOLEAN, {processor.changes.value_ddl}", "Update",
+        "ProcessingTime" if ttl_ms else "None",
         initialState=_grouped(initial),
     )  # fmt: skip
 

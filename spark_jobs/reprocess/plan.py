@@ -4,13 +4,16 @@ A plan is made from the registry, the version pointer and what exists right now 
 offsets, checkpoints, Delta tables); making it changes nothing. The dry run prints it; a real run
 makes the same plan and then executes exactly it (the steps read their targets from the plan).
 
-Two modes, the seeds' two reprocessing patterns (section 3.8):
+Three modes: the seeds' two reprocessing patterns (section 3.8), and a migration of state:
 
 * ``side_by_side``: the new version runs under its own application id (own checkpoint, consumer
   group prefix, changelog topics, snapshots, output tables) from the start position, beside the
   current version, which keeps serving; a report compares their outputs; ``promote`` switches.
 * ``reset`` (Kafka Streams' application reset tool): stop the job, delete its internal topics,
   checkpoint and snapshots, optionally truncate its outputs, start it again from the position.
+* ``migrate``: like ``side_by_side``, but the new version starts from the current version's state,
+  migrated (:mod:`spark_jobs.state.migration`), at the current version's input position, instead of
+  recomputing its state from the source (which may no longer hold the history).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from spark_jobs.reprocess.positions import BadStartPosition, StartPosition
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets, latest_committed_batch_id
 from spark_jobs.versions import JobVersions
 
-SIDE_BY_SIDE, RESET = "side_by_side", "reset"
-MODES = (SIDE_BY_SIDE, RESET)
+SIDE_BY_SIDE, RESET, MIGRATE = "side_by_side", "reset", "migrate"
+MODES = (SIDE_BY_SIDE, RESET, MIGRATE)
+#: the modes that run a new version beside the current one
+BESIDE = (SIDE_BY_SIDE, MIGRATE)
 
 
 class BadReprocessRequest(ValueError):
@@ -100,6 +105,7 @@ class ReprocessPlan:
     def render(self) -> str:
         """The plan as people read it (task log, dry run)."""
         target = f"v{self.target_version}" + ("" if self.mode == RESET else f" beside v{self.current_version}")
+        target += f", state migrated from v{self.current_version}" if self.mode == MIGRATE else ""
         lines = [
             f"Reprocessing plan: {self.job} {target}, mode {self.mode} (made {self.made_at})",
             f"  input {self.input_topic}, start: {self.start}",
@@ -183,14 +189,14 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
     if job not in registered_versions():
         raise BadReprocessRequest(f"unknown job {job!r}; registered jobs: {', '.join(registered_versions())}")
     if mode not in MODES:
-        raise BadReprocessRequest(f"mode {mode!r}: choose {' or '.join(MODES)}")
+        raise BadReprocessRequest(f"mode {mode!r}: choose {', '.join(MODES)}")
     current = JobVersions(settings).current_spec(job)
     try:
-        target = get_job(job, params.get("version")) if mode == SIDE_BY_SIDE else current
+        target = get_job(job, params.get("version")) if mode in BESIDE else current
     except JobSpecError as err:
         raise BadReprocessRequest(str(err)) from None
-    if mode == SIDE_BY_SIDE and target.version == current.version:
-        raise BadReprocessRequest(f"{job} v{target.version} is already the current version; side_by_side needs a "
+    if mode in BESIDE and target.version == current.version:
+        raise BadReprocessRequest(f"{job} v{target.version} is already the current version; {mode} needs a "
                                   f"newer registered version (registered: {list(registered_versions()[job])}), "
                                   "or use mode=reset to reprocess in place")  # fmt: skip
     dry_run = bool(params.get("dry_run", True))
@@ -202,24 +208,36 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"{job} v{target.version}'s source topic {target.source_topic!r} does not exist on "
             f"{settings.kafka_bootstrap_servers}: there is nothing to reprocess"
         )
-    position = StartPosition.from_params(params)
-    try:
-        start, gap = position.resolve(settings.kafka, target.source_topic, now,
-                                      accept_history_gap=bool(params.get("accept_history_gap")))  # fmt: skip
-    except BadStartPosition as err:
-        raise BadReprocessRequest(str(err)) from None
     bounds = partition_offsets(settings.kafka, target.source_topic)
     end = {p: high for p, (_low, high) in bounds.items()}
+    if mode == MIGRATE:
+        # the new version starts where the current version's state stands, not at a chosen position
+        committed = committed_input_offsets(JobLayout.of(current, settings).checkpoint, current.source_topic)
+        start, gap = committed or {}, {}
+        start_text = f"v{current.version}'s input position (its last complete batch when the migration runs)"
+    else:
+        position = StartPosition.from_params(params)
+        try:
+            start, gap = position.resolve(settings.kafka, target.source_topic, now,
+                                          accept_history_gap=bool(params.get("accept_history_gap")))  # fmt: skip
+        except BadStartPosition as err:
+            raise BadReprocessRequest(str(err)) from None
+        start_text = position.describe()
     plan = ReprocessPlan(job=job, mode=mode, current_version=current.version, target_version=target.version,
-                         input_topic=target.source_topic, start=position.describe(), start_offsets=start,
+                         input_topic=target.source_topic, start=start_text, start_offsets=start,
                          input_end=end, truncate_outputs=bool(params.get("truncate_outputs")),
                          made_at=now.isoformat(timespec="seconds"), history_gap=gap,
                          source_retention=source_retention(settings.kafka, target.source_topic))  # fmt: skip
-    if position.kind == "earliest" and any(low > 0 for low, _high in bounds.values()):
+    if mode != MIGRATE and position.kind == "earliest" and any(low > 0 for low, _high in bounds.values()):
         plan.notes.append("the source's retention already deleted the head of "
                           + ", ".join(f"partition {p} (offsets below {low})" for p, (low, _h) in sorted(bounds.items()) if low > 0)
                           + ": earliest is what remains, not the whole history")  # fmt: skip
-    (_side_by_side_actions if mode == SIDE_BY_SIDE else _reset_actions)(plan, settings, current, target)
+    if mode == SIDE_BY_SIDE:
+        _side_by_side_actions(plan, settings, current, target)
+    elif mode == MIGRATE:
+        _migrate_actions(plan, settings, current, target)
+    else:
+        _reset_actions(plan, settings, current, target)
     return plan
 
 
@@ -234,17 +252,50 @@ def _holder_text(holder: dict | None) -> str:
     return f"running, pid {holder.get('pid')} on {holder.get('host')}" if holder else "not running"
 
 
-def _side_by_side_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
+def _migrate_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
+    from spark_jobs.state.migration import MigrationRefused, migrated_and_running, plan_migration
+
+    if (done := migrated_and_running(settings, target)) is not None:  # a re-run of this reprocessing
+        plan.notes.append(f"{target.application_id} started from {done.migrated_from} and has run since: it resumes")
+        _side_by_side_actions(plan, settings, current, target, start_file=False)
+        return
+    try:
+        migration = plan_migration(settings, current, target)
+    except MigrationRefused as err:
+        raise BadReprocessRequest(str(err)) from None
+    for store in migration.stores:
+        if store.migrated is not None:
+            rows, origin = f"{store.migrated.rows} rows", f"from {store.migrated.migrated_from}"
+            plan.actions.append(Action("migrate_state", "keep", "migrated snapshot", store.target, rows, origin))
+        elif store.from_store is None:
+            why = f"v{current.version} has no store {store.store!r}"
+            plan.actions.append(Action("migrate_state", "start empty", "store", store.store, "", why))
+        else:
+            snapshot_rows = store.snapshot.rows_scanned if store.snapshot else 0
+            size = f"{snapshot_rows} snapshot rows + {store.tail_records} changelog records"
+            how = f"{current.application_id}/{store.from_store} through {store.function}"
+            plan.actions.append(Action("migrate_state", "write", "migrated snapshot", store.target, size, how))
+    plan.notes.append(
+        f"v{target.version} starts from the migrated state at v{current.version}'s position: the source's "
+        "history before it is not read (it may be gone)"
+    )
+    _side_by_side_actions(plan, settings, current, target, start_file=False)
+
+
+def _side_by_side_actions(
+    plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec, *, start_file: bool = True
+) -> None:
     art, bootstrap, present = _sizes(settings, target)
     add = plan.actions.append
     resumes = latest_committed_batch_id(art.checkpoint) is not None
-    if resumes:
+    if resumes and start_file:
         plan.notes.append(f"{target.application_id} already has a checkpoint (an earlier run of this reprocessing): "
                           "it resumes from there; the start position applies to a fresh checkpoint only")  # fmt: skip
     holder = JobLease(settings.status_dir, target.application_id).holder()
-    add(Action("prepare", "keep" if resumes else "write", "start position",
-               str(art.start_offsets_file), checkpoint_size(art.checkpoint, plan.input_topic),
-               f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
+    if start_file:
+        add(Action("prepare", "keep" if resumes else "write", "start position",
+                   str(art.start_offsets_file), checkpoint_size(art.checkpoint, plan.input_topic),
+                   f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
     for topic in art.changelog_topics:
         add(Action("launch", "create", "changelog topic", topic, topic_size(bootstrap, topic, present)))
     add(Action("launch", "create", "dead-letter topic", art.dead_letter_topic, topic_size(bootstrap, art.dead_letter_topic, present)))

@@ -50,6 +50,8 @@ BROADCAST_MAX_KEYS = 2_000_000
 
 #: how a snapshot was written: the whole state (an overwrite: a new base) or a layer of changes on the latest one
 SnapshotMode = Literal["full", "layered"]
+#: who writes snapshots (see ``SnapshotInfo.writer``)
+SnapshotWriter = Literal["driver", "standby", "migration"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +73,9 @@ class SnapshotInfo:
     watermark_ms: int = 0
     #: the snapshot holds every change written to the changelog before this time (epoch ms; 0: unknown)
     as_of_ms: int = 0
-    #: who wrote it: ``driver`` (the job's cadence) or ``standby`` (the warm standby)
-    writer: str = "driver"
+    #: who wrote it: ``driver`` (the job's cadence), ``standby`` (the warm standby) or ``migration`` (built
+    #: from another version's state: :mod:`spark_jobs.state.migration`)
+    writer: SnapshotWriter = "driver"
     mode: SnapshotMode = "full"
     #: ``layered``: the batch of the base (the last ``full`` snapshot) the layers lie on, and its rows
     base_batch_id: int | None = None
@@ -80,6 +83,8 @@ class SnapshotInfo:
     #: ``layered``: rows in the layers since the base (this one included), and how many layers there are
     layer_rows: int = 0
     layers: int = 0
+    #: ``migration``: the state it was built from, e.g. ``purchase_counts-v3/counts@batch 1000000004``
+    migrated_from: str = ""
 
     @property
     def base_batch(self) -> int:
@@ -113,6 +118,7 @@ class SnapshotInfo:
                 "changelog_offsets": {str(p): o for p, o in self.changelog_offsets.items()},
                 "as_of_ms": self.as_of_ms,
                 "writer": self.writer,
+                "migrated_from": self.migrated_from or None,
             },
             sort_keys=True,
         )
@@ -161,6 +167,7 @@ class SnapshotInfo:
             base_rows=data["base_rows"] if layered else rows,
             layer_rows=layer_rows,
             layers=int(data.get("layers") or 0),
+            migrated_from=data.get("migrated_from") or "",
         )
 
     def layer_on(self, base: SnapshotInfo) -> SnapshotInfo:
@@ -355,6 +362,7 @@ class SnapshotStore:
     def arrow(self, info: SnapshotInfo):
         """The state of one snapshot as a pyarrow Table(key, value), its layers resolved (:func:`resolve_layers`)."""
         import pyarrow as pa
+
         table = self._delta(self.readable_version(info))
         names = {field.name for field in table.schema().fields}
         columns = [c for c in ("key", "value", "layer") if c in names]
@@ -406,7 +414,9 @@ class SnapshotStore:
         if current is None or current == info.delta_version:
             return info.delta_version
         later = [
-            s for s in snapshot_history(self.table, current - info.delta_version) if s.delta_version > info.delta_version
+            s
+            for s in snapshot_history(self.table, current - info.delta_version)
+            if s.delta_version > info.delta_version
         ]
         return info.delta_version if later else current
 
@@ -500,10 +510,12 @@ class SnapshotStore:
         input_offsets: KafkaOffsets,
         changelog_offsets: dict[int, int],
         watermark_ms: int = 0,
+        *,
+        migrated_from: str = "",
     ) -> SnapshotInfo:
         """:meth:`write` for a state Spark holds (DataFrame(key, value)): Spark's executors write it, one
         atomic Delta overwrite, idempotent per batch through Delta's own ``txnAppId``/``txnVersion``; the
-        state never enters this process."""
+        state never enters this process. ``migrated_from`` names the state it was built from (a migration)."""
         from deltalake import DeltaTable
         from pyspark import StorageLevel
 
@@ -519,6 +531,8 @@ class SnapshotStore:
             frame = frame.persist(StorageLevel.DISK_ONLY)  # counted, then written: evaluated once, on the executors
             try:
                 info = self.new_info(batch_id, input_offsets, changelog_offsets, watermark_ms, rows=frame.count())
+                if migrated_from:
+                    info = dataclasses.replace(info, writer="migration", migrated_from=migrated_from)
                 self._write_spark(frame, None, info, "overwrite")
             finally:
                 frame.unpersist()

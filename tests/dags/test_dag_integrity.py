@@ -73,6 +73,18 @@ def test_every_registered_job_is_supervised_and_controllable(dagbag_for):
         assert bag.dags[control].params.get_param("job").schema["enum"] == sorted(latest_jobs())
 
 
+def test_reprocess_job_runs_each_mode_through_its_own_first_step_then_the_shared_launch(dagbag_for):
+    """The branch picks one of prepare / stop / migrate_state; the launch that follows both prepare and
+    migrate_state must run after whichever of them ran (the other one is skipped)."""
+    dag = dagbag_for(PROJECT_ROOT / "dags" / "reprocess_jobs.py").dags["reprocess_job"]
+    assert dag.params.get_param("mode").schema["enum"] == ["side_by_side", "reset", "migrate"]
+    assert set(dag.task_dict["choose"].downstream_task_ids) == {"prepare", "stop", "migrate_state", "audit"}
+    launch = dag.task_dict["launch_new_version"]
+    assert launch.upstream_task_ids == {"prepare", "migrate_state"}
+    assert launch.trigger_rule == "none_failed_min_one_success"
+    assert dag.task_dict["migrate_state"].downstream_task_ids == {"launch_new_version"}
+
+
 @pytest.mark.parametrize(("conf", "param"), [
     ({"mode": "rewind"}, "mode"),
     ({"job": "no_such_job"}, "job"),

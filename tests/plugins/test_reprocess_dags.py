@@ -4,6 +4,8 @@ Delta tables read back with delta-rs, Kafka read back with a consumer.
 - side_by_side: v1 of ``gift_card_counts`` counts gift cards twice; v2 (the fix) reprocesses from
   earliest beside it, the report names exactly the users that differ, promote switches readers to v2
   and stops v1 and its warm standby.
+- migrate: ``tiered_counts`` v2 keeps a field more in its store than v1; after the source's history is
+  deleted, v2 starts from v1's state, migrated, and its outputs equal recomputing everything.
 - reset: ``reset_counts`` reset to a date-time reprocesses only what came after it, with a changelog
   holding nothing from before; the dry run before it changes nothing; a bad form is rejected; the
   version's warm standby is stopped first (the reset deletes the snapshots it writes).
@@ -26,7 +28,7 @@ from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators.purchases import expected_counts, generate, produce
-from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
+from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets, truncate_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
@@ -34,6 +36,7 @@ from spark_jobs.reprocess.audit import audit_rows
 from spark_jobs.reprocess.compare import diffs_table, reports_table
 from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.versions import JobVersions, current_output_path, read_rows
 from tests.fixtures.reprocess_jobs import gift_card_input
 from tests.helpers import wait_for as _wait
@@ -41,7 +44,7 @@ from tests.helpers import wait_for as _wait
 pytestmark = pytest.mark.integration
 
 JOB_MODULES = "tests.fixtures.reprocess_jobs"
-FIXTURE_JOBS = ("gift_card_counts", "reset_counts")
+FIXTURE_JOBS = ("gift_card_counts", "reset_counts", "tiered_counts")
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +175,38 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert versions.retired(v1.name) == []  # purged: not a candidate any more
     purge = [r for r in audit_rows(settings) if r["dag_id"] == "purge_retired_versions"]
     assert [r["outcome"] for r in purge] == ["succeeded"] and "gift_card_counts-v1" in purge[0]["plan"]
+
+
+def test_migrate_starts_the_new_version_from_the_current_versions_state(settings, kafka_broker, run_dag):
+    v1, v2 = get_job("tiered_counts", 1), get_job("tiered_counts", 2)
+    bootstrap = settings.kafka_bootstrap_servers
+    first, later = list(generate(300, users=40, seed=31)), list(generate(120, users=50, seed=32))
+    ensure_topic(bootstrap, v1.source_topic, v1.source_partitions)
+    produce(bootstrap, v1.source_topic, first)
+    JobVersions(settings).promote(v1.name, 1, by="test: v1 was deployed first")
+    _ok(run_dag("start_streaming_job", {"job": v1.name}))
+    _caught_up(settings, v1)
+    assert truncate_topic(bootstrap, v1.source_topic) == len(first)  # the source no longer holds the history
+
+    new_snapshots = SnapshotStore.of(JobLayout.of(v2, settings), "counts")
+    dry_run = run_dag("reprocess_job", {"job": v1.name, "mode": "migrate", "dry_run": True})
+    _ok(dry_run)
+    printed = dry_run.stdout + dry_run.stderr
+    assert "migrated snapshot" in printed and "through tests.fixtures.reprocess_jobs:add_tier" in printed
+    assert not new_snapshots.exists()
+
+    _ok(run_dag("reprocess_job", {"job": v1.name, "mode": "migrate", "dry_run": False}))
+    (migrated, *_) = new_snapshots.history()
+    assert migrated.writer == "migration" and migrated.migrated_from.startswith("tiered_counts-v1/counts@batch ")
+    report = next(r for r in read_rows(reports_table(settings)) if r["job"] == v1.name)
+    assert (report["old_version"], report["new_version"], report["different"], report["only_new"]) == (1, 2, 0, 0)
+    assert report["equal"] == len(expected_counts(first))
+    # v2 runs on from there: what recomputing everything would give, though the source lost its history
+    produce(bootstrap, v1.source_topic, later)
+    _caught_up(settings, v2)
+    assert _counts(str(settings.lake / v2.output_table_dir)) == expected_counts(first + later)
+    outcomes = Counter((r["mode"], r["outcome"]) for r in audit_rows(settings) if r["job"] == v1.name)
+    assert outcomes == {("migrate", "dry_run"): 1, ("migrate", "succeeded"): 1}
 
 
 def _read_changelog(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:

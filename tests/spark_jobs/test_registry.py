@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from spark_jobs.registry import latest_jobs, JobSpecError, StoreSpec, get_job
+from spark_jobs.registry import JobSpecError, StoreMigration, StoreSpec, get_job, latest_jobs
 
 
 def test_versions_write_separate_output_tables_and_changelogs():
@@ -32,3 +32,15 @@ def test_ttl_is_for_key_value_stores():
     with pytest.raises(JobSpecError, match="ttl_ms"):
         StoreSpec("w", kind="windowed", window_ms=1000, retention_ms=2000, ttl_ms=10)
     assert StoreSpec("counts", ttl_ms=1000).ttl_ms == 1000
+
+
+def test_a_migration_names_one_of_the_versions_stores_and_a_function():
+    v3 = get_job("purchase_counts", 3)
+    ok = dataclasses.replace(v3, version=4, migrations=(StoreMigration("counts", function="my_jobs.migrations:add_tier"),))
+    assert ok.migrations[0].source_store == "counts"
+    with pytest.raises(JobSpecError, match="purchase_counts: migrations: store 'totals' is not one of its stores"):
+        dataclasses.replace(v3, migrations=(StoreMigration("totals"),))
+    with pytest.raises(JobSpecError, match="function must be 'module:function'"):
+        dataclasses.replace(v3, migrations=(StoreMigration("counts", function="add_tier"),))
+    with pytest.raises(JobSpecError, match="one migration per store"):
+        dataclasses.replace(v3, migrations=(StoreMigration("counts"), StoreMigration("counts", from_store="old")))

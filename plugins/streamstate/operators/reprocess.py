@@ -20,6 +20,7 @@ from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.plan import BadReprocessRequest, ReprocessPlan, make_plan, write_start_offsets
+from spark_jobs.state.snapshots import SnapshotStore
 
 PLAN_TASK = "plan"
 
@@ -71,6 +72,35 @@ class PrepareSideBySideOperator(BaseOperator):
         path = write_start_offsets(layout, plan.input_topic, plan.start_offsets)
         self.log.info("%s starts at %s (%s)", spec.application_id, plan.start_offsets, path)
         return {"start_offsets_file": str(path)}
+
+
+class MigrateStateOperator(SparkSubmitOperator):
+    """Build the new version's state from the current version's (``spark_jobs/state/migration.py`` on
+    ``spark_default``): its first snapshot, at the current version's input position. Safe to run again:
+    a store already migrated is kept, and a version already running from the migrated state is left alone."""
+
+    def __init__(self, *, conn_id: str = "spark_default", **kwargs) -> None:
+        super().__init__(conn_id=conn_id, application="", **kwargs)
+
+    def execute(self, context):
+        from runtime.settings import PROJECT_ROOT
+        from spark_jobs.state.migration import migrated_and_running
+        from spark_jobs.submit import application_submit_spec
+
+        plan, settings = _plan(context), Settings.from_env()
+        target = plan.spec()
+        args = (plan.job, str(plan.current_version), str(plan.target_version))
+        application = PROJECT_ROOT / "spark_jobs" / "state" / "migration.py"
+        _apply_submit(self, application_submit_spec(settings, f"migrate-{target.application_id}", application, args))
+        super().execute(context)
+        snapshots = {s.name: SnapshotStore.of(JobLayout.of(target, settings), s.name).latest() for s in target.stores}
+        migrated = {name: info for name, info in snapshots.items() if info is not None and info.writer == "migration"}
+        if not migrated and migrated_and_running(settings, target) is None:
+            raise StreamingJobFailed(f"the migration wrote no snapshot for {target.application_id}")
+        summary = {name: {"rows": i.rows, "batch_id": i.batch_id, "migrated_from": i.migrated_from,
+                          "input_offsets": i.input_offsets} for name, i in migrated.items()}  # fmt: skip
+        self.log.info("%s starts from: %s", target.application_id, json.dumps(summary, indent=2))
+        return summary
 
 
 class WaitForCatchUpOperator(BaseOperator):

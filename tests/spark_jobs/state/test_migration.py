@@ -1,0 +1,125 @@
+"""A new version starts from the previous version's state, migrated, instead of recomputing it from the
+source: purchase_counts v3 -> a v4 whose store's value gains a field (``tier``; the rules and the
+migration are tiered_counts v2's, tests/fixtures/reprocess_jobs.py), on a real broker, Spark and Delta.
+The migrated state plus the input after it must equal what recomputing everything gives, with the
+source's early history deleted (which recomputing cannot survive)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from decimal import Decimal
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.generators import purchases
+from spark_jobs.jobs.purchase_counts import STORE
+from spark_jobs.kafka_topics import ensure_topic, truncate_topic
+from spark_jobs.layout import JobLayout
+from spark_jobs.registry import StoreMigration, get_job
+from spark_jobs.run import run
+from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+from spark_jobs.state.migration import MIGRATED_BATCH_ID, MigrationRefused, migrate_state, plan_migration, read_store
+from spark_jobs.state.restore import take_snapshot
+from spark_jobs.state.snapshots import SnapshotStore
+from tests.fixtures import reprocess_jobs
+from tests.fixtures.reprocess_jobs import add_tier, tier_of
+from tests.helpers import delta_purchase_counts, expected_purchase_counts
+
+pytestmark = pytest.mark.integration
+
+HERE = "tests.spark_jobs.state.test_migration"
+
+
+def add_tier_but_fail(old: DataFrame) -> DataFrame:
+    """A migration that dies while Spark writes its result (one user's row fails)."""
+    migrated = add_tier(old)
+    failing_key = migrated.select(F.min("key")).first()[0]
+    return migrated.select(
+        "key",
+        F.when(F.col("key") == failing_key, F.raise_error(F.lit("boom"))).otherwise(F.col("value")).alias("value"),
+    )
+
+
+def only_keys(old: DataFrame) -> DataFrame:
+    return old.select("key")
+
+
+def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_broker, settings, unique):
+    v3 = dataclasses.replace(
+        get_job("purchase_counts", 3), name=f"mig_{unique}", source_topic=f"mig-{unique}", output_table=f"mig_{unique}"
+    )
+    # v4: tiered_counts v2's rules and migration
+    tiered = next(s for s in reprocess_jobs.JOBS if (s.name, s.version) == ("tiered_counts", 2))
+    v4 = dataclasses.replace(v3, version=4, entrypoint=tiered.entrypoint, migrations=tiered.migrations)
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, v3.source_topic, v3.source_partitions)
+    batches = [
+        list(purchases.generate(n, users=users, seed=seed))
+        for n, users, seed in ((1500, 200, 51), (500, 260, 52), (400, 300, 53))
+    ]
+    old_layout = JobLayout.of(v3, settings)
+    old_snapshots = SnapshotStore.of(old_layout, STORE)
+
+    # v3 ran: a snapshot, then a batch after it (the migration reads the snapshot and the changelog tail)
+    purchases.produce(bootstrap, v3.source_topic, batches[0])
+    run(v3, settings, available_now=True, spark=spark)
+    take_snapshot(old_snapshots, settings.kafka, old_layout.changelog_topic(STORE), spark=spark)
+    purchases.produce(bootstrap, v3.source_topic, batches[1])
+    run(v3, settings, available_now=True, spark=spark)
+    # the source keeps days, not years: its history is gone, so recomputing v4 from it is impossible
+    assert truncate_topic(bootstrap, v3.source_topic) == len(batches[0]) + len(batches[1])
+
+    plan = plan_migration(settings, v3, v4)
+    (store,) = plan.stores
+    assert (
+        store.function == "tests.fixtures.reprocess_jobs:add_tier"
+        and store.snapshot is not None
+        and store.tail_records > 0
+    )
+    assert "add_tier" in plan.render() and f"batch {store.snapshot.batch_id}" in plan.render()
+
+    # a migration whose result is not a store is refused, naming the store and the function
+    wrong = dataclasses.replace(v4, migrations=(StoreMigration(STORE, function=f"{HERE}:only_keys"),))
+    with pytest.raises(MigrationRefused, match=f"{v4.application_id}/{STORE} .*only_keys.*key STRING, value STRING"):
+        migrate_state(settings, v3, wrong, spark)
+    # one that dies half-way commits nothing, and a second run migrates
+    failing = dataclasses.replace(v4, migrations=(StoreMigration(STORE, function=f"{HERE}:add_tier_but_fail"),))
+    with pytest.raises(Exception, match="boom"):
+        migrate_state(settings, v3, failing, spark)
+    new_snapshots = SnapshotStore.of(JobLayout.of(v4, settings), STORE)
+    assert new_snapshots.latest() is None
+
+    migrated = migrate_state(settings, v3, v4, spark)[STORE]
+    before = expected_purchase_counts(batches[0] + batches[1])
+    assert migrated.batch_id == MIGRATED_BATCH_ID and migrated.rows == len(before) and migrated.writer == "migration"
+    assert migrated.migrated_from.startswith(f"{v3.application_id}/{STORE}@batch ")
+    # at v3's input position: after its last complete batch
+    assert migrated.input_offsets == {v3.source_topic: committed_input_offsets(old_layout.checkpoint, v3.source_topic)}
+    assert migrate_state(settings, v3, v4, spark)[STORE].delta_version == migrated.delta_version  # re-run: kept
+
+    # v4 restores the migrated state and reads the source from v3's position: only the new input
+    purchases.produce(bootstrap, v3.source_topic, batches[2])
+    report = run(v4, settings, available_now=True, spark=spark)
+    assert report.restores[STORE]["snapshot_batch_id"] == MIGRATED_BATCH_ID and report.input_rows == len(batches[2])
+    everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
+    assert delta_purchase_counts(spark, report.output) == everything
+
+    # v4's store holds v4's value for every user, the tier included (migrated, or computed by v4 since)
+    new_layout = JobLayout.of(v4, settings)
+    take_snapshot(new_snapshots, settings.kafka, new_layout.changelog_topic(STORE), spark=spark)
+    state = {r.key: json.loads(r.value, parse_float=Decimal) for r in read_store(settings, v4, STORE, spark).collect()}
+    assert {user: (v["purchases"], v["amount_spent"]) for user, v in state.items()} == everything
+    assert {user: v["tier"] for user, v in state.items()} == {
+        u: tier_of(spent) for u, (_n, spent) in everything.items()
+    }
+    # and the migrated snapshot stays readable by time travel: v3's users at the migration
+    assert {
+        r.key for r in read_store(settings, v4, STORE, spark, batch_id=MIGRATED_BATCH_ID).collect()
+    } == before.keys()
+
+    # v4 now runs from its own state: migrating into it again is refused
+    with pytest.raises(MigrationRefused, match="committed batches of its own"):
+        plan_migration(settings, v3, v4)
