@@ -21,12 +21,19 @@ from spark_jobs.layout import JobLayout
 from spark_jobs.registry import StoreMigration, get_job
 from spark_jobs.run import run
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
-from spark_jobs.state.migration import MIGRATED_BATCH_ID, MigrationRefused, migrate_state, plan_migration, read_store
-from spark_jobs.state.restore import take_snapshot
+from spark_jobs.state.migration import (
+    MIGRATED_BATCH_ID,
+    MigrationRefused,
+    bootstrap_store,
+    migrate_state,
+    plan_migration,
+    read_store,
+)
+from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
 from tests.fixtures import reprocess_jobs
 from tests.fixtures.reprocess_jobs import add_tier, tier_of
-from tests.helpers import delta_purchase_counts, expected_purchase_counts
+from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +130,17 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
     # v4 now runs from its own state: migrating into it again is refused
     with pytest.raises(MigrationRefused, match="committed batches of its own"):
         plan_migration(settings, v3, v4)
+    with pytest.raises(MigrationRefused, match="committed batches of its own"):
+        bootstrap_store(settings, v4, STORE, read_store(settings, v4, STORE, spark), migrated.input_offsets)
+
+    # a table of your own (here: v4's state as of now, as a backfill would compute it) becomes a new
+    # version's starting state, at the input position you give
+    v5 = dataclasses.replace(v3, version=5)
+    position = {v3.source_topic: end_offsets(bootstrap, v3.source_topic)}
+    seeded = bootstrap_store(settings, v5, STORE, read_store(settings, v4, STORE, spark), position, source="a backfill")
+    assert (seeded.rows, seeded.batch_id, seeded.migrated_from) == (len(everything), MIGRATED_BATCH_ID, "a backfill")
+    v5_layout = JobLayout.of(v5, settings)
+    restored = restore_from_snapshot(
+        SnapshotStore.of(v5_layout, STORE), settings.kafka, v5_layout.changelog_topic(STORE)
+    )
+    assert restored.input_offsets == position and len(restored.state) == len(everything)
