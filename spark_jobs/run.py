@@ -263,7 +263,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             status.transition_to(JobState.PENDING_SHUTDOWN)
         status.transition_to(JobState.NOT_RUNNING)
     except Exception as err:
-        refusal = taken_over(context, err)
+        refusal = taken_over(context, err) or state_format_changed(context, err)
         if status.state is not JobState.ERROR:
             error = str(refusal) if refusal else f"{type(err).__name__}: {str(err).splitlines()[0]}"
             status.transition_to(JobState.ERROR, error=error)
@@ -295,6 +295,34 @@ def taken_over(context: JobContext, err: Exception) -> WriterFenced | None:
             "(Spark's offset log refused this driver's next batch): it took the version over, so this driver stops"
         )
     return None
+
+
+class StateFormatChanged(RuntimeError):
+    """The job's stores no longer match the state in its checkpoint: the change needs a new version."""
+
+
+#: Spark's refusals of a stateful query whose state (its schema, or the operator that keeps it) changed
+#: incompatibly with its checkpoint's
+STATE_SCHEMA_REFUSALS = (
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION",
+    "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
+)
+
+
+def state_format_changed(context: JobContext, err: Exception) -> StateFormatChanged | None:
+    """Why the query failed, when Spark refused the job's state format against its checkpoint's: said so
+    that on-call and the job's author know what to do (a new version, its state migrated)."""
+    found = next((name for name in STATE_SCHEMA_REFUSALS if name in str(err)), None)
+    if found is None:
+        return None
+    return StateFormatChanged(
+        f"{context.spec.application_id}: the job's state format changed incompatibly with the state in its "
+        f"checkpoint {context.checkpoint} (Spark: {found}). Register the change as a new version and start it "
+        "from this version's state: reprocess_job mode migrate (or side_by_side to recompute it from the source)"
+    )
 
 
 def quarantine_if_unusable(context: JobContext) -> dict | None:

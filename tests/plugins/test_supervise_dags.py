@@ -178,7 +178,10 @@ def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cl
     first = state_api(f"/jobs/{JOB.name}/stores/pulse-counts/keys?page_size=1")["items"][0]
     window = first["key"]
     one = state_api(f"/jobs/{JOB.name}/stores/pulse-counts/keys/{window['patient_id']}?window_start={window['window_start']}")
-    assert one["found"] and one["value"] == first["value"] and one["source"] == "live"
+    assert one["found"] and one["source"] == "live"
+    # the job runs on: a batch between the two answers may have added beats to this open window, never others
+    assert {k: v for k, v in one["value"].items() if k != "beats"} == {k: v for k, v in first["value"].items() if k != "beats"}
+    assert one["value"]["beats"] >= first["value"]["beats"]
     with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/lookup?target={JOB.name}/pulse-counts"
                                 f"&key={window['patient_id']}&window_start={window['window_start']}", timeout=10) as resp:
         assert "live" in resp.read().decode()

@@ -19,7 +19,7 @@ from spark_jobs.jobs.purchase_counts import STORE
 from spark_jobs.kafka_topics import ensure_topic, truncate_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import StoreMigration, get_job
-from spark_jobs.run import run
+from spark_jobs.run import StateFormatChanged, run
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.state.migration import (
     MIGRATED_BATCH_ID,
@@ -109,6 +109,9 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
 
     # v4 restores the migrated state and reads the source from v3's position: only the new input
     purchases.produce(bootstrap, v3.source_topic, batches[2])
+    # (v4's rules on v3's checkpoint instead: Spark refuses the state format, and the error says what to do)
+    with pytest.raises(StateFormatChanged, match=f"{v3.application_id}: .*reprocess_job mode migrate"):
+        run(dataclasses.replace(v3, entrypoint=tiered.entrypoint), settings, available_now=True, spark=spark)
     report = run(v4, settings, available_now=True, spark=spark)
     assert report.restores[STORE]["snapshot_batch_id"] == MIGRATED_BATCH_ID and report.input_rows == len(batches[2])
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
