@@ -9,8 +9,14 @@ checkpoints each time. The sink only counts rows, so the figure is the stateful 
 read. A built-in aggregation combines a key's events before the shuffle; a transformWithState processor
 gets every event shuffled and sorted to it, so several events per key is where they part.
 
+``--encodings`` also runs each processor with the other state encoding: the platform runs jobs with Avro
+state (it evolves in place, see spark_jobs/run.py), Spark's default is UnsafeRow; ``--batches`` cuts the
+input into that many micro-batches, so that later ones read (decode) state the earlier ones wrote.
+
     .venv/bin/python bench/state_update_cost.py [--keys 20000] [--events-per-key 1] [--repeats 2]
     .venv/bin/python bench/state_update_cost.py --keys 100000 --events-per-key 8 --operators built-in java
+    .venv/bin/python bench/state_update_cost.py --keys 100000 --events-per-key 8 --batches 4 \
+        --operators java python --encodings unsaferow avro
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from runtime.settings import Settings  # noqa: E402
 from spark_jobs.generators import purchases  # noqa: E402
 from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, PurchaseCounter, state_changes  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
-from spark_jobs.session import build_spark_session  # noqa: E402
+from spark_jobs.session import build_spark_session, session_conf  # noqa: E402
+from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF  # noqa: E402
 
 console = Console()
 TOPIC = "bench-purchases"
@@ -41,6 +48,7 @@ BUILTIN, JAVA, PYTHON = ("built-in groupBy().agg()", "transformWithState (Java p
 
 
 OPERATORS = {"built-in": BUILTIN, "java": JAVA, "python": PYTHON}
+ENCODINGS = ["unsaferow", "avro"]
 
 
 def purchase_events(keys: int, events_per_key: int) -> list[dict]:
@@ -52,11 +60,19 @@ def purchase_events(keys: int, events_per_key: int) -> list[dict]:
     return [{**e, "user_id": f"u{n:07d}"} for n, e in enumerate(events)]
 
 
-def measure(spark, settings: Settings, operator: str, checkpoint: Path) -> tuple[float, int]:
+def measure(spark, settings: Settings, variant: tuple[str, str], checkpoint: Path, per_batch: int) -> tuple[float, int]:
+    """Seconds to run the input through ``variant`` (operator, state encoding), and the state updates."""
     from pyspark.sql import functions as F
 
-    raw = (spark.readStream.format("kafka").options(**settings.kafka.spark_options())
-           .option("subscribe", TOPIC).option("startingOffsets", "earliest").load())  # fmt: skip
+    operator, encoding = variant
+    raw = (
+        spark.readStream.format("kafka")
+        .options(**settings.kafka.spark_options())
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", per_batch)
+        .load()
+    )
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"), "offset").select(
         "e.*", "offset")  # fmt: skip
     if operator == BUILTIN:
@@ -68,8 +84,14 @@ def measure(spark, settings: Settings, operator: str, checkpoint: Path) -> tuple
         state = state_changes(events, None, None)  # the Java processor
     rows = []
     started = time.monotonic()
-    query = (state.writeStream.outputMode("update").option("checkpointLocation", str(checkpoint))
-             .foreachBatch(lambda df, _id: rows.append(df.count())).trigger(availableNow=True).start())  # fmt: skip
+    writer = (
+        state.writeStream.outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(lambda df, _id: rows.append(df.count()))
+        .trigger(availableNow=True)
+    )
+    with session_conf(spark, {STATE_ENCODING_CONF: encoding}):
+        query = writer.start()
     query.awaitTermination()
     return time.monotonic() - started, sum(rows)
 
@@ -80,46 +102,87 @@ def main() -> None:
     parser.add_argument("--events-per-key", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--operators", nargs="+", choices=list(OPERATORS), default=list(OPERATORS))
+    parser.add_argument(
+        "--encodings",
+        nargs="+",
+        choices=ENCODINGS,
+        default=["unsaferow"],
+        help="state encodings of the processors (the built-in aggregation has UnsafeRow only)",
+    )
+    parser.add_argument("--batches", type=int, default=1, help="micro-batches the input is cut into")
     args = parser.parse_args()
 
     with private_broker("bench-state-") as settings:
         ensure_topic(settings.kafka, TOPIC, 2)
         events = purchase_events(args.keys, args.events_per_key)
         purchases.produce(settings.kafka, TOPIC, events)
-        users = len({e["user_id"] for e in events})  # each operator updates every user once (one batch)
+        users = len({e["user_id"] for e in events})  # each operator updates every user once per batch it is in
+        per_batch = -(-len(events) // args.batches)
         spark = build_spark_session(settings, "bench-state-update-cost")
-        operators = tuple(OPERATORS[name] for name in args.operators)
-        seconds: dict[str, list[float]] = {op: [] for op in operators}
+        variants = [
+            (OPERATORS[name], encoding)
+            for name in args.operators
+            for encoding in (["unsaferow"] if name == "built-in" else args.encodings)
+        ]
+        seconds: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
+        updated: dict[str, int] = {}  # operator -> state updates (the same whatever the encoding)
         for repeat in range(args.repeats):
-            for op in operators:  # alternate, so drift on a shared machine hits both
-                took, updates = measure(spark, settings, op, settings.data_dir / f"cp-{repeat}-{len(seconds[op])}-op{operators.index(op)}")
-                assert updates == users, f"{op}: {updates} state updates, expected {users}"
-                seconds[op].append(took)
-                console.print(f"{op}: {took:.1f} s for {len(events):,} events, {updates:,} state updates")
+            for n, variant in enumerate(variants):  # alternate, so drift on a shared machine hits all
+                took, updates = measure(spark, settings, variant, settings.data_dir / f"cp-{repeat}-{n}", per_batch)
+                assert updates >= users, f"{variant}: {updates} state updates, expected {users} or more"
+                assert updated.setdefault(variant[0], updates) == updates, f"{variant}: {updates} state updates"
+                seconds[variant].append(took)
+                console.print(f"{label(variant)}: {took:.1f} s for {len(events):,} events, {updates:,} state updates")
         report(args, seconds, len(events), users)
 
 
-def report(args, seconds: dict[str, list[float]], events: int, users: int) -> None:
-    median = {op: statistics.median(v) for op, v in seconds.items()}
+def label(variant: tuple[str, str]) -> str:
+    operator, encoding = variant
+    return f"{operator}, {'Avro' if encoding == 'avro' else 'UnsafeRow'} state"
+
+
+def short(variant: tuple[str, str]) -> str:
+    """ "Java processor avro" for the ratios' lines."""
+    operator, encoding = variant
+    return f"{operator.split(' (')[-1].rstrip(')')} {encoding}"
+
+
+def report(args, seconds: dict[tuple[str, str], list[float]], events: int, users: int) -> None:
+    median = {variant: statistics.median(v) for variant, v in seconds.items()}
     command = (f".venv/bin/python bench/state_update_cost.py --keys {args.keys} --events-per-key {args.events_per_key} "
                f"--repeats {args.repeats} --operators {' '.join(args.operators)}")  # fmt: skip
+    if args.encodings != ["unsaferow"] or args.batches != 1:
+        command += f" --encodings {' '.join(args.encodings)} --batches {args.batches}"
+    builtin = median.get((BUILTIN, "unsaferow"))
+    ratios = [f"{short(v)} {m / builtin:.1f}" for v, m in median.items() if builtin and v[0] != BUILTIN]
+    avro = [
+        f"{short((op, ''))}{median[(op, 'avro')] / median[(op, 'unsaferow')]:.2f}"
+        for op in OPERATORS.values()
+        if (op, "avro") in median and (op, "unsaferow") in median
+    ]
+    compared = (
+        "transformWithState with UnsafeRow vs Avro state"
+        if len(args.encodings) > 1
+        else "built-in aggregation vs transformWithState"
+    )
     shape = ("one update per key" if args.events_per_key == 1 else
              f"{events:,} events of {users:,} Zipf-like users ({events / users:.1f} events per updated key)")  # fmt: skip
-    ratios = [f"{op.split(' (')[-1].rstrip(')')} {median[op] / median[BUILTIN]:.1f}" for op in median if op != BUILTIN]
     lines = [
-        f"## State update cost, {args.keys:,} keys, {args.events_per_key} events per key (built-in aggregation vs "
-        f"transformWithState) ({dt.date.today().isoformat()})",
+        f"## State update cost, {args.keys:,} keys, {args.events_per_key} events per key ({compared}) "
+        f"({dt.date.today().isoformat()})",
         "",
         f"Command: `{command}`",
         f"Machine: {platform.machine()}, 2 cores (shared), Python {platform.python_version()}; local KRaft broker, "
-        f"Spark local[*], RocksDB state store, 2 shuffle partitions. One micro-batch, {shape}.",
+        f"Spark local[*], RocksDB state store, 2 shuffle partitions. "
+        f"{'One micro-batch' if args.batches == 1 else f'{args.batches} micro-batches'}, {shape}.",
         "",
         f"| stateful operator | seconds, median (min-max) of {args.repeats} | µs per event |",
         "|---|---|---|",
-        *[f"| {op} | {median[op]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[op] / events * 1e6:.1f} |"
-          for op, v in seconds.items()],
+        *[f"| {label(variant)} | {median[variant]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[variant] / events * 1e6:.1f} |"
+          for variant, v in seconds.items()],
         "",
-        (f"Ratios to built-in (same run, alternating): {', '.join(ratios)}." if BUILTIN in median and ratios else ""),
+        (f"Ratios to built-in (same run, alternating): {', '.join(ratios)}." if ratios else ""),
+        (f"Avro state / UnsafeRow state, same processor (same run, alternating): {', '.join(avro)}." if avro else ""),
         "",
     ]  # fmt: skip
     append_section(lines, console)

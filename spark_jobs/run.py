@@ -32,7 +32,7 @@ from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session, session_conf
 from spark_jobs.state.checkpoint_health import NEW_QUERY_DIRS, checkpoint_problem, new_query_leftovers, quarantine
-from spark_jobs.state.checkpoint_offsets import latest_batch_id
+from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF, latest_batch_id, state_encoding
 from spark_jobs.state.fencing import WriterFenced
 from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
 from spark_jobs.state.restore_history import record_restore
@@ -67,6 +67,8 @@ class RunReport:
     generation: int | None = None
     #: the newer driver's claim that fenced this one, when it was fenced
     fenced_by: dict | None = None
+    #: the checkpoint's state encoding: "avro" evolves in place, "unsaferow" refuses any change of a store
+    state_encoding: StateEncoding | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -231,8 +233,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
 
         writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
         queries = [with_trigger(w).start() for w in context.companion_writers]
-        with session_conf(spark, context.query_conf):  # a query copies the session conf when it starts
-            queries.append(with_trigger(writer).start())
+        queries.append(start_stateful_query(context, with_trigger(writer)))
         collector.main_query_id = str(queries[-1].id)
         status.transition_to(JobState.RUNNING)
         try:
@@ -259,6 +260,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             STOP_REQUEST.queries_running = False
         # The listener bus is asynchronous: let it deliver the last progress events.
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
+        report.state_encoding = state_encoding(context.checkpoint) if spec.stores else None
         if status.state is JobState.RUNNING:
             status.transition_to(JobState.PENDING_SHUTDOWN)
         status.transition_to(JobState.NOT_RUNNING)
@@ -297,6 +299,34 @@ def taken_over(context: JobContext, err: Exception) -> WriterFenced | None:
     return None
 
 
+#: Spark's refusal of Avro state for an operator other than transformWithState (the text of its error)
+AVRO_REFUSED = "encoding format as avro is not supported"
+
+
+def start_stateful_query(context: JobContext, writer):
+    """Start the job's query with Avro-encoded state, so that a compatible change of a store's value (a field
+    added or removed, a type widened as Avro allows: int to long, float to double) keeps the job's version,
+    checkpoint and state: Spark evolves the schema as it reads. Spark supports Avro only for ``transformWithState``: a query with a built-in
+    stateful operator (an aggregation, ``dropDuplicates``, a stream-stream join) runs with UnsafeRow
+    state, which refuses any change. The encoding only matters for a new checkpoint: Spark keeps the one
+    an existing checkpoint recorded (checkpoints from before Avro stay UnsafeRow)."""
+    try:
+        # a query copies the session conf when it starts
+        with session_conf(context.spark, {STATE_ENCODING_CONF: "avro", **context.query_conf}):
+            return writer.start()
+    except Exception as err:
+        if AVRO_REFUSED not in str(err):
+            raise
+    reason = "a built-in stateful operator: its state cannot evolve in place"
+    log.info(
+        json.dumps(
+            {"event": "state_encoding_unsaferow", "application_id": context.spec.application_id, "reason": reason}
+        )
+    )
+    with session_conf(context.spark, {STATE_ENCODING_CONF: "unsaferow", **context.query_conf}):
+        return writer.start()
+
+
 class StateFormatChanged(RuntimeError):
     """The job's stores no longer match the state in its checkpoint: the change needs a new version."""
 
@@ -309,6 +339,9 @@ STATE_SCHEMA_REFUSALS = (
     "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
     "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION",
     "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
+    # Avro state evolves in place, a bounded number of times per store
+    "STATE_STORE_VALUE_SCHEMA_EVOLUTION_THRESHOLD_EXCEEDED",
+    "STATE_STORE_STATE_SCHEMA_FILES_THRESHOLD_EXCEEDED",
 )
 
 

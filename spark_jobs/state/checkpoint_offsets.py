@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 from runtime.object_store import Location
 
@@ -17,6 +18,11 @@ from runtime.object_store import Location
 KafkaOffsets = dict[str, dict[int, int]]
 #: a checkpoint's location (a path on the local disk, or in an object store with its connection)
 Checkpoint = Location | Path | str
+#: how a checkpoint's state store encodes rows: Avro state evolves in place (transformWithState only)
+StateEncoding = Literal["avro", "unsaferow"]
+#: the Spark conf that chooses it; Spark records it in a checkpoint's offset log at its first batch and
+#: keeps it for the checkpoint's life, whatever the session says later
+STATE_ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 
 
 class CheckpointOffsetsError(RuntimeError):
@@ -54,6 +60,20 @@ def batch_watermark_ms(checkpoint: Checkpoint, batch_id: int) -> int:
         return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
     except ValueError as err:
         raise CheckpointOffsetsError(f"{path}: unexpected offset log metadata ({err})") from None
+
+
+def state_encoding(checkpoint: Checkpoint) -> StateEncoding | None:
+    """The state encoding the checkpoint's query runs with (recorded at its first batch, kept for its
+    life; a checkpoint from before Spark recorded it is UnsafeRow), or None before the first batch."""
+    batch = latest_batch_id(checkpoint)
+    if batch is None:
+        return None
+    path, lines = _offset_log_entry(checkpoint, batch)
+    conf = json.loads(lines[1]).get("conf", {})
+    encoding = conf.get(STATE_ENCODING_CONF, "unsaferow")
+    if encoding not in ("avro", "unsaferow"):
+        raise CheckpointOffsetsError(f"{path}: unknown state encoding {encoding!r}")
+    return encoding
 
 
 def latest_batch_id(checkpoint: Checkpoint) -> int | None:
