@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -157,6 +158,10 @@ class LocalAirflow:
         }
 
 
+#: tries of an idempotent API request the standalone's SQLite database was too busy for
+DATABASE_BUSY_ATTEMPTS = 3
+
+
 class AirflowApi:
     """A small client of the Airflow 3 REST API (``/api/v2``) of the local stack.
 
@@ -177,11 +182,19 @@ class AirflowApi:
             data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
         )  # fmt: skip
-        try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                return json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            raise ServiceError(f"Airflow API {method} {path}: HTTP {err.code} {err.read()[:500]!r}") from err
+        for attempt in range(1, DATABASE_BUSY_ATTEMPTS + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=30) as resp:
+                    return json.loads(resp.read() or b"{}")
+            except urllib.error.HTTPError as err:
+                detail = err.read()[:500]
+                # SQLite (the standalone's database) has one writer: a request that waited out its busy
+                # timeout while the scheduler or DAG processor wrote fails whole, and is safe to repeat
+                retry = err.code == 500 and b"Database error" in detail and method in ("GET", "PATCH")
+                if not retry or attempt == DATABASE_BUSY_ATTEMPTS:
+                    raise ServiceError(f"Airflow API {method} {path}: HTTP {err.code} {detail!r}") from err
+                time.sleep(attempt)
+        raise AssertionError("unreachable")
 
     def dag_ids(self) -> list[str]:
         return [d["dag_id"] for d in self._request("GET", "/dags?limit=1000")["dags"]]

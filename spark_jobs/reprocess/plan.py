@@ -173,7 +173,11 @@ def checkpoint_size(checkpoint: Location, topic: str) -> str:
     if not checkpoint.exists():
         return "absent"
     batch = latest_committed_batch_id(checkpoint)
-    where = f"committed batch {batch}, input at {committed_input_offsets(checkpoint, topic)}" if batch is not None else "no committed batch"
+    where = (
+        f"committed batch {batch}, input at {committed_input_offsets(checkpoint, topic)}"
+        if batch is not None
+        else "no committed batch"
+    )
     return f"{human_bytes(checkpoint.size_bytes())}, {where}"
 
 
@@ -275,6 +279,10 @@ def _migrate_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, 
             size = f"{snapshot_rows} snapshot rows + {store.tail_records} changelog records"
             how = f"{current.application_id}/{store.from_store} through {store.function}"
             plan.actions.append(Action("migrate_state", "write", "migrated snapshot", store.target, size, how))
+    if migration.copies_outputs:
+        for source, table in migration.outputs:
+            how = f"copy of {source} as of the migration point"
+            plan.actions.append(Action("migrate_state", "replace", "output table", table, "", how))
     plan.notes.append(
         f"v{target.version} starts from the migrated state at v{current.version}'s position: the source's "
         "history before it is not read (it may be gone)"
@@ -298,7 +306,15 @@ def _side_by_side_actions(
                    f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
     for topic in art.changelog_topics:
         add(Action("launch", "create", "changelog topic", topic, topic_size(bootstrap, topic, present)))
-    add(Action("launch", "create", "dead-letter topic", art.dead_letter_topic, topic_size(bootstrap, art.dead_letter_topic, present)))
+    add(
+        Action(
+            "launch",
+            "create",
+            "dead-letter topic",
+            art.dead_letter_topic,
+            topic_size(bootstrap, art.dead_letter_topic, present),
+        )
+    )
     for table in (*art.snapshot_tables, *art.output_tables):
         add(Action("launch", "create", "Delta table", str(table), delta_size(table)))
     add(Action("launch", "start" if holder is None else "keep", "driver", target.application_id,
@@ -320,11 +336,27 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
     art, bootstrap, present = _sizes(settings, target)
     add = plan.actions.append
     holder = JobLease(settings.status_dir, target.application_id).holder()
-    add(Action("stop", "stop" if holder else "keep", "driver", target.application_id, _holder_text(holder),
-               "clean shutdown (SIGTERM), kept stopped until the restart"))
+    add(
+        Action(
+            "stop",
+            "stop" if holder else "keep",
+            "driver",
+            target.application_id,
+            _holder_text(holder),
+            "clean shutdown (SIGTERM), kept stopped until the restart",
+        )
+    )
     standby = JobLease(settings.status_dir, art.standby.name).holder()
-    add(Action("stop", "stop" if standby else "keep", "warm standby", art.standby.name, _holder_text(standby),
-               "it writes the snapshot tables deleted below; the reset holds its lease, supervision restarts it after"))
+    add(
+        Action(
+            "stop",
+            "stop" if standby else "keep",
+            "warm standby",
+            art.standby.name,
+            _holder_text(standby),
+            "it writes the snapshot tables deleted below; the reset holds its lease, supervision restarts it after",
+        )
+    )
     add(Action("reset", "delete", "checkpoint", str(art.checkpoint), checkpoint_size(art.checkpoint, plan.input_topic),
                "input positions live here (Spark commits no consumer-group offsets)"))  # fmt: skip
     for path in art.quarantined_checkpoints():

@@ -9,7 +9,10 @@ changelog tail. A migration
    driver; the old version may keep running: the changelog's batch markers say what is complete);
 2. maps each store through the migration the new version declares (:class:`~spark_jobs.registry.StoreMigration`:
    a function from the old store's DataFrame(key, value JSON) to the new one's; a copy by default);
-3. commits the result as the new version's first snapshot, :data:`MIGRATED_BATCH_ID`, at the old
+3. copies the old version's output tables as they were at that batch into the new version's (a Delta
+   time-travel read: the newest version whose idempotent writes are of that batch or before), so that
+   the new version's outputs hold the history its state holds (windows closed before the migration);
+4. commits the result as the new version's first snapshot, :data:`MIGRATED_BATCH_ID`, at the old
    version's input position, recording where it came from.
 
 The new version then starts the way every version restarts: it restores from that snapshot and reads
@@ -40,6 +43,7 @@ import json
 import sys
 from collections.abc import Callable
 
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, StoreMigration, get_job
@@ -94,15 +98,25 @@ class MigrationPlan:
     from_version: int
     to_version: int
     stores: list[StoreMigrationPlan]
+    #: (old version's output table, new version's) pairs, copied as of the migration point
+    outputs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     def render(self) -> str:
         lines = [f"State migration: {self.job} v{self.from_version} -> v{self.to_version}"]
         lines += [f"  {s.describe()}" for s in self.stores]
+        if self.copies_outputs:
+            lines += [f"  output {old} as of the migration point -> {new} (replaced)" for old, new in self.outputs]
         lines.append(
             f"  v{self.to_version} then starts from the migrated state, at v{self.from_version}'s input position "
             "(its last complete batch when the migration runs)"
         )
         return "\n".join(lines)
+
+    @property
+    def copies_outputs(self) -> bool:
+        """Whether the migration reads old state (and copies the outputs with it): not when every store is
+        already migrated (a re-run) or starts empty."""
+        return any(s.migrated is None and s.from_store is not None for s in self.stores)
 
     def to_dict(self) -> dict:
         return {
@@ -122,6 +136,7 @@ class MigrationPlan:
                 }
                 for s in self.stores
             ],
+            "outputs": [{"from": old, "to": new} for old, new in self.outputs],
         }
 
 
@@ -189,7 +204,54 @@ def plan_migration(settings: Settings, old: JobSpec, new: JobSpec) -> MigrationP
             f"{old.application_id} has no state to migrate (no snapshot, an empty changelog): start "
             f"{new.application_id} side by side instead"
         )
-    return MigrationPlan(old.name, old.version, new.version, plans)
+    outputs = [(str(o), str(n)) for o, n in zip(old_layout.output_tables, new_layout.output_tables) if _is_delta(o)]
+    return MigrationPlan(old.name, old.version, new.version, plans, outputs)
+
+
+def _is_delta(table: Location) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(str(table), storage_options=table.storage_options())
+
+
+def output_version_at(table: Location, transaction_app_id: str, batch_id: int) -> int:
+    """The newest Delta version of an output ``table`` that holds what batches up to ``batch_id`` wrote and
+    nothing a later batch wrote: a job writes its outputs as Delta idempotent writes whose transaction
+    version is the batch id, which only grows, so the versions are searched by halves."""
+    from deltalake import DeltaTable
+
+    def written_up_to(version: int) -> int:
+        loaded = DeltaTable(str(table), version=version, storage_options=table.storage_options())
+        return loaded.transaction_version(transaction_app_id) or -1
+
+    low, high = 0, DeltaTable(str(table), storage_options=table.storage_options()).version()
+    if written_up_to(high) <= batch_id:
+        return high
+    if written_up_to(low) > batch_id:
+        raise MigrationRefused(f"{table}: its first version holds batch outputs after batch {batch_id}")
+    while high - low > 1:  # invariant: written_up_to(low) <= batch_id < written_up_to(high)
+        middle = (low + high) // 2
+        if written_up_to(middle) <= batch_id:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def copy_outputs(settings: Settings, old: JobSpec, new: JobSpec, batch_id: int, spark) -> dict[str, int]:
+    """Replace ``new``'s output tables by ``old``'s as they were after ``batch_id`` (see
+    :func:`output_version_at`); returns table -> the old table's Delta version copied. The new version has
+    not run (:func:`plan_migration` checks), so its tables hold nothing of its own."""
+    old_layout, new_layout = JobLayout.of(old, settings), JobLayout.of(new, settings)
+    copied = {}
+    for source, target in zip(old_layout.output_tables, new_layout.output_tables):
+        if not _is_delta(source):
+            continue
+        version = output_version_at(source, old_layout.output_transaction_app_id, batch_id)
+        rows = spark.read.format("delta").option("versionAsOf", version).load(str(source))
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(target))
+        copied[str(target)] = version
+    return copied
 
 
 def migrated_and_running(settings: Settings, new: JobSpec) -> SnapshotInfo | None:
@@ -254,6 +316,8 @@ def migrate_state(settings: Settings, old: JobSpec, new: JobSpec, spark) -> dict
             f"two stores' batches, or an earlier run migrated some stores): run again, or reset "
             f"{new.application_id} and migrate all stores at once"
         )
+    if restored:  # (a re-run after every store was migrated keeps the outputs copied with them)
+        copy_outputs(settings, old, new, next(iter(restored.values())).batch_id, spark)
     for p in plan.stores:
         if p.store not in restored:
             continue
@@ -321,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env()
     old, new = get_job(args.job, args.from_version), get_job(args.job, args.to_version)
     if (done := migrated_and_running(settings, new)) is not None:
-        print(f"{new.application_id} started from {done.migrated_from} and runs from its own state since: nothing to do")
+        print(
+            f"{new.application_id} started from {done.migrated_from} and runs from its own state since: nothing to do"
+        )
         return 0
     try:
         plan = plan_migration(settings, old, new)

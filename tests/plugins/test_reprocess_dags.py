@@ -193,6 +193,7 @@ def test_migrate_starts_the_new_version_from_the_current_versions_state(settings
     _ok(migration)
     printed = migration.stdout + migration.stderr  # the plan task's plan
     assert "migrated snapshot" in printed and "through tests.fixtures.reprocess_jobs:add_tier" in printed
+    assert f"copy of {settings.lake / v1.output_table_dir} as of the migration point" in printed
     (migrated, *_) = new_snapshots.history()
     assert migrated.writer == "migration" and migrated.migrated_from.startswith("tiered_counts-v1/counts@batch ")
     report = next(r for r in read_rows(reports_table(settings)) if r["job"] == v1.name)

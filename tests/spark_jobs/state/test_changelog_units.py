@@ -3,7 +3,12 @@
 import pytest
 
 from spark_jobs.state.changelog import MAX_VOID_RANGES, BatchMarker, ChangelogTopic, carried_void, changelog_topic_name
-from spark_jobs.state.checkpoint_offsets import CheckpointOffsetsError, batch_end_offsets, latest_batch_id
+from spark_jobs.state.checkpoint_offsets import (
+    CheckpointOffsetsError,
+    batch_end_offsets,
+    latest_batch_id,
+    state_encoding,
+)
 
 
 def test_topic_name_follows_kafka_streams():
@@ -46,7 +51,9 @@ def test_marker_void_ranges_round_trip_and_read_the_single_range_of_older_marker
     assert BatchMarker.from_bytes(marker.to_bytes()) == marker
     assert [b for b in (4, 5, 999_999_999, 1_000_000_000, 1_000_000_007, 2_000_000_001) if marker.is_void(b)] == [
         5, 999_999_999, 2_000_000_001]  # fmt: skip
-    older = BatchMarker.from_bytes(b'{"batch_id": 7, "input_offsets": {}, "records": 0, "void_after": 2, "void_before": 6}')
+    older = BatchMarker.from_bytes(
+        b'{"batch_id": 7, "input_offsets": {}, "records": 0, "void_after": 2, "void_before": 6}'
+    )
     assert older.void == ((2, 6),) and older.is_void(3) and not older.is_void(7)
     never_restored = b'{"batch_id": 7, "input_offsets": {}, "records": 0, "void_after": null, "void_before": 6}'
     assert BatchMarker.from_bytes(never_restored).void == ()
@@ -68,3 +75,16 @@ def test_offset_log_parsing(tmp_path):
     assert latest_batch_id(tmp_path) == 3
     with pytest.raises(CheckpointOffsetsError, match="no offset log entry for batch 4"):
         batch_end_offsets(tmp_path, 4)
+
+
+def test_a_checkpoints_state_encoding_is_read_from_its_offset_log(tmp_path):
+    assert state_encoding(tmp_path) is None  # no batch yet
+    (tmp_path / "offsets").mkdir()
+    entry = 'v1\n{"batchWatermarkMs":0,"conf":%s}\n{"purchases":{"0":1}}\n'
+    (tmp_path / "offsets" / "0").write_text(entry % "{}")
+    assert state_encoding(tmp_path) == "unsaferow"  # a checkpoint from before Spark recorded it
+    (tmp_path / "offsets" / "1").write_text(entry % '{"spark.sql.streaming.stateStore.encodingFormat":"avro"}')
+    assert state_encoding(tmp_path) == "avro"
+    (tmp_path / "offsets" / "2").write_text(entry % '{"spark.sql.streaming.stateStore.encodingFormat":"proto"}')
+    with pytest.raises(CheckpointOffsetsError, match="unknown state encoding 'proto'"):
+        state_encoding(tmp_path)

@@ -26,6 +26,7 @@ from spark_jobs.state.migration import (
     MigrationRefused,
     bootstrap_store,
     migrate_state,
+    output_version_at,
     plan_migration,
     read_store,
 )
@@ -73,7 +74,7 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
     # v3 ran: a snapshot, then a batch after it (the migration reads the snapshot and the changelog tail)
     purchases.produce(bootstrap, v3.source_topic, batches[0])
     run(v3, settings, available_now=True, spark=spark)
-    take_snapshot(old_snapshots, settings.kafka, old_layout.changelog_topic(STORE), spark=spark)
+    first = take_snapshot(old_snapshots, settings.kafka, old_layout.changelog_topic(STORE), spark=spark)
     purchases.produce(bootstrap, v3.source_topic, batches[1])
     run(v3, settings, available_now=True, spark=spark)
     # the source keeps days, not years: its history is gone, so recomputing v4 from it is impossible
@@ -87,6 +88,7 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
         and store.tail_records > 0
     )
     assert "add_tier" in plan.render() and f"batch {store.snapshot.batch_id}" in plan.render()
+    assert plan.outputs == [(str(old_layout.output_table), str(JobLayout.of(v4, settings).output_table))]
 
     # a migration whose result is not a store is refused, naming the store and the function
     wrong = dataclasses.replace(v4, migrations=(StoreMigration(STORE, function=f"{HERE}:only_keys"),))
@@ -101,6 +103,14 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
 
     migrated = migrate_state(settings, v3, v4, spark)[STORE]
     before = expected_purchase_counts(batches[0] + batches[1])
+    # v4's outputs start as v3's were at the migration point (output_version_at finds a batch's table version)
+    new_layout = JobLayout.of(v4, settings)
+    assert delta_purchase_counts(spark, str(new_layout.output_table)) == before
+    at_first = output_version_at(old_layout.output_table, old_layout.output_transaction_app_id, first.batch_id)
+    first_outputs = spark.read.format("delta").option("versionAsOf", at_first).load(str(old_layout.output_table))
+    assert {r.user_id: (r.purchases, r.amount_spent) for r in first_outputs.collect()} == expected_purchase_counts(
+        batches[0]
+    )
     assert migrated.batch_id == MIGRATED_BATCH_ID and migrated.rows == len(before) and migrated.writer == "migration"
     assert migrated.migrated_from.startswith(f"{v3.application_id}/{STORE}@batch ")
     # at v3's input position: after its last complete batch
@@ -118,7 +128,6 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
     assert delta_purchase_counts(spark, report.output) == everything
 
     # v4's store holds v4's value for every user, the tier included (migrated, or computed by v4 since)
-    new_layout = JobLayout.of(v4, settings)
     take_snapshot(new_snapshots, settings.kafka, new_layout.changelog_topic(STORE), spark=spark)
     state = {r.key: json.loads(r.value, parse_float=Decimal) for r in read_store(settings, v4, STORE, spark).collect()}
     assert {user: (v["purchases"], v["amount_spent"]) for user, v in state.items()} == everything
