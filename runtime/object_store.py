@@ -272,7 +272,25 @@ class Location:
         filesystem = self.filesystem()
         for relative, _size in self.files():
             filesystem.copy_file(f"{self._fs_path}/{relative}", f"{target._fs_path}/{relative}")
-        filesystem.delete_dir(self._fs_path)
+        self._delete_tree()
+
+    def _delete_tree(self) -> None:
+        """Delete every object under this prefix, directory markers included, deepest first. A prefix can
+        list "directories" with nothing deletable at their own name (a marker-less prefix, or an S3
+        server's empty directory left by earlier deletes), which a single ``delete_dir`` refuses with
+        NotFound: each entry is deleted in turn, and one already gone is no error."""
+        from pyarrow import fs
+
+        filesystem = self.filesystem()
+        entries = sorted(self._list(recursive=True), key=lambda f: f.path.count("/"), reverse=True)
+        for entry in [*entries, filesystem.get_file_info(self._fs_path)]:
+            try:
+                if entry.type == fs.FileType.File:
+                    filesystem.delete_file(entry.path)
+                elif entry.type == fs.FileType.Directory:
+                    filesystem.delete_dir(entry.path)
+            except FileNotFoundError:
+                pass
 
     def remove(self) -> bool:
         """Delete what is here (a file, or a directory and everything under it). True if there was something."""
@@ -283,6 +301,8 @@ class Location:
         filesystem = self.filesystem()
         if filesystem.get_file_info(self._fs_path).type == fs.FileType.File:
             filesystem.delete_file(self._fs_path)
-        else:
+        elif self.is_local:
             filesystem.delete_dir(self._fs_path)
+        else:
+            self._delete_tree()
         return True

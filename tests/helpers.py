@@ -20,6 +20,32 @@ def delta_purchase_counts(spark, path: str) -> dict[str, tuple[int, Decimal]]:
     return {r.user_id: (r.purchases, r.amount_spent) for r in spark.read.format("delta").load(path).collect()}
 
 
+def purchase_counts_copy(prefix: str, unique: str, bootstrap_servers: str, **changes):
+    """purchase_counts' current spec under a name, topic and table of the test's own (its source topic
+    created), with ``changes`` (e.g. another ``entrypoint`` or ``stores``)."""
+    import dataclasses
+
+    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.registry import get_job
+
+    spec = dataclasses.replace(
+        get_job("purchase_counts"),
+        name=f"{prefix}_{unique}",
+        source_topic=f"{prefix}-{unique}",
+        output_table=f"{prefix}_{unique}",
+        **changes,
+    )
+    ensure_topic(bootstrap_servers, spec.source_topic, spec.source_partitions)
+    return spec
+
+
+def purchase_batches(*shapes: tuple[int, int, int]) -> list[list[dict]]:
+    """One list of purchase events per (count, users, seed)."""
+    from spark_jobs.generators import purchases
+
+    return [list(purchases.generate(n, users=users, seed=seed)) for n, users, seed in shapes]
+
+
 def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
     """partition -> high watermark (the next offset to be written) of ``topic``."""
     return {p: high for p, (_, high) in partition_offsets(bootstrap_servers, topic, 10).items()}

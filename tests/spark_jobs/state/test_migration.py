@@ -16,9 +16,9 @@ from pyspark.sql import functions as F
 
 from spark_jobs.generators import purchases
 from spark_jobs.jobs.purchase_counts import STORE
-from spark_jobs.kafka_topics import ensure_topic, truncate_topic
+from spark_jobs.kafka_topics import truncate_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.registry import StoreMigration, get_job
+from spark_jobs.registry import StoreMigration
 from spark_jobs.run import StateFormatChanged, run
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.state.migration import (
@@ -34,7 +34,13 @@ from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
 from tests.fixtures import reprocess_jobs
 from tests.fixtures.reprocess_jobs import add_tier, tier_of
-from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
+from tests.helpers import (
+    delta_purchase_counts,
+    end_offsets,
+    expected_purchase_counts,
+    purchase_batches,
+    purchase_counts_copy,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,18 +62,12 @@ def only_keys(old: DataFrame) -> DataFrame:
 
 
 def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_broker, settings, unique):
-    v3 = dataclasses.replace(
-        get_job("purchase_counts", 3), name=f"mig_{unique}", source_topic=f"mig-{unique}", output_table=f"mig_{unique}"
-    )
+    bootstrap = settings.kafka_bootstrap_servers
+    v3 = purchase_counts_copy("mig", unique, bootstrap)
     # v4: tiered_counts v2's rules and migration
     tiered = next(s for s in reprocess_jobs.JOBS if (s.name, s.version) == ("tiered_counts", 2))
     v4 = dataclasses.replace(v3, version=4, entrypoint=tiered.entrypoint, migrations=tiered.migrations)
-    bootstrap = settings.kafka_bootstrap_servers
-    ensure_topic(bootstrap, v3.source_topic, v3.source_partitions)
-    batches = [
-        list(purchases.generate(n, users=users, seed=seed))
-        for n, users, seed in ((1500, 200, 51), (500, 260, 52), (400, 300, 53))
-    ]
+    batches = purchase_batches((1500, 200, 51), (500, 260, 52), (400, 300, 53))
     old_layout = JobLayout.of(v3, settings)
     old_snapshots = SnapshotStore.of(old_layout, STORE)
 

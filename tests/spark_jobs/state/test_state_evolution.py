@@ -13,16 +13,14 @@ import pytest
 
 from spark_jobs.generators import purchases
 from spark_jobs.jobs.purchase_counts import STORE
-from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.registry import get_job
 from spark_jobs.run import StateFormatChanged, run
 from spark_jobs.state.checkpoint_offsets import state_encoding
 from spark_jobs.state.migration import read_store
 from spark_jobs.state.restore import take_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
 from tests.fixtures.reprocess_jobs import tier_of
-from tests.helpers import delta_purchase_counts, expected_purchase_counts
+from tests.helpers import delta_purchase_counts, expected_purchase_counts, purchase_batches, purchase_counts_copy
 
 pytestmark = pytest.mark.integration
 
@@ -30,20 +28,10 @@ FIXTURES = "tests.fixtures.reprocess_jobs"
 
 
 def test_a_compatible_change_keeps_the_state_and_an_incompatible_one_is_refused(spark, kafka_broker, settings, unique):
-    as_int = dataclasses.replace(
-        get_job("purchase_counts", 3),
-        name=f"evo_{unique}",
-        source_topic=f"evo-{unique}",
-        output_table=f"evo_{unique}",
-        entrypoint=f"{FIXTURES}:build_counts_as_int",
-    )
-    tiered = dataclasses.replace(as_int, entrypoint=f"{FIXTURES}:build_tiered")  # the same version
     bootstrap = settings.kafka_bootstrap_servers
-    ensure_topic(bootstrap, as_int.source_topic, as_int.source_partitions)
-    batches = [
-        list(purchases.generate(n, users=users, seed=seed))
-        for n, users, seed in ((800, 150, 61), (300, 200, 62), (300, 220, 63))
-    ]
+    as_int = purchase_counts_copy("evo", unique, bootstrap, entrypoint=f"{FIXTURES}:build_counts_as_int")
+    tiered = dataclasses.replace(as_int, entrypoint=f"{FIXTURES}:build_tiered")  # the same version
+    batches = purchase_batches((800, 150, 61), (300, 200, 62), (300, 220, 63))
     layout = JobLayout.of(as_int, settings)
 
     purchases.produce(bootstrap, as_int.source_topic, batches[0])
@@ -91,15 +79,8 @@ def count_per_key(ctx):
 
 
 def test_a_built_in_stateful_operator_runs_with_unsaferow_state(spark, kafka_broker, settings, unique):
-    spec = dataclasses.replace(
-        get_job("purchase_counts", 3),
-        name=f"agg_{unique}",
-        source_topic=f"agg-{unique}",
-        output_table=f"agg_{unique}",
-        entrypoint="tests.spark_jobs.state.test_state_evolution:count_per_key",
-        stores=(),
-    )
-    ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
+    entrypoint = "tests.spark_jobs.state.test_state_evolution:count_per_key"
+    spec = purchase_counts_copy("agg", unique, settings.kafka_bootstrap_servers, entrypoint=entrypoint, stores=())
     purchases.produce(
         settings.kafka_bootstrap_servers, spec.source_topic, list(purchases.generate(50, users=5, seed=1))
     )
