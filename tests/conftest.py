@@ -21,7 +21,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 from runtime.airflow_standalone import AirflowApi, LocalAirflow  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.process import free_service_ports  # noqa: E402
-from runtime.settings import Settings  # noqa: E402
+from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -76,10 +76,18 @@ def dag_runner(airflow_db: LocalAirflow):
     runner.close()
 
 
+#: jobs the standalone registers beside the built-in ones: a job with two versions for the browser
+#: tests of the reprocessing form (tests/fixtures/ui_jobs.py), importable from this checkout
+BROWSER_JOB_MODULES = "tests.fixtures.ui_jobs"
+
+
 @pytest.fixture(scope="session")
 def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
-    local = airflow_db
-    local.start()
+    """The Airflow standalone (its services and what they launch) on the session's metadata DB."""
+    local = LocalAirflow(settings.replace(job_modules=BROWSER_JOB_MODULES))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))))
+        local.start()
     yield AirflowApi(settings.airflow_url)
     local.stop()
 

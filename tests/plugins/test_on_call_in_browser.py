@@ -3,6 +3,8 @@ standalone: its scheduler, workers and triggerer run what the forms trigger, spa
 drivers, and alerts reach the jobs page's inbox (the stack's default ``streamstate_webhook``).
 
 - ``reprocess_job`` triggered from its form as a dry run, the plan read in the task's log;
+- ``reprocess_job`` in mode migrate from its form (a dry run), for a job whose v2 migrates v1's state:
+  the migration's plan read in the task's log;
 - ``promote_job_version`` from its form (a dry run), what it would do read in the task's log;
 - purchase_counts started from its form, a key looked up on the jobs page, its supervision started from
   its form; kill -9 of the driver: the watch restarts it within seconds with its state, the ``down``
@@ -33,11 +35,16 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
+from spark_jobs.run import run
+from spark_jobs.versions import JobVersions
+from tests.fixtures import ui_jobs
 from tests.helpers import driver_diagnosis, driver_pids, expected_purchase_counts, read_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
 JOB = get_job("purchase_counts")
+#: upgraded_counts v2's declared migration of v1's state
+MIGRATION = "tests.fixtures.reprocess_jobs:add_tier"
 SUPERVISE = f"supervise__{JOB.name}"
 README_IMAGES = PROJECT_ROOT / "docs" / "img"
 
@@ -115,6 +122,33 @@ def test_a_reprocessing_dry_run_shows_its_plan_in_the_task_log(ui, airflow, purc
         assert f"input {JOB.source_topic}, start: earliest" in log and "records to process: 400" in log
         assert "delete checkpoint" in log and "restart" in log
     assert airflow.task_states("reprocess_job", "reset")[run_id] == "skipped"  # a dry run changes nothing
+
+
+def test_a_migration_dry_run_plans_the_new_versions_state_from_the_old_ones(
+    ui, airflow, settings, spark, kafka_broker, leaves_the_stack_quiet
+):
+    """The reprocessing form's migrate mode, on the job with two versions the stack registers
+    (tests/fixtures/ui_jobs.py): v1 has run; the plan names v1's state, the declared migration into v2,
+    the copy of v1's outputs, and changes nothing."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STREAMSTATE_JOB_MODULES", ui_jobs.__name__)  # registered in the stack's Airflow too
+        v1, v2 = get_job(ui_jobs.NAME, 1), get_job(ui_jobs.NAME, 2)
+        bootstrap = settings.kafka_bootstrap_servers
+        ensure_topic(bootstrap, v1.source_topic, v1.source_partitions)
+        purchases.produce(bootstrap, v1.source_topic, list(purchases.generate(200, users=30, seed=8)))
+        JobVersions(settings).promote(v1.name, 1, by="test: v1 was deployed first")
+        run(v1, settings, available_now=True, spark=spark)
+
+    with ui.screenshot_on_failure("migrate-trigger"):
+        run_id = ui.trigger("reprocess_job", job=v1.name, mode="migrate")  # the newest version, dry run
+    assert airflow.wait_for_run("reprocess_job", run_id, timeout_s=300) == "success"
+    with ui.screenshot_on_failure("migrate-plan-log"):
+        log = ui.task_log("reprocess_job", run_id, "plan", expect="DRY RUN - nothing will be changed")
+    assert f"Reprocessing plan: {v1.name} v2 beside v1, state migrated from v1, mode migrate" in log
+    assert f"{v1.application_id}/counts through {MIGRATION}" in log and "migrated snapshot" in log, log[-3000:]
+    assert f"copy of {settings.lake / v1.output_table_dir} as of the migration point" in log
+    assert airflow.task_states("reprocess_job", "migrate_state")[run_id] == "skipped"
+    assert not (settings.checkpoints / v2.application_id).exists()  # v2 untouched
 
 
 def test_a_promotion_dry_run_says_what_it_would_do(ui, airflow, leaves_the_stack_quiet):
