@@ -134,6 +134,21 @@ class JobContext:
     def output_path(self) -> str:
         return str(self.layout.output_table)
 
+    def ensure_output_table(self, schema, path: str | None = None) -> None:
+        """Create an output table of this version (default: its main one) with ``schema`` (a StructType),
+        or add the columns of ``schema`` it lacks (nullable). A version whose outputs gained a column may
+        start from a copy of the previous version's tables (a migration copies them), whose rows then read
+        the new column as null, as Delta's schema evolution gives them. A column removed or retyped is
+        not changed here: the job's writes meet Delta's own error for it."""
+        from delta.tables import DeltaTable
+
+        path = path or self.output_path
+        DeltaTable.createIfNotExists(self.spark).location(path).addColumns(schema).execute()
+        present = {f.name.lower() for f in DeltaTable.forPath(self.spark, path).toDF().schema.fields}
+        if missing := [f for f in schema.fields if f.name.lower() not in present]:
+            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+
     def changelog_topic(self, store_name: str) -> ChangelogTopic:
         s = store(self.spec, store_name)
         return ChangelogTopic(

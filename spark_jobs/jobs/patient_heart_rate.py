@@ -56,7 +56,9 @@ STATE_DDL = ("patient_id STRING, window_start_ms BIGINT, beats BIGINT, closed BO
 CHANGE, LATE = "change", "late"
 #: Processor output: store changes (kind = change) and late pulses (kind = late, with their source
 #: coordinates, raw bytes and the stream time that made them late, for the dead-letter record).
-OUTPUT_DDL = f"kind STRING, {TOMBSTONE} BOOLEAN, {STATE_DDL}, source_offset BIGINT, source_timestamp TIMESTAMP, raw BINARY"
+OUTPUT_DDL = (
+    f"kind STRING, {TOMBSTONE} BOOLEAN, {STATE_DDL}, source_offset BIGINT, source_timestamp TIMESTAMP, raw BINARY"
+)
 #: The changelog key of a partition's stream time (a window's is ``<patient>@<window start ms>``).
 STREAM_TIME_KEY_PREFIX = "~stream-time@"
 
@@ -132,7 +134,7 @@ def build(ctx: JobContext):
     from delta.tables import DeltaTable
 
     store: StoreSpec = store_spec(ctx.spec, STORE)
-    DeltaTable.createIfNotExists(ctx.spark).location(ctx.output_path).addColumns(OUTPUT_SCHEMA).execute()
+    ctx.ensure_output_table(OUTPUT_SCHEMA)
     events = ctx.split_dead_letters(classify(ctx), "partition", "offset", "timestamp", "value")
     changes = window_changes(events, ctx.initial_state(CHANGES), store)
     output_path, window_ms = ctx.output_path, store.window_ms

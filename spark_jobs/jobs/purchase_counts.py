@@ -178,7 +178,7 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
         # (and an available-now run would never end); expired users are evicted by the next batch
         # that has input instead.
         ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
-    DeltaTable.createIfNotExists(ctx.spark).location(ctx.output_path).addColumns(OUTPUT_SCHEMA).execute()
+    ctx.ensure_output_table(OUTPUT_SCHEMA)
     events = ctx.split_dead_letters(classify(ctx), "offset")
     store_changes = processor.changes if processor is not None else CHANGES
     changes = state_changes(events, ctx.initial_state(store_changes), ttl_ms, processor)
@@ -211,8 +211,9 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
     return changes.writeStream.outputMode("update").foreachBatch(sink)
 
 
-def state_changes(events: DataFrame, initial: DataFrame | None, ttl_ms: int | None,
-                  processor: type[PurchaseCounter] | None = None) -> DataFrame:
+def state_changes(
+    events: DataFrame, initial: DataFrame | None, ttl_ms: int | None, processor: type[PurchaseCounter] | None = None
+) -> DataFrame:
     """The store's change rows (key, tombstone and the value's columns) for valid ``events``, seeded with
     ``initial`` (key + value rows) after a restore: through ``processor`` (Python) or, when None, the Java
     processor (``CHANGE_DDL``)."""

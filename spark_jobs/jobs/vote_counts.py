@@ -122,7 +122,7 @@ def build(ctx: JobContext):
     from delta.tables import DeltaTable
 
     retention_ms = store_spec(ctx.spec, STORE).retention_ms
-    DeltaTable.createIfNotExists(ctx.spark).location(ctx.output_path).addColumns(OUTPUT_SCHEMA).execute()
+    ctx.ensure_output_table(OUTPUT_SCHEMA)
     events = ctx.split_dead_letters(classify(ctx))
     initial = ctx.initial_state(CHANGES)
     changes = events.groupBy("voter_id").transformWithState(

@@ -156,3 +156,28 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
         SnapshotStore.of(v5_layout, STORE), settings.kafka, v5_layout.changelog_topic(STORE)
     )
     assert restored.input_offsets == position and len(restored.state) == len(everything)
+
+
+def test_a_new_version_whose_outputs_gained_a_column_writes_it_beside_the_copied_rows(spark, settings, unique):
+    """A migration copies the old version's outputs with their schema; the new version's outputs have a
+    column more. Its table gains the column (old rows read null) and its MERGE writes it."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import types as T
+
+    from spark_jobs.context import JobContext
+    from spark_jobs.jobs.purchase_counts import OUTPUT_SCHEMA
+
+    v4 = dataclasses.replace(purchase_counts_copy("out", unique, settings.kafka_bootstrap_servers), version=4)
+    ctx = JobContext(spark, v4, settings)
+    copied = spark.createDataFrame([("u1", 3, Decimal("120.00"), None)], OUTPUT_SCHEMA)
+    copied.write.format("delta").save(ctx.output_path)  # what copy_outputs leaves: v3's schema
+    with_tier = T.StructType([*OUTPUT_SCHEMA.fields, T.StructField("tier", T.StringType())])
+    ctx.ensure_output_table(with_tier)
+    ctx.ensure_output_table(with_tier)  # a restart: nothing to add
+    table = DeltaTable.forPath(spark, ctx.output_path)
+    assert [(f.name, f.dataType) for f in table.toDF().schema.fields] == [(f.name, f.dataType) for f in with_tier]
+    new_rows = spark.createDataFrame([("u2", 1, Decimal("5.00"), None, "standard")], with_tier)
+    merge = table.alias("t").merge(new_rows.alias("s"), "t.user_id = s.user_id")
+    merge.whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+    rows = {r.user_id: r.tier for r in spark.read.format("delta").load(ctx.output_path).collect()}
+    assert rows == {"u1": None, "u2": "standard"}
