@@ -54,6 +54,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from bench import answers  # noqa: E402
 from bench.kafka_streams_peer import KafkaStreamsPeer  # noqa: E402
 from bench.kafka_streams_peer import build as build_kafka_streams
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
@@ -72,13 +73,17 @@ console = Console()
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """One stateful computation, as each peer runs it: the platform's reference job and its store, the
-    Kafka Streams app's topology, the plain-Spark query; ``keys`` of a size are its users / patients."""
+    Kafka Streams app's topology, the plain-Spark query; ``keys`` of a size are its users / patients.
+    ``deleting_event``: the event type after which peers mean different things by a key's answer (see
+    bench/answers.py), whose keys are left out of the comparisons that say so."""
 
     name: str
     job: str
     store: str
     kafka_streams_topology: str
     key_noun: str
+    key_field: str
+    deleting_event: str
 
     @property
     def spec(self):
@@ -86,8 +91,10 @@ class Workload:
 
 
 WORKLOADS = {
-    "purchases": Workload("purchases", "purchase_counts", "counts", "purchase_counts", "users"),
-    "pulses": Workload("pulses", "patient_heart_rate", "pulse-counts", "pulse_counts", "patients"),
+    "purchases": Workload("purchases", "purchase_counts", "counts", "purchase_counts", "users", "user_id",
+                          "account_closed"),
+    "pulses": Workload("pulses", "patient_heart_rate", "pulse-counts", "pulse_counts", "patients", "patient_id",
+                       "checked_out"),
 }
 SECTION = "## Platform vs Kafka Streams vs plain Spark"
 PYTHON = sys.executable
@@ -177,6 +184,8 @@ class Round:
     restores: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> seconds, records, peak_bytes
     #: the platform's run report: seconds per phase of its batches (state, changelog, outputs, snapshot)
     phases: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: keys on which this peer's answer was checked equal to the platform's (bench/answers.py)
+    answer_keys: int | None = None
 
 
 def heartbeats(events: int, patients: int) -> list[dict]:
@@ -210,17 +219,19 @@ class Bench:
     def load(self, events: int, keys: int) -> None:
         """The input every peer reads: ``events`` purchases over ``keys`` users, or ``events`` heartbeats
         of ``keys`` patients (each beating for as long as that takes), on the job's source topic."""
-        topic = self.job.source_topic
+        topic, workload = self.job.source_topic, self.workload
         delete_topics(self.bootstrap, [topic])
         ensure_topic(self.bootstrap, topic, self.job.source_partitions)
         t = time.monotonic()
-        with console.status(f"producing {events:,} events over {keys:,} {self.workload.key_noun}"):
-            if self.workload.name == "purchases":
+        self.deleted_keys: set[str] = set()
+        with console.status(f"producing {events:,} events over {keys:,} {workload.key_noun}"):
+            if workload.name == "purchases":
                 # Events in the past at every size (1e7 events span weeks): see purchases.start_ending_by.
                 generated = purchases.generate(events, users=keys, seed=3, start=purchases.start_ending_by(events))
-                sent = purchases.produce(self.bootstrap, topic, generated)
             else:
-                sent = pulse.produce(self.bootstrap, topic, heartbeats(events, keys))
+                generated = heartbeats(events, keys)
+            noted = answers.noting_keys(generated, workload.key_field, workload.deleting_event, self.deleted_keys)
+            sent = (purchases if workload.name == "purchases" else pulse).produce(self.bootstrap, topic, noted)
         ends = sum(high for _, high in partition_offsets(self.bootstrap, topic).values())
         assert sent == events == ends, f"loaded {ends} of {events} events"
         console.print(f"loaded {events:,} events in {time.monotonic() - t:.0f} s")
@@ -235,6 +246,8 @@ class Bench:
                                 output, self.args.threads)  # fmt: skip
         seconds = peer.wait_caught_up()
         peer.stop()
+        read = answers.kafka_streams_purchases if self.workload.name == "purchases" else answers.kafka_streams_pulses
+        self.answers["kafka_streams"] = read(self.bootstrap, output)
         changelog = f"{app}-{self.workload.store}-changelog"
         result = Round(seconds, peer.peak_rss_bytes, topic_bytes(self.broker, changelog))
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
@@ -254,6 +267,7 @@ class Bench:
                             "--max-offsets-per-trigger", str(max_offsets), "--workload", self.workload.name],
                            self._platform_settings(work, max_offsets).to_env(), self.args.timeout)  # fmt: skip
         assert run.answer["input_rows"] == self.events, f"plain Spark read {run.answer['input_rows']} of {self.events}"
+        self.answers["plain_spark"] = self._table_answer(work / "output")
         shutil.rmtree(work, ignore_errors=True)
         return Round(run.seconds, run.peak_bytes)
 
@@ -277,12 +291,36 @@ class Bench:
         keys = {name: r["keys"] for name, r in result.restores.items()}
         # Both restores rebuild the store the run left: the same, non-empty key set size, or a figure is wrong.
         assert len(set(keys.values())) == 1 and min(keys.values()) > 0, f"restores disagree on the store: {keys}"
+        output = self._platform_settings(work, max_offsets).lake / job.output_table_dir
+        self.answers["platform"] = self._table_answer(output)
         shutil.rmtree(work, ignore_errors=True)
         delete_topics(self.bootstrap, [changelog, dead_letter_topic(job.application_id)])
         return result
 
     def _platform_settings(self, work: Path, max_offsets: int) -> Settings:
         return self.settings.replace(data_dir=work, max_offsets_per_trigger=max_offsets)
+
+    def _table_answer(self, table) -> dict:
+        return (answers.table_purchases if self.workload.name == "purchases" else answers.table_pulses)(str(table))
+
+    def check_answers(self, round_: dict[str, Round]) -> None:
+        """The peers of one round computed the same answer (bench/answers.py), or the run stops here."""
+        deleted, pulses = self.deleted_keys, self.workload.name == "pulses"
+
+        def kept(key) -> bool:  # a key whose answer every peer means the same by
+            return (key[0] if pulses else key) not in deleted
+
+        scopes = {
+            "kafka_streams": answers.Scope(kept) if pulses else answers.Scope(),
+            "plain_spark": answers.Scope(kept, only_its_own=pulses),
+        }
+        ordered = dict(sorted(self.answers.items(), key=lambda item: item[0] != "platform"))  # the platform first
+        compared = answers.check_agree(ordered, scopes)
+        for peer, keys in compared.items():
+            round_[peer].answer_keys = keys
+        left_out = f"{len(deleted):,} {self.workload.key_noun} with {self.workload.deleting_event}"
+        console.print(f"answers agree, keys compared: {compared} ({left_out} left out where a peer means otherwise)")
+        self.answers = {}
 
     def size(self, workload: Workload, events: int, keys: int,
              after_round: Callable[[dict[str, list[Round]]], None] = lambda rounds: None) -> dict[str, list[Round]]:
@@ -293,6 +331,7 @@ class Bench:
         max_offsets = max(1, events // self.args.batches)
         rounds: dict[str, list[Round]] = {peer: [] for peer in self.args.peers}
         for n in range(self.args.repeats):
+            self.answers: dict[str, dict] = {}
             for peer in self.args.peers:
                 t = time.monotonic()
                 with console.status(f"round {n + 1}/{self.args.repeats}: {peer}, {workload.name}, {events:,} events, "
@@ -308,6 +347,7 @@ class Bench:
                               f"{result.peak_bytes / 2**20:,.0f} MiB, restores "
                               f"{ {k: round(v['seconds'], 2) for k, v in result.restores.items()} } "
                               f"({time.monotonic() - t:.0f} s)")  # fmt: skip
+            self.check_answers({peer: rounds[peer][-1] for peer in self.args.peers})
             after_round(rounds)
         return rounds
 
@@ -413,7 +453,11 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
         "(deletes); *pulses*: heartbeats of the patients (55-110 bpm, up to 3 s out of order, 0.1% check-outs) "
         "counted per 60 s event-time window with 5 s grace, emitted when the window closes. Spark: "
         "local[*], 2 shuffle partitions, RocksDB state store, at most events/batches records per micro-batch. "
-        "Every figure: median (min-max) of the rounds; ratios are of medians from the same invocation.",
+        "Every figure: median (min-max) of the rounds; ratios are of medians from the same invocation. "
+        "Since 2026-11-26 a round counts only once the peers' outputs were equal key by key (bench/answers.py: "
+        "plain Spark, which cannot delete, on the users who never closed an account; pulses on the patients "
+        "who never checked out, plain Spark on the windows its watermark closed); a size measured before says "
+        "nothing about its answers.",
         "",
         "| workload | events x keys | Kafka Streams events/s | plain Spark events/s | platform events/s "
         "| platform / Kafka Streams | platform / plain Spark | snapshot + tail / Kafka Streams replay | rounds | measured |",
@@ -456,6 +500,11 @@ def size_section(result: SizeResult) -> list[str]:
         "| peer | events/s | seconds start to processed | peak memory MiB | changelog bytes/event |",
         "|---|---|---|---|---|",
     ]  # fmt: skip
+    checked = {peer: runs[-1].answer_keys for peer, runs in rounds.items() if runs and runs[-1].answer_keys}
+    if checked:
+        agreed = ", ".join(f"{peer_name(peer, workload).split(' (')[0]} on {keys:,}" for peer, keys in checked.items())
+        note = "Every round's answers were equal key by key before its figures counted (bench/answers.py)"
+        lines[-2:-2] = [f"{note}: {agreed} keys.", ""]
     for peer, runs in rounds.items():
         changelog = [r.changelog_bytes / events for r in runs if r.changelog_bytes is not None]
         lines.append(f"| {peer_name(peer, workload)} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "

@@ -111,3 +111,27 @@ def test_rounds_are_kept_after_each_round_without_replacing_a_fuller_stored_resu
     # A run asked for fewer rounds than stored replaces it when it has them all.
     assert keep_rounds(dataclasses.replace(stored, commit="two0000", rounds=first), repeats=1, directory=tmp_path, out=out)
     assert SizeResult.load(tmp_path / stored.path_name).round_count == 1
+
+
+def test_peers_answers_must_agree_key_by_key_where_they_mean_the_same():
+    import pytest
+
+    from bench.answers import AnswersDiffer, Scope, check_agree
+
+    platform = {"u1": (2, 3), "u2": (1, 1)}  # u3 closed its account: deleted
+    kafka_streams = dict(platform)
+    plain_spark = {**platform, "u3": (4, 4)}  # cannot delete: compared where no account closed
+    kept = Scope(lambda user: user != "u3")
+    compared = check_agree(
+        {"platform": platform, "kafka_streams": kafka_streams, "plain_spark": plain_spark}, {"plain_spark": kept}
+    )
+    assert compared == {"platform": 2, "kafka_streams": 2, "plain_spark": 2}
+    with pytest.raises(AnswersDiffer, match=r"plain_spark and platform differ on 1 of 3 keys: 'u3': platform None vs"):
+        check_agree({"platform": platform, "plain_spark": plain_spark})
+    differ = r"kafka_streams and platform differ on 1 of 2 keys: 'u2': platform \(1, 1\) vs \(1, 2\)"
+    with pytest.raises(AnswersDiffer, match=differ):
+        check_agree({"platform": platform, "kafka_streams": {**platform, "u2": (1, 2)}})
+    # a peer that closes fewer windows is compared on its own (and must have some)
+    assert check_agree({"platform": platform, "plain_spark": {"u1": (2, 3)}}, {"plain_spark": Scope(only_its_own=True)})
+    with pytest.raises(AnswersDiffer, match="no key to compare"):
+        check_agree({"platform": platform, "plain_spark": {}}, {"plain_spark": Scope(only_its_own=True)})

@@ -10,15 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-from decimal import Decimal
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
+from bench import answers
 from bench.kafka_streams_peer import KafkaStreamsPeer, build
-from runtime.kafka_connection import client_config
 from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic, watermark_offsets
+from spark_jobs.kafka_topics import ensure_topic
 
 pytestmark = pytest.mark.integration
 
@@ -35,22 +33,8 @@ def classpath() -> str:
 
 
 def _compacted_view(settings, topic: str) -> dict[str, dict]:
-    """Latest value per key of ``topic``, tombstoned keys absent (what compaction converges to)."""
-    consumer = Consumer(client_config(settings.kafka, {"group.id": f"read-{topic}", "enable.auto.commit": False}))
-    view: dict[str, dict | None] = {}
-    try:
-        for p in sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions):
-            low, high = watermark_offsets(consumer, TopicPartition(topic, p))
-            consumer.assign([TopicPartition(topic, p, low)])
-            offset = low
-            while offset < high:
-                msg = consumer.poll(30)
-                assert msg is not None and not msg.error(), f"reading {topic}[{p}] stalled at {offset}: {msg}"
-                view[msg.key().decode()] = json.loads(msg.value()) if msg.value() is not None else None
-                offset = msg.offset() + 1
-    finally:
-        consumer.close()
-    return {key: value for key, value in view.items() if value is not None}
+    """Latest value per key of ``topic`` as JSON, tombstoned keys absent (what compaction converges to)."""
+    return {key: json.loads(value) for key, value in answers.latest_per_key(settings.kafka, topic).items()}
 
 
 def _peer(classpath, settings, tmp_path, unique, topic, name="kstreams"):
@@ -70,10 +54,8 @@ def test_peer_counts_what_the_platform_counts_and_restores_from_its_changelog(ka
     assert peer.wait_caught_up(timeout_s=300) > 0
     peer.stop()
     changelog = f"{peer.application_id}-counts-changelog"
-    counts = {user: (state["purchases"], Decimal(state["amount_spent"]))
-              for user, state in _compacted_view(settings, changelog).items()}  # fmt: skip
     expected = purchases.expected_counts(events)
-    assert counts == expected and any(e["type"] == "account_closed" for e in events)
+    assert answers.kafka_streams_purchases(settings.kafka, changelog) == expected and any(e["type"] == "account_closed" for e in events)
 
     shutil.rmtree(tmp_path / peer.application_id)  # no local state: a full restore from the changelog
     again = _peer(classpath, settings, tmp_path, unique, topic)

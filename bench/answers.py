@@ -1,0 +1,131 @@
+"""What each peer of bench/compare.py computed, read back from where it wrote it, and the check that the
+peers agree key by key before a throughput of theirs is reported.
+
+* purchases: user -> (purchases, amount spent). Kafka Streams: the latest record per user of its output
+  topic (a deleted user's is a tombstone); plain Spark and the platform: their Delta tables.
+* pulses: (patient, window start ms) -> beats of a closed window. Kafka Streams: its output topic (a window
+  is emitted once, when it closes); plain Spark and the platform: their Delta tables.
+
+Where a peer computes something else by design, its answer is compared on the keys both mean the same
+by (``Scope``): plain Spark's built-in aggregation cannot delete, so purchases are compared on users who
+never closed their account; Kafka Streams' and plain Spark's pulse counts ignore check-outs, which delete a
+patient's open windows in the platform, so pulses are compared on patients who never checked out; plain
+Spark's watermark is the slowest partition's and only moves between micro-batches, so its closed windows
+are a subset of the others' at the end of the input: compared on the windows it closed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
+
+from confluent_kafka import Consumer, TopicPartition
+
+from runtime.kafka_connection import KafkaTarget, client_config
+from spark_jobs.kafka_topics import partition_offsets
+
+#: how many differing keys a mismatch names
+SHOWN_KEYS = 10
+
+
+class AnswersDiffer(RuntimeError):
+    """Two peers computed different answers for the same input: no throughput of theirs means anything."""
+
+
+def latest_per_key(connection: KafkaTarget, topic: str) -> dict[str, bytes]:
+    """The latest value of every key in ``topic`` (all of it, every partition), tombstoned keys left out."""
+    consumer = Consumer(client_config(connection, {"group.id": f"bench-answers-{topic}", "enable.auto.commit": False}))
+    latest: dict[bytes, bytes | None] = {}
+    try:
+        for partition, (low, high) in sorted(partition_offsets(connection, topic).items()):
+            consumer.assign([TopicPartition(topic, partition, low)])
+            offset = low
+            while offset < high:
+                messages = consumer.consume(10_000, timeout=30)
+                if not messages:
+                    raise AnswersDiffer(f"reading {topic}[{partition}] stalled at offset {offset} of {high}")
+                for message in messages:
+                    if message.error():
+                        raise AnswersDiffer(f"reading {topic}[{partition}] failed: {message.error()}")
+                    latest[message.key()] = message.value()
+                    offset = message.offset() + 1
+    finally:
+        consumer.close()
+    return {key.decode(): value for key, value in latest.items() if value is not None}
+
+
+def kafka_streams_purchases(connection: KafkaTarget, topic: str) -> dict[str, tuple[int, Decimal]]:
+    answer = {}
+    for user, value in latest_per_key(connection, topic).items():
+        state = json.loads(value)
+        answer[user] = (int(state["purchases"]), Decimal(state["amount_spent"]))
+    return answer
+
+
+def kafka_streams_pulses(connection: KafkaTarget, topic: str) -> dict[tuple[str, int], int]:
+    answer = {}
+    for key, value in latest_per_key(connection, topic).items():
+        patient, _, start_ms = key.rpartition("@")
+        answer[(patient, int(start_ms))] = int(json.loads(value)["beats"])
+    return answer
+
+
+def table_purchases(path: str) -> dict[str, tuple[int, Decimal]]:
+    """user -> (purchases, amount spent) of a purchase-counts Delta table (the platform's, plain Spark's)."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(path).to_pyarrow_table(columns=["user_id", "purchases", "amount_spent"]).to_pydict()
+    return {u: (int(n), Decimal(a)) for u, n, a in zip(rows["user_id"], rows["purchases"], rows["amount_spent"])}
+
+
+def table_pulses(path: str) -> dict[tuple[str, int], int]:
+    """(patient, window start ms) -> beats of a heart-rate Delta table (the platform's, plain Spark's)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path).to_pyarrow_table(columns=["patient_id", "window_start", "heart_rate"])
+    starts = pc.cast(pc.cast(table["window_start"], "timestamp[ms, tz=UTC]"), "int64").to_pylist()
+    return {(p, s): int(n) for p, s, n in zip(table["patient_id"].to_pylist(), starts, table["heart_rate"].to_pylist())}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """The keys on which a peer's answer is compared with the reference's: ``keys`` selects them (default:
+    every key), ``only_its_own``: only the keys the peer has (a peer that leaves some out by design)."""
+
+    keys: Callable[[object], bool] = lambda key: True
+    only_its_own: bool = False
+    why: str = ""
+
+
+def check_agree(answers: dict[str, dict], scopes: dict[str, Scope] | None = None) -> dict[str, int]:
+    """Every peer's answer against the first one's (the reference), key by key; returns peer -> keys
+    compared. Raises AnswersDiffer naming the differing keys and both values."""
+    scopes = scopes or {}
+    (reference, expected), *others = answers.items()
+    compared = {reference: len(expected)}
+    for peer, got in others:
+        scope = scopes.get(peer, Scope())
+        keys = got.keys() if scope.only_its_own else got.keys() | expected.keys()
+        keys = [key for key in keys if scope.keys(key)]
+        differing = [key for key in keys if got.get(key) != expected.get(key)]
+        if differing:
+            shown = ", ".join(
+                f"{k!r}: {reference} {expected.get(k)!r} vs {got.get(k)!r}" for k in sorted(differing)[:SHOWN_KEYS]
+            )
+            raise AnswersDiffer(f"{peer} and {reference} differ on {len(differing)} of {len(keys)} keys: {shown}")
+        if not keys:
+            raise AnswersDiffer(f"{peer}: no key to compare with {reference} ({scope.why or 'every key'})")
+        compared[peer] = len(keys)
+    return compared
+
+
+def noting_keys(events: Iterable[dict], key_field: str, event_type: str, into: set[str]) -> Iterator[dict]:
+    """``events`` passed through, the keys (``key_field``) of those of ``event_type`` added to ``into`` on the
+    way (users who closed their account, patients who checked out: while the input is produced)."""
+    for event in events:
+        if event.get("type") == event_type:
+            into.add(event[key_field])
+        yield event
