@@ -76,16 +76,13 @@ def dag_runner(airflow_db: LocalAirflow):
     runner.close()
 
 
-#: jobs the standalone registers beside the built-in ones: a job with two versions for the browser
-#: tests of the reprocessing form (tests/fixtures/ui_jobs.py), importable from this checkout
-BROWSER_JOB_MODULES = "tests.fixtures.ui_jobs"
-
-
 @pytest.fixture(scope="session")
 def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
     """The Airflow standalone (its services and what they launch) on the session's metadata DB."""
-    local = LocalAirflow(settings.replace(job_modules=BROWSER_JOB_MODULES))
-    with pytest.MonkeyPatch.context() as patch:
+    from tests.helpers import STACK_JOB_MODULES
+
+    local = LocalAirflow(settings.replace(job_modules=STACK_JOB_MODULES))
+    with pytest.MonkeyPatch.context() as patch:  # the job modules are importable from this checkout
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))))
         local.start()
     yield AirflowApi(settings.airflow_url)

@@ -15,6 +15,10 @@ from spark_jobs.kafka_topics import read_json_records as read_topic  # noqa: F40
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 
+#: jobs the suite's Airflow standalone registers beside the built-in ones (the ``airflow`` fixture): a job
+#: with two versions for the browser test of the reprocessing form's migrate mode (tests/fixtures/ui_jobs.py)
+STACK_JOB_MODULES = "tests.fixtures.ui_jobs"
+
 
 def delta_purchase_counts(spark, path: str) -> dict[str, tuple[int, Decimal]]:
     return {r.user_id: (r.purchases, r.amount_spent) for r in spark.read.format("delta").load(path).collect()}

@@ -24,7 +24,7 @@ from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import read_standby_status, standby_id
 from streamstate.supervision import read_record
-from tests.helpers import driver_diagnosis, driver_pids
+from tests.helpers import STACK_JOB_MODULES, driver_diagnosis, driver_pids
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -136,7 +136,7 @@ def test_racing_supervision_and_retried_launches_never_run_two_instances(setting
 
 
 def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cli, heart_rate_input):
-    from spark_jobs.registry import latest_jobs
+    from spark_jobs.registry import registered_versions
 
     def page_json():
         with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/api/jobs", timeout=10) as resp:
@@ -151,7 +151,7 @@ def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cl
     # and the Python workers of transformWithState before the first batch; CI has taken over 180 s.)
     jobs = _wait(lambda: (p := page_json()) and p[JOB.name]["batch_id"] is not None and p, 360, "a batch on the page",
                  lambda: driver_diagnosis(settings, JOB.application_id))  # fmt: skip
-    assert set(jobs) == set(latest_jobs())
+    assert set(jobs) == set(registered_versions(STACK_JOB_MODULES))  # the stack's jobs
     live = jobs[JOB.name]
     status = read_status(settings.status_dir, JOB.application_id)
     assert live["lifecycle_state"] == "RUNNING"
@@ -161,7 +161,7 @@ def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cl
     assert jobs["vote_counts"]["lifecycle_state"] in ("NEVER_RAN", "NOT_RUNNING")
     with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/", timeout=10) as resp:
         html = resp.read().decode()
-    assert all(name in html for name in latest_jobs()) and "Spark UI" in html
+    assert all(name in html for name in jobs) and "Spark UI" in html
     assert "Look up a key" in html and "standby " in html  # the lookup form; the running standby's numbers
     plugin = next(p for p in airflow._request("GET", "/plugins")["plugins"] if p["name"] == "streamstate")
     assert plugin["external_views"][0]["href"] == "/streamstate/"
