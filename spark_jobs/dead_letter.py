@@ -1,13 +1,15 @@
 """Bad input never stops a job: it goes to the job's dead-letter topic, with why and where from.
 
 A job decodes its raw Kafka records and names, per record, the first rule it breaks
-(:func:`classify`). The rules are Spark expressions over the decoded struct, and the optimizer may
-repeat the decoding inside them (BENCHMARKS.md's input-cost profile: the classification is most of a
-1e7-event run's time); decoding once is open work. Valid records feed the job; the others are written by a second, stateless
-streaming query of the same job to ``<application_id>-dead-letter``: the original key and value
-bytes untouched, and headers (Kafka Connect's DLQ convention) with the reason, a message, and the
-source topic, partition and offset. That query keeps its own checkpoint inside the job's, so it
-restarts with the job; like any Kafka sink it is at-least-once (source coordinates identify repeats).
+(:func:`classify`). Each record's text is parsed twice, in one projection: ``from_json`` to the job's
+schema (the struct the rules and the job read) and ``try_parse_json`` to a variant (what the text
+wrote, for the rules that must tell "absent" from "did not parse" or check a number's digits). The
+rules read those two columns; none parses the text again. Valid records feed the job; the others are
+written by a second, stateless streaming query of the same job to ``<application_id>-dead-letter``: the
+original key and value bytes untouched, and headers (Kafka Connect's DLQ convention) with the reason, a
+message, and the source topic, partition and offset. That query keeps its own checkpoint inside the
+job's, so it restarts with the job; like any Kafka sink it is at-least-once (source coordinates identify
+repeats).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from runtime.kafka_connection import KafkaTarget, as_connection
 from spark_jobs.layout import dead_letter_topic_name
 
 ERROR_COLUMN = "_dead_letter_reason"
+#: the record's text, its variant (``try_parse_json``: null when it is not JSON) and its decoded struct
+TEXT_COLUMN, JSON_COLUMN, EVENT_COLUMN = "_text", "_json", "_event"
 MESSAGE_COLUMN = "_dead_letter_message"
 UNDECODABLE = "undecodable"
 MISSING_KEY = "missing_key"
@@ -36,11 +40,19 @@ def dead_letter_topic(application_id: str) -> str:
     return dead_letter_topic_name(application_id)
 
 
-def is_json_object(text_column: str) -> Column:
-    """True when the named string column is valid UTF-8 holding a JSON object (not a scalar, array
-    or garbage). Spark's from_json alone cannot tell: it yields an all-null struct for garbage."""
-    check = f"is_valid_utf8({text_column}) AND schema_of_variant(try_parse_json({text_column})) LIKE 'OBJECT%'"
+def is_json_object(text_column: str = TEXT_COLUMN, json_column: str = JSON_COLUMN) -> Column:
+    """True when the text column is valid UTF-8 holding a JSON object (not a scalar, array or garbage),
+    by its variant column. Spark's from_json alone cannot tell: it yields an all-null struct for garbage."""
+    # parsed, and JSON text whose first non-blank character opens an object (cheaper than asking the
+    # variant its schema, which describes every field)
+    check = f"is_valid_utf8({text_column}) AND {json_column} IS NOT NULL AND {text_column} RLIKE '^[ \\t\\n\\r]*[{{]'"
     return F.coalesce(F.expr(check), F.lit(False))
+
+
+def written(field: str) -> Column:
+    """The record's ``field`` as its JSON text wrote it (a string; null when absent or JSON null), from the
+    variant :func:`classify` parsed once."""
+    return F.expr(f"variant_get({JSON_COLUMN}, '$.{field}', 'string')")
 
 
 #: Why a rule rejects a record, in words for the person reading the dead letter: a text, or a column
@@ -57,9 +69,15 @@ def classify(raw: DataFrame, decoded: Column, rules: Sequence[Rule]) -> DataFram
     ``raw`` is the Kafka source DataFrame (key, value, topic, partition, offset, ...). ``rules`` are
     checked in order after "undecodable".
     """
-    text = F.col("value").cast("string")
-    with_event = raw.withColumn("_text", text).withColumn("_event", decoded)
-    undecodable = ~is_json_object("_text")
+    # One projection parses each record (the optimizer keeps an expensive expression that is read several
+    # times in its own projection instead of inlining it into every rule that reads it).
+    with_event = raw.select(
+        "*",
+        F.col("value").cast("string").alias(TEXT_COLUMN),
+        F.expr("try_parse_json(CAST(value AS STRING))").alias(JSON_COLUMN),
+        decoded.alias(EVENT_COLUMN),
+    )
+    undecodable = ~is_json_object()
     reason = F.when(undecodable, F.lit(UNDECODABLE))
     message = F.when(undecodable, F.lit("the value is not a JSON object in UTF-8"))
     for name, broken, *why in rules:
@@ -71,7 +89,7 @@ def classify(raw: DataFrame, decoded: Column, rules: Sequence[Rule]) -> DataFram
 
 def event(field: str) -> Column:
     """A field of the decoded event inside a rule (the struct :func:`classify` adds)."""
-    return F.col(f"_event.{field}")
+    return F.col(f"{EVENT_COLUMN}.{field}")
 
 
 #: The event times a job accepts. Spark parses timestamps Python cannot hold (year 1 in a zone west of
@@ -95,26 +113,29 @@ def inexact_decimal(field: str, precision: int, scale: int) -> Column:
     integer_digits = precision - scale
     # The value as the JSON text wrote it (a decimal keeps its digits in a variant; an exponent form
     # is a double and is accepted only when it prints as a plain decimal, e.g. 1.5e2 -> 150.0).
-    written = F.expr(f"variant_get(try_parse_json(_text), '$.{field}', 'string')")
     fits = f"^[-+]?0*[0-9]{{1,{integer_digits}}}([.][0-9]{{0,{scale}}}0*)?$"
-    return written.isNotNull() & ~written.rlike(fits)
+    return written(field).isNotNull() & ~written(field).rlike(fits)
 
 
 def decimal_message(field: str, precision: int, scale: int) -> Column:
     """The dead-letter message of :func:`inexact_decimal`, naming the field and the value."""
-    written = F.expr(f"variant_get(try_parse_json(_text), '$.{field}', 'string')")
-    return F.concat(F.lit(f"{field}: "), written,
+    return F.concat(F.lit(f"{field}: "), written(field),
                     F.lit(f" does not fit DECIMAL({precision},{scale}) exactly (never rounded)"))  # fmt: skip
 
 
 def unparsed(field: str) -> Column:
     """The record has ``field`` but it did not parse to the schema's type (from_json silently makes it
     null: a wrong-typed value would otherwise pass as "absent")."""
-    return F.get_json_object(F.col("_text"), f"$.{field}").isNotNull() & event(field).isNull()
+    return written(field).isNotNull() & event(field).isNull()
 
 
-def classify_events(raw: DataFrame, schema, key_field: str, event_types: Sequence[str],
-                    invalid: Column | Sequence[tuple[Column, Message]] | None = None) -> DataFrame:
+def classify_events(
+    raw: DataFrame,
+    schema,
+    key_field: str,
+    event_types: Sequence[str],
+    invalid: Column | Sequence[tuple[Column, Message]] | None = None,
+) -> DataFrame:
     """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type,
     then ``invalid``, in that order. ``invalid`` is a condition over :func:`event` fields, or
     (condition, message) pairs: the first broken one names the :data:`INVALID` record's message."""
@@ -134,7 +155,7 @@ def classify_events(raw: DataFrame, schema, key_field: str, event_types: Sequenc
 def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
     """The decoded fields of the records that broke no rule, plus the named Kafka source columns
     (e.g. ``"offset"`` to process a key's records in log order)."""
-    return classified.where(F.col(ERROR_COLUMN).isNull()).select("_event.*", *source_columns)
+    return classified.where(F.col(ERROR_COLUMN).isNull()).select(f"{EVENT_COLUMN}.*", *source_columns)
 
 
 def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:

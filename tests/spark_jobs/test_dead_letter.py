@@ -80,3 +80,25 @@ def read_with_headers(bootstrap: str, topic: str) -> list[dict]:
     finally:
         consumer.close()
     return out
+
+
+@pytest.mark.parametrize("job", ["purchase_counts", "patient_heart_rate", "vote_counts"])
+def test_the_classification_parses_each_record_twice_not_once_per_rule(spark, job):
+    """The optimized plan of a job's valid records decodes the text once to the job's schema and once
+    to a variant, whatever its rules read (BENCHMARKS.md "Input cost": one extra parse per rule reference
+    made the classification several times a plain from_json)."""
+    import importlib
+    import types
+
+    from spark_jobs import dead_letter
+
+    raw = spark.createDataFrame(
+        [(b"u1", b'{"type": "purchase"}', "t", 0, 0, None)],
+        "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP",
+    )
+    classify = importlib.import_module(f"spark_jobs.jobs.{job}").classify
+    classified = classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    for rows in (dead_letter.valid(classified, "offset"), classified.where(f"{dead_letter.ERROR_COLUMN} IS NOT NULL")):
+        plan = rows._jdf.queryExecution().executedPlan().toString()
+        parses = {name: plan.count(name) for name in ("from_json(", "parseJson(", "get_json_object(")}
+        assert parses == {"from_json(": 1, "parseJson(": 1, "get_json_object(": 0}, plan
