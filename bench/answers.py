@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import partition_offsets
@@ -34,23 +35,30 @@ class AnswersDiffer(RuntimeError):
     """Two peers computed different answers for the same input: no throughput of theirs means anything."""
 
 
-def latest_per_key(connection: KafkaTarget, topic: str) -> dict[str, bytes]:
+def latest_per_key(connection: KafkaTarget, topic: str, stall_s: float = 30.0) -> dict[str, bytes]:
     """The latest value of every key in ``topic`` (all of it, every partition), tombstoned keys left out."""
-    consumer = Consumer(client_config(connection, {"group.id": f"bench-answers-{topic}", "enable.auto.commit": False}))
+    settings = {"group.id": f"bench-answers-{topic}", "enable.auto.commit": False, "enable.partition.eof": True}
+    consumer = Consumer(client_config(connection, settings))
     latest: dict[bytes, bytes | None] = {}
     try:
         for partition, (low, high) in sorted(partition_offsets(connection, topic).items()):
+            if high <= low:
+                continue
             consumer.assign([TopicPartition(topic, partition, low)])
-            offset = low
-            while offset < high:
-                messages = consumer.consume(10_000, timeout=30)
-                if not messages:
-                    raise AnswersDiffer(f"reading {topic}[{partition}] stalled at offset {offset} of {high}")
-                for message in messages:
-                    if message.error():
+            at_end, deadline = False, time.monotonic() + stall_s
+            while not at_end:
+                # returns as soon as it has a message or the partition's end (never waits out the timeout
+                # for a full batch: the end of a partition is an event of its own)
+                for message in consumer.consume(10_000, timeout=1):
+                    if message.error() and message.error().code() == KafkaError._PARTITION_EOF:
+                        at_end = True
+                    elif message.error():
                         raise AnswersDiffer(f"reading {topic}[{partition}] failed: {message.error()}")
-                    latest[message.key()] = message.value()
-                    offset = message.offset() + 1
+                    else:
+                        latest[message.key()] = message.value()
+                    deadline = time.monotonic() + stall_s
+                if not at_end and time.monotonic() > deadline:
+                    raise AnswersDiffer(f"reading {topic}[{partition}] stalled before offset {high}")
     finally:
         consumer.close()
     return {key.decode(): value for key, value in latest.items() if value is not None}
