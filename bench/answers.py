@@ -90,11 +90,13 @@ def table_purchases(path: str) -> dict[str, tuple[int, Decimal]]:
 
 def table_pulses(path: str) -> dict[tuple[str, int], int]:
     """(patient, window start ms) -> beats of a heart-rate Delta table (the platform's, plain Spark's)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     table = DeltaTable(path).to_pyarrow_table(columns=["patient_id", "window_start", "heart_rate"])
-    starts = pc.cast(pc.cast(table["window_start"], "timestamp[ms, tz=UTC]"), "int64").to_pylist()
+    as_ms = pc.cast(table["window_start"], pa.timestamp("ms", tz="UTC"), safe=False)  # windows start on the minute
+    starts = pc.cast(as_ms, pa.int64()).to_pylist()
     return {(p, s): int(n) for p, s, n in zip(table["patient_id"].to_pylist(), starts, table["heart_rate"].to_pylist())}
 
 
