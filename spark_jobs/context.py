@@ -143,7 +143,9 @@ class JobContext:
         from delta.tables import DeltaTable
 
         path = path or self.output_path
-        DeltaTable.createIfNotExists(self.spark).location(path).addColumns(schema).execute()
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            DeltaTable.createIfNotExists(self.spark).location(path).addColumns(schema).execute()
+            return
         present = {f.name.lower() for f in DeltaTable.forPath(self.spark, path).toDF().schema.fields}
         if missing := [f for f in schema.fields if f.name.lower() not in present]:
             columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
@@ -209,7 +211,8 @@ class JobContext:
 
         ``reconcile_outputs(restored)``, for jobs whose outputs are a view of the store: when the query
         starts without a checkpoint, it is called now, before the query starts, with the restored store
-        (``key`` + value columns; empty when nothing was restored), and makes the outputs equal to it.
+        (``key`` + value columns; empty when nothing was restored), and makes the outputs equal to it
+        (not called when nothing was restored and the outputs hold nothing: they are equal already).
         Without it a row written by a batch whose changelog never completed (a driver killed between
         the two writes) could outlive the restore: the replay re-derives every key it touches, but not
         a key whose later history no longer reaches the outputs.
@@ -226,7 +229,7 @@ class JobContext:
         writes each output table at most once per batch (a second write to the same table in the batch
         would be skipped), and a driver fenced by a newer one has its late writes skipped.
         """
-        if reconcile_outputs is not None and self.starts_without_checkpoint:
+        if reconcile_outputs is not None and self.starts_without_checkpoint and not self._nothing_to_reconcile(changes):
             clock = _PhaseClock(self.phase_seconds)
             reconcile_outputs(self.restored_store(changes))
             clock.lap("reconcile")
@@ -259,6 +262,20 @@ class JobContext:
             clock.lap("snapshot")
 
         return write_batch
+
+    def _nothing_to_reconcile(self, changes: StoreChanges) -> bool:
+        """Nothing was restored and no output table of the version holds a file: the outputs already equal
+        the (empty) store. A new version's first start then skips the reconciling MERGE (seconds, most of
+        a small job's start)."""
+        from delta.tables import DeltaTable
+
+        if changes.store in self.restored:
+            return False
+        for table in self.layout.output_tables:
+            path = str(table)
+            if DeltaTable.isDeltaTable(self.spark, path) and DeltaTable.forPath(self.spark, path).detail().first()["numFiles"]:
+                return False
+        return True
 
     def failpoint(self, name: failpoints.Failpoint) -> None:
         """Where a fault test may stop this driver (see :mod:`spark_jobs.failpoints`; off by default)."""

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from spark_jobs.generators import purchases
+from spark_jobs.jobs import purchase_counts
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import StoreSpec, get_job
 from spark_jobs.run import report_path, run
@@ -176,6 +177,25 @@ def job_output(settings, job) -> str:
 def test_generator_is_deterministic():
     assert list(purchases.generate(50, seed=3)) == list(purchases.generate(50, seed=3))
     assert list(purchases.generate(50, seed=3)) != list(purchases.generate(50, seed=4))
+
+
+def test_a_first_start_reconciles_only_outputs_that_hold_rows(spark, kafka_broker, settings, job):
+    """Nothing restored and empty outputs: the reconciling MERGE is skipped (a new version starts seconds
+    sooner). Nothing restored but a row in the outputs (written by a driver whose batch never reached the
+    changelog, then the checkpoint lost): it still runs, and the row goes."""
+    ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
+    events = list(purchases.generate(60, users=6, seed=8))
+    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, events)
+    fresh = dataclasses.replace(job, name=f"{job.name}_fresh", output_table=f"{job.output_table}_fresh")
+    report = run(fresh, settings, available_now=True, spark=spark)
+    assert "reconcile" not in report.phase_seconds and report.input_rows == len(events)
+    assert delta_purchase_counts(spark, job_output(settings, fresh)) == expected_purchase_counts(events)
+
+    output = job_output(settings, job)
+    spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], purchase_counts.OUTPUT_SCHEMA).write.format("delta").save(output)
+    report = run(job, settings, available_now=True, spark=spark)
+    assert not report.restores and "reconcile" in report.phase_seconds
+    assert delta_purchase_counts(spark, output) == expected_purchase_counts(events)
 
 
 def test_a_restore_reconciles_the_outputs_with_the_restored_store(spark, kafka_broker, settings, job):
