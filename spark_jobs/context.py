@@ -273,7 +273,10 @@ class JobContext:
             return False
         for table in self.layout.output_tables:
             path = str(table)
-            if DeltaTable.isDeltaTable(self.spark, path) and DeltaTable.forPath(self.spark, path).detail().first()["numFiles"]:
+            if (
+                DeltaTable.isDeltaTable(self.spark, path)
+                and DeltaTable.forPath(self.spark, path).detail().head().numFiles
+            ):
                 return False
         return True
 

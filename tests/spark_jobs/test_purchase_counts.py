@@ -192,7 +192,8 @@ def test_a_first_start_reconciles_only_outputs_that_hold_rows(spark, kafka_broke
     assert delta_purchase_counts(spark, job_output(settings, fresh)) == expected_purchase_counts(events)
 
     output = job_output(settings, job)
-    spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], purchase_counts.OUTPUT_SCHEMA).write.format("delta").save(output)
+    ghost = spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], purchase_counts.OUTPUT_SCHEMA)
+    ghost.write.format("delta").save(output)
     report = run(job, settings, available_now=True, spark=spark)
     assert not report.restores and "reconcile" in report.phase_seconds
     assert delta_purchase_counts(spark, output) == expected_purchase_counts(events)
