@@ -266,16 +266,16 @@ class JobContext:
     def _nothing_to_reconcile(self, changes: StoreChanges) -> bool:
         """Nothing was restored and no output table of the version holds a file: the outputs already equal
         the (empty) store. A new version's first start then skips the reconciling MERGE (seconds, most of
-        a small job's start)."""
-        from delta.tables import DeltaTable
+        a small job's start). Read with delta-rs: asking Spark (DESCRIBE DETAIL) costs as much as the MERGE."""
+        from deltalake import DeltaTable
 
         if changes.store in self.restored:
             return False
         for table in self.layout.output_tables:
-            path = str(table)
+            options = table.storage_options()
             if (
-                DeltaTable.isDeltaTable(self.spark, path)
-                and DeltaTable.forPath(self.spark, path).detail().head().numFiles
+                DeltaTable.is_deltatable(str(table), storage_options=options)
+                and DeltaTable(str(table), storage_options=options).file_uris()
             ):
                 return False
         return True
