@@ -217,7 +217,8 @@ class JobContext:
         the two writes) could outlive the restore: the replay re-derives every key it touches, but not
         a key whose later history no longer reaches the outputs.
 
-        Per micro-batch: ``write_outputs(batch, batch_id)`` updates the job's outputs; then the changes
+        Per micro-batch: ``write_outputs(batch, batch_id)`` updates the job's outputs (not called for a batch
+        without rows: nothing changed); then the changes
         go to the store's changelog, then its batch markers; then a snapshot when due. Both writes are
         full values or tombstones, so a batch replayed after a crash rewrites the same results
         (idempotent). The markers come last because they are what a restore trusts: a batch complete in
@@ -240,7 +241,7 @@ class JobContext:
             clock = _PhaseClock(self.phase_seconds)
             batch.persist()  # two writes from one batch: run the stateful plan once
             try:
-                batch.count()  # materialise it now, so the state phase is timed apart from the writes
+                changed = batch.count()  # materialise it now, so the state phase is timed apart from the writes
                 clock.lap("state")
                 self.failpoint("before_outputs")
                 # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
@@ -249,8 +250,9 @@ class JobContext:
                     "spark.databricks.delta.write.txnAppId": self.layout.output_transaction_app_id,
                     "spark.databricks.delta.write.txnVersion": str(writer.batch_base + batch_id),
                 }
-                with session_conf(batch.sparkSession, transaction):
-                    write_outputs(batch, batch_id)
+                if changed:  # a batch that changed nothing (e.g. only moved the watermark) has nothing to write
+                    with session_conf(batch.sparkSession, transaction):
+                        write_outputs(batch, batch_id)
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
                 writer.write_batch(changes.changelog_records(batch), batch_id, batch_end_offsets(checkpoint, batch_id),
