@@ -182,7 +182,8 @@ class Round:
     peak_bytes: int
     changelog_bytes: int | None = None
     restores: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> seconds, records, peak_bytes
-    #: the platform's run report: seconds per phase of its batches (state, changelog, outputs, snapshot)
+    #: the platform's run report: seconds per phase of its batches (state, dead_letters, outputs, changelog,
+    #: snapshot)
     phases: dict[str, float] = dataclasses.field(default_factory=dict)
     #: keys on which this peer's answer was checked equal to the platform's (bench/answers.py)
     answer_keys: int | None = None
@@ -595,11 +596,11 @@ def ratios(rounds: dict[str, list[Round]], events: int) -> list[str]:
 
 def where_the_time_goes(rounds: dict[str, list[Round]]) -> list[str]:
     """The platform's run split by its own report: batch phases, and the rest (Spark's start, planning,
-    Kafka reads, the dead-letter query, the clean stop)."""
+    Kafka reads, the clean stop)."""
     runs = [r for r in rounds.get("platform", []) if r.phases]
     if not runs:
         return []
-    order = ("state", "changelog", "outputs", "snapshot")
+    order = ("reconcile", "state", "dead_letters", "outputs", "changelog", "snapshot")
     names = sorted(runs[0].phases, key=lambda n: order.index(n) if n in order else len(order))
     phases = {name: statistics.median(r.phases.get(name, 0.0) for r in runs) for name in names}
     rest = statistics.median(r.seconds - sum(r.phases.values()) for r in runs)

@@ -29,8 +29,6 @@ class JobContext:
     settings: Settings
     #: store -> state rebuilt from snapshot + changelog when the query starts without a checkpoint
     restored: dict[str, RestoredState] = dataclasses.field(default_factory=dict)
-    #: further streaming writers the job needs started with it (e.g. its dead-letter query)
-    companion_writers: list = dataclasses.field(default_factory=list)
     #: session settings the job's queries must start with (applied by the runner around start)
     query_conf: dict = dataclasses.field(default_factory=dict)
     #: changelog writers handed out, closed (their producers flushed) when the run ends
@@ -73,19 +71,17 @@ class JobContext:
         offsets = json.loads(positions.pop())
         return json.dumps({self.spec.source_topic: offsets.get(self.spec.source_topic, {})})
 
-    def split_dead_letters(self, classified, *source_columns: str):
-        """Valid records of ``classified`` (see spark_jobs.dead_letter.classify) with the named Kafka
-        source columns; the rest are sent to the job's dead-letter topic by a companion query started
-        with the job."""
+    def with_dead_letters(self, classified, *source_columns: str, key: str | None = None):
+        """The processor's input: every record of ``classified`` (see spark_jobs.dead_letter.classify) with
+        its decoded fields and the named Kafka source columns; a rejected one carries its dead-letter record
+        instead, which the processor passes on and :meth:`state_change_sink` writes to the job's dead-letter
+        topic in the same micro-batch. ``key``: the field the processor groups by, kept on rejected records
+        (see :func:`spark_jobs.dead_letter.with_dead_letters`)."""
         from spark_jobs import dead_letter
 
         ensure_topic(self.settings.kafka, self.layout.dead_letter_topic,
                      self.spec.source_partitions, self.settings.kafka_replication_factor)  # fmt: skip
-        self.companion_writers.append(dead_letter.dead_letter_writer(
-            classified, self.spec.application_id, self.settings.kafka,
-            str(self.layout.dead_letter_checkpoint),
-        ))  # fmt: skip
-        return dead_letter.valid(classified, *source_columns)
+        return dead_letter.with_dead_letters(classified, self.spec.application_id, key, *source_columns)
 
     def snapshot_if_due(self, store_name: str, changelog_batch_id: int):
         """Take a snapshot of ``store_name`` when the job's cadence says so; returns it, or None.
@@ -217,8 +213,9 @@ class JobContext:
         the two writes) could outlive the restore: the replay re-derives every key it touches, but not
         a key whose later history no longer reaches the outputs.
 
-        Per micro-batch: ``write_outputs(batch, batch_id)`` updates the job's outputs (not called for a batch
-        without rows: nothing changed); then the changes
+        Per micro-batch: the batch's dead letters (rows with ``dead_letter.LETTER_COLUMN`` set, see
+        :meth:`with_dead_letters`) go to the dead-letter topic; ``write_outputs(batch, batch_id)`` updates
+        the job's outputs from the other rows (not called when there are none: nothing changed); then the changes
         go to the store's changelog, then its batch markers; then a snapshot when due. Both writes are
         full values or tombstones, so a batch replayed after a crash rewrites the same results
         (idempotent). The markers come last because they are what a restore trusts: a batch complete in
@@ -239,10 +236,13 @@ class JobContext:
 
         def write_batch(batch, batch_id: int) -> None:
             clock = _PhaseClock(self.phase_seconds)
-            batch.persist()  # two writes from one batch: run the stateful plan once
+            cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
-                changed = batch.count()  # materialise it now, so the state phase is timed apart from the writes
+                batch.count()  # materialise it now, so the state phase is timed apart from the writes
                 clock.lap("state")
+                batch = self._write_dead_letters(batch)
+                clock.lap("dead_letters")
+                changed = batch.count()
                 self.failpoint("before_outputs")
                 # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
                 # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py)
@@ -259,11 +259,24 @@ class JobContext:
                                    batch_watermark_ms(checkpoint, batch_id))  # fmt: skip
                 clock.lap("changelog")
             finally:
-                batch.unpersist()
+                cached.unpersist()
             self.snapshot_if_due(changes.store, writer.batch_base + batch_id)
             clock.lap("snapshot")
 
         return write_batch
+
+    def _write_dead_letters(self, batch):
+        """Send the batch's dead letters to the job's dead-letter topic; returns the batch's other rows."""
+        from pyspark.sql import functions as F
+
+        from spark_jobs import dead_letter
+
+        if dead_letter.LETTER_COLUMN not in batch.columns:
+            return batch
+        letters = batch.where(F.col(dead_letter.LETTER_COLUMN).isNotNull()).select(f"{dead_letter.LETTER_COLUMN}.*")
+        if not letters.isEmpty():
+            dead_letter.write_letters(letters, self.spec.application_id, self.settings.kafka)
+        return batch.where(F.col(dead_letter.LETTER_COLUMN).isNull()).drop(dead_letter.LETTER_COLUMN)
 
     def _nothing_to_reconcile(self, changes: StoreChanges) -> bool:
         """Nothing was restored and no output table of the version holds a file: the outputs already equal

@@ -4,12 +4,17 @@ A job decodes its raw Kafka records and names, per record, the first rule it bre
 (:func:`classify`). Each record's text is parsed twice, in one projection: ``from_json`` to the job's
 schema (the struct the rules and the job read) and ``try_parse_json`` to a variant (what the text
 wrote, for the rules that must tell "absent" from "did not parse" or check a number's digits). The
-rules read those two columns; none parses the text again. Valid records feed the job; the others are
-written by a second, stateless streaming query of the same job to ``<application_id>-dead-letter``: the
-original key and value bytes untouched, and headers (Kafka Connect's DLQ convention) with the reason, a
-message, and the source topic, partition and offset. That query keeps its own checkpoint inside the
-job's, so it restarts with the job; like any Kafka sink it is at-least-once (source coordinates identify
-repeats).
+rules read those two columns; none parses the text again.
+
+One query per job reads and classifies the input once (:func:`with_dead_letters`): every record goes on to
+the job's processor, a rejected one carrying its dead-letter record in :data:`LETTER_COLUMN` and no event
+fields. The processor never sees rejected records: a wrapper (:class:`PassingLetters` for a Python
+processor, ``streamstate.jobs.DeadLetters`` for a Java one) sets them aside and emits each as an output row
+of its own, and the job's sink writes them to ``<application_id>-dead-letter`` in the same micro-batch,
+before the batch's outputs and changelog (``JobContext.state_change_sink``): the original key and value
+bytes untouched, and headers (Kafka Connect's DLQ convention) with the reason, a message, and the source
+topic, partition and offset. Like any Kafka sink it is at-least-once: a replayed batch writes its dead
+letters again (the source coordinates identify repeats).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from runtime.kafka_connection import KafkaTarget, as_connection
 from spark_jobs.layout import dead_letter_topic_name
@@ -26,6 +32,9 @@ ERROR_COLUMN = "_dead_letter_reason"
 #: the record's text, its variant (``try_parse_json``: null when it is not JSON) and its decoded struct
 TEXT_COLUMN, JSON_COLUMN, EVENT_COLUMN = "_text", "_json", "_event"
 MESSAGE_COLUMN = "_dead_letter_message"
+#: a rejected record's dead letter (its Kafka key, value and headers) on its row; null on a valid one. The
+#: Java wrapper's name for it is ``streamstate.jobs.DeadLetters.COLUMN``: the two must stay equal.
+LETTER_COLUMN = "_dead_letter"
 UNDECODABLE = "undecodable"
 MISSING_KEY = "missing_key"
 UNKNOWN_TYPE = "unknown_event_type"
@@ -158,19 +167,16 @@ def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
     return classified.where(F.col(ERROR_COLUMN).isNull()).select(f"{EVENT_COLUMN}.*", *source_columns)
 
 
-def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
-    """Kafka records (key, value, headers) for rejected input: raw key and value bytes untouched, the
-    reason and the source coordinates in headers. ``rejected`` has the Kafka source columns (key,
-    value, topic, partition, offset, timestamp), :data:`ERROR_COLUMN` and, optionally,
-    :data:`MESSAGE_COLUMN`."""
+def _letter_columns(has_message: bool, application_id: str) -> list[Column]:
+    """key, value and headers of the dead-letter record of a rejected row (see :func:`dead_letter_records`)."""
 
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(HEADER_PREFIX + name).alias("key"), value.cast("string").cast("binary").alias("value"))
 
     why = F.col(ERROR_COLUMN)
-    if MESSAGE_COLUMN in rejected.columns:
+    if has_message:
         why = F.coalesce(F.col(MESSAGE_COLUMN), why)
-    return rejected.select(
+    return [
         F.col("key"),
         F.col("value"),
         F.array(
@@ -181,23 +187,95 @@ def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
             header("source.offset", F.col("offset")),
             header("source.timestamp", F.col("timestamp")),
         ).alias("headers"),
-    )
+    ]
 
 
-def write_dead_letters(rejected: DataFrame, application_id: str, kafka: KafkaTarget) -> None:
-    """Batch-write rejected records found inside a job's micro-batch (e.g. late events)."""
-    (dead_letter_records(rejected, application_id).write.format("kafka")
+def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
+    """Kafka records (key, value, headers) for rejected input: raw key and value bytes untouched, the
+    reason and the source coordinates in headers. ``rejected`` has the Kafka source columns (key,
+    value, topic, partition, offset, timestamp), :data:`ERROR_COLUMN` and, optionally,
+    :data:`MESSAGE_COLUMN`."""
+    return rejected.select(*_letter_columns(MESSAGE_COLUMN in rejected.columns, application_id))
+
+
+def with_dead_letters(
+    classified: DataFrame, application_id: str, key_field: str | None, *source_columns: str
+) -> DataFrame:
+    """Every record of ``classified`` for the job's processor: the decoded fields and the named Kafka
+    source columns, and :data:`LETTER_COLUMN`, the dead-letter record of a rejected one (null on a valid
+    one). A rejected record's decoded fields are null (the processor never reads them, and a Python worker
+    could not even hold some of them, see :data:`EVENT_TIME_RANGE`) but for ``key_field``, kept ("" when
+    missing) so that rejected records spread over the processor's groups like the valid ones."""
+    rejected = F.col(ERROR_COLUMN).isNotNull()
+    decoded = [
+        F.coalesce(event(f), F.lit("")).alias(f) if f == key_field else F.when(~rejected, event(f)).alias(f)
+        for f in classified.schema[EVENT_COLUMN].dataType.fieldNames()
+    ]
+    letter = F.when(rejected, F.struct(*_letter_columns(True, application_id))).alias(LETTER_COLUMN)
+    return classified.select(*decoded, *source_columns, letter)
+
+
+def write_letters(letters: DataFrame, application_id: str, kafka: KafkaTarget) -> None:
+    """Batch-write dead-letter records (key, value, headers) to the job's dead-letter topic."""
+    (letters.write.format("kafka")
      .options(**as_connection(kafka).spark_options()).option("kafka.acks", "all")
      .option("topic", dead_letter_topic(application_id)).save())  # fmt: skip
 
 
-def dead_letter_writer(classified: DataFrame, application_id: str, kafka: KafkaTarget, checkpoint: str):
-    """The streaming writer that sends every classified-bad record to the dead-letter topic."""
-    bad = dead_letter_records(classified.where(F.col(ERROR_COLUMN).isNotNull()), application_id)
-    return (
-        bad.writeStream.format("kafka")
-        .options(**as_connection(kafka).spark_options())
-        .option("topic", dead_letter_topic(application_id))
-        .option("checkpointLocation", checkpoint)
-        .queryName(f"{application_id}-dead-letter")
-    )
+def write_dead_letters(rejected: DataFrame, application_id: str, kafka: KafkaTarget) -> None:
+    """Batch-write rejected records found inside a job's micro-batch (e.g. late events)."""
+    write_letters(dead_letter_records(rejected, application_id), application_id, kafka)
+
+
+class PassingLetters(StatefulProcessor):
+    """A Python processor over input that carries :data:`LETTER_COLUMN`: rejected rows are set aside (the
+    processor never sees them) and each leaves as an output row of its own, the processor's columns null;
+    the processor's rows leave with the column null. The processor is only called with input. Built by
+    :func:`passing_letters`; the twin of ``streamstate.jobs.DeadLetters`` for Java processors."""
+
+    def __init__(self, inner: StatefulProcessor, fields: list[str]) -> None:
+        self.inner, self.fields = inner, fields
+
+    def init(self, handle) -> None:
+        self.inner.init(handle)
+
+    def handleInputRows(self, key, rows, timerValues):  # noqa: N802 - Spark's processor API
+        from pyspark.sql import Row
+
+        valid = []
+        for row in rows:
+            letter = row[LETTER_COLUMN]
+            if letter is None:
+                valid.append(row)
+            else:
+                yield Row(**dict.fromkeys(self.fields), **{LETTER_COLUMN: letter})
+        if valid:
+            yield from self._widened(self.inner.handleInputRows(key, iter(valid), timerValues))
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802
+        yield from self._widened(self.inner.handleExpiredTimer(key, timerValues, expiredTimerInfo))
+
+    def handleInitialState(self, key, initialState, timerValues) -> None:  # noqa: N802
+        self.inner.handleInitialState(key, initialState, timerValues)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def _widened(self, rows):
+        from pyspark.sql import Row
+
+        for row in rows or ():
+            yield Row(**dict(zip(self.fields, row)), **{LETTER_COLUMN: None})
+
+
+def passing_letters(events: DataFrame, processor: StatefulProcessor, output_ddl: str):
+    """``(processor, output DDL)`` for ``transformWithState`` over ``events``: wrapped in
+    :class:`PassingLetters`, with the dead-letter column added to the output, when ``events`` carry
+    :data:`LETTER_COLUMN`; as given otherwise."""
+    from pyspark.sql import types as T
+
+    if LETTER_COLUMN not in events.columns:
+        return processor, output_ddl
+    fields = T._parse_datatype_string(output_ddl).fieldNames()
+    letter = events.schema[LETTER_COLUMN].dataType.simpleString()
+    return PassingLetters(processor, fields), f"{output_ddl}, {LETTER_COLUMN} {letter}"

@@ -169,11 +169,6 @@ class JobLayout:
         """What the driver restored its stores from when the query started (``JobContext.restore_record``)."""
         return self.checkpoint / RESTORE_RECORD
 
-    @property
-    def dead_letter_checkpoint(self) -> Location:
-        """The checkpoint of the job's companion dead-letter query (inside the job's own)."""
-        return self.checkpoint / CHECKPOINT_FILES_DIR / "dead-letter"
-
     def quarantined_checkpoints(self) -> tuple[Location, ...]:
         prefix = f"{self.checkpoint.name}{QUARANTINE_SUFFIX}"
         return tuple(c for c in self.checkpoint.parent.children() if c.name.startswith(prefix))

@@ -93,7 +93,7 @@ class MetricsServer:
 
 class DeadLetterCollector(Collector):
     """``streamstate_dead_letter_records``: what the job's dead-letter topic holds, read at scrape time,
-    so the rules' companion query and a batch's own writes (late events) are all counted."""
+    so every batch's dead letters (the rules' and late events) are counted."""
 
     def __init__(self, application_id: str, topic: str, kafka: KafkaTarget) -> None:
         self.application_id, self.topic, self.kafka = application_id, topic, kafka

@@ -111,7 +111,7 @@ def _progress_collector(report: RunReport, status: JobStatus):
         def onQueryProgress(self, event) -> None:  # noqa: N802
             progress = json.loads(event.progress.json)
             if progress.get("name") != report.application_id:
-                return  # a companion query (dead letters) of the job
+                return  # another query of this session (e.g. a test's)
             status.record_progress(progress)
             with self.lock:
                 if progress.get("numInputRows", 0) > 0:
@@ -232,30 +232,20 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             return w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
 
         writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
-        queries = [with_trigger(w).start() for w in context.companion_writers]
-        queries.append(start_stateful_query(context, with_trigger(writer)))
-        collector.main_query_id = str(queries[-1].id)
+        query = start_stateful_query(context, with_trigger(writer))
+        collector.main_query_id = str(query.id)
         status.transition_to(JobState.RUNNING)
         try:
             STOP_REQUEST.queries_running = True
-            pending = list(queries)
-            # short waits, so a stop request is noticed between py4j calls, never inside one; every query
-            # in turn, so the job's failure is seen while its companions run on
-            while pending and not STOP_REQUEST.requested.is_set():
-                for query in list(pending):
-                    if query.awaitTermination(0.5):  # raises if the query failed
-                        pending.remove(query)
+            # short waits, so a stop request is noticed between py4j calls, never inside one
+            while not STOP_REQUEST.requested.is_set():
+                if query.awaitTermination(0.5):  # raises if the query failed
+                    break
             if STOP_REQUEST.requested.is_set():
                 raise KeyboardInterrupt
         except KeyboardInterrupt:
             status.transition_to(JobState.PENDING_SHUTDOWN)
-            for q in queries:
-                q.stop()
-        except Exception:
-            for q in queries:  # the companions of a failed query stop with it
-                if q.isActive:
-                    q.stop()
-            raise
+            query.stop()
         finally:
             STOP_REQUEST.queries_running = False
         # The listener bus is asynchronous: let it deliver the last progress events.
@@ -360,18 +350,14 @@ def state_format_changed(context: JobContext, err: Exception) -> StateFormatChan
 
 def quarantine_if_unusable(context: JobContext) -> dict | None:
     """Move a damaged checkpoint aside so the job restores instead of failing (or resuming on
-    empty state); then the dead-letter query's, which holds no state: it starts over where the job's source
-    starts (dead letters are at least once: a damaged one after batches ran sends theirs again).
-    Returns {"path", "reason"} of what it moved last, if anything."""
-    checkpoints = [(context.checkpoint, bool(context.spec.stores)), (context.layout.dead_letter_checkpoint, False)]
-    moved = None
-    for checkpoint, stateful in checkpoints:
-        problem = checkpoint_problem(checkpoint, stateful=stateful)
-        if problem is None:
-            continue
-        moved = {"path": str(quarantine(checkpoint)), "reason": problem}
-        log.warning(json.dumps({"event": "checkpoint_quarantined", "application_id": context.spec.application_id,
-                                "reason": problem, "moved_to": moved["path"]}))  # fmt: skip
+    empty state). Returns {"path", "reason"} of what it moved, if anything."""
+    checkpoint = context.checkpoint
+    problem = checkpoint_problem(checkpoint, stateful=bool(context.spec.stores))
+    if problem is None:
+        return None
+    moved = {"path": str(quarantine(checkpoint)), "reason": problem}
+    log.warning(json.dumps({"event": "checkpoint_quarantined", "application_id": context.spec.application_id,
+                            "reason": problem, "moved_to": moved["path"]}))  # fmt: skip
     return moved
 
 
@@ -380,11 +366,10 @@ def set_aside_new_query_leftovers(context: JobContext) -> None:
     and commit directories, which Spark refuses to start over and which nothing can resume from without
     an offset log. Such leftovers appeared in object storage after a checkpoint was moved aside (a
     directory left behind); the restore record beside them stays."""
-    for checkpoint in (context.checkpoint, context.layout.dead_letter_checkpoint):
-        if leftovers := new_query_leftovers(checkpoint):
-            moved = quarantine(checkpoint, entries=NEW_QUERY_DIRS)
-            event = {"event": "checkpoint_leftovers_set_aside", "application_id": context.spec.application_id}
-            log.warning(json.dumps({**event, "leftovers": leftovers, "moved_to": str(moved)}))
+    if leftovers := new_query_leftovers(context.checkpoint):
+        moved = quarantine(context.checkpoint, entries=NEW_QUERY_DIRS)
+        event = {"event": "checkpoint_leftovers_set_aside", "application_id": context.spec.application_id}
+        log.warning(json.dumps({**event, "leftovers": leftovers, "moved_to": str(moved)}))
 
 
 class StatusRestoreListener(LoggingRestoreListener):

@@ -135,7 +135,7 @@ def build(ctx: JobContext):
 
     store: StoreSpec = store_spec(ctx.spec, STORE)
     ctx.ensure_output_table(OUTPUT_SCHEMA)
-    events = ctx.split_dead_letters(classify(ctx), "partition", "offset", "timestamp", "value")
+    events = ctx.with_dead_letters(classify(ctx), "partition", "offset", "timestamp", "value")
     changes = window_changes(events, ctx.initial_state(CHANGES), store)
     output_path, window_ms = ctx.output_path, store.window_ms
     app, bootstrap, source_topic = ctx.spec.application_id, ctx.settings.kafka, ctx.spec.source_topic

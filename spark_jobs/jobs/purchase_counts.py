@@ -179,7 +179,7 @@ def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
         # that has input instead.
         ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
     ctx.ensure_output_table(OUTPUT_SCHEMA)
-    events = ctx.split_dead_letters(classify(ctx), "offset")
+    events = ctx.with_dead_letters(classify(ctx), "offset", key="user_id")
     store_changes = processor.changes if processor is not None else CHANGES
     changes = state_changes(events, ctx.initial_state(store_changes), ttl_ms, processor)
     output_path = ctx.output_path
@@ -216,14 +216,15 @@ def state_changes(
 ) -> DataFrame:
     """The store's change rows (key, tombstone and the value's columns) for valid ``events``, seeded with
     ``initial`` (key + value rows) after a restore: through ``processor`` (Python) or, when None, the Java
-    processor (``CHANGE_DDL``)."""
+    processor (``CHANGE_DDL``). Rejected records among ``events`` pass through (spark_jobs.dead_letter)."""
     if processor is None:
         return jvm_changes("PurchaseCounts", events, "user_id", initial, STORE, STATE_DDL, CHANGE_DDL, ttl_ms or 0)
+    logic, output_ddl = dead_letter.passing_letters(
+        events, processor(ttl_ms), f"key STRING, tombstone BOOLEAN, {processor.changes.value_ddl}"
+    )
     return events.groupBy("user_id").transformWithState(
-        processor(ttl_ms), f"key STRING, tombstone BOOLEAN, {processor.changes.value_ddl}", "Update",
-        "ProcessingTime" if ttl_ms else "None",
-        initialState=_grouped(initial),
-    )  # fmt: skip
+        logic, output_ddl, "Update", "ProcessingTime" if ttl_ms else "None", initialState=_grouped(initial)
+    )
 
 
 def _grouped(initial: DataFrame | None):

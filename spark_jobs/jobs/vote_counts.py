@@ -123,10 +123,11 @@ def build(ctx: JobContext):
 
     retention_ms = store_spec(ctx.spec, STORE).retention_ms
     ctx.ensure_output_table(OUTPUT_SCHEMA)
-    events = ctx.split_dead_letters(classify(ctx))
+    events = ctx.with_dead_letters(classify(ctx), key="voter_id")
     initial = ctx.initial_state(CHANGES)
+    logic, output_ddl = dead_letter.passing_letters(events, LatestVote(retention_ms), CHANGE_DDL)
     changes = events.groupBy("voter_id").transformWithState(
-        LatestVote(retention_ms), CHANGE_DDL, "Update", "None",
+        logic, output_ddl, "Update", "None",
         initialState=initial.withColumnRenamed("key", "voter_id").groupBy("voter_id") if initial is not None else None,
     )  # fmt: skip
     output_path, tally_path = ctx.output_path, counts_path(ctx)

@@ -48,8 +48,8 @@ def test_a_paused_driver_that_wakes_after_a_takeover_is_fenced_and_nothing_is_lo
 ):
     """``per host``: B restores from the changelog and A's late writes meet every fence (its MERGE skipped
     by Delta, its changelog records voided, its markers refused). ``shared``: B resumes A's checkpoint and
-    replays A's unfinished batch; A is refused by the first fence it reaches (Spark's offset log, when its
-    dead-letter query plans a batch B already planned, or the markers' transaction)."""
+    replays A's unfinished batch; A is refused by the first fence it reaches (Spark's offset log, when it
+    plans a batch B already planned, or the markers' transaction)."""
     host_a = private_stack
     # the same Kafka and lake (and checkpoint, when shared); its own status directory (lease, status, report)
     shared = {"checkpoint_uri": str(host_a.checkpoints)} if checkpoints == "shared" else {}

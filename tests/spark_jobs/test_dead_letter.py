@@ -98,7 +98,57 @@ def test_the_classification_parses_each_record_twice_not_once_per_rule(spark, jo
     )
     classify = importlib.import_module(f"spark_jobs.jobs.{job}").classify
     classified = classify(types.SimpleNamespace(kafka_source=lambda: raw))
-    for rows in (dead_letter.valid(classified, "offset"), classified.where(f"{dead_letter.ERROR_COLUMN} IS NOT NULL")):
+    for rows in (
+        dead_letter.valid(classified, "offset"),
+        dead_letter.with_dead_letters(classified, "t", None, "offset"),
+    ):
         plan = rows._jdf.queryExecution().executedPlan().toString()
         parses = {name: plan.count(name) for name in ("from_json(", "parseJson(", "get_json_object(")}
         assert parses == {"from_json(": 1, "parseJson(": 1, "get_json_object(": 0}, plan
+
+
+@pytest.mark.parametrize("processor", ["java", "python"])
+def test_rejected_records_ride_through_the_processor_that_never_sees_them(spark, tmp_path, processor):
+    """The job's one query: each record read and decoded once, valid ones processed, rejected ones passed
+    through the processor (Java or Python) as dead-letter records, the processor never called with them."""
+    import datetime as dt
+    import types
+
+    from spark_jobs import dead_letter
+    from spark_jobs.jobs import purchase_counts
+
+    good = [{**GOOD, "event_id": f"e{i}", "user_id": user} for i, user in enumerate(["u1", "u2", "u1"])]
+    values = [json.dumps(e).encode() for e in good] + [raw for _, raw in POISON]
+    at = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    schema = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+    rows = [(f"k{i}".encode(), v, "src", 0, i, at) for i, v in enumerate(values)]
+    spark.createDataFrame(rows, schema).write.parquet(str(tmp_path / "input"))
+    raw = spark.readStream.schema(schema).parquet(str(tmp_path / "input"))  # a stream, as the job's source is
+
+    classified = purchase_counts.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    events = dead_letter.with_dead_letters(classified, "app-v1", "user_id", "offset")
+    logic = None if processor == "java" else purchase_counts.PurchaseCounter
+    changes = purchase_counts.state_changes(events, None, None, logic)
+    out = []
+    query = (
+        changes.writeStream.outputMode("update")
+        .foreachBatch(lambda batch, _: out.extend(batch.collect()))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    assert plan.count("from_json(") == 1 and plan.count("parseJson(") == 1, plan  # one read, one decode
+
+    letters = [r[dead_letter.LETTER_COLUMN] for r in out if r[dead_letter.LETTER_COLUMN] is not None]
+    counted = {r["key"]: r["purchases"] for r in out if r[dead_letter.LETTER_COLUMN] is None}
+    assert counted == {"u1": 2, "u2": 1}  # u1's rejected events (in its group) never reached the processor
+    assert sorted((letter["key"], letter["value"]) for letter in letters) == sorted(
+        (f"k{len(good) + i}".encode(), v) for i, (_, v) in enumerate(POISON)
+    )
+    headers = [
+        {h["key"].removeprefix(HEADER_PREFIX): h["value"].decode() for h in letter["headers"]} for letter in letters
+    ]
+    assert sorted(h["reason"] for h in headers) == sorted(reason for reason, _ in POISON)
+    assert all(h["source.topic"] == "src" and h["message"].startswith("record rejected by app-v1: ") for h in headers)

@@ -99,19 +99,15 @@ def test_quarantine_moves_the_checkpoint_aside(tmp_path):
 def test_leftovers_that_would_stop_a_new_query_are_set_aside_and_the_restore_record_stays(tmp_path):
     """Spark refuses to start a query with no offset log over anything in offsets/, state/ or commits/,
     even an empty directory (what a move in object storage left behind in CI)."""
-    checkpoint, dead_letters = tmp_path / "app-v1", tmp_path / "app-v1-dead-letters"
+    checkpoint = tmp_path / "app-v1"
     (checkpoint / "state" / "0").mkdir(parents=True)
     (checkpoint / "offsets").mkdir()
     (checkpoint / RESTORE_RECORD).parent.mkdir()
     (checkpoint / RESTORE_RECORD).write_text('{"counts": {"batch_id": 7}}')
     assert new_query_leftovers(checkpoint) == ["state/0"]
-    assert new_query_leftovers(dead_letters) == [] and new_query_leftovers(_checkpoint(tmp_path / "resumes")) == []
+    assert new_query_leftovers(tmp_path / "never-ran") == [] and new_query_leftovers(_checkpoint(tmp_path / "resumes")) == []
 
-    context = types.SimpleNamespace(
-        checkpoint=checkpoint,
-        spec=types.SimpleNamespace(application_id="app-v1"),
-        layout=types.SimpleNamespace(dead_letter_checkpoint=dead_letters),
-    )
+    context = types.SimpleNamespace(checkpoint=checkpoint, spec=types.SimpleNamespace(application_id="app-v1"))
     set_aside_new_query_leftovers(context)
     assert new_query_leftovers(checkpoint) == [] and (checkpoint / RESTORE_RECORD).exists()
     (moved,) = [p for p in tmp_path.iterdir() if p.name.startswith("app-v1.corrupt-")]
@@ -169,28 +165,3 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
         json.loads((checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"]
         == 2 * GENERATION_SPAN + 1
     )
-
-
-@pytest.mark.integration
-@pytest.mark.faults
-def test_a_dead_letter_checkpoint_killed_mid_write_is_moved_aside_and_the_job_runs(
-    spark, kafka_broker, settings, unique
-):
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"dlqcp_{unique}", source_topic=f"dlqcp-{unique}",
-                              output_table=f"dlqcp_{unique}")  # fmt: skip
-    bootstrap = settings.kafka_bootstrap_servers
-    ensure_topic(bootstrap, job.source_topic, job.source_partitions)
-    first, second = (list(purchases.generate(300, users=40, seed=s)) for s in (81, 82))
-    purchases.produce(bootstrap, job.source_topic, first)
-    run(job, settings, available_now=True, spark=spark)
-    dead_letters = JobContext(spark, job, settings).layout.dead_letter_checkpoint.path
-    shutil.rmtree(dead_letters)  # as if the driver died while the dead-letter query wrote its first offsets
-    (dead_letters / "offsets").mkdir(parents=True)
-    (dead_letters / "offsets" / ".0.8c1e9f.tmp").write_text("v1\n")
-
-    purchases.produce(bootstrap, job.source_topic, second)
-    report = run(job, settings, available_now=True, spark=spark)
-    assert "no offset log entry" in report.quarantined_checkpoint["reason"]
-    assert Path(report.quarantined_checkpoint["path"]).name.startswith("dead-letter.corrupt-")
-    assert not report.restores and report.input_rows == len(second)  # the job's own checkpoint resumed
-    assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(first + second)

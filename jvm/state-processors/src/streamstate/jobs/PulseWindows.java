@@ -70,6 +70,7 @@ public final class PulseWindows {
   /**
    * The store's output rows ({@code outputDdl}: changes, stream times and late pulses) for {@code events}
    * grouped by {@code partitionColumn}; {@code initial} ({@link #INITIAL_DDL}, or null) seeds the store.
+   * Rejected records among {@code events} pass through (see {@link DeadLetters}).
    */
   public static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial,
                                      String store, String outputDdl, long windowMs, long graceMs, long retentionMs) {
@@ -77,13 +78,10 @@ public final class PulseWindows {
     KeyValueGroupedDataset<Integer, Row> grouped =
         events.groupByKey((MapFunction<Row, Integer>) row -> row.getAs(partitionColumn), Encoders.INT());
     Windows windows = new Windows(store, windowMs, graceMs, retentionMs, output.size());
-    if (initial == null) {
-      return grouped.transformWithState(windows, TimeMode.None(), OutputMode.Append(), Encoders.row(output));
-    }
-    KeyValueGroupedDataset<Integer, Row> seeded =
-        initial.groupByKey((MapFunction<Row, Integer>) row -> row.getAs("source_partition"), Encoders.INT());
-    return grouped.transformWithState(windows, TimeMode.None(), OutputMode.Append(), seeded,
-        Encoders.row(output), Encoders.row(initial.schema()));
+    KeyValueGroupedDataset<Integer, Row> seeded = initial == null ? null
+        : initial.groupByKey((MapFunction<Row, Integer>) row -> row.getAs("source_partition"), Encoders.INT());
+    return DeadLetters.transform(grouped, events.schema(), windows, TimeMode.None(), OutputMode.Append(), output,
+        seeded, initial == null ? null : initial.schema());
   }
 
   static final class Windows extends StatefulProcessorWithInitialState<Integer, Row, Row, Row> {

@@ -41,7 +41,8 @@ public final class PurchaseCounts {
   /**
    * The job's change stream: {@code events} (valid purchase events with {@code type}, {@code amount},
    * {@code event_time} and the Kafka {@code offset}) grouped by {@code keyColumn}, through the
-   * processor; {@code initial} (key + value columns, or null) seeds the store after a restore.
+   * processor; {@code initial} (key + value columns, or null) seeds the store after a restore. Rejected
+   * records among {@code events} pass through (see {@link DeadLetters}).
    */
   public static Dataset<Row> changes(Dataset<Row> events, String keyColumn, Dataset<Row> initial,
                                      String store, String stateDdl, String changeDdl, long ttlMs) {
@@ -51,13 +52,10 @@ public final class PurchaseCounts {
         events.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
     Counter counter = new Counter(store, state, ttlMs);
     TimeMode timeMode = ttlMs > 0 ? TimeMode.ProcessingTime() : TimeMode.None();
-    if (initial == null) {
-      return grouped.transformWithState(counter, timeMode, OutputMode.Update(), Encoders.row(change));
-    }
-    KeyValueGroupedDataset<String, Row> seeded =
-        initial.groupByKey((MapFunction<Row, String>) row -> row.getAs("key"), Encoders.STRING());
-    return grouped.transformWithState(
-        counter, timeMode, OutputMode.Update(), seeded, Encoders.row(change), Encoders.row(initial.schema()));
+    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null
+        : initial.groupByKey((MapFunction<Row, String>) row -> row.getAs("key"), Encoders.STRING());
+    return DeadLetters.transform(grouped, events.schema(), counter, timeMode, OutputMode.Update(), change, seeded,
+        initial == null ? null : initial.schema());
   }
 
   static final class Counter extends StatefulProcessorWithInitialState<String, Row, Row, Row> {
