@@ -55,7 +55,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from bench import answers  # noqa: E402
-from bench.kafka_streams_peer import KafkaStreamsPeer  # noqa: E402
+from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer  # noqa: E402
 from bench.kafka_streams_peer import build as build_kafka_streams
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.kafka_connection import KafkaConnection  # noqa: E402
@@ -240,7 +240,7 @@ class Bench:
     def kafka_streams(self, n: int, size: str) -> Round:
         app = f"kstreams-{size}-r{n}"
         output = f"{app}-out"
-        ensure_topic(self.bootstrap, output, self.job.source_partitions)  # it creates internal topics, not sinks
+        ensure_topic(self.bootstrap, output, self.job.source_partitions, config=OUTPUT_TOPIC_CONFIG)  # not a sink
         state_dir = self.root / app
         topology = self.workload.kafka_streams_topology
         peer = KafkaStreamsPeer(self.classpath, self.settings, topology, app, state_dir, self.job.source_topic,

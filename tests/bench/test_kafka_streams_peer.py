@@ -14,17 +14,11 @@ import shutil
 import pytest
 
 from bench import answers
-from bench.kafka_streams_peer import KafkaStreamsPeer, build
+from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 
 pytestmark = pytest.mark.integration
-
-
-#: For an output topic of the app: it stamps its records with event time, and the tests' events lie
-#: days or weeks in the past, so the broker's time retention (7 days, checked every 5 minutes) would
-#: delete them at a random moment during a test.
-KEEP_OLD_RECORDS = {"retention.ms": "-1"}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +33,7 @@ def _compacted_view(settings, topic: str) -> dict[str, dict]:
 
 def _peer(classpath, settings, tmp_path, unique, topic, name="kstreams"):
     app, output = f"{name}-{unique}", f"{name}-{unique}-out"
-    ensure_topic(settings.kafka, output, 2)  # Kafka Streams creates its internal topics, not sinks
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)  # it creates internal topics, not sinks
     return KafkaStreamsPeer(classpath, settings, "purchase_counts", app, tmp_path / app, topic, output, threads=1)
 
 
@@ -92,7 +86,7 @@ def test_peer_closes_the_same_windows_as_the_platform_reference(kafka_broker, se
     assert {kafka_partition(e["patient_id"], 2) for e in events} == {0, 1}
     topic, app, output = f"pulses-{unique}", f"kspulses-{unique}", f"kspulses-{unique}-out"
     ensure_topic(settings.kafka, topic, 2)
-    ensure_topic(settings.kafka, output, 2, config=KEEP_OLD_RECORDS)
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
     pulse.produce(settings.kafka, topic, events)
     peer = KafkaStreamsPeer(classpath, settings, "pulse_counts", app, tmp_path / app, topic, output, threads=1)
     try:

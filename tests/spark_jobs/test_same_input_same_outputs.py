@@ -71,7 +71,7 @@ def test_outputs_and_dead_letters_do_not_depend_on_batching(spark, kafka_broker,
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(kafka_broker, settings, tmp_path,
                                                                            unique, seed):  # fmt: skip
-    from bench.kafka_streams_peer import KafkaStreamsPeer, build
+    from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
     from tests.bench.test_kafka_streams_peer import _compacted_view
 
     # Kafka Streams stamps its records with event time: keep the input in the past (see the peer's test).
@@ -81,7 +81,7 @@ def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(kafka
     ensure_topic(settings.kafka, topic, 2)
     purchases.produce(settings.kafka, topic, valid)
     app, output = f"ks-{unique}", f"ks-{unique}-out"
-    ensure_topic(settings.kafka, output, 2)
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
     peer = KafkaStreamsPeer(build(), settings, "purchase_counts", app, tmp_path / app, topic, output, threads=1)
     try:
         assert peer.wait_caught_up(timeout_s=300) > 0
@@ -127,15 +127,14 @@ def test_kafka_streams_counts_the_same_votes(kafka_broker, settings, tmp_path, u
     the plain-Python reference that vote_counts is held to above. No two votes of a voter share an
     event time here: on a tie Kafka Streams keeps the later arrival, vote_counts the larger event id
     (README, "Semantics")."""
-    from bench.kafka_streams_peer import KafkaStreamsPeer, build
+    from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
     from spark_jobs.generators import votes
-    from tests.bench.test_kafka_streams_peer import KEEP_OLD_RECORDS
 
     events = list(votes.generate(voters=40, seed=4, max_votes=6, shuffle_window=30))
     events += events[::7]  # duplicates, arriving late
     topic, app, output = f"votes-ks-{unique}", f"ksvotes-{unique}", f"ksvotes-{unique}-out"
     ensure_topic(settings.kafka, topic, 2)
-    ensure_topic(settings.kafka, output, 2, config=KEEP_OLD_RECORDS)
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
     votes.produce(settings.kafka, topic, events)
     peer = KafkaStreamsPeer(build(), settings, "vote_counts", app, tmp_path / app, topic, output, threads=1)
     try:
