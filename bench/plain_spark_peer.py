@@ -70,9 +70,10 @@ def purchase_counts(raw, output: str, batches: dict):
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, OUTPUT_SCHEMA
+    from spark_jobs.jobs.purchase_counts import COUNTS, EVENT_SCHEMA
 
-    DeltaTable.createIfNotExists(raw.sparkSession).location(output).addColumns(OUTPUT_SCHEMA).execute()
+    schema = COUNTS.output_schema("user_id")
+    DeltaTable.createIfNotExists(raw.sparkSession).location(output).addColumns(schema).execute()
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
     counts = (
         events.where("type = 'purchase' AND user_id IS NOT NULL")

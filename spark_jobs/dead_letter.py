@@ -142,18 +142,21 @@ def classify_events(
     raw: DataFrame,
     schema,
     key_field: str,
-    event_types: Sequence[str],
+    event_types: Sequence[str] | None,
     invalid: Column | Sequence[tuple[Column, Message]] | None = None,
 ) -> DataFrame:
-    """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type,
-    then ``invalid``, in that order. ``invalid`` is a condition over :func:`event` fields, or
-    (condition, message) pairs: the first broken one names the :data:`INVALID` record's message."""
+    """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type (not
+    checked when ``event_types`` is None), then ``invalid``, in that order. ``invalid`` is a condition over
+    :func:`event` fields, or (condition, message) pairs: the first broken one names the :data:`INVALID`
+    record's message."""
     rules: list[Rule] = [
-        (MISSING_KEY, F.coalesce(F.length(event(key_field)) == 0, F.lit(True)), f"{key_field} is missing or empty"),
-        (UNKNOWN_TYPE, ~F.coalesce(event("type").isin(*event_types), F.lit(False)),
-         F.concat(F.lit("type "), F.coalesce(event("type"), F.lit("(missing)")),
-                  F.lit(f" is not one of {', '.join(event_types)}"))),
-    ]  # fmt: skip
+        (MISSING_KEY, F.coalesce(F.length(event(key_field)) == 0, F.lit(True)), f"{key_field} is missing or empty")
+    ]
+    if event_types is not None:
+        unknown = F.concat(
+            F.lit("type "), F.coalesce(event("type"), F.lit("(missing)")), F.lit(f" is not one of {', '.join(event_types)}")
+        )
+        rules.append((UNKNOWN_TYPE, ~F.coalesce(event("type").isin(*event_types), F.lit(False)), unknown))
     if isinstance(invalid, Column):
         rules.append((INVALID, invalid))
     elif invalid is not None:

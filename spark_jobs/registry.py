@@ -364,7 +364,12 @@ def _registered(job_modules: str) -> dict[str, dict[int, JobSpec]]:
             raise JobSpecError(
                 f"job module {module_name!r} (STREAMSTATE_JOB_MODULES) cannot be imported: {err}"
             ) from err
-        specs.extend(getattr(module, "JOBS", ()))
+        module_specs = getattr(module, "JOBS", ())
+        specs.extend(module_specs)
+        for spec in module_specs:  # a declaration beside its specs is checked now, not when a driver starts
+            entry_module, _, entry = getattr(spec, "entrypoint", "").partition(":")
+            if entry_module == module_name and hasattr(declared := getattr(module, entry, None), "check"):
+                declared.check(spec)
     versions: dict[str, dict[int, JobSpec]] = {}
     for spec in specs:
         if not isinstance(spec, JobSpec):

@@ -181,6 +181,8 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         spark = spark or build_spark_session(settings, spec.application_id)
         module_name, function_name = spec.entrypoint.split(":")
         build = getattr(importlib.import_module(module_name), function_name)
+        if check := getattr(build, "check", None):  # a declaration: refused before anything is touched
+            check(spec)
         status.spark_ui = spark.sparkContext.uiWebUrl
         context = JobContext(spark, spec, settings)
         context.snapshot_listeners.append(

@@ -5,17 +5,17 @@ Events on the source topic, keyed by ``user_id``: ``purchase`` adds to the user'
 and the user's row leaves the output table). A store declared with ``ttl_ms`` also evicts users
 idle that long (processing time), with the same tombstones: the seeds' bounded store.
 
-A built-in ``groupBy().agg()`` cannot delete a key, so the state lives in a ``transformWithState``
-processor (value state ``counts`` in RocksDB). Each micro-batch it emits one row per changed user,
-which :meth:`JobContext.state_change_sink` writes to the changelog and MERGEs into the Delta table.
-After a restore the rebuilt store is handed to the processor as ``initialState``.
+The job is a declaration (:data:`COUNTS`, a :class:`spark_jobs.primitives.KeyedAggregate`): per user a
+count, a sum and a max over purchases, deleted on ``account_closed``. The platform builds the query from it
+and keeps the store with its generic Java processor (``streamstate.primitives.KeyedAggregate``): each
+micro-batch emits one row per changed user, which :meth:`JobContext.state_change_sink` writes to the
+changelog and MERGEs into the Delta table; after a restore the rebuilt store seeds the processor.
 
-The processor exists twice, with one set of rules: :class:`PurchaseCounter` here (Python: the one to
-subclass when a new version changes the logic) and ``streamstate.jobs.PurchaseCounts`` in
-``jvm/state-processors`` (Java), which the job runs by default. A Python processor pays a round trip
-to the JVM's state server for every state read and write (0.19 ms per key at 100,000 keys, 8.7x the
-Java processor; see BENCHMARKS.md); the Java one reads RocksDB in-process. Both write the same change rows, so
-changelogs, snapshots and restores do not know which one ran (tests/spark_jobs/test_purchase_counts_parity.py).
+The same rules exist once more in Python, :class:`PurchaseCounter`: the processor a new version
+subclasses when it changes the logic beyond what the primitive declares (the reprocessing tests' versions
+do). It pays a round trip to the JVM's state server for every state read and write (0.19 ms per key at
+100,000 keys, 8.7x the Java processor; see BENCHMARKS.md). Both write the same change rows, so changelogs,
+snapshots and restores do not know which one ran (tests/spark_jobs/test_purchase_counts_parity.py).
 """
 
 from __future__ import annotations
@@ -24,15 +24,13 @@ import time
 from decimal import Decimal
 
 from pyspark.sql import DataFrame, Row
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from spark_jobs import dead_letter
 from spark_jobs.context import JobContext
-from spark_jobs.registry import store as store_spec
-from spark_jobs.state.jvm_processor import jvm_changes
-from spark_jobs.state.store_changes import StoreChanges
+from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
+from spark_jobs.primitives.keyed_aggregate import processor_changes
 
 STORE = "counts"
 PURCHASE, ACCOUNT_CLOSED = "purchase", "account_closed"
@@ -49,21 +47,40 @@ EVENT_SCHEMA = T.StructType(
     ]
 )
 
+
+def _rules():
+    """The validation rules (see :class:`JsonEvents`). An amount that ``DECIMAL(12,2)`` cannot hold exactly
+    is refused with a message, never rounded."""
+    amount, is_purchase = dead_letter.event("amount"), dead_letter.event("type") == PURCHASE
+    precision, scale = EVENT_SCHEMA["amount"].dataType.precision, EVENT_SCHEMA["amount"].dataType.scale
+    return [
+        # account_closed needs no time, but not a wild one
+        (dead_letter.bad_event_time(required=False), "event_time is not a time between 1970 and 2200"),
+        (is_purchase & dead_letter.bad_event_time(), "a purchase needs an event_time between 1970 and 2200"),
+        (is_purchase & dead_letter.inexact_decimal("amount", precision, scale),
+         dead_letter.decimal_message("amount", precision, scale)),
+        (is_purchase & amount.isNull(), "a purchase needs an amount"),
+        (is_purchase & (amount < 0), "amount is negative"),
+    ]  # fmt: skip
+
+
+#: The job, declared: the platform builds its query and runs the keyed-aggregate primitive in the JVM.
+COUNTS = KeyedAggregate(
+    store=STORE,
+    events=JsonEvents(EVENT_SCHEMA, types=EVENT_TYPES, rules=_rules),
+    values={
+        "purchases": Aggregate.count(),
+        "amount_spent": Aggregate.sum("amount"),
+        "last_purchase_at": Aggregate.max("event_time"),
+    },
+    where=f"type = '{PURCHASE}'",
+    delete_when=f"type = '{ACCOUNT_CLOSED}'",
+)
 #: The store's value. ``touched_at_ms`` (processing time of the last change) lets a restored TTL
 #: timer keep its deadline instead of starting over.
-STATE_DDL = "purchases BIGINT, amount_spent DECIMAL(22,2), last_purchase_at TIMESTAMP, touched_at_ms BIGINT"
-CHANGES = StoreChanges(STORE, STATE_DDL)
-CHANGE_DDL = f"key STRING, tombstone BOOLEAN, {STATE_DDL}"
-OUTPUT_COLUMNS = ("user_id", "purchases", "amount_spent", "last_purchase_at")
-
-OUTPUT_SCHEMA = T.StructType(
-    [
-        T.StructField("user_id", T.StringType(), nullable=False),
-        T.StructField("purchases", T.LongType()),
-        T.StructField("amount_spent", T.DecimalType(22, 2)),
-        T.StructField("last_purchase_at", T.TimestampType()),
-    ]
-)
+STATE_DDL = COUNTS.state_ddl
+CHANGES = COUNTS.store_changes
+CHANGE_DDL = COUNTS.change_ddl
 
 
 class PurchaseCounter(StatefulProcessor):
@@ -151,81 +168,22 @@ def _now_ms(timer_values) -> int:
 
 
 def classify(ctx: JobContext) -> DataFrame:
-    """The job's validation rules over its raw Kafka records (see :func:`dead_letter.classify_events`).
-    An amount that ``DECIMAL(12,2)`` cannot hold exactly is refused with a message, never rounded."""
-    amount, is_purchase = dead_letter.event("amount"), dead_letter.event("type") == PURCHASE
-    amount_type = EVENT_SCHEMA["amount"].dataType
-    return dead_letter.classify_events(ctx.kafka_source(), EVENT_SCHEMA, "user_id", EVENT_TYPES, invalid=[
-        # account_closed needs no time, but not a wild one
-        (dead_letter.bad_event_time(required=False), "event_time is not a time between 1970 and 2200"),
-        (is_purchase & dead_letter.bad_event_time(), "a purchase needs an event_time between 1970 and 2200"),
-        (is_purchase & dead_letter.inexact_decimal("amount", amount_type.precision, amount_type.scale),
-         dead_letter.decimal_message("amount", amount_type.precision, amount_type.scale)),
-        (is_purchase & amount.isNull(), "a purchase needs an amount"),
-        (is_purchase & (amount < 0), "amount is negative"),
-    ])  # fmt: skip
+    """The job's raw Kafka records, decoded and classified by its validation rules."""
+    return COUNTS.events.classify(ctx.kafka_source(), "user_id")
 
 
 def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):
     """The job's query. ``processor``: a Python state logic (a :class:`PurchaseCounter` subclass changes
-    it for a new version, and its ``changes`` the store's value); None runs the Java processor with the
-    same rules."""
-    from delta.tables import DeltaTable
-
-    ttl_ms = store_spec(ctx.spec, STORE).ttl_ms
-    if ttl_ms:
-        # With processing-time timers pending, Spark would run empty micro-batches back to back
-        # (and an available-now run would never end); expired users are evicted by the next batch
-        # that has input instead.
-        ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
-    ctx.ensure_output_table(OUTPUT_SCHEMA)
-    events = ctx.with_dead_letters(classify(ctx), "offset", key="user_id")
-    store_changes = processor.changes if processor is not None else CHANGES
-    changes = state_changes(events, ctx.initial_state(store_changes), ttl_ms, processor)
-    output_path = ctx.output_path
-
-    def write_outputs(batch: DataFrame, _batch_id: int) -> None:
-        source = batch.select(F.col("key").alias("user_id"), "tombstone", *OUTPUT_COLUMNS[1:])
-        (
-            DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
-            .merge(source.alias("s"), "t.user_id = s.user_id")
-            .whenMatchedDelete(condition="s.tombstone")
-            .whenMatchedUpdate(set={c: f"s.{c}" for c in OUTPUT_COLUMNS[1:]})
-            .whenNotMatchedInsert(condition="NOT s.tombstone", values={c: f"s.{c}" for c in OUTPUT_COLUMNS})
-            .execute()
-        )  # fmt: skip
-
-    def reconcile_outputs(restored: DataFrame) -> None:
-        # The outputs are the store, projected: after a restore they hold exactly the restored users.
-        source = restored.select(F.col("key").alias("user_id"), *OUTPUT_COLUMNS[1:])
-        (
-            DeltaTable.forPath(restored.sparkSession, output_path).alias("t")
-            .merge(source.alias("s"), "t.user_id = s.user_id")
-            .whenMatchedUpdate(set={c: f"s.{c}" for c in OUTPUT_COLUMNS[1:]})
-            .whenNotMatchedInsert(values={c: f"s.{c}" for c in OUTPUT_COLUMNS})
-            .whenNotMatchedBySourceDelete()
-            .execute()
-        )  # fmt: skip
-
-    sink = ctx.state_change_sink(store_changes, write_outputs, reconcile_outputs)
-    return changes.writeStream.outputMode("update").foreachBatch(sink)
+    it for a new version, and its ``changes`` the store's value); None runs the declaration's Java primitive."""
+    return COUNTS.build(ctx, processor)
 
 
 def state_changes(
     events: DataFrame, initial: DataFrame | None, ttl_ms: int | None, processor: type[PurchaseCounter] | None = None
 ) -> DataFrame:
-    """The store's change rows (key, tombstone and the value's columns) for valid ``events``, seeded with
-    ``initial`` (key + value rows) after a restore: through ``processor`` (Python) or, when None, the Java
-    processor (``CHANGE_DDL``). Rejected records among ``events`` pass through (spark_jobs.dead_letter)."""
+    """The store's change rows (key, tombstone and the value's columns) for ``events`` (the processor's input,
+    see ``JobContext.with_dead_letters``), seeded with ``initial`` (key + value rows) after a restore: through
+    ``processor`` (Python) or, when None, the Java primitive (``CHANGE_DDL``)."""
     if processor is None:
-        return jvm_changes("PurchaseCounts", events, "user_id", initial, STORE, STATE_DDL, CHANGE_DDL, ttl_ms or 0)
-    logic, output_ddl = dead_letter.passing_letters(
-        events, processor(ttl_ms), f"key STRING, tombstone BOOLEAN, {processor.changes.value_ddl}"
-    )
-    return events.groupBy("user_id").transformWithState(
-        logic, output_ddl, "Update", "ProcessingTime" if ttl_ms else "None", initialState=_grouped(initial)
-    )
-
-
-def _grouped(initial: DataFrame | None):
-    return initial.withColumnRenamed("key", "user_id").groupBy("user_id") if initial is not None else None
+        return COUNTS.changes(events, "user_id", initial, ttl_ms, job="purchase_counts")
+    return processor_changes(events, "user_id", initial, processor(ttl_ms), processor.changes, timed=bool(ttl_ms))

@@ -192,7 +192,7 @@ def test_a_first_start_reconciles_only_outputs_that_hold_rows(spark, kafka_broke
     assert delta_purchase_counts(spark, job_output(settings, fresh)) == expected_purchase_counts(events)
 
     output = job_output(settings, job)
-    ghost = spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], purchase_counts.OUTPUT_SCHEMA)
+    ghost = spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], purchase_counts.COUNTS.output_schema("user_id"))
     ghost.write.format("delta").save(output)
     report = run(job, settings, available_now=True, spark=spark)
     assert not report.restores and "reconcile" in report.phase_seconds

@@ -165,13 +165,14 @@ def test_a_new_version_whose_outputs_gained_a_column_writes_it_beside_the_copied
     from pyspark.sql import types as T
 
     from spark_jobs.context import JobContext
-    from spark_jobs.jobs.purchase_counts import OUTPUT_SCHEMA
+    from spark_jobs.jobs.purchase_counts import COUNTS
 
     v4 = dataclasses.replace(purchase_counts_copy("out", unique, settings.kafka_bootstrap_servers), version=4)
     ctx = JobContext(spark, v4, settings)
-    copied = spark.createDataFrame([("u1", 3, Decimal("120.00"), None)], OUTPUT_SCHEMA)
+    output_schema = COUNTS.output_schema("user_id")
+    copied = spark.createDataFrame([("u1", 3, Decimal("120.00"), None)], output_schema)
     copied.write.format("delta").save(ctx.output_path)  # what copy_outputs leaves: v3's schema
-    with_tier = T.StructType([*OUTPUT_SCHEMA.fields, T.StructField("tier", T.StringType())])
+    with_tier = T.StructType([*output_schema.fields, T.StructField("tier", T.StringType())])
     ctx.ensure_output_table(with_tier)
     ctx.ensure_output_table(with_tier)  # a restart: nothing to add
     table = DeltaTable.forPath(spark, ctx.output_path)

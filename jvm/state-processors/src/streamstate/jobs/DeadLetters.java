@@ -37,7 +37,7 @@ public final class DeadLetters {
    * {@code processor} over {@code grouped} (seeded with {@code seeded}, or null), its rows in
    * {@code output}; with {@link #COLUMN} passed through when {@code events} have it.
    */
-  static <K> Dataset<Row> transform(KeyValueGroupedDataset<K, Row> grouped, StructType events,
+  public static <K> Dataset<Row> transform(KeyValueGroupedDataset<K, Row> grouped, StructType events,
                                     StatefulProcessorWithInitialState<K, Row, Row, Row> processor,
                                     TimeMode timeMode, OutputMode outputMode, StructType output,
                                     KeyValueGroupedDataset<K, Row> seeded, StructType seededSchema) {

@@ -1,0 +1,273 @@
+package streamstate.primitives;
+
+import java.math.BigDecimal;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Locale;
+
+import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.KeyValueGroupedDataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.ExpiredTimerInfo;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
+import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.StructType;
+
+import scala.collection.Iterator;
+import scala.jdk.javaapi.CollectionConverters;
+
+import streamstate.jobs.DeadLetters;
+
+/**
+ * The keyed-aggregate primitive: per key, a value of aggregates (count, sum, min, max, latest) over the
+ * key's events, deleted by an event that asks for it, and optionally evicted after a processing-time TTL.
+ * A job declares it in Python (spark_jobs/primitives/keyed_aggregate.py); this processor is generic: the
+ * declaration's expressions are evaluated by Spark before it, and it reads them as columns.
+ *
+ * <p>Input columns: the key, {@code offset} (a key's events all sit in one source partition, so offset
+ * order is the order they happened), {@link #DELETE_COLUMN} (true: the event deletes the key) and one
+ * {@link #INPUT_PREFIX}{@code i} column per aggregate, already of the aggregate's stored type (for count:
+ * true when the event counts). The stored value is the aggregates in order, then {@code touched_at_ms}
+ * (processing time of the last change: a restored TTL timer keeps its deadline).
+ *
+ * <p>Per micro-batch, one change row per key the batch saw: its new value, or a tombstone when the key's
+ * last event of the batch deleted it, even when the store did not hold the key (created and deleted inside
+ * the batch: the outputs may hold a row the store never recorded, and the delete must reach them, as a
+ * Kafka Streams aggregate forwards its tombstone). After a delete, a later event starts the key afresh.
+ */
+public final class KeyedAggregate {
+  /** Input column: the event deletes its key. */
+  public static final String DELETE_COLUMN = "_delete";
+  /** Input columns {@code _in_0, _in_1, ...}: each aggregate's input. */
+  public static final String INPUT_PREFIX = "_in_";
+
+  private KeyedAggregate() {}
+
+  /**
+   * The change stream of {@code events} grouped by {@code keyColumn} through the aggregate {@code kinds}
+   * (comma-separated: count, sum, min, max, latest; one per value field of {@code stateDdl} but the last,
+   * {@code touched_at_ms}); {@code initial} (key + value columns, or null) seeds the store after a restore.
+   * Rejected records among {@code events} pass through (see {@link DeadLetters}).
+   */
+  public static Dataset<Row> changes(Dataset<Row> events, String keyColumn, Dataset<Row> initial, String store,
+                                     String stateDdl, String changeDdl, long ttlMs, String kinds) {
+    StructType state = StructType.fromDDL(stateDdl);
+    StructType change = StructType.fromDDL(changeDdl);
+    KeyValueGroupedDataset<String, Row> grouped =
+        events.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
+    Aggregator aggregator = new Aggregator(store, state, Kind.parse(kinds, state.size() - 1), ttlMs);
+    TimeMode timeMode = ttlMs > 0 ? TimeMode.ProcessingTime() : TimeMode.None();
+    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null
+        : initial.groupByKey((MapFunction<Row, String>) row -> row.getAs("key"), Encoders.STRING());
+    return DeadLetters.transform(grouped, events.schema(), aggregator, timeMode, OutputMode.Update(), change, seeded,
+        initial == null ? null : initial.schema());
+  }
+
+  /** What an aggregate keeps of its inputs. Null inputs are skipped (count counts true inputs). */
+  enum Kind {
+    COUNT, SUM, MIN, MAX, LATEST;
+
+    static Kind[] parse(String kinds, int expected) {
+      String[] names = kinds.split(",");
+      if (names.length != expected) {
+        throw new IllegalArgumentException(names.length + " aggregates (" + kinds + ") for " + expected + " value fields");
+      }
+      Kind[] parsed = new Kind[names.length];
+      for (int i = 0; i < names.length; i++) {
+        parsed[i] = Kind.valueOf(names[i].trim().toUpperCase(Locale.ROOT));
+      }
+      return parsed;
+    }
+
+    /** The value of a key that has no events yet: count and sum start at zero, the others at null. */
+    Object initial(DataType type) {
+      if (this == COUNT) {
+        return 0L;
+      }
+      if (this != SUM) {
+        return null;
+      }
+      if (type instanceof DecimalType) {
+        return BigDecimal.ZERO.setScale(((DecimalType) type).scale());
+      }
+      return type.equals(DataTypes.DoubleType) ? (Object) 0.0 : (Object) 0L;
+    }
+
+    @SuppressWarnings("unchecked")
+    Object apply(Object current, Object input) {
+      switch (this) {
+        case COUNT:
+          return Boolean.TRUE.equals(input) ? (Long) current + 1 : current;
+        case SUM:
+          if (input == null) {
+            return current;
+          }
+          if (current instanceof BigDecimal) {
+            return ((BigDecimal) current).add((BigDecimal) input);
+          }
+          if (current instanceof Double) {
+            return (Double) current + (Double) input;
+          }
+          return Math.addExact((Long) current, (Long) input);
+        case MIN:
+        case MAX:
+          if (input == null || current == null) {
+            return input == null ? current : input;
+          }
+          int order = ((Comparable<Object>) input).compareTo(current);
+          return (this == MIN ? order < 0 : order > 0) ? input : current;
+        default:  // LATEST
+          return input == null ? current : input;
+      }
+    }
+  }
+
+  static final class Aggregator extends StatefulProcessorWithInitialState<String, Row, Row, Row> {
+    private final String store;
+    private final StructType stateSchema;
+    private final Kind[] kinds;
+    private final long ttlMs;
+    private transient ValueState<Row> values;
+
+    Aggregator(String store, StructType stateSchema, Kind[] kinds, long ttlMs) {
+      this.store = store;
+      this.stateSchema = stateSchema;
+      this.kinds = kinds;
+      this.ttlMs = ttlMs;
+    }
+
+    @Override
+    public void init(OutputMode outputMode, TimeMode timeMode) {
+      values = getHandle().getValueState(store, Encoders.row(stateSchema), TTLConfig.NONE());
+    }
+
+    @Override
+    public Iterator<Row> handleInputRows(String key, Iterator<Row> rows, TimerValues timerValues) {
+      List<Row> events = new ArrayList<>();
+      while (rows.hasNext()) {
+        events.add(rows.next());
+      }
+      events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
+
+      Row current = values.exists() ? values.get() : null;
+      boolean alive = current != null;  // handleInputRows has at least one row: it decides
+      Object[] aggregates = alive ? read(current) : fresh();
+      int[] inputs = new int[kinds.length];
+      for (int i = 0; i < kinds.length; i++) {
+        inputs[i] = events.get(0).fieldIndex(INPUT_PREFIX + i);
+      }
+      for (Row event : events) {
+        if (Boolean.TRUE.equals(event.getAs(DELETE_COLUMN))) {
+          alive = false;
+          aggregates = fresh();
+          continue;
+        }
+        alive = true;
+        for (int i = 0; i < kinds.length; i++) {
+          aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
+        }
+      }
+      if (!alive) {
+        return one(delete(key));
+      }
+      long now = nowMs(timerValues);
+      Object[] value = new Object[kinds.length + 1];
+      System.arraycopy(aggregates, 0, value, 0, kinds.length);
+      value[kinds.length] = now;
+      values.update(RowFactory.create(value));
+      restartTtl(now);
+      Object[] change = new Object[value.length + 2];
+      change[0] = key;
+      change[1] = false;
+      System.arraycopy(value, 0, change, 2, value.length);
+      return one(RowFactory.create(change));
+    }
+
+    @Override
+    public Iterator<Row> handleExpiredTimer(String key, TimerValues timerValues, ExpiredTimerInfo info) {
+      if (values.exists()) {
+        return one(delete(key));
+      }
+      return CollectionConverters.asScala(Collections.<Row>emptyIterator());
+    }
+
+    @Override
+    public void handleInitialState(String key, Row initial, TimerValues timerValues) {
+      Object[] value = new Object[stateSchema.size()];
+      for (int i = 0; i < value.length; i++) {
+        value[i] = initial.getAs(stateSchema.fields()[i].name());
+      }
+      values.update(RowFactory.create(value));
+      if (ttlMs > 0) {
+        getHandle().registerTimer(initial.<Long>getAs("touched_at_ms") + ttlMs);
+      }
+    }
+
+    private Object[] read(Row current) {
+      Object[] aggregates = new Object[kinds.length];
+      for (int i = 0; i < kinds.length; i++) {
+        aggregates[i] = current.get(i);
+      }
+      return aggregates;
+    }
+
+    private Object[] fresh() {
+      Object[] aggregates = new Object[kinds.length];
+      for (int i = 0; i < kinds.length; i++) {
+        aggregates[i] = kinds[i].initial(stateSchema.fields()[i].dataType());
+      }
+      return aggregates;
+    }
+
+    private void restartTtl(long now) {
+      if (ttlMs <= 0) {
+        return;
+      }
+      deleteTimers();
+      getHandle().registerTimer(now + ttlMs);
+    }
+
+    private Row delete(String key) {
+      values.clear();
+      if (ttlMs > 0) {
+        deleteTimers();
+      }
+      Object[] change = new Object[stateSchema.size() + 2];
+      change[0] = key;
+      change[1] = true;
+      return RowFactory.create(change);
+    }
+
+    private void deleteTimers() {
+      List<Long> deadlines = new ArrayList<>();
+      Iterator<Object> timers = getHandle().listTimers();
+      while (timers.hasNext()) {
+        deadlines.add((Long) timers.next());
+      }
+      for (long deadline : deadlines) {
+        getHandle().deleteTimer(deadline);
+      }
+    }
+
+    private static long nowMs(TimerValues timerValues) {
+      long now = timerValues.getCurrentProcessingTimeInMs();
+      return now > 0 ? now : System.currentTimeMillis();
+    }
+
+    private static Iterator<Row> one(Row row) {
+      return CollectionConverters.asScala(Collections.singletonList(row).iterator());
+    }
+  }
+}

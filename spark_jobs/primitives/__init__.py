@@ -1,0 +1,14 @@
+"""Platform primitives: a job declared in Python, its state kept by processors that ship with the platform.
+
+A declaration names the job's input (:class:`JsonEvents`: schema, event types, validation rules) and its
+store's semantics (:class:`KeyedAggregate`: aggregates per key, delete-on-event, the store's TTL). It is the
+job's ``build``: the platform builds the whole query from it (source at the restored position, decode and
+classify once, dead letters from the same micro-batch, the processor seeded with the restored state,
+outputs, changelog and markers, snapshots), so a job cannot skip a step. The processor is generic Java
+(``jvm/state-processors``), parameterised by the declaration: no Java and no Python state logic to write.
+"""
+
+from spark_jobs.primitives.events import JsonEvents
+from spark_jobs.primitives.keyed_aggregate import Aggregate, KeyedAggregate
+
+__all__ = ["Aggregate", "JsonEvents", "KeyedAggregate"]
