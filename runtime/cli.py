@@ -149,6 +149,22 @@ def cmd_state_api(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new_job(settings: Settings, args: argparse.Namespace) -> int:
+    """Write a job module and its test (spark_jobs/scaffold.py) to edit."""
+    from spark_jobs.registry import JobSpecError
+    from spark_jobs.scaffold import new_job
+
+    try:
+        written = new_job(args.name, Path(args.dir))
+    except (JobSpecError, FileExistsError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    for path in written:
+        console.print(f"wrote {path}")
+    console.print(f"run its test: PYTHONPATH={args.dir} python -m pytest {Path(args.dir) / f'test_{args.name}.py'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamstate", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -180,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-airflow", action="store_true",
                    help="no Airflow: the job drains the events with spark-submit --available-now and stops")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("new-job", help="write a job module (a declaration) and its test, to edit")
+    p.add_argument("name", help="the job's name (lower-case letters, digits and _)")
+    p.add_argument("--dir", default=".", help="where to write NAME.py and test_NAME.py (default: here)")
+    p.set_defaults(func=cmd_new_job)
 
     p = sub.add_parser("state-api", help="serve the state query API (OpenAPI at /docs)")
     p.add_argument("--port", type=int, default=None, help="default: STREAMSTATE_STATE_API_PORT")

@@ -25,6 +25,12 @@ class JobSpecError(ValueError):
     """A job definition is invalid; the message names the job and the field."""
 
 
+def check_job_name(name: str) -> None:
+    """A job's name is the stem of every artifact name: refuse one that cannot be."""
+    if not _NAME.match(name):
+        raise JobSpecError(f"job name {name!r}: use lower-case letters, digits and _ (2-63 chars)")
+
+
 @dataclasses.dataclass(frozen=True)
 class StateBudget:
     """What a store may grow to before on-call hears of it (None: that measure is not limited).
@@ -230,8 +236,7 @@ class JobSpec:
     migrations: tuple[StoreMigration, ...] = ()
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
-            raise JobSpecError(f"job name {self.name!r}: use lower-case letters, digits and _ (2-63 chars)")
+        check_job_name(self.name)
         if self.version < 1:
             raise JobSpecError(f"job {self.name}: version must be >= 1, got {self.version}")
         if self.source_partitions < 1:

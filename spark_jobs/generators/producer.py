@@ -10,8 +10,9 @@ from confluent_kafka import Producer
 from runtime.kafka_connection import KafkaTarget, client_config
 
 
-def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict], key_field: str) -> int:
-    """Write ``events`` to ``topic`` keyed by ``event[key_field]`` in list order. Returns the count acked.
+def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes], key_field: str) -> int:
+    """Write ``events`` to ``topic`` keyed by ``event[key_field]`` in list order (JSON); a ``bytes`` event is
+    written as it is, without a key (a record no job can decode, for tests). Returns the count acked.
 
     murmur2 is the Java client's (and Spark's) partitioner: a key lands on the same partition number
     in the source topic and in the changelog topics Spark writes. Idempotence keeps one key's events
@@ -27,11 +28,12 @@ def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict], key_fi
             failures.append(str(err))
 
     for event in events:
-        key = event.get(key_field)
+        key = event.get(key_field) if isinstance(event, dict) else None
+        value = event if isinstance(event, bytes) else json.dumps(event).encode()
         while True:
             try:
                 producer.produce(topic, key=key.encode() if isinstance(key, str) else None,
-                                 value=json.dumps(event).encode(), on_delivery=on_delivery)  # fmt: skip
+                                 value=value, on_delivery=on_delivery)  # fmt: skip
                 break
             except BufferError:
                 producer.poll(0.1)

@@ -1,0 +1,150 @@
+"""Test a job the way this repository tests its own: on a real Kafka broker process and Spark, its outputs
+and dead letters read back.
+
+Example::
+
+    from spark_jobs.testing import JobHarness
+
+    def test_item_stock():
+        with JobHarness() as harness:  # a broker and a Spark session of its own, in a temporary directory
+            result = harness.run(stock_jobs.JOBS[0], [{"type": "delivered", "sku": "a", "qty": 2, ...}])
+        assert result.outputs == [{"sku": "a", "on_hand": 2, ...}]
+
+With ``pytest_plugins = ["spark_jobs.testing"]`` in a test module (or a ``conftest.py``), every test gets
+``job_harness``: one stack per test session. ``streamstate new-job NAME`` writes a job and such a test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Self
+
+from confluent_kafka import Consumer, TopicPartition
+
+from runtime.kafka_connection import client_config
+from runtime.process import free_service_ports
+from runtime.settings import Settings
+from spark_jobs.dead_letter import HEADER_PREFIX, dead_letter_topic
+from spark_jobs.generators.producer import produce_keyed
+from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.registry import JobSpec, get_job
+from spark_jobs.run import RunReport, run
+from spark_jobs.versions import read_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """A record the job refused: its Kafka key and value as they were, why (``reason``, e.g.
+    ``failed_validation``) and the message naming the rule."""
+
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class JobResult:
+    """What one run left: every row of the job's output table, the dead letters of this run, the run report."""
+
+    outputs: list[dict]
+    dead_letters: list[DeadLetter]
+    report: RunReport
+
+    def outputs_by(self, column: str) -> dict[object, dict]:
+        """The output rows keyed by ``column`` (e.g. the job's key field)."""
+        return {row[column]: row for row in self.outputs}
+
+
+class JobHarness:
+    """A local stack for job tests: a Kafka broker process and a Spark ``local[*]`` session, in a temporary
+    directory (or ``data_dir``), on free ports. Given ``settings`` and ``spark``, it uses that stack instead
+    and starts and stops nothing."""
+
+    def __init__(self, data_dir: Path | None = None, *, settings: Settings | None = None, spark=None) -> None:
+        self._own_broker = settings is None
+        self._temp_dir = None
+        if settings is None and data_dir is None:
+            self._temp_dir = Path(tempfile.mkdtemp(prefix="streamstate-harness-"))
+        if settings is None:
+            settings = Settings(data_dir=Path(data_dir or self._temp_dir), **free_service_ports())
+        self.settings, self.spark, self._own_spark = settings, spark, spark is None
+        self._broker = None
+
+    def __enter__(self) -> Self:
+        if self._own_broker:
+            from runtime.kafka_broker import LocalKafkaBroker
+
+            self._broker = LocalKafkaBroker(self.settings)
+            self._broker.start()
+        if self.spark is None:
+            from spark_jobs.session import build_spark_session
+
+            self.spark = build_spark_session(self.settings, "streamstate-job-harness")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._own_spark and self.spark is not None:
+            self.spark.stop()
+        if self._broker is not None:
+            self._broker.stop()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+
+    def run(self, job: JobSpec | str, events: Iterable[dict | bytes], version: int | None = None) -> JobResult:
+        """Write ``events`` to the job's source topic (a dict as JSON keyed by the job's key field, ``bytes``
+        as they are), run the job over everything available (resuming from its checkpoint when it ran
+        before), and read back its outputs and the dead letters of this run."""
+        spec = job if isinstance(job, JobSpec) else get_job(job, version)
+        kafka = self.settings.kafka
+        ensure_topic(kafka, spec.source_topic, spec.source_partitions)
+        letters_topic = dead_letter_topic(spec.application_id)
+        ensure_topic(kafka, letters_topic, spec.source_partitions)
+        letters_from = {p: high for p, (_, high) in partition_offsets(kafka, letters_topic).items()}
+        produce_keyed(kafka, spec.source_topic, events, spec.key_field)
+        report = run(spec, self.settings, available_now=True, spark=self.spark)
+        if report.error:
+            raise RuntimeError(f"{spec.application_id} failed: {report.error}")
+        return JobResult(read_rows(report.output), self._letters(letters_topic, letters_from), report)
+
+    def _letters(self, topic: str, start: dict[int, int]) -> list[DeadLetter]:
+        end = {p: high for p, (_, high) in partition_offsets(self.settings.kafka, topic).items()}
+        wanted = {p for p in end if end[p] > start.get(p, 0)}
+        if not wanted:
+            return []
+        consumer = Consumer(client_config(self.settings.kafka, {"group.id": "streamstate-harness", "log_level": 3}))
+        consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in sorted(wanted)])
+        letters, remaining = [], sum(end[p] - start.get(p, 0) for p in wanted)
+        try:
+            while remaining:
+                msg = consumer.poll(10)
+                if msg is None:
+                    raise TimeoutError(f"{remaining} dead letters of {topic} did not arrive")
+                if msg.error():
+                    continue
+                headers = {k.removeprefix(HEADER_PREFIX): v.decode() for k, v in msg.headers() or []}
+                letters.append(
+                    DeadLetter(msg.key(), msg.value(), headers.get("reason", ""), headers.get("message", ""))
+                )
+                remaining -= 1
+        finally:
+            consumer.close()
+        return letters
+
+
+try:
+    import pytest
+except ImportError:  # the harness works without pytest; only the fixture needs it
+    pytest = None
+
+if pytest is not None:
+
+    @pytest.fixture(scope="session")
+    def job_harness():
+        """A :class:`JobHarness` with a stack of its own, shared by the test session."""
+        with JobHarness() as harness:
+            yield harness
