@@ -30,7 +30,8 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from spark_jobs import dead_letter
 from spark_jobs.context import JobContext
 from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
-from spark_jobs.primitives.keyed_aggregate import processor_changes
+from spark_jobs.primitives.pipeline import processor_changes
+from spark_jobs.registry import StoreSpec
 
 STORE = "counts"
 PURCHASE, ACCOUNT_CLOSED = "purchase", "account_closed"
@@ -185,5 +186,5 @@ def state_changes(
     see ``JobContext.with_dead_letters``), seeded with ``initial`` (key + value rows) after a restore: through
     ``processor`` (Python) or, when None, the Java primitive (``CHANGE_DDL``)."""
     if processor is None:
-        return COUNTS.changes(events, "user_id", initial, ttl_ms, job="purchase_counts")
+        return COUNTS.changes(events, "user_id", initial, StoreSpec(STORE, ttl_ms=ttl_ms), job="purchase_counts")
     return processor_changes(events, "user_id", initial, processor(ttl_ms), processor.changes, timed=bool(ttl_ms))

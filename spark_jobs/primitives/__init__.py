@@ -1,7 +1,8 @@
 """Platform primitives: a job declared in Python, its state kept by processors that ship with the platform.
 
 A declaration names the job's input (:class:`JsonEvents`: schema, event types, validation rules) and its
-store's semantics (:class:`KeyedAggregate`: aggregates per key, delete-on-event, the store's TTL). It is the
+store's semantics (:class:`KeyedAggregate`: aggregates per key, delete-on-event, the store's TTL;
+:class:`VersionedLatest`: the latest version by event time, with history). It is the
 job's ``build``: the platform builds the whole query from it (source at the restored position, decode and
 classify once, dead letters from the same micro-batch, the processor seeded with the restored state,
 outputs, changelog and markers, snapshots), so a job cannot skip a step. The processor is generic Java
@@ -10,5 +11,6 @@ outputs, changelog and markers, snapshots), so a job cannot skip a step. The pro
 
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import Aggregate, KeyedAggregate
+from spark_jobs.primitives.versioned import VersionedLatest
 
-__all__ = ["Aggregate", "JsonEvents", "KeyedAggregate"]
+__all__ = ["Aggregate", "JsonEvents", "KeyedAggregate", "VersionedLatest"]

@@ -39,8 +39,8 @@ class JsonEvents:
         if self.types and "type" not in self.schema.fieldNames():
             raise JobSpecError(f"job {job}: events.types needs a 'type' field in the event schema")
 
-    def classify(self, source, key_field: str):
-        """``source`` (the Kafka source DataFrame) decoded and classified (see :func:`dead_letter.classify`)."""
-        return dead_letter.classify_events(
-            source, self.schema, key_field, self.types or None, invalid=list(self.rules()) if self.rules else None
-        )
+    def classify(self, source, key_field: str, extra_rules: Sequence[tuple[object, object]] = ()):
+        """``source`` (the Kafka source DataFrame) decoded and classified (see :func:`dead_letter.classify`):
+        ``rules``, then ``extra_rules`` (a primitive's own needs)."""
+        rules = [*(self.rules() if self.rules else ()), *extra_rules]
+        return dead_letter.classify_events(source, self.schema, key_field, self.types or None, invalid=rules or None)

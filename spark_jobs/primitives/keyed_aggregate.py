@@ -30,16 +30,15 @@ from pyspark.sql import types as T
 
 from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.registry import JobSpec, JobSpecError
-from spark_jobs.registry import store as store_spec
-from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+from spark_jobs.primitives.pipeline import StoreDeclaration
+from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
+from spark_jobs.state.store_changes import TOMBSTONE
 
 AggregateKind = Literal["count", "sum", "min", "max", "latest"]
 #: the stored value's last field: processing time of the key's last change (a restored TTL keeps its deadline)
 TOUCHED_AT = "touched_at_ms"
 #: the Java processor's input columns (``streamstate.primitives.KeyedAggregate``: the two must stay equal)
 DELETE_COLUMN, INPUT_PREFIX = "_delete", "_in_"
-_JAVA_CLASS = "streamstate.primitives.KeyedAggregate"
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SUM_TYPE = re.compile(r"^(BIGINT|DOUBLE|DECIMAL\(\s*\d+\s*,\s*\d+\s*\))$", re.IGNORECASE)
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
@@ -118,10 +117,10 @@ class Aggregate:
 
 
 @dataclasses.dataclass(frozen=True)
-class KeyedAggregate:
+class KeyedAggregate(StoreDeclaration):
     """A job whose store keeps, per key, the aggregates ``values`` over the key's events (see the module
     docstring for the semantics). Callable: it is the job's ``build(ctx)``, so a ``JobSpec`` names it as
-    its entrypoint (``"my_jobs.counts:COUNTS"``).
+    its entrypoint (``"my_jobs.counts:COUNTS"``); the pipeline around it is :mod:`spark_jobs.primitives.pipeline`.
 
     Attributes:
         store: the ``StoreSpec`` it keeps (its ``ttl_ms`` evicts idle keys).
@@ -130,6 +129,8 @@ class KeyedAggregate:
             projected) are the job's ``key_field`` and these fields.
         where: a Spark SQL condition over the event's fields: the events aggregated (default: all).
         delete_when: a Spark SQL condition over the event's fields: the events that delete their key.
+        summaries: companion outputs recomputed from the outputs after every batch (see
+            :class:`~spark_jobs.primitives.pipeline.StoreDeclaration`).
 
     Example::
 
@@ -147,6 +148,7 @@ class KeyedAggregate:
     values: Mapping[str, Aggregate]
     where: str | None = None
     delete_when: str | None = None
+    summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def state_ddl(self) -> str:
@@ -155,156 +157,60 @@ class KeyedAggregate:
         return ", ".join([*fields, f"{TOUCHED_AT} BIGINT"])
 
     @property
-    def store_changes(self) -> StoreChanges:
-        return StoreChanges(self.store, self.state_ddl)
+    def output_values(self) -> tuple[str, ...]:
+        return tuple(self.values)
 
-    @property
-    def change_ddl(self) -> str:
-        """The processor's output rows: ``key``, ``tombstone`` and the stored value."""
-        return f"key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl}"
+    def check_primitive(self, spec: JobSpec) -> None:
+        if not self.values:
+            raise JobSpecError("values: declare at least one aggregate")
+        for name in self.values:
+            if not _NAME.match(name) or name in ("key", TOMBSTONE, TOUCHED_AT, spec.key_field):
+                raise JobSpecError(
+                    f"values.{name}: use lower-case letters, digits and _, and not key, {TOMBSTONE}, "
+                    f"{TOUCHED_AT} or the key field"
+                )
+        self.state_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
 
-    def output_columns(self, key_field: str) -> tuple[str, ...]:
-        return (key_field, *self.values)
-
-    def check(self, spec: JobSpec) -> None:
-        """Refuse a declaration that does not fit ``spec`` or cannot run, naming the job and the field."""
-        try:
-            self.events.check(spec.name, spec.key_field)
-            if not self.values:
-                raise JobSpecError("values: declare at least one aggregate")
-            for name in self.values:
-                if not _NAME.match(name) or name in ("key", TOMBSTONE, TOUCHED_AT, spec.key_field):
-                    raise JobSpecError(
-                        f"values.{name}: use lower-case letters, digits and _, and not key, {TOMBSTONE}, "
-                        f"{TOUCHED_AT} or the key field"
-                    )
-            self.state_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
-            store = store_spec(spec, self.store)
-            if store.kind != "key_value":
-                raise JobSpecError(f"store {self.store!r}: a keyed aggregate keeps a key_value store, not {store.kind}")
-            if spec.output_key and tuple(spec.output_key) != (spec.key_field,):
-                raise JobSpecError(f"output_key: the outputs are keyed by {spec.key_field!r} alone")
-        except JobSpecError as err:
-            message = str(err)
-            raise JobSpecError(
-                message if message.startswith(f"job {spec.name}") else f"job {spec.name}: {message}"
-            ) from None
-
-    def __call__(self, ctx):
-        return self.build(ctx)
-
-    def build(self, ctx, processor=None):
-        """The job's query (the platform's whole pipeline, see :mod:`spark_jobs.primitives`).
-
-        ``processor``: a Python ``StatefulProcessor`` class instead of the Java primitive, constructed with
-        the store's ``ttl_ms``; its ``changes`` attribute (:class:`StoreChanges`) is the value it stores,
-        and it emits ``key``, ``tombstone`` and that value per changed key. The outputs stay ``values``."""
-        spec = ctx.spec
-        self.check(spec)
-        ttl_ms = store_spec(spec, self.store).ttl_ms
-        if ttl_ms:
-            # With processing-time timers pending, Spark would run empty micro-batches back to back
-            # (and an available-now run would never end); expired keys are evicted by the next batch
-            # that has input instead.
-            ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
-        ctx.ensure_output_table(self.output_schema(spec.key_field))
-        classified = self.events.classify(ctx.kafka_source(), spec.key_field)
-        events = ctx.with_dead_letters(classified, "offset", key=spec.key_field)
-        changes = processor.changes if processor is not None else self.store_changes
-        initial = ctx.initial_state(changes)
-        if processor is None:
-            rows = self.changes(events, spec.key_field, initial, ttl_ms, job=spec.name)
-        else:
-            rows = processor_changes(events, spec.key_field, initial, processor(ttl_ms), changes, timed=bool(ttl_ms))
-        write_outputs, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field)
-        sink = ctx.state_change_sink(changes, write_outputs, reconcile_outputs)
-        return rows.writeStream.outputMode("update").foreachBatch(sink)
-
-    def output_schema(self, key_field: str) -> T.StructType:
-        from pyspark.sql.types import _parse_datatype_string
-
-        values = [f for f in _parse_datatype_string(self.state_ddl).fields if f.name != TOUCHED_AT]
-        return T.StructType([T.StructField(key_field, T.StringType(), nullable=False), *values])
-
-    def changes(self, events, key_field: str, initial, ttl_ms: int | None, job: str = "?"):
+    def changes(self, events, key_field: str, initial, store: StoreSpec | None, job: str = "?"):
         """The store's change rows for ``events`` (a job's processor input, see
-        :meth:`JobContext.with_dead_letters`), seeded with ``initial`` after a restore."""
-        from pyspark.errors import AnalysisException
+        :meth:`JobContext.with_dead_letters`), seeded with ``initial`` after a restore; ``store``'s
+        ``ttl_ms`` evicts idle keys."""
         from pyspark.sql import DataFrame
         from pyspark.sql import functions as F
 
-        def resolved(field: str, column):
-            try:
-                events.select(column)
-            except AnalysisException as err:
-                reason = str(err).strip().splitlines()[0]
-                raise JobSpecError(f"job {job}: {field} does not apply to the event's fields: {reason}") from None
-            return column
-
         delete = F.lit(False)
         if self.delete_when:
-            delete = F.coalesce(resolved("delete_when", F.expr(self.delete_when)), F.lit(False))
-        aggregated = F.lit(True) if not self.where else F.coalesce(resolved("where", F.expr(self.where)), F.lit(False))
+            delete = F.coalesce(resolved(events, job, "delete_when", F.expr(self.delete_when)), F.lit(False))
+        aggregated = F.lit(True)
+        if self.where:
+            aggregated = F.coalesce(resolved(events, job, "where", F.expr(self.where)), F.lit(False))
         types = [agg.stored_type(self.events.schema, name) for name, agg in self.values.items()]
         inputs = [
-            resolved(f"values.{name}", agg.input_column(stored)).alias(f"{INPUT_PREFIX}{i}")
+            resolved(events, job, f"values.{name}", agg.input_column(stored)).alias(f"{INPUT_PREFIX}{i}")
             for i, ((name, agg), stored) in enumerate(zip(self.values.items(), types, strict=True))
         ]
         kept, letter = delete | aggregated, []
-        if dead_letter.LETTER_COLUMN in events.columns:  # rejected records ride along (see JobContext.with_dead_letters)
+        if (
+            dead_letter.LETTER_COLUMN in events.columns
+        ):  # rejected records ride along (see JobContext.with_dead_letters)
             kept, letter = kept | F.col(dead_letter.LETTER_COLUMN).isNotNull(), [dead_letter.LETTER_COLUMN]
         needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
+        ttl_ms = (store.ttl_ms if store else None) or 0
         spark = events.sparkSession
         jdf = spark._jvm.streamstate.primitives.KeyedAggregate.changes(
             needed._jdf, key_field, None if initial is None else initial._jdf, self.store, self.state_ddl,
-            self.change_ddl, ttl_ms or 0, ",".join(agg.kind for agg in self.values.values()),
+            self.change_ddl, ttl_ms, ",".join(agg.kind for agg in self.values.values()),
         )  # fmt: skip
         return DataFrame(jdf, spark)
 
-    def _output_writers(self, output_path: str, key_field: str):
-        """The outputs are the store, projected: a MERGE of each batch's changes, and after a restore one
-        that makes them equal to the restored store (see ``JobContext.state_change_sink``)."""
-        from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
 
-        columns, values = self.output_columns(key_field), tuple(self.values)
-        on = f"t.`{key_field}` = s.`{key_field}`"
-        assign = {f"`{c}`": f"s.`{c}`" for c in values}
-        insert = {f"`{c}`": f"s.`{c}`" for c in columns}
+def resolved(events, job: str, field: str, column):
+    """``column`` when it applies to ``events``; else :class:`JobSpecError` naming the job and the field."""
+    from pyspark.errors import AnalysisException
 
-        def write_outputs(batch, _batch_id: int) -> None:
-            source = batch.select(F.col("key").alias(key_field), TOMBSTONE, *values)
-            (
-                DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
-                .merge(source.alias("s"), on)
-                .whenMatchedDelete(condition=f"s.{TOMBSTONE}")
-                .whenMatchedUpdate(set=assign)
-                .whenNotMatchedInsert(condition=f"NOT s.{TOMBSTONE}", values=insert)
-                .execute()
-            )  # fmt: skip
-
-        def reconcile_outputs(restored) -> None:
-            source = restored.select(F.col("key").alias(key_field), *values)
-            (
-                DeltaTable.forPath(restored.sparkSession, output_path).alias("t")
-                .merge(source.alias("s"), on)
-                .whenMatchedUpdate(set=assign)
-                .whenNotMatchedInsert(values=insert)
-                .whenNotMatchedBySourceDelete()
-                .execute()
-            )  # fmt: skip
-
-        return write_outputs, reconcile_outputs
-
-
-def processor_changes(events, key_field: str, initial, logic, changes: StoreChanges, timed: bool):
-    """A Python ``StatefulProcessor`` (``logic``) over a job's processor input, with the platform's plumbing:
-    rejected records pass it by (:func:`dead_letter.passing_letters`), ``initial`` seeds it after a restore,
-    processing-time timers when ``timed``. Its rows: ``key``, ``tombstone`` and ``changes.value_ddl``."""
-    logic, output_ddl = dead_letter.passing_letters(
-        events, logic, f"key STRING, {TOMBSTONE} BOOLEAN, {changes.value_ddl}"
-    )
-    seeded = initial.withColumnRenamed("key", key_field).groupBy(key_field) if initial is not None else None
-    return events.groupBy(key_field).transformWithState(
-        logic, output_ddl, "Update", "ProcessingTime" if timed else "None", initialState=seeded
-    )
+    try:
+        events.select(column)
+    except AnalysisException as err:
+        reason = str(err).strip().splitlines()[0]
+        raise JobSpecError(f"job {job}: {field} does not apply to the event's fields: {reason}") from None
+    return column

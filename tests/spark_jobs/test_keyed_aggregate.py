@@ -94,7 +94,7 @@ def test_a_spec_that_does_not_fit_the_declaration_is_refused():
     with pytest.raises(JobSpecError, match="job every_kind: key_field 'qty' must be a string field"):
         EVERY_KIND.check(dataclasses.replace(SPEC, key_field="qty"))
     windowed = StoreSpec("totals", kind="windowed", retention_ms=60_000, window_ms=10_000)
-    with pytest.raises(JobSpecError, match="job every_kind: store 'totals': a keyed aggregate keeps a key_value store"):
+    with pytest.raises(JobSpecError, match="job every_kind: store 'totals': this primitive keeps a key_value store, not windowed"):
         EVERY_KIND.check(dataclasses.replace(SPEC, stores=(windowed,)))
 
 

@@ -1,0 +1,186 @@
+"""The query every declared job runs, whatever its primitive: one place, so no job can skip a step.
+
+source at the restored position -> decode and classify once (:class:`JsonEvents`) -> the processor's input,
+rejected records riding along (``JobContext.with_dead_letters``) -> the primitive's processor, seeded with
+the restored store -> per micro-batch (``JobContext.state_change_sink``): dead letters, the outputs (the
+store projected to a Delta table keyed by the job's key, then its summaries), changelog and markers,
+snapshots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from pyspark.sql import types as T
+
+from spark_jobs import dead_letter
+from spark_jobs.primitives.events import JsonEvents
+from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
+from spark_jobs.registry import store as store_spec
+from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+
+
+class StoreDeclaration:
+    """What a primitive's declaration (a frozen dataclass with ``store``, ``events`` and ``summaries``)
+    shares: the pipeline, the outputs and the checks. A primitive gives :attr:`state_ddl`,
+    :attr:`output_values` (the stored fields the outputs show), :meth:`check_primitive` and
+    :meth:`changes`."""
+
+    store: str
+    events: JsonEvents
+    #: companion output tables recomputed from the outputs after every micro-batch: name (one of the
+    #: spec's ``companion_outputs``) -> a Spark SQL query reading the outputs as ``{outputs}``
+    summaries: Mapping[str, str]
+    #: the store kinds this primitive keeps
+    store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
+
+    @property
+    def state_ddl(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def output_values(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def check_primitive(self, spec: JobSpec) -> None:
+        """The primitive's own checks (raise :class:`JobSpecError`; the job's name is added)."""
+
+    def classify(self, source, key_field: str):
+        """The job's input decoded and classified (a primitive may add rules of its own)."""
+        return self.events.classify(source, key_field)
+
+    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?"):
+        """The store's change rows (``key``, ``tombstone``, the stored value) for the processor's input."""
+        raise NotImplementedError
+
+    @property
+    def store_changes(self) -> StoreChanges:
+        return StoreChanges(self.store, self.state_ddl)
+
+    @property
+    def change_ddl(self) -> str:
+        """The processor's output rows: ``key``, ``tombstone`` and the stored value."""
+        return f"key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl}"
+
+    def output_schema(self, key_field: str) -> T.StructType:
+        """The output table: the key, then :attr:`output_values` with their stored types."""
+        from pyspark.sql.types import _parse_datatype_string
+
+        stored = {f.name: f for f in _parse_datatype_string(self.state_ddl).fields}
+        return T.StructType([T.StructField(key_field, T.StringType(), nullable=False),
+                             *(stored[name] for name in self.output_values)])  # fmt: skip
+
+    def check(self, spec: JobSpec) -> None:
+        """Refuse a declaration that does not fit ``spec`` or cannot run, naming the job and the field."""
+        try:
+            self.events.check(spec.name, spec.key_field)
+            store = store_spec(spec, self.store)
+            if store.kind not in self.store_kinds:
+                raise JobSpecError(f"store {self.store!r}: this primitive keeps a {' or '.join(self.store_kinds)} "
+                                   f"store, not {store.kind}")  # fmt: skip
+            if spec.output_key and tuple(spec.output_key) != (spec.key_field,):
+                raise JobSpecError(f"output_key: the outputs are keyed by {spec.key_field!r} alone")
+            if set(self.summaries) != set(spec.companion_outputs):
+                raise JobSpecError(
+                    f"summaries: {sorted(self.summaries)} must name the spec's companion_outputs "
+                    f"{sorted(spec.companion_outputs)}"
+                )
+            for name, query in self.summaries.items():
+                if "{outputs}" not in query:
+                    raise JobSpecError(f"summaries.{name}: the query reads the outputs as {{outputs}}")
+            self.check_primitive(spec)
+        except JobSpecError as err:
+            message = str(err)
+            raise JobSpecError(
+                message if message.startswith(f"job {spec.name}") else f"job {spec.name}: {message}"
+            ) from None
+
+    def __call__(self, ctx):
+        return self.build(ctx)
+
+    def build(self, ctx, processor=None):
+        """The job's query (see the module docstring).
+
+        ``processor``: a Python ``StatefulProcessor`` class instead of the primitive's Java processor,
+        constructed with the store's ``ttl_ms``; its ``changes`` attribute (:class:`StoreChanges`) is the
+        value it stores, and it emits ``key``, ``tombstone`` and that value per changed key. The outputs
+        stay :attr:`output_values`."""
+        spec = ctx.spec
+        self.check(spec)
+        store = store_spec(spec, self.store)
+        if store.ttl_ms:
+            # With processing-time timers pending, Spark would run empty micro-batches back to back
+            # (and an available-now run would never end); expired keys are evicted by the next batch
+            # that has input instead.
+            ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
+        ctx.ensure_output_table(self.output_schema(spec.key_field))
+        classified = self.classify(ctx.kafka_source(), spec.key_field)
+        events = ctx.with_dead_letters(classified, "offset", key=spec.key_field)
+        changes = processor.changes if processor is not None else self.store_changes
+        initial = ctx.initial_state(changes)
+        if processor is None:
+            rows = self.changes(events, spec.key_field, initial, store, job=spec.name)
+        else:
+            logic = processor(store.ttl_ms)
+            rows = processor_changes(events, spec.key_field, initial, logic, changes, timed=bool(store.ttl_ms))
+        summaries = dict(zip(spec.companion_outputs, (str(t) for t in ctx.layout.output_tables[1:]), strict=True))
+        write_outputs, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, summaries)
+        sink = ctx.state_change_sink(changes, write_outputs, reconcile_outputs)
+        return rows.writeStream.outputMode("update").foreachBatch(sink)
+
+    def _output_writers(self, output_path: str, key_field: str, summary_paths: Mapping[str, str]):
+        """The outputs are the store, projected: a MERGE of each batch's changes, and after a restore one
+        that makes them equal to the restored store (see ``JobContext.state_change_sink``); then each
+        summary is recomputed from them (a replayed batch rewrites the same summary)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        values = self.output_values
+        on = f"t.`{key_field}` = s.`{key_field}`"
+        assign = {f"`{c}`": f"s.`{c}`" for c in values}
+        insert = {f"`{c}`": f"s.`{c}`" for c in (key_field, *values)}
+
+        def write_summaries(spark) -> None:
+            outputs = spark.read.format("delta").load(output_path)
+            for name, query in self.summaries.items():
+                spark.sql(query, outputs=outputs).write.format("delta").mode("overwrite").save(summary_paths[name])
+
+        def write_outputs(batch, _batch_id: int) -> None:
+            source = batch.select(F.col("key").alias(key_field), TOMBSTONE, *values)
+            (
+                DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
+                .merge(source.alias("s"), on)
+                .whenMatchedDelete(condition=f"s.{TOMBSTONE}")
+                .whenMatchedUpdate(set=assign)
+                .whenNotMatchedInsert(condition=f"NOT s.{TOMBSTONE}", values=insert)
+                .execute()
+            )  # fmt: skip
+            write_summaries(batch.sparkSession)
+
+        def reconcile_outputs(restored) -> None:
+            source = restored.select(F.col("key").alias(key_field), *values)
+            (
+                DeltaTable.forPath(restored.sparkSession, output_path).alias("t")
+                .merge(source.alias("s"), on)
+                .whenMatchedUpdate(set=assign)
+                .whenNotMatchedInsert(values=insert)
+                .whenNotMatchedBySourceDelete()
+                .execute()
+            )  # fmt: skip
+            write_summaries(restored.sparkSession)
+
+        return write_outputs, reconcile_outputs
+
+
+def processor_changes(events, key_field: str, initial, logic, changes: StoreChanges, timed: bool):
+    """A Python ``StatefulProcessor`` (``logic``) over a job's processor input, with the platform's plumbing:
+    rejected records pass it by (:func:`dead_letter.passing_letters`), ``initial`` seeds it after a restore,
+    processing-time timers when ``timed``. Its rows: ``key``, ``tombstone`` and ``changes.value_ddl``."""
+    logic, output_ddl = dead_letter.passing_letters(
+        events, logic, f"key STRING, {TOMBSTONE} BOOLEAN, {changes.value_ddl}"
+    )
+    seeded = initial.withColumnRenamed("key", key_field).groupBy(key_field) if initial is not None else None
+    return events.groupBy(key_field).transformWithState(
+        logic, output_ddl, "Update", "ProcessingTime" if timed else "None", initialState=seeded
+    )

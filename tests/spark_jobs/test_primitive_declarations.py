@@ -1,0 +1,40 @@
+"""Declarations of the primitives other than the keyed aggregate (see test_keyed_aggregate.py): their
+state format follows from the declaration, and one that cannot run is refused naming the job and field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from spark_jobs.jobs import vote_counts
+from spark_jobs.registry import JobSpecError, StoreSpec, get_job
+
+VOTES, SPEC = vote_counts.VOTES, get_job("vote_counts")
+
+
+def test_vote_counts_declared_keeps_the_state_format_its_versions_wrote():
+    VOTES.check(SPEC)
+    assert VOTES.state_ddl == (
+        "candidate STRING, voted_at TIMESTAMP, event_id STRING, "
+        "history ARRAY<STRUCT<voted_at: TIMESTAMP, candidate: STRING, event_id: STRING>>"
+    )
+    assert VOTES.output_values == ("candidate", "voted_at", "event_id")
+
+
+@pytest.mark.parametrize(
+    ("change", "spec_change", "message"),
+    [
+        ({"time": "candidate"}, {}, "time: 'candidate' must be a TIMESTAMP field, not STRING"),
+        ({"version_id": "voted_at"}, {}, "version_id: 'voted_at' must be a STRING field, not TIMESTAMP"),
+        ({"time": "at"}, {}, "time: 'at' is not one of values"),
+        ({"values": {**VOTES.values, "weight": "weight"}}, {}, "values.weight: 'weight' is not a field"),
+        ({"values": {**VOTES.values, "history": "candidate"}}, {}, "values.history: not key, tombstone, history"),
+        ({}, {"stores": (StoreSpec("latest-votes"),)}, "store 'latest-votes': this primitive keeps a versioned store"),
+        ({}, {"companion_outputs": ()}, "summaries: \\['counts'\\] must name the spec's companion_outputs \\[\\]"),
+        ({"summaries": {"counts": "SELECT 1"}}, {}, "summaries.counts: the query reads the outputs as {outputs}"),
+    ],
+)
+def test_a_versioned_declaration_that_cannot_run_is_refused(change, spec_change, message):
+    with pytest.raises(JobSpecError, match=f"job vote_counts: {message}"):
+        dataclasses.replace(VOTES, **change).check(dataclasses.replace(SPEC, **spec_change))
