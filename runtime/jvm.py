@@ -141,9 +141,12 @@ def jars(settings: Settings, name: str) -> list[Path]:
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    """Everything a Spark session adds through ``spark.jars``: the resolved connector/Delta jars and
-    the platform's compiled processors."""
-    return [*jars(settings, "spark-jars"), *jars(settings, PROCESSORS)]
+    """Everything a Spark session adds through ``spark.jars``: the resolved connector/Delta jars, the
+    platform's compiled processors and the deployment's ``extra_jars``."""
+    extra = [Path(p.strip()) for p in (settings.extra_jars or "").split(",") if p.strip()]
+    if missing := [str(p) for p in extra if not p.is_file()]:
+        raise JvmDependencyError(f"STREAMSTATE_EXTRA_JARS names jars that do not exist: {', '.join(missing)}")
+    return [*jars(settings, "spark-jars"), *jars(settings, PROCESSORS), *extra]
 
 
 def broker_classpath(settings: Settings) -> str:

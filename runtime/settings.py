@@ -144,6 +144,8 @@ class Settings:
     #: Comma-separated modules with more jobs (each lists ``JobSpec``s in ``JOBS``), e.g. a team's
     #: own job package; it must be importable wherever drivers and Airflow tasks run.
     job_modules: str | None = None
+    #: Comma-separated jars added to every Spark application (a team's own JVM code for its jobs)
+    extra_jars: str | None = None
     #: bounds and targets of the changelog tuning DAG
     compaction: CompactionPolicy = CompactionPolicy()
     #: warm standby (spark_jobs/standby): commit the followed changes to the Delta snapshot this often

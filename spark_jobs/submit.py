@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import shutil
 import sys
 import zipfile
 from pathlib import Path
 
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.registry import JobSpec
+from spark_jobs.registry import JobSpec, JobSpecError
 from spark_jobs.session import python_env, spark_conf
 
 ENTRY_FILE = PROJECT_ROOT / "spark_jobs" / "run.py"
@@ -50,25 +51,46 @@ class SubmitSpec:
 
 
 def package_python(settings: Settings) -> Path:
-    """Zip the platform's Python packages for ``--py-files`` (executors on a cluster import them).
+    """Zip the platform's Python packages and the deployment's job modules (``job_modules``: the module's
+    top-level package, or the module file) for ``--py-files``: executors on a cluster import them.
 
     The archive name carries a content hash, so a changed job never runs stale code on executors.
     """
-    files = sorted(
-        p for pkg in PACKAGES for p in (PROJECT_ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts
-    )
+    files = {  # path in the archive -> file
+        p.relative_to(PROJECT_ROOT).as_posix(): p
+        for pkg in PACKAGES
+        for p in (PROJECT_ROOT / pkg).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    for module in filter(None, (m.strip() for m in (settings.job_modules or "").split(","))):
+        files.update(_module_files(module))
+    files = dict(sorted(files.items()))
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(str(path.relative_to(PROJECT_ROOT)).encode() + b"\0" + path.read_bytes())
+    for name, path in files.items():
+        digest.update(name.encode() + b"\0" + path.read_bytes())
     target = settings.data_dir / "dist" / f"streamstate-{digest.hexdigest()[:12]}.zip"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in files:
-                archive.write(path, str(path.relative_to(PROJECT_ROOT)))
+            for name, path in files.items():
+                archive.write(path, name)
         tmp.replace(target)
     return target
+
+
+def _module_files(module: str) -> dict[str, Path]:
+    """The Python files that make ``module`` importable: its top-level package's, or its own file."""
+    top = module.split(".")[0]
+    found = importlib.util.find_spec(top)
+    if found is None or found.origin is None and not found.submodule_search_locations:
+        raise JobSpecError(f"job module {module!r} (STREAMSTATE_JOB_MODULES) cannot be found to ship to executors")
+    if found.submodule_search_locations:  # a package: all of it, under its name
+        root = Path(next(iter(found.submodule_search_locations)))
+        return {
+            (Path(top) / p.relative_to(root)).as_posix(): p for p in root.rglob("*.py") if "__pycache__" not in p.parts
+        }
+    return {Path(found.origin).name: Path(found.origin)}
 
 
 def submit_spec(spec: JobSpec, settings: Settings, *, available_now: bool = False) -> SubmitSpec:
@@ -91,4 +113,3 @@ def application_submit_spec(settings: Settings, name: str, application: Path, ar
         py_files=str(package_python(settings)),
         env={**settings.to_env(), **python_env()},
     )
-

@@ -26,3 +26,15 @@ def test_artifact_name(jar, artifact):
 def test_unversioned_jar_is_an_error():
     with pytest.raises(JvmDependencyError, match="cannot tell the artifact"):
         artifact_name("something.jar")
+
+
+def test_extra_jars_join_every_spark_application(tmp_path):
+    from runtime.jvm import spark_jars
+    from runtime.settings import PROJECT_ROOT, Settings
+
+    team_jar = tmp_path / "team-udfs-1.0.jar"
+    team_jar.write_bytes(b"PK")  # the platform checks that it exists; Spark reads it
+    settings = Settings(data_dir=tmp_path, jvm_dir=PROJECT_ROOT / ".jvm", extra_jars=f" {team_jar} ")
+    assert spark_jars(settings)[-1] == team_jar and len(spark_jars(settings)) > 1
+    with pytest.raises(JvmDependencyError, match="STREAMSTATE_EXTRA_JARS names jars that do not exist: /no/such.jar"):
+        spark_jars(settings.replace(extra_jars=f"{team_jar},/no/such.jar"))
