@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 JOB = get_job("purchase_counts")
 RATE, BURST_X, USERS = 40, 10, 500  # events/s; the burst is 400/s, well above what the job does per second here
 #: the warm-up covers the 8 samples (3 s apart) the steady lag is read from, with room to settle
-WARM_UP_S, BURST_S, DRAIN_LIMIT_S = 40, 30, 240
+WARM_UP_S, BURST_S, DRAIN_LIMIT_S = 25, 30, 240  # 25 s: the 8 samples the steady lag is read from
 MAX_BATCH = 2000
 #: the driver tree's budget: its JVM heap limit (spark.driver.memory) + 2 GiB for the rest (metaspace,
 #: code cache, RocksDB, 2 Python workers). The heap grows in steps towards its limit whatever the input
