@@ -28,9 +28,8 @@ from typing import Literal, get_args
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.primitives.pipeline import StoreDeclaration
+from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input, resolved
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
 from spark_jobs.state.store_changes import TOMBSTONE
 
@@ -38,7 +37,7 @@ AggregateKind = Literal["count", "sum", "min", "max", "latest"]
 #: the stored value's last field: processing time of the key's last change (a restored TTL keeps its deadline)
 TOUCHED_AT = "touched_at_ms"
 #: the Java processor's input columns (``streamstate.primitives.KeyedAggregate``: the two must stay equal)
-DELETE_COLUMN, INPUT_PREFIX = "_delete", "_in_"
+INPUT_PREFIX = "_in_"
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SUM_TYPE = re.compile(r"^(BIGINT|DOUBLE|DECIMAL\(\s*\d+\s*,\s*\d+\s*\))$", re.IGNORECASE)
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
@@ -176,24 +175,13 @@ class KeyedAggregate(StoreDeclaration):
         :meth:`JobContext.with_dead_letters`), seeded with ``initial`` after a restore; ``store``'s
         ``ttl_ms`` evicts idle keys."""
         from pyspark.sql import DataFrame
-        from pyspark.sql import functions as F
 
-        delete = F.lit(False)
-        if self.delete_when:
-            delete = F.coalesce(resolved(events, job, "delete_when", F.expr(self.delete_when)), F.lit(False))
-        aggregated = F.lit(True)
-        if self.where:
-            aggregated = F.coalesce(resolved(events, job, "where", F.expr(self.where)), F.lit(False))
+        delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
         types = [agg.stored_type(self.events.schema, name) for name, agg in self.values.items()]
         inputs = [
             resolved(events, job, f"values.{name}", agg.input_column(stored)).alias(f"{INPUT_PREFIX}{i}")
             for i, ((name, agg), stored) in enumerate(zip(self.values.items(), types, strict=True))
         ]
-        kept, letter = delete | aggregated, []
-        if (
-            dead_letter.LETTER_COLUMN in events.columns
-        ):  # rejected records ride along (see JobContext.with_dead_letters)
-            kept, letter = kept | F.col(dead_letter.LETTER_COLUMN).isNotNull(), [dead_letter.LETTER_COLUMN]
         needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
         ttl_ms = (store.ttl_ms if store else None) or 0
         spark = events.sparkSession
@@ -202,15 +190,3 @@ class KeyedAggregate(StoreDeclaration):
             self.change_ddl, ttl_ms, ",".join(agg.kind for agg in self.values.values()),
         )  # fmt: skip
         return DataFrame(jdf, spark)
-
-
-def resolved(events, job: str, field: str, column):
-    """``column`` when it applies to ``events``; else :class:`JobSpecError` naming the job and the field."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        events.select(column)
-    except AnalysisException as err:
-        reason = str(err).strip().splitlines()[0]
-        raise JobSpecError(f"job {job}: {field} does not apply to the event's fields: {reason}") from None
-    return column

@@ -20,6 +20,9 @@ from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
+#: The primitives' Java processors' input column: true when the event deletes its key (``streamstate.primitives.Rows``)
+DELETE_COLUMN = "_delete"
+
 
 class StoreDeclaration:
     """What a primitive's declaration (a frozen dataclass with ``store``, ``events`` and ``summaries``)
@@ -42,6 +45,10 @@ class StoreDeclaration:
     @property
     def output_values(self) -> tuple[str, ...]:
         raise NotImplementedError
+
+    def output_key(self, key_field: str) -> tuple[str, ...]:
+        """The columns that identify an output row."""
+        return (key_field,)
 
     def check_primitive(self, spec: JobSpec) -> None:
         """The primitive's own checks (raise :class:`JobSpecError`; the job's name is added)."""
@@ -79,8 +86,8 @@ class StoreDeclaration:
             if store.kind not in self.store_kinds:
                 raise JobSpecError(f"store {self.store!r}: this primitive keeps a {' or '.join(self.store_kinds)} "
                                    f"store, not {store.kind}")  # fmt: skip
-            if spec.output_key and tuple(spec.output_key) != (spec.key_field,):
-                raise JobSpecError(f"output_key: the outputs are keyed by {spec.key_field!r} alone")
+            if spec.output_key and tuple(spec.output_key) != self.output_key(spec.key_field):
+                raise JobSpecError(f"output_key: the outputs are keyed by {self.output_key(spec.key_field)}")
             if set(self.summaries) != set(spec.companion_outputs):
                 raise JobSpecError(
                     f"summaries: {sorted(self.summaries)} must name the spec's companion_outputs "
@@ -184,3 +191,32 @@ def processor_changes(events, key_field: str, initial, logic, changes: StoreChan
     return events.groupBy(key_field).transformWithState(
         logic, output_ddl, "Update", "ProcessingTime" if timed else "None", initialState=seeded
     )
+
+
+def resolved(events, job: str, field: str, column):
+    """``column`` when it applies to ``events``; else :class:`JobSpecError` naming the job and the field."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        events.select(column)
+    except AnalysisException as err:
+        reason = str(err).strip().splitlines()[0]
+        raise JobSpecError(f"job {job}: {field} does not apply to the event's fields: {reason}") from None
+    return column
+
+
+def processor_input(events, job: str, where: str | None, delete_when: str | None):
+    """What a primitive's processor reads of a job's input: ``(delete, kept, letter)``: the column telling a
+    deleting event, the condition keeping the rows the processor needs (deleting or ``where`` events, and
+    rejected records riding along, see ``JobContext.with_dead_letters``), and the dead-letter column's
+    name when the input has it (else nothing)."""
+    from pyspark.sql import functions as F
+
+    delete = F.lit(False)
+    if delete_when:
+        delete = F.coalesce(resolved(events, job, "delete_when", F.expr(delete_when)), F.lit(False))
+    wanted = F.lit(True) if not where else F.coalesce(resolved(events, job, "where", F.expr(where)), F.lit(False))
+    kept, letter = delete | wanted, []
+    if dead_letter.LETTER_COLUMN in events.columns:
+        kept, letter = kept | F.col(dead_letter.LETTER_COLUMN).isNotNull(), [dead_letter.LETTER_COLUMN]
+    return delete, kept, letter

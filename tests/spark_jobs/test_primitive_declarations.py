@@ -38,3 +38,33 @@ def test_vote_counts_declared_keeps_the_state_format_its_versions_wrote():
 def test_a_versioned_declaration_that_cannot_run_is_refused(change, spec_change, message):
     with pytest.raises(JobSpecError, match=f"job vote_counts: {message}"):
         dataclasses.replace(VOTES, **change).check(dataclasses.replace(SPEC, **spec_change))
+
+
+def test_patient_heart_rate_declared_keeps_the_state_format_its_versions_wrote():
+    from spark_jobs.jobs import patient_heart_rate
+
+    declared, spec = patient_heart_rate.HEART_RATE, get_job("patient_heart_rate")
+    declared.check(spec)
+    assert declared.state_ddl_for(spec.key_field) == (
+        "patient_id STRING, window_start_ms BIGINT, beats BIGINT, closed BOOLEAN, source_partition INT, stream_time_ms BIGINT"
+    )
+    assert declared.output_key(spec.key_field) == spec.output_key == ("patient_id", "window_start")
+
+
+@pytest.mark.parametrize(
+    ("change", "spec_change", "message"),
+    [
+        ({"time": "event_id"}, {}, "time: 'event_id' must be a TIMESTAMP field"),
+        ({"time": "at"}, {}, "time: 'at' is not a field of the event schema"),
+        ({"count": "patient_id"}, {}, "count: 'patient_id' is taken by the key or a window column"),
+        ({"output_count": "window_end"}, {}, "output_count: 'window_end' is taken by the key or a window column"),
+        ({}, {"stores": (StoreSpec("pulse-counts"),)}, "store 'pulse-counts': this primitive keeps a windowed store"),
+        ({}, {"output_key": ("patient_id",)}, "output_key: the outputs are keyed by \\('patient_id', 'window_start'\\)"),
+    ],
+)
+def test_a_windows_declaration_that_cannot_run_is_refused(change, spec_change, message):
+    from spark_jobs.jobs import patient_heart_rate
+
+    spec = get_job("patient_heart_rate")
+    with pytest.raises(JobSpecError, match=f"job patient_heart_rate: {message}"):
+        dataclasses.replace(patient_heart_rate.HEART_RATE, **change).check(dataclasses.replace(spec, **spec_change))

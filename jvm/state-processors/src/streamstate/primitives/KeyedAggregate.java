@@ -2,7 +2,6 @@ package streamstate.primitives;
 
 import java.math.BigDecimal;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Locale;
@@ -26,7 +25,6 @@ import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.StructType;
 
 import scala.collection.Iterator;
-import scala.jdk.javaapi.CollectionConverters;
 
 import streamstate.jobs.DeadLetters;
 
@@ -37,7 +35,7 @@ import streamstate.jobs.DeadLetters;
  * declaration's expressions are evaluated by Spark before it, and it reads them as columns.
  *
  * <p>Input columns: the key, {@code offset} (a key's events all sit in one source partition, so offset
- * order is the order they happened), {@link #DELETE_COLUMN} (true: the event deletes the key) and one
+ * order is the order they happened), {@link Rows#DELETE_COLUMN} (true: the event deletes the key) and one
  * {@link #INPUT_PREFIX}{@code i} column per aggregate, already of the aggregate's stored type (for count:
  * true when the event counts). The stored value is the aggregates in order, then {@code touched_at_ms}
  * (processing time of the last change: a restored TTL timer keeps its deadline).
@@ -48,8 +46,6 @@ import streamstate.jobs.DeadLetters;
  * Kafka Streams aggregate forwards its tombstone). After a delete, a later event starts the key afresh.
  */
 public final class KeyedAggregate {
-  /** Input column: the event deletes its key. */
-  public static final String DELETE_COLUMN = "_delete";
   /** Input columns {@code _in_0, _in_1, ...}: each aggregate's input. */
   public static final String INPUT_PREFIX = "_in_";
 
@@ -169,7 +165,7 @@ public final class KeyedAggregate {
         inputs[i] = events.get(0).fieldIndex(INPUT_PREFIX + i);
       }
       for (Row event : events) {
-        if (Boolean.TRUE.equals(event.getAs(DELETE_COLUMN))) {
+        if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
           alive = false;
           aggregates = fresh();
           continue;
@@ -180,7 +176,7 @@ public final class KeyedAggregate {
         }
       }
       if (!alive) {
-        return one(delete(key));
+        return Rows.one(delete(key));
       }
       long now = nowMs(timerValues);
       Object[] value = new Object[kinds.length + 1];
@@ -188,28 +184,17 @@ public final class KeyedAggregate {
       value[kinds.length] = now;
       values.update(RowFactory.create(value));
       restartTtl(now);
-      Object[] change = new Object[value.length + 2];
-      change[0] = key;
-      change[1] = false;
-      System.arraycopy(value, 0, change, 2, value.length);
-      return one(RowFactory.create(change));
+      return Rows.one(Rows.change(key, false, value));
     }
 
     @Override
     public Iterator<Row> handleExpiredTimer(String key, TimerValues timerValues, ExpiredTimerInfo info) {
-      if (values.exists()) {
-        return one(delete(key));
-      }
-      return CollectionConverters.asScala(Collections.<Row>emptyIterator());
+      return values.exists() ? Rows.one(delete(key)) : Rows.none();
     }
 
     @Override
     public void handleInitialState(String key, Row initial, TimerValues timerValues) {
-      Object[] value = new Object[stateSchema.size()];
-      for (int i = 0; i < value.length; i++) {
-        value[i] = initial.getAs(stateSchema.fields()[i].name());
-      }
-      values.update(RowFactory.create(value));
+      values.update(Rows.select(initial, stateSchema));
       if (ttlMs > 0) {
         getHandle().registerTimer(initial.<Long>getAs("touched_at_ms") + ttlMs);
       }
@@ -244,10 +229,7 @@ public final class KeyedAggregate {
       if (ttlMs > 0) {
         deleteTimers();
       }
-      Object[] change = new Object[stateSchema.size() + 2];
-      change[0] = key;
-      change[1] = true;
-      return RowFactory.create(change);
+      return Rows.change(key, true, new Object[stateSchema.size()]);
     }
 
     private void deleteTimers() {
@@ -264,10 +246,6 @@ public final class KeyedAggregate {
     private static long nowMs(TimerValues timerValues) {
       long now = timerValues.getCurrentProcessingTimeInMs();
       return now > 0 ? now : System.currentTimeMillis();
-    }
-
-    private static Iterator<Row> one(Row row) {
-      return CollectionConverters.asScala(Collections.singletonList(row).iterator());
     }
   }
 }

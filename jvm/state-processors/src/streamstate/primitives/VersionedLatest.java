@@ -2,7 +2,6 @@ package streamstate.primitives;
 
 import java.sql.Timestamp;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -127,7 +126,7 @@ public final class VersionedLatest {
         after.add(version.getString(versionId));
       }
       if (after.equals(before)) {
-        return CollectionConverters.asScala(Collections.<Row>emptyIterator());  // only versions too old to keep
+        return Rows.none();  // only versions too old to keep
       }
       Row newest = history.get(history.size() - 1);
       Object[] value = new Object[valueFields.length + 1];
@@ -136,11 +135,7 @@ public final class VersionedLatest {
       }
       value[valueFields.length] = CollectionConverters.asScala(history).toSeq();
       latest.update(RowFactory.create(value));
-      Object[] change = new Object[value.length + 2];
-      change[0] = key;
-      change[1] = false;
-      System.arraycopy(value, 0, change, 2, value.length);
-      return CollectionConverters.asScala(Collections.singletonList(RowFactory.create(change)).iterator());
+      return Rows.one(Rows.change(key, false, value));
     }
 
     /** The versions valid at some time within the retention before the latest: from the last one at or
@@ -158,16 +153,12 @@ public final class VersionedLatest {
 
     @Override
     public Iterator<Row> handleExpiredTimer(String key, TimerValues timerValues, ExpiredTimerInfo info) {
-      return CollectionConverters.asScala(Collections.<Row>emptyIterator());
+      return Rows.none();
     }
 
     @Override
     public void handleInitialState(String key, Row initial, TimerValues timerValues) {
-      Object[] value = new Object[stateSchema.size()];
-      for (int i = 0; i < value.length; i++) {
-        value[i] = initial.getAs(stateSchema.fields()[i].name());
-      }
-      latest.update(RowFactory.create(value));
+      latest.update(Rows.select(initial, stateSchema));
     }
   }
 }

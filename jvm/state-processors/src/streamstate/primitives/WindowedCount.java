@@ -1,4 +1,4 @@
-package streamstate.jobs;
+package streamstate.primitives;
 
 import java.sql.Timestamp;
 import java.util.ArrayList;
@@ -30,54 +30,61 @@ import scala.Tuple2;
 import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
+import streamstate.jobs.DeadLetters;
+
 /**
- * patient_heart_rate's windowed store with Kafka Streams' semantics, record by record: 60 s tumbling
- * windows with grace, retention and suppress-until-close, and {@code checked_out} deleting a patient's
- * windows.
+ * The event-time windows primitive: per key, events counted in tumbling windows with Kafka Streams'
+ * semantics, record by record: grace, retention and suppress-until-close, and an event that asks for it
+ * ({@link Rows#DELETE_COLUMN}) deleting its key's windows. A job declares it in Python
+ * (spark_jobs/primitives/windows.py: the declaration's conditions are evaluated by Spark before it;
+ * patient_heart_rate is one).
  *
  * <p>The processor is keyed by <b>source partition</b>, the unit Kafka Streams calls a task: it sees the
  * partition's records of a micro-batch in offset order, and <b>stream time</b> is the partition's largest
- * event time so far, advanced by each record before it is applied. So whether a pulse is late, and
+ * event time so far, advanced by each record before it is applied. So whether an event is late, and
  * whether a window closed before a check-out, never depends on where micro-batches begin and end:
  *
  * <ul>
  *   <li>a window <b>closes</b> when stream time reaches its end + grace: emitted once (a change row with
  *       {@code closed = true}), kept in the store until retention;
- *   <li>a pulse whose window closes at or before the stream time is <b>late</b> (an output row the job
+ *   <li>an event whose window closes at or before the stream time is <b>late</b> (an output row the job
  *       dead-letters);
  *   <li>a closed window is <b>evicted</b> when stream time reaches its start + retention (a tombstone);
  *       one that closes and is evicted in one step is a tombstone that carries its final count;
- *   <li>{@code checked_out} deletes every window of the patient (tombstones; open ones are not emitted,
+ *   <li>a deleting event removes every window of its key (tombstones; open ones are not emitted,
  *       windows closed earlier in the batch are).
  * </ul>
  *
  * <p>Each batch emits one row per changed window (its latest value) plus one row per partition whose
- * stream time moved ({@code patient_id} null, {@code stream_time_ms} set), so a restore continues stream
- * time exactly. State per partition: the stream time, each patient's open windows and closed window
+ * stream time moved (the key null, {@code stream_time_ms} set), so a restore continues stream
+ * time exactly. State per partition: the stream time, each key's open windows and closed window
  * starts, and the earliest close and eviction times, so closing and eviction scan the partition's
- * patients only when one is due (once per window of stream time), not per record.
+ * keys only when one is due (once per window of stream time), not per record.
  */
-public final class PulseWindows {
-  private PulseWindows() {}
+public final class WindowedCount {
+  private WindowedCount() {}
 
   static final String CHANGE = "change";
   static final String LATE = "late";
-  static final String CHECKED_OUT = "checked_out";
-  /** The restored-state row schema {@link #changes} expects: one row per patient, one per stream time. */
-  public static final String INITIAL_DDL = "source_partition INT, patient_id STRING, open_starts ARRAY<BIGINT>, "
-      + "open_beats ARRAY<BIGINT>, closed_starts ARRAY<BIGINT>, stream_time_ms BIGINT";
+  /** The restored-state row schema {@link #changes} expects: one row per key (its open windows' starts and
+   * counts, its closed windows' starts; {@code key} null on the row of a partition's stream time). */
+  public static final String INITIAL_DDL = "source_partition INT, key STRING, open_starts ARRAY<BIGINT>, "
+      + "open_counts ARRAY<BIGINT>, closed_starts ARRAY<BIGINT>, stream_time_ms BIGINT";
 
   /**
-   * The store's output rows ({@code outputDdl}: changes, stream times and late pulses) for {@code events}
-   * grouped by {@code partitionColumn}; {@code initial} ({@link #INITIAL_DDL}, or null) seeds the store.
-   * Rejected records among {@code events} pass through (see {@link DeadLetters}).
+   * The store's output rows ({@code outputDdl}: changes, stream times and late events) for {@code events}
+   * (with {@code keyColumn}, {@code timeColumn}, {@link Rows#DELETE_COLUMN} and the source's {@code offset},
+   * {@code timestamp} and {@code value}) grouped by {@code partitionColumn}; {@code initial}
+   * ({@link #INITIAL_DDL}, or null) seeds the store. Rejected records among {@code events} pass through
+   * (see {@link DeadLetters}).
    */
   public static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial,
-                                     String store, String outputDdl, long windowMs, long graceMs, long retentionMs) {
+                                     String store, String outputDdl, long windowMs, long graceMs, long retentionMs,
+                                     String keyColumn, String timeColumn) {
     StructType output = StructType.fromDDL(outputDdl);
     KeyValueGroupedDataset<Integer, Row> grouped =
         events.groupByKey((MapFunction<Row, Integer>) row -> row.getAs(partitionColumn), Encoders.INT());
-    Windows windows = new Windows(store, windowMs, graceMs, retentionMs, output.size());
+    Windows windows = new Windows(store, windowMs, graceMs, retentionMs, output.size(), keyColumn, timeColumn);
     KeyValueGroupedDataset<Integer, Row> seeded = initial == null ? null
         : initial.groupByKey((MapFunction<Row, Integer>) row -> row.getAs("source_partition"), Encoders.INT());
     return DeadLetters.transform(grouped, events.schema(), windows, TimeMode.None(), OutputMode.Append(), output,
@@ -85,6 +92,7 @@ public final class PulseWindows {
   }
 
   static final class Windows extends StatefulProcessorWithInitialState<Integer, Row, Row, Row> {
+    // The state's own schemas: their field names are in every checkpoint written since patient_heart_rate v2.
     private static final StructType OPEN = StructType.fromDDL("starts ARRAY<BIGINT>, beats ARRAY<BIGINT>");
     private static final StructType CLOSED = StructType.fromDDL("starts ARRAY<BIGINT>");
 
@@ -93,20 +101,25 @@ public final class PulseWindows {
     private final long graceMs;
     private final long retentionMs;
     private final int outputWidth;
+    private final String keyColumn;
+    private final String timeColumn;
     private transient ValueState<Long> streamTime;
     private transient ValueState<Long> nextCloseAt;
     private transient ValueState<Long> nextEvictAt;
-    /** patient -> open windows (start -> beats) */
+    /** key -> open windows (start -> count) */
     private transient MapState<String, Row> open;
-    /** patient -> starts of closed windows still in the store */
+    /** key -> starts of closed windows still in the store */
     private transient MapState<String, Row> closed;
 
-    Windows(String store, long windowMs, long graceMs, long retentionMs, int outputWidth) {
+    Windows(String store, long windowMs, long graceMs, long retentionMs, int outputWidth, String keyColumn,
+            String timeColumn) {
       this.store = store;
       this.windowMs = windowMs;
       this.graceMs = graceMs;
       this.retentionMs = retentionMs;
       this.outputWidth = outputWidth;
+      this.keyColumn = keyColumn;
+      this.timeColumn = timeColumn;
     }
 
     @Override
@@ -137,55 +150,55 @@ public final class PulseWindows {
       events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
       Batch batch = new Batch(partition);
       for (Row event : events) {
-        long t = event.<Timestamp>getAs("event_time").getTime();
+        long t = event.<Timestamp>getAs(timeColumn).getTime();
         batch.advance(t);
-        String patient = event.getAs("patient_id");
-        if (CHECKED_OUT.equals(event.getAs("type"))) {
-          batch.checkOut(patient);
+        String key = event.getAs(keyColumn);
+        if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
+          batch.checkOut(key);
           continue;
         }
         long start = t - Math.floorMod(t, windowMs);
         if (closesAt(start) <= batch.now) {
-          batch.out.add(output(LATE, false, patient, start, null, null, partition, batch.now,
+          batch.out.add(output(LATE, false, key, start, null, null, partition, batch.now,
               event.getAs("offset"), event.getAs("timestamp"), event.getAs("value")));
           continue;
         }
-        batch.count(patient, start);
+        batch.count(key, start);
       }
       return CollectionConverters.asScala(batch.finish().iterator());
     }
 
     @Override
     public Iterator<Row> handleExpiredTimer(Integer partition, TimerValues timerValues, ExpiredTimerInfo info) {
-      throw new IllegalStateException("PulseWindows registers no timers");
+      throw new IllegalStateException("WindowedCount registers no timers");
     }
 
     @Override
     public void handleInitialState(Integer partition, Row initial, TimerValues timerValues) {
-      if (initial.isNullAt(initial.fieldIndex("patient_id"))) {
+      if (initial.isNullAt(initial.fieldIndex("key"))) {
         long restored = initial.<Long>getAs("stream_time_ms");
         streamTime.update(streamTime.exists() ? Math.max(streamTime.get(), restored) : restored);
         return;
       }
-      String patient = initial.getAs("patient_id");
+      String key = initial.getAs("key");
       List<Long> openStarts = initial.getList(initial.fieldIndex("open_starts"));
-      List<Long> openBeats = initial.getList(initial.fieldIndex("open_beats"));
+      List<Long> openCounts = initial.getList(initial.fieldIndex("open_counts"));
       TreeMap<Long, Long> windows = new TreeMap<>();
       for (int i = 0; i < openStarts.size(); i++) {
-        windows.put(openStarts.get(i), openBeats.get(i));
+        windows.put(openStarts.get(i), openCounts.get(i));
       }
       TreeSet<Long> closedStarts = new TreeSet<>(initial.<Long>getList(initial.fieldIndex("closed_starts")));
       if (!windows.isEmpty()) {
-        open.updateValue(patient, openRow(windows));
+        open.updateValue(key, openRow(windows));
         lower(nextCloseAt, closesAt(windows.firstKey()));
       }
       if (!closedStarts.isEmpty()) {
-        closed.updateValue(patient, closedRow(closedStarts));
+        closed.updateValue(key, closedRow(closedStarts));
         lower(nextEvictAt, evictedAt(closedStarts.first()));
       }
     }
 
-    /** One micro-batch of one partition: patients' windows cached, written back once at the end. */
+    /** One micro-batch of one partition: keys' windows cached, written back once at the end. */
     private final class Batch {
       final int partition;
       final long streamTimeBefore;
@@ -193,7 +206,7 @@ public final class PulseWindows {
       long now;
       final Map<String, TreeMap<Long, Long>> openCache = new HashMap<>();
       final Map<String, TreeSet<Long>> closedCache = new HashMap<>();
-      /** latest change row per changelog key (patient@start), in the order first changed */
+      /** latest change row per changelog key (key@start), in the order first changed */
       final Map<String, Row> changes = new LinkedHashMap<>();
       final List<Row> out = new ArrayList<>();
 
@@ -216,35 +229,35 @@ public final class PulseWindows {
         }
       }
 
-      void count(String patient, long start) {
-        TreeMap<Long, Long> windows = openOf(patient);
-        long beats = windows.merge(start, 1L, Long::sum);
+      void count(String key, long start) {
+        TreeMap<Long, Long> windows = openOf(key);
+        long count = windows.merge(start, 1L, Long::sum);
         lower(nextCloseAt, closesAt(start));
-        change(patient, start, beats, false);
+        change(key, start, count, false);
       }
 
-      void checkOut(String patient) {
-        for (long start : openOf(patient).keySet()) {
-          tombstone(patient, start);
+      void checkOut(String key) {
+        for (long start : openOf(key).keySet()) {
+          tombstone(key, start);
         }
-        for (long start : closedOf(patient)) {
-          tombstone(patient, start);
+        for (long start : closedOf(key)) {
+          tombstone(key, start);
         }
-        openOf(patient).clear();
-        closedOf(patient).clear();
+        openOf(key).clear();
+        closedOf(key).clear();
       }
 
       /** Close every open window of the partition due at the current stream time. */
       private void closeDue() {
         writeBack();
         long next = Long.MAX_VALUE;
-        for (String patient : patients(open)) {
-          TreeMap<Long, Long> windows = openOf(patient);
+        for (String key : keys(open)) {
+          TreeMap<Long, Long> windows = openOf(key);
           while (!windows.isEmpty() && closesAt(windows.firstKey()) <= now) {
             Map.Entry<Long, Long> window = windows.pollFirstEntry();
-            closedOf(patient).add(window.getKey());
+            closedOf(key).add(window.getKey());
             lower(nextEvictAt, evictedAt(window.getKey()));
-            change(patient, window.getKey(), window.getValue(), true);
+            change(key, window.getKey(), window.getValue(), true);
           }
           if (!windows.isEmpty()) {
             next = Math.min(next, closesAt(windows.firstKey()));
@@ -257,10 +270,10 @@ public final class PulseWindows {
       private void evictDue() {
         writeBack();
         long next = Long.MAX_VALUE;
-        for (String patient : patients(closed)) {
-          TreeSet<Long> starts = closedOf(patient);
+        for (String key : keys(closed)) {
+          TreeSet<Long> starts = closedOf(key);
           while (!starts.isEmpty() && evictedAt(starts.first()) <= now) {
-            tombstone(patient, starts.pollFirst());
+            tombstone(key, starts.pollFirst());
           }
           if (!starts.isEmpty()) {
             next = Math.min(next, evictedAt(starts.first()));
@@ -269,38 +282,38 @@ public final class PulseWindows {
         setOrClear(nextEvictAt, next);
       }
 
-      private TreeMap<Long, Long> openOf(String patient) {
-        return openCache.computeIfAbsent(patient, p -> {
+      private TreeMap<Long, Long> openOf(String key) {
+        return openCache.computeIfAbsent(key, p -> {
           TreeMap<Long, Long> windows = new TreeMap<>();
           Row row = open.containsKey(p) ? open.getValue(p) : null;
           if (row != null) {
             List<Long> starts = row.getList(0);
-            List<Long> beats = row.getList(1);
+            List<Long> count = row.getList(1);
             for (int i = 0; i < starts.size(); i++) {
-              windows.put(starts.get(i), beats.get(i));
+              windows.put(starts.get(i), count.get(i));
             }
           }
           return windows;
         });
       }
 
-      private TreeSet<Long> closedOf(String patient) {
-        return closedCache.computeIfAbsent(patient, p -> {
+      private TreeSet<Long> closedOf(String key) {
+        return closedCache.computeIfAbsent(key, p -> {
           Row row = closed.containsKey(p) ? closed.getValue(p) : null;
           return row == null ? new TreeSet<>() : new TreeSet<>(row.<Long>getList(0));
         });
       }
 
-      private void change(String patient, long start, long beats, boolean isClosed) {
-        changes.put(patient + "@" + start, output(CHANGE, false, patient, start, beats, isClosed, partition, null,
+      private void change(String key, long start, long count, boolean isClosed) {
+        changes.put(key + "@" + start, output(CHANGE, false, key, start, count, isClosed, partition, null,
             null, null, null));
       }
 
       /** A window leaves the store; one closed in this batch keeps its final count for the outputs. */
-      private void tombstone(String patient, long start) {
-        Row previous = changes.get(patient + "@" + start);
+      private void tombstone(String key, long start) {
+        Row previous = changes.get(key + "@" + start);
         boolean closedNow = previous != null && Boolean.TRUE.equals(previous.getAs(5));
-        changes.put(patient + "@" + start, output(CHANGE, true, patient, start,
+        changes.put(key + "@" + start, output(CHANGE, true, key, start,
             closedNow ? previous.<Long>getAs(4) : null, closedNow ? Boolean.TRUE : null, partition, null,
             null, null, null));
       }
@@ -336,14 +349,14 @@ public final class PulseWindows {
       }
     }
 
-    /** The patients (keys) of a per-patient map state, read before the map is changed. */
-    private static List<String> patients(MapState<String, Row> state) {
-      List<String> patients = new ArrayList<>();
+    /** The keys of a per-key map state, read before the map is changed. */
+    private static List<String> keys(MapState<String, Row> state) {
+      List<String> keys = new ArrayList<>();
       Iterator<Tuple2<String, Row>> entries = state.iterator();
       while (entries.hasNext()) {
-        patients.add(entries.next()._1());
+        keys.add(entries.next()._1());
       }
-      return patients;
+      return keys;
     }
 
     private static void lower(ValueState<Long> time, long candidate) {
@@ -372,9 +385,9 @@ public final class PulseWindows {
       return CollectionConverters.asScala(values).toList();
     }
 
-    private Row output(String kind, boolean tombstone, String patient, Long start, Long beats, Boolean isClosed,
+    private Row output(String kind, boolean tombstone, String key, Long start, Long count, Boolean isClosed,
                        Integer partition, Long streamTimeMs, Object offset, Object timestamp, Object raw) {
-      Object[] values = {kind, tombstone, patient, start, beats, isClosed, partition, streamTimeMs, offset, timestamp,
+      Object[] values = {kind, tombstone, key, start, count, isClosed, partition, streamTimeMs, offset, timestamp,
           raw};
       if (values.length != outputWidth) {
         throw new IllegalStateException("output DDL has " + outputWidth + " columns, the processor writes " + values.length);
