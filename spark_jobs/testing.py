@@ -82,8 +82,13 @@ class JobHarness:
             self._broker = LocalKafkaBroker(self.settings)
             self._broker.start()
         if self.spark is None:
+            from pyspark.sql import SparkSession
+
             from spark_jobs.session import build_spark_session
 
+            # A session this process already runs is the one Spark would hand out anyway: use it, and
+            # leave it running afterwards (it is not the harness's to stop).
+            self._own_spark = SparkSession.getActiveSession() is None
             self.spark = build_spark_session(self.settings, "streamstate-job-harness")
         return self
 

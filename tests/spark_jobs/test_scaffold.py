@@ -24,3 +24,9 @@ def test_a_new_job_and_its_test_run_as_written(spark, kafka_broker, settings, tm
     assert generated.pytest_plugins == ["spark_jobs.testing"]
     with JobHarness(settings=settings, spark=spark) as harness:  # the suite's broker and session
         generated.test_shop_totals_adds_rejects_and_removes(harness)
+
+
+def test_the_harness_leaves_a_session_it_did_not_start_running(spark, kafka_broker, settings):
+    with JobHarness(settings=settings) as harness:  # no session given: it takes the running one
+        assert harness.spark is spark
+    assert spark.range(3).count() == 3  # not stopped
