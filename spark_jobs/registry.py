@@ -68,7 +68,10 @@ class StoreSpec:
             changelog tuning DAG never changes a config named here, it only reports what it would do.
         ttl_ms: key-value stores: evict a key idle this long (processing time), with a tombstone
             (the seeds' bounded store; None keeps keys until deleted).
-        window_ms: windowed stores: the tumbling window size.
+        window_ms: windowed stores: the window size.
+        advance_ms: windowed stores: how far apart windows start (hopping windows, Kafka Streams'
+            ``advanceBy``: each event belongs to ``window_ms / advance_ms`` windows); None: ``window_ms``
+            (tumbling windows).
         grace_ms: windowed stores: how long after its end a window still accepts late events.
         budget: the limits the state-size audit holds the store to.
     """
@@ -80,6 +83,7 @@ class StoreSpec:
     ttl_ms: int | None = None
     window_ms: int | None = None
     grace_ms: int = 0
+    advance_ms: int | None = None
     budget: StateBudget = StateBudget()
 
     def __post_init__(self) -> None:
@@ -90,17 +94,30 @@ class StoreSpec:
         if self.kind == "windowed":
             if not self.window_ms or self.window_ms <= 0 or self.grace_ms < 0:
                 raise JobSpecError(f"windowed store {self.name!r} needs window_ms > 0 and grace_ms >= 0")
+            if self.advance_ms is not None and not 0 < self.advance_ms <= self.window_ms:
+                raise JobSpecError(
+                    f"windowed store {self.name!r}: advance_ms {self.advance_ms} must be > 0 and at most "
+                    f"window_ms {self.window_ms}"
+                )
             if self.retention_ms < self.window_ms + self.grace_ms:
                 # The seeds: retention must cover window size + grace, or windows vanish while open.
                 raise JobSpecError(
                     f"windowed store {self.name!r}: retention_ms {self.retention_ms} is shorter "
                     f"than window_ms + grace_ms = {self.window_ms + self.grace_ms}"
                 )
+        if self.advance_ms is not None and self.kind != "windowed":
+            raise JobSpecError(f"store {self.name!r}: advance_ms is for windowed stores")
         if self.ttl_ms is not None and (self.kind != "key_value" or self.ttl_ms <= 0):
             raise JobSpecError(
                 f"store {self.name!r}: ttl_ms must be positive and is for key_value stores "
                 "(windowed stores expire by retention_ms)"
             )
+
+    @property
+    def window_advance_ms(self) -> int | None:
+        """Windowed stores: how far apart windows start (``advance_ms``, or ``window_ms`` when they tumble);
+        every window start is a multiple of it."""
+        return self.advance_ms or self.window_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,6 +346,29 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         description="Heart rate per patient per 60 s tumbling window (5 s grace, 6 h retention), emitted "
         "when the window closes; a check-out deletes the patient's windows (the seeds' pulse scenario).",
         output_key=("patient_id", "window_start"),
+    ),
+    JobSpec(
+        name="temperature_averages",
+        version=1,
+        source_topic="sensor-readings",
+        key_field="sensor_id",
+        output_table="temperature_averages",
+        entrypoint="spark_jobs.jobs.temperature_averages:AVERAGES",
+        stores=(
+            StoreSpec(
+                "temperature-windows",
+                kind="windowed",
+                window_ms=5 * 60_000,
+                advance_ms=60_000,
+                grace_ms=30_000,
+                retention_ms=2 * 3600 * 1000,
+                budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600),
+            ),
+        ),
+        description="Average, minimum and maximum temperature per sensor over the last 5 minutes, every "
+        "minute (hopping windows, 30 s grace, 2 h retention), emitted when a window closes; sensor_removed "
+        "deletes the sensor's windows (the seeds' hopping-window example).",
+        output_key=("sensor_id", "window_start"),
     ),
     JobSpec(
         name="vote_counts",

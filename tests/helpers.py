@@ -102,6 +102,38 @@ def collect_available_now(stream, output_mode: str, checkpoint, row_of) -> set[t
     return set(seen)
 
 
+def source_rows(events: list[dict], schema, key_field: str, partitions: int, timestamp) -> list:
+    """``events`` as a Kafka source's decoded rows: ``schema``'s fields (ISO times parsed) plus the
+    ``partition`` (Kafka's murmur2 of the key), ``offset``, ``timestamp`` and ``value`` (the event id's bytes)
+    a job's processor reads after classification. Add :func:`with_source_columns` of ``schema`` to read them."""
+    import datetime as dt
+
+    from pyspark.sql import Row
+
+    from spark_jobs.generators.producer import kafka_partition
+
+    times = {f.name for f in schema.fields if f.dataType.simpleString() == "timestamp"}
+    offsets = dict.fromkeys(range(partitions), 0)
+    rows = []
+    for event in events:
+        fields = {f.name: event.get(f.name) for f in schema.fields}
+        for name in times & fields.keys():
+            fields[name] = dt.datetime.fromisoformat(fields[name].replace("Z", "+00:00")) if fields[name] else None
+        p = kafka_partition(event[key_field], partitions)
+        rows.append(Row(**fields, partition=p, offset=offsets[p], timestamp=timestamp, value=event["event_id"].encode()))
+        offsets[p] += 1
+    return rows
+
+
+def with_source_columns(schema):
+    """``schema`` plus the source columns :func:`source_rows` adds."""
+    from pyspark.sql import types as T
+
+    return T.StructType([*schema.fields, T.StructField("partition", T.IntegerType()),
+                         T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+                         T.StructField("value", T.BinaryType())])  # fmt: skip
+
+
 def file_stream(spark, batches: list[list], schema, directory):
     """A streaming DataFrame that reads ``batches`` (lists of rows) back as one micro-batch each."""
     for number, rows in enumerate(batches):

@@ -18,7 +18,8 @@ import random
 from collections.abc import Iterable, Iterator
 
 from runtime.kafka_connection import KafkaTarget
-from spark_jobs.generators.producer import kafka_partition, produce_keyed
+from spark_jobs.generators import windows
+from spark_jobs.generators.producer import produce_keyed
 
 START = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.timezone.utc)
 PULSE, CHECKED_OUT = "pulse", "checked_out"
@@ -26,10 +27,6 @@ PULSE, CHECKED_OUT = "pulse", "checked_out"
 
 def _iso(t: dt.datetime) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def millis(iso: str) -> int:
-    return int(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def generate(patients: int = 10, seconds: int = 300, seed: int = 3, start: dt.datetime = START,
@@ -85,40 +82,13 @@ class Expected:
 
 def expected(rounds: Iterable[list[dict]], window_ms: int, grace_ms: int, retention_ms: int,
              partitions: int = 2) -> Expected:  # fmt: skip
-    """Kafka Streams' answer for ``rounds`` of events (in the order produced), in plain Python.
-
-    Each patient's events go to partition ``kafka_partition(patient, partitions)``, as :func:`produce`
-    writes them. Per partition, record by record: stream time becomes the largest event time seen so
-    far; every window whose end + grace it has reached closes (emitted once) and every closed window
-    whose start + retention it has reached leaves the store; then a check-out deletes every window of
-    the patient (open ones never emitted), and a pulse for a closed window is late. How the rounds are
-    cut into micro-batches does not matter: the rounds are only concatenated.
-    """
-    state: dict[tuple[str, int], list] = {}
-    emitted: dict[tuple[str, int], int] = {}
-    late: set[str] = set()
-    stream_times: dict[int, int] = {}
-    partition_of: dict[str, int] = {}
-    for event in (e for events in rounds for e in events):
-        patient, t = event["patient_id"], millis(event["event_time"])
-        p = partition_of.setdefault(patient, kafka_partition(patient, partitions))
-        if t > stream_times.get(p, -(2**63)):
-            stream_times[p] = t
-            for key, value in list(state.items()):
-                if partition_of[key[0]] != p:
-                    continue
-                if not value[1] and key[1] + window_ms + grace_ms <= t:
-                    value[1] = True
-                    emitted[key] = value[0]
-                if value[1] and key[1] + retention_ms <= t:
-                    del state[key]
-        if event["type"] == CHECKED_OUT:
-            for key in [k for k in state if k[0] == patient]:
-                del state[key]
-            continue
-        start = t - t % window_ms
-        if start + window_ms + grace_ms <= stream_times[p]:
-            late.add(event["event_id"])
-            continue
-        state.setdefault((patient, start), [0, False])[0] += 1
-    return Expected({k: (v[0], v[1]) for k, v in state.items()}, emitted, late, stream_times)
+    """Kafka Streams' answer for ``rounds`` of events (in the order produced), in plain Python
+    (:func:`spark_jobs.generators.windows.expected` counting pulses, check-outs deleting). How the rounds
+    are cut into micro-batches does not matter: the rounds are only concatenated."""
+    got = windows.expected(
+        (e for events in rounds for e in events), key="patient_id", aggregate=lambda beats, _: ((beats or (0,))[0] + 1,),
+        applies=lambda e: e["type"] == PULSE, deletes=lambda e: e["type"] == CHECKED_OUT, window_ms=window_ms,
+        grace_ms=grace_ms, retention_ms=retention_ms, partitions=partitions,
+    )  # fmt: skip
+    return Expected({w: (values[0], closed) for w, (values, closed) in got.state.items()},
+                    {w: values[0] for w, values in got.emitted.items()}, set(got.late), got.stream_times)  # fmt: skip

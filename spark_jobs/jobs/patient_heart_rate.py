@@ -1,7 +1,7 @@
 """Heart rate per patient: the seeds' windowed ``pulse-counts`` store, in Spark.
 
 Each ``pulse`` event is one heartbeat; the heart rate of a 60 s tumbling window is its beat count.
-The job is a declaration (:data:`HEART_RATE`, a :class:`spark_jobs.primitives.WindowedCount`).
+The job is a declaration (:data:`HEART_RATE`, a :class:`spark_jobs.primitives.WindowedAggregate`).
 Semantics are Kafka Streams' ``TimeWindows.ofSizeAndGrace(60 s, 5 s)`` with ``withRetention(6 h)`` and
 ``suppress(untilWindowCloses)``, decided **record by record**, as a Kafka Streams task decides them:
 
@@ -17,7 +17,7 @@ Semantics are Kafka Streams' ``TimeWindows.ofSizeAndGrace(60 s, 5 s)`` with ``wi
 
 None of this depends on how the input is cut into micro-batches (tests/spark_jobs/test_patient_heart_rate_semantics.py
 holds the processor to the plain-Python reference :func:`spark_jobs.generators.pulse.expected` under
-several cuts). The store is kept by the platform's windows primitive (``streamstate.primitives.WindowedCount``,
+several cuts). The store is kept by the platform's windows primitive (``streamstate.primitives.WindowedAggregate``,
 Java), keyed by source partition. Its changelog ``…-pulse-counts-changelog`` is keyed
 ``<patient>@<window start ms>``, plus one ``~stream-time@<partition>`` entry per partition so a restore
 continues stream time exactly; it is ``compact,delete`` with ``retention.ms`` = the store's retention plus
@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from spark_jobs.context import JobContext
-from spark_jobs.primitives import JsonEvents, WindowedCount
+from spark_jobs.primitives import Aggregate, JsonEvents, WindowedAggregate
 from spark_jobs.primitives.windows import LATE, STREAM_TIME_KEY_PREFIX  # noqa: F401 - the job's vocabulary
 from spark_jobs.registry import StoreSpec
 
@@ -48,12 +48,12 @@ EVENT_SCHEMA = T.StructType(
 )
 
 #: The job, declared: pulses counted per patient and window, deleted on check-out.
-HEART_RATE = WindowedCount(
+HEART_RATE = WindowedAggregate(
     store=STORE,
     events=JsonEvents(EVENT_SCHEMA, types=EVENT_TYPES),
     time="event_time",
-    count="beats",
-    output_count="heart_rate",
+    values={"beats": Aggregate.count()},
+    outputs={"heart_rate": "beats"},
     where=f"type = '{PULSE}'",
     delete_when=f"type = '{CHECKED_OUT}'",
 )

@@ -2,8 +2,8 @@
 
 A declaration names the job's input (:class:`JsonEvents`: schema, event types, validation rules) and its
 store's semantics (:class:`KeyedAggregate`: aggregates per key, delete-on-event, the store's TTL;
-:class:`VersionedLatest`: the latest version by event time, with history; :class:`WindowedCount`: events
-counted per key in tumbling event-time windows). It is the
+:class:`VersionedLatest`: the latest version by event time, with history; :class:`WindowedAggregate`:
+aggregates per key in tumbling or hopping event-time windows, emitted on close or on every update). It is the
 job's ``build``: the platform builds the whole query from it (source at the restored position, decode and
 classify once, dead letters from the same micro-batch, the processor seeded with the restored state,
 outputs, changelog and markers, snapshots), so a job cannot skip a step. The processor is generic Java
@@ -13,6 +13,6 @@ outputs, changelog and markers, snapshots), so a job cannot skip a step. The pro
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import Aggregate, KeyedAggregate
 from spark_jobs.primitives.versioned import VersionedLatest
-from spark_jobs.primitives.windows import WindowedCount
+from spark_jobs.primitives.windows import WindowedAggregate
 
-__all__ = ["Aggregate", "JsonEvents", "KeyedAggregate", "VersionedLatest", "WindowedCount"]
+__all__ = ["Aggregate", "JsonEvents", "KeyedAggregate", "VersionedLatest", "WindowedAggregate"]

@@ -1,31 +1,42 @@
-"""The event-time windows primitive: per key, events counted in tumbling windows, with Kafka Streams'
-``TimeWindows.ofSizeAndGrace(size, grace)``, ``withRetention`` and ``suppress(untilWindowCloses)`` semantics,
-decided record by record as a Kafka Streams task decides them (``streamstate.primitives.WindowedCount``):
+"""The event-time windows primitive: per key, aggregates of the events in each of their windows, tumbling
+or hopping, with Kafka Streams' ``TimeWindows.ofSizeAndGrace(size, grace).advanceBy(advance)``,
+``withRetention`` and ``suppress(untilWindowCloses)`` semantics (or, with ``emit="update"``, every update
+as a table without ``suppress``), decided record by record as a Kafka Streams task decides them
+(``streamstate.primitives.WindowedAggregate``):
 
 * **stream time** is per source partition: the largest event time of the events read so far from that
   partition, advanced by each record before it is applied;
-* a window **closes** when stream time reaches its end + grace: emitted once to the outputs (key,
-  ``window_start``, ``window_end`` and the count), never changed again;
-* an event whose window has closed is **late**: a dead letter (reason ``late``), never dropped silently;
-* a window is **evicted** from the store when stream time reaches its start + retention (a tombstone);
-* an event for which ``delete_when`` holds deletes all of its key's windows (open ones are not emitted,
-  windows that closed before it were).
+* an event at time t belongs to every window ``[start, start + size)`` whose start is a multiple of the
+  advance with ``start <= t < start + size``: one window when they tumble (advance = size, the default),
+  ``size / advance`` when they hop;
+* a window **closes** when stream time reaches its end + grace. With ``emit="close"`` it is then written
+  to the outputs (key, ``window_start``, ``window_end`` and the ``outputs``) once and never changed; with
+  ``emit="update"`` the outputs hold every window's current values, open ones included, changed as
+  events arrive;
+* an event is applied to its windows that are still open; if any of its windows had closed it is also
+  **late**: a dead letter (reason ``late``, naming the latest closed window and how many open windows it
+  was counted in), never dropped silently;
+* a window is **evicted** from the store when stream time reaches its start + retention (a tombstone; the
+  outputs keep it);
+* an event for which ``delete_when`` holds deletes all of its key's windows (open ones are never emitted,
+  and ``emit="update"`` removes them from the outputs; closed windows stay in the outputs).
 
-None of this depends on how the input is cut into micro-batches. The window size, grace and retention
-are the store's (``StoreSpec(kind="windowed", window_ms=..., grace_ms=..., retention_ms=...)``). The
-changelog is keyed ``<key>@<window start ms>``, plus one ``~stream-time@<partition>`` entry per partition
-so a restore continues stream time exactly. Hopping windows are not a primitive yet.
+None of this depends on how the input is cut into micro-batches or partitions. The window size, advance,
+grace and retention are the store's (``StoreSpec(kind="windowed", window_ms=..., advance_ms=...,
+grace_ms=..., retention_ms=...)``). The changelog is keyed ``<key>@<window start ms>``, plus one
+``~stream-time@<partition>`` entry per partition so a restore continues stream time exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input
+from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
+from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input, resolved
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
@@ -33,43 +44,72 @@ from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 CHANGE, LATE = "change", "late"
 #: The changelog key of a partition's stream time (a window's is ``<key>@<window start ms>``).
 STREAM_TIME_KEY_PREFIX = "~stream-time@"
+EmitMode = Literal["close", "update"]
+#: columns of the processor's rows and of the outputs that a value or an output may not be named
+_TAKEN = ("key", "kind", TOMBSTONE, "window_start", "window_end", "window_start_ms", "closed", "source_partition",
+          "stream_time_ms", "source_offset", "source_timestamp", "raw", "open_windows")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
-class WindowedCount(StoreDeclaration):
-    """A job that counts each key's events per event-time window (see the module docstring).
+class WindowedAggregate(StoreDeclaration):
+    """A job that aggregates each key's events per event-time window (see the module docstring). Callable:
+    it is the job's ``build(ctx)``.
 
     Attributes:
-        store: a ``windowed`` ``StoreSpec``: its ``window_ms``, ``grace_ms`` and ``retention_ms``.
+        store: a ``windowed`` ``StoreSpec``: its ``window_ms``, ``advance_ms``, ``grace_ms`` and ``retention_ms``.
         events: the job's input.
         time: the event field that is the event's time (a TIMESTAMP; records without one are dead letters).
-        count: the stored name of a window's count.
-        output_count: the outputs' name for a closed window's count.
-        where: a Spark SQL condition over the event's fields: the events counted (default: all).
+        values: a window's stored values, in order: name -> :class:`Aggregate` (count, sum, min, max, latest;
+            types as in :class:`~spark_jobs.primitives.KeyedAggregate`). Default: ``count``.
+        outputs: the outputs' columns after the key, ``window_start`` and ``window_end``: name -> a Spark SQL
+            expression over the values (e.g. ``"temperature_sum / readings"``). Default: the values.
+        emit: ``"close"`` (a window is written once, when it closes) or ``"update"`` (every change).
+        where: a Spark SQL condition over the event's fields: the events aggregated (default: all).
         delete_when: a Spark SQL condition over the event's fields: the events that delete their key's windows.
+
+    Example, the average temperature over the last 5 minutes, every minute::
+
+        AVERAGES = WindowedAggregate(
+            store="temperature-windows",  # StoreSpec(kind="windowed", window_ms=300_000, advance_ms=60_000, ...)
+            events=JsonEvents(SCHEMA, types=("reading",)),
+            time="event_time",
+            values={"readings": Aggregate.count(), "temperature_sum": Aggregate.sum("temperature")},
+            outputs={"readings": "readings", "avg_temperature": "temperature_sum / readings"},
+        )
     """
 
     store: str
     events: JsonEvents
     time: str
-    count: str = "count"
-    output_count: str = "count"
+    values: Mapping[str, Aggregate] = dataclasses.field(default_factory=lambda: {"count": Aggregate.count()})
+    outputs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    emit: EmitMode = "close"
     where: str | None = None
     delete_when: str | None = None
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("windowed",)
 
+    @property
+    def values_ddl(self) -> str:
+        return ", ".join(f"{name} {agg.stored_type(self.events.schema, name)}" for name, agg in self.values.items())
+
+    @property
+    def output_expressions(self) -> Mapping[str, str]:
+        """Output column -> Spark SQL over the values (the values themselves when ``outputs`` is empty)."""
+        return self.outputs or {name: f"`{name}`" for name in self.values}
+
     def state_ddl_for(self, key_field: str) -> str:
-        """A store entry: a window (key, start, count, closed, its source partition), or a partition's
+        """A store entry: a window (key, start, values, closed, its source partition), or a partition's
         stream time (key and start null)."""
-        return (f"{key_field} STRING, window_start_ms BIGINT, {self.count} BIGINT, closed BOOLEAN, "
+        return (f"{key_field} STRING, window_start_ms BIGINT, {self.values_ddl}, closed BOOLEAN, "
                 "source_partition INT, stream_time_ms BIGINT")  # fmt: skip
 
     def output_ddl_for(self, key_field: str) -> str:
         """The processor's rows: store changes (kind = change) and late events (kind = late, with their
-        source coordinates, raw bytes and the stream time that made them late, for the dead letter)."""
+        source coordinates, raw bytes, the stream time that made them late and how many open windows they
+        were counted in, for the dead letter)."""
         return (f"kind STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, source_offset BIGINT, "
-                "source_timestamp TIMESTAMP, raw BINARY")  # fmt: skip
+                "source_timestamp TIMESTAMP, raw BINARY, open_windows INT")  # fmt: skip
 
     def store_changes_for(self, key_field: str) -> StoreChanges:
         from pyspark.sql import functions as F
@@ -82,14 +122,26 @@ class WindowedCount(StoreDeclaration):
         return StoreChanges(self.store, self.state_ddl_for(key_field), key=changelog_key, rows=f"kind = '{CHANGE}'")
 
     def output_schema(self, key_field: str):
+        """The outputs: the key, ``window_start``, ``window_end``, then :attr:`output_expressions` with the
+        types Spark gives them over the values (an active Spark session is needed)."""
+        from pyspark.sql import SparkSession
         from pyspark.sql import types as T
 
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        values = spark.createDataFrame([], self.values_ddl)
+        computed = values.select(*self._output_columns(values))
         return T.StructType([
             T.StructField(key_field, T.StringType(), nullable=False),
             T.StructField("window_start", T.TimestampType(), nullable=False),
             T.StructField("window_end", T.TimestampType()),
-            T.StructField(self.output_count, T.LongType()),
+            *computed.schema.fields,
         ])  # fmt: skip
+
+    def _output_columns(self, values, job: str = "?"):
+        from pyspark.sql import functions as F
+
+        return [resolved(values, job, f"outputs.{name}", F.expr(expression)).alias(name)
+                for name, expression in self.output_expressions.items()]  # fmt: skip
 
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return (key_field, "window_start")
@@ -99,9 +151,16 @@ class WindowedCount(StoreDeclaration):
             raise JobSpecError(f"time: {self.time!r} is not a field of the event schema")
         if self.events.schema[self.time].dataType.simpleString() != "timestamp":
             raise JobSpecError(f"time: {self.time!r} must be a TIMESTAMP field")
-        for role, name in (("count", self.count), ("output_count", self.output_count)):
-            if name in (spec.key_field, "window_start", "window_end", "window_start_ms", "closed", "kind", TOMBSTONE):
-                raise JobSpecError(f"{role}: {name!r} is taken by the key or a window column")
+        if not self.values:
+            raise JobSpecError("values: declare at least one aggregate")
+        for role, names in (("values", self.values), ("outputs", self.output_expressions)):
+            for name in names:
+                if not _NAME.match(name) or name in (*_TAKEN, spec.key_field):
+                    raise JobSpecError(f"{role}.{name}: use lower-case letters, digits and _, and not the key "
+                                       f"or a window column ({', '.join(_TAKEN)})")  # fmt: skip
+        self.values_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
+        if self.emit not in get_args(EmitMode):
+            raise JobSpecError(f"emit: {self.emit!r} is not one of {get_args(EmitMode)}")
         if self.summaries:
             raise JobSpecError("summaries: not supported by windows yet")
 
@@ -116,20 +175,25 @@ class WindowedCount(StoreDeclaration):
         from pyspark.sql import DataFrame
 
         delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
+        inputs = [
+            resolved(events, job, f"values.{name}", agg.input_column(agg.stored_type(self.events.schema, name)))
+            .alias(f"{INPUT_PREFIX}{i}")
+            for i, (name, agg) in enumerate(self.values.items())
+        ]  # fmt: skip
         needed = events.where(kept).select(key_field, self.time, delete.alias(DELETE_COLUMN), "partition", "offset",
-                                           "timestamp", "value", *letter)  # fmt: skip
+                                           "timestamp", "value", *inputs, *letter)  # fmt: skip
         spark = events.sparkSession
-        jdf = spark._jvm.streamstate.primitives.WindowedCount.changes(
-            needed._jdf, "partition", None if initial is None else _initial_windows(initial, key_field, self.count)._jdf,
-            self.store, self.output_ddl_for(key_field), store.window_ms, store.grace_ms, store.retention_ms,
-            key_field, self.time,
+        seeded = None if initial is None else self._initial_windows(initial, key_field)._jdf
+        jdf = spark._jvm.streamstate.primitives.WindowedAggregate.changes(
+            needed._jdf, "partition", seeded, self.store, self.output_ddl_for(key_field), self.values_ddl,
+            ",".join(agg.kind for agg in self.values.values()), store.window_ms, store.window_advance_ms,
+            store.grace_ms, store.retention_ms, key_field, self.time,
         )  # fmt: skip
         return DataFrame(jdf, spark)
 
     def build(self, ctx, processor=None):
         """The job's query: :class:`StoreDeclaration`'s pipeline, with the windows' sink (closed windows
-        inserted once, late events to dead letters); no Python processor."""
-        from delta.tables import DeltaTable
+        inserted once, or every change upserted; late events to dead letters); no Python processor."""
         from pyspark.sql import functions as F
 
         if processor is not None:
@@ -142,23 +206,11 @@ class WindowedCount(StoreDeclaration):
                                        "timestamp", "value", key=key_field)  # fmt: skip
         changes = self.store_changes_for(key_field)
         rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
-        output_path, window_ms, count, output_count = ctx.output_path, store.window_ms, self.count, self.output_count
+        write_windows = self._window_writer(ctx.output_path, key_field, store.window_ms, spec.name)
         app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
 
         def write_outputs(batch, _batch_id: int) -> None:
-            closed = batch.where(f"kind = '{CHANGE}' AND closed AND `{count}` IS NOT NULL").select(
-                key_field,
-                F.timestamp_millis("window_start_ms").alias("window_start"),
-                F.timestamp_millis(F.col("window_start_ms") + window_ms).alias("window_end"),
-                F.col(count).alias(output_count),
-            )
-            # Emit once: a closed window never changes, so insert-if-absent makes a replayed batch a no-op.
-            # Most batches close no window (a MERGE costs about a second even then).
-            if not closed.isEmpty():
-                on = f"t.`{key_field}` = s.`{key_field}` AND t.window_start = s.window_start"
-                DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
-                    closed.alias("s"), on
-                ).whenNotMatchedInsertAll().execute()
+            write_windows(batch)
             late = batch.where(f"kind = '{LATE}'").select(
                 F.col(key_field).cast("binary").alias("key"), F.col("raw").alias("value"), F.lit(source_topic).alias("topic"),
                 F.col("source_partition").alias("partition"), F.col("source_offset").alias("offset"),
@@ -170,39 +222,83 @@ class WindowedCount(StoreDeclaration):
 
         return rows.writeStream.outputMode("append").foreachBatch(ctx.state_change_sink(changes, write_outputs))
 
+    def _window_writer(self, output_path: str, key_field: str, window_ms: int, job: str):
+        """What a batch's change rows do to the outputs. ``emit="close"``: insert the windows that closed,
+        if absent (a closed window never changes, so a replayed batch is a no-op). ``emit="update"``: upsert
+        every changed window and delete the open windows a delete removed (tombstones with ``closed =
+        false``; evictions leave the outputs alone, as Kafka Streams' emitted updates stay)."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
 
-def _initial_windows(restored, key_field: str, count: str):
-    """The restored store (``key`` + state rows) in the processor's initial-state shape
-    (``WindowedCount.INITIAL_DDL``): one row per key and one per partition's stream time."""
-    from pyspark.sql import functions as F
+        on = f"t.`{key_field}` = s.`{key_field}` AND t.window_start = s.window_start"
+        gone = f"{TOMBSTONE} AND closed = false"
 
-    windows = (
-        restored.where(F.col(key_field).isNotNull())
-        .groupBy("source_partition", key_field)
-        .agg(F.sort_array(F.collect_list(F.struct("window_start_ms", F.col(count).alias("n"), "closed"))).alias("w"))
-        .select(
-            "source_partition", F.col(key_field).alias("key"),
-            F.expr("transform(filter(w, x -> NOT x.closed), x -> x.window_start_ms)").alias("open_starts"),
-            F.expr("transform(filter(w, x -> NOT x.closed), x -> x.n)").alias("open_counts"),
-            F.expr("transform(filter(w, x -> x.closed), x -> x.window_start_ms)").alias("closed_starts"),
-            F.lit(None).cast("bigint").alias("stream_time_ms"),
+        def output_rows(rows):
+            return rows.select(
+                key_field,
+                F.timestamp_millis("window_start_ms").alias("window_start"),
+                F.timestamp_millis(F.col("window_start_ms") + window_ms).alias("window_end"),
+                *self._output_columns(rows, job),
+                F.expr(gone).alias("_gone"),
+            )
+
+        def write(batch) -> None:
+            windows = batch.where(f"kind = '{CHANGE}' AND `{key_field}` IS NOT NULL")
+            if self.emit == "close":
+                # Most batches close no window (a MERGE costs about a second even then).
+                closed = output_rows(windows.where("closed")).drop("_gone")
+                if not closed.isEmpty():
+                    DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
+                        closed.alias("s"), on
+                    ).whenNotMatchedInsertAll().execute()
+                return
+            # A tombstone that is not a delete is an eviction, unless the window closed in this batch (it
+            # then carries its final values).
+            changed = output_rows(windows.where(f"NOT {TOMBSTONE} OR closed IS NOT NULL"))
+            columns = [c for c in changed.columns if c != "_gone"]
+            (
+                DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
+                .merge(changed.alias("s"), on)
+                .whenMatchedDelete(condition="s._gone")
+                .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
+                .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
+                .execute()
+            )  # fmt: skip
+
+        return write
+
+    def _initial_windows(self, restored, key_field: str):
+        """The restored store (``key`` + state rows) in the processor's initial-state shape
+        (``WindowedAggregate.initialDdl``): one row per key and one per partition's stream time."""
+        from pyspark.sql import functions as F
+
+        open_window = F.struct("window_start_ms", *self.values)
+        windows = (
+            restored.where(F.col(key_field).isNotNull())
+            .groupBy("source_partition", key_field)
+            .agg(
+                F.sort_array(F.collect_list(F.when(~F.col("closed"), open_window))).alias("open_windows"),
+                F.sort_array(F.collect_list(F.when(F.col("closed"), F.col("window_start_ms")))).alias("closed_starts"),
+            )
+            .select("source_partition", F.col(key_field).alias("key"), "open_windows", "closed_starts",
+                    F.lit(None).cast("bigint").alias("stream_time_ms"))
+        )  # fmt: skip
+        times = restored.where(F.col(key_field).isNull()).select(
+            "source_partition", F.lit(None).cast("string").alias("key"), "stream_time_ms"
         )
-    )  # fmt: skip
-    no_windows = F.lit(None).cast("array<bigint>")
-    times = restored.where(F.col(key_field).isNull()).select(
-        "source_partition", F.lit(None).cast("string").alias("key"), no_windows.alias("open_starts"),
-        no_windows.alias("open_counts"), no_windows.alias("closed_starts"), "stream_time_ms",
-    )  # fmt: skip
-    return windows.unionByName(times)
+        return windows.unionByName(times, allowMissingColumns=True)
 
 
 def _late_message():
-    """Why a late event was refused, for the dead letter: its window and the stream time that closed it."""
+    """Why a late event was refused, for the dead letter: its latest closed window, the stream time that
+    closed it and, for hopping windows, how many open windows still counted it."""
     from pyspark.sql import functions as F
 
     def at(millis):
         return F.date_format(F.timestamp_millis(millis), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
 
+    counted = F.when(F.col("open_windows") > 0, F.concat(F.lit("; counted in its "),
+                     F.col("open_windows").cast("string"), F.lit(" open windows"))).otherwise(F.lit(""))  # fmt: skip
     return F.concat(F.lit("window starting "), at(F.col("window_start_ms")),
                     F.lit(" had closed: stream time of partition "), F.col("source_partition").cast("string"),
-                    F.lit(" was "), at(F.col("stream_time_ms")))  # fmt: skip
+                    F.lit(" was "), at(F.col("stream_time_ms")), counted)  # fmt: skip

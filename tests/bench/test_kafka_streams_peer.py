@@ -98,3 +98,35 @@ def test_peer_closes_the_same_windows_as_the_platform_reference(kafka_broker, se
     want = pulse.expected([events], 60_000, 5_000, 6 * 3600 * 1000, partitions=2)
     assert want.late and len(want.emitted) > 10
     assert emitted == want.emitted
+
+
+def test_peer_computes_the_same_hopping_windows_as_the_platform_reference(kafka_broker, settings, classpath,
+                                                                           tmp_path, unique):  # fmt: skip
+    """Kafka Streams' hopping windows (5 min advancing by 1 min, 30 s grace, 2 h retention) with an
+    aggregate beyond a count, emitted on close and on every update, equal
+    spark_jobs.generators.temperatures.expected: the reference temperature_averages' processor is held to
+    under any micro-batching (tests/spark_jobs/test_temperature_averages.py). The peer has no removals."""
+    from spark_jobs.generators import temperatures
+
+    start = temperatures.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
+    events = list(temperatures.adversarial(400, sensors=8, seed=21, start=start, removals=False))
+    topic, app, output = f"readings-{unique}", f"kstemperatures-{unique}", f"kstemperatures-{unique}-out"
+    ensure_topic(settings.kafka, topic, 2)
+    for sink in (output, f"{output}-updates"):
+        ensure_topic(settings.kafka, sink, 2, config=OUTPUT_TOPIC_CONFIG)
+    temperatures.produce(settings.kafka, topic, events)
+    peer = KafkaStreamsPeer(classpath, settings, "temperature_averages", app, tmp_path / app, topic, output, threads=1)
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0
+    finally:
+        peer.stop()
+
+    def windows_of(sink: str) -> dict:
+        return {(key.rpartition("@")[0], v["window_start_ms"]):
+                (v["readings"], v["temperature_sum"], v["min_temperature"], v["max_temperature"])
+                for key, v in _compacted_view(settings, sink).items()}  # fmt: skip
+
+    want = temperatures.expected(events, partitions=2)
+    assert any(0 < n < 5 for n in want.late.values()) and 0 in want.late.values() and len(want.emitted) > 20
+    assert windows_of(output) == want.emitted
+    assert windows_of(f"{output}-updates") == want.updated

@@ -14,23 +14,18 @@ import datetime as dt
 import os
 
 import pytest
-from pyspark.sql import Row
-from pyspark.sql import types as T
 
 from spark_jobs.generators import pulse
-from spark_jobs.generators.producer import kafka_partition
 from spark_jobs.jobs.patient_heart_rate import EVENT_SCHEMA, LATE, STREAM_TIME_KEY_PREFIX, window_changes
 from spark_jobs.registry import StoreSpec
-from tests.helpers import collect_available_now, file_stream
+from tests.helpers import collect_available_now, file_stream, source_rows, with_source_columns
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
 MINUTE = 60_000
 STORE = StoreSpec("pulse-counts", kind="windowed", window_ms=MINUTE, grace_ms=5_000, retention_ms=3 * MINUTE)
-SOURCE_SCHEMA = T.StructType([*EVENT_SCHEMA.fields, T.StructField("partition", T.IntegerType()),
-                              T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-                              T.StructField("value", T.BinaryType())])  # fmt: skip
+SOURCE_SCHEMA = with_source_columns(EVENT_SCHEMA)
 T0 = pulse.START
 SEEDS = [int(s) for s in os.environ.get("WINDOW_SEEDS", "1").split(",")]
 
@@ -62,22 +57,10 @@ NAMED = [
 ]
 
 
-def _rows(events: list[dict]) -> list[Row]:
-    offsets = {p: 0 for p in range(PARTITIONS)}
-    rows = []
-    for e in events:
-        p = kafka_partition(e["patient_id"], PARTITIONS)
-        rows.append(Row(event_id=e["event_id"], type=e["type"], patient_id=e["patient_id"],
-                        event_time=dt.datetime.fromisoformat(e["event_time"].replace("Z", "+00:00")),
-                        partition=p, offset=offsets[p], timestamp=T0, value=e["event_id"].encode()))  # fmt: skip
-        offsets[p] += 1
-    return rows
-
-
 def _run(spark, tmp_path, events: list[dict], cut: int, name: str) -> pulse.Expected:
     """The processor over ``events`` in micro-batches of ``cut`` records; what it emitted, kept and
     refused, in the reference's terms."""
-    rows = _rows(events)
+    rows = source_rows(events, EVENT_SCHEMA, "patient_id", PARTITIONS, T0)
     batches = [rows[i : i + cut] for i in range(0, len(rows), cut)]
     stream = file_stream(spark, batches, SOURCE_SCHEMA, tmp_path / f"events-{name}")
     changes = window_changes(stream, None, STORE)

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from spark_jobs.jobs import vote_counts
+from spark_jobs.primitives import Aggregate
 from spark_jobs.registry import JobSpecError, StoreSpec, get_job
 
 VOTES, SPEC = vote_counts.VOTES, get_job("vote_counts")
@@ -56,8 +57,11 @@ def test_patient_heart_rate_declared_keeps_the_state_format_its_versions_wrote()
     [
         ({"time": "event_id"}, {}, "time: 'event_id' must be a TIMESTAMP field"),
         ({"time": "at"}, {}, "time: 'at' is not a field of the event schema"),
-        ({"count": "patient_id"}, {}, "count: 'patient_id' is taken by the key or a window column"),
-        ({"output_count": "window_end"}, {}, "output_count: 'window_end' is taken by the key or a window column"),
+        ({"values": {"patient_id": Aggregate.count()}}, {}, "values.patient_id: use lower-case letters, digits and _, and not the key"),
+        ({"outputs": {"window_end": "beats"}}, {}, "outputs.window_end: use lower-case letters, digits and _, and not the key"),
+        ({"values": {}}, {}, "values: declare at least one aggregate"),
+        ({"values": {"beats": Aggregate.sum("patient_id")}}, {}, "values.beats: cannot sum 'patient_id', a string field"),
+        ({"emit": "sometimes"}, {}, "emit: 'sometimes' is not one of \\('close', 'update'\\)"),
         ({}, {"stores": (StoreSpec("pulse-counts"),)}, "store 'pulse-counts': this primitive keeps a windowed store"),
         ({}, {"output_key": ("patient_id",)}, "output_key: the outputs are keyed by \\('patient_id', 'window_start'\\)"),
     ],

@@ -27,16 +27,16 @@ class KeySchema:
 
     field: str
     windowed: bool = False
-    window_ms: int | None = None
+    window_advance_ms: int | None = None
 
     @classmethod
     def of(cls, spec: JobSpec, store: StoreSpec) -> KeySchema:
-        return cls(spec.key_field, store.kind == "windowed", store.window_ms)
+        return cls(spec.key_field, store.kind == "windowed", store.window_advance_ms)
 
     def describe(self) -> dict:
         parts = {self.field: f"string, 1-{MAX_KEY_LENGTH} printable characters"}
         if self.windowed:
-            parts["window_start"] = f"integer epoch milliseconds, a multiple of {self.window_ms}"
+            parts["window_start"] = f"integer epoch milliseconds, a multiple of {self.window_advance_ms}"
         return parts
 
     def validate_text(self, value: str, what: str) -> str:
@@ -56,9 +56,9 @@ class KeySchema:
                 raise InvalidKey("window_start applies to windowed stores only")
             return key
         if window_start is None:
-            raise InvalidKey(f"a windowed store needs window_start (epoch ms, a multiple of {self.window_ms})")
-        if window_start < 0 or (self.window_ms and window_start % self.window_ms):
-            raise InvalidKey(f"window_start {window_start} is not a window start (a multiple of {self.window_ms} ms)")
+            raise InvalidKey(f"a windowed store needs window_start (epoch ms, a multiple of {self.window_advance_ms})")
+        if window_start < 0 or (self.window_advance_ms and window_start % self.window_advance_ms):
+            raise InvalidKey(f"window_start {window_start} is not a window start (a multiple of {self.window_advance_ms} ms)")
         return f"{key}{WINDOW_SEPARATOR}{window_start}"
 
     def decode(self, stored: str) -> dict:

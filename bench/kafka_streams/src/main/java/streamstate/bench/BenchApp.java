@@ -21,10 +21,12 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.state.Stores;
@@ -38,6 +40,10 @@ import org.apache.kafka.streams.state.Stores;
  *       user (the aggregator returns null, which deletes the key and logs a tombstone);
  *   <li>{@code pulse_counts}: heart beats per patient per 60 s event-time window, 5 s grace, 6 h
  *       retention, emitted once when the window closes;
+ *   <li>{@code temperature_averages}: readings, average, minimum and maximum temperature per sensor in
+ *       5-minute windows starting every minute (hopping), 30 s grace, 2 h retention, emitted once when
+ *       a window closes; every update of every window also goes to {@code <output topic>-updates}
+ *       (the same table without suppress);
  *   <li>{@code vote_counts}: votes per candidate over each voter's latest vote by event time (a
  *       versioned table with 24 h of history, whose aggregation ignores out-of-order votes); the output
  *       topic gets {@code candidate -> {"votes": n}}.
@@ -49,7 +55,7 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts|vote_counts> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts|temperature_averages|vote_counts> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -60,7 +66,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts|pulse_counts|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts|pulse_counts|temperature_averages|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -82,6 +88,7 @@ public final class BenchApp {
     switch (job) {
       case "purchase_counts" -> purchaseCounts(builder, args[4], args[5]);
       case "pulse_counts" -> pulseCounts(builder, args[4], args[5]);
+      case "temperature_averages" -> temperatureAverages(builder, args[4], args[5]);
       case "vote_counts" -> voteCounts(builder, args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
@@ -179,6 +186,59 @@ public final class BenchApp {
                     window.key() + "@" + window.window().start(),
                     "{\"beats\":" + beats + ",\"window_start_ms\":" + window.window().start() + "}"))
         .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * Readings, average, minimum and maximum temperature per sensor over the last 5 minutes, every minute
+   * (30 s grace, 2 h retention): emitted once when a window closes to {@code output}, and every update of
+   * every window to {@code output-updates}. The window's value is JSON: readings, temperature_sum,
+   * min_temperature, max_temperature.
+   */
+  static void temperatureAverages(StreamsBuilder builder, String input, String output) {
+    KTable<Windowed<String>, String> windows = builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+        .filter((sensor, value) -> sensor != null && "reading".equals(field(value, "type"))
+            && field(value, "temperature") != null)
+        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+        .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMinutes(5), Duration.ofSeconds(30))
+            .advanceBy(Duration.ofMinutes(1)))
+        .aggregate(
+            () -> null,
+            (sensor, value, current) -> {
+              double temperature = parse(value).path("temperature").asDouble();
+              ObjectNode next = JSON.createObjectNode();
+              if (current == null) {
+                next.put("readings", 1L);
+                next.put("temperature_sum", 0.0 + temperature);
+                next.put("min_temperature", temperature);
+                next.put("max_temperature", temperature);
+              } else {
+                JsonNode window = parse(current);
+                next.put("readings", window.path("readings").asLong() + 1);
+                next.put("temperature_sum", window.path("temperature_sum").asDouble() + temperature);
+                next.put("min_temperature", Math.min(window.path("min_temperature").asDouble(), temperature));
+                next.put("max_temperature", Math.max(window.path("max_temperature").asDouble(), temperature));
+              }
+              return next.toString();
+            },
+            Materialized.<String, String>as(
+                    Stores.persistentWindowStore(
+                        "temperature-windows", Duration.ofHours(2), Duration.ofMinutes(5), false))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String()));
+    windows.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .map(BenchApp::windowRecord)
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    windows.toStream()
+        .map(BenchApp::windowRecord)
+        .to(output + "-updates", Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /** {@code <key>@<window start>} -> the window's value with its start, as the tests read them. */
+  static KeyValue<String, String> windowRecord(Windowed<String> window, String value) {
+    ObjectNode record = (ObjectNode) parse(value);
+    record.put("window_start_ms", window.window().start());
+    return KeyValue.pair(window.key() + "@" + window.window().start(), record.toString());
   }
 
   /**

@@ -24,6 +24,8 @@ import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
 import scala.Tuple2;
@@ -33,11 +35,12 @@ import scala.jdk.javaapi.CollectionConverters;
 import streamstate.jobs.DeadLetters;
 
 /**
- * The event-time windows primitive: per key, events counted in tumbling windows with Kafka Streams'
- * semantics, record by record: grace, retention and suppress-until-close, and an event that asks for it
+ * The event-time windows primitive: per key, aggregates ({@link KeyedAggregate.Kind}: count, sum, min, max,
+ * latest) of the events in each of their windows, tumbling or hopping, with Kafka Streams' semantics record
+ * by record: grace, retention and suppress-until-close, and an event that asks for it
  * ({@link Rows#DELETE_COLUMN}) deleting its key's windows. A job declares it in Python
- * (spark_jobs/primitives/windows.py: the declaration's conditions are evaluated by Spark before it;
- * patient_heart_rate is one).
+ * (spark_jobs/primitives/windows.py: the declaration's conditions and inputs are evaluated by Spark before
+ * it; patient_heart_rate and temperature_averages are two).
  *
  * <p>The processor is keyed by <b>source partition</b>, the unit Kafka Streams calls a task: it sees the
  * partition's records of a micro-batch in offset order, and <b>stream time</b> is the partition's largest
@@ -45,15 +48,23 @@ import streamstate.jobs.DeadLetters;
  * whether a window closed before a check-out, never depends on where micro-batches begin and end:
  *
  * <ul>
+ *   <li>an event at time t belongs to every window [start, start + size) with start a multiple of the
+ *       advance and start &lt;= t &lt; start + size (Kafka Streams' {@code TimeWindows.windowsFor}): one
+ *       window when advance = size (tumbling), size / advance windows when they hop;
  *   <li>a window <b>closes</b> when stream time reaches its end + grace: emitted once (a change row with
  *       {@code closed = true}), kept in the store until retention;
- *   <li>an event whose window closes at or before the stream time is <b>late</b> (an output row the job
- *       dead-letters);
+ *   <li>an event is applied to its open windows; when some of its windows had already closed it is also
+ *       <b>late</b> (an output row the job dead-letters, naming the latest closed window and how many open
+ *       windows it was counted in);
  *   <li>a closed window is <b>evicted</b> when stream time reaches its start + retention (a tombstone);
- *       one that closes and is evicted in one step is a tombstone that carries its final count;
- *   <li>a deleting event removes every window of its key (tombstones; open ones are not emitted,
- *       windows closed earlier in the batch are).
+ *       one that closes and is evicted in one step is a tombstone that carries its final values;
+ *   <li>a deleting event removes every window of its key (tombstones: {@code closed = false} for an open
+ *       window, which was never emitted; windows closed earlier in the batch carry their final values).
  * </ul>
+ *
+ * <p>Input columns: the key, the event time, {@link Rows#DELETE_COLUMN}, the source's {@code offset},
+ * {@code timestamp} and {@code value}, and one {@link KeyedAggregate#INPUT_PREFIX}{@code i} column per
+ * aggregate, already of its stored type (for count: true when the event counts).
  *
  * <p>Each batch emits one row per changed window (its latest value) plus one row per partition whose
  * stream time moved (the key null, {@code stream_time_ms} set), so a restore continues stream
@@ -61,30 +72,37 @@ import streamstate.jobs.DeadLetters;
  * starts, and the earliest close and eviction times, so closing and eviction scan the partition's
  * keys only when one is due (once per window of stream time), not per record.
  */
-public final class WindowedCount {
-  private WindowedCount() {}
+public final class WindowedAggregate {
+  private WindowedAggregate() {}
 
   static final String CHANGE = "change";
   static final String LATE = "late";
-  /** The restored-state row schema {@link #changes} expects: one row per key (its open windows' starts and
-   * counts, its closed windows' starts; {@code key} null on the row of a partition's stream time). */
-  public static final String INITIAL_DDL = "source_partition INT, key STRING, open_starts ARRAY<BIGINT>, "
-      + "open_counts ARRAY<BIGINT>, closed_starts ARRAY<BIGINT>, stream_time_ms BIGINT";
+
+  /** The restored-state row schema {@link #changes} expects: one row per key (its open windows, each its
+   * start and values, and its closed windows' starts; {@code key} null on the row of a partition's stream
+   * time), for the values {@code valuesDdl}. */
+  public static String initialDdl(String valuesDdl) {
+    return "source_partition INT, key STRING, open_windows ARRAY<STRUCT<window_start_ms BIGINT, " + valuesDdl
+        + ">>, closed_starts ARRAY<BIGINT>, stream_time_ms BIGINT";
+  }
 
   /**
    * The store's output rows ({@code outputDdl}: changes, stream times and late events) for {@code events}
-   * (with {@code keyColumn}, {@code timeColumn}, {@link Rows#DELETE_COLUMN} and the source's {@code offset},
-   * {@code timestamp} and {@code value}) grouped by {@code partitionColumn}; {@code initial}
-   * ({@link #INITIAL_DDL}, or null) seeds the store. Rejected records among {@code events} pass through
-   * (see {@link DeadLetters}).
+   * (see the class comment) grouped by {@code partitionColumn}; {@code initial} ({@link #initialDdl}, or
+   * null) seeds the store. {@code valuesDdl} names the stored values and their types, {@code kinds} their
+   * aggregates (comma-separated, in order). Rejected records among {@code events} pass through (see
+   * {@link DeadLetters}).
    */
   public static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial,
-                                     String store, String outputDdl, long windowMs, long graceMs, long retentionMs,
-                                     String keyColumn, String timeColumn) {
+                                     String store, String outputDdl, String valuesDdl, String kinds, long windowMs,
+                                     long advanceMs, long graceMs, long retentionMs, String keyColumn,
+                                     String timeColumn) {
     StructType output = StructType.fromDDL(outputDdl);
+    StructType values = StructType.fromDDL(valuesDdl);
     KeyValueGroupedDataset<Integer, Row> grouped =
         events.groupByKey((MapFunction<Row, Integer>) row -> row.getAs(partitionColumn), Encoders.INT());
-    Windows windows = new Windows(store, windowMs, graceMs, retentionMs, output.size(), keyColumn, timeColumn);
+    Windows windows = new Windows(store, values, KeyedAggregate.Kind.parse(kinds, values.size()), windowMs, advanceMs,
+        graceMs, retentionMs, output.size(), keyColumn, timeColumn);
     KeyValueGroupedDataset<Integer, Row> seeded = initial == null ? null
         : initial.groupByKey((MapFunction<Row, Integer>) row -> row.getAs("source_partition"), Encoders.INT());
     return DeadLetters.transform(grouped, events.schema(), windows, TimeMode.None(), OutputMode.Append(), output,
@@ -92,12 +110,16 @@ public final class WindowedCount {
   }
 
   static final class Windows extends StatefulProcessorWithInitialState<Integer, Row, Row, Row> {
-    // The state's own schemas: their field names are in every checkpoint written since patient_heart_rate v2.
-    private static final StructType OPEN = StructType.fromDDL("starts ARRAY<BIGINT>, beats ARRAY<BIGINT>");
     private static final StructType CLOSED = StructType.fromDDL("starts ARRAY<BIGINT>");
 
     private final String store;
+    private final StructType values;
+    private final KeyedAggregate.Kind[] kinds;
+    /** A key's open windows: their starts, then one array per value (for a count named {@code beats}, the
+     * schema every patient_heart_rate checkpoint since v2 holds). */
+    private final StructType openSchema;
     private final long windowMs;
+    private final long advanceMs;
     private final long graceMs;
     private final long retentionMs;
     private final int outputWidth;
@@ -106,15 +128,23 @@ public final class WindowedCount {
     private transient ValueState<Long> streamTime;
     private transient ValueState<Long> nextCloseAt;
     private transient ValueState<Long> nextEvictAt;
-    /** key -> open windows (start -> count) */
+    /** key -> open windows (starts, then each value's array) */
     private transient MapState<String, Row> open;
     /** key -> starts of closed windows still in the store */
     private transient MapState<String, Row> closed;
 
-    Windows(String store, long windowMs, long graceMs, long retentionMs, int outputWidth, String keyColumn,
-            String timeColumn) {
+    Windows(String store, StructType values, KeyedAggregate.Kind[] kinds, long windowMs, long advanceMs, long graceMs,
+            long retentionMs, int outputWidth, String keyColumn, String timeColumn) {
       this.store = store;
+      this.values = values;
+      this.kinds = kinds;
+      StructType open = new StructType().add("starts", DataTypes.createArrayType(DataTypes.LongType));
+      for (StructField field : values.fields()) {
+        open = open.add(field.name(), DataTypes.createArrayType(field.dataType()));
+      }
+      this.openSchema = open;
       this.windowMs = windowMs;
+      this.advanceMs = advanceMs;
       this.graceMs = graceMs;
       this.retentionMs = retentionMs;
       this.outputWidth = outputWidth;
@@ -127,17 +157,30 @@ public final class WindowedCount {
       streamTime = getHandle().getValueState(store + "-stream-time", Encoders.LONG(), TTLConfig.NONE());
       nextCloseAt = getHandle().getValueState(store + "-next-close", Encoders.LONG(), TTLConfig.NONE());
       nextEvictAt = getHandle().getValueState(store + "-next-evict", Encoders.LONG(), TTLConfig.NONE());
-      open = getHandle().getMapState(store + "-open", Encoders.STRING(), Encoders.row(OPEN), TTLConfig.NONE());
+      open = getHandle().getMapState(store + "-open", Encoders.STRING(), Encoders.row(openSchema), TTLConfig.NONE());
       closed = getHandle().getMapState(store + "-closed", Encoders.STRING(), Encoders.row(CLOSED), TTLConfig.NONE());
     }
 
     // -- the window rules ----------------------------------------------------------------------
+    /** The first window an event at {@code t} belongs to (Kafka Streams' {@code TimeWindows.windowsFor}). */
+    long firstStart(long t) {
+      return Math.max(0, t - windowMs + advanceMs) / advanceMs * advanceMs;
+    }
+
     long closesAt(long start) {
       return start + windowMs + graceMs;
     }
 
     long evictedAt(long start) {
       return start + retentionMs;
+    }
+
+    Object[] fresh() {
+      Object[] aggregates = new Object[kinds.length];
+      for (int i = 0; i < kinds.length; i++) {
+        aggregates[i] = kinds[i].initial(values.fields()[i].dataType());
+      }
+      return aggregates;
     }
 
     // -- Spark's callbacks ---------------------------------------------------------------------
@@ -148,29 +191,42 @@ public final class WindowedCount {
         events.add(rows.next());
       }
       events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
+      int[] inputs = new int[kinds.length];
+      if (!events.isEmpty()) {
+        for (int i = 0; i < kinds.length; i++) {
+          inputs[i] = events.get(0).fieldIndex(KeyedAggregate.INPUT_PREFIX + i);
+        }
+      }
       Batch batch = new Batch(partition);
       for (Row event : events) {
         long t = event.<Timestamp>getAs(timeColumn).getTime();
         batch.advance(t);
         String key = event.getAs(keyColumn);
         if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
-          batch.checkOut(key);
+          batch.delete(key);
           continue;
         }
-        long start = t - Math.floorMod(t, windowMs);
-        if (closesAt(start) <= batch.now) {
-          batch.out.add(output(LATE, false, key, start, null, null, partition, batch.now,
-              event.getAs("offset"), event.getAs("timestamp"), event.getAs("value")));
-          continue;
+        Long latestClosed = null;
+        int counted = 0;
+        for (long start = firstStart(t); start <= t; start += advanceMs) {
+          if (closesAt(start) <= batch.now) {
+            latestClosed = start;
+          } else {
+            batch.apply(key, start, event, inputs);
+            counted++;
+          }
         }
-        batch.count(key, start);
+        if (latestClosed != null) {
+          batch.out.add(output(LATE, false, key, latestClosed, null, null, partition, batch.now,
+              event.getAs("offset"), event.getAs("timestamp"), event.getAs("value"), counted));
+        }
       }
       return CollectionConverters.asScala(batch.finish().iterator());
     }
 
     @Override
     public Iterator<Row> handleExpiredTimer(Integer partition, TimerValues timerValues, ExpiredTimerInfo info) {
-      throw new IllegalStateException("WindowedCount registers no timers");
+      throw new IllegalStateException("WindowedAggregate registers no timers");
     }
 
     @Override
@@ -181,11 +237,13 @@ public final class WindowedCount {
         return;
       }
       String key = initial.getAs("key");
-      List<Long> openStarts = initial.getList(initial.fieldIndex("open_starts"));
-      List<Long> openCounts = initial.getList(initial.fieldIndex("open_counts"));
-      TreeMap<Long, Long> windows = new TreeMap<>();
-      for (int i = 0; i < openStarts.size(); i++) {
-        windows.put(openStarts.get(i), openCounts.get(i));
+      TreeMap<Long, Object[]> windows = new TreeMap<>();
+      for (Row window : initial.<Row>getList(initial.fieldIndex("open_windows"))) {
+        Object[] aggregates = new Object[kinds.length];
+        for (int i = 0; i < kinds.length; i++) {
+          aggregates[i] = window.get(i + 1);
+        }
+        windows.put(window.getLong(0), aggregates);
       }
       TreeSet<Long> closedStarts = new TreeSet<>(initial.<Long>getList(initial.fieldIndex("closed_starts")));
       if (!windows.isEmpty()) {
@@ -204,7 +262,7 @@ public final class WindowedCount {
       final long streamTimeBefore;
       /** the partition's stream time as this batch advances it */
       long now;
-      final Map<String, TreeMap<Long, Long>> openCache = new HashMap<>();
+      final Map<String, TreeMap<Long, Object[]>> openCache = new HashMap<>();
       final Map<String, TreeSet<Long>> closedCache = new HashMap<>();
       /** latest change row per changelog key (key@start), in the order first changed */
       final Map<String, Row> changes = new LinkedHashMap<>();
@@ -229,19 +287,21 @@ public final class WindowedCount {
         }
       }
 
-      void count(String key, long start) {
-        TreeMap<Long, Long> windows = openOf(key);
-        long count = windows.merge(start, 1L, Long::sum);
+      void apply(String key, long start, Row event, int[] inputs) {
+        Object[] aggregates = openOf(key).computeIfAbsent(start, s -> fresh());
+        for (int i = 0; i < kinds.length; i++) {
+          aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
+        }
         lower(nextCloseAt, closesAt(start));
-        change(key, start, count, false);
+        change(key, start, aggregates, false);
       }
 
-      void checkOut(String key) {
+      void delete(String key) {
         for (long start : openOf(key).keySet()) {
-          tombstone(key, start);
+          tombstone(key, start, true);
         }
         for (long start : closedOf(key)) {
-          tombstone(key, start);
+          tombstone(key, start, false);
         }
         openOf(key).clear();
         closedOf(key).clear();
@@ -252,9 +312,9 @@ public final class WindowedCount {
         writeBack();
         long next = Long.MAX_VALUE;
         for (String key : keys(open)) {
-          TreeMap<Long, Long> windows = openOf(key);
+          TreeMap<Long, Object[]> windows = openOf(key);
           while (!windows.isEmpty() && closesAt(windows.firstKey()) <= now) {
-            Map.Entry<Long, Long> window = windows.pollFirstEntry();
+            Map.Entry<Long, Object[]> window = windows.pollFirstEntry();
             closedOf(key).add(window.getKey());
             lower(nextEvictAt, evictedAt(window.getKey()));
             change(key, window.getKey(), window.getValue(), true);
@@ -273,7 +333,7 @@ public final class WindowedCount {
         for (String key : keys(closed)) {
           TreeSet<Long> starts = closedOf(key);
           while (!starts.isEmpty() && evictedAt(starts.first()) <= now) {
-            tombstone(key, starts.pollFirst());
+            tombstone(key, starts.pollFirst(), false);
           }
           if (!starts.isEmpty()) {
             next = Math.min(next, evictedAt(starts.first()));
@@ -282,15 +342,18 @@ public final class WindowedCount {
         setOrClear(nextEvictAt, next);
       }
 
-      private TreeMap<Long, Long> openOf(String key) {
-        return openCache.computeIfAbsent(key, p -> {
-          TreeMap<Long, Long> windows = new TreeMap<>();
-          Row row = open.containsKey(p) ? open.getValue(p) : null;
+      private TreeMap<Long, Object[]> openOf(String key) {
+        return openCache.computeIfAbsent(key, k -> {
+          TreeMap<Long, Object[]> windows = new TreeMap<>();
+          Row row = open.containsKey(k) ? open.getValue(k) : null;
           if (row != null) {
             List<Long> starts = row.getList(0);
-            List<Long> count = row.getList(1);
-            for (int i = 0; i < starts.size(); i++) {
-              windows.put(starts.get(i), count.get(i));
+            for (int w = 0; w < starts.size(); w++) {
+              Object[] aggregates = new Object[kinds.length];
+              for (int i = 0; i < kinds.length; i++) {
+                aggregates[i] = row.getList(i + 1).get(w);
+              }
+              windows.put(starts.get(w), aggregates);
             }
           }
           return windows;
@@ -298,29 +361,36 @@ public final class WindowedCount {
       }
 
       private TreeSet<Long> closedOf(String key) {
-        return closedCache.computeIfAbsent(key, p -> {
-          Row row = closed.containsKey(p) ? closed.getValue(p) : null;
+        return closedCache.computeIfAbsent(key, k -> {
+          Row row = closed.containsKey(k) ? closed.getValue(k) : null;
           return row == null ? new TreeSet<>() : new TreeSet<>(row.<Long>getList(0));
         });
       }
 
-      private void change(String key, long start, long count, boolean isClosed) {
-        changes.put(key + "@" + start, output(CHANGE, false, key, start, count, isClosed, partition, null,
-            null, null, null));
+      private void change(String key, long start, Object[] aggregates, boolean isClosed) {
+        changes.put(key + "@" + start, output(CHANGE, false, key, start, aggregates, isClosed, partition,
+            null, null, null, null, null));
       }
 
-      /** A window leaves the store; one closed in this batch keeps its final count for the outputs. */
-      private void tombstone(String key, long start) {
+      /** A window leaves the store. One closed in this batch keeps its final values for the outputs; an open
+       * one ({@code wasOpen}, deleted) says {@code closed = false}: outputs that show open windows drop it. */
+      private void tombstone(String key, long start, boolean wasOpen) {
         Row previous = changes.get(key + "@" + start);
-        boolean closedNow = previous != null && Boolean.TRUE.equals(previous.getAs(5));
-        changes.put(key + "@" + start, output(CHANGE, true, key, start,
-            closedNow ? previous.<Long>getAs(4) : null, closedNow ? Boolean.TRUE : null, partition, null,
-            null, null, null));
+        boolean closedNow = !wasOpen && previous != null && Boolean.TRUE.equals(previous.getAs(closedIndex()));
+        Object[] aggregates = null;
+        if (closedNow) {
+          aggregates = new Object[kinds.length];
+          for (int i = 0; i < kinds.length; i++) {
+            aggregates[i] = previous.get(4 + i);
+          }
+        }
+        changes.put(key + "@" + start, output(CHANGE, true, key, start, aggregates,
+            wasOpen ? Boolean.FALSE : closedNow ? Boolean.TRUE : null, partition, null, null, null, null, null));
       }
 
       /** Write the cached windows back to the state store. */
       private void writeBack() {
-        for (Map.Entry<String, TreeMap<Long, Long>> entry : openCache.entrySet()) {
+        for (Map.Entry<String, TreeMap<Long, Object[]>> entry : openCache.entrySet()) {
           if (entry.getValue().isEmpty()) {
             open.removeKey(entry.getKey());
           } else {
@@ -343,7 +413,7 @@ public final class WindowedCount {
         out.addAll(changes.values());
         if (now != streamTimeBefore) {
           streamTime.update(now);
-          out.add(output(CHANGE, false, null, null, null, null, partition, now, null, null, null));
+          out.add(output(CHANGE, false, null, null, null, null, partition, now, null, null, null, null));
         }
         return out;
       }
@@ -373,26 +443,49 @@ public final class WindowedCount {
       }
     }
 
-    private static Row openRow(TreeMap<Long, Long> windows) {
-      return RowFactory.create(seq(new ArrayList<>(windows.keySet())), seq(new ArrayList<>(windows.values())));
+    private Row openRow(TreeMap<Long, Object[]> windows) {
+      Object[] columns = new Object[kinds.length + 1];
+      columns[0] = seq(new ArrayList<Object>(windows.keySet()));
+      for (int i = 0; i < kinds.length; i++) {
+        List<Object> column = new ArrayList<>(windows.size());
+        for (Object[] aggregates : windows.values()) {
+          column.add(aggregates[i]);
+        }
+        columns[i + 1] = seq(column);
+      }
+      return RowFactory.create(columns);
     }
 
     private static Row closedRow(TreeSet<Long> starts) {
-      return RowFactory.create(seq(new ArrayList<>(starts)));
+      return RowFactory.create(seq(new ArrayList<Object>(starts)));
     }
 
-    private static scala.collection.immutable.Seq<Long> seq(List<Long> values) {
+    private static scala.collection.immutable.Seq<Object> seq(List<Object> values) {
       return CollectionConverters.asScala(values).toList();
     }
 
-    private Row output(String kind, boolean tombstone, String key, Long start, Long count, Boolean isClosed,
-                       Integer partition, Long streamTimeMs, Object offset, Object timestamp, Object raw) {
-      Object[] values = {kind, tombstone, key, start, count, isClosed, partition, streamTimeMs, offset, timestamp,
-          raw};
-      if (values.length != outputWidth) {
-        throw new IllegalStateException("output DDL has " + outputWidth + " columns, the processor writes " + values.length);
+    /** Where {@code closed} sits in an output row: kind, tombstone, key, window_start_ms, the values. */
+    private int closedIndex() {
+      return 4 + kinds.length;
+    }
+
+    private Row output(String kind, boolean tombstone, String key, Long start, Object[] aggregates, Boolean isClosed,
+                       Integer partition, Long streamTimeMs, Object offset, Object timestamp, Object raw,
+                       Integer openWindows) {
+      Object[] row = new Object[closedIndex() + 7];
+      if (row.length != outputWidth) {
+        throw new IllegalStateException("output DDL has " + outputWidth + " columns, the processor writes " + row.length);
       }
-      return RowFactory.create(values);
+      row[0] = kind;
+      row[1] = tombstone;
+      row[2] = key;
+      row[3] = start;
+      if (aggregates != null) {
+        System.arraycopy(aggregates, 0, row, 4, kinds.length);
+      }
+      Object[] rest = {isClosed, partition, streamTimeMs, offset, timestamp, raw, openWindows};
+      System.arraycopy(rest, 0, row, closedIndex(), rest.length);
+      return RowFactory.create(row);
     }
   }
 }
