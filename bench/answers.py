@@ -5,11 +5,14 @@ peers agree key by key before a throughput of theirs is reported.
   topic (a deleted user's is a tombstone); plain Spark and the platform: their Delta tables.
 * pulses: (patient, window start ms) -> beats of a closed window. Kafka Streams: its output topic (a window
   is emitted once, when it closes); plain Spark and the platform: their Delta tables.
+* temperatures: (sensor, window start ms) -> (readings, average rounded to 6 decimals, minimum, maximum) of
+  a closed hopping window, read the same ways (the average is rounded because plain Spark sums a window's
+  readings in another order than the others, which changes its last bits).
 
 Where a peer computes something else by design, its answer is compared on the keys both mean the same
 by (``Scope``): plain Spark's built-in aggregation cannot delete, so purchases are compared on users who
-never closed their account; Kafka Streams' and plain Spark's pulse counts ignore check-outs, which delete a
-patient's open windows in the platform, so pulses are compared on patients who never checked out; plain
+never closed their account; Kafka Streams' and plain Spark's windows ignore check-outs and removals, which
+delete a key's open windows in the platform, so windows are compared on keys never deleted; plain
 Spark's watermark is the slowest partition's and only moves between micro-batches, so its closed windows
 are a subset of the others' at the end of the input: compared on the windows it closed.
 """
@@ -90,14 +93,42 @@ def table_purchases(path: str) -> dict[str, tuple[int, Decimal]]:
 
 def table_pulses(path: str) -> dict[tuple[str, int], int]:
     """(patient, window start ms) -> beats of a heart-rate Delta table (the platform's, plain Spark's)."""
+    rows = _windows(path, "patient_id", ["heart_rate"])
+    return {window: int(beats) for window, (beats,) in rows.items()}
+
+
+def kafka_streams_temperatures(connection: KafkaTarget, topic: str) -> dict[tuple[str, int], tuple]:
+    answer = {}
+    for key, value in latest_per_key(connection, topic).items():
+        sensor, _, start_ms = key.rpartition("@")
+        w = json.loads(value)
+        answer[(sensor, int(start_ms))] = temperature_window(
+            w["readings"], w["temperature_sum"] / w["readings"], w["min_temperature"], w["max_temperature"]
+        )
+    return answer
+
+
+def table_temperatures(path: str) -> dict[tuple[str, int], tuple]:
+    """(sensor, window start ms) -> a temperature_averages window of a Delta table (the platform's, plain Spark's)."""
+    rows = _windows(path, "sensor_id", ["readings", "avg_temperature", "min_temperature", "max_temperature"])
+    return {window: temperature_window(*values) for window, values in rows.items()}
+
+
+def temperature_window(readings, average: float, low: float, high: float) -> tuple:
+    return int(readings), round(average, 6), low, high
+
+
+def _windows(path: str, key_field: str, columns: list[str]) -> dict[tuple[str, int], tuple]:
+    """(key, window start ms) -> ``columns`` of each row of a windowed Delta table."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    table = DeltaTable(path).to_pyarrow_table(columns=["patient_id", "window_start", "heart_rate"])
+    table = DeltaTable(path).to_pyarrow_table(columns=[key_field, "window_start", *columns])
     as_ms = pc.cast(table["window_start"], pa.timestamp("ms", tz="UTC"), safe=False)  # windows start on the minute
     starts = pc.cast(as_ms, pa.int64()).to_pylist()
-    return {(p, s): int(n) for p, s, n in zip(table["patient_id"].to_pylist(), starts, table["heart_rate"].to_pylist())}
+    values = zip(*(table[c].to_pylist() for c in columns), strict=True)
+    return {(k, s): v for k, s, v in zip(table[key_field].to_pylist(), starts, values, strict=True)}
 
 
 @dataclasses.dataclass(frozen=True)

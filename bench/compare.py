@@ -1,8 +1,9 @@
 """The platform against its peers: Kafka Streams and plain Spark, same broker, same data, one run.
 
-Two workloads, each the same computation in all three peers: *purchases* (count and amount per user;
-``account_closed`` deletes the user) and *pulses* (heartbeats per patient per 60 s event-time window,
-5 s grace, emitted when the window closes). For every size the input is generated once onto a private
+Three workloads, each the same computation in all three peers: *purchases* (count and amount per user;
+``account_closed`` deletes the user), *pulses* (heartbeats per patient per 60 s event-time window,
+5 s grace, emitted when the window closes) and *temperatures* (readings, average, minimum and maximum
+temperature per sensor in 5-minute windows starting every minute, 30 s grace, emitted when they close). For every size the input is generated once onto a private
 local broker; then, for REPEATS rounds, each peer processes the whole pre-loaded topic from a cold
 start, one after the other:
 
@@ -10,8 +11,8 @@ start, one after the other:
   committed offsets reach the input's end; then its state directory is wiped and it is started again, and
   its full changelog restore is timed (restore listener: first start to last end);
 * **plain Spark** (bench/plain_spark_peer.py): the same aggregation as a bare query, process start to exit;
-* **the platform** (``python -m spark_jobs.run <job> --available-now``: purchase_counts or
-  patient_heart_rate): process start to exit, changelog + snapshots + status + dead letters included; then
+* **the platform** (``python -m spark_jobs.run <job> --available-now``: purchase_counts,
+  patient_heart_rate or temperature_averages): process start to exit, changelog + snapshots + status + dead letters included; then
   two restores of the store it left, each in its own process (bench/platform_restore_probe.py): the full
   changelog replay and snapshot + tail.
 
@@ -20,7 +21,7 @@ and workers together). Changelog bytes are the changelog topic's log segments on
 divided by the input events. Figures are medians with min-max over the rounds; ratios compare medians
 measured in the same invocation.
 
-    .venv/bin/python bench/compare.py        # both workloads; 1e6 and 1e7 events; 1e5 and 1e6 users / 1e3 patients
+    .venv/bin/python bench/compare.py        # every workload; 1e6 and 1e7 events; 1e5 and 1e6 users / 1e3 patients, sensors
     .venv/bin/python bench/compare.py --workloads purchases --events 1000000 --keys 100000 --repeats 3
 
 Each size's rounds are saved to bench/results/compare-<workload>-<events>x<keys>.json after every round; the
@@ -45,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import psutil
@@ -62,7 +63,7 @@ from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.process import free_port  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
-from spark_jobs.generators import pulse, purchases  # noqa: E402
+from spark_jobs.generators import pulse, purchases, temperatures  # noqa: E402
 from spark_jobs.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 from spark_jobs.state.changelog import changelog_topic_name  # noqa: E402
@@ -73,9 +74,11 @@ console = Console()
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """One stateful computation, as each peer runs it: the platform's reference job and its store, the
-    Kafka Streams app's topology, the plain-Spark query; ``keys`` of a size are its users / patients.
-    ``deleting_event``: the event type after which peers mean different things by a key's answer (see
-    bench/answers.py), whose keys are left out of the comparisons that say so."""
+    Kafka Streams app's topology, the plain-Spark query; ``keys`` of a size are its users / patients /
+    sensors. ``deleting_event``: the event type after which peers mean different things by a key's answer
+    (see bench/answers.py), whose keys are left out of the comparisons that say so. ``generate(events,
+    keys)``: the input; ``produce``: writes it keyed; the answers: bench/answers.py's readers of the Kafka
+    Streams output topic and of a Delta output table; ``windowed``: answers are keyed (key, window start)."""
 
     name: str
     job: str
@@ -84,18 +87,56 @@ class Workload:
     key_noun: str
     key_field: str
     deleting_event: str
+    generate: Callable[[int, int], Iterable[dict]]
+    produce: Callable
+    kafka_streams_answer: Callable
+    table_answer: Callable
+    windowed: bool
 
     @property
     def spec(self):
         return get_job(self.job)
 
 
+def user_purchases(events: int, users: int) -> Iterable[dict]:
+    """``events`` purchases of ``users`` users, in the past at every size (1e7 events span weeks: see
+    purchases.start_ending_by)."""
+    return purchases.generate(events, users=users, seed=3, start=purchases.start_ending_by(events))
+
+
+def heartbeats(events: int, patients: int) -> list[dict]:
+    """Exactly ``events`` heartbeats of ``patients`` patients (55-110 bpm, a few seconds of disorder,
+    0.1% check-outs): the first ``events`` in arrival order of a run long enough to have them, ending
+    before the generator's START (in the past, as for purchases: see purchases.start_ending_by)."""
+    seconds = int(events / patients / (55 / 60)) + 60  # at the slowest rate, still enough beats
+    start = pulse.START - dt.timedelta(seconds=seconds)
+    beats = list(itertools.islice(pulse.generate(patients, seconds=seconds, seed=3, start=start), events))
+    assert len(beats) == events, f"generated {len(beats)} of {events} heartbeats"
+    return beats
+
+
+def readings(events: int, sensors: int) -> list[dict]:
+    """Exactly ``events`` temperature readings of ``sensors`` sensors (one every 4-6 s each, a few seconds
+    of disorder, 0.05% removals), ending before the generator's START, as :func:`heartbeats`."""
+    seconds = int(events / sensors * 6) + 60  # at the slowest rate, still enough readings
+    start = temperatures.START - dt.timedelta(seconds=seconds)
+    generated = temperatures.generate(sensors, seconds=seconds, seed=3, start=start)
+    read = list(itertools.islice(generated, events))
+    assert len(read) == events, f"generated {len(read)} of {events} readings"
+    return read
+
+
 WORKLOADS = {
     "purchases": Workload("purchases", "purchase_counts", "counts", "purchase_counts", "users", "user_id",
-                          "account_closed"),
+                          "account_closed", user_purchases, purchases.produce, answers.kafka_streams_purchases,
+                          answers.table_purchases, windowed=False),
     "pulses": Workload("pulses", "patient_heart_rate", "pulse-counts", "pulse_counts", "patients", "patient_id",
-                       "checked_out"),
-}
+                       "checked_out", heartbeats, pulse.produce, answers.kafka_streams_pulses, answers.table_pulses,
+                       windowed=True),
+    "temperatures": Workload("temperatures", "temperature_averages", "temperature-windows", "temperature_averages",
+                             "sensors", "sensor_id", "sensor_removed", readings, temperatures.produce,
+                             answers.kafka_streams_temperatures, answers.table_temperatures, windowed=True),
+}  # fmt: skip
 SECTION = "## Platform vs Kafka Streams vs plain Spark"
 PYTHON = sys.executable
 
@@ -189,17 +230,6 @@ class Round:
     answer_keys: int | None = None
 
 
-def heartbeats(events: int, patients: int) -> list[dict]:
-    """Exactly ``events`` heartbeats of ``patients`` patients (55-110 bpm, a few seconds of disorder,
-    0.1% check-outs): the first ``events`` in arrival order of a run long enough to have them, ending
-    before the generator's START (in the past, as for purchases: see purchases.start_ending_by)."""
-    seconds = int(events / patients / (55 / 60)) + 60  # at the slowest rate, still enough beats
-    start = pulse.START - dt.timedelta(seconds=seconds)
-    beats = list(itertools.islice(pulse.generate(patients, seconds=seconds, seed=3, start=start), events))
-    assert len(beats) == events, f"generated {len(beats)} of {events} heartbeats"
-    return beats
-
-
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -218,21 +248,17 @@ class Bench:
         return self.workload.spec
 
     def load(self, events: int, keys: int) -> None:
-        """The input every peer reads: ``events`` purchases over ``keys`` users, or ``events`` heartbeats
-        of ``keys`` patients (each beating for as long as that takes), on the job's source topic."""
+        """The input every peer reads: ``events`` of the workload over ``keys`` users, patients or sensors
+        (each beating or reading for as long as that takes), on the job's source topic."""
         topic, workload = self.job.source_topic, self.workload
         delete_topics(self.bootstrap, [topic])
         ensure_topic(self.bootstrap, topic, self.job.source_partitions)
         t = time.monotonic()
         self.deleted_keys: set[str] = set()
         with console.status(f"producing {events:,} events over {keys:,} {workload.key_noun}"):
-            if workload.name == "purchases":
-                # Events in the past at every size (1e7 events span weeks): see purchases.start_ending_by.
-                generated = purchases.generate(events, users=keys, seed=3, start=purchases.start_ending_by(events))
-            else:
-                generated = heartbeats(events, keys)
+            generated = workload.generate(events, keys)
             noted = answers.noting_keys(generated, workload.key_field, workload.deleting_event, self.deleted_keys)
-            sent = (purchases if workload.name == "purchases" else pulse).produce(self.bootstrap, topic, noted)
+            sent = workload.produce(self.bootstrap, topic, noted)
         ends = sum(high for _, high in partition_offsets(self.bootstrap, topic).values())
         assert sent == events == ends, f"loaded {ends} of {events} events"
         console.print(f"loaded {events:,} events in {time.monotonic() - t:.0f} s")
@@ -240,15 +266,15 @@ class Bench:
     def kafka_streams(self, n: int, size: str) -> Round:
         app = f"kstreams-{size}-r{n}"
         output = f"{app}-out"
-        ensure_topic(self.bootstrap, output, self.job.source_partitions, config=OUTPUT_TOPIC_CONFIG)  # not a sink
+        for sink in (output, f"{output}-updates"):  # not sinks; temperature_averages also writes its updates
+            ensure_topic(self.bootstrap, sink, self.job.source_partitions, config=OUTPUT_TOPIC_CONFIG)
         state_dir = self.root / app
         topology = self.workload.kafka_streams_topology
         peer = KafkaStreamsPeer(self.classpath, self.settings, topology, app, state_dir, self.job.source_topic,
                                 output, self.args.threads)  # fmt: skip
         seconds = peer.wait_caught_up()
         peer.stop()
-        read = answers.kafka_streams_purchases if self.workload.name == "purchases" else answers.kafka_streams_pulses
-        self.answers["kafka_streams"] = read(self.bootstrap, output)
+        self.answers["kafka_streams"] = self.workload.kafka_streams_answer(self.bootstrap, output)
         changelog = f"{app}-{self.workload.store}-changelog"
         result = Round(seconds, peer.peak_rss_bytes, topic_bytes(self.broker, changelog))
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
@@ -259,7 +285,7 @@ class Bench:
         result.restores["full replay"] = {"seconds": again.restore_seconds(), "records": again.restored_records(),
                                           "peak_bytes": again.peak_rss_bytes}  # fmt: skip
         shutil.rmtree(state_dir, ignore_errors=True)
-        delete_topics(self.bootstrap, [changelog, output])
+        delete_topics(self.bootstrap, [changelog, output, f"{output}-updates"])
         return result
 
     def plain_spark(self, n: int, size: str, max_offsets: int) -> Round:
@@ -302,18 +328,18 @@ class Bench:
         return self.settings.replace(data_dir=work, max_offsets_per_trigger=max_offsets)
 
     def _table_answer(self, table) -> dict:
-        return (answers.table_purchases if self.workload.name == "purchases" else answers.table_pulses)(str(table))
+        return self.workload.table_answer(str(table))
 
     def check_answers(self, round_: dict[str, Round]) -> None:
         """The peers of one round computed the same answer (bench/answers.py), or the run stops here."""
-        deleted, pulses = self.deleted_keys, self.workload.name == "pulses"
+        deleted, windowed = self.deleted_keys, self.workload.windowed
 
         def kept(key) -> bool:  # a key whose answer every peer means the same by
-            return (key[0] if pulses else key) not in deleted
+            return (key[0] if windowed else key) not in deleted
 
         scopes = {
-            "kafka_streams": answers.Scope(kept) if pulses else answers.Scope(),
-            "plain_spark": answers.Scope(kept, only_its_own=pulses),
+            "kafka_streams": answers.Scope(kept) if windowed else answers.Scope(),
+            "plain_spark": answers.Scope(kept, only_its_own=windowed),
         }
         ordered = dict(sorted(self.answers.items(), key=lambda item: item[0] != "platform"))  # the platform first
         compared = answers.check_agree(ordered, scopes)
@@ -354,7 +380,8 @@ class Bench:
 
 
 PEERS = ("kafka_streams", "plain_spark", "platform")
-PLAIN_SPARK_QUERY = {"purchases": "groupBy().agg()", "pulses": "window() count, append"}
+PLAIN_SPARK_QUERY = {"purchases": "groupBy().agg()", "pulses": "window() count, append",
+                     "temperatures": "hopping window() aggregates, append"}
 
 
 def peer_name(peer: str, workload: str) -> str:
@@ -452,12 +479,14 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
         "round, each peer processes the same pre-loaded topic on the same local KRaft broker (2 partitions) from "
         "a cold start, one after the other. *purchases*: purchase events of Zipf-like users, 1% account closures "
         "(deletes); *pulses*: heartbeats of the patients (55-110 bpm, up to 3 s out of order, 0.1% check-outs) "
-        "counted per 60 s event-time window with 5 s grace, emitted when the window closes. Spark: "
+        "counted per 60 s event-time window with 5 s grace, emitted when the window closes; *temperatures*: readings "
+        "of the sensors (every 4-6 s, up to 3 s out of order, 0.05% removals) aggregated (count, average, min, max) "
+        "in 5-minute windows starting every minute, 30 s grace, emitted when they close. Spark: "
         "local[*], 2 shuffle partitions, RocksDB state store, at most events/batches records per micro-batch. "
         "Every figure: median (min-max) of the rounds; ratios are of medians from the same invocation. "
         "Since 2026-11-26 a round counts only once the peers' outputs were equal key by key (bench/answers.py: "
-        "plain Spark, which cannot delete, on the users who never closed an account; pulses on the patients "
-        "who never checked out, plain Spark on the windows its watermark closed); a size measured before says "
+        "plain Spark, which cannot delete, on the users who never closed an account; windows on the patients "
+        "and sensors never deleted, plain Spark on the windows its watermark closed); a size measured before says "
         "nothing about its answers.",
         "",
         "| workload | events x keys | Kafka Streams events/s | plain Spark events/s | platform events/s "
@@ -632,6 +661,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000], help="purchases: users")
     parser.add_argument("--patients", type=int, nargs="+", default=[1_000],
                         help="pulses: patients (1e6 events of 1,000 patients = ~12 min of beats each, ~13 windows)")
+    parser.add_argument("--sensors", type=int, nargs="+", default=[1_000],
+                        help="temperatures: sensors (1e6 events of 1,000 sensors = ~83 min of readings each)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, default=12, help="micro-batches per run: max offsets per trigger = events / this")
     parser.add_argument("--threads", type=int, default=2, help="Kafka Streams stream threads")
@@ -649,12 +680,12 @@ def main() -> None:
     bench.broker.start()
     measured = []
     try:
+        option = {"purchases": "keys", "pulses": "patients", "temperatures": "sensors"}
         sizes = [(w, events, keys) for w in args.workloads for events in args.events
-                 for keys in (args.keys if w == "purchases" else args.patients)]  # fmt: skip
+                 for keys in getattr(args, option[w])]  # fmt: skip
         for workload, events, keys in sizes:
             command = (f".venv/bin/python bench/compare.py --workloads {workload} --events {events} "
-                       f"--{'keys' if workload == 'purchases' else 'patients'} {keys} --repeats {args.repeats} "
-                       f"--batches {args.batches}")  # fmt: skip
+                       f"--{option[workload]} {keys} --repeats {args.repeats} --batches {args.batches}")  # fmt: skip
             result = SizeResult(workload, events, keys, dt.date.today().isoformat(), commit, command, machine,
                                 args.batches, args.threads, {})  # fmt: skip
 

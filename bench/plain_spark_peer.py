@@ -1,4 +1,5 @@
-"""The plain-Spark peer of the benchmarks: purchase counts or pulse windows as a bare Structured Streaming query.
+"""The plain-Spark peer of the benchmarks: purchase counts, pulse or temperature windows as a bare Structured
+Streaming query.
 
 The same Kafka source, JSON parsing, RocksDB state store, shuffle partitions and Delta MERGE sink as the
 platform's purchase_counts job, but a built-in ``groupBy().agg()`` instead of the ``transformWithState``
@@ -13,10 +14,14 @@ append mode (a window is written once, when the watermark passes its end: Kafka 
 suppress-until-close), appended to a Delta table. Late beats are dropped silently and check-outs are
 ignored: what the platform's job does about them (dead letters, deletes) is what it costs.
 
+``--workload temperatures``: readings, average, minimum and maximum temperature per sensor in 5-minute
+windows starting every minute (``window(event_time, "5 minutes", "1 minute")``), ``withWatermark(30 s)``,
+append mode, appended to a Delta table, the same way.
+
 Run by bench/compare.py in its own process (its memory is measured per process tree); prints one JSON
 line: ``{"seconds": ..., "input_rows": ..., "batches": ...}`` where seconds run from the process start.
 
-    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses]
+    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures]
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ def main() -> None:
     parser.add_argument("topic")
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    parser.add_argument("--workload", choices=("purchases", "pulses"), default="purchases")
+    parser.add_argument("--workload", choices=("purchases", "pulses", "temperatures"), default="purchases")
     args = parser.parse_args()
 
     settings = Settings.from_env()
@@ -52,7 +57,7 @@ def main() -> None:
     )
     if args.max_offsets_per_trigger:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-    query_of = purchase_counts if args.workload == "purchases" else pulse_windows
+    query_of = {"purchases": purchase_counts, "pulses": pulse_windows, "temperatures": temperature_windows}[args.workload]
     batches = {"n": 0}
     query = (
         query_of(source.load(), str(args.work_dir / "output"), batches)
@@ -110,11 +115,33 @@ def pulse_windows(raw, output: str, batches: dict):
                 F.col("count").alias("heart_rate"))  # fmt: skip
     )
 
+    return beats.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
+
+
+def temperature_windows(raw, output: str, batches: dict):
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.temperature_averages import EVENT_SCHEMA
+
+    events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+    windows = (
+        events.where("type = 'reading' AND sensor_id IS NOT NULL AND event_time IS NOT NULL AND temperature IS NOT NULL")
+        .withWatermark("event_time", "30 seconds")
+        .groupBy("sensor_id", F.window("event_time", "5 minutes", "1 minute"))
+        .agg(F.count("*").alias("readings"), F.avg("temperature").alias("avg_temperature"),
+             F.min("temperature").alias("min_temperature"), F.max("temperature").alias("max_temperature"))
+        .select("sensor_id", F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                "readings", "avg_temperature", "min_temperature", "max_temperature")
+    )  # fmt: skip
+    return windows.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
+
+
+def _appender(output: str, batches: dict):
     def append(batch, _batch_id: int) -> None:
         batches["n"] += 1
         batch.write.format("delta").mode("append").save(output)
 
-    return beats.writeStream.outputMode("append").foreachBatch(append)
+    return append
 
 
 if __name__ == "__main__":
