@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from runtime.process import LocalService, ServiceError
@@ -42,8 +43,12 @@ def alert_webhook_connection(airflow_url: str) -> dict[str, object]:
 
 
 class LocalAirflow:
-    def __init__(self, settings: Settings) -> None:
+    """Airflow standalone (API server, scheduler, DAG processor, triggerer) for ``settings``;
+    ``extra_env``: Airflow configuration on top of this module's (``AIRFLOW__SECTION__KEY`` variables)."""
+
+    def __init__(self, settings: Settings, extra_env: Mapping[str, str] | None = None) -> None:
         self.settings = settings
+        self.extra_env = dict(extra_env or {})
         self.home = settings.airflow_home
         self.service = LocalService("airflow", self.home, settings.logs_dir / "airflow-standalone.log")
 
@@ -75,6 +80,7 @@ class LocalAirflow:
         )
         # DAGs and tasks see the same deployment settings as the CLI that started Airflow.
         env.update(s.to_env())
+        env.update(self.extra_env)
         return env
 
     def _airflow(self, *args: str, timeout_s: float = 600) -> str:
@@ -241,5 +247,5 @@ class AirflowApi:
             state = self.run_state(dag_id, run_id)
             if state in ("success", "failed"):
                 return state
-            time.sleep(3)
+            time.sleep(1)
         raise ServiceError(f"DAG run {dag_id}/{run_id} did not finish in {timeout_s:.0f}s")

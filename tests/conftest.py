@@ -81,7 +81,10 @@ def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
     """The Airflow standalone (its services and what they launch) on the session's metadata DB."""
     from tests.helpers import STACK_JOB_MODULES
 
-    local = LocalAirflow(settings.replace(job_modules=STACK_JOB_MODULES))
+    # Tests trigger every run they wait for: the scheduled runs of a DAG a form unpaused would only queue
+    # ahead of them (max_active_runs=1) and compete for the two cores.
+    local = LocalAirflow(settings.replace(job_modules=STACK_JOB_MODULES),
+                         extra_env={"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False"})  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:  # the job modules are importable from this checkout
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))))
         local.start()

@@ -44,8 +44,8 @@ def airflow_cli(airflow, dag_runner, settings, webhook):
         return dag_runner.dags_test(dag_id, conf, env={**env, **extra_env}, dag_file=dag_file)
 
     yield run
-    for name in ("patient_heart_rate", "vote_counts"):
-        app = get_job(name).application_id
+    for app in (get_job("patient_heart_rate").application_id, get_job("vote_counts").application_id,
+                "crash_looping_votes-v1"):  # fmt: skip
         for launch in read_record(settings.status_dir, app).launches + read_record(settings.status_dir, standby_id(app)).launches:
             try:
                 os.killpg(launch.launcher_pid, signal.SIGKILL)
@@ -58,6 +58,7 @@ def _ok(result) -> None:
 
 
 JOB = get_job("patient_heart_rate")
+FAULT_JOBS = "tests.fixtures.fault_jobs"
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +117,8 @@ def test_racing_supervision_and_retried_launches_never_run_two_instances(setting
     # Kill it, then let two supervision runs and two manual starts race to bring it back.
     os.kill(int(running["pid"]), signal.SIGKILL)
     killed_at = time.time()
+    # No backoff to wait out: the manual start above reset the restart count (a start on request clears it).
     _wait(lambda: lease.holder() is None, 60, "the lease to be free")
-    time.sleep(JOB.supervision.backoff_s(2))  # the second restart in the window waits its backoff
     runs = [f"supervise__{JOB.name}", f"supervise__{JOB.name}", "start_streaming_job", "start_streaming_job"]
     with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
         results = list(pool.map(lambda d: airflow_cli(d, {"job": JOB.name} if d.startswith("start") else None), runs))
@@ -200,10 +201,14 @@ def test_stop_dag_stops_cleanly_and_supervision_leaves_it_stopped(settings, airf
     assert webhook.of(app)[-1][1] == "resolved"  # a stop on request is not an outage
 
 
-def test_crash_looping_job_stops_being_restarted_after_k_tries(settings, airflow_cli, webhook, kafka_broker):
-    spec = get_job("vote_counts")
+def test_crash_looping_job_stops_being_restarted_after_k_tries(settings, airflow_cli, webhook, kafka_broker,
+                                                               monkeypatch):  # fmt: skip
+    # vote_counts with a 1 s backoff (tests/fixtures/fault_jobs.py): the policy's rules, not its default waits
+    monkeypatch.setenv("STREAMSTATE_JOB_MODULES", FAULT_JOBS)
+    spec = get_job("crash_looping_votes")
     app, policy = spec.application_id, spec.supervision
-    bad = {"STREAMSTATE_SPARK_DRIVER_MEMORY": "1k"}  # the driver JVM cannot start with this heap
+    bad = {"STREAMSTATE_SPARK_DRIVER_MEMORY": "1k",  # the driver JVM cannot start with this heap
+           "STREAMSTATE_JOB_MODULES": FAULT_JOBS, "PYTHONPATH": str(PROJECT_ROOT)}  # fmt: skip
 
     def supervise():
         return airflow_cli(f"supervise__{spec.name}", **bad)

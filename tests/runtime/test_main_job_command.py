@@ -37,7 +37,7 @@ def test_make_run_is_the_platform_running_until_make_down(tmp_path):
     env.update({f"STREAMSTATE_{k.upper()}": str(v) for k, v in fresh_ports().items()})
     app = get_job("purchase_counts").application_id
     status_dir = Path(tmp_path) / "status"
-    demo = ("demo", "--events", "3000", "--users", "250", "--seconds", "5")
+    demo = ("demo", "--events", "3000", "--users", "250", "--seconds", "1")
     try:
         first = _cli(env, *demo, timeout=1500)
         assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-4000:]
