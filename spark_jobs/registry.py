@@ -422,7 +422,22 @@ def _registered(job_modules: str) -> dict[str, dict[int, JobSpec]]:
         if spec.version in versions.setdefault(spec.name, {}):
             raise JobSpecError(f"job {spec.name} version {spec.version} is registered twice")
         versions[spec.name][spec.version] = spec
+    _check_own_output_tables(specs)
     return {name: dict(sorted(by_version.items())) for name, by_version in sorted(versions.items())}
+
+
+def _check_own_output_tables(specs: list[JobSpec]) -> None:
+    """Every output table directory belongs to one job version: two jobs naming the same ``output_table``
+    would MERGE into one Delta table (and a retirement of one would drop the other's rows)."""
+    owners: dict[str, str] = {}
+    for spec in specs:
+        for directory in spec.output_table_dirs:
+            owner = owners.setdefault(directory, spec.application_id)
+            if owner != spec.application_id:
+                raise JobSpecError(
+                    f"jobs {owner} and {spec.application_id} both write the output table {directory!r}; "
+                    "give one of them an output_table of its own"
+                )
 
 
 def registered_versions(job_modules: str | None = None) -> dict[str, dict[int, JobSpec]]:

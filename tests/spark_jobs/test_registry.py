@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
-from spark_jobs.registry import JobSpecError, StoreMigration, StoreSpec, get_job, latest_jobs
+from spark_jobs.registry import JobSpecError, StoreMigration, StoreSpec, get_job, latest_jobs, registered_versions
 
 
 def test_versions_write_separate_output_tables_and_changelogs():
@@ -44,3 +45,18 @@ def test_a_migration_names_one_of_the_versions_stores_and_a_function():
         dataclasses.replace(v3, migrations=(StoreMigration("counts", function="add_tier"),))
     with pytest.raises(JobSpecError, match="one migration per store"):
         dataclasses.replace(v3, migrations=(StoreMigration("counts"), StoreMigration("counts", from_store="old")))
+
+
+def test_two_jobs_writing_one_output_table_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "twin_jobs.py").write_text(
+        "import dataclasses\n"
+        "from spark_jobs.registry import get_job\n"
+        "JOBS = (dataclasses.replace(get_job('purchase_counts'), name='twin_counts'),)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(JobSpecError, match="jobs purchase_counts-v3 and twin_counts-v3 both write the output table "
+                                               "'purchase_counts_v3'; give one of them an output_table of its own"):
+            registered_versions("twin_jobs")
+    finally:
+        sys.modules.pop("twin_jobs", None)
