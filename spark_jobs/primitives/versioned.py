@@ -4,8 +4,8 @@ retention, as Kafka Streams' ``VersionedKeyValueStore`` keeps it; its outputs ar
 Semantics (``streamstate.primitives.VersionedLatest``, Java): versions order by their time, ties by their
 id, so the latest never depends on arrival order; the same id again replaces that version (a replayed
 record changes nothing); a version older than the latest only enters the history, and one older than
-the retention keeps changes nothing. "As of" reads (the state API) take the history's version valid at
-the time asked.
+the retention keeps changes nothing. The state API returns a key's stored value, history included; it has
+no "as of" read of one version yet.
 """
 
 from __future__ import annotations
