@@ -4,8 +4,8 @@ retention, as Kafka Streams' ``VersionedKeyValueStore`` keeps it; its outputs ar
 Semantics (``streamstate.primitives.VersionedLatest``, Java): versions order by their time, ties by their
 id, so the latest never depends on arrival order; the same id again replaces that version (a replayed
 record changes nothing); a version older than the latest only enters the history, and one older than
-the retention keeps changes nothing. The state API returns a key's stored value, history included; it has
-no "as of" read of one version yet.
+the retention keeps changes nothing. "As of" reads (the state API's ``valid_at``) take the history's
+version valid at the time asked (:func:`version_valid_at`).
 """
 
 from __future__ import annotations
@@ -100,3 +100,19 @@ class VersionedLatest(StoreDeclaration):
             self.change_ddl, store.retention_ms, self.time, self.version_id,
         )  # fmt: skip
         return DataFrame(jdf, spark)
+
+
+def version_valid_at(value: dict, at_ms: int) -> dict | None:
+    """The version of a stored value (a changelog value, decoded: the latest version's fields and
+    ``history``) valid at ``at_ms`` (epoch ms): the history's last version whose time is at or before it
+    (versions are oldest first, each its time then its other fields; ties in time are ordered by id, so
+    the last is the one that counts). None when no retained version was valid then."""
+    import datetime as dt
+
+    def millis(version: dict) -> int:
+        time = next(iter(version.values()))
+        return int(dt.datetime.fromisoformat(str(time).replace("Z", "+00:00")).timestamp() * 1000)
+
+    valid = [version for version in value.get(HISTORY) or () if millis(version) <= at_ms]
+    return valid[-1] if valid else None
+

@@ -300,3 +300,41 @@ def test_a_live_view_that_is_not_ready_in_time_falls_back_to_the_standby(tmp_pat
     finally:
         lease.release()
         client.app.state.service.close()
+
+
+def test_a_versioned_key_is_read_as_of_an_event_time(settings, kafka_broker, tmp_path):
+    """``valid_at``: the version of vote_counts' voter valid at a time, from the stored history (the
+    standby snapshot answers here: the job never ran); refused for a store that keeps no versions."""
+    from spark_jobs.primitives.versioned import version_valid_at
+    from spark_jobs.state.snapshots import SnapshotStore
+
+    # A lake of its own on the suite's broker (without a broker, each standby answer waits out the Kafka
+    # client's timeouts while it measures the snapshot's staleness).
+    settings = settings.replace(data_dir=tmp_path)
+    votes = get_job("vote_counts")
+
+    def version(candidate: str, at: str, event_id: str) -> dict:  # the time first, as the store keeps it
+        return {"voted_at": at, "candidate": candidate, "event_id": event_id}
+
+    history = [version("red", "2026-11-01T09:00:00.000Z", "e-1"), version("blue", "2026-11-01T09:05:00.000Z", "e-2"),
+               version("green", "2026-11-01T09:05:00.000Z", "e-3")]  # a tie in time: the larger id is later
+    value = {"candidate": "green", "voted_at": "2026-11-01T09:05:00.000Z", "event_id": "e-3", "history": history}
+    SnapshotStore.of(JobLayout.of(votes, settings), "latest-votes").write(
+        {b"voter5": json.dumps(value).encode()}, 0, {votes.source_topic: {0: 3}}, {0: 3}
+    )
+    nine = 1793523600000  # 2026-11-01T09:00:00Z
+    assert version_valid_at(value, nine - 1) is None
+    assert version_valid_at(value, nine) == history[0] and version_valid_at(value, nine + 299_999) == history[0]
+    assert version_valid_at(value, nine + 300_000) == history[2]
+
+    client = TestClient(create_app(settings))
+    try:
+        path = f"/jobs/{votes.name}/stores/latest-votes/keys/voter5"
+        assert client.get(path).json()["value"] == value
+        answer = client.get(path, params={"valid_at": nine + 60_000}).json()
+        assert (answer["found"], answer["value"], answer["source"]) == (True, history[0], "standby")
+        assert client.get(path, params={"valid_at": nine - 1}).json()["found"] is False  # before any version
+        refused = client.get(f"{BASE}/keys/u1", params={"valid_at": nine})
+        assert refused.status_code == 422 and "valid_at applies to versioned stores only" in refused.text
+    finally:
+        client.app.state.service.close()

@@ -9,7 +9,8 @@ Routes (OpenAPI at ``/openapi.json``, browsable at ``/docs``):
 
 - ``GET /jobs``: the addressable jobs and stores and how their keys look;
 - ``GET /jobs/{job}/stores/{store}``: store metadata, the source that would answer now, the standby's lag;
-- ``GET /jobs/{job}/stores/{store}/keys/{key}``: one key (windowed stores: ``?window_start=<ms>``);
+- ``GET /jobs/{job}/stores/{store}/keys/{key}``: one key (windowed stores: ``?window_start=<ms>``; versioned
+  stores: ``?valid_at=<ms>`` for the version valid at that event time);
 - ``GET /jobs/{job}/stores/{store}/keys``: a range (``start``/``end``) or ``prefix`` scan, ``page_size``
   at most ``STREAMSTATE_STATE_API_MAX_PAGE_SIZE``, continued with the answer's ``next_page_token``.
 
@@ -132,10 +133,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/jobs/{job}/stores/{store}/keys/{key}", response_model=KeyAnswer, summary="One key's state")
     def get_key(job: JobName, store: StoreName, key: Annotated[str, Path(max_length=MAX_KEY_LENGTH)],
                 window_start: Annotated[int | None, Query(ge=0, description="windowed stores: window start, epoch ms")] = None,
+                valid_at: Annotated[int | None, Query(ge=0, description="versioned stores: the version valid at this "
+                                                      "event time, epoch ms (within the store's retention)")] = None,
                 version: Version = None) -> dict:  # fmt: skip
         spec, store_spec = resolve(job, store, version)
         try:
-            return service.get(spec, store_spec, key, window_start)
+            return service.get(spec, store_spec, key, window_start, valid_at)
         except InvalidKey as err:
             raise HTTPException(422, str(err)) from None
 

@@ -20,7 +20,7 @@ import json
 import threading
 import time
 
-from streamstate.state_api.keys import KeySchema
+from streamstate.state_api.keys import InvalidKey, KeySchema
 from streamstate.state_api.views import LiveView, StandbyView, StateTable
 
 from runtime.settings import Settings
@@ -167,13 +167,21 @@ class StateQueryService:
         return SnapshotStore.of(JobLayout.of(spec, self.settings), store_spec.name)
 
     # ----- answers ------------------------------------------------------------------------------
-    def get(self, spec: JobSpec, store_spec: StoreSpec, key: str, window_start: int | None = None) -> dict:
+    def get(self, spec: JobSpec, store_spec: StoreSpec, key: str, window_start: int | None = None,
+            valid_at: int | None = None) -> dict:  # fmt: skip
+        """One key's stored value; with ``valid_at`` (epoch ms, versioned stores) the version valid then."""
         schema = KeySchema.of(spec, store_spec)
         stored_key = schema.encode(key, window_start)
+        if valid_at is not None and store_spec.kind != "versioned":
+            raise InvalidKey(f"valid_at applies to versioned stores only; {store_spec.name!r} is {store_spec.kind}")
         source = self.source(spec, store_spec)
-        raw = source.table.get(stored_key)
+        value = decode_value(source.table.get(stored_key))
+        if valid_at is not None and isinstance(value, dict):
+            from spark_jobs.primitives.versioned import version_valid_at  # (imports pyspark: only when asked)
+
+            value = version_valid_at(value, valid_at)
         return {"job": spec.name, "version": spec.version, "store": store_spec.name, "key": schema.decode(stored_key),
-                "found": raw is not None, "value": decode_value(raw), **source.describe()}  # fmt: skip
+                "found": value is not None, "value": value, **source.describe()}  # fmt: skip
 
     def scan(self, spec: JobSpec, store_spec: StoreSpec, *, prefix: str | None, start: str | None, end: str | None,
              after: str | None, limit: int) -> dict:  # fmt: skip
