@@ -303,13 +303,15 @@ def read_changelog(
         consumer.close()
 
 
-def last_complete_batch(kafka: KafkaTarget, topic: str, window: int = 4096) -> BatchMarker | None:
+def last_complete_batch(kafka: KafkaTarget, topic: str, window: int = 4096,
+                        timeout_s: float = 30.0) -> BatchMarker | None:  # fmt: skip
     """The marker of the newest batch complete in every partition of ``topic`` (None: no batch is).
 
     Read from the end: the last ``window`` records of each partition, a wider window while some partition
     has no marker in it. A driver's markers follow every batch, so one small read usually answers.
+    ``timeout_s`` bounds the wait for the topic's metadata and offsets (an unreachable broker).
     """
-    ends = partition_offsets(kafka, topic)
+    ends = partition_offsets(kafka, topic, timeout_s)
     while True:
         start = {p: max(low, high - window) for p, (low, high) in ends.items()}
         read = read_changelog(kafka, topic, start)

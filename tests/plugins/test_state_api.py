@@ -338,3 +338,25 @@ def test_a_versioned_key_is_read_as_of_an_event_time(settings, kafka_broker, tmp
         assert refused.status_code == 422 and "valid_at applies to versioned stores only" in refused.text
     finally:
         client.app.state.service.close()
+
+
+def test_while_kafka_is_down_the_standby_answers_at_once(tmp_path):
+    """A snapshot to answer from, no broker: the first answer waits at most the query timeout for Kafka
+    (to measure the snapshot's staleness), the next ones do not wait for it at all."""
+    from runtime.process import free_port
+    from spark_jobs.state.snapshots import SnapshotStore
+
+    settings = Settings(data_dir=tmp_path, kafka_port=free_port(), state_api_timeout_s=0.5)
+    SnapshotStore.of(JobLayout.of(JOB, settings), "counts").write(
+        {b"u1": b'{"purchases": 2}'}, 0, {JOB.source_topic: {0: 2}}, {0: 2}
+    )
+    client = TestClient(create_app(settings))
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            answer = client.get(f"{BASE}/keys/u1").json()
+            assert time.monotonic() - started < 5, "waited out the Kafka client's timeouts"
+            assert (answer["source"], answer["value"]) == ("standby", {"purchases": 2})
+            assert answer["staleness_ms"] is not None  # an upper bound: the snapshot's age
+    finally:
+        client.app.state.service.close()

@@ -35,6 +35,8 @@ from spark_jobs.versions import JobVersions
 
 #: a live view nobody queried for this long is stopped (its memory freed); the next query rebuilds it
 LIVE_VIEW_IDLE_S = 600
+#: seconds before an unreachable broker is asked again for a changelog's last complete batch
+KAFKA_RETRY_S = 30.0
 
 
 class UnknownStore(LookupError):
@@ -84,7 +86,8 @@ class StateQueryService:
         self._live: dict[tuple[str, str], LiveView] = {}
         self._standby: dict[tuple[str, str], StandbyView] = {}
         #: changelog topic -> (when read, its last complete batch id)
-        self._last_complete: dict[str, tuple[float, int | None]] = {}
+        #: changelog topic -> (when asked, its last complete batch, whether Kafka failed to answer)
+        self._last_complete: dict[str, tuple[float, int | None, bool]] = {}
         self._lock = threading.Lock()
 
     # ----- addressing ------------------------------------------------------------------------
@@ -141,12 +144,19 @@ class StateQueryService:
         return max(0, _now_ms() - as_of)
 
     def _last_complete_batch(self, topic: str) -> int | None:
+        """The changelog's last complete batch, asked of Kafka at most once a second. An unreachable broker
+        is asked again only after ``KAFKA_RETRY_S``, each time for at most the query timeout: during a Kafka
+        outage the standby answers at once, not after the client's timeouts on every request."""
         cached = self._last_complete.get(topic)
-        if cached and time.monotonic() - cached[0] < 1.0:
+        if cached and time.monotonic() - cached[0] < (KAFKA_RETRY_S if cached[2] else 1.0):
             return cached[1]
-        marker = last_complete_batch(self.settings.kafka, topic)
+        try:
+            marker = last_complete_batch(self.settings.kafka, topic, timeout_s=self.settings.state_api_timeout_s)
+        except Exception:
+            self._last_complete[topic] = (time.monotonic(), None, True)
+            raise
         last = marker.batch_id if marker is not None else None
-        self._last_complete[topic] = (time.monotonic(), last)
+        self._last_complete[topic] = (time.monotonic(), last, False)
         return last
 
     def _live_view(self, spec: JobSpec, store_spec: StoreSpec) -> LiveView:
