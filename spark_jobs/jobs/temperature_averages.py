@@ -20,6 +20,7 @@ from spark_jobs import dead_letter
 from spark_jobs.primitives import Aggregate, JsonEvents, WindowedAggregate
 
 READING, SENSOR_REMOVED = "reading", "sensor_removed"
+EVENT_TYPES = (READING, SENSOR_REMOVED)
 
 EVENT_SCHEMA = T.StructType(
     [
@@ -44,7 +45,7 @@ def _rules():
 #: The job, declared: readings aggregated per sensor in 5-minute windows starting every minute.
 AVERAGES = WindowedAggregate(
     store="temperature-windows",
-    events=JsonEvents(EVENT_SCHEMA, types=(READING, SENSOR_REMOVED), rules=_rules),
+    events=JsonEvents(EVENT_SCHEMA, types=EVENT_TYPES, rules=_rules),
     time="event_time",
     values={
         "readings": Aggregate.count(),
@@ -61,3 +62,8 @@ AVERAGES = WindowedAggregate(
     where=f"type = '{READING}'",
     delete_when=f"type = '{SENSOR_REMOVED}'",
 )
+
+
+def classify(ctx):
+    """The job's raw Kafka records, decoded and classified (its rules, then a valid event time)."""
+    return AVERAGES.classify(ctx.kafka_source(), "sensor_id")

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_jobs import dead_letter
-from spark_jobs.jobs import patient_heart_rate, purchase_counts, vote_counts
+from spark_jobs.jobs import patient_heart_rate, purchase_counts, temperature_averages, vote_counts
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,7 @@ JOBS = {
     "purchase_counts": (purchase_counts, "user_id", purchase_counts.EVENT_TYPES),
     "vote_counts": (vote_counts, "voter_id", (vote_counts.VOTE,)),
     "patient_heart_rate": (patient_heart_rate, "patient_id", patient_heart_rate.EVENT_TYPES),
+    "temperature_averages": (temperature_averages, "sensor_id", temperature_averages.EVENT_TYPES),
 }
 
 json_scalars = st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30) \
@@ -63,7 +64,7 @@ def events(draw, module, key_field: str, event_types) -> bytes | None:
             event[field.name] = draw(st.sampled_from(["u1", "p-7", ""]) | st.text(max_size=6))
         elif isinstance(field.dataType, T.TimestampType):
             event[field.name] = draw(odd_times)
-        elif isinstance(field.dataType, T.DecimalType):
+        elif isinstance(field.dataType, (T.DecimalType, T.DoubleType)):
             event[field.name] = draw(odd_numbers | st.integers(min_value=-(10**15), max_value=10**15))
         else:
             event[field.name] = draw(st.text(max_size=10))
@@ -110,6 +111,8 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
                 assert event["amount"] is not None and event["amount"] >= 0, event
                 written = json.loads(values[event["offset"]], parse_float=Decimal)["amount"]
                 assert Decimal(str(written)) == event["amount"], (written, event)  # never rounded
+            if job == "temperature_averages" and event["type"] == temperature_averages.READING:
+                assert event["temperature"] is not None and -90 <= event["temperature"] <= 150, event
         for value, headers in letters:  # the raw bytes kept, with a known reason
             assert value == values[int(headers[dead_letter.HEADER_PREFIX + "source.offset"])]
             assert headers[dead_letter.HEADER_PREFIX + "reason"] in reasons, headers
