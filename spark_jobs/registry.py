@@ -14,11 +14,13 @@ import functools
 import importlib
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, get_args
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 
 StoreKind = Literal["key_value", "windowed", "versioned"]
+#: what a store's TTL counts: the wall clock of the driver, or the events' own times (see StoreSpec.ttl_clock)
+TtlClock = Literal["processing_time", "event_time"]
 
 
 class JobSpecError(ValueError):
@@ -66,8 +68,11 @@ class StoreSpec:
             while it still accepts events); versioned: history kept.
         changelog_configs: topic config overrides (the seeds' ``withLoggingEnabled(map)``); the
             changelog tuning DAG never changes a config named here, it only reports what it would do.
-        ttl_ms: key-value stores: evict a key idle this long (processing time), with a tombstone
-            (the seeds' bounded store; None keeps keys until deleted).
+        ttl_ms: key-value stores: evict a key idle this long, with a tombstone (the seeds' bounded store;
+            None keeps keys until deleted).
+        ttl_clock: what ``ttl_ms`` counts: ``processing_time`` (the default: idle on the wall clock) or
+            ``event_time`` (the key's latest event time is ``ttl_ms`` behind the stream time of its source
+            partition; the job's primitive declares the event's time field, see ``KeyedAggregate.time``).
         window_ms: windowed stores: the window size.
         advance_ms: windowed stores: how far apart windows start (hopping windows, Kafka Streams'
             ``advanceBy``: each event belongs to ``window_ms / advance_ms`` windows); None: ``window_ms``
@@ -81,6 +86,7 @@ class StoreSpec:
     retention_ms: int | None = None
     changelog_configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     ttl_ms: int | None = None
+    ttl_clock: TtlClock = "processing_time"
     window_ms: int | None = None
     grace_ms: int = 0
     advance_ms: int | None = None
@@ -112,6 +118,10 @@ class StoreSpec:
                 f"store {self.name!r}: ttl_ms must be positive and is for key_value stores "
                 "(windowed stores expire by retention_ms)"
             )
+        if self.ttl_clock not in get_args(TtlClock):
+            raise JobSpecError(f"store {self.name!r}: ttl_clock {self.ttl_clock!r} is not one of {get_args(TtlClock)}")
+        if self.ttl_clock != "processing_time" and self.ttl_ms is None:
+            raise JobSpecError(f"store {self.name!r}: ttl_clock is for a store with ttl_ms")
 
     @property
     def window_advance_ms(self) -> int | None:

@@ -31,7 +31,8 @@ from pyspark.sql import types as T
 
 from spark_jobs.context import JobContext
 from spark_jobs.primitives import Aggregate, JsonEvents, WindowedAggregate
-from spark_jobs.primitives.windows import LATE, STREAM_TIME_KEY_PREFIX  # noqa: F401 - the job's vocabulary
+from spark_jobs.primitives.pipeline import STREAM_TIME_KEY_PREFIX  # noqa: F401 - the job's vocabulary
+from spark_jobs.primitives.windows import LATE  # noqa: F401 - the job's vocabulary
 from spark_jobs.registry import StoreSpec
 
 STORE = "pulse-counts"

@@ -1,5 +1,6 @@
 """The keyed-aggregate primitive: per key, aggregates over the key's events, deleted on an event that asks
-for it, evicted after the store's TTL; its outputs are the store, projected to a Delta table.
+for it, evicted after the store's TTL (processing or event time); its outputs are the store, projected to a
+Delta table.
 
 The declaration is pure Python (Airflow imports it; no Spark needed to check it). Its expressions are
 Spark SQL over the event's fields, evaluated by Spark before the processor; the processor itself is
@@ -16,7 +17,18 @@ Semantics, as a Kafka Streams ``groupByKey().aggregate()`` with a delete:
   aggregate; the others are dropped before the shuffle;
 - ``count`` counts events (or those whose input is not null), ``sum`` starts at zero, ``min``/``max``/
   ``latest`` start at null; a null input leaves an aggregate as it was;
-- the store's ``ttl_ms`` (``StoreSpec``) deletes a key idle that long in processing time.
+- the store's ``ttl_ms`` (``StoreSpec``) deletes a key idle that long, counted by ``ttl_clock``:
+  ``processing_time`` (default): no change to the key for ``ttl_ms`` of wall-clock time; evicted by the
+  next micro-batch that has input (``streamstate.primitives.KeyedAggregate``);
+  ``event_time`` (the declaration names the event's ``time``): as a Kafka Streams task with a stream-time
+  punctuator would, record by record (``streamstate.primitives.ExpiringAggregate``): **stream time** is
+  per source partition, the largest event time read so far from it (of the events the processor reads:
+  deleting or ``where`` ones), advanced by each record before it is applied; a key's event time is the
+  largest of its aggregated events' since it (re)started; the key expires when stream time reaches its
+  event time + ``ttl_ms``. An event for a key the store does not hold that is already that old would
+  expire on arrival: it is **late**, a dead letter (reason ``late``), not applied. None of this depends on
+  how the input is cut into micro-batches. The changelog then also holds one ``~stream-time@<partition>``
+  entry per partition, so a restore continues stream time exactly.
 """
 
 from __future__ import annotations
@@ -28,14 +40,27 @@ from typing import Literal, get_args
 
 from pyspark.sql import types as T
 
+from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input, resolved
+from spark_jobs.primitives.pipeline import (
+    DELETE_COLUMN,
+    StoreDeclaration,
+    iso_time,
+    late_letters,
+    processor_input,
+    resolved,
+    stream_time_key,
+)
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
-from spark_jobs.state.store_changes import TOMBSTONE
+from spark_jobs.registry import store as store_spec
+from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 AggregateKind = Literal["count", "sum", "min", "max", "latest"]
 #: the stored value's last field: processing time of the key's last change (a restored TTL keeps its deadline)
 TOUCHED_AT = "touched_at_ms"
+#: an event-time TTL's stored fields after the aggregates (``streamstate.primitives.ExpiringAggregate``)
+EVENT_TIME_FIELDS = "event_time_ms BIGINT, source_partition INT, stream_time_ms BIGINT"
+CHANGE, LATE = "change", "late"
 #: the Java processor's input columns (``streamstate.primitives.KeyedAggregate``: the two must stay equal)
 INPUT_PREFIX = "_in_"
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -122,8 +147,10 @@ class KeyedAggregate(StoreDeclaration):
     its entrypoint (``"my_jobs.counts:COUNTS"``); the pipeline around it is :mod:`spark_jobs.primitives.pipeline`.
 
     Attributes:
-        store: the ``StoreSpec`` it keeps (its ``ttl_ms`` evicts idle keys).
+        store: the ``StoreSpec`` it keeps (its ``ttl_ms`` and ``ttl_clock`` evict idle keys).
         events: the job's input.
+        time: the event field that is the event's time (a TIMESTAMP; records without one are dead letters):
+            needed by, and only by, a store whose TTL counts event time.
         values: the stored value's fields, in order: name -> :class:`Aggregate`. The outputs (the store,
             projected) are the job's ``key_field`` and these fields.
         where: a Spark SQL condition over the event's fields: the events aggregated (default: all).
@@ -148,12 +175,36 @@ class KeyedAggregate(StoreDeclaration):
     where: str | None = None
     delete_when: str | None = None
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    time: str | None = None
+
+    @property
+    def values_ddl(self) -> str:
+        return ", ".join(f"{name} {agg.stored_type(self.events.schema, name)}" for name, agg in self.values.items())
 
     @property
     def state_ddl(self) -> str:
-        """The stored value's schema (DDL): the aggregates, then ``touched_at_ms``."""
-        fields = [f"{name} {agg.stored_type(self.events.schema, name)}" for name, agg in self.values.items()]
-        return ", ".join([*fields, f"{TOUCHED_AT} BIGINT"])
+        """The stored value's schema (DDL): the aggregates, then ``touched_at_ms``; with an event-time TTL
+        (``time``) the key's event time, its source partition and a partition's stream time instead."""
+        return f"{self.values_ddl}, {EVENT_TIME_FIELDS}" if self.time else f"{self.values_ddl}, {TOUCHED_AT} BIGINT"
+
+    @property
+    def store_changes(self) -> StoreChanges:
+        if not self.time:
+            return super().store_changes
+        from pyspark.sql import functions as F
+
+        def changelog_key():
+            return F.when(F.col("key").isNull(), stream_time_key()).otherwise(F.col("key"))
+
+        return StoreChanges(self.store, self.state_ddl, key=changelog_key, rows=f"kind = '{CHANGE}'")
+
+    @property
+    def source_columns(self) -> tuple[str, ...]:
+        return ("partition", "offset", "timestamp", "value") if self.time else ("offset",)
+
+    def store_rows(self, rows):
+        # an event-time TTL's rows also carry partitions' stream times and late events
+        return rows.where("stream_time_ms IS NULL") if self.time else rows
 
     @property
     def output_values(self) -> tuple[str, ...]:
@@ -169,12 +220,28 @@ class KeyedAggregate(StoreDeclaration):
                     f"{TOUCHED_AT} or the key field"
                 )
         self.state_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
+        event_time_ttl = store_spec(spec, self.store).ttl_clock == "event_time"
+        if event_time_ttl and not self.time:
+            raise JobSpecError(f"time: store {self.store!r} counts its TTL in event time: name the event's time field")
+        if self.time and not event_time_ttl:
+            raise JobSpecError("time: only a store whose TTL counts event time (ttl_clock='event_time') uses it")
+        fields = {f.name: f.dataType.simpleString() for f in self.events.schema.fields}
+        if self.time and fields.get(self.time) != "timestamp":
+            raise JobSpecError(f"time: {self.time!r} must be a TIMESTAMP field of the event schema")
+
+    def classify(self, source, key_field: str):
+        if not self.time:
+            return super().classify(source, key_field)
+        rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
+        return self.events.classify(source, key_field, extra_rules=rules)
 
     def changes(self, events, key_field: str, initial, store: StoreSpec | None, job: str = "?"):
         """The store's change rows for ``events`` (a job's processor input, see
-        :meth:`JobContext.with_dead_letters`), seeded with ``initial`` after a restore; ``store``'s
-        ``ttl_ms`` evicts idle keys."""
+        :meth:`JobContext.with_dead_letters`; with an event-time TTL also the source's ``partition``,
+        ``timestamp`` and ``value``), seeded with ``initial`` (restored ``key`` + :attr:`state_ddl` rows)
+        after a restore; ``store``'s ``ttl_ms`` evicts idle keys."""
         from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
 
         delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
         types = [agg.stored_type(self.events.schema, name) for name, agg in self.values.items()]
@@ -182,11 +249,46 @@ class KeyedAggregate(StoreDeclaration):
             resolved(events, job, f"values.{name}", agg.input_column(stored)).alias(f"{INPUT_PREFIX}{i}")
             for i, ((name, agg), stored) in enumerate(zip(self.values.items(), types, strict=True))
         ]
-        needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
+        kinds = ",".join(agg.kind for agg in self.values.values())
         ttl_ms = (store.ttl_ms if store else None) or 0
         spark = events.sparkSession
+        if self.time:
+            needed = events.where(kept).select(key_field, self.time, delete.alias(DELETE_COLUMN), *self.source_columns,
+                                               *inputs, *letter)  # fmt: skip
+            seeded = None
+            if initial is not None:
+                # the restored changelog keys: a key, or a partition's stream time (its own row)
+                key = F.when(F.col("stream_time_ms").isNull(), F.col("key"))
+                seeded = initial.select("source_partition", key.alias("key"), *self.values, "event_time_ms",
+                                        "stream_time_ms")._jdf  # fmt: skip
+            jdf = spark._jvm.streamstate.primitives.ExpiringAggregate.changes(
+                needed._jdf, "partition", seeded, self.store, self.output_ddl, self.values_ddl, kinds, ttl_ms,
+                key_field, self.time,
+            )  # fmt: skip
+            return DataFrame(jdf, spark)
+        needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
         jdf = spark._jvm.streamstate.primitives.KeyedAggregate.changes(
             needed._jdf, key_field, None if initial is None else initial._jdf, self.store, self.state_ddl,
-            self.change_ddl, ttl_ms, ",".join(agg.kind for agg in self.values.values()),
+            self.change_ddl, ttl_ms, kinds,
         )  # fmt: skip
         return DataFrame(jdf, spark)
+
+    @property
+    def output_ddl(self) -> str:
+        """An event-time TTL's processor rows: ``kind`` (change, or late with the late event's source
+        coordinates and raw bytes for its dead letter), ``key``, ``tombstone``, the stored value."""
+        return (f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl}, source_offset BIGINT, "
+                "source_timestamp TIMESTAMP, raw BINARY")  # fmt: skip
+
+    def late_rows(self, batch, key_field: str, source_topic: str):
+        """An event-time TTL's late events among a batch's rows, as dead-letter records."""
+        if not self.time:
+            return None
+        from pyspark.sql import functions as F
+
+        message = F.concat(
+            F.lit(f"{self.time} "), iso_time(F.col("event_time_ms")), F.lit(" is older than the store's TTL: stream time of "),
+            F.lit("partition "), F.col("source_partition").cast("string"), F.lit(" was "), iso_time(F.col("stream_time_ms")),
+            F.lit(" and the key was not in the store"),
+        )  # fmt: skip
+        return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, message)

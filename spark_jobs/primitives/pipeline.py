@@ -22,6 +22,9 @@ from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 #: The primitives' Java processors' input column: true when the event deletes its key (``streamstate.primitives.Rows``)
 DELETE_COLUMN = "_delete"
+#: The changelog key of a source partition's stream time, for primitives that keep one (windows, an
+#: event-time TTL); a key's entries have keys of their own.
+STREAM_TIME_KEY_PREFIX = "~stream-time@"
 
 
 class StoreDeclaration:
@@ -37,6 +40,18 @@ class StoreDeclaration:
     summaries: Mapping[str, str]
     #: the store kinds this primitive keeps
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
+
+    @property
+    def source_columns(self) -> tuple[str, ...]:
+        """The source's columns (``partition``, ``offset``, ``timestamp``, ``value``) the processor reads."""
+        return ("offset",)
+
+    def store_rows(self, rows):
+        """The rows of the processor's output (or of the restored store) that are the store's keys."""
+        return rows
+
+    def late_rows(self, batch, key_field: str, source_topic: str):
+        """The dead-letter records of the events a batch's processor refused as late (None: it refuses none)."""
 
     @property
     def state_ddl(self) -> str:
@@ -116,14 +131,16 @@ class StoreDeclaration:
         spec = ctx.spec
         self.check(spec)
         store = store_spec(spec, self.store)
-        if store.ttl_ms:
+        if processor is not None and store.ttl_clock == "event_time":
+            raise JobSpecError(f"job {spec.name}: an event-time TTL runs the primitive's Java processor only")
+        if store.ttl_ms and store.ttl_clock == "processing_time":
             # With processing-time timers pending, Spark would run empty micro-batches back to back
             # (and an available-now run would never end); expired keys are evicted by the next batch
             # that has input instead.
             ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
         ctx.ensure_output_table(self.output_schema(spec.key_field))
         classified = self.classify(ctx.kafka_source(), spec.key_field)
-        events = ctx.with_dead_letters(classified, "offset", key=spec.key_field)
+        events = ctx.with_dead_letters(classified, *self.source_columns, key=spec.key_field)
         changes = processor.changes if processor is not None else self.store_changes
         initial = ctx.initial_state(changes)
         if processor is None:
@@ -132,7 +149,15 @@ class StoreDeclaration:
             logic = processor(store.ttl_ms)
             rows = processor_changes(events, spec.key_field, initial, logic, changes, timed=bool(store.ttl_ms))
         summaries = dict(zip(spec.companion_outputs, (str(t) for t in ctx.layout.output_tables[1:]), strict=True))
-        write_outputs, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, summaries)
+        write_store, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, summaries)
+        app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
+
+        def write_outputs(batch, batch_id: int) -> None:
+            write_store(batch, batch_id)
+            late = self.late_rows(batch, spec.key_field, source_topic)
+            if late is not None and not late.isEmpty():
+                dead_letter.write_dead_letters(late, app, kafka)
+
         sink = ctx.state_change_sink(changes, write_outputs, reconcile_outputs)
         return rows.writeStream.outputMode("update").foreachBatch(sink)
 
@@ -154,7 +179,7 @@ class StoreDeclaration:
                 spark.sql(query, outputs=outputs).write.format("delta").mode("overwrite").save(summary_paths[name])
 
         def write_outputs(batch, _batch_id: int) -> None:
-            source = batch.select(F.col("key").alias(key_field), TOMBSTONE, *values)
+            source = self.store_rows(batch).select(F.col("key").alias(key_field), TOMBSTONE, *values)
             (
                 DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
                 .merge(source.alias("s"), on)
@@ -166,7 +191,7 @@ class StoreDeclaration:
             write_summaries(batch.sparkSession)
 
         def reconcile_outputs(restored) -> None:
-            source = restored.select(F.col("key").alias(key_field), *values)
+            source = self.store_rows(restored).select(F.col("key").alias(key_field), *values)
             (
                 DeltaTable.forPath(restored.sparkSession, output_path).alias("t")
                 .merge(source.alias("s"), on)
@@ -220,3 +245,30 @@ def processor_input(events, job: str, where: str | None, delete_when: str | None
     if dead_letter.LETTER_COLUMN in events.columns:
         kept, letter = kept | F.col(dead_letter.LETTER_COLUMN).isNotNull(), [dead_letter.LETTER_COLUMN]
     return delete, kept, letter
+
+
+def late_letters(rows, source_topic: str, message, key: str = "key"):
+    """A processor's late-event rows (with ``source_partition``, ``source_offset``, ``source_timestamp``
+    and ``raw``) as dead-letter records (reason ``late``, ``message`` a column saying why)."""
+    from pyspark.sql import functions as F
+
+    return rows.select(
+        F.col(key).cast("binary").alias("key"), F.col("raw").alias("value"), F.lit(source_topic).alias("topic"),
+        F.col("source_partition").alias("partition"), F.col("source_offset").alias("offset"),
+        F.col("source_timestamp").alias("timestamp"), F.lit(dead_letter.LATE).alias(dead_letter.ERROR_COLUMN),
+        message.alias(dead_letter.MESSAGE_COLUMN),
+    )  # fmt: skip
+
+
+def stream_time_key():
+    """The changelog key column of a row carrying a partition's stream time (``source_partition``)."""
+    from pyspark.sql import functions as F
+
+    return F.concat(F.lit(STREAM_TIME_KEY_PREFIX), F.col("source_partition").cast("string"))
+
+
+def iso_time(millis):
+    """An epoch-millisecond column as an ISO-8601 UTC string, for messages."""
+    from pyspark.sql import functions as F
+
+    return F.date_format(F.timestamp_millis(millis), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")

@@ -36,14 +36,20 @@ from typing import ClassVar, Literal, get_args
 from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
-from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input, resolved
+from spark_jobs.primitives.pipeline import (
+    DELETE_COLUMN,
+    StoreDeclaration,
+    iso_time,
+    late_letters,
+    processor_input,
+    resolved,
+    stream_time_key,
+)
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 CHANGE, LATE = "change", "late"
-#: The changelog key of a partition's stream time (a window's is ``<key>@<window start ms>``).
-STREAM_TIME_KEY_PREFIX = "~stream-time@"
 EmitMode = Literal["close", "update"]
 #: columns of the processor's rows and of the outputs that a value or an output may not be named
 _TAKEN = ("key", "kind", TOMBSTONE, "window_start", "window_end", "window_start_ms", "closed", "source_partition",
@@ -116,8 +122,7 @@ class WindowedAggregate(StoreDeclaration):
 
         def changelog_key():
             window_key = F.concat_ws("@", key_field, F.col("window_start_ms").cast("string"))
-            stream_time_key = F.concat(F.lit(STREAM_TIME_KEY_PREFIX), F.col("source_partition").cast("string"))
-            return F.when(F.col(key_field).isNull(), stream_time_key).otherwise(window_key)
+            return F.when(F.col(key_field).isNull(), stream_time_key()).otherwise(window_key)
 
         return StoreChanges(self.store, self.state_ddl_for(key_field), key=changelog_key, rows=f"kind = '{CHANGE}'")
 
@@ -194,7 +199,6 @@ class WindowedAggregate(StoreDeclaration):
     def build(self, ctx, processor=None):
         """The job's query: :class:`StoreDeclaration`'s pipeline, with the windows' sink (closed windows
         inserted once, or every change upserted; late events to dead letters); no Python processor."""
-        from pyspark.sql import functions as F
 
         if processor is not None:
             raise JobSpecError(f"job {ctx.spec.name}: windows run their Java processor only")
@@ -211,12 +215,7 @@ class WindowedAggregate(StoreDeclaration):
 
         def write_outputs(batch, _batch_id: int) -> None:
             write_windows(batch)
-            late = batch.where(f"kind = '{LATE}'").select(
-                F.col(key_field).cast("binary").alias("key"), F.col("raw").alias("value"), F.lit(source_topic).alias("topic"),
-                F.col("source_partition").alias("partition"), F.col("source_offset").alias("offset"),
-                F.col("source_timestamp").alias("timestamp"), F.lit(dead_letter.LATE).alias(dead_letter.ERROR_COLUMN),
-                _late_message().alias(dead_letter.MESSAGE_COLUMN),
-            )  # fmt: skip
+            late = late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
             if not late.isEmpty():
                 dead_letter.write_dead_letters(late, app, kafka)
 
@@ -294,11 +293,8 @@ def _late_message():
     closed it and, for hopping windows, how many open windows still counted it."""
     from pyspark.sql import functions as F
 
-    def at(millis):
-        return F.date_format(F.timestamp_millis(millis), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
-
     counted = F.when(F.col("open_windows") > 0, F.concat(F.lit("; counted in its "),
                      F.col("open_windows").cast("string"), F.lit(" open windows"))).otherwise(F.lit(""))  # fmt: skip
-    return F.concat(F.lit("window starting "), at(F.col("window_start_ms")),
+    return F.concat(F.lit("window starting "), iso_time(F.col("window_start_ms")),
                     F.lit(" had closed: stream time of partition "), F.col("source_partition").cast("string"),
-                    F.lit(" was "), at(F.col("stream_time_ms")), counted)  # fmt: skip
+                    F.lit(" was "), iso_time(F.col("stream_time_ms")), counted)  # fmt: skip

@@ -137,7 +137,7 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
         "snapshot_freed_bytes": read_record(settings).freed_from(snapshots.path).bytes,
     }
     values = []
-    if latest is not None and store.kind == "windowed":
+    if latest is not None and (store.kind == "windowed" or store.ttl_clock == "event_time"):
         values = [json.loads(v) for v in snapshots.values(latest)]
     return numbers, infos, values
 
@@ -161,11 +161,16 @@ def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_m
 
 
 def ttl_check(
-    settings: Settings, spec: JobSpec, store: StoreSpec, snapshots: list[SnapshotInfo]
+    settings: Settings, spec: JobSpec, store: StoreSpec, snapshots: list[SnapshotInfo], values: list[dict]
 ) -> ttl.TtlCheck | None:
-    """Whether ``store``'s TTL evicts idle keys, measured on its changelog (None: no TTL declared)."""
+    """Whether ``store``'s TTL evicts idle keys, measured on its changelog, or for an event-time TTL on
+    ``values``, the latest snapshot's (None: no TTL declared)."""
     if not store.ttl_ms:
         return None
+    if store.ttl_clock == "event_time":
+        if not snapshots:
+            return ttl.TtlCheck(ttl.UNVERIFIABLE, 0, 0, None, "no snapshot yet")
+        return ttl.event_time_ttl_verdict(store.ttl_ms, values)
     topic = JobLayout.of(spec, settings).changelog_topic(store.name)
     if topic not in existing_topics(settings.kafka, [topic]):
         return ttl.TtlCheck(ttl.UNVERIFIABLE, 0, 0, None, f"no changelog topic {topic} yet")
@@ -257,7 +262,7 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     days = [c.days_left for c in checks if c.days_left is not None]
     row["days_to_budget"] = min(days) if days else None
     row["budget_status"] = json.dumps([c.__dict__ | {"crossed": c.crossed} for c in checks])
-    checked = ttl_check(settings, spec, store, snapshots)
+    checked = ttl_check(settings, spec, store, snapshots, values)
     if checked is not None:
         row.update(
             ttl_ms=store.ttl_ms,

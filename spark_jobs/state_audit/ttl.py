@@ -2,9 +2,9 @@
 
 A key-value store declared with ``ttl_ms`` promises that a key idle that long leaves the store, with a
 tombstone in its changelog. The changelog holds, per key, its latest write, and each record's
-timestamp is the wall-clock time of that write (``CreateTime``, set by the driver's Kafka sink). The
-TTL is in processing time (:class:`~spark_jobs.registry.StoreSpec` declares no other time domain), so
-that timestamp is when the key was last touched, a batch's duration late at most. A key whose latest
+timestamp is the wall-clock time of that write (``CreateTime``, set by the driver's Kafka sink). With a
+processing-time TTL (``StoreSpec.ttl_clock``'s default) that timestamp is when the key was last touched, a
+batch's duration late at most. A key whose latest
 write is a value (no tombstone after it) and is older than ``ttl_ms`` + a tolerance is a key the TTL
 should have evicted: it is *overdue*.
 
@@ -14,6 +14,10 @@ nothing is evicted, and that is not a broken TTL. The tolerance is one trigger i
 job's batch-duration budget: a key expires when a batch starts, its tombstone is written when the
 batch ends. Snapshots and the standby play no part: the changelog is read directly, so their lag does
 not count.
+
+An event-time TTL is judged on the latest snapshot instead (:func:`event_time_ttl_verdict`): each key
+keeps its event time and each partition its stream time, and after a batch no key of a partition may be
+``ttl_ms`` behind that partition's stream time.
 
 Verdicts: ``ttl_not_enforced`` when more than a few keys per thousand are overdue; otherwise
 ``ttl_verified`` once the store's known history (its oldest changelog record or snapshot) covers the
@@ -124,6 +128,41 @@ def ttl_verdict(
         oldest,
         f"no live key of {len(live):,} idle beyond the {promise}{within} over "
         f"{human_ms(known_ms)} of history: keys are evicted",
+    )
+
+
+def event_time_ttl_verdict(ttl_ms: int, values: Iterable[dict]) -> TtlCheck:
+    """An event-time TTL (``streamstate.primitives.ExpiringAggregate``) judged on a snapshot's decoded
+    values: a key (``event_time_ms``, ``source_partition``) is overdue when its event time + ``ttl_ms`` is
+    not after its partition's stream time (the entry with ``stream_time_ms``). The processor expires such a
+    key before the batch ends, so a snapshot, taken after a batch, holds none."""
+    values = list(values)
+    stream_times = {v.get("source_partition"): v["stream_time_ms"] for v in values
+                    if isinstance(v.get("stream_time_ms"), int)}  # fmt: skip
+    live = [v for v in values if isinstance(v.get("event_time_ms"), int) and v.get("stream_time_ms") is None]
+    if not stream_times:
+        return TtlCheck(UNVERIFIABLE, len(live), 0, None, "no snapshot with the partitions' stream times yet")
+    behind = [stream_times[v.get("source_partition")] - v["event_time_ms"] for v in live
+              if v.get("source_partition") in stream_times]  # fmt: skip
+    overdue = [b for b in behind if b >= ttl_ms]
+    oldest = max(overdue, default=None)
+    promise = f"event-time TTL {human_ms(ttl_ms)}"
+    if len(overdue) > int(len(live) * OVERDUE_TOLERANCE_SHARE):
+        return TtlCheck(
+            NOT_ENFORCED,
+            len(live),
+            len(overdue),
+            oldest,
+            f"{len(overdue):,} of {len(live):,} live keys in the latest snapshot are at least the {promise} behind "
+            f"their partition's stream time (the furthest by {human_ms(oldest)}): the job's processor does not "
+            "enforce the TTL",
+        )
+    return TtlCheck(
+        VERIFIED,
+        len(live),
+        len(overdue),
+        oldest,
+        f"no live key of {len(live):,} in the latest snapshot is the {promise} behind its partition's stream time",
     )
 
 

@@ -130,3 +130,29 @@ def test_peer_computes_the_same_hopping_windows_as_the_platform_reference(kafka_
     assert any(0 < n < 5 for n in want.late.values()) and 0 in want.late.values() and len(want.emitted) > 20
     assert windows_of(output) == want.emitted
     assert windows_of(f"{output}-updates") == want.updated
+
+
+def test_peer_expires_the_same_keys_by_event_time_as_the_platform_reference(kafka_broker, settings, classpath,
+                                                                            tmp_path, unique):  # fmt: skip
+    """A keyed aggregate with an event-time TTL in Kafka Streams' Processor API (per-task stream time,
+    users expiring 60 s after their latest click, logouts deleting, late clicks for absent users dropped)
+    ends with the store spark_jobs.generators.activity.expected computes: the reference the platform's
+    ExpiringAggregate is held to under any micro-batching (tests/spark_jobs/test_event_time_ttl.py)."""
+    from spark_jobs.generators import activity
+    from spark_jobs.generators.producer import produce_keyed
+
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=3)  # the app stamps records with event time
+    events = activity.generate(300, seed=21, start=start)
+    want = activity.expected(events, 60_000, partitions=2)
+    assert want.expired > 10 and want.restarted and want.old_but_alive and want.late and want.state
+    topic, app, output = f"activity-{unique}", f"ksactivity-{unique}", f"ksactivity-{unique}-out"
+    ensure_topic(settings.kafka, topic, 2)
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
+    produce_keyed(settings.kafka, topic, events, "user")
+    peer = KafkaStreamsPeer(classpath, settings, "activity_ttl", app, tmp_path / app, topic, output, threads=1)
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0
+    finally:
+        peer.stop()
+    got = {user: (v["clicks"], v["qty"], v["event_time_ms"]) for user, v in _compacted_view(settings, output).items()}
+    assert got == {user: (clicks, qty, t) for user, (clicks, qty, _, t) in want.state.items()}

@@ -6,7 +6,9 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.math.BigDecimal;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
@@ -29,6 +31,11 @@ import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.KeyValueIterator;
+import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.Stores;
 
 /**
@@ -44,6 +51,8 @@ import org.apache.kafka.streams.state.Stores;
  *       5-minute windows starting every minute (hopping), 30 s grace, 2 h retention, emitted once when
  *       a window closes; every update of every window also goes to {@code <output topic>-updates}
  *       (the same table without suppress);
+ *   <li>{@code activity_ttl}: clicks and quantity per user, each user expiring 60 s of event time after
+ *       its latest click (the platform's keyed aggregate with an event-time TTL);
  *   <li>{@code vote_counts}: votes per candidate over each voter's latest vote by event time (a
  *       versioned table with 24 h of history, whose aggregation ignores out-of-order votes); the output
  *       topic gets {@code candidate -> {"votes": n}}.
@@ -55,7 +64,7 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts|temperature_averages|vote_counts> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -66,7 +75,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts|pulse_counts|temperature_averages|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -89,6 +98,7 @@ public final class BenchApp {
       case "purchase_counts" -> purchaseCounts(builder, args[4], args[5]);
       case "pulse_counts" -> pulseCounts(builder, args[4], args[5]);
       case "temperature_averages" -> temperatureAverages(builder, args[4], args[5]);
+      case "activity_ttl" -> activityTtl(builder, args[4], args[5]);
       case "vote_counts" -> voteCounts(builder, args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
@@ -239,6 +249,82 @@ public final class BenchApp {
     ObjectNode record = (ObjectNode) parse(value);
     record.put("window_start_ms", window.window().start());
     return KeyValue.pair(window.key() + "@" + window.window().start(), record.toString());
+  }
+
+  /**
+   * Clicks and quantity per user with a TTL in event time, written with the Processor API (Kafka Streams
+   * has no TTL of its own): {@code logout} deletes the user, {@code view}s are filtered out before the
+   * processor. Output: user -> {"clicks", "qty", "event_time_ms"}, or a tombstone.
+   */
+  static void activityTtl(StreamsBuilder builder, String input, String output) {
+    builder.addStateStore(Stores.keyValueStoreBuilder(
+        Stores.persistentKeyValueStore("activity"), Serdes.String(), Serdes.String()));
+    builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+        .filter((user, value) -> user != null && List.of("click", "logout").contains(field(value, "type")))
+        .process(() -> new ExpiringActivity(60_000), "activity")
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * A task's users, expiring by event time: stream time is the largest event time of the records this
+   * processor read, advanced before a record is applied; a user expires when it reaches the user's latest
+   * event time + the TTL (checked before each record, where a stream-time punctuator would only run after
+   * it); a click for a user the store does not hold that is already that old is dropped (the platform
+   * dead-letters it). Stream time lives in the instance: the conformance test runs the app once.
+   */
+  static final class ExpiringActivity implements Processor<String, String, String, String> {
+    private final long ttlMs;
+    private ProcessorContext<String, String> context;
+    private KeyValueStore<String, String> users;
+    private long streamTime = Long.MIN_VALUE;
+
+    ExpiringActivity(long ttlMs) {
+      this.ttlMs = ttlMs;
+    }
+
+    @Override
+    public void init(ProcessorContext<String, String> context) {
+      this.context = context;
+      this.users = context.getStateStore("activity");
+    }
+
+    @Override
+    public void process(Record<String, String> record) {
+      long t = record.timestamp();
+      if (t > streamTime) {
+        streamTime = t;
+        List<String> due = new ArrayList<>();
+        try (KeyValueIterator<String, String> all = users.all()) {
+          while (all.hasNext()) {
+            KeyValue<String, String> user = all.next();
+            if (parse(user.value).path("event_time_ms").asLong() + ttlMs <= t) {
+              due.add(user.key);
+            }
+          }
+        }
+        for (String user : due) {
+          users.delete(user);
+          context.forward(new Record<>(user, null, t));
+        }
+      }
+      String user = record.key();
+      JsonNode event = parse(record.value());
+      if ("logout".equals(event.path("type").asText())) {
+        users.delete(user);
+        context.forward(new Record<>(user, null, t));
+        return;
+      }
+      JsonNode current = parse(users.get(user));
+      if (current == null && t + ttlMs <= streamTime) {
+        return;
+      }
+      ObjectNode next = JSON.createObjectNode();
+      next.put("clicks", (current == null ? 0 : current.path("clicks").asLong()) + 1);
+      next.put("qty", (current == null ? 0 : current.path("qty").asLong()) + event.path("qty").asLong(0));
+      next.put("event_time_ms", current == null ? t : Math.max(current.path("event_time_ms").asLong(), t));
+      users.put(user, next.toString());
+      context.forward(new Record<>(user, next.toString(), t));
+    }
   }
 
   /**
