@@ -148,8 +148,7 @@ class StoreDeclaration:
         else:
             logic = processor(store.ttl_ms)
             rows = processor_changes(events, spec.key_field, initial, logic, changes, timed=bool(store.ttl_ms))
-        summaries = dict(zip(spec.companion_outputs, (str(t) for t in ctx.layout.output_tables[1:]), strict=True))
-        write_store, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, summaries)
+        write_store, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, self.summary_paths(ctx))
         app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
 
         def write_outputs(batch, batch_id: int) -> None:
@@ -161,10 +160,28 @@ class StoreDeclaration:
         sink = ctx.state_change_sink(changes, write_outputs, reconcile_outputs)
         return rows.writeStream.outputMode("update").foreachBatch(sink)
 
+    def summary_paths(self, ctx) -> Mapping[str, str]:
+        """Each summary's table (the spec's companion outputs, in the job's layout)."""
+        spec = ctx.spec
+        return dict(zip(spec.companion_outputs, (str(t) for t in ctx.layout.output_tables[1:]), strict=True))
+
+    def summary_writer(self, output_path: str, summary_paths: Mapping[str, str]):
+        """``write_summaries(spark)``: every summary recomputed from the outputs (a replayed batch rewrites
+        the same summary)."""
+
+        def write_summaries(spark) -> None:
+            if not self.summaries:
+                return
+            outputs = spark.read.format("delta").load(output_path)
+            for name, query in self.summaries.items():
+                spark.sql(query, outputs=outputs).write.format("delta").mode("overwrite").save(summary_paths[name])
+
+        return write_summaries
+
     def _output_writers(self, output_path: str, key_field: str, summary_paths: Mapping[str, str]):
         """The outputs are the store, projected: a MERGE of each batch's changes, and after a restore one
         that makes them equal to the restored store (see ``JobContext.state_change_sink``); then each
-        summary is recomputed from them (a replayed batch rewrites the same summary)."""
+        summary is recomputed from them."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
@@ -172,11 +189,7 @@ class StoreDeclaration:
         on = f"t.`{key_field}` = s.`{key_field}`"
         assign = {f"`{c}`": f"s.`{c}`" for c in values}
         insert = {f"`{c}`": f"s.`{c}`" for c in (key_field, *values)}
-
-        def write_summaries(spark) -> None:
-            outputs = spark.read.format("delta").load(output_path)
-            for name, query in self.summaries.items():
-                spark.sql(query, outputs=outputs).write.format("delta").mode("overwrite").save(summary_paths[name])
+        write_summaries = self.summary_writer(output_path, summary_paths)
 
         def write_outputs(batch, _batch_id: int) -> None:
             source = self.store_rows(batch).select(F.col("key").alias(key_field), TOMBSTONE, *values)

@@ -72,6 +72,8 @@ class WindowedAggregate(StoreDeclaration):
         emit: ``"close"`` (a window is written once, when it closes) or ``"update"`` (every change).
         where: a Spark SQL condition over the event's fields: the events aggregated (default: all).
         delete_when: a Spark SQL condition over the event's fields: the events that delete their key's windows.
+        summaries: companion outputs recomputed from the outputs after every batch that changed them (see
+            :class:`~spark_jobs.primitives.pipeline.StoreDeclaration`), e.g. the warmest sensor per window.
 
     Example, the average temperature over the last 5 minutes, every minute::
 
@@ -166,8 +168,6 @@ class WindowedAggregate(StoreDeclaration):
         self.values_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
         if self.emit not in get_args(EmitMode):
             raise JobSpecError(f"emit: {self.emit!r} is not one of {get_args(EmitMode)}")
-        if self.summaries:
-            raise JobSpecError("summaries: not supported by windows yet")
 
     def classify(self, source, key_field: str):
         rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
@@ -211,10 +211,12 @@ class WindowedAggregate(StoreDeclaration):
         changes = self.store_changes_for(key_field)
         rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
         write_windows = self._window_writer(ctx.output_path, key_field, store.window_ms, spec.name)
+        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
 
         def write_outputs(batch, _batch_id: int) -> None:
-            write_windows(batch)
+            if write_windows(batch):
+                write_summaries(batch.sparkSession)
             late = late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
             if not late.isEmpty():
                 dead_letter.write_dead_letters(late, app, kafka)
@@ -225,7 +227,8 @@ class WindowedAggregate(StoreDeclaration):
         """What a batch's change rows do to the outputs. ``emit="close"``: insert the windows that closed,
         if absent (a closed window never changes, so a replayed batch is a no-op). ``emit="update"``: upsert
         every changed window and delete the open windows a delete removed (tombstones with ``closed =
-        false``; evictions leave the outputs alone, as Kafka Streams' emitted updates stay)."""
+        false``; evictions leave the outputs alone, as Kafka Streams' emitted updates stay). It returns
+        whether it wrote to the outputs (then the summaries are recomputed)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
@@ -241,16 +244,17 @@ class WindowedAggregate(StoreDeclaration):
                 F.expr(gone).alias("_gone"),
             )
 
-        def write(batch) -> None:
+        def write(batch) -> bool:
             windows = batch.where(f"kind = '{CHANGE}' AND `{key_field}` IS NOT NULL")
             if self.emit == "close":
                 # Most batches close no window (a MERGE costs about a second even then).
                 closed = output_rows(windows.where("closed")).drop("_gone")
-                if not closed.isEmpty():
-                    DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
-                        closed.alias("s"), on
-                    ).whenNotMatchedInsertAll().execute()
-                return
+                if closed.isEmpty():
+                    return False
+                DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
+                    closed.alias("s"), on
+                ).whenNotMatchedInsertAll().execute()
+                return True
             # A tombstone that is not a delete is an eviction, unless the window closed in this batch (it
             # then carries its final values).
             changed = output_rows(windows.where(f"NOT {TOMBSTONE} OR closed IS NOT NULL"))
@@ -263,6 +267,7 @@ class WindowedAggregate(StoreDeclaration):
                 .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
                 .execute()
             )  # fmt: skip
+            return True
 
         return write
 

@@ -25,6 +25,7 @@ from spark_jobs.primitives.windows import LATE
 from spark_jobs.registry import get_job
 from spark_jobs.registry import store as store_spec
 from spark_jobs.testing import JobHarness
+from spark_jobs.versions import read_rows
 from tests.helpers import collect_available_now, file_stream, source_rows, with_source_columns
 
 pytestmark = pytest.mark.integration
@@ -35,7 +36,9 @@ STORE = store_spec(SPEC, "temperature-windows")
 VALUES = tuple(AVERAGES.values)
 SEEDS = [int(s) for s in os.environ.get("WINDOW_SEEDS", "1").split(",")]
 #: the update-mode twin of the job (its entrypoint: this module), for the end-to-end test
-UPDATES = dataclasses.replace(AVERAGES, emit="update")
+UPDATES = dataclasses.replace(AVERAGES, emit="update", summaries={
+    "per_window": "SELECT window_start, COUNT(1) AS sensors, MAX(max_temperature) AS max_temperature "
+                  "FROM {outputs} GROUP BY window_start"})  # fmt: skip
 
 
 def _expected(events: list[dict]) -> windows.Windows:
@@ -135,7 +138,8 @@ def test_the_job_writes_closed_windows_dead_letters_late_readings_and_survives_a
 
 def test_the_update_mode_outputs_every_windows_latest_values(spark, kafka_broker, settings, unique):
     spec = dataclasses.replace(SPEC, source_topic=f"sensor-updates-{unique}", name=f"temperature_updates_{unique}",
-                               output_table=f"temperature_updates_{unique}", entrypoint=f"{__name__}:UPDATES")  # fmt: skip
+                               output_table=f"temperature_updates_{unique}", entrypoint=f"{__name__}:UPDATES",
+                               companion_outputs=("per_window",))  # fmt: skip
     events = list(temperatures.adversarial(120, sensors=4, seed=3))
     want = _expected(events)
     assert set(want.updated) - set(want.emitted) and any(e["type"] == temperatures.SENSOR_REMOVED for e in events)
@@ -148,3 +152,12 @@ def test_the_update_mode_outputs_every_windows_latest_values(spark, kafka_broker
         assert {k: outputs[window][k] for k in ("readings", "avg_temperature")} == {
             k: v for k, v in temperatures.average(values).items() if k in ("readings", "avg_temperature")
         }, window
+    # the summary, recomputed from the outputs after the batches that changed them
+    per_window: dict[int, tuple[int, float]] = {}
+    for (_, start), values in want.updated.items():
+        sensors, warmest = per_window.get(start, (0, float("-inf")))
+        per_window[start] = (sensors + 1, max(warmest, temperatures.average(values)["max_temperature"]))
+    summary = read_rows(str(settings.lake / spec.output_table_dirs[1]))
+    assert {int(r["window_start"].timestamp() * 1000): (r["sensors"], r["max_temperature"]) for r in summary} == (
+        per_window
+    )
