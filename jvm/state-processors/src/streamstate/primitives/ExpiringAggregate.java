@@ -2,7 +2,6 @@ package streamstate.primitives;
 
 import java.sql.Timestamp;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
@@ -138,17 +137,8 @@ public final class ExpiringAggregate {
 
     @Override
     public Iterator<Row> handleInputRows(Integer partition, Iterator<Row> rows, TimerValues timerValues) {
-      List<Row> events = new ArrayList<>();
-      while (rows.hasNext()) {
-        events.add(rows.next());
-      }
-      events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
-      int[] inputs = new int[kinds.length];
-      if (!events.isEmpty()) {
-        for (int i = 0; i < kinds.length; i++) {
-          inputs[i] = events.get(0).fieldIndex(KeyedAggregate.INPUT_PREFIX + i);
-        }
-      }
+      List<Row> events = Rows.inOffsetOrder(rows);
+      int[] inputs = Rows.inputIndexes(events, kinds.length);
       Batch batch = new Batch(partition);
       for (Row event : events) {
         long t = event.<Timestamp>getAs(timeColumn).getTime();
@@ -164,7 +154,7 @@ public final class ExpiringAggregate {
               event.getAs("timestamp"), event.getAs("value")));
           continue;
         }
-        Object[] aggregates = current == null ? fresh() : current.aggregates;
+        Object[] aggregates = current == null ? KeyedAggregate.Kind.fresh(kinds, values) : current.aggregates;
         for (int i = 0; i < kinds.length; i++) {
           aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
         }
@@ -191,14 +181,6 @@ public final class ExpiringAggregate {
       if (!nextExpiry.exists() || expiresAt < nextExpiry.get()) {
         nextExpiry.update(expiresAt);
       }
-    }
-
-    private Object[] fresh() {
-      Object[] aggregates = new Object[kinds.length];
-      for (int i = 0; i < kinds.length; i++) {
-        aggregates[i] = kinds[i].initial(values.fields()[i].dataType());
-      }
-      return aggregates;
     }
 
     /** A key's value in a batch: its aggregates and its event time. */

@@ -2,7 +2,6 @@ package streamstate.primitives;
 
 import java.math.BigDecimal;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
 import java.util.Locale;
 
@@ -87,6 +86,15 @@ public final class KeyedAggregate {
       return parsed;
     }
 
+    /** Fresh values of {@code kinds}, typed by the first fields of {@code schema}. */
+    static Object[] fresh(Kind[] kinds, StructType schema) {
+      Object[] aggregates = new Object[kinds.length];
+      for (int i = 0; i < kinds.length; i++) {
+        aggregates[i] = kinds[i].initial(schema.fields()[i].dataType());
+      }
+      return aggregates;
+    }
+
     /** The value of a key that has no events yet: count and sum start at zero, the others at null. */
     Object initial(DataType type) {
       if (this == COUNT) {
@@ -151,23 +159,16 @@ public final class KeyedAggregate {
 
     @Override
     public Iterator<Row> handleInputRows(String key, Iterator<Row> rows, TimerValues timerValues) {
-      List<Row> events = new ArrayList<>();
-      while (rows.hasNext()) {
-        events.add(rows.next());
-      }
-      events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
+      List<Row> events = Rows.inOffsetOrder(rows);
 
       Row current = values.exists() ? values.get() : null;
       boolean alive = current != null;  // handleInputRows has at least one row: it decides
-      Object[] aggregates = alive ? read(current) : fresh();
-      int[] inputs = new int[kinds.length];
-      for (int i = 0; i < kinds.length; i++) {
-        inputs[i] = events.get(0).fieldIndex(INPUT_PREFIX + i);
-      }
+      Object[] aggregates = alive ? read(current) : Kind.fresh(kinds, stateSchema);
+      int[] inputs = Rows.inputIndexes(events, kinds.length);
       for (Row event : events) {
         if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
           alive = false;
-          aggregates = fresh();
+          aggregates = Kind.fresh(kinds, stateSchema);
           continue;
         }
         alive = true;
@@ -204,14 +205,6 @@ public final class KeyedAggregate {
       Object[] aggregates = new Object[kinds.length];
       for (int i = 0; i < kinds.length; i++) {
         aggregates[i] = current.get(i);
-      }
-      return aggregates;
-    }
-
-    private Object[] fresh() {
-      Object[] aggregates = new Object[kinds.length];
-      for (int i = 0; i < kinds.length; i++) {
-        aggregates[i] = kinds[i].initial(stateSchema.fields()[i].dataType());
       }
       return aggregates;
     }

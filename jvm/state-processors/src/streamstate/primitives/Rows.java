@@ -1,6 +1,9 @@
 package streamstate.primitives;
 
+import java.util.ArrayList;
 import java.util.Collections;
+import java.util.Comparator;
+import java.util.List;
 
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -32,6 +35,27 @@ final class Rows {
     change[1] = tombstone;
     System.arraycopy(value, 0, change, 2, value.length);
     return RowFactory.create(change);
+  }
+
+  /** A group's input rows in offset order: the order they happened (one key's, or one partition's). */
+  static List<Row> inOffsetOrder(Iterator<Row> rows) {
+    List<Row> events = new ArrayList<>();
+    while (rows.hasNext()) {
+      events.add(rows.next());
+    }
+    events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
+    return events;
+  }
+
+  /** Where each of {@code count} aggregates' input column ({@link KeyedAggregate#INPUT_PREFIX}{@code i}) sits. */
+  static int[] inputIndexes(List<Row> events, int count) {
+    int[] inputs = new int[count];
+    if (!events.isEmpty()) {
+      for (int i = 0; i < count; i++) {
+        inputs[i] = events.get(0).fieldIndex(KeyedAggregate.INPUT_PREFIX + i);
+      }
+    }
+    return inputs;
   }
 
   static Iterator<Row> none() {

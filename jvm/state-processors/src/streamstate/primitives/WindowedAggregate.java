@@ -2,7 +2,6 @@ package streamstate.primitives;
 
 import java.sql.Timestamp;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -175,28 +174,11 @@ public final class WindowedAggregate {
       return start + retentionMs;
     }
 
-    Object[] fresh() {
-      Object[] aggregates = new Object[kinds.length];
-      for (int i = 0; i < kinds.length; i++) {
-        aggregates[i] = kinds[i].initial(values.fields()[i].dataType());
-      }
-      return aggregates;
-    }
-
     // -- Spark's callbacks ---------------------------------------------------------------------
     @Override
     public Iterator<Row> handleInputRows(Integer partition, Iterator<Row> rows, TimerValues timerValues) {
-      List<Row> events = new ArrayList<>();
-      while (rows.hasNext()) {
-        events.add(rows.next());
-      }
-      events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
-      int[] inputs = new int[kinds.length];
-      if (!events.isEmpty()) {
-        for (int i = 0; i < kinds.length; i++) {
-          inputs[i] = events.get(0).fieldIndex(KeyedAggregate.INPUT_PREFIX + i);
-        }
-      }
+      List<Row> events = Rows.inOffsetOrder(rows);
+      int[] inputs = Rows.inputIndexes(events, kinds.length);
       Batch batch = new Batch(partition);
       for (Row event : events) {
         long t = event.<Timestamp>getAs(timeColumn).getTime();
@@ -288,7 +270,7 @@ public final class WindowedAggregate {
       }
 
       void apply(String key, long start, Row event, int[] inputs) {
-        Object[] aggregates = openOf(key).computeIfAbsent(start, s -> fresh());
+        Object[] aggregates = openOf(key).computeIfAbsent(start, s -> KeyedAggregate.Kind.fresh(kinds, values));
         for (int i = 0; i < kinds.length; i++) {
           aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
         }
