@@ -16,10 +16,8 @@ import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.streaming.ExpiredTimerInfo;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
-import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
@@ -101,7 +99,7 @@ public final class ExpiringAggregate {
         seeded, initial == null ? null : initial.schema());
   }
 
-  static final class Expiring extends StatefulProcessorWithInitialState<Integer, Row, Row, Row> {
+  static final class Expiring extends PartitionTask {
     private final String store;
     private final StructType values;
     private final KeyedAggregate.Kind[] kinds;
@@ -111,7 +109,6 @@ public final class ExpiringAggregate {
     private final int outputWidth;
     private final String keyColumn;
     private final String timeColumn;
-    private transient ValueState<Long> streamTime;
     /** no key of the partition expires before this (it may be earlier than the true earliest expiry) */
     private transient ValueState<Long> nextExpiry;
     private transient MapState<String, Row> keys;
@@ -130,7 +127,7 @@ public final class ExpiringAggregate {
 
     @Override
     public void init(OutputMode outputMode, TimeMode timeMode) {
-      streamTime = getHandle().getValueState(store + "-stream-time", Encoders.LONG(), TTLConfig.NONE());
+      initStreamTime(store);
       nextExpiry = getHandle().getValueState(store + "-next-expiry", Encoders.LONG(), TTLConfig.NONE());
       keys = getHandle().getMapState(store, Encoders.STRING(), Encoders.row(keySchema), TTLConfig.NONE());
     }
@@ -164,15 +161,8 @@ public final class ExpiringAggregate {
     }
 
     @Override
-    public Iterator<Row> handleExpiredTimer(Integer partition, TimerValues timerValues, ExpiredTimerInfo info) {
-      throw new IllegalStateException("ExpiringAggregate registers no timers");
-    }
-
-    @Override
     public void handleInitialState(Integer partition, Row initial, TimerValues timerValues) {
-      if (initial.isNullAt(initial.fieldIndex("key"))) {
-        long restored = initial.<Long>getAs("stream_time_ms");
-        streamTime.update(streamTime.exists() ? Math.max(streamTime.get(), restored) : restored);
+      if (restoredStreamTime(initial)) {
         return;
       }
       Row value = Rows.select(initial, keySchema);
@@ -210,7 +200,7 @@ public final class ExpiringAggregate {
 
       Batch(int partition) {
         this.partition = partition;
-        this.streamTimeBefore = streamTime.exists() ? streamTime.get() : Long.MIN_VALUE;
+        this.streamTimeBefore = streamTimeOrMin();
         this.now = streamTimeBefore;
       }
 

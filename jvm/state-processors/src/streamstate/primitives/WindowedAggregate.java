@@ -15,10 +15,8 @@ import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.streaming.ExpiredTimerInfo;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
-import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
@@ -108,7 +106,7 @@ public final class WindowedAggregate {
         seeded, initial == null ? null : initial.schema());
   }
 
-  static final class Windows extends StatefulProcessorWithInitialState<Integer, Row, Row, Row> {
+  static final class Windows extends PartitionTask {
     private static final StructType CLOSED = StructType.fromDDL("starts ARRAY<BIGINT>");
 
     private final String store;
@@ -124,7 +122,6 @@ public final class WindowedAggregate {
     private final int outputWidth;
     private final String keyColumn;
     private final String timeColumn;
-    private transient ValueState<Long> streamTime;
     private transient ValueState<Long> nextCloseAt;
     private transient ValueState<Long> nextEvictAt;
     /** key -> open windows (starts, then each value's array) */
@@ -153,7 +150,7 @@ public final class WindowedAggregate {
 
     @Override
     public void init(OutputMode outputMode, TimeMode timeMode) {
-      streamTime = getHandle().getValueState(store + "-stream-time", Encoders.LONG(), TTLConfig.NONE());
+      initStreamTime(store);
       nextCloseAt = getHandle().getValueState(store + "-next-close", Encoders.LONG(), TTLConfig.NONE());
       nextEvictAt = getHandle().getValueState(store + "-next-evict", Encoders.LONG(), TTLConfig.NONE());
       open = getHandle().getMapState(store + "-open", Encoders.STRING(), Encoders.row(openSchema), TTLConfig.NONE());
@@ -207,15 +204,8 @@ public final class WindowedAggregate {
     }
 
     @Override
-    public Iterator<Row> handleExpiredTimer(Integer partition, TimerValues timerValues, ExpiredTimerInfo info) {
-      throw new IllegalStateException("WindowedAggregate registers no timers");
-    }
-
-    @Override
     public void handleInitialState(Integer partition, Row initial, TimerValues timerValues) {
-      if (initial.isNullAt(initial.fieldIndex("key"))) {
-        long restored = initial.<Long>getAs("stream_time_ms");
-        streamTime.update(streamTime.exists() ? Math.max(streamTime.get(), restored) : restored);
+      if (restoredStreamTime(initial)) {
         return;
       }
       String key = initial.getAs("key");
@@ -252,7 +242,7 @@ public final class WindowedAggregate {
 
       Batch(int partition) {
         this.partition = partition;
-        this.streamTimeBefore = streamTime.exists() ? streamTime.get() : Long.MIN_VALUE;
+        this.streamTimeBefore = streamTimeOrMin();
         this.now = streamTimeBefore;
       }
 
