@@ -35,12 +35,26 @@ def test_token_provider_links_against_pyspark(settings, tmp_path):
                 users_of_missing.add(method)
 
     classpath = ":".join(str(p) for p in jvm.pyspark_jars_dir().glob("*.jar"))
+    # One javap for every class (one JVM per class cost ~8 s in all): its output is one block per class found, each
+    # starting at the class's declaration line, which names it.
+    owners = sorted(refs)
+    out = subprocess.run(["javap", "-p", "-cp", classpath, *(o.replace("/", ".") for o in owners)],
+                         capture_output=True, text=True).stdout  # fmt: skip
+    blocks: dict[str, str] = {}
+    current = None
+    for line in out.splitlines():
+        declared = re.match(r"^(?:[\w$]+ )*(?:class|interface|enum) ([\w.$]+)", line)
+        if declared:
+            current = declared.group(1).replace(".", "/")
+            blocks[current] = ""
+        elif current is not None:
+            blocks[current] += line + "\n"
     missing = set()
     for owner, members in refs.items():
-        out = subprocess.run(["javap", "-p", "-cp", classpath, owner.replace("/", ".")], capture_output=True, text=True).stdout
-        if not out:
+        if owner not in blocks:
             missing.add(owner)
             continue
-        missing |= {f"{owner}.{m}" for m in members if m != "<init>" and not re.search(rf"[ .]{re.escape(m)}[(; ]", out)}
+        body = blocks[owner]
+        missing |= {f"{owner}.{m}" for m in members if m != "<init>" and not re.search(rf"[ .]{re.escape(m)}[(; ]", body)}
     assert missing == KNOWN_MISSING
     assert users_of_missing and all("obtainDelegationTokens" in m for m in users_of_missing), users_of_missing

@@ -13,7 +13,7 @@ import types
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -92,7 +92,10 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
     reasons = {dead_letter.UNDECODABLE, dead_letter.MISSING_KEY, dead_letter.UNKNOWN_TYPE, dead_letter.INVALID}
     earliest, latest = (dt.datetime.fromisoformat(t).replace(tzinfo=dt.timezone.utc) for t in dead_letter.EVENT_TIME_RANGE)
 
-    @given(st.lists(events(module, key_field, event_types), min_size=1, max_size=30))
+    # Few examples of many records: nearly all of an example's time is Spark's two collects, and
+    # classification is row by row, so records per job (~240) count, not examples.
+    @settings(max_examples=max(4, settings().max_examples // 5))
+    @given(st.lists(events(module, key_field, event_types), min_size=20, max_size=60))
     def check(values):
         classified = _classify(spark, module, values)
         # Collecting the valid events converts them to Python objects, as the job's state processor does.

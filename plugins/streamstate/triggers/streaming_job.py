@@ -39,7 +39,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
     """
 
     def __init__(self, application_id: str, status_dir: str, launcher_pid: int, exit_file: str,
-                 previous_epoch: int, timeout_s: float, launch_at: float = 0.0, poll_s: float = 1.0,
+                 previous_epoch: int, timeout_s: float, launch_at: float = 0.0, poll_s: float = 0.5,
                  version: int | None = None, carry: dict | None = None) -> None:  # fmt: skip
         super().__init__()
         #: the operator's own state across the deferral, echoed in the event (``dag.test()`` passes a
@@ -95,7 +95,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
 class StreamingJobStoppedTrigger(BaseTrigger):
     """Fires when no driver holds the job's lease any more (``stopped``), or on timeout."""
 
-    def __init__(self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 1.0) -> None:
+    def __init__(self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 0.5) -> None:
         super().__init__()
         self.application_id = application_id
         self.status_dir = status_dir
@@ -127,7 +127,7 @@ class StreamingJobCaughtUpTrigger(BaseTrigger):
     offset) of ``topic`` (``caught_up``), when its driver is gone (``stopped``), or on timeout."""
 
     def __init__(self, application_id: str, status_dir: str, checkpoint: str, topic: str, targets: dict,
-                 timeout_s: float, poll_s: float = 1.0) -> None:  # fmt: skip
+                 timeout_s: float, poll_s: float = 0.5) -> None:  # fmt: skip
         super().__init__()
         self.application_id, self.status_dir, self.checkpoint = application_id, status_dir, checkpoint
         self.topic, self.targets = topic, {str(p): int(o) for p, o in targets.items()}
@@ -163,7 +163,7 @@ class StreamingJobExitedTrigger(BaseTrigger):
     """Fires when the driver holding lease ``epoch`` no longer holds it (``exited``: it stopped, or died
     and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``)."""
 
-    def __init__(self, application_id: str, status_dir: str, epoch: int, timeout_s: float, poll_s: float = 1.0,
+    def __init__(self, application_id: str, status_dir: str, epoch: int, timeout_s: float, poll_s: float = 0.5,
                  carry: dict | None = None) -> None:  # fmt: skip
         super().__init__()
         self.application_id, self.status_dir, self.epoch = application_id, status_dir, epoch
