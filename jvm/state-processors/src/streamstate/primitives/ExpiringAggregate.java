@@ -1,7 +1,6 @@
 package streamstate.primitives;
 
 import java.sql.Timestamp;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
@@ -185,30 +184,20 @@ public final class ExpiringAggregate {
     }
 
     /** One micro-batch of one partition: the keys it reads cached, written back once at the end. */
-    private final class Batch {
-      final int partition;
-      final long streamTimeBefore;
-      /** the partition's stream time as this batch advances it */
-      long now;
+    private final class Batch extends TaskBatch {
       /** key -> its value, or null once removed in this batch */
       final Map<String, Entry> cache = new HashMap<>();
       /** expiry time -> keys, once an advance made the batch index the partition (null until then) */
       TreeMap<Long, Set<String>> byExpiry;
       /** latest change row per key, in the order first changed */
       final Map<String, Row> changes = new LinkedHashMap<>();
-      final List<Row> out = new ArrayList<>();
 
       Batch(int partition) {
-        this.partition = partition;
-        this.streamTimeBefore = streamTimeOrMin();
-        this.now = streamTimeBefore;
+        super(partition);
       }
 
-      void advance(long eventTime) {
-        if (eventTime <= now) {
-          return;
-        }
-        now = eventTime;
+      @Override
+      protected void onAdvance() {
         if (byExpiry == null && nextExpiry.exists() && nextExpiry.get() <= now) {
           index();
         }
@@ -314,8 +303,7 @@ public final class ExpiringAggregate {
           }
         }
         out.addAll(changes.values());
-        if (now != streamTimeBefore) {
-          streamTime.update(now);
+        if (saveStreamTime()) {
           out.add(output(CHANGE, false, null, null, null, partition, now, null, null, null));
         }
         return out;

@@ -1,5 +1,8 @@
 package streamstate.primitives;
 
+import java.util.ArrayList;
+import java.util.List;
+
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
@@ -39,6 +42,44 @@ abstract class PartitionTask extends StatefulProcessorWithInitialState<Integer, 
     long restored = initial.<Long>getAs("stream_time_ms");
     streamTime.update(streamTime.exists() ? Math.max(streamTime.get(), restored) : restored);
     return true;
+  }
+
+  /** One micro-batch of one partition: the partition's stream time as the batch's records advance it,
+   * and the rows the batch emits. */
+  protected abstract class TaskBatch {
+    protected final int partition;
+    private final long streamTimeBefore;
+    /** the partition's stream time as this batch advances it */
+    protected long now;
+    protected final List<Row> out = new ArrayList<>();
+
+    protected TaskBatch(int partition) {
+      this.partition = partition;
+      this.streamTimeBefore = streamTimeOrMin();
+      this.now = streamTimeBefore;
+    }
+
+    /** A record at {@code eventTime} arrives: stream time moves to it if it is later, then
+     * {@link #onAdvance} does what became due. */
+    final void advance(long eventTime) {
+      if (eventTime > now) {
+        now = eventTime;
+        onAdvance();
+      }
+    }
+
+    /** What is due once stream time moved to {@link #now}. */
+    protected abstract void onAdvance();
+
+    /** Store the stream time if this batch moved it; true when it did (the processor then emits the
+     * partition's stream-time row, for restores). */
+    protected boolean saveStreamTime() {
+      if (now == streamTimeBefore) {
+        return false;
+      }
+      streamTime.update(now);
+      return true;
+    }
   }
 
   @Override

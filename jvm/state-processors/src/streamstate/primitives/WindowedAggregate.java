@@ -229,28 +229,18 @@ public final class WindowedAggregate {
     }
 
     /** One micro-batch of one partition: keys' windows cached, written back once at the end. */
-    private final class Batch {
-      final int partition;
-      final long streamTimeBefore;
-      /** the partition's stream time as this batch advances it */
-      long now;
+    private final class Batch extends TaskBatch {
       final Map<String, TreeMap<Long, Object[]>> openCache = new HashMap<>();
       final Map<String, TreeSet<Long>> closedCache = new HashMap<>();
       /** latest change row per changelog key (key@start), in the order first changed */
       final Map<String, Row> changes = new LinkedHashMap<>();
-      final List<Row> out = new ArrayList<>();
 
       Batch(int partition) {
-        this.partition = partition;
-        this.streamTimeBefore = streamTimeOrMin();
-        this.now = streamTimeBefore;
+        super(partition);
       }
 
-      void advance(long eventTime) {
-        if (eventTime <= now) {
-          return;
-        }
-        now = eventTime;
+      @Override
+      protected void onAdvance() {
         if (nextCloseAt.exists() && nextCloseAt.get() <= now) {
           closeDue();
         }
@@ -383,8 +373,7 @@ public final class WindowedAggregate {
       List<Row> finish() {
         writeBack();
         out.addAll(changes.values());
-        if (now != streamTimeBefore) {
-          streamTime.update(now);
+        if (saveStreamTime()) {
           out.add(output(CHANGE, false, null, null, null, null, partition, now, null, null, null, null));
         }
         return out;
