@@ -92,6 +92,21 @@ class AirflowUi:
         anchors = self.browser.find_elements("tag name", "a")
         return {a.text.strip(): a.get_attribute("href") for a in anchors if a.get_attribute("href")}
 
+    def wait_for_button(self, label: str, timeout_s: float = 30) -> list[str]:
+        """Wait until a button whose text holds ``label`` is on the page (React renders a DAG's header
+        after its name shows in the breadcrumb); the texts of the page's buttons."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                buttons = [b.text for b in self.browser.find_elements("tag name", "button")]
+            except StaleElementReferenceException:  # re-rendered under the read
+                buttons = []
+            if any(label in text for text in buttons) or time.monotonic() > deadline:
+                return buttons
+            time.sleep(0.5)
+
     def button(self, label: str, within=None):
         scope = within or self.browser
         return next(b for b in scope.find_elements("tag name", "button") if b.text.strip() == label)

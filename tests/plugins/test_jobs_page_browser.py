@@ -45,7 +45,7 @@ def test_every_link_of_the_jobs_page_lands_on_a_working_page(settings, ui):
             ui.open(href)
             body = ui.wait_for_text(dag_id)
             assert NOT_FOUND not in body, f"{text} -> {href}: Airflow's 404 page"
-            buttons = [b.text for b in ui.browser.find_elements("tag name", "button")]
+            buttons = ui.wait_for_button("Trigger")
             assert any("Trigger" in b for b in buttons), f"{text} -> {href}: no Trigger button in {buttons}"
 
     # the page's other links (received alerts, its JSON, the state API's docs, the report): no error
