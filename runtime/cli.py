@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from runtime import jvm
+from runtime import class_archive, jvm
 from runtime.airflow_standalone import LocalAirflow
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.process import ServiceError
@@ -45,6 +45,8 @@ def cmd_setup_jvm(settings: Settings, args: argparse.Namespace) -> int:
     resolved = jvm.resolve(settings, force=args.force, log=console.print)
     for name, jars in resolved.items():
         console.print(f"{name}: {len(jars)} jars in {settings.jvm_dir / name}")
+    if archive := class_archive.build(settings, force=args.force, log=console.print):
+        console.print(f"class archive for Spark drivers: {archive}")
     return 0
 
 

@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from runtime import jvm
+from runtime import class_archive, jvm
 from runtime.settings import Settings
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -45,7 +45,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.warehouse.dir": str(settings.data_dir / "warehouse"),
         "spark.driver.memory": settings.spark_driver_memory,
         # The repository sits at the same path on every node (compose mounts it), so one file serves all.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+        # The driver starts from set-up's class archive when there is one (runtime/class_archive.py).
+        "spark.driver.extraJavaOptions": " ".join(
+            [f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}", *class_archive.driver_java_options(settings)]
+        ),
         "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
         # Bind the driver to the configured host rather than whatever the hostname resolves to.
         "spark.driver.host": settings.host,
