@@ -281,7 +281,9 @@ def state_audit_report(name: str):
     path = folder / name
     if not path.is_file():
         raise HTTPException(404, "no report yet: the audit_state_size DAG writes it on every run")
-    return FileResponse(path)
+    # A file response carries Last-Modified, from which a browser would reuse the page for a while
+    # without asking (heuristic freshness): on-call would see the previous audit after a new one.
+    return FileResponse(path, headers={"Cache-Control": "no-cache"})
 
 
 @app.get("/state-audit/", response_class=HTMLResponse)
