@@ -14,6 +14,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.session import session_conf
+from spark_jobs.state import output_marks
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
 from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence, fenced_writer
@@ -250,18 +251,23 @@ class JobContext:
                 clock.lap("dead_letters")
                 changed = batch.count()
                 self.failpoint("before_outputs")
+                end_offsets = batch_end_offsets(checkpoint, batch_id)
                 # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
-                # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py)
+                # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
+                # input position they reached (spark_jobs/state/output_marks.py)
                 transaction = {
                     "spark.databricks.delta.write.txnAppId": self.layout.output_transaction_app_id,
                     "spark.databricks.delta.write.txnVersion": str(writer.batch_base + batch_id),
+                    "spark.databricks.delta.commitInfo.userMetadata": output_marks.commit_metadata(
+                        end_offsets.get(self.spec.source_topic, {})
+                    ),
                 }
                 if changed:  # a batch that changed nothing (e.g. only moved the watermark) has nothing to write
                     with session_conf(batch.sparkSession, transaction):
                         write_outputs(batch, batch_id)
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
-                writer.write_batch(changes.changelog_records(batch), batch_id, batch_end_offsets(checkpoint, batch_id),
+                writer.write_batch(changes.changelog_records(batch), batch_id, end_offsets,
                                    batch_watermark_ms(checkpoint, batch_id))  # fmt: skip
                 clock.lap("changelog")
             finally:
@@ -270,6 +276,27 @@ class JobContext:
             clock.lap("snapshot")
 
         return write_batch
+
+    @functools.cached_property
+    def outputs_written_through(self) -> dict[int, int] | None:
+        """The highest source offsets any output write of this version reached (read once, before this
+        driver's first write; see :func:`spark_jobs.state.output_marks.written_input_end`)."""
+        return output_marks.written_input_end(self.layout.output_table)
+
+    def outputs_may_repeat(self, batch_id: int) -> bool:
+        """Whether micro-batch ``batch_id`` may re-derive outputs that are written already (a replay after a
+        crash or a restore): then a primitive that appends its outputs must insert them only if absent."""
+        return output_marks.may_repeat(self._batch_start(batch_id), self.outputs_written_through)
+
+    def _batch_start(self, batch_id: int) -> dict[int, int] | None:
+        """The source offsets micro-batch ``batch_id`` starts reading at (None when not known exactly)."""
+        if batch_id > 0:
+            return batch_end_offsets(self.checkpoint, batch_id - 1).get(self.spec.source_topic)
+        start = self.starting_offsets
+        offsets = json.loads(start).get(self.spec.source_topic) if start.startswith("{") else None
+        if not offsets or any(int(o) < 0 for o in offsets.values()):  # -2/-1: Kafka's earliest/latest
+            return None
+        return {int(p): int(o) for p, o in offsets.items()}
 
     def _write_dead_letters(self, batch):
         """Send the batch's dead letters to the job's dead-letter topic; returns the batch's other rows."""

@@ -210,12 +210,13 @@ class WindowedAggregate(StoreDeclaration):
                                        "timestamp", "value", key=key_field)  # fmt: skip
         changes = self.store_changes_for(key_field)
         rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
-        write_windows = self._window_writer(ctx.output_path, key_field, store.window_ms, spec.name)
+        write_windows = self._window_writer(ctx.output_path, key_field, store.window_ms, spec.name,
+                                            ctx.outputs_may_repeat)  # fmt: skip
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
 
-        def write_outputs(batch, _batch_id: int) -> None:
-            if write_windows(batch):
+        def write_outputs(batch, batch_id: int) -> None:
+            if write_windows(batch, batch_id):
                 write_summaries(batch.sparkSession)
             late = late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
             if not late.isEmpty():
@@ -223,9 +224,11 @@ class WindowedAggregate(StoreDeclaration):
 
         return rows.writeStream.outputMode("append").foreachBatch(ctx.state_change_sink(changes, write_outputs))
 
-    def _window_writer(self, output_path: str, key_field: str, window_ms: int, job: str):
-        """What a batch's change rows do to the outputs. ``emit="close"``: insert the windows that closed,
-        if absent (a closed window never changes, so a replayed batch is a no-op). ``emit="update"``: upsert
+    def _window_writer(self, output_path: str, key_field: str, window_ms: int, job: str, may_repeat):
+        """What a batch's change rows do to the outputs. ``emit="close"``: append the windows that closed (a
+        closed window never changes); a batch that may repeat written outputs (``may_repeat(batch_id)``: a
+        replay after a crash or a restore, see ``spark_jobs/state/output_marks.py``) inserts them only if
+        absent instead, so a replayed window is not written twice. ``emit="update"``: upsert
         every changed window and delete the open windows a delete removed (tombstones with ``closed =
         false``; evictions leave the outputs alone, as Kafka Streams' emitted updates stay). It returns
         whether it wrote to the outputs (then the summaries are recomputed)."""
@@ -244,16 +247,19 @@ class WindowedAggregate(StoreDeclaration):
                 F.expr(gone).alias("_gone"),
             )
 
-        def write(batch) -> bool:
+        def write(batch, batch_id: int) -> bool:
             windows = batch.where(f"kind = '{CHANGE}' AND `{key_field}` IS NOT NULL")
             if self.emit == "close":
-                # Most batches close no window (a MERGE costs about a second even then).
+                # Most batches close no window (a write costs about a second even then).
                 closed = output_rows(windows.where("closed")).drop("_gone")
                 if closed.isEmpty():
                     return False
-                DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
-                    closed.alias("s"), on
-                ).whenNotMatchedInsertAll().execute()
+                if may_repeat(batch_id):
+                    DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
+                        closed.alias("s"), on
+                    ).whenNotMatchedInsertAll().execute()
+                else:  # a MERGE joins the whole table; an append writes just the batch's windows
+                    closed.write.format("delta").mode("append").save(output_path)
                 return True
             # A tombstone that is not a delete is an eviction, unless the window closed in this batch (it
             # then carries its final values).

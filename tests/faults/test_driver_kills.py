@@ -31,6 +31,7 @@ from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs import failpoints
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import JobSpec, get_job, registered_versions
@@ -172,3 +173,47 @@ def test_kill_9s_at_every_phase_of_the_driver_lose_nothing_and_double_nothing(pr
         producer.join(30)
     report = assert_outputs_and_changelog_equal_reference(settings, spec, spark)
     assert report.lease_epoch == lease.last_epoch() == len(kills) + 1  # every killed driver held the lease
+
+
+def test_closed_windows_replayed_after_kills_are_written_once(private_stack, spark):
+    """Closed windows are appended to the outputs, except by a batch that may re-derive windows an earlier
+    driver wrote (spark_jobs/state/output_marks.py): killed between its outputs and its markers, a driver
+    leaves windows in the outputs that the next one derives again, from its checkpoint (Spark replays the
+    batch) or, the checkpoint lost, from the changelog. Each window must be written once, and batches
+    past the replays must append."""
+    from deltalake import DeltaTable
+
+    from spark_jobs.generators import pulse
+    from tests.spark_jobs.test_crash_recovery import check_heart_rate
+
+    settings = private_stack
+    spec = get_job("patient_heart_rate")
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, spec.source_topic, spec.source_partitions)
+
+    def produce(minute: int, seed: int) -> None:  # 2 minutes of pulses: windows close in the first batch
+        start = pulse.START + dt.timedelta(minutes=minute)
+        pulse.produce(
+            bootstrap, spec.source_topic, list(pulse.generate(6, 120, seed=seed, start=start, checkout_rate=0))
+        )
+
+    produce(0, 31)
+    kill_at(settings, spec, Kill("between_outputs_and_markers", 1), "driver-killed-1.log")  # Spark replays it
+    output = str(settings.lake / spec.output_table_dir)
+    assert spark.read.format("delta").load(output).count() > 0, "the killed batch wrote closed windows"
+    produce(2, 32)
+    kill_at(settings, spec, Kill("between_outputs_and_markers", 1, lose_checkpoint=True), "driver-killed-2.log")
+    produce(4, 33)
+    assert run(spec, settings, available_now=True, spark=spark).error is None  # restores, replays, catches up
+    app_id = JobLayout.of(spec, settings).output_transaction_app_id
+    replayed_through = DeltaTable(output).transaction_version(app_id)
+    produce(6, 34)
+    report = run(spec, settings, available_now=True, spark=spark)  # starts past every written window
+    assert report.error is None
+    assert DeltaTable(output).transaction_version(app_id) > replayed_through  # appends are idempotent writes too
+
+    changelog = read_changelog(bootstrap, changelog_topic_name(spec.application_id, spec.stores[0].name))
+    check_heart_rate(spark, report.output, changelog.state, read_topic(bootstrap, spec.source_topic))
+    writes = [c["operation"] for c in reversed(DeltaTable(report.output).history()) if c["operation"] != "CREATE TABLE"]
+    # appended while nothing was written, merged by the two replays, appended past them
+    assert writes == ["WRITE", "MERGE", "MERGE", "WRITE"], writes

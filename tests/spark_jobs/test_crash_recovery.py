@@ -44,7 +44,7 @@ class Scenario:
     check: Callable
 
 
-def _check_heart_rate(spark, output, changelog_state, events):
+def check_heart_rate(spark, output, changelog_state, events):
     s = store(get_job("patient_heart_rate"), "pulse-counts")
     # Device disorder (3 s) stays inside the grace (5 s): no pulse is late, however batches fall.
     want = pulse.expected([events], s.window_ms, s.grace_ms, s.retention_ms)
@@ -72,7 +72,7 @@ SCENARIOS = [
              lambda tick: list(pulse.generate(patients=8, seconds=60 if tick == 0 else 10, seed=200 + tick,
                                               start=pulse.START + dt.timedelta(seconds=0 if tick == 0 else 50 + 10 * tick),
                                               checkout_rate=0)),
-             pulse.produce, _check_heart_rate),
+             pulse.produce, check_heart_rate),
     Scenario("vote_counts",
              lambda tick: list(votes.generate(voters=300, seed=300 + tick, start=votes.START + dt.timedelta(hours=tick))),
              votes.produce, _check_votes),
