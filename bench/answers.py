@@ -5,9 +5,10 @@ peers agree key by key before a throughput of theirs is reported.
   topic (a deleted user's is a tombstone); plain Spark and the platform: their Delta tables.
 * pulses: (patient, window start ms) -> beats of a closed window. Kafka Streams: its output topic (a window
   is emitted once, when it closes); plain Spark and the platform: their Delta tables.
-* temperatures: (sensor, window start ms) -> (readings, average rounded to 6 decimals, minimum, maximum) of
-  a closed hopping window, read the same ways (the average is rounded because plain Spark sums a window's
-  readings in another order than the others, which changes its last bits).
+* temperatures: (sensor, window start ms) -> (readings, average, minimum, maximum) of a closed hopping
+  window, read the same ways; the averages are equal within a relative 1e-9 (:class:`Approximately`: plain
+  Spark sums a window's readings in another order than the others, which changes their last bits, and
+  rounding to a fixed decimal still tells apart two sums on either side of a rounding boundary).
 
 Where a peer computes something else by design, its answer is compared on the keys both mean the same
 by (``Scope``): plain Spark's built-in aggregation cannot delete, so purchases are compared on users who
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
@@ -115,7 +117,22 @@ def table_temperatures(path: str) -> dict[tuple[str, int], tuple]:
 
 
 def temperature_window(readings, average: float, low: float, high: float) -> tuple:
-    return int(readings), round(average, 6), low, high
+    return int(readings), Approximately(average), low, high
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Approximately:
+    """A float equal to another within a relative ``1e-9``: one computed by summing in another order."""
+
+    value: float
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Approximately) and math.isclose(self.value, other.value, rel_tol=1e-9)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 def _windows(path: str, key_field: str, columns: list[str]) -> dict[tuple[str, int], tuple]:

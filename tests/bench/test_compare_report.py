@@ -135,3 +135,16 @@ def test_peers_answers_must_agree_key_by_key_where_they_mean_the_same():
     assert check_agree({"platform": platform, "plain_spark": {"u1": (2, 3)}}, {"plain_spark": Scope(only_its_own=True)})
     with pytest.raises(AnswersDiffer, match="no key to compare"):
         check_agree({"platform": platform, "plain_spark": {}}, {"plain_spark": Scope(only_its_own=True)})
+
+
+def test_window_averages_agree_within_their_last_bits_only():
+    import pytest
+
+    from bench.answers import AnswersDiffer, check_agree, temperature_window
+
+    # 64 readings summed in two orders: their averages straddle the 6th decimal's rounding boundary
+    platform = {("s093", 0): temperature_window(64, 15.5328125000001, 14.9, 16.3)}
+    plain_spark = {("s093", 0): temperature_window(64, 15.5328124999999, 14.9, 16.3)}
+    assert check_agree({"platform": platform, "plain_spark": plain_spark}) == {"platform": 1, "plain_spark": 1}
+    with pytest.raises(AnswersDiffer, match="differ on 1 of 1 keys"):
+        check_agree({"platform": platform, "plain_spark": {("s093", 0): temperature_window(64, 15.5329, 14.9, 16.3)}})
