@@ -15,12 +15,12 @@ from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.session import session_conf
 from spark_jobs.state import output_marks
-from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, write_batches
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
 from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence, fenced_writer
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
-from spark_jobs.state.store_changes import StoreChanges, restored_rows
+from spark_jobs.state.store_changes import STORE_COLUMN, StoreChanges, restored_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +196,17 @@ class JobContext:
             return None
         return restored_rows(self.restored[changes.store].store_frame(self.spark), changes.value_ddl)
 
+    def initial_states(self, stores: tuple[StoreChanges, ...]):
+        """Several stores' restored rows for one processor's ``initialState`` (see :meth:`initial_state`):
+        ``key``, ``store`` (:data:`STORE_COLUMN`) and every store's value columns, null but the row's
+        store's; None when nothing was restored. A store restored empty has no rows (one added since)."""
+        from pyspark.sql import functions as F
+
+        frames = [
+            self.initial_state(s).withColumn(STORE_COLUMN, F.lit(s.store)) for s in stores if s.store in self.restored
+        ]
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames) if frames else None
+
     @property
     def starts_without_checkpoint(self) -> bool:
         """The query starts from restored state (or none), not from a checkpoint of its own."""
@@ -209,8 +220,13 @@ class JobContext:
             store = self.spark.createDataFrame([], STORE_SCHEMA)
         return restored_rows(store, changes.value_ddl)
 
-    def state_change_sink(self, changes: StoreChanges, write_outputs, reconcile_outputs=None):
+    def state_change_sink(
+        self, changes: StoreChanges | tuple[StoreChanges, ...], write_outputs, reconcile_outputs=None
+    ):
         """The ``foreachBatch`` function of a job whose processor emits store changes.
+
+        ``changes``: the store the processor keeps, or the stores (each picking its rows, see
+        :func:`spark_jobs.state.store_changes.several_stores`); the outputs are the first one's view.
 
         ``reconcile_outputs(restored)``, for jobs whose outputs are a view of the store: when the query
         starts without a checkpoint, it is called now, before the query starts, with the restored store
@@ -223,7 +239,8 @@ class JobContext:
         Per micro-batch: the batch's dead letters (rows with ``dead_letter.LETTER_COLUMN`` set, see
         :meth:`with_dead_letters`) go to the dead-letter topic; ``write_outputs(batch, batch_id)`` updates
         the job's outputs from the other rows (not called when there are none: nothing changed); then the changes
-        go to the store's changelog, then its batch markers; then a snapshot when due. Both writes are
+        go to each store's changelog, then every store's batch markers, in one transaction; then a snapshot
+        of each store when due. Both writes are
         full values or tombstones, so a batch replayed after a crash rewrites the same results
         (idempotent). The markers come last because they are what a restore trusts: a batch complete in
         the changelog has its outputs written. (Changelog first lost outputs when a driver died between
@@ -234,11 +251,14 @@ class JobContext:
         writes each output table at most once per batch (a second write to the same table in the batch
         would be skipped), and a driver fenced by a newer one has its late writes skipped.
         """
-        if reconcile_outputs is not None and self.starts_without_checkpoint and not self._nothing_to_reconcile(changes):
+        stores = changes if isinstance(changes, tuple) else (changes,)
+        shown = stores[0]
+        if reconcile_outputs is not None and self.starts_without_checkpoint and not self._nothing_to_reconcile(shown):
             clock = _PhaseClock(self.phase_seconds)
-            reconcile_outputs(self.restored_store(changes))
+            reconcile_outputs(self.restored_store(shown))
             clock.lap("reconcile")
-        writer = self.changelog_writer(changes.store)
+        writers = [(self.changelog_writer(s.store), s) for s in stores]
+        batch_base = writers[0][0].batch_base
         checkpoint = self.checkpoint
 
         def write_batch(batch, batch_id: int) -> None:
@@ -257,7 +277,7 @@ class JobContext:
                 # input position they reached (spark_jobs/state/output_marks.py)
                 transaction = {
                     "spark.databricks.delta.write.txnAppId": self.layout.output_transaction_app_id,
-                    "spark.databricks.delta.write.txnVersion": str(writer.batch_base + batch_id),
+                    "spark.databricks.delta.write.txnVersion": str(batch_base + batch_id),
                     "spark.databricks.delta.commitInfo.userMetadata": output_marks.commit_metadata(
                         end_offsets.get(self.spec.source_topic, {})
                     ),
@@ -267,12 +287,17 @@ class JobContext:
                         write_outputs(batch, batch_id)
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
-                writer.write_batch(changes.changelog_records(batch), batch_id, end_offsets,
-                                   batch_watermark_ms(checkpoint, batch_id))  # fmt: skip
+                write_batches(
+                    [(writer, kept.changelog_records(batch)) for writer, kept in writers],
+                    batch_id,
+                    end_offsets,
+                    batch_watermark_ms(checkpoint, batch_id),
+                )
                 clock.lap("changelog")
             finally:
                 cached.unpersist()
-            self.snapshot_if_due(changes.store, writer.batch_base + batch_id)
+            for kept in stores:
+                self.snapshot_if_due(kept.store, batch_base + batch_id)
             clock.lap("snapshot")
 
         return write_batch

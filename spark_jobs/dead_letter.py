@@ -154,7 +154,9 @@ def classify_events(
     ]
     if event_types is not None:
         unknown = F.concat(
-            F.lit("type "), F.coalesce(event("type"), F.lit("(missing)")), F.lit(f" is not one of {', '.join(event_types)}")
+            F.lit("type "),
+            F.coalesce(event("type"), F.lit("(missing)")),
+            F.lit(f" is not one of {', '.join(event_types)}"),
         )
         rules.append((UNKNOWN_TYPE, ~F.coalesce(event("type").isin(*event_types), F.lit(False)), unknown))
     if isinstance(invalid, Column):
@@ -268,7 +270,9 @@ class PassingLetters(StatefulProcessor):
         from pyspark.sql import Row
 
         for row in rows or ():
-            yield Row(**dict(zip(self.fields, row)), **{LETTER_COLUMN: None})
+            # by name: a processor keeping several stores emits each store's columns only
+            values = row.asDict() if hasattr(row, "__fields__") else dict(zip(self.fields, row))
+            yield Row(**{**dict.fromkeys(self.fields), **values, LETTER_COLUMN: None})
 
 
 def passing_letters(events: DataFrame, processor: StatefulProcessor, output_ddl: str):

@@ -18,7 +18,7 @@ from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
-from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+from spark_jobs.state.store_changes import STORE_COLUMN, TOMBSTONE, StoreChanges, several_stores
 
 #: The primitives' Java processors' input column: true when the event deletes its key (``streamstate.primitives.Rows``)
 DELETE_COLUMN = "_delete"
@@ -127,10 +127,22 @@ class StoreDeclaration:
         ``processor``: a Python ``StatefulProcessor`` class instead of the primitive's Java processor,
         constructed with the store's ``ttl_ms``; its ``changes`` attribute (:class:`StoreChanges`) is the
         value it stores, and it emits ``key``, ``tombstone`` and that value per changed key. The outputs
-        stay :attr:`output_values`."""
+        stay :attr:`output_values`.
+
+        Such a processor may keep further stores, Kafka Streams' processor with several state stores:
+        its ``more_stores`` attribute (a tuple of :class:`StoreChanges`, each a store of the spec), one state
+        variable each, keyed by the job's key. Its change rows for one of them carry the store's name in
+        ``store`` (:data:`STORE_COLUMN`) and that store's value columns (names of their own); a row without
+        a ``store`` is the declaration's. Each store gets its changelog, snapshots and restore; after a
+        restore ``handleInitialState`` gets one row per restored store and key, its ``store`` saying which.
+        Every store's markers of a batch commit in one transaction, so a restore finds them at one input
+        position. A store added to a running version (a new state variable, a new changelog) starts empty
+        at the batch it was added in, as in Kafka Streams; the others keep their state."""
         spec = ctx.spec
         self.check(spec)
         store = store_spec(spec, self.store)
+        changes = processor.changes if processor is not None else self.store_changes
+        stores = self.kept_stores(spec, changes, tuple(getattr(processor, "more_stores", ())))
         if processor is not None and store.ttl_clock == "event_time":
             raise JobSpecError(f"job {spec.name}: an event-time TTL runs the primitive's Java processor only")
         if store.ttl_ms and store.ttl_clock == "processing_time":
@@ -141,24 +153,39 @@ class StoreDeclaration:
         ctx.ensure_output_table(self.output_schema(spec.key_field))
         classified = self.classify(ctx.kafka_source(), spec.key_field)
         events = ctx.with_dead_letters(classified, *self.source_columns, key=spec.key_field)
-        changes = processor.changes if processor is not None else self.store_changes
-        initial = ctx.initial_state(changes)
+        initial = ctx.initial_state(changes) if len(stores) == 1 else ctx.initial_states(stores)
         if processor is None:
             rows = self.changes(events, spec.key_field, initial, store, job=spec.name)
         else:
             logic = processor(store.ttl_ms)
-            rows = processor_changes(events, spec.key_field, initial, logic, changes, timed=bool(store.ttl_ms))
+            rows = processor_changes(events, spec.key_field, initial, logic, stores, timed=bool(store.ttl_ms))
         write_store, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, self.summary_paths(ctx))
         app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
 
         def write_outputs(batch, batch_id: int) -> None:
+            if len(stores) > 1:  # the outputs show the declaration's store; the others are the processor's own
+                batch = batch.where(stores[0].rows)
             write_store(batch, batch_id)
             late = self.late_rows(batch, spec.key_field, source_topic)
             if late is not None and not late.isEmpty():
                 dead_letter.write_dead_letters(late, app, kafka)
 
-        sink = ctx.state_change_sink(changes, write_outputs, reconcile_outputs)
+        sink = ctx.state_change_sink(stores, write_outputs, reconcile_outputs)
         return rows.writeStream.outputMode("update").foreachBatch(sink)
+
+    def kept_stores(self, spec: JobSpec, changes: StoreChanges, more: tuple[StoreChanges, ...]):
+        """The stores the job's processor keeps: the declaration's (``changes``), then a Python processor's
+        ``more_stores`` (see :meth:`build`); refused unless they are exactly the spec's stores."""
+        declared = sorted(s.name for s in spec.stores)
+        kept = sorted({changes.store, *(m.store for m in more)})
+        if declared != kept:
+            raise JobSpecError(f"job {spec.name}: stores: the spec declares {declared}, the processor keeps {kept}")
+        if not more:
+            return (changes,)
+        try:
+            return several_stores(changes, more)
+        except ValueError as err:
+            raise JobSpecError(f"job {spec.name}: more_stores: {err}") from None
 
     def summary_paths(self, ctx) -> Mapping[str, str]:
         """Each summary's table (the spec's companion outputs, in the job's layout)."""
@@ -218,13 +245,15 @@ class StoreDeclaration:
         return write_outputs, reconcile_outputs
 
 
-def processor_changes(events, key_field: str, initial, logic, changes: StoreChanges, timed: bool):
+def processor_changes(events, key_field: str, initial, logic, changes, timed: bool):
     """A Python ``StatefulProcessor`` (``logic``) over a job's processor input, with the platform's plumbing:
     rejected records pass it by (:func:`dead_letter.passing_letters`), ``initial`` seeds it after a restore,
-    processing-time timers when ``timed``. Its rows: ``key``, ``tombstone`` and ``changes.value_ddl``."""
-    logic, output_ddl = dead_letter.passing_letters(
-        events, logic, f"key STRING, {TOMBSTONE} BOOLEAN, {changes.value_ddl}"
-    )
+    processing-time timers when ``timed``. Its rows: ``key``, ``tombstone`` and ``changes.value_ddl``; for
+    several stores (``changes`` a tuple, see :func:`several_stores`) also ``store`` and every store's value."""
+    stores = changes if isinstance(changes, tuple) else (changes,)
+    values = ", ".join(s.value_ddl for s in stores)
+    which = f"{STORE_COLUMN} STRING, " if len(stores) > 1 else ""
+    logic, output_ddl = dead_letter.passing_letters(events, logic, f"key STRING, {TOMBSTONE} BOOLEAN, {which}{values}")
     seeded = initial.withColumnRenamed("key", key_field).groupBy(key_field) if initial is not None else None
     return events.groupBy(key_field).transformWithState(
         logic, output_ddl, "Update", "ProcessingTime" if timed else "None", initialState=seeded

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from confluent_kafka import Producer
@@ -146,6 +146,16 @@ class BatchMarker:
                    void=tuple(void), watermark_ms=int(data.get("watermark_ms", 0)))  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class MarkerRecords:
+    """One batch marker as written: the same record (key :data:`MARKER_KEY`) to each of ``partitions``."""
+
+    topic: str
+    partitions: range
+    value: bytes
+    headers: list
+
+
 def carried_void(previous: tuple[tuple[int, int], ...], after: int, before: int) -> tuple[tuple[int, int], ...]:
     """The void ranges of a new driver's markers: the newest of ``previous`` (the last complete batch's
     marker's) and its own ``(after, before)``."""
@@ -179,6 +189,11 @@ class ChangelogWriter:
         Raises:
             WriterFenced: a newer driver claimed the job version; this batch's markers were refused.
         """
+        return write_batches([(self, changes)], spark_batch_id, input_offsets, watermark_ms)[self.topic.store]
+
+    def write_records(self, changes, spark_batch_id: int) -> int:
+        """The data half of :meth:`write_batch`: ``changes`` to the topic, each record tagged with the batch
+        id, every one acknowledged on return; no marker. Returns the number of records."""
         from pyspark.sql import functions as F
 
         batch_id = self.batch_base + spark_batch_id
@@ -195,22 +210,32 @@ class ChangelogWriter:
              .option("kafka.acks", "all")
              .option("topic", self.topic.name)
              .save())  # fmt: skip
-        self._write_markers(BatchMarker(batch_id, input_offsets, count, void=self.void, watermark_ms=watermark_ms))
         return count
 
+    def marker(
+        self, spark_batch_id: int, input_offsets: KafkaOffsets, records: int, watermark_ms: int = 0
+    ) -> BatchMarker:
+        """The marker that completes batch ``spark_batch_id`` of ``records`` change records in this topic."""
+        return BatchMarker(self.batch_base + spark_batch_id, input_offsets, records, void=self.void,
+                           watermark_ms=watermark_ms)  # fmt: skip
+
+    def marker_records(self, marker: BatchMarker) -> MarkerRecords:
+        """The marker as the records to write: one per partition of the topic."""
+        return MarkerRecords(self.topic.name, range(self.topic.partitions), marker.to_bytes(),
+                             [(BATCH_HEADER, str(marker.batch_id).encode())])  # fmt: skip
+
     def _write_markers(self, marker: BatchMarker) -> None:
-        payload = marker.to_bytes()
-        headers = [(BATCH_HEADER, str(marker.batch_id).encode())]
+        markers = self.marker_records(marker)
         if self.fence is not None:
-            self.fence.commit_markers(self.topic.name, range(self.topic.partitions), MARKER_KEY, payload, headers)
+            self.fence.commit_markers([markers])
             return
         if self._producer is None:
             self._producer = Producer(client_config(self.kafka, {"enable.idempotence": True,
                                        "acks": "all", "log_level": 3}))  # fmt: skip
         failures: list[str] = []
-        for partition in range(self.topic.partitions):
+        for partition in markers.partitions:
             self._producer.produce(
-                self.topic.name, key=MARKER_KEY, value=payload, partition=partition, headers=headers,
+                markers.topic, key=MARKER_KEY, value=markers.value, partition=partition, headers=markers.headers,
                 on_delivery=lambda err, _msg: failures.append(str(err)) if err else None,
             )  # fmt: skip
         if self._producer.flush(60) or failures:
@@ -221,3 +246,29 @@ class ChangelogWriter:
         if self._producer is not None:
             self._producer.flush(30)
             self._producer = None
+
+
+def write_batches(
+    writers: Sequence[tuple[ChangelogWriter, object]],
+    spark_batch_id: int,
+    input_offsets: KafkaOffsets,
+    watermark_ms: int = 0,
+) -> dict[str, int]:
+    """One micro-batch of several stores (``(writer, changes)`` each, see :meth:`ChangelogWriter.write_batch`):
+    every store's records first, then every store's markers, **in one transaction** when the writers share
+    a fence. A driver killed anywhere in between leaves every store at the same last complete batch, so a
+    restore finds them at one input position (per-store transactions could leave one a batch ahead, and
+    the restore would refuse to start). Returns the records written per store.
+
+    Raises:
+        WriterFenced: a newer driver claimed the job version; no store's markers of this batch are visible.
+    """
+    counts = {writer.topic.store: writer.write_records(changes, spark_batch_id) for writer, changes in writers}
+    markers = [(w, w.marker(spark_batch_id, input_offsets, counts[w.topic.store], watermark_ms)) for w, _ in writers]
+    fences = {id(w.fence): w.fence for w, _ in writers}
+    if len(fences) == 1 and (fence := next(iter(fences.values()))) is not None:
+        fence.commit_markers([w.marker_records(m) for w, m in markers])
+    else:  # tools and tests without a claim: each writer's markers on its own
+        for writer, marker in markers:
+            writer._write_markers(marker)
+    return counts

@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import ensure_topic, read_partition
-from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, carried_void
+from spark_jobs.state.changelog import MARKER_KEY, ChangelogTopic, ChangelogWriter, MarkerRecords, carried_void
 from spark_jobs.state.changelog_reader import last_complete_batch
 
 #: changelog batch ids of generation g are [g * GENERATION_SPAN, (g + 1) * GENERATION_SPAN): a query would
@@ -183,20 +183,24 @@ class WriterFence:
         self.claim = claim
         return claim
 
-    def commit_markers(self, topic: str, partitions: Iterable[int], key: bytes, value: bytes, headers: list) -> None:
-        """Write one marker record to each partition of ``topic`` in one transaction.
+    def commit_markers(self, markers: Iterable[MarkerRecords]) -> None:
+        """Write every marker (one record per partition of its topic) in one transaction: all of them
+        become visible together, or none does.
 
         Raises:
             WriterFenced: a newer driver claimed the version; nothing of this transaction is visible.
         """
         if self.claim is None:
             raise RuntimeError(f"{self.application_id}: markers before a generation was claimed")
+        markers = list(markers)
 
         def produce(producer: Producer) -> None:
-            for partition in partitions:
-                producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+            for marker in markers:
+                for partition in marker.partitions:
+                    producer.produce(marker.topic, key=MARKER_KEY, value=marker.value, partition=partition,
+                                     headers=marker.headers)  # fmt: skip
 
-        self._in_transaction(produce, f"writing markers to {topic}")
+        self._in_transaction(produce, f"writing markers to {', '.join(m.topic for m in markers)}")
 
     def _in_transaction(self, produce, what: str) -> None:
         with self._lock:

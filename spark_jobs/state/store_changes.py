@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Callable
 
 TOMBSTONE = "tombstone"
+#: the column naming the store a change row belongs to, in the rows of a processor that keeps several
+STORE_COLUMN = "store"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +54,28 @@ class StoreChanges:
         if self.rows:
             changes = changes.where(self.rows)
         return changes.select(key.cast("string").alias("key"), value.alias("value"))
+
+
+def several_stores(first: StoreChanges, more: tuple[StoreChanges, ...]) -> tuple[StoreChanges, ...]:
+    """The stores of a processor that keeps ``first`` and ``more``, each picking its change rows by
+    :data:`STORE_COLUMN` (a row without one is ``first``'s: a processor written for one store keeps working
+    when it gains another)."""
+    stores = (first, *more)
+    if len({s.store for s in stores}) != len(stores):
+        raise ValueError(f"a processor keeps each store once, not {[s.store for s in stores]}")
+    columns = [c for s in stores for c in s.value_columns()]
+    if clash := sorted({c for c in columns if columns.count(c) > 1}):
+        raise ValueError(
+            f"the stores' values share the column(s) {clash}: each store's value columns need names of their own"
+        )
+
+    def picking(changes: StoreChanges, condition: str) -> StoreChanges:
+        return dataclasses.replace(changes, rows=f"({changes.rows}) AND {condition}" if changes.rows else condition)
+
+    return (
+        picking(first, f"coalesce(`{STORE_COLUMN}`, '{first.store}') = '{first.store}'"),
+        *(picking(s, f"`{STORE_COLUMN}` = '{s.store}'") for s in more),
+    )
 
 
 def restored_rows(store, value_ddl: str):

@@ -76,18 +76,21 @@ def audit_checkpoint(spark, settings: Settings, spec: JobSpec, run_id: str) -> l
     except Exception as err:  # noqa: BLE001 - recorded, the audit goes on
         return [{**base, "store": s.name, "error": f"state-metadata: {str(err).splitlines()[0][:500]}"} for s in spec.stores]
     disk = disk_bytes_per_partition(checkpoint, operator_id)
-    rows = []
+    rows, read = [], {}
     for store in spec.stores:
         try:
-            counts = read_store(spark, checkpoint, store.name, operator_id)
+            read[store.name] = read_store(spark, checkpoint, store.name, operator_id)
         except Exception as err:  # noqa: BLE001
             rows.append({**base, "store": store.name, "operator_id": operator_id, "error": str(err).splitlines()[0][:500]})
-            continue
+    for name, counts in read.items():
         for partition in sorted(set(counts) | set(disk)):
             n, size = counts.get(partition, (0, 0))
-            # one store per operator here: the operator's files are the store's
-            rows.append({**base, "store": store.name, "operator_id": operator_id, "partition": partition, "rows": n,
-                         "bytes": size, "disk_bytes": disk.get(partition, 0)})  # fmt: skip
+            # The stores of a processor share its operator's RocksDB files: each gets its share of the disk
+            # bytes by its state bytes (all of them when it is the only store).
+            total = sum(other.get(partition, (0, 0))[1] for other in read.values())
+            share = size / total if total else 1 / len(read)
+            rows.append({**base, "store": name, "operator_id": operator_id, "partition": partition, "rows": n,
+                         "bytes": size, "disk_bytes": round(disk.get(partition, 0) * share)})  # fmt: skip
     return rows
 
 
