@@ -146,18 +146,24 @@ PYTHON = sys.executable
 
 def process_tree_rss_bytes(pid: int) -> int | None:
     """Resident memory of a process and all its descendants (None: the process is gone)."""
+    tree = process_tree_rss(pid)
+    return None if tree is None else sum(rss for _, rss in tree.values())
+
+
+def process_tree_rss(pid: int) -> dict[int, tuple[str, int]] | None:
+    """pid -> (command line, resident bytes) of a process and all its descendants (None: it is gone)."""
     try:
         root = psutil.Process(pid)
         tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return None
-    total = 0
+    found = {}
     for proc in tree:
         try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
+            found[proc.pid] = (" ".join(proc.cmdline())[:160], proc.memory_info().rss)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
             pass
-    return total
+    return found
 
 
 class PeakMemory:

@@ -10,6 +10,7 @@ its sampling so both measure the same things.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import threading
@@ -17,6 +18,7 @@ import time
 
 import pytest
 
+from bench.compare import process_tree_rss
 from bench.soak import output_matches_reference, sample
 from runtime.process import stop_process_group
 from spark_jobs.generators import purchases
@@ -63,10 +65,13 @@ def test_a_ten_x_burst_keeps_memory_bounded_and_the_lag_drains(private_stack):
     started = time.monotonic()
     rows: list[dict] = []
     batch_sizes: list[int] = []
+    over_budget: list[tuple[float, dict | None]] = []
 
     def record(phase: str) -> dict:
         assert driver.poll() is None, f"the driver exited ({driver.returncode}); see {log.name}"
         row = {**sample(settings, JOB, driver.pid, started), "phase": phase}
+        if row["driver_rss_mib"] > RSS_BUDGET_MIB:  # which processes: kept for the failure's message
+            over_budget.append((row["minute"], process_tree_rss(driver.pid)))
         progress = (read_status(settings.status_dir, JOB.application_id) or {}).get("progress") or {}
         if progress.get("input_rows"):
             batch_sizes.append(progress["input_rows"])
@@ -107,12 +112,20 @@ def test_a_ten_x_burst_keeps_memory_bounded_and_the_lag_drains(private_stack):
                   f"batch {r['batch_id']} state {r['state_rows']}")  # fmt: skip
 
     warm_rss = max(r["driver_rss_mib"] for r in rows if r["phase"] == "warm-up")
-    later_rss = max(r["driver_rss_mib"] for r in rows if r["phase"] != "warm-up")
+    # Held for two samples in a row (3 s apart): a single sample of a process tree once read 4.9 GiB between
+    # two of 1.8 GiB (CI, 2026-11-26), which no heap of 2 GiB can do and undo in 3 s; a sum of per-process
+    # RSS counts twice what a process shares with a child it is cloning. A growth that matters persists.
+    later = [r["driver_rss_mib"] for r in rows if r["phase"] != "warm-up"]
+    later_rss = max(min(pair) for pair in itertools.pairwise(later))
     assert peak_lag > steady_lag + RATE * BURST_X, f"the burst did not outrun the job (lag {steady_lag} -> {peak_lag})"
     assert drained_at is not None, f"the lag stayed above its steady level {DRAIN_LIMIT_S} s after the burst"
     assert max(batch_sizes) <= MAX_BATCH, f"a micro-batch of {max(batch_sizes)} records (limit {MAX_BATCH})"
     assert settings.spark_driver_memory == "2g", "RSS_BUDGET_MIB assumes the default 2 GiB heap"
-    assert later_rss <= RSS_BUDGET_MIB, f"driver RSS {warm_rss:.0f} MiB before the burst, {later_rss:.0f} after"
+    assert later_rss <= RSS_BUDGET_MIB, (
+        f"driver RSS {warm_rss:.0f} MiB before the burst, {later_rss:.0f} after; over budget: {over_budget}"
+    )
+    if over_budget:  # a one-sample spike: said, so a run that shows it can be read
+        print(f"single samples over the budget (process tree then): {over_budget}")
     assert rows[-1]["state_rows"] <= USERS
     assert output_matches_reference(settings, JOB)
     print(f"steady lag {steady_lag}, peak {peak_lag}, back to steady {drained_at:.0f} s after the burst; "
