@@ -1,4 +1,4 @@
-"""What reading the input costs the platform: plain parsing vs the dead-letter classification.
+"""What reading the input costs the platform: plain parsing vs decoding and the dead-letter classification.
 
 The platform's purchase_counts spends most of its run in the "state" phase (BENCHMARKS.md), which is the
 whole plan up to the processor: Kafka read, JSON decoding, the dead-letter classification, the shuffle
@@ -8,19 +8,19 @@ micro-batch's worth at the 1e7-event benchmark size), each variant written to Sp
 that nothing is pruned, side by side, REPEATS times:
 
 * **parse**: ``from_json`` of the value, what plain Spark does (bench/plain_spark_peer.py);
-* **JSON object check**: the classification's "is this a JSON object" test alone
-  (``try_parse_json``, UTF-8 and an opening brace);
+* **decode, JVM decoder**: :func:`spark_jobs.dead_letter.decode_json` as the jobs run it: one pass over
+  each record's bytes (``streamstate.primitives.JsonDecoder``) for the object check, the event and the
+  fields as written;
+* **decode, Spark's functions**: the same three columns from ``from_json`` and ``try_parse_json`` (two
+  parses per record: how the jobs decoded before 2026-11-27, and how a schema the JVM decoder does not
+  read is decoded);
 * **classify, the processor's input**: the job's own classification (spark_jobs.jobs.purchase_counts.classify)
   as the job's query hands it to the processor: every record, valid ones decoded, rejected ones with their
-  dead-letter records (spark_jobs.dead_letter.with_dead_letters): what the job's one query reads;
-* **classify, valid rows** and **classify, dead letters**: the same classification's valid rows, and its
-  rejected rows as dead-letter records: what the two queries of the platform before 2026-11-26 read (the
-  main query and a companion dead-letter query, each classifying the whole input), in the same run;
-* **classify, the processor's input, no unparsed() checks**: with the rules' ``unparsed()`` checks (a field
-  of the parsed variant) taken out for the measurement: what they cost.
+  dead-letter records (spark_jobs.dead_letter.with_dead_letters): what the job's one query reads; with
+  either decoder.
 
-The report also counts ``from_json`` in the executed plan of the processor's input: how many times a
-record is decoded.
+The report also counts ``from_json`` in the executed plan of the processor's input: how many times Spark's
+own decoder reads a record.
 
     .venv/bin/python bench/input_cost.py [--events 800000] [--users 100000] [--repeats 3]
 """
@@ -28,7 +28,6 @@ record is decoded.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import platform
 import statistics
@@ -47,44 +46,31 @@ from spark_jobs.generators import purchases  # noqa: E402
 from spark_jobs.jobs import purchase_counts  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
 from spark_jobs.session import build_spark_session  # noqa: E402
+from spark_jobs.testing import decoding_with  # noqa: E402
 
 console = Console()
 TOPIC = "bench-purchases"
-PARSE, OBJECT_CHECK = "parse (from_json, as plain Spark)", "JSON object check alone"
-INPUT = "classify, the processor's input (valid rows and dead letters)"
-VALID, DEAD = "classify, valid rows (the main query before)", "classify, dead letters (the companion query before)"
-NO_UNPARSED = "classify, the processor's input, no unparsed() checks"
-
-
-@contextlib.contextmanager
-def unparsed_checks_off():
-    """For one measurement: the classification without its ``unparsed()`` rule parts (what they cost)."""
-    from pyspark.sql import functions as F
-
-    real = dead_letter.unparsed
-    dead_letter.unparsed = lambda field: F.lit(False)
-    try:
-        yield
-    finally:
-        dead_letter.unparsed = real
+PARSE = "parse (from_json, as plain Spark)"
+DECODE, DECODE_BY_SPARK = "decode, JVM decoder (one pass)", "decode, Spark's functions (from_json + try_parse_json)"
+INPUT = "classify, the processor's input, JVM decoder"
+INPUT_BY_SPARK = "classify, the processor's input, Spark's functions (as before)"
+DECODER = {DECODE: "jvm", DECODE_BY_SPARK: "spark", INPUT: "jvm", INPUT_BY_SPARK: "spark"}
 
 
 def variant(raw, name: str):
     from pyspark.sql import functions as F
 
     if name == PARSE:
-        return raw.select(F.from_json(F.col("value").cast("string"), purchase_counts.EVENT_SCHEMA).alias("e")).select("e.*")
-    if name == OBJECT_CHECK:
-        text = F.col("value").cast("string").alias(dead_letter.TEXT_COLUMN)
-        parsed = raw.select(text, F.expr("try_parse_json(CAST(value AS STRING))").alias(dead_letter.JSON_COLUMN))
-        return parsed.select(dead_letter.is_json_object().alias("ok"))
+        return raw.select(F.from_json(F.col("value").cast("string"), purchase_counts.EVENT_SCHEMA).alias("e")).select(
+            "e.*"
+        )
+    if name in (DECODE, DECODE_BY_SPARK):
+        decoded = dead_letter.decode_json(raw, purchase_counts.EVENT_SCHEMA, DECODER[name])
+        return decoded.select(dead_letter.OBJECT_COLUMN, dead_letter.EVENT_COLUMN, dead_letter.WRITTEN_COLUMN)
     # The job's own rules: classify() only asks its context for the Kafka source.
-    classified = purchase_counts.classify(types.SimpleNamespace(kafka_source=lambda: raw))
-    if name in (INPUT, NO_UNPARSED):
-        return dead_letter.with_dead_letters(classified, "bench", "user_id", "offset")
-    if name == VALID:
-        return dead_letter.valid(classified, "offset")
-    return dead_letter.dead_letter_records(classified.where(F.col(dead_letter.ERROR_COLUMN).isNotNull()), "bench")
+    with decoding_with(DECODER[name]):
+        classified = purchase_counts.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    return dead_letter.with_dead_letters(classified, "bench", "user_id", "offset")
 
 
 def main() -> None:
@@ -103,23 +89,21 @@ def main() -> None:
         raw = raw.cache()  # the Kafka read itself is the same for every variant: measure what follows it
         assert raw.count() == args.events
         decodes = variant(raw, INPUT)._jdf.queryExecution().executedPlan().toString().count("from_json")
-        names = (PARSE, OBJECT_CHECK, INPUT, VALID, DEAD, NO_UNPARSED)
+        names = (PARSE, DECODE, DECODE_BY_SPARK, INPUT, INPUT_BY_SPARK)
         seconds: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.repeats):
             for name in names:  # alternate, so drift on a shared machine hits all
-                with unparsed_checks_off() if name == NO_UNPARSED else contextlib.nullcontext():
-                    started = time.monotonic()
-                    variant(raw, name).write.format("noop").mode("overwrite").save()
-                    seconds[name].append(time.monotonic() - started)
+                started = time.monotonic()
+                variant(raw, name).write.format("noop").mode("overwrite").save()
+                seconds[name].append(time.monotonic() - started)
                 console.print(f"{name}: {seconds[name][-1]:.1f} s")
         report(args, seconds, decodes)
 
 
 def report(args, seconds: dict[str, list[float]], decodes: int) -> None:
     median = {name: statistics.median(v) for name, v in seconds.items()}
-    before = median[VALID] + median[DEAD]
     lines = [
-        f"## Input cost, {args.events:,} purchase events (plain parsing vs the dead-letter classification) "
+        f"## Input cost, {args.events:,} purchase events (plain parsing vs decoding and the dead-letter classification) "
         f"({dt.date.today().isoformat()})",
         "",
         f"Command: `.venv/bin/python bench/input_cost.py --events {args.events} --users {args.users} --repeats {args.repeats}`",
@@ -131,10 +115,10 @@ def report(args, seconds: dict[str, list[float]], decodes: int) -> None:
         *[f"| {name} | {median[name]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[name] / args.events * 1e6:.1f} | "
           f"{median[name] / median[PARSE]:.1f} |" for name, v in seconds.items()],
         "",
-        f"The platform's input per batch, one query: {median[INPUT]:.1f} s, {median[INPUT] / median[PARSE]:.1f}x "
-        f"plain Spark's parse; with the two queries before (main + companion): {before:.1f} s, "
-        f"{before / median[PARSE]:.1f}x (same run). The executed plan of the processor's input holds `from_json` "
-        f"{decodes} times (plain Spark's: once).",
+        f"The platform's input per batch: {median[INPUT]:.1f} s, {median[INPUT] / median[PARSE]:.1f}x plain Spark's "
+        f"parse; decoded by Spark's functions: {median[INPUT_BY_SPARK]:.1f} s, "
+        f"{median[INPUT_BY_SPARK] / median[PARSE]:.1f}x (same run). The executed plan of the processor's input "
+        f"holds `from_json` {decodes} times (plain Spark's: once).",
         "",
     ]  # fmt: skip
     append_section(lines, console)

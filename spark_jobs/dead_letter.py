@@ -1,10 +1,13 @@
 """Bad input never stops a job: it goes to the job's dead-letter topic, with why and where from.
 
 A job decodes its raw Kafka records and names, per record, the first rule it breaks
-(:func:`classify`). Each record's text is parsed twice, in one projection: ``from_json`` to the job's
-schema (the struct the rules and the job read) and ``try_parse_json`` to a variant (what the text
-wrote, for the rules that must tell "absent" from "did not parse" or check a number's digits). The
-rules read those two columns; none parses the text again.
+(:func:`classify`). Each record is decoded once (:func:`decode_json`) into three columns the rules read:
+whether it is a JSON object, the event (its fields converted to the job's schema, as Spark's
+``from_json`` converts them) and each field as the record wrote it (for the rules that must tell
+"absent" from "did not convert", or check a number's digits). A schema of flat fields is decoded by the
+platform's JVM decoder in one pass over the bytes (``streamstate.primitives.JsonDecoder``); any other
+schema by Spark's ``from_json`` and ``try_parse_json``, which parse the text twice. Both decode alike
+(tests/spark_jobs/test_json_decoder.py); none of the rules parses the text again.
 
 One query per job reads and classifies the input once (:func:`with_dead_letters`): every record goes on to
 the job's processor, a rejected one carrying its dead-letter record in :data:`LETTER_COLUMN` and no event
@@ -20,17 +23,22 @@ letters again (the source coordinates identify repeats).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from runtime.kafka_connection import KafkaTarget, as_connection
 from spark_jobs.layout import dead_letter_topic_name
 
 ERROR_COLUMN = "_dead_letter_reason"
-#: the record's text, its variant (``try_parse_json``: null when it is not JSON) and its decoded struct
-TEXT_COLUMN, JSON_COLUMN, EVENT_COLUMN = "_text", "_json", "_event"
+#: what :func:`decode_json` adds: whether the record is a JSON object, the event's struct, and each field as
+#: the record wrote it (a struct of strings)
+OBJECT_COLUMN, EVENT_COLUMN, WRITTEN_COLUMN = "_object", "_event", "_written"
+#: how a record is decoded (see :func:`decode_json`)
+Decoder = Literal["jvm", "spark"]
 MESSAGE_COLUMN = "_dead_letter_message"
 #: a rejected record's dead letter (its Kafka key, value and headers) on its row; null on a valid one. The
 #: Java wrapper's name for it is ``streamstate.jobs.DeadLetters.COLUMN``: the two must stay equal.
@@ -49,19 +57,60 @@ def dead_letter_topic(application_id: str) -> str:
     return dead_letter_topic_name(application_id)
 
 
-def is_json_object(text_column: str = TEXT_COLUMN, json_column: str = JSON_COLUMN) -> Column:
-    """True when the text column is valid UTF-8 holding a JSON object (not a scalar, array or garbage),
-    by its variant column. Spark's from_json alone cannot tell: it yields an all-null struct for garbage."""
+def decode_json(raw: DataFrame, schema: T.StructType, decoder: Decoder | None = None) -> DataFrame:
+    """``raw`` (the Kafka source DataFrame) with :data:`OBJECT_COLUMN` (the value is UTF-8 holding a JSON
+    object: not a scalar, array or garbage), :data:`EVENT_COLUMN` (its fields converted to ``schema`` as
+    ``from_json`` converts them: a value that does not convert is null) and :data:`WRITTEN_COLUMN` (each
+    field as the record wrote it, see :func:`written`).
+
+    ``decoder``: ``"jvm"`` parses each record once (schemas of flat fields: string, boolean, integers, float,
+    double, decimal, timestamp); ``"spark"`` uses ``from_json`` and ``try_parse_json`` (any schema, two
+    parses). Default: ``"jvm"`` when it reads the schema."""
+    jvm_decoder = raw.sparkSession._jvm.streamstate.primitives.JsonDecoder
+    if decoder is None:
+        decoder = "jvm" if jvm_decoder.reads(schema.json()) else "spark"
+    if decoder == "spark":
+        return _decoded_by_spark(raw, schema)
+    from pyspark.sql.classic.column import Column as JvmColumn
+
+    zone = raw.sparkSession.conf.get("spark.sql.session.timeZone")
+    decoded = JvmColumn(jvm_decoder.decode(F.col("value")._jc, schema.json(), zone))
+    # One projection decodes each record (the optimizer keeps an expensive expression that is read several
+    # times in its own projection instead of inlining it into every column that reads it).
+    parts = raw.select("*", decoded.alias("_decoded"))
+    decoded_parts = (F.col("_decoded").getField(part).alias(column) for part, column in _DECODED_PARTS)
+    return parts.select(*(F.col(f"`{c}`") for c in raw.columns), *decoded_parts)
+
+
+_DECODED_PARTS = (("object", OBJECT_COLUMN), ("event", EVENT_COLUMN), ("written", WRITTEN_COLUMN))
+
+
+def _decoded_by_spark(raw: DataFrame, schema: T.StructType) -> DataFrame:
+    """:func:`decode_json` with Spark's functions: ``from_json`` to the schema, ``try_parse_json`` to a variant
+    for the object check and the written fields."""
+    text, json = "_text", "_json"
+    parsed = raw.select(
+        "*",
+        F.col("value").cast("string").alias(text),
+        F.expr("try_parse_json(CAST(value AS STRING))").alias(json),
+        F.from_json(F.col("value").cast("string"), schema).alias(EVENT_COLUMN),
+    )
     # parsed, and JSON text whose first non-blank character opens an object (cheaper than asking the
     # variant its schema, which describes every field)
-    check = f"is_valid_utf8({text_column}) AND {json_column} IS NOT NULL AND {text_column} RLIKE '^[ \\t\\n\\r]*[{{]'"
-    return F.coalesce(F.expr(check), F.lit(False))
+    is_object = F.coalesce(
+        F.expr(f"is_valid_utf8({text}) AND {json} IS NOT NULL AND {text} RLIKE '^[ \\t\\n\\r]*[{{]'"), F.lit(False)
+    )
+    written_fields = [F.expr(f"variant_get({json}, '$.{f}', 'string')").alias(f) for f in schema.fieldNames()]
+    written_struct = F.struct(*written_fields).alias(WRITTEN_COLUMN)
+    return parsed.select(
+        *(F.col(f"`{c}`") for c in raw.columns), is_object.alias(OBJECT_COLUMN), EVENT_COLUMN, written_struct
+    )
 
 
 def written(field: str) -> Column:
-    """The record's ``field`` as its JSON text wrote it (a string; null when absent or JSON null), from the
-    variant :func:`classify` parsed once."""
-    return F.expr(f"variant_get({JSON_COLUMN}, '$.{field}', 'string')")
+    """The record's ``field`` (of the event schema) as its JSON text wrote it: a string; null when absent or
+    JSON null. A number as a variant holds it (``12.50`` is ``12.5``, ``1.5e2`` is ``150.0``)."""
+    return F.col(WRITTEN_COLUMN).getField(field)
 
 
 #: Why a rule rejects a record, in words for the person reading the dead letter: a text, or a column
@@ -71,29 +120,28 @@ Message = str | Column
 Rule = tuple[str, Column] | tuple[str, Column, Message]
 
 
-def classify(raw: DataFrame, decoded: Column, rules: Sequence[Rule]) -> DataFrame:
-    """Add the decoded struct's fields, :data:`ERROR_COLUMN` (the first broken rule, or null) and
-    :data:`MESSAGE_COLUMN` (that rule's message).
-
-    ``raw`` is the Kafka source DataFrame (key, value, topic, partition, offset, ...). ``rules`` are
-    checked in order after "undecodable".
-    """
-    # One projection parses each record (the optimizer keeps an expensive expression that is read several
-    # times in its own projection instead of inlining it into every rule that reads it).
-    with_event = raw.select(
-        "*",
-        F.col("value").cast("string").alias(TEXT_COLUMN),
-        F.expr("try_parse_json(CAST(value AS STRING))").alias(JSON_COLUMN),
-        decoded.alias(EVENT_COLUMN),
-    )
-    undecodable = ~is_json_object()
-    reason = F.when(undecodable, F.lit(UNDECODABLE))
-    message = F.when(undecodable, F.lit("the value is not a JSON object in UTF-8"))
-    for name, broken, *why in rules:
-        reason = reason.when(broken, F.lit(name))
+def classify(decoded: DataFrame, rules: Sequence[Rule]) -> DataFrame:
+    """Add :data:`ERROR_COLUMN` (the first broken rule, or null) and :data:`MESSAGE_COLUMN` (that rule's
+    message) to ``decoded`` (see :func:`decode_json`). ``rules`` are checked in order after "undecodable"."""
+    checked = [(UNDECODABLE, ~F.col(OBJECT_COLUMN), "the value is not a JSON object in UTF-8"), *rules]
+    # Each condition is evaluated once per record, in its own projection: the reason and the message are
+    # then read from the first broken rule's number.
+    first_broken = F.when(checked[0][1], F.lit(0))
+    for n, (_, broken, *_) in enumerate(checked[1:], start=1):
+        first_broken = first_broken.when(broken, F.lit(n))
+    numbered = decoded.withColumn(_FIRST_BROKEN, first_broken)
+    number = F.col(_FIRST_BROKEN)
+    reason, message = F.when(number == 0, F.lit(UNDECODABLE)), F.when(number == 0, F.lit(checked[0][2]))
+    for n, (name, _, *why) in enumerate(checked[1:], start=1):
         text_or_column = why[0] if why else name
-        message = message.when(broken, F.lit(text_or_column) if isinstance(text_or_column, str) else text_or_column)
-    return with_event.withColumn(ERROR_COLUMN, reason).withColumn(MESSAGE_COLUMN, message)
+        reason = reason.when(number == n, F.lit(name))
+        message = message.when(
+            number == n, F.lit(text_or_column) if isinstance(text_or_column, str) else text_or_column
+        )
+    return numbered.withColumn(ERROR_COLUMN, reason).withColumn(MESSAGE_COLUMN, message).drop(_FIRST_BROKEN)
+
+
+_FIRST_BROKEN = "_first_broken_rule"
 
 
 def event(field: str) -> Column:
@@ -144,11 +192,12 @@ def classify_events(
     key_field: str,
     event_types: Sequence[str] | None,
     invalid: Column | Sequence[tuple[Column, Message]] | None = None,
+    decoder: Decoder | None = None,
 ) -> DataFrame:
     """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type (not
     checked when ``event_types`` is None), then ``invalid``, in that order. ``invalid`` is a condition over
     :func:`event` fields, or (condition, message) pairs: the first broken one names the :data:`INVALID`
-    record's message."""
+    record's message. ``decoder``: see :func:`decode_json`."""
     rules: list[Rule] = [
         (MISSING_KEY, F.coalesce(F.length(event(key_field)) == 0, F.lit(True)), f"{key_field} is missing or empty")
     ]
@@ -163,7 +212,7 @@ def classify_events(
         rules.append((INVALID, invalid))
     elif invalid is not None:
         rules.extend((INVALID, broken, message) for broken, message in invalid)
-    return classify(raw, F.from_json(F.col("value").cast("string"), schema), rules)
+    return classify(decode_json(raw, schema, decoder), rules)
 
 
 def valid(classified: DataFrame, *source_columns: str) -> DataFrame:

@@ -16,10 +16,11 @@ With ``pytest_plugins = ["spark_jobs.testing"]`` in a test module (or a ``confte
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Self
 
@@ -28,6 +29,7 @@ from confluent_kafka import Consumer, TopicPartition
 from runtime.kafka_connection import client_config
 from runtime.process import free_service_ports
 from runtime.settings import Settings
+from spark_jobs import dead_letter
 from spark_jobs.dead_letter import HEADER_PREFIX, dead_letter_topic
 from spark_jobs.generators.producer import produce_keyed
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets
@@ -153,3 +155,16 @@ if pytest is not None:
         """A :class:`JobHarness` with a stack of its own, shared by the test session."""
         with JobHarness() as harness:
             yield harness
+
+
+@contextlib.contextmanager
+def decoding_with(decoder: dead_letter.Decoder) -> Iterator[None]:
+    """Inside the block, every job decodes its JSON events with ``decoder`` (see
+    :func:`spark_jobs.dead_letter.decode_json`): to check that a job classifies its input alike with the JVM
+    decoder and with Spark's functions, or to measure one against the other."""
+    real = dead_letter.decode_json
+    dead_letter.decode_json = lambda raw, schema, _=None: real(raw, schema, decoder)
+    try:
+        yield
+    finally:
+        dead_letter.decode_json = real
