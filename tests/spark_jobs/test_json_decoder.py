@@ -10,7 +10,6 @@ keys, unpaired surrogates, byte order marks, text after the object).
 from __future__ import annotations
 
 import datetime as dt
-import types
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +18,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_jobs import dead_letter
-from spark_jobs.testing import decoding_with
 from tests.fuzz.test_event_decoders import JOBS, KAFKA_SOURCE_SCHEMA, events
 
 pytestmark = pytest.mark.integration
@@ -158,24 +156,14 @@ def test_a_schema_the_jvm_decoder_does_not_read_is_decoded_by_spark(spark):
 
 
 @pytest.mark.parametrize("job", list(JOBS))
-def test_every_job_classifies_fuzzed_events_alike_with_either_decoder(spark, job):
+def test_every_jobs_fuzzed_events_decode_alike_with_either_decoder(spark, job):
+    """A job's rules read only the decoded columns, so equal columns classify alike (the rules' messages
+    may show a nested value as each decoder writes it, see :func:`_differences`)."""
     module, key_field, event_types = JOBS[job]
-    schema = module.EVENT_SCHEMA
 
     @settings(max_examples=max(3, settings().max_examples // 10), deadline=None, derandomize=True)
     @given(st.lists(events(module, key_field, event_types), min_size=40, max_size=80))
     def check(values):
-        assert _differences(values, schema) == []
-        reasons = []
-        for decoder in ("jvm", "spark"):
-            source = _source(spark, values)
-            with decoding_with(decoder):
-                classified = module.classify(types.SimpleNamespace(kafka_source=lambda s=source: s))
-            rows = classified.select("offset", dead_letter.ERROR_COLUMN, dead_letter.MESSAGE_COLUMN).collect()
-            # a message naming a nested value shows it as each decoder writes it (see _differences)
-            reasons.append(
-                sorted((r[0], r[1], r[2] if r[2] is None or not set(r[2]) & set("[{") else "") for r in rows)
-            )
-        assert reasons[0] == reasons[1]
+        assert _differences(values, module.EVENT_SCHEMA) == []
 
     check()
