@@ -22,7 +22,10 @@ that nothing is pruned, side by side, REPEATS times:
 The report also counts ``from_json`` in the executed plan of the processor's input: how many times Spark's
 own decoder reads a record.
 
-    .venv/bin/python bench/input_cost.py [--events 800000] [--users 100000] [--repeats 3]
+``--workload temperatures`` measures the same over temperature readings (spark_jobs.jobs.temperature_averages:
+a double, a time and three strings per event; ``--users`` is then the number of sensors).
+
+    .venv/bin/python bench/input_cost.py [--workload purchases] [--events 800000] [--users 100000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -42,14 +45,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.private_stack import append_section, private_broker  # noqa: E402
 from spark_jobs import dead_letter  # noqa: E402
-from spark_jobs.generators import purchases  # noqa: E402
-from spark_jobs.jobs import purchase_counts  # noqa: E402
+from spark_jobs.generators import purchases, temperatures  # noqa: E402
+from spark_jobs.jobs import purchase_counts, temperature_averages  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
 from spark_jobs.session import build_spark_session  # noqa: E402
 from spark_jobs.testing import decoding_with  # noqa: E402
 
 console = Console()
-TOPIC = "bench-purchases"
+TOPIC = "bench-input"
+#: workload -> (job module, key field)
+WORKLOADS = {"purchases": (purchase_counts, "user_id"), "temperatures": (temperature_averages, "sensor_id")}
 PARSE = "parse (from_json, as plain Spark)"
 DECODE, DECODE_BY_SPARK = "decode, JVM decoder (one pass)", "decode, Spark's functions (from_json + try_parse_json)"
 INPUT = "classify, the processor's input, JVM decoder"
@@ -57,24 +62,32 @@ INPUT_BY_SPARK = "classify, the processor's input, Spark's functions (as before)
 DECODER = {DECODE: "jvm", DECODE_BY_SPARK: "spark", INPUT: "jvm", INPUT_BY_SPARK: "spark"}
 
 
-def variant(raw, name: str):
+def variant(raw, name: str, workload: str):
     from pyspark.sql import functions as F
 
+    job, key_field = WORKLOADS[workload]
     if name == PARSE:
-        return raw.select(F.from_json(F.col("value").cast("string"), purchase_counts.EVENT_SCHEMA).alias("e")).select(
-            "e.*"
-        )
+        return raw.select(F.from_json(F.col("value").cast("string"), job.EVENT_SCHEMA).alias("e")).select("e.*")
     if name in (DECODE, DECODE_BY_SPARK):
-        decoded = dead_letter.decode_json(raw, purchase_counts.EVENT_SCHEMA, DECODER[name])
+        decoded = dead_letter.decode_json(raw, job.EVENT_SCHEMA, DECODER[name])
         return decoded.select(dead_letter.OBJECT_COLUMN, dead_letter.EVENT_COLUMN, dead_letter.WRITTEN_COLUMN)
     # The job's own rules: classify() only asks its context for the Kafka source.
     with decoding_with(DECODER[name]):
-        classified = purchase_counts.classify(types.SimpleNamespace(kafka_source=lambda: raw))
-    return dead_letter.with_dead_letters(classified, "bench", "user_id", "offset")
+        classified = job.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    return dead_letter.with_dead_letters(classified, "bench", key_field, "offset")
+
+
+def generated(workload: str, events: int, keys: int):
+    """``events`` of the workload over ``keys`` users or sensors, produced to TOPIC."""
+    if workload == "purchases":
+        return purchases.generate(events, users=keys, seed=3, start=purchases.start_ending_by(events))
+    # one reading per sensor every 5 s or so
+    return list(temperatures.generate(sensors=keys, seconds=events * 5 // keys, seed=3))[:events]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="purchases")
     parser.add_argument("--events", type=int, default=800_000)
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -82,19 +95,20 @@ def main() -> None:
 
     with private_broker("bench-input-") as settings:
         ensure_topic(settings.kafka, TOPIC, 2)
-        events = purchases.generate(args.events, users=args.users, seed=3, start=purchases.start_ending_by(args.events))
-        purchases.produce(settings.kafka, TOPIC, events)
+        events = list(generated(args.workload, args.events, args.users))
+        args.events = len(events)
+        (purchases if args.workload == "purchases" else temperatures).produce(settings.kafka, TOPIC, events)
         spark = build_spark_session(settings, "bench-input-cost")
         raw = spark.read.format("kafka").options(**settings.kafka.spark_options()).option("subscribe", TOPIC).load()
         raw = raw.cache()  # the Kafka read itself is the same for every variant: measure what follows it
         assert raw.count() == args.events
-        decodes = variant(raw, INPUT)._jdf.queryExecution().executedPlan().toString().count("from_json")
+        decodes = variant(raw, INPUT, args.workload)._jdf.queryExecution().executedPlan().toString().count("from_json")
         names = (PARSE, DECODE, DECODE_BY_SPARK, INPUT, INPUT_BY_SPARK)
         seconds: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.repeats):
             for name in names:  # alternate, so drift on a shared machine hits all
                 started = time.monotonic()
-                variant(raw, name).write.format("noop").mode("overwrite").save()
+                variant(raw, name, args.workload).write.format("noop").mode("overwrite").save()
                 seconds[name].append(time.monotonic() - started)
                 console.print(f"{name}: {seconds[name][-1]:.1f} s")
         report(args, seconds, decodes)
@@ -103,10 +117,12 @@ def main() -> None:
 def report(args, seconds: dict[str, list[float]], decodes: int) -> None:
     median = {name: statistics.median(v) for name, v in seconds.items()}
     lines = [
-        f"## Input cost, {args.events:,} purchase events (plain parsing vs decoding and the dead-letter classification) "
+        f"## Input cost, {args.events:,} {args.workload} events (plain parsing vs decoding and the dead-letter "
+        "classification) "
         f"({dt.date.today().isoformat()})",
         "",
-        f"Command: `.venv/bin/python bench/input_cost.py --events {args.events} --users {args.users} --repeats {args.repeats}`",
+        f"Command: `.venv/bin/python bench/input_cost.py --workload {args.workload} --events {args.events} "
+        f"--users {args.users} --repeats {args.repeats}`",
         f"Machine: {platform.machine()}, 2 cores (shared), Python {platform.python_version()}; Spark local[*]; the "
         "Kafka read is cached first, so each figure is what follows it; every variant written to the noop sink.",
         "",
