@@ -135,8 +135,9 @@ class Aggregate:
         """The processor's input column for this aggregate (see the Java processor's class comment)."""
         from pyspark.sql import functions as F
 
-        if self.kind == "count":
-            return F.lit(True) if self.input is None else F.expr(self.input).isNotNull()
+        if self.kind == "count":  # how many events it counts: the processor adds them (combined events too)
+            counts = F.lit(True) if self.input is None else F.expr(self.input).isNotNull()
+            return counts.cast("bigint")
         return F.expr(self.input).try_cast(stored_type)
 
 
@@ -235,11 +236,18 @@ class KeyedAggregate(StoreDeclaration):
         rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
         return self.events.classify(source, key_field, extra_rules=rules)
 
-    def changes(self, events, key_field: str, initial, store: StoreSpec | None, job: str = "?"):
+    def changes(
+        self, events, key_field: str, initial, store: StoreSpec | None, job: str = "?", offset_ordered: bool = False
+    ):
         """The store's change rows for ``events`` (a job's processor input, see
         :meth:`JobContext.with_dead_letters`; with an event-time TTL also the source's ``partition``,
         ``timestamp`` and ``value``), seeded with ``initial`` (restored ``key`` + :attr:`state_ddl` rows)
-        after a restore; ``store``'s ``ttl_ms`` evicts idle keys."""
+        after a restore; ``store``'s ``ttl_ms`` evicts idle keys.
+
+        ``offset_ordered`` (each input partition's events in offset order, as a Kafka source reads them):
+        a key's events are combined per input partition before the shuffle, as Spark's partial aggregation
+        would, in offset order (``streamstate.primitives.PartialAggregates``); not with an event-time TTL
+        (decided record by record) nor a DOUBLE sum (the order of additions changes its last bits)."""
         from pyspark.sql import DataFrame
         from pyspark.sql import functions as F
 
@@ -269,7 +277,7 @@ class KeyedAggregate(StoreDeclaration):
         needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
         jdf = spark._jvm.streamstate.primitives.KeyedAggregate.changes(
             needed._jdf, key_field, None if initial is None else initial._jdf, self.store, self.state_ddl,
-            self.change_ddl, ttl_ms, kinds,
+            self.change_ddl, ttl_ms, kinds, offset_ordered,
         )  # fmt: skip
         return DataFrame(jdf, spark)
 

@@ -72,8 +72,11 @@ class StoreDeclaration:
         """The job's input decoded and classified (a primitive may add rules of its own)."""
         return self.events.classify(source, key_field)
 
-    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?"):
-        """The store's change rows (``key``, ``tombstone``, the stored value) for the processor's input."""
+    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
+        """The store's change rows (``key``, ``tombstone``, the stored value) for the processor's input.
+
+        ``offset_ordered``: each input partition holds its events in offset order, as a Kafka source's do
+        (the pipeline says so); a primitive may then combine a key's events before the shuffle."""
         raise NotImplementedError
 
     @property
@@ -155,7 +158,7 @@ class StoreDeclaration:
         events = ctx.with_dead_letters(classified, *self.source_columns, key=spec.key_field)
         initial = ctx.initial_state(changes) if len(stores) == 1 else ctx.initial_states(stores)
         if processor is None:
-            rows = self.changes(events, spec.key_field, initial, store, job=spec.name)
+            rows = self.changes(events, spec.key_field, initial, store, job=spec.name, offset_ordered=True)
         else:
             logic = processor(store.ttl_ms)
             rows = processor_changes(events, spec.key_field, initial, logic, stores, timed=bool(store.ttl_ms))

@@ -87,7 +87,7 @@ class VersionedLatest(StoreDeclaration):
     def classify(self, source, key_field: str):
         return self.events.classify(source, key_field, extra_rules=self.rules())
 
-    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?"):
+    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
         """The store's change rows for ``events`` (a job's processor input), seeded with ``initial``."""
         from pyspark.sql import DataFrame
         from pyspark.sql import functions as F

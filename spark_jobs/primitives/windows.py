@@ -173,7 +173,7 @@ class WindowedAggregate(StoreDeclaration):
         rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
         return self.events.classify(source, key_field, extra_rules=rules)
 
-    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?"):
+    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
         """The processor's rows (:meth:`output_ddl_for`) for ``events`` (the processor's input, with the
         source's ``partition``, ``offset``, ``timestamp`` and ``value``), seeded with ``initial`` (restored
         ``key`` + state rows) after a restore."""

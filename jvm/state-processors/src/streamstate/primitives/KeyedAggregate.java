@@ -36,7 +36,7 @@ import streamstate.jobs.DeadLetters;
  * <p>Input columns: the key, {@code offset} (a key's events all sit in one source partition, so offset
  * order is the order they happened), {@link Rows#DELETE_COLUMN} (true: the event deletes the key) and one
  * {@link #INPUT_PREFIX}{@code i} column per aggregate, already of the aggregate's stored type (for count:
- * true when the event counts). The stored value is the aggregates in order, then {@code touched_at_ms}
+ * 1 when the event counts, else 0). The stored value is the aggregates in order, then {@code touched_at_ms}
  * (processing time of the last change: a restored TTL timer keeps its deadline).
  *
  * <p>Per micro-batch, one change row per key the batch saw: its new value, or a tombstone when the key's
@@ -54,15 +54,21 @@ public final class KeyedAggregate {
    * The change stream of {@code events} grouped by {@code keyColumn} through the aggregate {@code kinds}
    * (comma-separated: count, sum, min, max, latest; one per value field of {@code stateDdl} but the last,
    * {@code touched_at_ms}); {@code initial} (key + value columns, or null) seeds the store after a restore.
-   * Rejected records among {@code events} pass through (see {@link DeadLetters}).
+   * Rejected records among {@code events} pass through (see {@link DeadLetters}). When each input
+   * partition holds its events in offset order ({@code offsetOrdered}: a Kafka source's do), they are
+   * combined per partition before the shuffle ({@link PartialAggregates}), unless a sum is DOUBLE.
    */
   public static Dataset<Row> changes(Dataset<Row> events, String keyColumn, Dataset<Row> initial, String store,
-                                     String stateDdl, String changeDdl, long ttlMs, String kinds) {
+                                     String stateDdl, String changeDdl, long ttlMs, String kinds,
+                                     boolean offsetOrdered) {
     StructType state = StructType.fromDDL(stateDdl);
     StructType change = StructType.fromDDL(changeDdl);
+    Kind[] parsed = Kind.parse(kinds, state.size() - 1);
+    Dataset<Row> input = offsetOrdered && PartialAggregates.combinable(parsed, state)
+        ? PartialAggregates.combine(events, keyColumn, parsed) : events;
     KeyValueGroupedDataset<String, Row> grouped =
-        events.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
-    Aggregator aggregator = new Aggregator(store, state, Kind.parse(kinds, state.size() - 1), ttlMs);
+        input.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
+    Aggregator aggregator = new Aggregator(store, state, parsed, ttlMs);
     TimeMode timeMode = ttlMs > 0 ? TimeMode.ProcessingTime() : TimeMode.None();
     KeyValueGroupedDataset<String, Row> seeded = initial == null ? null
         : initial.groupByKey((MapFunction<Row, String>) row -> row.getAs("key"), Encoders.STRING());
@@ -70,7 +76,8 @@ public final class KeyedAggregate {
         initial == null ? null : initial.schema());
   }
 
-  /** What an aggregate keeps of its inputs. Null inputs are skipped (count counts true inputs). */
+  /** What an aggregate keeps of its inputs. Null inputs are skipped; a count's input is how many events
+   * it counts (0 or 1 for one event, more for {@link PartialAggregates}' combined events). */
   enum Kind {
     COUNT, SUM, MIN, MAX, LATEST;
 
@@ -109,15 +116,20 @@ public final class KeyedAggregate {
       return type.equals(DataTypes.DoubleType) ? (Object) 0.0 : (Object) 0L;
     }
 
+    /**
+     * {@code current} with {@code input} applied; associative, so inputs combined first give the same
+     * result ({@link PartialAggregates}). A null input leaves {@code current}; a null {@code current} (a
+     * combination's start, or a min/max/latest without input yet) takes the input.
+     */
     @SuppressWarnings("unchecked")
     Object apply(Object current, Object input) {
+      if (input == null || current == null) {
+        return input == null ? current : input;
+      }
       switch (this) {
         case COUNT:
-          return Boolean.TRUE.equals(input) ? (Long) current + 1 : current;
+          return (Long) current + (Long) input;
         case SUM:
-          if (input == null) {
-            return current;
-          }
           if (current instanceof BigDecimal) {
             return ((BigDecimal) current).add((BigDecimal) input);
           }
@@ -127,13 +139,10 @@ public final class KeyedAggregate {
           return Math.addExact((Long) current, (Long) input);
         case MIN:
         case MAX:
-          if (input == null || current == null) {
-            return input == null ? current : input;
-          }
           int order = ((Comparable<Object>) input).compareTo(current);
           return (this == MIN ? order < 0 : order > 0) ? input : current;
         default:  // LATEST
-          return input == null ? current : input;
+          return input;
       }
     }
   }

@@ -61,7 +61,7 @@ import streamstate.jobs.DeadLetters;
  *
  * <p>Input columns: the key, the event time, {@link Rows#DELETE_COLUMN}, the source's {@code offset},
  * {@code timestamp} and {@code value}, and one {@link KeyedAggregate#INPUT_PREFIX}{@code i} column per
- * aggregate, already of its stored type (for count: true when the event counts).
+ * aggregate, already of its stored type (for count: 1 when the event counts, else 0).
  *
  * <p>Each batch emits one row per changed window (its latest value) plus one row per partition whose
  * stream time moved (the key null, {@code stream_time_ms} set), so a restore continues stream
