@@ -233,7 +233,7 @@ class Round:
     changelog_bytes: int | None = None
     restores: dict[str, dict] = dataclasses.field(default_factory=dict)  # name -> seconds, records, peak_bytes
     #: the platform's run report: seconds per phase of its batches (state, dead_letters, outputs, changelog,
-    #: snapshot)
+    #: snapshot); plain Spark's: its batches' seconds
     phases: dict[str, float] = dataclasses.field(default_factory=dict)
     #: keys on which this peer's answer was checked equal to the platform's (bench/answers.py)
     answer_keys: int | None = None
@@ -305,7 +305,7 @@ class Bench:
         assert run.answer["input_rows"] == self.events, f"plain Spark read {run.answer['input_rows']} of {self.events}"
         self.answers["plain_spark"] = self._table_answer(work / "output")
         shutil.rmtree(work, ignore_errors=True)
-        return Round(run.seconds, run.peak_bytes)
+        return Round(run.seconds, run.peak_bytes, phases={"batches": run.answer["batch_seconds"]})
 
     def platform(self, n: int, size: str, max_offsets: int) -> Round:
         work = self.root / f"platform-{size}-r{n}"
@@ -643,7 +643,17 @@ def where_the_time_goes(rounds: dict[str, list[Round]]) -> list[str]:
     phases = {name: statistics.median(r.phases.get(name, 0.0) for r in runs) for name in names}
     rest = statistics.median(r.seconds - sum(r.phases.values()) for r in runs)
     parts = ", ".join(f"{name} {seconds:,.1f}" for name, seconds in phases.items())
-    return [f"- Where the platform's run time goes (median seconds): {parts}, everything else {rest:,.1f}"]
+    lines = [f"- Where the platform's run time goes (median seconds): {parts}, everything else {rest:,.1f}"]
+    plain = [r for r in rounds.get("plain_spark", []) if r.phases]
+    if plain:  # the same split of the peer: its micro-batches (read, aggregation, write) and the rest
+        batches = statistics.median(r.phases["batches"] for r in plain)
+        rest = statistics.median(r.seconds - r.phases["batches"] for r in plain)
+        ours = sum(phases.values())
+        lines.append(
+            f"- Where plain Spark's run time goes (median seconds): its micro-batches {batches:,.1f} "
+            f"(the platform's: {ours:,.1f}), everything else {rest:,.1f}"
+        )
+    return lines
 
 
 def write_section(text: str, path: Path) -> None:

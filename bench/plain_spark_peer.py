@@ -19,7 +19,8 @@ windows starting every minute (``window(event_time, "5 minutes", "1 minute")``),
 append mode, appended to a Delta table, the same way.
 
 Run by bench/compare.py in its own process (its memory is measured per process tree); prints one JSON
-line: ``{"seconds": ..., "input_rows": ..., "batches": ...}`` where seconds run from the process start.
+line: ``{"seconds": ..., "input_rows": ..., "batches": ..., "batch_seconds": ...}`` where seconds run from the
+process start and batch_seconds is what its micro-batches took.
 
     .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures]
 """
@@ -58,7 +59,7 @@ def main() -> None:
     if args.max_offsets_per_trigger:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
     query_of = {"purchases": purchase_counts, "pulses": pulse_windows, "temperatures": temperature_windows}[args.workload]
-    batches = {"n": 0}
+    batches = {"n": 0, "seconds": 0.0}  # micro-batches, and the seconds their foreachBatch took (see _timed)
     query = (
         query_of(source.load(), str(args.work_dir / "output"), batches)
         .option("checkpointLocation", str(args.work_dir / "checkpoint"))
@@ -67,7 +68,8 @@ def main() -> None:
     )
     query.awaitTermination()
     input_rows = sum(p["numInputRows"] for p in query.recentProgress)
-    print(json.dumps({"seconds": time.monotonic() - STARTED, "input_rows": input_rows, "batches": batches["n"]}))
+    report = {"seconds": time.monotonic() - STARTED, "input_rows": input_rows}
+    print(json.dumps({**report, "batches": batches["n"], "batch_seconds": batches["seconds"]}))
     spark.stop()
 
 
@@ -87,8 +89,8 @@ def purchase_counts(raw, output: str, batches: dict):
              F.max("event_time").alias("last_purchase_at"))  # fmt: skip
     )
 
+    @_timed(batches)
     def merge(batch, _batch_id: int) -> None:
-        batches["n"] += 1
         (
             DeltaTable.forPath(batch.sparkSession, output).alias("t")
             .merge(batch.alias("s"), "t.user_id = s.user_id")
@@ -136,9 +138,25 @@ def temperature_windows(raw, output: str, batches: dict):
     return windows.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
 
 
+def _timed(batches: dict):
+    """A ``foreachBatch`` function, counted and timed in ``batches``: what the query's batches took (the
+    source read, the aggregation and the write all run inside it), apart from starting and stopping."""
+
+    def timing(write):
+        def timed(batch, batch_id: int) -> None:
+            started = time.monotonic()
+            write(batch, batch_id)
+            batches["n"] += 1
+            batches["seconds"] += time.monotonic() - started
+
+        return timed
+
+    return timing
+
+
 def _appender(output: str, batches: dict):
+    @_timed(batches)
     def append(batch, _batch_id: int) -> None:
-        batches["n"] += 1
         batch.write.format("delta").mode("append").save(output)
 
     return append
