@@ -44,6 +44,14 @@ def test_ratios_compare_medians_against_the_goals():
 def test_where_the_time_goes_splits_the_platform_run():
     (line,) = where_the_time_goes(_rounds())
     assert line.endswith("state 330.0, outputs 55.0, everything else 65.0")
+    # plain Spark's micro-batches beside the platform's batch phases, when its run reported them
+    rounds = _rounds()
+    rounds["plain_spark"] = [Round(200.0, 1, phases={"batches": 150.0}), Round(250.0, 1, phases={"batches": 170.0})]
+    _, plain = where_the_time_goes(rounds)
+    assert plain == (
+        "- Where plain Spark's run time goes (median seconds): its micro-batches 160.0 (the platform's: 385.0), "
+        "everything else 65.0"
+    )
 
 
 def test_where_the_restore_goes_splits_snapshot_and_tail():
