@@ -117,6 +117,46 @@ def test_the_classification_decodes_each_record_once_whatever_its_rules_read(spa
     assert plan.count("UDF(value") == 1 and "from_json(" not in plan, plan
 
 
+#: HotSpot's HugeMethodLimit: a method of more bytecode is never JIT-compiled and runs interpreted.
+JIT_METHOD_LIMIT = 8000
+
+
+@pytest.mark.parametrize(
+    "job, declaration",
+    [("purchase_counts", "COUNTS"), ("patient_heart_rate", "HEART_RATE"), ("temperature_averages", "AVERAGES"),
+     ("vote_counts", "VOTES")],
+)  # fmt: skip
+def test_the_processor_input_compiles_to_methods_the_jit_takes(spark, job, declaration):
+    """Each job's classified records, filtered to what its processor reads, compile to generated methods
+    the JIT compiles. Spark pushes the processor's filter under the classification and inlines the rules
+    into it: when the dead-letter reason was read by comparing the first broken rule's number with each
+    rule's, every comparison became a copy of the rule chain and the method grew to 15,821 bytes for
+    temperature_averages, run interpreted (the map side of its shuffle ten times slower)."""
+    import importlib
+    import types
+
+    from spark_jobs import dead_letter
+    from spark_jobs.registry import get_job
+    from spark_jobs.registry import store as store_spec
+
+    spec, module = get_job(job), importlib.import_module(f"spark_jobs.jobs.{job}")
+    raw = spark.createDataFrame(
+        [(b"u1", b'{"type": "x"}', "t", 0, 0, None)],
+        "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP",
+    )
+    classified = module.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    events = dead_letter.with_dead_letters(classified, "app", spec.key_field, "partition", "offset", "timestamp",
+                                           "value")  # fmt: skip
+    changes = getattr(module, declaration).changes(
+        events, spec.key_field, None, store_spec(spec, spec.stores[0].name), job=job, offset_ordered=True
+    )
+    stages = spark._jvm.org.apache.spark.sql.execution.debug.package.codegenStringSeq(
+        changes._jdf.queryExecution().executedPlan()
+    )
+    sizes = [stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size())]
+    assert sizes and max(sizes) <= JIT_METHOD_LIMIT, sizes
+
+
 @pytest.mark.parametrize("processor", ["java", "python"])
 def test_rejected_records_ride_through_the_processor_that_never_sees_them(spark, tmp_path, processor):
     """The job's one query: each record read and decoded once, valid ones processed, rejected ones passed
