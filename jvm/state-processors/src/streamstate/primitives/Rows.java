@@ -43,7 +43,10 @@ final class Rows {
     while (rows.hasNext()) {
       events.add(rows.next());
     }
-    events.sort(Comparator.comparingLong(row -> row.<Long>getAs("offset")));
+    if (!events.isEmpty()) {
+      int offset = events.get(0).fieldIndex("offset");
+      events.sort(Comparator.comparingLong(row -> row.getLong(offset)));
+    }
     return events;
   }
 

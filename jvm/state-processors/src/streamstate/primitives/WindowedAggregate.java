@@ -66,8 +66,10 @@ import streamstate.jobs.DeadLetters;
  * <p>Each batch emits one row per changed window (its latest value) plus one row per partition whose
  * stream time moved (the key null, {@code stream_time_ms} set), so a restore continues stream
  * time exactly. State per partition: the stream time, each key's open windows and closed window
- * starts, and the earliest close and eviction times, so closing and eviction scan the partition's
- * keys only when one is due (once per window of stream time), not per record.
+ * starts, and the earliest close and eviction times, so closing and eviction look at the partition's
+ * keys only when one is due (once per window advance of stream time), not per record. A batch holds
+ * the keys it touched in memory and writes them back once, at its end; its first close reads every
+ * key's open windows, so the batch's later closes do not read the store again.
  */
 public final class WindowedAggregate {
   private WindowedAggregate() {}
@@ -177,11 +179,18 @@ public final class WindowedAggregate {
       List<Row> events = Rows.inOffsetOrder(rows);
       int[] inputs = Rows.inputIndexes(events, kinds.length);
       Batch batch = new Batch(partition);
+      if (events.isEmpty()) {
+        return CollectionConverters.asScala(batch.finish().iterator());
+      }
+      StructType schema = events.get(0).schema();
+      int timeIndex = schema.fieldIndex(timeColumn);
+      int keyIndex = schema.fieldIndex(keyColumn);
+      int deleteIndex = schema.fieldIndex(Rows.DELETE_COLUMN);
       for (Row event : events) {
-        long t = event.<Timestamp>getAs(timeColumn).getTime();
+        long t = ((Timestamp) event.get(timeIndex)).getTime();
         batch.advance(t);
-        String key = event.getAs(keyColumn);
-        if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
+        String key = event.getString(keyIndex);
+        if (Boolean.TRUE.equals(event.get(deleteIndex))) {
           batch.delete(key);
           continue;
         }
@@ -232,19 +241,28 @@ public final class WindowedAggregate {
     private final class Batch extends TaskBatch {
       final Map<String, TreeMap<Long, Object[]>> openCache = new HashMap<>();
       final Map<String, TreeSet<Long>> closedCache = new HashMap<>();
-      /** latest change row per changelog key (key@start), in the order first changed */
-      final Map<String, Row> changes = new LinkedHashMap<>();
+      /** each changed window's latest change, in the order first changed (rows built at {@link #finish}) */
+      final Map<WindowKey, Change> changes = new LinkedHashMap<>();
+      /** the partition's earliest close and eviction times ({@link Long#MAX_VALUE}: none), held here for the
+       * batch: every window update may lower them, and a state read per update was most of a batch's time */
+      private long closeAt;
+      private long evictAt;
+      /** whether every key's open (closed) windows are in the cache */
+      private boolean openLoaded;
+      private boolean closedLoaded;
 
       Batch(int partition) {
         super(partition);
+        closeAt = nextCloseAt.exists() ? nextCloseAt.get() : Long.MAX_VALUE;
+        evictAt = nextEvictAt.exists() ? nextEvictAt.get() : Long.MAX_VALUE;
       }
 
       @Override
       protected void onAdvance() {
-        if (nextCloseAt.exists() && nextCloseAt.get() <= now) {
+        if (closeAt <= now) {
           closeDue();
         }
-        if (nextEvictAt.exists() && nextEvictAt.get() <= now) {
+        if (evictAt <= now) {
           evictDue();
         }
       }
@@ -254,7 +272,7 @@ public final class WindowedAggregate {
         for (int i = 0; i < kinds.length; i++) {
           aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
         }
-        lower(nextCloseAt, closesAt(start));
+        closeAt = Math.min(closeAt, closesAt(start));
         change(key, start, aggregates, false);
       }
 
@@ -269,31 +287,49 @@ public final class WindowedAggregate {
         closedOf(key).clear();
       }
 
-      /** Close every open window of the partition due at the current stream time. */
+      /** Close every open window of the partition due at the current stream time. The first close of a batch
+       * reads every key's open windows into the cache; the batch's later closes (one per advance of the
+       * window's start: about once per minute of event time for temperatures) then scan the cache only. */
       private void closeDue() {
-        writeBack();
+        if (!openLoaded) {  // every key is in the cache from here on: the batch writes them back at its end
+          Iterator<Tuple2<String, Row>> entries = open.iterator();
+          while (entries.hasNext()) {
+            Tuple2<String, Row> entry = entries.next();
+            openCache.computeIfAbsent(entry._1(), k -> openWindows(entry._2()));
+          }
+          openLoaded = true;
+        }
         long next = Long.MAX_VALUE;
-        for (String key : keys(open)) {
-          TreeMap<Long, Object[]> windows = openOf(key);
+        for (Map.Entry<String, TreeMap<Long, Object[]>> entry : openCache.entrySet()) {
+          String key = entry.getKey();
+          TreeMap<Long, Object[]> windows = entry.getValue();
           while (!windows.isEmpty() && closesAt(windows.firstKey()) <= now) {
             Map.Entry<Long, Object[]> window = windows.pollFirstEntry();
             closedOf(key).add(window.getKey());
-            lower(nextEvictAt, evictedAt(window.getKey()));
+            evictAt = Math.min(evictAt, evictedAt(window.getKey()));
             change(key, window.getKey(), window.getValue(), true);
           }
           if (!windows.isEmpty()) {
             next = Math.min(next, closesAt(windows.firstKey()));
           }
         }
-        setOrClear(nextCloseAt, next);
+        closeAt = next;
       }
 
-      /** Drop every closed window of the partition whose retention has passed. */
+      /** Drop every closed window of the partition whose retention has passed (read like {@link #closeDue}). */
       private void evictDue() {
-        writeBack();
+        if (!closedLoaded) {
+          Iterator<Tuple2<String, Row>> entries = closed.iterator();
+          while (entries.hasNext()) {
+            Tuple2<String, Row> entry = entries.next();
+            closedCache.computeIfAbsent(entry._1(), k -> new TreeSet<>(entry._2().<Long>getList(0)));
+          }
+          closedLoaded = true;
+        }
         long next = Long.MAX_VALUE;
-        for (String key : keys(closed)) {
-          TreeSet<Long> starts = closedOf(key);
+        for (Map.Entry<String, TreeSet<Long>> entry : closedCache.entrySet()) {
+          String key = entry.getKey();
+          TreeSet<Long> starts = entry.getValue();
           while (!starts.isEmpty() && evictedAt(starts.first()) <= now) {
             tombstone(key, starts.pollFirst(), false);
           }
@@ -301,25 +337,11 @@ public final class WindowedAggregate {
             next = Math.min(next, evictedAt(starts.first()));
           }
         }
-        setOrClear(nextEvictAt, next);
+        evictAt = next;
       }
 
       private TreeMap<Long, Object[]> openOf(String key) {
-        return openCache.computeIfAbsent(key, k -> {
-          TreeMap<Long, Object[]> windows = new TreeMap<>();
-          Row row = open.containsKey(k) ? open.getValue(k) : null;
-          if (row != null) {
-            List<Long> starts = row.getList(0);
-            for (int w = 0; w < starts.size(); w++) {
-              Object[] aggregates = new Object[kinds.length];
-              for (int i = 0; i < kinds.length; i++) {
-                aggregates[i] = row.getList(i + 1).get(w);
-              }
-              windows.put(starts.get(w), aggregates);
-            }
-          }
-          return windows;
-        });
+        return openCache.computeIfAbsent(key, k -> openWindows(open.containsKey(k) ? open.getValue(k) : null));
       }
 
       private TreeSet<Long> closedOf(String key) {
@@ -329,25 +351,20 @@ public final class WindowedAggregate {
         });
       }
 
+      /** The window's latest value: {@code aggregates} is the window's own array, which later events of the
+       * batch update in place (each update calls this again). */
       private void change(String key, long start, Object[] aggregates, boolean isClosed) {
-        changes.put(key + "@" + start, output(CHANGE, false, key, start, aggregates, isClosed, partition,
-            null, null, null, null, null));
+        changes.put(new WindowKey(key, start), new Change(false, aggregates, isClosed));
       }
 
       /** A window leaves the store. One closed in this batch keeps its final values for the outputs; an open
        * one ({@code wasOpen}, deleted) says {@code closed = false}: outputs that show open windows drop it. */
       private void tombstone(String key, long start, boolean wasOpen) {
-        Row previous = changes.get(key + "@" + start);
-        boolean closedNow = !wasOpen && previous != null && Boolean.TRUE.equals(previous.getAs(closedIndex()));
-        Object[] aggregates = null;
-        if (closedNow) {
-          aggregates = new Object[kinds.length];
-          for (int i = 0; i < kinds.length; i++) {
-            aggregates[i] = previous.get(4 + i);
-          }
-        }
-        changes.put(key + "@" + start, output(CHANGE, true, key, start, aggregates,
-            wasOpen ? Boolean.FALSE : closedNow ? Boolean.TRUE : null, partition, null, null, null, null, null));
+        WindowKey window = new WindowKey(key, start);
+        Change previous = changes.get(window);
+        boolean closedNow = !wasOpen && previous != null && Boolean.TRUE.equals(previous.closed);
+        changes.put(window, new Change(true, closedNow ? previous.aggregates : null,
+            wasOpen ? Boolean.FALSE : closedNow ? Boolean.TRUE : null));
       }
 
       /** Write the cached windows back to the state store. */
@@ -372,7 +389,14 @@ public final class WindowedAggregate {
 
       List<Row> finish() {
         writeBack();
-        out.addAll(changes.values());
+        setOrClear(nextCloseAt, closeAt);
+        setOrClear(nextEvictAt, evictAt);
+        for (Map.Entry<WindowKey, Change> entry : changes.entrySet()) {
+          WindowKey window = entry.getKey();
+          Change change = entry.getValue();
+          out.add(output(CHANGE, change.tombstone, window.key, window.start, change.aggregates, change.closed,
+              partition, null, null, null, null, null));
+        }
         if (saveStreamTime()) {
           out.add(output(CHANGE, false, null, null, null, null, partition, now, null, null, null, null));
         }
@@ -380,14 +404,31 @@ public final class WindowedAggregate {
       }
     }
 
-    /** The keys of a per-key map state, read before the map is changed. */
-    private static List<String> keys(MapState<String, Row> state) {
-      List<String> keys = new ArrayList<>();
-      Iterator<Tuple2<String, Row>> entries = state.iterator();
-      while (entries.hasNext()) {
-        keys.add(entries.next()._1());
+    /** A window of a key: what a change row is about. */
+    private record WindowKey(String key, long start) {}
+
+    /** A window's latest change in a batch: a tombstone or its values, and whether it is closed (null on a
+     * tombstone of a window closed before the batch). */
+    private record Change(boolean tombstone, Object[] aggregates, Boolean closed) {}
+
+    /** A key's open windows as its stored row ({@link #openSchema}, or null: none) holds them. */
+    private TreeMap<Long, Object[]> openWindows(Row row) {
+      TreeMap<Long, Object[]> windows = new TreeMap<>();
+      if (row != null) {
+        List<Long> starts = row.getList(0);
+        List<List<Object>> columns = new ArrayList<>(kinds.length);
+        for (int i = 0; i < kinds.length; i++) {
+          columns.add(row.getList(i + 1));
+        }
+        for (int w = 0; w < starts.size(); w++) {
+          Object[] aggregates = new Object[kinds.length];
+          for (int i = 0; i < kinds.length; i++) {
+            aggregates[i] = columns.get(i).get(w);
+          }
+          windows.put(starts.get(w), aggregates);
+        }
       }
-      return keys;
+      return windows;
     }
 
     private static void lower(ValueState<Long> time, long candidate) {
