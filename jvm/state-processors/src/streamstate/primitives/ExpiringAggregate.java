@@ -191,14 +191,18 @@ public final class ExpiringAggregate {
       TreeMap<Long, Set<String>> byExpiry;
       /** latest change row per key, in the order first changed */
       final Map<String, Row> changes = new LinkedHashMap<>();
+      /** the partition's earliest expiry until the batch indexes it ({@link Long#MAX_VALUE}: none), held here:
+       * a state read per record was a large part of a batch's time */
+      private long expiry;
 
       Batch(int partition) {
         super(partition);
+        expiry = nextExpiry.exists() ? nextExpiry.get() : Long.MAX_VALUE;
       }
 
       @Override
       protected void onAdvance() {
-        if (byExpiry == null && nextExpiry.exists() && nextExpiry.get() <= now) {
+        if (byExpiry == null && expiry <= now) {
           index();
         }
         if (byExpiry != null) {
@@ -234,8 +238,8 @@ public final class ExpiringAggregate {
         long expiresAt = entry.eventTime + ttlMs;
         if (byExpiry != null) {
           byExpiry.computeIfAbsent(expiresAt, at -> new LinkedHashSet<>()).add(key);
-        } else if (!nextExpiry.exists() || expiresAt < nextExpiry.get()) {
-          nextExpiry.update(expiresAt);
+        } else {
+          expiry = Math.min(expiry, expiresAt);
         }
         Object[] value = new Object[kinds.length + 1];
         System.arraycopy(entry.aggregates, 0, value, 0, kinds.length);
@@ -296,11 +300,12 @@ public final class ExpiringAggregate {
           }
         }
         if (byExpiry != null) {
-          if (byExpiry.isEmpty()) {
-            nextExpiry.clear();
-          } else {
-            nextExpiry.update(byExpiry.firstKey());
-          }
+          expiry = byExpiry.isEmpty() ? Long.MAX_VALUE : byExpiry.firstKey();
+        }
+        if (expiry == Long.MAX_VALUE) {
+          nextExpiry.clear();
+        } else {
+          nextExpiry.update(expiry);
         }
         out.addAll(changes.values());
         if (saveStreamTime()) {
