@@ -338,7 +338,9 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         # v3: Kafka Streams' semantics record by record: stream time per source partition, advanced
         # by each record (v2 judged a whole micro-batch by the stream time before it); the store is
         # keyed by partition and its entries carry the partition, plus one stream-time entry each.
-        version=3,
+        # v4: the processor grouped by each partition's task key, not its number (partitions 0 and 1
+        # shared one task: streamstate.primitives.PartitionTask); the checkpoint's state keys differ.
+        version=4,
         source_topic="patient-events",
         key_field="patient_id",
         output_table="patient_heart_rate",
@@ -359,7 +361,9 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
     ),
     JobSpec(
         name="temperature_averages",
-        version=1,
+        # v2: the processor grouped by each partition's task key, not its number (partitions 0 and 1
+        # shared one task: streamstate.primitives.PartitionTask); the checkpoint's state keys differ.
+        version=2,
         source_topic="sensor-readings",
         key_field="sensor_id",
         output_table="temperature_averages",

@@ -96,6 +96,34 @@ def test_hopping_windows_match_kafka_streams_semantics_whatever_the_batching(spa
         assert _run(spark, tmp_path, events, cut, f"s{seed}-{cut}") == want, f"micro-batches of {cut}"
 
 
+@pytest.mark.parametrize("source_partitions, shuffle_partitions", [(2, 2), (4, 2), (3, 3), (6, 4)])
+def test_each_shuffle_partition_runs_its_share_of_the_source_partitions(
+    spark, tmp_path, source_partitions, shuffle_partitions
+):
+    """The processor of source partition p runs in shuffle partition p mod N, so the partitions' work spreads
+    over the cores (grouped by the partition number, partitions 0 and 1 hashed into one of two shuffle
+    partitions, and one task ran both while the other core idled)."""
+    from pyspark.sql import functions as F
+
+    events = list(temperatures.generate(sensors=40, seconds=60, seed=9))
+    rows = source_rows(events, EVENT_SCHEMA, "sensor_id", source_partitions, temperatures.START)
+    assert {row["partition"] for row in rows} == set(range(source_partitions))
+    stream = file_stream(spark, [rows], with_source_columns(EVENT_SCHEMA), tmp_path / "events")
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))  # a new checkpoint takes it
+    try:
+        changes = AVERAGES.changes(stream, "sensor_id", None, STORE, job="temperature_averages")
+        placed = changes.select("source_partition", F.spark_partition_id().alias("task"))
+        seen: set[tuple[int, int]] = set()
+        writer = placed.writeStream.foreachBatch(lambda batch, _: seen.update(map(tuple, batch.collect())))
+        query = writer.option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    assert sorted(seen) == [(p, p % shuffle_partitions) for p in range(source_partitions)]
+
+
 def _outputs(rows: list[dict]) -> dict[tuple[str, int], dict]:
     return {(r["sensor_id"], int(r["window_start"].timestamp() * 1000)): r for r in rows}
 

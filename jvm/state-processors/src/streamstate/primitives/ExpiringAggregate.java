@@ -9,7 +9,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
@@ -19,7 +18,6 @@ import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
-import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
@@ -88,12 +86,11 @@ public final class ExpiringAggregate {
                                      String timeColumn) {
     StructType output = StructType.fromDDL(outputDdl);
     StructType values = StructType.fromDDL(valuesDdl);
-    KeyValueGroupedDataset<Integer, Row> grouped =
-        events.groupByKey((MapFunction<Row, Integer>) row -> row.getAs(partitionColumn), Encoders.INT());
+    KeyValueGroupedDataset<Long, Row> grouped = PartitionTask.byTask(events, partitionColumn);
     Expiring processor = new Expiring(store, values, KeyedAggregate.Kind.parse(kinds, values.size()), ttlMs,
         output.size(), keyColumn, timeColumn);
-    KeyValueGroupedDataset<Integer, Row> seeded = initial == null ? null
-        : initial.groupByKey((MapFunction<Row, Integer>) row -> row.getAs("source_partition"), Encoders.INT());
+    KeyValueGroupedDataset<Long, Row> seeded = initial == null ? null
+        : PartitionTask.byTask(initial, "source_partition");
     return DeadLetters.transform(grouped, events.schema(), processor, TimeMode.None(), OutputMode.Update(), output,
         seeded, initial == null ? null : initial.schema());
   }
@@ -132,7 +129,7 @@ public final class ExpiringAggregate {
     }
 
     @Override
-    public Iterator<Row> handleInputRows(Integer partition, Iterator<Row> rows, TimerValues timerValues) {
+    protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
       List<Row> events = Rows.inOffsetOrder(rows);
       int[] inputs = Rows.inputIndexes(events, kinds.length);
       Batch batch = new Batch(partition);
@@ -160,7 +157,7 @@ public final class ExpiringAggregate {
     }
 
     @Override
-    public void handleInitialState(Integer partition, Row initial, TimerValues timerValues) {
+    protected void handlePartitionState(int partition, Row initial) {
       if (restoredStreamTime(initial)) {
         return;
       }

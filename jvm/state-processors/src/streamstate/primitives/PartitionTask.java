@@ -2,14 +2,20 @@ package streamstate.primitives;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
+import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
 import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.unsafe.hash.Murmur3_x86_32;
 
 import scala.collection.Iterator;
 
@@ -19,8 +25,57 @@ import scala.collection.Iterator;
  * time so far ({@link WindowedAggregate}, {@link ExpiringAggregate}). A restore hands the stream time back
  * on its own initial-state row (key null, {@code stream_time_ms} set). Decisions are made record by record
  * against stream time, never against timers, so they do not depend on where micro-batches end.
+ *
+ * <p>Spark places a group by the hash of its key, and the hashes of partitions 0 and 1 fall in the same
+ * one of two shuffle partitions: one task ran both source partitions while the other core idled. So
+ * the processor's grouping key is the partition's <b>task key</b> ({@link #taskKey}), a number whose
+ * low 32 bits are the partition and whose hash spreads the source partitions over the shuffle
+ * partitions round-robin, for any number of shuffle partitions dividing {@link #SPREAD}. It depends on
+ * nothing else, so a checkpoint finds its state whatever the session's shuffle partitions say.
  */
-abstract class PartitionTask extends StatefulProcessorWithInitialState<Integer, Row, Row, Row> {
+public abstract class PartitionTask extends StatefulProcessorWithInitialState<Long, Row, Row, Row> {
+  /** The seed of Spark's hash partitioning (Murmur3Hash's default). */
+  private static final int SPARK_HASH_SEED = 42;
+  /** Task keys spread evenly over any number of shuffle partitions dividing this: 1-10, 12, 16, 20, 24,
+   * 32, 40, 48, 50, 64, 100, 200 among others. */
+  public static final int SPREAD = 100_800;
+  private static final Map<Integer, Long> TASK_KEYS = new ConcurrentHashMap<>();
+
+  /** The grouping key of source partition {@code partition}: the smallest {@code partition + j * 2^32}
+   * whose Spark hash is congruent to the partition modulo {@link #SPREAD} (about {@code SPREAD} hashes
+   * to find, once per partition and JVM). */
+  public static long taskKey(int partition) {
+    return TASK_KEYS.computeIfAbsent(partition, p -> {
+      for (long key = Integer.toUnsignedLong(p); ; key += 1L << 32) {
+        if (Math.floorMod(Murmur3_x86_32.hashLong(key, SPARK_HASH_SEED), SPREAD) == Math.floorMod(p, SPREAD)) {
+          return key;
+        }
+      }
+    });
+  }
+
+  /** {@code rows} grouped by the task key of their source partition (column {@code partitionColumn}). */
+  static KeyValueGroupedDataset<Long, Row> byTask(Dataset<Row> rows, String partitionColumn) {
+    return rows.groupByKey((MapFunction<Row, Long>) row -> taskKey(row.<Integer>getAs(partitionColumn)),
+        Encoders.LONG());
+  }
+
+  /** The processor's input rows of one micro-batch of source partition {@code partition}. */
+  protected abstract Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows);
+
+  /** One restored row of source partition {@code partition}. */
+  protected abstract void handlePartitionState(int partition, Row initial);
+
+  @Override
+  public final Iterator<Row> handleInputRows(Long task, Iterator<Row> rows, TimerValues timerValues) {
+    return handlePartitionRows((int) task.longValue(), rows);
+  }
+
+  @Override
+  public final void handleInitialState(Long task, Row initial, TimerValues timerValues) {
+    handlePartitionState((int) task.longValue(), initial);
+  }
+
   /** the partition's stream time (absent before its first event) */
   protected transient ValueState<Long> streamTime;
 
@@ -83,7 +138,7 @@ abstract class PartitionTask extends StatefulProcessorWithInitialState<Integer, 
   }
 
   @Override
-  public final Iterator<Row> handleExpiredTimer(Integer partition, TimerValues timerValues, ExpiredTimerInfo info) {
+  public final Iterator<Row> handleExpiredTimer(Long task, TimerValues timerValues, ExpiredTimerInfo info) {
     throw new IllegalStateException(getClass().getSimpleName() + " registers no timers");
   }
 }

@@ -9,7 +9,6 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.TreeSet;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
@@ -19,7 +18,6 @@ import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
-import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -39,7 +37,8 @@ import streamstate.jobs.DeadLetters;
  * (spark_jobs/primitives/windows.py: the declaration's conditions and inputs are evaluated by Spark before
  * it; patient_heart_rate and temperature_averages are two).
  *
- * <p>The processor is keyed by <b>source partition</b>, the unit Kafka Streams calls a task: it sees the
+ * <p>The processor is keyed by <b>source partition</b> (its {@link PartitionTask#taskKey task key}), the unit
+ * Kafka Streams calls a task: it sees the
  * partition's records of a micro-batch in offset order, and <b>stream time</b> is the partition's largest
  * event time so far, advanced by each record before it is applied. So whether an event is late, and
  * whether a window closed before a check-out, never depends on where micro-batches begin and end:
@@ -98,12 +97,11 @@ public final class WindowedAggregate {
                                      String timeColumn) {
     StructType output = StructType.fromDDL(outputDdl);
     StructType values = StructType.fromDDL(valuesDdl);
-    KeyValueGroupedDataset<Integer, Row> grouped =
-        events.groupByKey((MapFunction<Row, Integer>) row -> row.getAs(partitionColumn), Encoders.INT());
+    KeyValueGroupedDataset<Long, Row> grouped = PartitionTask.byTask(events, partitionColumn);
     Windows windows = new Windows(store, values, KeyedAggregate.Kind.parse(kinds, values.size()), windowMs, advanceMs,
         graceMs, retentionMs, output.size(), keyColumn, timeColumn);
-    KeyValueGroupedDataset<Integer, Row> seeded = initial == null ? null
-        : initial.groupByKey((MapFunction<Row, Integer>) row -> row.getAs("source_partition"), Encoders.INT());
+    KeyValueGroupedDataset<Long, Row> seeded = initial == null ? null
+        : PartitionTask.byTask(initial, "source_partition");
     return DeadLetters.transform(grouped, events.schema(), windows, TimeMode.None(), OutputMode.Append(), output,
         seeded, initial == null ? null : initial.schema());
   }
@@ -175,7 +173,7 @@ public final class WindowedAggregate {
 
     // -- Spark's callbacks ---------------------------------------------------------------------
     @Override
-    public Iterator<Row> handleInputRows(Integer partition, Iterator<Row> rows, TimerValues timerValues) {
+    protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
       List<Row> events = Rows.inOffsetOrder(rows);
       int[] inputs = Rows.inputIndexes(events, kinds.length);
       Batch batch = new Batch(partition);
@@ -213,7 +211,7 @@ public final class WindowedAggregate {
     }
 
     @Override
-    public void handleInitialState(Integer partition, Row initial, TimerValues timerValues) {
+    protected void handlePartitionState(int partition, Row initial) {
       if (restoredStreamTime(initial)) {
         return;
       }
