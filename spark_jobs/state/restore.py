@@ -159,17 +159,19 @@ def restore_from_snapshot(
 
         from spark_jobs.state.changelog_spark import read_changelog_frame
 
-        base = snapshots.frame(spark, snapshot) if snapshot else spark.createDataFrame([], STORE_SCHEMA)
+        base = snapshots.frame(spark, snapshot) if snapshot else None
         snapshot_rows, snapshot_seconds = (snapshot.rows_scanned if snapshot else 0), time.monotonic() - started
         listener.on_restore_start(snapshots.store, changelog_topic, start if start else "earliest")
         tail = read_changelog_frame(spark, kafka, changelog_topic, start)
         changes = tail.changes
-        # the snapshot's keys the tail does not touch, then the tail's live values (a null deletes); a tail
-        # of few keys is broadcast, so the snapshot is not shuffled
-        changed_keys = changes.select("key")
-        if tail.records_read <= BROADCAST_MAX_KEYS:
-            changed_keys = F.broadcast(changed_keys)
-        frame = base.join(changed_keys, "key", "left_anti").unionByName(changes.where("value IS NOT NULL"))
+        frame = changes.where("value IS NOT NULL")  # with no snapshot, the state is the tail's live values
+        if base is not None:
+            # the snapshot's keys the tail does not touch, then the tail's live values (a null deletes); a
+            # tail of few keys is broadcast, so the snapshot is not shuffled
+            changed_keys = changes.select("key")
+            if tail.records_read <= BROADCAST_MAX_KEYS:
+                changed_keys = F.broadcast(changed_keys)
+            frame = base.join(changed_keys, "key", "left_anti").unionByName(frame)
         state, applied, max_seen = None, tail.plan.records_applied or 0, tail.max_batch_seen
     if tail.cut_batch_id is not None:
         batch_id, input_offsets, watermark = tail.cut_batch_id, tail.input_offsets, tail.watermark_ms
