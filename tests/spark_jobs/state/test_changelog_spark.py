@@ -6,15 +6,17 @@ losses, and adversarial ones), produced to real topics with their headers and ma
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from spark_jobs.changelog_tuning.measure import broker_log_dirs, read_log_files
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.state import changelog_spark
-from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, ChangelogWriter
 from spark_jobs.state.changelog_reader import apply_changes, read_changelog, summarize_range
 from spark_jobs.state.changelog_spark import read_changelog_frame
 from tests.spark_jobs.state.test_cut_rules import Log, adversarial_log, writer_log
@@ -111,3 +113,21 @@ def test_a_start_below_the_log_start_reads_from_the_log_start(spark, kafka_broke
     assert frame.start_offsets == {0: 1, 1: 0}
     assert {r.key: r.value for r in frame.changes.collect()} == {"a": "1", "b": "1"}
     assert python.state == {b"a": b"1", b"b": b"1"} and python.cut_batch_id == frame.cut_batch_id == 0
+
+
+def test_a_batch_of_changes_is_written_compressed(spark, kafka_broker, settings, unique):
+    """Spark's Kafka sink writes a batch's changes as compressed record batches: the broker's log holds
+    fewer bytes than the changes themselves, and both readers read them back as written."""
+    bootstrap = settings.kafka_bootstrap_servers
+    topic = ChangelogTopic(f"compressed-{unique}", "counts", partitions=2)
+    topic.ensure(bootstrap)
+    changes = {f"user-{i:05d}": json.dumps({"purchases": i % 7, "amount_spent": f"{i}.50"}) for i in range(4000)}
+    frame = spark.createDataFrame(list(changes.items()), "key STRING, value STRING")
+    assert ChangelogWriter(topic, bootstrap).write_batch(frame, 0, {"in": {0: 4000}}) == len(changes)
+
+    raw = sum(len(k) + len(v) for k, v in changes.items())
+    log = read_log_files(broker_log_dirs(AdminClient({"bootstrap.servers": bootstrap})), topic.name, topic.partitions)
+    assert log is not None and log.bytes < raw / 2, (log, raw)  # uncompressed, the log exceeds the raw bytes
+    restored = read_changelog(bootstrap, topic.name)
+    assert restored.cut_batch_id == 0 and restored.state == {k.encode(): v.encode() for k, v in changes.items()}
+    assert {r.key: r.value for r in read_changelog_frame(spark, bootstrap, topic.name).changes.collect()} == changes
