@@ -376,8 +376,7 @@ class SnapshotStore:
         dropped (a join against the layers' keys, which are few), and each touched key's newest value added."""
         from pyspark.sql import functions as F
 
-        version = self.readable_version(info)
-        table = spark.read.format("delta").option("versionAsOf", version).load(self.path)
+        table = self._spark_table(spark, self.readable_version(info))
         if "layer" not in table.columns:
             return table.select("key", "value")
         base = table.where(F.col("layer").isNull()).select("key", "value")
@@ -393,6 +392,27 @@ class SnapshotStore:
         if info.layer_rows <= BROADCAST_MAX_KEYS:  # each executor drops them from its part of the base: no shuffle
             layered_keys = F.broadcast(layered_keys)
         return base.join(layered_keys, "key", "left_anti").unionByName(newest.where("value IS NOT NULL"))
+
+    def _spark_table(self, spark, version: int):
+        """The table's rows at ``version`` as a Spark DataFrame.
+
+        The files of the version come from the Delta log as delta-rs reads it, and Spark scans them as
+        plain Parquet: Spark's Delta reader would replay the same log with Spark jobs of its own, seconds
+        in a driver's first minute (a restore's), for a table that needs no more than its file list.
+        A table whose protocol asks more of a reader than its files (reader version 2 and up: column
+        mapping, deletion vectors) is read by Spark's Delta reader, as is one without files.
+        """
+        import pyarrow as pa
+
+        table = self._delta(version)
+        if table.protocol().min_reader_version == 1:
+            files = pa.table(table.get_add_actions()).column("path").to_pylist()
+            if files and not any("://" in f for f in files):  # relative to the table, as its writers put them
+                columns = {"key": "STRING", "value": "STRING", "layer": "BIGINT"}
+                names = [field.name for field in table.schema().fields]
+                schema = ", ".join(f"{name} {columns[name]}" for name in names if name in columns)
+                return spark.read.schema(schema).parquet(*(f"{self.path.rstrip('/')}/{f}" for f in files))
+        return spark.read.format("delta").option("versionAsOf", version).load(self.path)
 
     def values(self, info: SnapshotInfo) -> list[str]:
         """The values of one snapshot, without their keys (the audit's scan of what a store holds)."""

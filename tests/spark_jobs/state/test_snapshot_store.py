@@ -171,3 +171,26 @@ def test_a_snapshot_table_from_before_layers_gains_the_column_with_its_first_lay
     layer = store.append_layer_frame(changes, full, 1, {}, {0: 4})
     assert store.latest() == layer and store.count(layer) == 2 and store.read_text(layer) == {"b": "2", "c": "3"}
     assert {r.key: r.value for r in store.frame(spark, layer).collect()} == {"b": "2", "c": "3"}
+
+
+def test_spark_scans_a_snapshots_files_and_reads_a_table_with_deletion_vectors_through_delta(spark, tmp_path):
+    store = SnapshotStore(tmp_path / "snap", "job-v1", "counts")
+    info = _write(store, {b"u1": b"1", b"u2": b"2", b"u3": b"3"}, 3)
+    # a plain Parquet scan of the version's files (Spark's Delta reader would replay the log with jobs of its own)
+    frame = store.frame(spark, info)
+    assert "Location: InMemoryFileIndex" in _scan(frame)
+    assert {r.key: r.value for r in frame.collect()} == {"u1": "1", "u2": "2", "u3": "3"}
+
+    # deletion vectors (a table MERGEd into by an older platform) hide rows the files still hold: Delta reads it
+    table = f"delta.`{store.path}`"
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)")
+    spark.sql(f"DELETE FROM {table} WHERE key = 'u2'")
+    assert DeltaTable(store.path).protocol().min_reader_version == 3
+    frame = store.frame(spark, info)
+    assert "Location: PreparedDeltaFileIndex" in _scan(frame)
+    assert {r.key: r.value for r in frame.collect()} == {"u1": "1", "u3": "3"} == store.read_text(info)
+
+
+def _scan(frame) -> str:
+    """The physical plan of ``frame``: its scan's file index says which reader listed the files."""
+    return frame._jdf.queryExecution().executedPlan().toString()
