@@ -21,8 +21,15 @@ settings = Settings.from_env()
 options = spark_conf(settings)["spark.driver.extraJavaOptions"] + " -Xlog:class+load:file=" + sys.argv[1]
 spark = build_spark_session(settings, "class-archive-check", {"spark.driver.extraJavaOptions": options})
 spark.range(10).groupBy().count().collect()
+for name in sys.argv[2:]:  # classes a restore loads later (its Kafka batch read)
+    spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader().loadClass(name)
 spark.stop()
 """
+# the classes of a restore's Kafka batch read, which the training program's restore-shaped read archives
+_RESTORE_CLASSES = (
+    "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+    "org.apache.kafka.clients.consumer.KafkaConsumer",
+)
 
 
 @pytest.mark.integration
@@ -36,7 +43,7 @@ def test_a_driver_loads_spark_from_the_archive_set_up_built(settings, tmp_path):
 
     loads = tmp_path / "class-load.log"
     proc = subprocess.run(
-        [sys.executable, "-c", _DRIVER, str(loads)],
+        [sys.executable, "-c", _DRIVER, str(loads), *_RESTORE_CLASSES],
         check=False,
         env={**settings.to_env(), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
         capture_output=True,
@@ -50,7 +57,12 @@ def test_a_driver_loads_spark_from_the_archive_set_up_built(settings, tmp_path):
         if " source: " in line
     }
     # A class path or JVM that no longer matches the archive would silently load everything from jars.
-    for cls in ("org.apache.spark.SparkContext", "org.apache.spark.sql.SparkSession", "py4j.GatewayServer"):
+    for cls in (
+        "org.apache.spark.SparkContext",
+        "org.apache.spark.sql.SparkSession",
+        "py4j.GatewayServer",
+        *_RESTORE_CLASSES,
+    ):
         assert sources.get(cls) == "shared objects file (top)", f"{cls} loaded from {sources.get(cls)}"
 
 
