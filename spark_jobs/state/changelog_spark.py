@@ -34,6 +34,8 @@ from spark_jobs.state.cut_rules import BatchSpan, CutPlan, MarkerRecord, plan_cu
 
 #: a range of up to this many offsets is summarized (pass 1) by the driver's consumer, not a Spark job
 SUMMARY_IN_DRIVER_MAX_RECORDS = 1_000_000
+#: ``fetch.max.wait.ms`` of the Kafka batch reads here (the Java consumer's default is 500)
+BOUNDED_READ_FETCH_WAIT_MS = 10
 
 
 @dataclasses.dataclass
@@ -179,6 +181,9 @@ def _records(spark, kafka: KafkaTarget, topic: str, start: dict[int, int], end: 
         .option("failOnDataLoss", "true")
         # a takeover aborts the fenced driver's open marker transaction: its markers must stay unseen
         .option("kafka.isolation.level", "read_committed")
+        # every record of the range is in the log already, so there is nothing to wait for: with the Java
+        # consumer's default (500 ms) a warm read of 2e5 records took 1.2 s, with 10 ms 0.6 s
+        .option("kafka.fetch.max.wait.ms", str(BOUNDED_READ_FETCH_WAIT_MS))
         .option("groupIdPrefix", f"streamstate-restore-{topic}")
         .load()
     )
