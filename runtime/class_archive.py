@@ -81,6 +81,9 @@ def build(settings: Settings, *, force: bool = False, log=print) -> Path | None:
         partial.unlink(missing_ok=True)
         return None
     partial.replace(path)
+    for line in proc.stdout.splitlines():
+        if line.startswith("class archive:"):  # a part of the training program that was left out
+            log(line)
     return path
 
 
