@@ -15,6 +15,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.state import restore as restore_module
+from spark_jobs.state import tail_buffer
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN
 from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
@@ -36,8 +37,9 @@ def _state(restored) -> dict[bytes, bytes]:
 def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, restore_in, monkeypatch):
     in_spark = restore_in == "spark"
     settings = settings.replace(restore_in_spark_min_records=0 if in_spark else 10**12)
-    if in_spark:  # every tail is long: layers are read and written by Spark's executors too
+    if in_spark:  # every tail is long: read by Spark's executors, layers written by them too
         monkeypatch.setattr(restore_module, "LAYER_IN_DRIVER_MAX_RECORDS", 0)
+        monkeypatch.setattr(tail_buffer, "TAIL_IN_DRIVER_MAX_BYTES", 0)
     job = dataclasses.replace(get_job("purchase_counts"), name=f"restore_{unique}", source_topic=f"restore-{unique}",
                               output_table=f"restore_{unique}")  # fmt: skip
     ctx = JobContext(spark, job, settings)
