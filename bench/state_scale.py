@@ -275,7 +275,9 @@ def main() -> None:
             "",
             (
                 f"Command: `.venv/bin/python bench/state_scale.py --sizes {' '.join(map(str, args.sizes))} "
-                f"--churn-fraction {args.churn_fraction} --churn-batches {args.churn_batches} --tail-batches {args.tail_batches}`"
+                f"--churn-fraction {args.churn_fraction} --churn-batches {args.churn_batches} --tail-batches {args.tail_batches}"
+                f"{'' if args.modes == list(MODES) else ' --modes ' + ' '.join(args.modes)}"
+                f"{' --no-kafka-streams' if args.no_kafka_streams else ''}`"
             ),
             (
                 f"Machine: {platform.machine()}, 2 cores (shared); local KRaft broker, Spark `{settings.spark_master}` "

@@ -1,5 +1,5 @@
 """A store's changelog read by Spark's Kafka batch source, cut where the Python reader cuts it; no more
-than a short tail's changes pass through the driver.
+than a short tail passes through the driver, a chunk at a time.
 
 Two passes over the range ``[start, end)`` of every partition:
 
@@ -11,9 +11,8 @@ Two passes over the range ``[start, end)`` of every partition:
 2. the changes (lazy): the data records of the kept ranges, reduced to the latest value per key in
    the order the rules apply them. After a checkpoint loss (void batches) the kept ranges are joined
    as a small broadcast table; otherwise the offset range ``[start, resume)`` is enough. When the
-   driver summarized the range and its keys and values fit a :class:`.tail_buffer.TailBuffer` (64 MB),
-   the driver kept them as it read and reduces them itself, and Spark gets the result as an Arrow table:
-   no Kafka job at all.
+   driver summarized the range, its consumer relayed the data records to Spark as it read them
+   (:mod:`.tail_relay`, up to 64 MB of keys and values): Spark then reads no Kafka at all.
 
 The result is a DataFrame ``(key STRING, value STRING)``, a null value being a delete: exactly the
 changes :func:`.changelog_reader.read_changelog` would apply, for a snapshot (or an empty store) to
@@ -23,6 +22,7 @@ take in. Spark evaluates it where it is used (the restore's ``initialState``, a 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from typing import Literal
@@ -35,7 +35,8 @@ from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog_reader import summarize_range
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, CutPlan, MarkerRecord, plan_cut
-from spark_jobs.state.tail_buffer import TailBuffer
+from spark_jobs.state.tail_relay import SCHEMA as RELAYED_SCHEMA
+from spark_jobs.state.tail_relay import TailRelay
 
 #: a range of up to this many offsets is summarized (pass 1) by the driver's consumer, not a Spark job
 SUMMARY_IN_DRIVER_MAX_RECORDS = 1_000_000
@@ -54,8 +55,9 @@ class ChangelogFrame:
     #: per partition: where the range started (clamped to the log start) and where it ended
     start_offsets: dict[int, int]
     end_offsets: dict[int, int]
-    #: who reduced the records to ``changes``: this process (a short tail it kept, sent as Arrow) or Spark
-    changes_by: Literal["driver", "spark"] = "spark"
+    #: where Spark read the data records of ``changes``: relayed by this process's consumer (a short range,
+    #: read for its summary anyway) or from Kafka
+    changes_from: Literal["driver", "kafka"] = "kafka"
 
     @property
     def cut_batch_id(self) -> int | None:
@@ -109,18 +111,19 @@ def read_changelog_frame(
 
     start, end = topic_range(kafka, topic, start_offsets)
     is_marker = F.col("key") == F.lit(MARKER_KEY)
-    in_driver = None
+    relay, relayed = None, []
     if sum(end[p] - start[p] for p in end) <= SUMMARY_IN_DRIVER_MAX_RECORDS:
-        in_driver = TailBuffer()
-        markers, spans = summarize_range(kafka, topic, start, end, keep=in_driver)
+        relay = TailRelay(lambda chunk: relayed.append(spark.createDataFrame(chunk, RELAYED_SCHEMA)))
+        markers, spans = summarize_range(kafka, topic, start, end, relay=relay)
+        relay.finish()
     else:
         markers, spans = _summarize_in_spark(_records(spark, kafka, topic, start, end), is_marker)
     plan = plan_cut(end, markers, spans)
-    table = in_driver.changes(plan) if in_driver is not None and not in_driver.dropped else None
-    if table is not None:
-        return ChangelogFrame(topic, plan, spark.createDataFrame(table), start, end, changes_by="driver")
-    changes = _changes_in_spark(spark, _records(spark, kafka, topic, start, end).where(~is_marker), plan)
-    return ChangelogFrame(topic, plan, changes, start, end)
+    if relay is not None and not relay.dropped:
+        data = functools.reduce(lambda a, b: a.unionByName(b), relayed)
+        return ChangelogFrame(topic, plan, _changes_in_spark(spark, data, plan), start, end, changes_from="driver")
+    data = _records(spark, kafka, topic, start, end).where(~is_marker)
+    return ChangelogFrame(topic, plan, _changes_in_spark(spark, data, plan), start, end)
 
 
 def _changes_in_spark(spark, data, plan: CutPlan):
