@@ -87,15 +87,18 @@ def build(settings: Settings, *, force: bool = False, log=print) -> Path | None:
     return path
 
 
-def _record(archive: Path) -> None:
-    """The training program: what a driver does in its first minute, in a JVM that archives its classes."""
+def _record(archive: Path, *, aot_cache: bool = False) -> None:
+    """The training program: what a driver does in its first minute, in a JVM that archives its classes
+    (``aot_cache``: that writes a JDK 25+ AOT cache instead, classes linked and method profiles; what
+    bench/restore_jvms.py compares, not what set-up builds)."""
     import tempfile
 
     from pyspark.sql import functions as F
 
     from spark_jobs.session import LOG4J_CONFIG, build_spark_session
 
-    options = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} -XX:ArchiveClassesAtExit={archive} {' '.join(_QUIET)}"
+    recording = f"-XX:AOTCacheOutput={archive}" if aot_cache else f"-XX:ArchiveClassesAtExit={archive}"
+    options = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} {recording} {' '.join(_QUIET)}"
     with tempfile.TemporaryDirectory(prefix="class-archive-") as scratch:
         settings = Settings.from_env().replace(data_dir=Path(scratch), spark_master="local[2]")
         spark = build_spark_session(settings, "class-archive", {"spark.driver.extraJavaOptions": options})
@@ -177,4 +180,4 @@ def _restore_shaped_read(spark, settings: Settings, table: str) -> None:
 
 
 if __name__ == "__main__":
-    _record(Path(sys.argv[1]))
+    _record(Path(sys.argv[1]), aot_cache="--aot-cache" in sys.argv[2:])

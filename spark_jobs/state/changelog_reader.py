@@ -20,7 +20,6 @@ from spark_jobs.kafka_topics import is_transient, partition_offsets, watermark_o
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord, cut_of, plan_cut
-from spark_jobs.state.tail_relay import TailRelay
 
 log = logging.getLogger(__name__)
 
@@ -215,18 +214,12 @@ def _read_range(
 
 
 def summarize_range(
-    kafka: KafkaTarget,
-    topic: str,
-    start: Mapping[int, int],
-    end: Mapping[int, int],
-    poll_timeout_s: float = 30.0,
-    *,
-    relay: TailRelay | None = None,
+    kafka: KafkaTarget, topic: str, start: Mapping[int, int], end: Mapping[int, int], poll_timeout_s: float = 30.0
 ) -> tuple[list[MarkerRecord], list[BatchSpan]]:
     """Every batch marker of ``[start, end)`` and one span per (partition, batch header) of its data records:
-    what :func:`.cut_rules.plan_cut` plans from (the first pass of a Spark read of a short tail, done here
-    rather than by a Spark job). Values are dropped as read (or passed on to ``relay``), so memory grows
-    with the batches in the range, not its records."""
+    what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
+    batches in the range, not its records (the first pass of a Spark read of a short tail, done here
+    rather than by a Spark job)."""
     # The records are dropped as read, so the consumer's prefetch queue is this read's memory: a short one
     # (queued.min.messages, 100,000 per partition by default, overrides the byte cap), refilled without the
     # default 1 s back-off (BENCHMARKS.md, restore of a large store, 2026-11-25).
@@ -248,8 +241,6 @@ def summarize_range(
                 batch_id = _batch_of(msg.headers())
                 n, first, _ = spans.get((p, batch_id), (0, offset, offset))
                 spans[(p, batch_id)] = (n + 1, first, offset)
-                if relay is not None:
-                    relay.add(p, offset, batch_id, msg.key(), msg.value())
     finally:
         consumer.close()
     return markers, [BatchSpan(p, batch_id, *span) for (p, batch_id), span in spans.items()]

@@ -1,18 +1,16 @@
-"""A store's changelog read by Spark's Kafka batch source, cut where the Python reader cuts it; no more
-than a short tail passes through the driver, a chunk at a time.
+"""A store's changelog read by Spark's Kafka batch source, cut where the Python reader cuts it, with
+no record passing through the driver.
 
 Two passes over the range ``[start, end)`` of every partition:
 
 1. a summary: every batch marker, and one row per (partition, batch header) with its count and its
    first and last offset. That is O(batches x partitions) rows, whatever the size of the store. The
    planner of :mod:`.cut_rules` turns them into the cut, the resume offsets and the ranges kept. A
-   range of up to ``SUMMARY_IN_DRIVER_MAX_RECORDS`` is summarized by this process's consumer: a Spark
-   job costs seconds whatever its size, more in a JVM that has run nothing yet;
+   range of up to ``SUMMARY_IN_DRIVER_MAX_RECORDS`` is summarized by this process's consumer (values
+   dropped as read): a Spark job costs seconds whatever its size, more in a JVM that has run nothing yet;
 2. the changes (lazy): the data records of the kept ranges, reduced to the latest value per key in
    the order the rules apply them. After a checkpoint loss (void batches) the kept ranges are joined
-   as a small broadcast table; otherwise the offset range ``[start, resume)`` is enough. When the
-   driver summarized the range, its consumer relayed the data records to Spark as it read them
-   (:mod:`.tail_relay`, up to 64 MB of keys and values): Spark then reads no Kafka at all.
+   as a small broadcast table; otherwise the offset range ``[start, resume)`` is enough.
 
 The result is a DataFrame ``(key STRING, value STRING)``, a null value being a delete: exactly the
 changes :func:`.changelog_reader.read_changelog` would apply, for a snapshot (or an empty store) to
@@ -22,10 +20,8 @@ take in. Spark evaluates it where it is used (the restore's ``initialState``, a 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Mapping
-from typing import Literal
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -35,8 +31,6 @@ from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog_reader import summarize_range
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, CutPlan, MarkerRecord, plan_cut
-from spark_jobs.state.tail_relay import SCHEMA as RELAYED_SCHEMA
-from spark_jobs.state.tail_relay import TailRelay
 
 #: a range of up to this many offsets is summarized (pass 1) by the driver's consumer, not a Spark job
 SUMMARY_IN_DRIVER_MAX_RECORDS = 1_000_000
@@ -55,9 +49,6 @@ class ChangelogFrame:
     #: per partition: where the range started (clamped to the log start) and where it ended
     start_offsets: dict[int, int]
     end_offsets: dict[int, int]
-    #: where Spark read the data records of ``changes``: relayed by this process's consumer (a short range,
-    #: read for its summary anyway) or from Kafka
-    changes_from: Literal["driver", "kafka"] = "kafka"
 
     @property
     def cut_batch_id(self) -> int | None:
@@ -110,27 +101,15 @@ def read_changelog_frame(
     from pyspark.sql import functions as F
 
     start, end = topic_range(kafka, topic, start_offsets)
+    records = _records(spark, kafka, topic, start, end)
     is_marker = F.col("key") == F.lit(MARKER_KEY)
-    relay, relayed = None, []
     if sum(end[p] - start[p] for p in end) <= SUMMARY_IN_DRIVER_MAX_RECORDS:
-        relay = TailRelay(lambda chunk: relayed.append(spark.createDataFrame(chunk, RELAYED_SCHEMA)))
-        markers, spans = summarize_range(kafka, topic, start, end, relay=relay)
-        relay.finish()
+        markers, spans = summarize_range(kafka, topic, start, end)
     else:
-        markers, spans = _summarize_in_spark(_records(spark, kafka, topic, start, end), is_marker)
+        markers, spans = _summarize_in_spark(records, is_marker)
     plan = plan_cut(end, markers, spans)
-    if relay is not None and not relay.dropped:
-        data = functools.reduce(lambda a, b: a.unionByName(b), relayed)
-        return ChangelogFrame(topic, plan, _changes_in_spark(spark, data, plan), start, end, changes_from="driver")
-    data = _records(spark, kafka, topic, start, end).where(~is_marker)
-    return ChangelogFrame(topic, plan, _changes_in_spark(spark, data, plan), start, end)
 
-
-def _changes_in_spark(spark, data, plan: CutPlan):
-    """Pass 2 by Spark: DataFrame(key, value) of the latest change per key that ``plan`` applies from the
-    data records of the range."""
-    from pyspark.sql import functions as F
-
+    data = records.where(~is_marker)
     if plan.offset_range_only:
         in_range = F.lit(False)
         for p, resume in plan.resume_offsets.items():
@@ -154,7 +133,8 @@ def _changes_in_spark(spark, data, plan: CutPlan):
         )
     # the last change per key in apply order: (partition, absorbing marker, offset)
     latest = kept.groupBy("key").agg(F.max(F.struct("partition", "absorbed_at", "offset", "value")).alias("last"))
-    return latest.select(F.col("key").cast("string").alias("key"), F.col("last.value").cast("string").alias("value"))
+    changes = latest.select(F.col("key").cast("string").alias("key"), F.col("last.value").cast("string").alias("value"))
+    return ChangelogFrame(topic, plan, changes, start, end)
 
 
 def _summarize_in_spark(records, is_marker) -> tuple[list[MarkerRecord], list[BatchSpan]]:

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from spark_jobs.changelog_tuning.measure import broker_log_dirs, read_log_files
 from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.state import changelog_spark, tail_relay
+from spark_jobs.state import changelog_spark
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, ChangelogWriter
 from spark_jobs.state.changelog_reader import apply_changes, read_changelog, summarize_range
 from spark_jobs.state.changelog_spark import read_changelog_frame
@@ -82,16 +82,11 @@ def test_spark_applies_what_the_python_reader_applies(spark, kafka_broker, setti
         # a short range is summarized by the driver's consumer, a long one by a Spark job: the same summary
         start, end = frame.start_offsets, frame.end_offsets
         records = changelog_spark._records(spark, bootstrap, topic, start, end)
-        is_marker = records["key"] == MARKER_KEY
-        by_spark = changelog_spark._summarize_in_spark(records, is_marker)
+        by_spark = changelog_spark._summarize_in_spark(records, records["key"] == MARKER_KEY)
         by_driver = summarize_range(bootstrap, topic, start, end)
         assert [sorted(found, key=repr) for found in by_driver] == [sorted(found, key=repr) for found in by_spark], (
             where
         )
-        # and its data records reach Spark relayed by the driver's consumer, a long one's from Kafka: the same
-        assert frame.changes_from == "driver", where
-        reduced_by_spark = changelog_spark._changes_in_spark(spark, records.where(~is_marker), frame.plan)
-        assert sorted(reduced_by_spark.collect()) == sorted(frame.changes.collect()), where
     assert ranges_only[0] is False and any(ranges_only), "both ways of keeping records were exercised"
 
 
@@ -120,11 +115,9 @@ def test_a_start_below_the_log_start_reads_from_the_log_start(spark, kafka_broke
     assert python.state == {b"a": b"1", b"b": b"1"} and python.cut_batch_id == frame.cut_batch_id == 0
 
 
-def test_a_batch_of_changes_is_written_compressed(spark, kafka_broker, settings, unique, monkeypatch):
+def test_a_batch_of_changes_is_written_compressed(spark, kafka_broker, settings, unique):
     """Spark's Kafka sink writes a batch's changes as compressed record batches: the broker's log holds
-    fewer bytes than the changes themselves, and both readers read them back as written (Spark's reader
-    both ways: the records relayed by the driver's consumer in chunks, and read from Kafka when they are
-    more than the driver relays)."""
+    fewer bytes than the changes themselves, and both readers read them back as written."""
     bootstrap = settings.kafka_bootstrap_servers
     topic = ChangelogTopic(f"compressed-{unique}", "counts", partitions=2)
     topic.ensure(bootstrap)
@@ -137,9 +130,4 @@ def test_a_batch_of_changes_is_written_compressed(spark, kafka_broker, settings,
     assert log is not None and log.bytes < raw / 2, (log, raw)  # uncompressed, the log exceeds the raw bytes
     restored = read_changelog(bootstrap, topic.name)
     assert restored.cut_batch_id == 0 and restored.state == {k.encode(): v.encode() for k, v in changes.items()}
-    monkeypatch.setattr(tail_relay, "CHUNK_RECORDS", 1000)
-    in_driver = read_changelog_frame(spark, bootstrap, topic.name)
-    assert in_driver.changes_from == "driver" and {r.key: r.value for r in in_driver.changes.collect()} == changes
-    monkeypatch.setattr(tail_relay, "TAIL_IN_DRIVER_MAX_BYTES", raw // 2)
-    in_spark = read_changelog_frame(spark, bootstrap, topic.name)
-    assert in_spark.changes_from == "kafka" and {r.key: r.value for r in in_spark.changes.collect()} == changes
+    assert {r.key: r.value for r in read_changelog_frame(spark, bootstrap, topic.name).changes.collect()} == changes

@@ -15,7 +15,6 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.state import restore as restore_module
-from spark_jobs.state import tail_relay
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN
 from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
@@ -37,9 +36,8 @@ def _state(restored) -> dict[bytes, bytes]:
 def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, restore_in, monkeypatch):
     in_spark = restore_in == "spark"
     settings = settings.replace(restore_in_spark_min_records=0 if in_spark else 10**12)
-    if in_spark:  # every tail is long: read by Spark's executors, layers written by them too
+    if in_spark:  # every tail is long: layers are read and written by Spark's executors too
         monkeypatch.setattr(restore_module, "LAYER_IN_DRIVER_MAX_RECORDS", 0)
-        monkeypatch.setattr(tail_relay, "TAIL_IN_DRIVER_MAX_BYTES", 0)
     job = dataclasses.replace(get_job("purchase_counts"), name=f"restore_{unique}", source_topic=f"restore-{unique}",
                               output_table=f"restore_{unique}")  # fmt: skip
     ctx = JobContext(spark, job, settings)
@@ -111,10 +109,7 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything
     # restored to the second driver's (generation 2) Spark batch 1
-    assert (
-        json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"]
-        == 2 * GENERATION_SPAN + 1
-    )
+    assert json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
 
 
 def test_job_takes_snapshots_on_its_cadence(spark, kafka_broker, settings, unique):
