@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from bench import answers  # noqa: E402
 from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer  # noqa: E402
 from bench.kafka_streams_peer import build as build_kafka_streams
+from runtime import jvm  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.process import free_port  # noqa: E402
@@ -672,7 +673,7 @@ def write_section(text: str, path: Path) -> None:
 def versions_line() -> str:
     from importlib.metadata import version
 
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    java = subprocess.run([jvm.java_binary(Settings.from_env()), "-version"], capture_output=True, text=True).stderr.splitlines()[0]
     return f"PySpark {version('pyspark')}, delta-spark {version('delta-spark')}, Kafka Streams 4.3.1, {java}"
 
 

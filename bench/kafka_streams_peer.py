@@ -25,6 +25,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from rich.console import Console
 
+from runtime import jvm
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import client_config
 from runtime.process import free_port
@@ -63,7 +64,7 @@ class KafkaStreamsPeer:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 # The bench's private broker is PLAINTEXT: the app gets bootstrap servers only.
-                ["java", "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka.bootstrap_servers,
+                [jvm.java_binary(settings), "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka.bootstrap_servers,
                  application_id, str(state_dir), input_topic, output_topic, str(threads)],
                 stdout=subprocess.PIPE, stderr=log, text=True,
             )  # fmt: skip

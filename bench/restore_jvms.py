@@ -2,8 +2,8 @@
 
 Variants, each restore in a fresh process, alternating over the rounds on one dataset:
 
-- ``platform``: the JVM drivers run on today (``JAVA_HOME``, else the ``java`` on the path) with set-up's
-  class archive (runtime/class_archive.py);
+- ``platform``: the JVM drivers run on (runtime/jvm.py: ``java_home``) with set-up's class archive
+  (runtime/class_archive.py);
 - ``other+archive``: another JDK (``--java-home``) with a class archive built the same way, by set-up's
   training program;
 - ``other+aot``: that JDK with an AOT cache (JDK 25+: JEP 483 linked classes, JEP 515 method profiles)
@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.private_stack import append_section, private_broker
 from bench.restore_time import ChangelogSimulator
-from runtime import class_archive
-from runtime.settings import PROJECT_ROOT
+from runtime import class_archive, jvm
+from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.state.changelog import ChangelogTopic
 from spark_jobs.state.restore import take_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args()
     console = Console()
-    platform_java = os.environ.get("JAVA_HOME") or str(Path(class_archive._java_binary()).parents[1])
+    platform_java = str(Path(jvm.java_binary(Settings.from_env())).resolve().parents[1])
 
     with tempfile.TemporaryDirectory(prefix="restore-jvms-") as scratch, private_broker("bench-jvms-") as settings:
         archive, aot = Path(scratch) / "other.jsa", Path(scratch) / "other.aot"

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runtime import jvm
 from runtime.settings import Settings
 
 DIRECTORY = "class-archive"
@@ -32,17 +33,16 @@ DIRECTORY = "class-archive"
 _QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 
-def _java_binary() -> Path | None:
-    java_home = os.environ.get("JAVA_HOME")  # what Spark's launcher runs, as bin/spark-class picks it
-    found = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
-    return Path(found).resolve() if found and Path(found).exists() else None
+def _java_binary(settings: Settings) -> Path | None:
+    found = shutil.which(jvm.java_binary(settings))  # the JVM drivers run on (runtime/jvm.py: java_home)
+    return Path(found).resolve() if found else None
 
 
 def archive_path(settings: Settings) -> Path | None:
     """The archive for this Java and this Spark (None without a Java on the path)."""
     import pyspark
 
-    java = _java_binary()
+    java = _java_binary(settings)
     if java is None:
         return None
     key = f"{java} {java.stat().st_mtime_ns} pyspark {pyspark.__version__}"

@@ -18,6 +18,7 @@ A ``.resolved`` stamp holding the manifest's hash makes a second set-up a no-op.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -31,6 +32,11 @@ MAVEN_SETTINGS = MANIFEST_DIR / "settings.xml"
 CLASSPATHS = ("kafka-broker", "spark-jars", "s3-server")
 PROCESSORS = "state-processors"
 PROCESSORS_JAR = "streamstate-processors-1.0.jar"
+
+#: The Java versions Spark 4.2 runs on, each from its first supported update (25 from 25.0.3: SPARK-56843).
+SPARK_JAVA_VERSIONS = {17: (17,), 21: (21,), 25: (25, 0, 3)}
+#: Where Linux packages install JDKs (Debian's openjdk-*-jdk, Adoptium's temurin-*-jdk, Fedora's java-*).
+JDK_DIRS = (Path("/usr/lib/jvm"),)
 
 # The version starts at the first "-<digits>.<digit>": "kafka-clients-3.9.2.jar" -> "kafka-clients",
 # "zstd-jni-1.5.7-3.jar" -> "zstd-jni", "spark-sql-kafka-0-10_2.13-4.2.0.jar" -> "spark-sql-kafka-0-10_2.13".
@@ -151,3 +157,52 @@ def spark_jars(settings: Settings) -> list[Path]:
 
 def broker_classpath(settings: Settings) -> str:
     return ":".join(str(p) for p in jars(settings, "kafka-broker"))
+
+
+def _jdk_version(home: Path) -> tuple[int, ...] | None:
+    """A JDK's version from its ``release`` file (every JDK since 9 has one); None when ``home`` is no JDK."""
+    release = home / "release"
+    if not (home / "bin" / "java").is_file() or not release.is_file():
+        return None
+    match = re.search(r'^JAVA_VERSION="(\d+(?:\.\d+)*)', release.read_text(errors="replace"), re.MULTILINE)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def spark_supports(version: tuple[int, ...]) -> bool:
+    minimum = SPARK_JAVA_VERSIONS.get(version[0])
+    return minimum is not None and version >= minimum
+
+
+def java_home(settings: Settings) -> Path | None:
+    """The JDK every JVM the platform starts runs on: Spark drivers (pyspark's gateway and spark-submit
+    alike), a standalone cluster's master and worker, the local Kafka broker and S3-API server, and the
+    Kafka Streams peer of the benchmarks, so that ratios between them compare like with like.
+
+    ``STREAMSTATE_JAVA_HOME`` when set; else ``JAVA_HOME``, as Spark's own launcher; else the newest JDK
+    under :data:`JDK_DIRS` that Spark supports (a newer JVM starts Spark faster: a cold restore of 1e7 keys
+    took 8-15% less on JDK 25 than on 17, BENCHMARKS.md); else None, and ``java`` on the path runs.
+    """
+    if settings.java_home is not None:
+        return settings.java_home
+    if os.environ.get("JAVA_HOME"):
+        return Path(os.environ["JAVA_HOME"])
+    installed = {
+        home.resolve(): version
+        for directory in JDK_DIRS
+        if directory.is_dir()
+        for home in directory.iterdir()
+        if (version := _jdk_version(home)) is not None and spark_supports(version)
+    }
+    return max(installed, key=lambda home: (installed[home], str(home))) if installed else None
+
+
+def java_binary(settings: Settings) -> str:
+    """The ``java`` of :func:`java_home` (``java`` on the path without one)."""
+    home = java_home(settings)
+    return str(home / "bin" / "java") if home is not None else shutil.which("java") or "java"
+
+
+def java_env(settings: Settings) -> dict[str, str]:
+    """``JAVA_HOME`` for a process that starts a JVM through a launcher script (spark-submit, spark-class)."""
+    home = java_home(settings)
+    return {"JAVA_HOME": str(home)} if home is not None else {}

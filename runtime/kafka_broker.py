@@ -142,7 +142,7 @@ class LocalKafkaBroker:
         self.log4j_file.write_text(_LOG4J2_PROPERTIES.format(log_file=self.service.log_file))
 
     def _java_cmd(self, main_class: str, *args: str) -> list[str]:
-        java = shutil.which("java") or "java"
+        java = jvm.java_binary(self.settings)
         return [
             java, BROKER_HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.log4j_file}", f"-Dkafka.logs.dir={self.service.log_file.parent}",

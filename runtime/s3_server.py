@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -75,7 +74,7 @@ class LocalS3Server:
             return pid
         self._write_config()
         (server_jar,) = jvm.jars(self.settings, "s3-server")
-        java = shutil.which("java") or "java"
+        java = jvm.java_binary(self.settings)
         cmd = [java, S3_SERVER_HEAP, "-jar", str(server_jar), "--properties", str(self.config_file)]
         return self.service.start(
             cmd,

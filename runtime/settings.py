@@ -133,6 +133,9 @@ class Settings:
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 2
     spark_driver_memory: str = "2g"
+    #: the JDK every JVM of the platform runs on (Spark drivers, spark-submit, the local broker...): unset =
+    #: ``JAVA_HOME`` when set, else the newest JDK Spark supports in /usr/lib/jvm (runtime/jvm.py: java_home)
+    java_home: Path | None = None
     #: at most this many source records per micro-batch (Kafka's ``maxOffsetsPerTrigger``), so a job
     #: catching up on a long backlog works in bounded batches (snapshots, changelog flushes, batch
     #: durations within budget) instead of one batch of everything; unset = no limit
@@ -274,6 +277,8 @@ class Settings:
             raise SettingsError(
                 f"{ENV_PREFIX}SPARK_MASTER={self.spark_master!r}: expected local[*], spark://host:port, k8s://… or yarn"
             )
+        if self.java_home is not None and not (self.java_home / "bin" / "java").is_file():
+            raise SettingsError(f"{ENV_PREFIX}JAVA_HOME={self.java_home}: no bin/java there (expected a JDK's home)")
         if self.kafka_replication_factor < 1:
             raise SettingsError("kafka_replication_factor must be at least 1")
         if self.restore_in_spark_min_records < 0:

@@ -13,6 +13,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from runtime import jvm
 from runtime.process import LocalService, port_in_use
 from runtime.settings import Settings
 
@@ -42,6 +43,7 @@ class LocalSparkStandalone:
             "SPARK_LOCAL_IP": self.settings.host,
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_NO_DAEMONIZE": "1",
+            **jvm.java_env(self.settings),  # executors on the drivers' JDK
         }
 
     def _spark_class(self, *args: str) -> list[str]:

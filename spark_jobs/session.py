@@ -67,9 +67,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     }
 
 
-def python_env() -> dict[str, str]:
-    """Workers must run the same interpreter (pandas < 3, pyarrow, protobuf) as the driver."""
-    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+def launch_env(settings: Settings) -> dict[str, str]:
+    """The environment of whatever starts a Spark JVM: workers run the same interpreter (pandas < 3, pyarrow,
+    protobuf) as the driver, and every JVM runs on the platform's JDK (:func:`runtime.jvm.java_home`)."""
+    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **jvm.java_env(settings)}
 
 
 def build_spark_session(settings: Settings, app_name: str, extra_conf: dict[str, str] | None = None):
@@ -82,8 +83,8 @@ def build_spark_session(settings: Settings, app_name: str, extra_conf: dict[str,
     """
     from pyspark.sql import SparkSession
 
-    for key, value in python_env().items():
-        os.environ.setdefault(key, value)
+    # pyspark starts its gateway JVM with this process's environment
+    os.environ.update(launch_env(settings))
     builder = SparkSession.builder.appName(app_name).master(settings.spark_master)
     for key, value in {**spark_conf(settings), **(extra_conf or {})}.items():
         builder = builder.config(key, value)

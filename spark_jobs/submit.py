@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.registry import JobSpec, JobSpecError
-from spark_jobs.session import python_env, spark_conf
+from spark_jobs.session import launch_env, spark_conf
 
 ENTRY_FILE = PROJECT_ROOT / "spark_jobs" / "run.py"
 PACKAGES = ("runtime", "spark_jobs")
@@ -111,5 +111,5 @@ def application_submit_spec(settings: Settings, name: str, application: Path, ar
         conf=conf,
         jars=jars,
         py_files=str(package_python(settings)),
-        env={**settings.to_env(), **python_env()},
+        env={**settings.to_env(), **launch_env(settings)},
     )

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from runtime import class_archive
+from runtime import class_archive, jvm
 from runtime.settings import PROJECT_ROOT, Settings
 
 # A driver started the way every platform driver is (spark_conf), logging where each class came from.
@@ -23,6 +23,7 @@ spark = build_spark_session(settings, "class-archive-check", {"spark.driver.extr
 spark.range(10).groupBy().count().collect()
 for name in sys.argv[2:]:  # classes a restore loads later (its Kafka batch read)
     spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader().loadClass(name)
+print("java.home", spark._jvm.java.lang.System.getProperty("java.home"))
 spark.stop()
 """
 # the classes of a restore's Kafka batch read, which the training program's restore-shaped read archives
@@ -51,6 +52,10 @@ def test_a_driver_loads_spark_from_the_archive_set_up_built(settings, tmp_path):
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # on the platform's JDK (runtime/jvm.py), which set-up trained the archive on, whatever PATH's java is
+    platform_jdk = jvm.java_home(settings)
+    if platform_jdk is not None:
+        assert f"java.home {platform_jdk.resolve()}" in proc.stdout.splitlines()
     sources = {
         line.split()[1]: line.split(" source: ", 1)[1].strip()
         for line in loads.read_text().splitlines()
