@@ -673,7 +673,8 @@ def write_section(text: str, path: Path) -> None:
 def versions_line() -> str:
     from importlib.metadata import version
 
-    java = subprocess.run([jvm.java_binary(Settings.from_env()), "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    java_binary = jvm.java_binary(Settings.from_env())  # the platform's JDK, the peer's too
+    java = subprocess.run([java_binary, "-version"], capture_output=True, text=True).stderr.splitlines()[0]
     return f"PySpark {version('pyspark')}, delta-spark {version('delta-spark')}, Kafka Streams 4.3.1, {java}"
 
 
