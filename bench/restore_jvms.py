@@ -8,14 +8,16 @@ Variants, each restore in a fresh process, alternating over the rounds on one da
   training program;
 - ``other+aot``: that JDK with an AOT cache (JDK 25+: JEP 483 linked classes, JEP 515 method profiles)
   recorded by the same training program;
-- ``other``: that JDK with neither.
+- ``other``: that JDK with neither;
+- ``platform+options``: the platform's JVM and archive with more driver options (``--driver-option``, e.g. a
+  garbage collector), to try a JVM flag on the same restore.
 
 The dataset is bench/state_scale.py's (KEYS keys, 1% of them changed per batch, the snapshot before the last
 2 batches) on a private broker, and each restore is its ``measure("spark")``: seconds from the restore's
 call to its ``count()``, the session's start apart, then the same restore warm.
 
-    .venv/bin/python bench/restore_jvms.py --java-home /usr/lib/jvm/temurin-25-jdk-amd64 \\
-        [--keys 10000000] [--rounds 3] [--no-write]
+    .venv/bin/python bench/restore_jvms.py [--java-home /usr/lib/jvm/temurin-17-jdk-amd64] \\
+        [--driver-option=-XX:+UseParallelGC ...] [--keys 10000000] [--rounds 3] [--no-write]
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def _restore(variant: dict, settings, topic: str, snapshot_path: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--java-home", required=True, help="the other JDK (e.g. /usr/lib/jvm/temurin-25-jdk-amd64)")
+    parser.add_argument("--java-home", help="another JDK (e.g. /usr/lib/jvm/java-17-openjdk-amd64)")
+    parser.add_argument("--driver-option", action="append", default=[], help="a JVM option for platform+options")
     parser.add_argument("--keys", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
@@ -100,12 +103,16 @@ def main() -> None:
         archive, aot = Path(scratch) / "other.jsa", Path(scratch) / "other.aot"
         quiet = list(class_archive._QUIET)
         variants = [{"name": "platform", "java_home": None, "options": None}]
-        if _train(args.java_home, archive, aot_cache=False, console=console):
+        if args.driver_option:
+            options = [*class_archive.driver_java_options(settings), *args.driver_option]
+            variants.append({"name": "platform+options", "java_home": None, "options": options})
+        if args.java_home and _train(args.java_home, archive, aot_cache=False, console=console):
             options = [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", *quiet]
             variants.append({"name": "other+archive", "java_home": args.java_home, "options": options})
-        if _train(args.java_home, aot, aot_cache=True, console=console):
+        if args.java_home and _train(args.java_home, aot, aot_cache=True, console=console):
             variants.append({"name": "other+aot", "java_home": args.java_home, "options": [f"-XX:AOTCache={aot}"]})
-        variants.append({"name": "other", "java_home": args.java_home, "options": []})
+        if args.java_home:
+            variants.append({"name": "other", "java_home": args.java_home, "options": []})
 
         topic = ChangelogTopic(f"bench-jvms-{args.keys}", "counts", partitions=2)
         topic.ensure(settings.kafka)
@@ -129,18 +136,24 @@ def main() -> None:
         values = [row[key] for row in results[name]]
         return f"{statistics.median(values):.1f} ({' / '.join(f'{v:.1f}' for v in values)})"
 
-    java_of = {"platform": _java_version(platform_java)}
+    other = f"; other: {_java_version(args.java_home)}" if args.java_home else ""
+    options = f"; platform+options: `{' '.join(args.driver_option)}`" if args.driver_option else ""
+    command = " ".join(
+        [
+            ".venv/bin/python bench/restore_jvms.py",
+            *([f"--java-home {args.java_home}"] if args.java_home else []),
+            *(f"--driver-option={option}" for option in args.driver_option),
+            f"--keys {args.keys} --rounds {args.rounds}",
+        ]
+    )
     lines = [
-        f"## A cold Spark restore of {args.keys:,} keys on two JVMs ({dt.date.today().isoformat()})",
+        f"## A cold Spark restore of {args.keys:,} keys on the JVMs a driver can run on ({dt.date.today().isoformat()})",
         "",
-        (
-            f"Command: `.venv/bin/python bench/restore_jvms.py --java-home {args.java_home} --keys {args.keys} "
-            f"--rounds {args.rounds}`"
-        ),
+        f"Command: `{command}`",
         (
             f"Machine: {platform.machine()}, 2 cores (shared); bench/state_scale.py's dataset and restore (Spark "
             f"`local[*]`, snapshot + a tail of {TAIL_BATCHES} batches of 1% of the keys), each in a fresh process, "
-            f"variants alternating. Platform JVM: {java_of['platform']}; other: {_java_version(args.java_home)}. "
+            f"variants alternating. Platform JVM: {_java_version(platform_java)}{other}{options}. "
             "Seconds: median (each run)."
         ),
         "",
