@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -47,7 +48,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # The repository sits at the same path on every node (compose mounts it), so one file serves all.
         # The driver starts from set-up's class archive when there is one (runtime/class_archive.py).
         "spark.driver.extraJavaOptions": " ".join(
-            [f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}", *class_archive.driver_java_options(settings)]
+            [
+                f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+                *class_archive.driver_java_options(settings),
+                *shlex.split(settings.spark_driver_java_options or ""),
+            ]
         ),
         "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
         # Bind the driver to the configured host rather than whatever the hostname resolves to.

@@ -24,6 +24,7 @@ spark.range(10).groupBy().count().collect()
 for name in sys.argv[2:]:  # classes a restore loads later (its Kafka batch read)
     spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader().loadClass(name)
 print("java.home", spark._jvm.java.lang.System.getProperty("java.home"))
+print("gc", "|".join(sorted(b.getName() for b in spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans())))
 spark.stop()
 """
 # the classes of a restore's Kafka batch read, which the training program's restore-shaped read archives
@@ -46,7 +47,12 @@ def test_a_driver_loads_spark_from_the_archive_set_up_built(settings, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", _DRIVER, str(loads), *_RESTORE_CLASSES],
         check=False,
-        env={**settings.to_env(), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        # a deployment's own driver options (a collector) come after the platform's and keep the archive mapped
+        env={
+            **settings.replace(spark_driver_java_options="-XX:+UseParallelGC").to_env(),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+        },
         capture_output=True,
         text=True,
         timeout=180,
@@ -56,6 +62,7 @@ def test_a_driver_loads_spark_from_the_archive_set_up_built(settings, tmp_path):
     platform_jdk = jvm.java_home(settings)
     if platform_jdk is not None:
         assert f"java.home {platform_jdk.resolve()}" in proc.stdout.splitlines()
+    assert "gc PS MarkSweep|PS Scavenge" in proc.stdout.splitlines(), proc.stdout
     sources = {
         line.split()[1]: line.split(" source: ", 1)[1].strip()
         for line in loads.read_text().splitlines()
