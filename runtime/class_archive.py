@@ -139,6 +139,7 @@ def _restore_shaped_read(spark, settings: Settings, table: str) -> None:
     from runtime.kafka_broker import LocalKafkaBroker
     from runtime.process import free_port
     from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.state.snapshots import overlay
 
     ports = sorted({free_port() for _ in range(3)})
     settings = settings.replace(kafka_port=ports[0], kafka_controller_port=ports[1], airflow_port=ports[2])
@@ -172,7 +173,7 @@ def _restore_shaped_read(spark, settings: Settings, table: str) -> None:
             .parquet(*files)
             .selectExpr("user AS key", "CAST(n AS STRING) AS value")
         )
-        base.join(F.broadcast(latest.select("key")), "key", "left_anti").unionByName(latest).count()
+        overlay(base, latest, broadcast=True).count()
     except Exception as error:  # noqa: BLE001 - the archive is an optimisation; it is built without this part
         print(f"class archive: the restore-shaped read was left out ({error})")
     finally:

@@ -22,7 +22,7 @@ from prometheus_client import Counter, Gauge
 from runtime.kafka_connection import KafkaTarget
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
-from spark_jobs.state.snapshots import BROADCAST_MAX_KEYS, SnapshotConflict, SnapshotInfo, SnapshotStore
+from spark_jobs.state.snapshots import BROADCAST_MAX_KEYS, SnapshotConflict, SnapshotInfo, SnapshotStore, overlay
 
 log = logging.getLogger("streamstate.restore")
 
@@ -155,8 +155,6 @@ def restore_from_snapshot(
         state, frame, changes = tail.state, None, None
         applied, max_seen = tail.records_applied, tail.max_batch_seen
     else:
-        from pyspark.sql import functions as F
-
         from spark_jobs.state.changelog_spark import read_changelog_frame
 
         base = snapshots.frame(spark, snapshot) if snapshot else None
@@ -164,14 +162,10 @@ def restore_from_snapshot(
         listener.on_restore_start(snapshots.store, changelog_topic, start if start else "earliest")
         tail = read_changelog_frame(spark, kafka, changelog_topic, start)
         changes = tail.changes
-        frame = changes.where("value IS NOT NULL")  # with no snapshot, the state is the tail's live values
-        if base is not None:
-            # the snapshot's keys the tail does not touch, then the tail's live values (a null deletes); a
-            # tail of few keys is broadcast, so the snapshot is not shuffled
-            changed_keys = changes.select("key")
-            if tail.records_read <= BROADCAST_MAX_KEYS:
-                changed_keys = F.broadcast(changed_keys)
-            frame = base.join(changed_keys, "key", "left_anti").unionByName(frame)
+        if base is None:  # the state is the tail's live values
+            frame = changes.where("value IS NOT NULL")
+        else:  # a tail of few keys is broadcast: the snapshot is not shuffled
+            frame = overlay(base, changes, broadcast=tail.records_read <= BROADCAST_MAX_KEYS)
         state, applied, max_seen = None, tail.plan.records_applied or 0, tail.max_batch_seen
     if tail.cut_batch_id is not None:
         batch_id, input_offsets, watermark = tail.cut_batch_id, tail.input_offsets, tail.watermark_ms

@@ -213,6 +213,32 @@ def resolve_layers(table, base_batch: int):
     return pa.concat_tables([untouched, newest.filter(pc.is_valid(newest.column("value")))])
 
 
+def overlay(base, changes, *, broadcast: bool):
+    """``changes`` applied to ``base`` in Spark, both DataFrame(key STRING, value STRING), a change's null
+    value deleting its key: the base's rows whose key no change touches, then the changes' live values.
+    What :func:`resolve_layers` does in this process, for a base too large for it.
+
+    ``broadcast``: the changes are few enough to send to every executor (see ``BROADCAST_MAX_KEYS``), so the
+    base is filtered where it is read, never shuffled.
+
+    The changes are computed once. Both branches use them whole (key and value): a join on the keys
+    alone would let the optimizer prune the values from that side, the two branches would then plan two
+    different aggregations, and the changes' source (a changelog tail in Kafka, a snapshot's layers) would
+    be read twice. With the same plan on both sides Spark reuses the first one's shuffle.
+    """
+    from pyspark.sql import functions as F
+
+    # the join infers "key IS NOT NULL" on its side; stated here it is on both, so the two plans stay equal
+    changes = changes.where(F.col("key").isNotNull())
+    touched = changes.select(F.col("key").alias("touched_key"), F.col("value").alias("touched_value"))
+    if broadcast:
+        touched = F.broadcast(touched)
+    # a touched key is dropped whether its change is a value or a delete; naming the value keeps it planned
+    keeps_value = touched["touched_value"].isNull() | touched["touched_value"].isNotNull()
+    untouched = base.join(touched, (base["key"] == touched["touched_key"]) & keeps_value, "left_anti")
+    return untouched.unionByName(changes.where(F.col("value").isNotNull()))
+
+
 def snapshot_history(table: Location | Path | str, limit: int | None = None) -> list[SnapshotInfo]:
     """The snapshots in a store's snapshot table (the newest ``limit`` commits only, when given), oldest first."""
     from deltalake import DeltaTable
@@ -372,8 +398,9 @@ class SnapshotStore:
     def frame(self, spark, info: SnapshotInfo):
         """One snapshot as a lazy DataFrame(key STRING, value STRING), read by Spark's executors (Delta time
         travel, see :meth:`readable_version`): the restore path for stores too large for one process.
-        Its layers are resolved like :func:`resolve_layers` does: the base's keys a layer touches are
-        dropped (a join against the layers' keys, which are few), and each touched key's newest value added."""
+        Its layers are resolved like :func:`resolve_layers` does, by :func:`overlay`: the base's keys a layer
+        touches are dropped (a join against the layers' keys, which are few), and each touched key's newest
+        value added."""
         from pyspark.sql import functions as F
 
         table = self._spark_table(spark, self.readable_version(info))
@@ -388,10 +415,7 @@ class SnapshotStore:
             .agg(F.max(F.struct("layer", "value")).alias("newest"))
             .select("key", F.col("newest.value").alias("value"))
         )
-        layered_keys = newest.select("key")
-        if info.layer_rows <= BROADCAST_MAX_KEYS:  # each executor drops them from its part of the base: no shuffle
-            layered_keys = F.broadcast(layered_keys)
-        return base.join(layered_keys, "key", "left_anti").unionByName(newest.where("value IS NOT NULL"))
+        return overlay(base, newest, broadcast=info.layer_rows <= BROADCAST_MAX_KEYS)
 
     def _spark_table(self, spark, version: int):
         """The table's rows at ``version`` as a Spark DataFrame.

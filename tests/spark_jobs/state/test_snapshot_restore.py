@@ -32,6 +32,10 @@ def _state(restored) -> dict[bytes, bytes]:
     return {row.key.encode(): row.value.encode() for row in restored.frame.collect()}
 
 
+def _plan(frame) -> str:
+    return frame._jdf.queryExecution().executedPlan().toString()
+
+
 @pytest.mark.parametrize("restore_in", ["driver", "spark"])
 def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, restore_in, monkeypatch):
     in_spark = restore_in == "spark"
@@ -89,9 +93,11 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     full = restore_from_snapshot(snapshots, bootstrap, changelog, use_snapshot=False, **on)
     assert decode_counts(_state(full)) == everything
     if in_spark:  # without a snapshot the state is the tail's live values: Kafka read once, no join on an empty base
-        assert full.frame._jdf.queryExecution().executedPlan().toString().count("KafkaRelation") == 1
+        assert _plan(full.frame).count("KafkaRelation") == 1
     after = restore_from_snapshot(snapshots, bootstrap, changelog, **on)
     assert decode_counts(_state(after)) == everything
+    if in_spark:  # the join and the union take the tail's changes from one read of Kafka (a reused shuffle)
+        assert _plan(after.frame).count("KafkaRelation") == 1 and "ReusedExchange" in _plan(after.frame)
     assert full.changelog_records_read > after.changelog_records_read
 
     # Old snapshots stay readable (time travel) next to newer ones.
@@ -106,6 +112,10 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
         position = (after.batch_id, after.input_offsets, after.changelog_resume_offsets, after.watermark_ms)
         assert snapshots.append_layer_frame(after.changes, first, *position) == second
         assert snapshots.write_frame(after.frame, *position) == second and snapshots.version() == second.delta_version
+    if in_spark:  # a layered snapshot read by Spark: its layers' rows are scanned once, not once per use
+        layered = snapshots.frame(spark, second)
+        assert _plan(layered).count("FileScan") == 2 and "ReusedExchange" in _plan(layered)  # the base, the layers
+        assert decode_counts(_state(dataclasses.replace(after, frame=layered))) == everything
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything
     # restored to the second driver's (generation 2) Spark batch 1
