@@ -55,10 +55,9 @@ def fixture_jobs():
 
 
 @pytest.fixture(scope="module")
-def run_dag(dag_runner, settings, kafka_broker, fixture_jobs):
+def dags_test(dag_runner, kafka_broker, fixture_jobs):
     """``airflow dags test`` with the fixture jobs registered (importable by drivers and Spark's Python
-    workers too); no Airflow services needed. Afterwards kills every driver the DAGs launched (they
-    are detached)."""
+    workers too); no Airflow services needed."""
     env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT)}
 
     def run(dag_id: str, conf: dict):
@@ -67,7 +66,14 @@ def run_dag(dag_runner, settings, kafka_broker, fixture_jobs):
         )
         return dag_runner.dags_test(dag_id, conf, env=env, dag_file=dag_file)
 
-    yield run
+    return run
+
+
+@pytest.fixture
+def run_dag(dags_test, settings):
+    """:func:`dags_test`; after the test, kills every driver its DAGs launched (they are detached, and
+    would otherwise keep polling their topics through the tests after it)."""
+    yield dags_test
     for name in FIXTURE_JOBS:
         for version in (1, 2):
             try:
