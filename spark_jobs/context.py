@@ -46,31 +46,51 @@ class JobContext:
         return JobLayout.of(self.spec, self.settings)
 
     def kafka_source(self):
-        """The job's source topic as a streaming DataFrame, starting where the restored state ends."""
+        """The stateful stage's input as a streaming DataFrame, starting where the restored state ends: the
+        job's source topic, or its repartition topic when the job re-keys its source (``JobSpec.repartition``,
+        :mod:`spark_jobs.repartition`), read committed: only what the re-keying stage's transactions wrote."""
         reader = (
             self.spark.readStream.format("kafka")
             .options(**self.settings.kafka.spark_options())
-            .option("subscribe", self.spec.source_topic)
+            .option("subscribe", self.input_topic)
             .option("startingOffsets", self.starting_offsets)
             # Consumer groups named after the version (Kafka Streams: application.id is the group).
             .option("groupIdPrefix", self.spec.application_id)
         )
+        if self.spec.repartition:
+            reader = reader.option("kafka.isolation.level", "read_committed")
         if self.settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
         return reader.load()
 
     @property
+    def input_topic(self) -> str:
+        """The topic the stateful stage reads (:attr:`JobLayout.state_input_topic`)."""
+        return self.layout.state_input_topic
+
+    @functools.cached_property
+    def repartitioner(self):
+        """The stage re-keying the source into the repartition topic (:mod:`spark_jobs.repartition`), when
+        the job declares ``repartition``; else None."""
+        if not self.spec.repartition:
+            return None
+        from spark_jobs.repartition import Repartitioner
+
+        return Repartitioner(self)
+
+    @property
     def starting_offsets(self) -> str:
         """Kafka ``startingOffsets`` for a new query: right after the restored state, else where a
-        reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint), else earliest."""
+        reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint, a position in
+        the source: for a job that re-keys, its re-keying stage's start), else earliest."""
         positions = {json.dumps(r.input_offsets, sort_keys=True) for r in self.restored.values() if r.input_offsets}
         if not positions:
             start_file = self.layout.start_offsets_file
-            return start_file.read_text() if start_file.exists() else "earliest"
+            return start_file.read_text() if start_file.exists() and not self.spec.repartition else "earliest"
         if len(positions) > 1:
             raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
         offsets = json.loads(positions.pop())
-        return json.dumps({self.spec.source_topic: offsets.get(self.spec.source_topic, {})})
+        return json.dumps({self.input_topic: offsets.get(self.input_topic, {})})
 
     def with_dead_letters(self, classified, *source_columns: str, key: str | None = None):
         """The processor's input: every record of ``classified`` (see spark_jobs.dead_letter.classify) with
@@ -89,9 +109,7 @@ class JobContext:
 
         Called after the batch's changelog write, so the snapshot includes that batch.
         """
-        every = self.spec.snapshot_every_batches
-        # counted within the driver's generation: after every ``every`` Spark batches, not at its first one
-        if every <= 0 or (changelog_batch_id % GENERATION_SPAN + 1) % every:
+        if not self._due(changelog_batch_id):
             return None
         from spark_jobs.standby.follower import standby_running
         from spark_jobs.state.restore import take_snapshot
@@ -109,6 +127,12 @@ class JobContext:
         for listener in self.snapshot_listeners:
             listener(store_name, snapshot)
         return snapshot
+
+    def _due(self, changelog_batch_id: int) -> bool:
+        """Whether the job's snapshot cadence (``snapshot_every_batches``) falls on this batch: counted within
+        the driver's generation, after every N Spark batches, not at its first one."""
+        every = self.spec.snapshot_every_batches
+        return every > 0 and (changelog_batch_id % GENERATION_SPAN + 1) % every == 0
 
     def spark_for_state(self, store_name: str):
         """The Spark session when the store is large enough to be restored and snapshotted by Spark's
@@ -159,7 +183,7 @@ class JobContext:
         return ChangelogTopic(
             application_id=self.spec.application_id,
             store=s.name,
-            partitions=self.spec.source_partitions,
+            partitions=self.spec.state_partitions,
             replication_factor=self.settings.kafka_replication_factor,
             kind=s.kind,
             retention_ms=s.retention_ms,
@@ -279,7 +303,7 @@ class JobContext:
                     "spark.databricks.delta.write.txnAppId": self.layout.output_transaction_app_id,
                     "spark.databricks.delta.write.txnVersion": str(batch_base + batch_id),
                     "spark.databricks.delta.commitInfo.userMetadata": output_marks.commit_metadata(
-                        end_offsets.get(self.spec.source_topic, {})
+                        end_offsets.get(self.input_topic, {})
                     ),
                 }
                 if changed:  # a batch that changed nothing (e.g. only moved the watermark) has nothing to write
@@ -298,6 +322,9 @@ class JobContext:
                 cached.unpersist()
             for kept in stores:
                 self.snapshot_if_due(kept.store, batch_base + batch_id)
+            if self.repartitioner is not None and self._due(batch_base + batch_id):
+                # the batch is complete in the changelog: a restore never reads the input below its end again
+                self.repartitioner.purge_below(end_offsets.get(self.input_topic, {}))
             clock.lap("snapshot")
 
         return write_batch
@@ -316,9 +343,9 @@ class JobContext:
     def _batch_start(self, batch_id: int) -> dict[int, int] | None:
         """The source offsets micro-batch ``batch_id`` starts reading at (None when not known exactly)."""
         if batch_id > 0:
-            return batch_end_offsets(self.checkpoint, batch_id - 1).get(self.spec.source_topic)
+            return batch_end_offsets(self.checkpoint, batch_id - 1).get(self.input_topic)
         start = self.starting_offsets
-        offsets = json.loads(start).get(self.spec.source_topic) if start.startswith("{") else None
+        offsets = json.loads(start).get(self.input_topic) if start.startswith("{") else None
         if not offsets or any(int(o) < 0 for o in offsets.values()):  # -2/-1: Kafka's earliest/latest
             return None
         return {int(p): int(o) for p, o in offsets.items()}
@@ -361,6 +388,8 @@ class JobContext:
         """Flush and close what the job opened (the changelog marker producers, the fence's producer)."""
         while self.open_writers:
             self.open_writers.pop().close()
+        if self.__dict__.get("repartitioner") is not None:
+            self.repartitioner.close()
         if "writer_fence" in self.__dict__:  # claimed
             self.writer_fence.close()
 

@@ -45,6 +45,8 @@ MESSAGE_COLUMN = "_dead_letter_message"
 LETTER_COLUMN = "_dead_letter"
 UNDECODABLE = "undecodable"
 MISSING_KEY = "missing_key"
+#: a record whose Kafka key is not its key field: applied, it would be counted in another partition's task
+WRONG_KEY = "wrong_key"
 UNKNOWN_TYPE = "unknown_event_type"
 INVALID = "failed_validation"
 #: an event for a window that had already closed (found by the job, not by classify)
@@ -200,14 +202,19 @@ def classify_events(
     event_types: Sequence[str] | None,
     invalid: Column | Sequence[tuple[Column, Message]] | None = None,
     decoder: Decoder | None = None,
+    check_key: bool = True,
 ) -> DataFrame:
-    """:func:`classify` for JSON events with a key field and a ``type``: missing key, unknown type (not
+    """:func:`classify` for JSON events with a key field and a ``type``: missing key, wrong key (the record's
+    Kafka key is not its key field; only when ``raw`` has Kafka's ``key`` column), unknown type (not
     checked when ``event_types`` is None), then ``invalid``, in that order. ``invalid`` is a condition over
     :func:`event` fields, or (condition, message) pairs: the first broken one names the :data:`INVALID`
-    record's message. ``decoder``: see :func:`decode_json`."""
+    record's message. ``decoder``: see :func:`decode_json`. ``check_key``: False for a source the job
+    re-keys (``JobSpec.repartition``)."""
     rules: list[Rule] = [
         (MISSING_KEY, F.coalesce(F.length(event(key_field)) == 0, F.lit(True)), f"{key_field} is missing or empty")
     ]
+    if check_key and "key" in raw.columns:
+        rules.append(wrong_key_rule(key_field))
     if event_types is not None:
         unknown = F.concat(
             F.lit("type "),
@@ -222,10 +229,35 @@ def classify_events(
     return classify(decode_json(raw, schema, decoder), rules)
 
 
+def wrong_key_rule(key_field: str) -> Rule:
+    """The record's Kafka key is not its ``key_field`` (as UTF-8), or it has none. A job's state lives in the
+    task of the key's partition: a key whose records are spread over partitions (producers without a key,
+    or keyed by another field) would be counted apart in several tasks, so such a record is refused, never
+    applied; a job whose source is keyed otherwise declares ``repartition=True`` (Kafka Streams' rule: a
+    stateful step reads records keyed by its key, re-keyed through a repartition topic when they are not)."""
+    kafka_key = F.col("key")
+    wrong = F.coalesce(kafka_key != F.encode(event(key_field), "UTF-8"), F.lit(True))
+    shown = F.coalesce(F.concat(F.lit("'"), kafka_key.cast("string"), F.lit("'")), F.lit("none"))
+    message = F.concat(
+        F.lit("the record's Kafka key is "),
+        shown,
+        F.lit(f", not its {key_field} '"),
+        event(key_field),
+        F.lit(f"': the source must be keyed by {key_field} (or the job declare repartition=True)"),
+    )
+    return (WRONG_KEY, wrong, message)
+
+
 def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
     """The decoded fields of the records that broke no rule, plus the named Kafka source columns
     (e.g. ``"offset"`` to process a key's records in log order)."""
     return classified.where(F.col(ERROR_COLUMN).isNull()).select(f"{EVENT_COLUMN}.*", *source_columns)
+
+
+def letter_columns(application_id: str) -> list[Column]:
+    """key, value and headers of the dead-letter record of a rejected row of a classified source (see
+    :func:`classify`)."""
+    return _letter_columns(True, application_id)
 
 
 def _letter_columns(has_message: bool, application_id: str) -> list[Column]:

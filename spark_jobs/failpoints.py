@@ -40,6 +40,10 @@ Failpoint = Literal[
     "between_outputs_and_markers",
     # the batch's changelog and markers are written; a due snapshot is not taken yet
     "before_snapshot",
+    # a re-keying batch is read and its dead letters written; its transaction is not begun
+    "before_repartition_write",
+    # a re-keying batch's transaction is committed; Spark's commit log is not written
+    "after_repartition_write",
 ]
 FAILPOINTS: tuple[str, ...] = Failpoint.__args__
 

@@ -8,7 +8,10 @@ over four systems, and this module is the only place that spells any of it:
   the quarantined copies ``<application_id>.corrupt-<stamp>`` of checkpoints that could not resume;
 * **Kafka**: one changelog topic per store (``<application_id>-<store>-changelog``), the
   dead-letter topic (``<application_id>-dead-letter``), the drivers' generations topic
-  (``<application_id>-generations``) and transactional id (``<application_id>-driver``);
+  (``<application_id>-generations``) and transactional id (``<application_id>-driver``); a job that
+  re-keys its source also owns the repartition topic (``<application_id>-repartition``), the record of
+  how far the source was re-keyed (``<application_id>-repartition-progress``) and the re-keying stage's
+  transactional id (``<application_id>-repartitioner``) and checkpoint (inside the job's);
 * **Delta**: one snapshot table per store (``<lake>/_state/<application_id>/<store>``) and the output
   tables (``<lake>/<output_table>_v<version>`` and its companions);
 * **status directory**: the lifecycle status, the last run's report, the lease, the supervision record
@@ -39,6 +42,8 @@ CHECKPOINT_FILES_DIR = "streamstate"
 START_OFFSETS_FILE = Path(CHECKPOINT_FILES_DIR) / "start-offsets.json"
 #: inside a checkpoint: what the driver restored its stores from when the query started
 RESTORE_RECORD = Path(CHECKPOINT_FILES_DIR) / "restore.json"
+#: inside a checkpoint: the checkpoint of the stage that re-keys the source (a query of its own)
+REPARTITION_CHECKPOINT = Path(CHECKPOINT_FILES_DIR) / "repartition"
 #: the suffix a quarantined checkpoint gets, followed by a time stamp
 QUARANTINE_SUFFIX = ".corrupt-"
 #: the state-size audit's report directory in the status directory (shared by every job)
@@ -50,6 +55,7 @@ ArtifactKind = Literal[
     "checkpoint",
     "quarantined_checkpoint",
     "changelog_topic",
+    "repartition_topic",
     "dead_letter_topic",
     "generations_topic",
     "snapshot_table",
@@ -64,6 +70,7 @@ _SYSTEM: dict[ArtifactKind, ArtifactSystem] = {
     "checkpoint": "disk",
     "quarantined_checkpoint": "disk",
     "changelog_topic": "kafka",
+    "repartition_topic": "kafka",
     "dead_letter_topic": "kafka",
     "generations_topic": "kafka",
     "snapshot_table": "delta",
@@ -144,6 +151,8 @@ class JobLayout:
     lake: Location
     logs_dir: Path
     output_table_dirs: tuple[str, ...]
+    #: the job re-keys its source through a repartition topic (``JobSpec.repartition``)
+    repartition: bool = False
 
     @classmethod
     def of(cls, spec: JobSpec, settings: Settings) -> JobLayout:
@@ -156,6 +165,7 @@ class JobLayout:
             lake=settings.lake,
             logs_dir=settings.logs_dir,
             output_table_dirs=spec.output_table_dirs,
+            repartition=spec.repartition,
         )
 
     # ----- checkpoint ------------------------------------------------------------------------------
@@ -168,6 +178,12 @@ class JobLayout:
     def restore_record(self) -> Location:
         """What the driver restored its stores from when the query started (``JobContext.restore_record``)."""
         return self.checkpoint / RESTORE_RECORD
+
+    @property
+    def repartition_checkpoint(self) -> Location:
+        """The checkpoint of the query that re-keys the source (inside the job's: a reset or a quarantine of
+        the job's checkpoint takes it along, and the stage then resumes from its progress topic)."""
+        return self.checkpoint / REPARTITION_CHECKPOINT
 
     def quarantined_checkpoints(self) -> tuple[Location, ...]:
         prefix = f"{self.checkpoint.name}{QUARANTINE_SUFFIX}"
@@ -197,9 +213,36 @@ class JobLayout:
         return f"{self.application_id}-driver"
 
     @property
+    def repartition_topic(self) -> str:
+        """Kafka Streams' ``<application.id>-<name>-repartition``: the source's records keyed by the job's key."""
+        return f"{self.application_id}-repartition"
+
+    @property
+    def repartition_progress_topic(self) -> str:
+        """The source offsets the repartition topic holds records up to, committed in the same transaction
+        as those records (Kafka Streams keeps them as its consumer group's offsets)."""
+        return f"{self.application_id}-repartition-progress"
+
+    @property
+    def repartition_transactional_id(self) -> str:
+        """The ``transactional.id`` of the stage writing the repartition topic: a new driver fences the older."""
+        return f"{self.application_id}-repartitioner"
+
+    @property
+    def repartition_topics(self) -> tuple[str, ...]:
+        """The topics of the re-keying stage (none for a job whose source is keyed by its key)."""
+        return (self.repartition_topic, self.repartition_progress_topic) if self.repartition else ()
+
+    @property
+    def state_input_topic(self) -> str:
+        """The topic the stateful stage reads: the repartition topic when the job re-keys, else the source.
+        Its offsets are the ones the changelog markers, snapshots and output marks record."""
+        return self.repartition_topic if self.repartition else self.source_topic
+
+    @property
     def topics(self) -> tuple[str, ...]:
         """Every topic the version owns (not its source: that one is shared by all versions)."""
-        return (*self.changelog_topics, self.dead_letter_topic, self.generations_topic)
+        return (*self.changelog_topics, *self.repartition_topics, self.dead_letter_topic, self.generations_topic)
 
     # ----- Delta -----------------------------------------------------------------------------------
     def snapshot_table(self, store: str) -> Location:
@@ -260,6 +303,8 @@ class JobLayout:
             yield Artifact("quarantined_checkpoint", str(path))
         for topic in self.changelog_topics:
             yield Artifact("changelog_topic", topic)
+        for topic in self.repartition_topics:
+            yield Artifact("repartition_topic", topic)
         yield Artifact("dead_letter_topic", self.dead_letter_topic)
         yield Artifact("generations_topic", self.generations_topic)
         for table in self.snapshot_tables:

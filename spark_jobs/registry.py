@@ -244,6 +244,14 @@ class JobSpec:
         migrations: how this version's stores are built from the previous version's state by a
             ``migrate`` reprocessing; a store without one is copied from the previous version's store of
             the same name, or starts empty when there is none.
+        repartition: the source is not keyed by ``key_field`` (producers that set no Kafka key, or key by
+            another field): the job re-keys it first, as Kafka Streams' ``selectKey``/``groupBy`` does,
+            through the version's repartition topic (``<application_id>-repartition``, keyed by
+            ``key_field``), and its stateful stage reads that topic. False (the default): every record's
+            Kafka key must equal its ``key_field``, checked record by record (a ``wrong_key`` dead letter
+            otherwise), because a key spread over partitions would be counted in several tasks.
+        repartition_partitions: the repartition topic's partitions: the stateful stage's tasks, and its
+            changelogs' partitions (default: ``source_partitions``).
     """
 
     name: str
@@ -261,6 +269,8 @@ class JobSpec:
     output_key: tuple[str, ...] = ()
     companion_outputs: tuple[str, ...] = ()
     migrations: tuple[StoreMigration, ...] = ()
+    repartition: bool = False
+    repartition_partitions: int | None = None
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
@@ -270,6 +280,8 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: source_partitions must be >= 1")
         if self.snapshot_every_batches < 0:
             raise JobSpecError(f"job {self.name}: snapshot_every_batches must be >= 0")
+        if self.repartition_partitions is not None and (not self.repartition or self.repartition_partitions < 1):
+            raise JobSpecError(f"job {self.name}: repartition_partitions must be >= 1 and needs repartition=True")
         if len({store.name for store in self.stores}) != len(self.stores):
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:
@@ -292,6 +304,14 @@ class JobSpec:
     @property
     def trigger_interval_s(self) -> float:
         return trigger_interval_s(self.trigger_interval)
+
+    @property
+    def state_partitions(self) -> int:
+        """The partitions of the stateful stage's input (the source, or the repartition topic): its tasks,
+        and the partitions of its changelogs and dead-letter topic."""
+        if self.repartition:
+            return self.repartition_partitions or self.source_partitions
+        return self.source_partitions
 
     @property
     def output_table_dir(self) -> str:

@@ -203,6 +203,8 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             )
         )
         context.ensure_changelog_topics()
+        if context.repartitioner is not None:
+            context.repartitioner.ensure_topics()
         # claim the version (fence older drivers, on any host) before reading its state
         generation = context.writer_fence.generation if spec.stores else None
         quarantined = quarantine_if_unusable(context)
@@ -233,23 +235,29 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         def with_trigger(w):
             return w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
 
-        writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
-        query = start_stateful_query(context, with_trigger(writer))
-        collector.main_query_id = str(query.id)
-        status.transition_to(JobState.RUNNING)
+        rekeying = query = None
         try:
-            STOP_REQUEST.queries_running = True
-            # short waits, so a stop request is noticed between py4j calls, never inside one
-            while not STOP_REQUEST.requested.is_set():
-                if query.awaitTermination(0.5):  # raises if the query failed
-                    break
-            if STOP_REQUEST.requested.is_set():
-                raise KeyboardInterrupt
+            if context.repartitioner is not None:
+                # the source re-keyed into the repartition topic by a query of its own
+                # (spark_jobs/repartition.py); drained first when the run drains, so that the stateful
+                # stage then finds every record there
+                rekeying_writer = context.repartitioner.writer().queryName(f"{spec.application_id}-repartition")
+                rekeying = with_trigger(rekeying_writer).start()
+                if available_now:
+                    _await_stoppable(rekeying)
+            writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
+            query = start_stateful_query(context, with_trigger(writer))
+            collector.main_query_id = str(query.id)
+            status.transition_to(JobState.RUNNING)
+            _await_stoppable(query, beside=None if available_now else rekeying)
         except KeyboardInterrupt:
             status.transition_to(JobState.PENDING_SHUTDOWN)
-            query.stop()
+            if query is not None:
+                query.stop()
         finally:
             STOP_REQUEST.queries_running = False
+            if rekeying is not None and rekeying.isActive:
+                rekeying.stop()
         # The listener bus is asynchronous: let it deliver the last progress events.
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
         report.state_encoding = state_encoding(context.checkpoint) if spec.stores else None
@@ -275,6 +283,22 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         settings.status_dir.mkdir(parents=True, exist_ok=True)
         report_path(spec, settings).write_text(report.to_json())
     return report
+
+
+def _await_stoppable(query, beside=None) -> None:
+    """Wait until ``query`` ends (raising its failure, or ``beside``'s: a query the job runs alongside);
+    a stop request raises KeyboardInterrupt. Short waits, so a stop request is noticed between py4j calls,
+    never inside one."""
+    STOP_REQUEST.queries_running = True
+    while not STOP_REQUEST.requested.is_set():
+        if query.awaitTermination(0.5):  # raises if the query failed
+            return
+        if beside is not None and not beside.isActive:
+            beside.awaitTermination()  # raises its failure
+            if not query.isActive:
+                return
+            raise RuntimeError(f"{beside.name} stopped while {query.name} runs")
+    raise KeyboardInterrupt
 
 
 def taken_over(context: JobContext, err: Exception) -> WriterFenced | None:

@@ -31,7 +31,7 @@ from runtime.process import free_service_ports
 from runtime.settings import Settings
 from spark_jobs import dead_letter
 from spark_jobs.dead_letter import HEADER_PREFIX, dead_letter_topic
-from spark_jobs.generators.producer import produce_keyed
+from spark_jobs.generators.producer import produce_keyed, produce_unkeyed
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.run import RunReport, run
@@ -102,17 +102,23 @@ class JobHarness:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
 
-    def run(self, job: JobSpec | str, events: Iterable[dict | bytes], version: int | None = None) -> JobResult:
+    def run(
+        self, job: JobSpec | str, events: Iterable[dict | bytes], version: int | None = None, *, keyed: bool = True
+    ) -> JobResult:
         """Write ``events`` to the job's source topic (a dict as JSON keyed by the job's key field, ``bytes``
-        as they are), run the job over everything available (resuming from its checkpoint when it ran
-        before), and read back its outputs and the dead letters of this run."""
+        as they are; with ``keyed=False`` without a Kafka key, spread over the partitions), run the job over
+        everything available (resuming from its checkpoint when it ran before), and read back its outputs
+        and the dead letters of this run."""
         spec = job if isinstance(job, JobSpec) else get_job(job, version)
         kafka = self.settings.kafka
         ensure_topic(kafka, spec.source_topic, spec.source_partitions)
         letters_topic = dead_letter_topic(spec.application_id)
         ensure_topic(kafka, letters_topic, spec.source_partitions)
         letters_from = {p: high for p, (_, high) in partition_offsets(kafka, letters_topic).items()}
-        produce_keyed(kafka, spec.source_topic, events, spec.key_field)
+        if keyed:
+            produce_keyed(kafka, spec.source_topic, events, spec.key_field)
+        else:
+            produce_unkeyed(kafka, spec.source_topic, events, spec.source_partitions)
         report = run(spec, self.settings, available_now=True, spark=self.spark)
         if report.error:
             raise RuntimeError(f"{spec.application_id} failed: {report.error}")

@@ -45,6 +45,30 @@ def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes]
     return sent
 
 
+def produce_unkeyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes], partitions: int, seed: int = 0) -> int:
+    """Write ``events`` to ``topic`` without a Kafka key, as many producers do (a client's default, or a
+    service that does not know the consumers' key), each to a partition drawn by a generator seeded with
+    ``seed`` over ``partitions``, in list order within a partition. Returns the count acked."""
+    import random
+
+    draw = random.Random(seed)
+    producer = Producer(client_config(kafka, {"linger.ms": 20, "enable.idempotence": True, "log_level": 3}))
+    sent = 0
+    for event in events:
+        value = event if isinstance(event, bytes) else json.dumps(event).encode()
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=draw.randrange(partitions))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+        sent += 1
+    if remaining := producer.flush(60):
+        raise RuntimeError(f"{remaining} events unsent")
+    return sent
+
+
 def kafka_partition(key: str, partitions: int) -> int:
     """The partition the Java client's default partitioner (and :func:`produce_keyed`) puts ``key`` in:
     murmur2 of the key's bytes, made positive, modulo the partition count."""

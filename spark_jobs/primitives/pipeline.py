@@ -163,7 +163,7 @@ class StoreDeclaration:
             logic = processor(store.ttl_ms)
             rows = processor_changes(events, spec.key_field, initial, logic, stores, timed=bool(store.ttl_ms))
         write_store, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, self.summary_paths(ctx))
-        app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
+        app, kafka, source_topic = spec.application_id, ctx.settings.kafka, ctx.input_topic
 
         def write_outputs(batch, batch_id: int) -> None:
             if len(stores) > 1:  # the outputs show the declaration's store; the others are the processor's own

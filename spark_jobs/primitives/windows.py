@@ -213,7 +213,7 @@ class WindowedAggregate(StoreDeclaration):
         write_windows = self._window_writer(ctx.output_path, key_field, store.window_ms, spec.name,
                                             ctx.outputs_may_repeat)  # fmt: skip
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
-        app, kafka, source_topic = spec.application_id, ctx.settings.kafka, spec.source_topic
+        app, kafka, source_topic = spec.application_id, ctx.settings.kafka, ctx.input_topic
 
         def write_outputs(batch, batch_id: int) -> None:
             if write_windows(batch, batch_id):

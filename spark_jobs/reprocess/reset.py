@@ -25,7 +25,7 @@ class ResetRefused(RuntimeError):
 
 
 def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
-    """Delete the version's checkpoint, changelog topics and snapshots, truncate its outputs when the
+    """Delete the version's checkpoint, changelog (and repartition) topics and snapshots, truncate its outputs when the
     plan says so, and leave the start position for the restart. Returns what was done.
 
     Raises:
@@ -49,7 +49,9 @@ def _reset(settings: Settings, plan: ReprocessPlan, layout: JobLayout) -> dict:
     for place in (layout.checkpoint, *layout.quarantined_checkpoints(), *layout.snapshot_tables):
         if place.remove():
             done.setdefault("deleted_paths", []).append(str(place))
-    done["deleted_topics"] = delete_topics(bootstrap, list(layout.changelog_topics))
+    # the repartition topic goes with the state it fed, and its progress with it: the re-keying stage
+    # starts again at the start position, as the stateful stage does
+    done["deleted_topics"] = delete_topics(bootstrap, [*layout.changelog_topics, *layout.repartition_topics])
     if plan.truncate_outputs:
         done["truncated_tables"] = {str(t): truncate_table(t) for t in layout.output_tables}
         done["dead_letters_deleted"] = truncate_topic(bootstrap, layout.dead_letter_topic)

@@ -1,0 +1,150 @@
+"""Keys that do not follow partitions: a source produced without Kafka keys, over 3 partitions.
+
+Without ``repartition``, every such record is a ``wrong_key`` dead letter and no output row is wrong (a
+key spread over partitions would be counted apart in each partition's task: patient_heart_rate wrote each
+window twice, once per partition). With ``repartition=True`` the job re-keys the source through its
+repartition topic, as a Kafka Streams ``groupBy`` does: one row per key (and window), equal to the
+reference applied in the repartition topic's order, for the order-free sums equal to the keyed run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from runtime.kafka_connection import client_config
+from spark_jobs import dead_letter
+from spark_jobs.generators import pulse, purchases
+from spark_jobs.kafka_topics import partition_offsets
+from spark_jobs.layout import JobLayout
+from spark_jobs.registry import get_job, store
+from spark_jobs.repartition import ORIGIN_HEADER_PREFIX, PROGRESS_KEY
+from spark_jobs.testing import JobHarness
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def harness(settings, kafka_broker, spark):
+    return JobHarness(settings=settings, spark=spark)
+
+
+def _spec(job: str, unique: str, **changes):
+    spec = get_job(job)
+    name = f"{job[:10]}_{unique}"
+    return dataclasses.replace(spec, name=name, source_topic=f"{name}-in", output_table=name,
+                               source_partitions=PARTITIONS, **changes)  # fmt: skip
+
+
+def _repartitioned(settings, spec) -> list[list[dict]]:
+    """The repartition topic's committed records, per partition in offset order (what the stateful stage read)."""
+    topic = JobLayout.of(spec, settings).repartition_topic
+    ends = {p: high for p, (_, high) in partition_offsets(settings.kafka, topic).items()}
+    consumer = Consumer(client_config(settings.kafka, {"group.id": "test-repartition", "isolation.level":
+                                                       "read_committed", "enable.partition.eof": True}))  # fmt: skip
+    out: list[list[dict]] = []
+    try:
+        for p in sorted(ends):
+            records: list[dict] = []
+            consumer.assign([TopicPartition(topic, p, 0)])
+            while ends[p]:
+                msg = consumer.poll(10)
+                assert msg is not None, f"partition {p} of {topic} did not reach its end"
+                if msg.error():
+                    if msg.offset() is not None and msg.offset() >= ends[p] - 1:
+                        break
+                    continue
+                event = json.loads(msg.value())
+                headers = dict(msg.headers() or [])
+                assert msg.key() == event[spec.key_field].encode(), "keyed by the job's key field"
+                assert headers[ORIGIN_HEADER_PREFIX + "topic"] == spec.source_topic.encode()
+                records.append(event)
+                if msg.offset() >= ends[p] - 1:
+                    break
+            out.append(records)
+    finally:
+        consumer.close()
+    return out
+
+
+def test_a_source_not_keyed_by_the_key_is_refused_record_by_record(harness, unique):
+    """The default: a record whose Kafka key is not its key field is a wrong_key dead letter, never applied."""
+    spec = _spec("patient_heart_rate", unique)
+    events = list(pulse.generate(patients=6, seconds=200, seed=11))
+    result = harness.run(spec, events, keyed=False)
+    assert result.outputs == []
+    reasons = {letter.reason for letter in result.dead_letters}
+    assert reasons == {dead_letter.WRONG_KEY}, reasons
+    assert len(result.dead_letters) == len(events)
+    message = result.dead_letters[0].message
+    assert "Kafka key is none, not its patient_id 'p0" in message and "repartition=True" in message, message
+
+
+def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, unique):
+    """Unkeyed pulses over 3 partitions: one row per patient and window, equal to Kafka Streams' semantics
+    applied in the repartition topic's order (stream time per repartition partition); a second run resumes."""
+    spec = _spec("patient_heart_rate", unique, repartition=True)
+    events = list(pulse.adversarial(400, patients=7, seed=13))
+    bad = [b"not json", json.dumps({"type": "pulse", "event_time": "2026-11-01T09:00:00Z"}).encode()]
+    first = harness.run(spec, events[:250] + bad, keyed=False)
+    second = harness.run(spec, events[250:], keyed=False)
+    letters = first.dead_letters + second.dead_letters
+
+    by_partition = _repartitioned(settings, spec)
+    assert sorted(e["event_id"] for part in by_partition for e in part) == sorted(e["event_id"] for e in events)
+    s = store(spec, "pulse-counts")
+    want = pulse.expected(by_partition, s.window_ms, s.grace_ms, s.retention_ms, partitions=PARTITIONS)
+    rows = second.outputs
+    windows = [(r["patient_id"], int(r["window_start"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)) for r in rows]
+    assert len(windows) == len(set(windows)), "a window was written twice"
+    assert {w: r["heart_rate"] for w, r in zip(windows, rows)} == want.emitted
+    late = {json.loads(letter.value)["event_id"] for letter in letters if letter.reason == dead_letter.LATE}
+    assert late == want.late
+    assert sorted(letter.reason for letter in letters if letter.reason != dead_letter.LATE) == [
+        dead_letter.MISSING_KEY, dead_letter.UNDECODABLE
+    ]
+
+
+def test_purchase_counts_re_keyed_equal_the_keyed_answer(harness, settings, unique):
+    """Re-keyed from an unkeyed source, purchase_counts equals its reference applied in the repartition
+    topic's order; for users never closed (order-free sums) it equals the answer over the events as produced."""
+    events = list(purchases.adversarial(600, users=15, seed=21))
+    # half the users are never closed: their counts do not depend on the order of their events
+    users = sorted({e["user_id"] for e in events if isinstance(e.get("user_id"), str) and e["user_id"]})
+    kept_open = set(users[::2])
+    events = [e for e in events if not (e.get("type") == "account_closed" and e.get("user_id") in kept_open)]
+    spec = _spec("purchase_counts", unique, repartition=True, repartition_partitions=2)
+    result = harness.run(spec, events, keyed=False)
+    by_partition = _repartitioned(settings, spec)
+    assert len(by_partition) == 2
+    got = {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in result.outputs}
+    valid = purchases.is_valid
+    assert got == purchases.expected_counts(e for part in by_partition for e in part if valid(e))
+    closed = {e.get("user_id") for e in events if e.get("type") == "account_closed"}
+    as_produced = purchases.expected_counts(e for e in events if valid(e))
+    never_closed = {u: v for u, v in as_produced.items() if u not in closed}
+    assert never_closed and {u: v for u, v in got.items() if u not in closed} == never_closed
+    assert dead_letter.WRONG_KEY not in {letter.reason for letter in result.dead_letters}
+    ends = {p: high for p, (_, high) in partition_offsets(settings.kafka, spec.source_topic).items()}
+    assert _progress(settings, spec) == ends, "the progress record names the source's end"
+
+
+def _progress(settings, spec) -> dict[int, int]:
+    topic = JobLayout.of(spec, settings).repartition_progress_topic
+    consumer = Consumer(client_config(settings.kafka, {"group.id": "test-progress", "isolation.level": "read_committed",
+                                                       "enable.partition.eof": True}))  # fmt: skip
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    newest = None
+    try:
+        while (msg := consumer.poll(10)) is not None and not msg.error():
+            if msg.key() == PROGRESS_KEY:
+                newest = json.loads(msg.value())["offsets"]
+    finally:
+        consumer.close()
+    return {int(p): o for p, o in (newest or {}).items()}
