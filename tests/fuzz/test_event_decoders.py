@@ -79,9 +79,19 @@ def events(draw, module, key_field: str, event_types) -> bytes | None:
     return (text.encode() if draw(st.integers(0, 9)) else text[: draw(st.integers(0, len(text)))].encode())  # truncated
 
 
-def _classify(spark, module, values: list[bytes | None]):
+def _kafka_key(value: bytes | None, key_field: str) -> bytes:
+    """The key a producer keying by ``key_field`` gives the record (b"k" when it has no string key field:
+    such a record that decodes anyway is a wrong_key dead letter)."""
+    try:
+        key = json.loads(value)[key_field]
+    except (TypeError, ValueError, KeyError, IndexError):
+        return b"k"
+    return key.encode("utf-8", "surrogatepass") if isinstance(key, str) else b"k"
+
+
+def _classify(spark, module, values: list[bytes | None], key_field: str = ""):
     now = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
-    rows = [(b"k", v, "in", 0, i, now, 0) for i, v in enumerate(values)]
+    rows = [(_kafka_key(v, key_field), v, "in", 0, i, now, 0) for i, v in enumerate(values)]
     source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
     return module.classify(types.SimpleNamespace(kafka_source=lambda: source))
 
@@ -89,7 +99,13 @@ def _classify(spark, module, values: list[bytes | None]):
 @pytest.mark.parametrize("job", list(JOBS))
 def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
     module, key_field, event_types = JOBS[job]
-    reasons = {dead_letter.UNDECODABLE, dead_letter.MISSING_KEY, dead_letter.UNKNOWN_TYPE, dead_letter.INVALID}
+    reasons = {
+        dead_letter.UNDECODABLE,
+        dead_letter.MISSING_KEY,
+        dead_letter.WRONG_KEY,
+        dead_letter.UNKNOWN_TYPE,
+        dead_letter.INVALID,
+    }
     earliest, latest = (dt.datetime.fromisoformat(t).replace(tzinfo=dt.timezone.utc) for t in dead_letter.EVENT_TIME_RANGE)
 
     # Few examples of many records: nearly all of an example's time is Spark's two collects, and
@@ -97,7 +113,7 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
     @settings(max_examples=max(4, settings().max_examples // 5))
     @given(st.lists(events(module, key_field, event_types), min_size=20, max_size=60))
     def check(values):
-        classified = _classify(spark, module, values)
+        classified = _classify(spark, module, values, key_field)
         # Collecting the valid events converts them to Python objects, as the job's state processor does.
         good = dead_letter.valid(classified, "offset").collect()
         bad = classified.where(F.col(dead_letter.ERROR_COLUMN).isNotNull())
@@ -130,7 +146,7 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
 ])  # fmt: skip
 def test_an_amount_is_taken_exactly_or_refused_naming_the_field(spark, amount, valid):
     text = f'{{"type": "purchase", "user_id": "u1", "amount": {amount}, "event_time": "2026-11-01T09:00:00Z"}}'
-    classified = _classify(spark, purchase_counts, [text.encode()])
+    classified = _classify(spark, purchase_counts, [text.encode()], "user_id")
     good = dead_letter.valid(classified, "offset").collect()
     if valid:
         assert [e["amount"] for e in good] == [Decimal(json.loads(amount, parse_float=Decimal))]

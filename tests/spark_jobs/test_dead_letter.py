@@ -31,7 +31,17 @@ POISON = [
     ("failed_validation", json.dumps({**GOOD, "amount": -5}).encode()),
     ("failed_validation", json.dumps({**GOOD, "amount": "ten"}).encode()),
     ("failed_validation", json.dumps({k: v for k, v in GOOD.items() if k != "event_time"}).encode()),
+    ("wrong_key", json.dumps({**GOOD, "event_id": "wrong-key"}).encode()),
 ]
+
+
+def poison_key(i: int) -> bytes:
+    """A poison record's Kafka key: its user's (u1) where it decodes to one, so that it meets the rule it is
+    meant to break; another key for the wrong_key record; "poison-<i>" where there is no key to follow."""
+    reason = POISON[i][0]
+    if reason in ("unknown_event_type", "failed_validation"):
+        return b"u1"
+    return b"u2" if reason == "wrong_key" else f"poison-{i}".encode()
 
 
 def test_poison_records_go_to_the_dead_letter_topic(spark, kafka_broker, settings, unique):
@@ -43,7 +53,7 @@ def test_poison_records_go_to_the_dead_letter_topic(spark, kafka_broker, setting
     purchases.produce(bootstrap, job.source_topic, good[:500])
     producer = Producer({"bootstrap.servers": bootstrap})
     for i, (_, raw) in enumerate(POISON):
-        producer.produce(job.source_topic, key=f"poison-{i}".encode(), value=raw, partition=i % 2)
+        producer.produce(job.source_topic, key=poison_key(i), value=raw, partition=i % 2)
     assert producer.flush(30) == 0
     purchases.produce(bootstrap, job.source_topic, good[500:])
 
@@ -52,11 +62,11 @@ def test_poison_records_go_to_the_dead_letter_topic(spark, kafka_broker, setting
     assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(good)
 
     dead = read_with_headers(bootstrap, dead_letter_topic(job.application_id))
-    assert sorted((d["key"], d["headers"]["reason"]) for d in dead) == sorted(
-        (f"poison-{i}".encode(), reason) for i, (reason, _) in enumerate(POISON))  # fmt: skip
+    assert sorted((d["value"] or b"", d["key"], d["headers"]["reason"]) for d in dead) == sorted(
+        (raw or b"", poison_key(i), reason) for i, (reason, raw) in enumerate(POISON)
+    )
     for d in dead:
-        i = int(d["key"].split(b"-")[1])
-        assert d["value"] == POISON[i][1]  # raw bytes untouched
+        i = next(i for i, (_, raw) in enumerate(POISON) if raw == d["value"])  # raw bytes untouched
         assert d["headers"]["source.topic"] == job.source_topic
         assert int(d["headers"]["source.partition"]) == i % 2
         assert int(d["headers"]["source.offset"]) >= 0
@@ -171,7 +181,8 @@ def test_rejected_records_ride_through_the_processor_that_never_sees_them(spark,
     values = [json.dumps(e).encode() for e in good] + [raw for _, raw in POISON]
     at = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
     schema = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
-    rows = [(f"k{i}".encode(), v, "src", 0, i, at) for i, v in enumerate(values)]
+    keys = [e["user_id"].encode() for e in good] + [poison_key(i) for i in range(len(POISON))]
+    rows = [(k, v, "src", 0, i, at) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
     spark.createDataFrame(rows, schema).write.parquet(str(tmp_path / "input"))
     raw = spark.readStream.schema(schema).parquet(str(tmp_path / "input"))  # a stream, as the job's source is
 
@@ -195,8 +206,8 @@ def test_rejected_records_ride_through_the_processor_that_never_sees_them(spark,
     letters = [r[dead_letter.LETTER_COLUMN] for r in out if r[dead_letter.LETTER_COLUMN] is not None]
     counted = {r["key"]: r["purchases"] for r in out if r[dead_letter.LETTER_COLUMN] is None}
     assert counted == {"u1": 2, "u2": 1}  # u1's rejected events (in its group) never reached the processor
-    assert sorted((letter["key"], letter["value"]) for letter in letters) == sorted(
-        (f"k{len(good) + i}".encode(), v) for i, (_, v) in enumerate(POISON)
+    assert sorted((letter["key"], letter["value"] or b"") for letter in letters) == sorted(
+        (poison_key(i), v or b"") for i, (_, v) in enumerate(POISON)
     )
     headers = [
         {h["key"].removeprefix(HEADER_PREFIX): h["value"].decode() for h in letter["headers"]} for letter in letters

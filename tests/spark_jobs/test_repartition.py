@@ -9,6 +9,7 @@ reference applied in the repartition topic's order, for the order-free sums equa
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import json
@@ -113,26 +114,33 @@ def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, un
 
 def test_purchase_counts_re_keyed_equal_the_keyed_answer(harness, settings, unique):
     """Re-keyed from an unkeyed source, purchase_counts equals its reference applied in the repartition
-    topic's order; for users never closed (order-free sums) it equals the answer over the events as produced."""
+    topic's order; for users never closed (order-free sums) it equals the answer over the events as produced.
+    A snapshot after every batch purges the repartition topic below what the changelog completed."""
     events = list(purchases.adversarial(600, users=15, seed=21))
     # half the users are never closed: their counts do not depend on the order of their events
     users = sorted({e["user_id"] for e in events if isinstance(e.get("user_id"), str) and e["user_id"]})
     kept_open = set(users[::2])
     events = [e for e in events if not (e.get("type") == "account_closed" and e.get("user_id") in kept_open)]
     spec = _spec("purchase_counts", unique, repartition=True, repartition_partitions=2)
-    result = harness.run(spec, events, keyed=False)
+    first = harness.run(spec, events[:300], keyed=False)
     by_partition = _repartitioned(settings, spec)
     assert len(by_partition) == 2
-    got = {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in result.outputs}
     valid = purchases.is_valid
+    got = {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in first.outputs}
     assert got == purchases.expected_counts(e for part in by_partition for e in part if valid(e))
+
+    purging = dataclasses.replace(spec, snapshot_every_batches=1)
+    result = harness.run(purging, events[300:], keyed=False)
     closed = {e.get("user_id") for e in events if e.get("type") == "account_closed"}
     as_produced = purchases.expected_counts(e for e in events if valid(e))
     never_closed = {u: v for u, v in as_produced.items() if u not in closed}
+    got = {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in result.outputs}
     assert never_closed and {u: v for u, v in got.items() if u not in closed} == never_closed
-    assert dead_letter.WRONG_KEY not in {letter.reason for letter in result.dead_letters}
+    assert dead_letter.WRONG_KEY not in {letter.reason for letter in first.dead_letters + result.dead_letters}
     ends = {p: high for p, (_, high) in partition_offsets(settings.kafka, spec.source_topic).items()}
     assert _progress(settings, spec) == ends, "the progress record names the source's end"
+    repartition = partition_offsets(settings.kafka, JobLayout.of(spec, settings).repartition_topic)
+    assert all(low == high for low, high in repartition.values()), f"purged below the completed input: {repartition}"
 
 
 def _progress(settings, spec) -> dict[int, int]:
@@ -148,3 +156,43 @@ def _progress(settings, spec) -> dict[int, int]:
     finally:
         consumer.close()
     return {int(p): o for p, o in (newest or {}).items()}
+
+
+@pytest.mark.faults
+def test_kill_9_around_the_repartition_write_counts_nothing_twice(settings, kafka_broker, spark):
+    """kill -9 of a re-keying driver after a re-keying batch's transaction committed (Spark's commit log not
+    yet written: the replay must write nothing again), before one (with the checkpoint lost: both stages
+    resume, the re-keying one from its progress record), and between a stateful batch's outputs and its
+    markers; then a drain. Each source record is in the repartition topic exactly once, and the outputs and
+    the changelog equal the reference applied in the repartition topic's order."""
+    from spark_jobs.generators.producer import produce_unkeyed
+    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.registry import registered_versions
+    from spark_jobs.run import run
+    from spark_jobs.state.changelog_reader import read_changelog
+    from tests.faults.test_driver_kills import Kill, kill_at
+    from tests.spark_jobs.test_purchase_counts import decode_counts
+
+    stack = settings.replace(job_modules="tests.fixtures.repartition_jobs", max_offsets_per_trigger=150)
+    spec = registered_versions(stack.job_modules)["rekeyed_counts"][1]
+    layout = JobLayout.of(spec, stack)
+    ensure_topic(stack.kafka, spec.source_topic, spec.source_partitions)
+    events = list(purchases.adversarial(900, users=25, seed=31))
+    produce_unkeyed(stack.kafka, spec.source_topic, events[:500], spec.source_partitions, seed=1)
+    kill_at(stack, spec, Kill("after_repartition_write", 2), "rekeyed-kill-1.log")
+    produce_unkeyed(stack.kafka, spec.source_topic, events[500:700], spec.source_partitions, seed=2)
+    kill_at(stack, spec, Kill("before_repartition_write", 1, lose_checkpoint=True), "rekeyed-kill-2.log")
+    produce_unkeyed(stack.kafka, spec.source_topic, events[700:], spec.source_partitions, seed=3)
+    kill_at(stack, spec, Kill("between_outputs_and_markers", 1), "rekeyed-kill-3.log")
+    report = run(spec, stack, available_now=True, spark=spark)
+    assert report.error is None
+
+    valid = purchases.is_valid
+    by_partition = _repartitioned(stack, spec)
+    rekeyed = collections.Counter(json.dumps(e, sort_keys=True) for part in by_partition for e in part)
+    keyed = [e for e in events if isinstance(e.get("user_id"), str) and e["user_id"]]
+    assert rekeyed == collections.Counter(json.dumps(e, sort_keys=True) for e in keyed), "re-keyed once each"
+    want = purchases.expected_counts(e for part in by_partition for e in part if valid(e))
+    got = {r.user_id: (r.purchases, r.amount_spent) for r in spark.read.format("delta").load(report.output).collect()}
+    assert got == want
+    assert decode_counts(read_changelog(stack.kafka_bootstrap_servers, layout.changelog_topic("counts")).state) == want
