@@ -17,7 +17,7 @@ from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.generators import pulse, purchases, votes
 from spark_jobs.kafka_topics import ensure_topic, existing_topics
 from spark_jobs.layout import JobLayout
-from spark_jobs.registry import get_job
+from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.run import report_path, run
 from spark_jobs.standby.follower import SnapshotFollower, standby_id, standby_status_path
 from spark_jobs.state.changelog import changelog_topic_name
@@ -57,6 +57,28 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
     # Versions never share anything but their source topic.
     other = JobLayout.of(dataclasses.replace(spec, version=spec.version + 1), settings)
     assert not {a.location for a in layout.artifacts()} & {a.location for a in other.artifacts()}
+
+
+def test_a_job_that_re_keys_owns_its_repartition_topics(tmp_path):
+    """A job declaring repartition owns the repartition topic, its progress topic, the re-keying stage's
+    transactional id and checkpoint (inside the job's); its stateful stage reads the repartition topic, and
+    its changelogs have the repartition topic's partitions."""
+    settings = Settings(data_dir=tmp_path)
+    plain = get_job("purchase_counts")
+    spec = dataclasses.replace(plain, repartition=True, repartition_partitions=5)
+    layout, app = JobLayout.of(spec, settings), spec.application_id
+    assert layout.repartition_topics == (f"{app}-repartition", f"{app}-repartition-progress")
+    owned = (*layout.changelog_topics, *layout.repartition_topics, f"{app}-dead-letter", f"{app}-generations")
+    assert layout.topics == owned
+    assert {a.location for a in layout.artifacts() if a.kind == "repartition_topic"} == set(layout.repartition_topics)
+    assert layout.repartition_transactional_id == f"{app}-repartitioner"
+    assert layout.repartition_checkpoint.path.is_relative_to(layout.checkpoint.path)
+    assert layout.state_input_topic == layout.repartition_topic
+    assert JobContext(None, spec, settings).changelog_topic("counts").partitions == 5
+    plain_layout = JobLayout.of(plain, settings)
+    assert plain_layout.repartition_topics == () and plain_layout.state_input_topic == plain.source_topic
+    with pytest.raises(JobSpecError, match="repartition_partitions"):
+        dataclasses.replace(plain, repartition_partitions=3)
 
 
 def _owned_on_disk(settings: Settings, layout: JobLayout, output_table: str) -> set[str]:

@@ -161,8 +161,8 @@ def _progress(settings, spec) -> dict[int, int]:
 @pytest.mark.faults
 def test_kill_9_around_the_repartition_write_counts_nothing_twice(settings, kafka_broker, spark):
     """kill -9 of a re-keying driver after a re-keying batch's transaction committed (Spark's commit log not
-    yet written: the replay must write nothing again), before one (with the checkpoint lost: both stages
-    resume, the re-keying one from its progress record), and between a stateful batch's outputs and its
+    yet written: the next driver's replay must write nothing again), before a later one (with the checkpoint
+    lost: both stages resume, the re-keying one from its progress record), and between a stateful batch's outputs and its
     markers; then a drain. Each source record is in the repartition topic exactly once, and the outputs and
     the changelog equal the reference applied in the repartition topic's order."""
     from spark_jobs.generators.producer import produce_unkeyed
@@ -181,7 +181,9 @@ def test_kill_9_around_the_repartition_write_counts_nothing_twice(settings, kafk
     produce_unkeyed(stack.kafka, spec.source_topic, events[:500], spec.source_partitions, seed=1)
     kill_at(stack, spec, Kill("after_repartition_write", 2), "rekeyed-kill-1.log")
     produce_unkeyed(stack.kafka, spec.source_topic, events[500:700], spec.source_partitions, seed=2)
-    kill_at(stack, spec, Kill("before_repartition_write", 1, lose_checkpoint=True), "rekeyed-kill-2.log")
+    # the next driver replays that batch first (written already: nothing again), writes one, and is killed
+    # before the next, its checkpoint lost with it
+    kill_at(stack, spec, Kill("before_repartition_write", 2, lose_checkpoint=True), "rekeyed-kill-2.log")
     produce_unkeyed(stack.kafka, spec.source_topic, events[700:], spec.source_partitions, seed=3)
     kill_at(stack, spec, Kill("between_outputs_and_markers", 1), "rekeyed-kill-3.log")
     report = run(spec, stack, available_now=True, spark=spark)
