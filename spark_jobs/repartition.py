@@ -26,7 +26,8 @@ re-keying stage resumes from the progress record; the stateful stage restores as
 
 **Purging.** Records the stateful stage has completed (the input offsets of its last complete changelog
 batch) are never read again by this version, so they are deleted from the repartition topic as Kafka
-Streams purges its repartition topics (:meth:`Repartitioner.purge_below`), after every snapshot.
+Streams purges its repartition topics (:meth:`Repartitioner.purge_below`), on the job's snapshot cadence
+(``JobContext.state_change_sink``).
 
 The records pass through the driver (collected per micro-batch, at most
 :data:`MAX_RECORDS_PER_BATCH` unless ``STREAMSTATE_MAX_OFFSETS_PER_TRIGGER`` says otherwise): a single
@@ -47,7 +48,7 @@ from runtime.kafka_connection import client_config
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.state.checkpoint_health import checkpoint_problem
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets
-from spark_jobs.state.fencing import _FENCED_CODES, TRANSACTION_TIMEOUT_MS, WriterFenced
+from spark_jobs.state.fencing import FENCED_CODES, TRANSACTION_TIMEOUT_MS, WriterFenced
 
 log = logging.getLogger("streamstate.repartition")
 
@@ -230,7 +231,7 @@ class Repartitioner:
                 producer.commit_transaction(_TIMEOUT_S)
             except KafkaException as err:
                 error = err.args[0]
-                if error.code() in _FENCED_CODES or error.fatal():
+                if error.code() in FENCED_CODES or error.fatal():
                     raise WriterFenced(
                         f"{self.spec.application_id}: the re-keying stage was fenced by a newer driver of the "
                         f"job version ({error}); its batch is not visible and this driver stops"

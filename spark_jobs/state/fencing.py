@@ -51,7 +51,8 @@ GENERATION_SPAN = 1_000_000_000
 TRANSACTION_TIMEOUT_MS = 60_000
 _TIMEOUT_S = 60.0
 
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+#: the errors of a producer a newer one with its transactional.id fenced
+FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
 class WriterFenced(RuntimeError):
@@ -211,7 +212,7 @@ class WriterFence:
                 producer.commit_transaction(_TIMEOUT_S)
             except KafkaException as err:
                 error = err.args[0]
-                if error.code() in _FENCED_CODES or error.fatal():
+                if error.code() in FENCED_CODES or error.fatal():
                     self.refusal = self._fenced(what, error)
                     raise self.refusal from None
                 if error.txn_requires_abort():

@@ -39,16 +39,17 @@ def harness(settings, kafka_broker, spark):
 def _spec(job: str, unique: str, **changes):
     spec = get_job(job)
     name = f"{job[:10]}_{unique}"
-    return dataclasses.replace(spec, name=name, source_topic=f"{name}-in", output_table=name,
-                               source_partitions=PARTITIONS, **changes)  # fmt: skip
+    return dataclasses.replace(
+        spec, name=name, source_topic=f"{name}-in", output_table=name, source_partitions=PARTITIONS, **changes
+    )
 
 
 def _repartitioned(settings, spec) -> list[list[dict]]:
     """The repartition topic's committed records, per partition in offset order (what the stateful stage read)."""
     topic = JobLayout.of(spec, settings).repartition_topic
     ends = {p: high for p, (_, high) in partition_offsets(settings.kafka, topic).items()}
-    consumer = Consumer(client_config(settings.kafka, {"group.id": "test-repartition", "isolation.level":
-                                                       "read_committed", "enable.partition.eof": True}))  # fmt: skip
+    committed = {"group.id": "test-repartition", "isolation.level": "read_committed", "enable.partition.eof": True}
+    consumer = Consumer(client_config(settings.kafka, committed))
     out: list[list[dict]] = []
     try:
         for p in sorted(ends):
@@ -145,8 +146,8 @@ def test_purchase_counts_re_keyed_equal_the_keyed_answer(harness, settings, uniq
 
 def _progress(settings, spec) -> dict[int, int]:
     topic = JobLayout.of(spec, settings).repartition_progress_topic
-    consumer = Consumer(client_config(settings.kafka, {"group.id": "test-progress", "isolation.level": "read_committed",
-                                                       "enable.partition.eof": True}))  # fmt: skip
+    committed = {"group.id": "test-progress", "isolation.level": "read_committed", "enable.partition.eof": True}
+    consumer = Consumer(client_config(settings.kafka, committed))
     consumer.assign([TopicPartition(topic, 0, 0)])
     newest = None
     try:
