@@ -199,3 +199,43 @@ def test_kill_9_around_the_repartition_write_counts_nothing_twice(settings, kafk
     got = {r.user_id: (r.purchases, r.amount_spent) for r in spark.read.format("delta").load(report.output).collect()}
     assert got == want
     assert decode_counts(read_changelog(stack.kafka_bootstrap_servers, layout.changelog_topic("counts")).state) == want
+
+
+def test_kafka_streams_groups_the_unkeyed_source_to_the_same_counts(harness, settings, tmp_path, unique):
+    """The Kafka Streams twin (``purchase_counts_rekeyed`` in bench/kafka_streams: ``groupBy(user_id)``, its
+    own repartition topic) and the platform's re-keyed job count the same unkeyed purchases alike (order-free
+    sums: no closes), and both equal the answer over the events keyed by user."""
+    from decimal import Decimal
+
+    from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
+    from spark_jobs.generators.producer import produce_unkeyed
+    from spark_jobs.kafka_topics import ensure_topic
+    from tests.bench.test_kafka_streams_peer import _compacted_view
+    from tests.helpers import wait_for
+
+    # Kafka Streams stamps its records with event time: keep the input in the past (see the peer's test).
+    start = purchases.start_ending_by(900 * 10)
+    events = [e for e in purchases.generate(900, users=60, seed=23, start=start, close_rate=0) if purchases.is_valid(e)]
+    want = purchases.expected_counts(events)
+    spec = _spec("purchase_counts", unique, repartition=True)
+    ensure_topic(settings.kafka, spec.source_topic, PARTITIONS)
+    produce_unkeyed(settings.kafka, spec.source_topic, events, PARTITIONS, seed=5)
+
+    result = harness.run(spec, [], keyed=False)
+    assert {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in result.outputs} == want
+
+    app, output = f"ks-rekeyed-{unique}", f"ks-rekeyed-{unique}-out"
+    ensure_topic(settings.kafka, output, PARTITIONS, config=OUTPUT_TOPIC_CONFIG)
+    peer = KafkaStreamsPeer(
+        build(), settings, "purchase_counts_rekeyed", app, tmp_path / app, spec.source_topic, output, threads=1
+    )
+    try:
+        peer.wait_caught_up(timeout_s=300)
+
+        def counted():  # the repartition sub-topology catches up after the source offsets are committed
+            view = _compacted_view(settings, f"{app}-counts-changelog")
+            return {u: (s["purchases"], Decimal(s["amount_spent"])) for u, s in view.items()} == want
+
+        wait_for(counted, 120, "Kafka Streams' counts over its repartition topic")
+    finally:
+        peer.stop()

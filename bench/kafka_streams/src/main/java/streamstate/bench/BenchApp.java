@@ -23,6 +23,8 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
@@ -64,7 +66,7 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -75,7 +77,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -95,7 +97,8 @@ public final class BenchApp {
 
     StreamsBuilder builder = new StreamsBuilder();
     switch (job) {
-      case "purchase_counts" -> purchaseCounts(builder, args[4], args[5]);
+      case "purchase_counts" -> purchaseCounts(builder, args[4], args[5], false);
+      case "purchase_counts_rekeyed" -> purchaseCounts(builder, args[4], args[5], true);
       case "pulse_counts" -> pulseCounts(builder, args[4], args[5]);
       case "temperature_averages" -> temperatureAverages(builder, args[4], args[5]);
       case "activity_ttl" -> activityTtl(builder, args[4], args[5]);
@@ -140,12 +143,22 @@ public final class BenchApp {
     }
   }
 
-  /** Purchases and amount per user; account_closed deletes the user. */
-  static void purchaseCounts(StreamsBuilder builder, String input, String output) {
-    // Input records are keyed by user_id (as the platform's generators write them): no repartition.
-    builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
-        .filter((user, value) -> user != null)
-        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+  /**
+   * Purchases and amount per user; account_closed deletes the user. {@code rekeyed}: the input is not keyed
+   * by user_id (producers without a key), so the records are grouped by the field: Kafka Streams writes them
+   * to its repartition topic keyed by it and aggregates what it reads back (the platform's {@code
+   * repartition=True}); otherwise the input is keyed by user_id (as the platform's generators write it).
+   */
+  static void purchaseCounts(StreamsBuilder builder, String input, String output, boolean rekeyed) {
+    KStream<String, String> events = builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()));
+    KGroupedStream<String, String> grouped = rekeyed
+        ? events
+            .filter((key, value) -> field(value, "user_id") != null)
+            .groupBy((key, value) -> field(value, "user_id"), Grouped.with(Serdes.String(), Serdes.String()))
+        : events
+            .filter((user, value) -> user != null)
+            .groupByKey(Grouped.with(Serdes.String(), Serdes.String()));
+    grouped
         .aggregate(
             () -> null,
             (user, value, current) -> {
