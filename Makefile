@@ -1,15 +1,20 @@
 # The two commands of the README contract; both set up what is missing first (idempotently).
 #   make run   - the main job on the embedded stack (Kafka broker, Spark local[*], Delta, Airflow)
-#   make test  - the test suite (starts and stops its own broker, Spark and Airflow)
-.PHONY: run test setup lock down status bench
+#   make test  - lint, then the test suite (starts and stops its own broker, Spark and Airflow)
+.PHONY: run test lint setup lock down status bench
 
 PY := .venv/bin/python
 
 run: setup
 	$(PY) -m runtime demo
 
-test: setup
+test: setup lint
 	$(PY) -m pytest
+
+# The formatter and linter over the whole tree (pyproject.toml [tool.ruff]): a badly formatted change fails in seconds.
+lint: setup
+	.venv/bin/ruff format --check .
+	.venv/bin/ruff check .
 
 setup:
 	@bash scripts/bootstrap.sh

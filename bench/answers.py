@@ -90,7 +90,10 @@ def table_purchases(path: str) -> dict[str, tuple[int, Decimal]]:
     from deltalake import DeltaTable
 
     rows = DeltaTable(path).to_pyarrow_table(columns=["user_id", "purchases", "amount_spent"]).to_pydict()
-    return {u: (int(n), Decimal(a)) for u, n, a in zip(rows["user_id"], rows["purchases"], rows["amount_spent"])}
+    return {
+        u: (int(n), Decimal(a))
+        for u, n, a in zip(rows["user_id"], rows["purchases"], rows["amount_spent"], strict=True)
+    }
 
 
 def table_pulses(path: str) -> dict[tuple[str, int], int]:

@@ -131,16 +131,49 @@ def readings(events: int, sensors: int) -> list[dict]:
 
 
 WORKLOADS = {
-    "purchases": Workload("purchases", "purchase_counts", "counts", "purchase_counts", "users", "user_id",
-                          "account_closed", user_purchases, purchases.produce, answers.kafka_streams_purchases,
-                          answers.table_purchases, windowed=False),
-    "pulses": Workload("pulses", "patient_heart_rate", "pulse-counts", "pulse_counts", "patients", "patient_id",
-                       "checked_out", heartbeats, pulse.produce, answers.kafka_streams_pulses, answers.table_pulses,
-                       windowed=True),
-    "temperatures": Workload("temperatures", "temperature_averages", "temperature-windows", "temperature_averages",
-                             "sensors", "sensor_id", "sensor_removed", readings, temperatures.produce,
-                             answers.kafka_streams_temperatures, answers.table_temperatures, windowed=True),
-}  # fmt: skip
+    "purchases": Workload(
+        "purchases",
+        "purchase_counts",
+        "counts",
+        "purchase_counts",
+        "users",
+        "user_id",
+        "account_closed",
+        user_purchases,
+        purchases.produce,
+        answers.kafka_streams_purchases,
+        answers.table_purchases,
+        windowed=False,
+    ),
+    "pulses": Workload(
+        "pulses",
+        "patient_heart_rate",
+        "pulse-counts",
+        "pulse_counts",
+        "patients",
+        "patient_id",
+        "checked_out",
+        heartbeats,
+        pulse.produce,
+        answers.kafka_streams_pulses,
+        answers.table_pulses,
+        windowed=True,
+    ),
+    "temperatures": Workload(
+        "temperatures",
+        "temperature_averages",
+        "temperature-windows",
+        "temperature_averages",
+        "sensors",
+        "sensor_id",
+        "sensor_removed",
+        readings,
+        temperatures.produce,
+        answers.kafka_streams_temperatures,
+        answers.table_temperatures,
+        windowed=True,
+    ),
+}
 SECTION = "## Platform vs Kafka Streams vs plain Spark"
 PYTHON = sys.executable
 
@@ -201,8 +234,9 @@ class Measured:
 
 def run_measured(cmd: list[str], env: dict[str, str], timeout_s: float) -> Measured:
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=PROJECT_ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT
+    )
     memory = PeakMemory(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -216,13 +250,12 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout_s: float) -> Measu
     # The answer is the last JSON object on stdout, on one line or pretty-printed from a line starting "{".
     lines = out.splitlines()
     starts = [n for n, line in enumerate(lines) if line.startswith("{")]
-    return Measured(json.loads("\n".join(lines[starts[-1]:])) if starts else {}, seconds, peak)
+    return Measured(json.loads("\n".join(lines[starts[-1] :])) if starts else {}, seconds, peak)
 
 
 def topic_bytes(broker: LocalKafkaBroker, topic: str) -> int:
     """Bytes of the topic's log segments on the broker's disk (all partitions)."""
-    return sum(f.stat().st_size for d in broker.storage_dir.glob(f"{topic}-*") if d.is_dir()
-               for f in d.glob("*.log"))  # fmt: skip
+    return sum(f.stat().st_size for d in broker.storage_dir.glob(f"{topic}-*") if d.is_dir() for f in d.glob("*.log"))
 
 
 @dataclasses.dataclass
@@ -244,8 +277,12 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.root = Path(tempfile.mkdtemp(prefix="bench-compare-"))
-        self.settings = Settings(data_dir=self.root / "broker", kafka_port=free_port(), kafka_controller_port=free_port(),
-                                 airflow_port=free_port())  # fmt: skip
+        self.settings = Settings(
+            data_dir=self.root / "broker",
+            kafka_port=free_port(),
+            kafka_controller_port=free_port(),
+            airflow_port=free_port(),
+        )
         self.broker = LocalKafkaBroker(self.settings)
         self.classpath = build_kafka_streams() if "kafka_streams" in args.peers else ""
 
@@ -280,29 +317,45 @@ class Bench:
             ensure_topic(self.bootstrap, sink, self.job.source_partitions, config=OUTPUT_TOPIC_CONFIG)
         state_dir = self.root / app
         topology = self.workload.kafka_streams_topology
-        peer = KafkaStreamsPeer(self.classpath, self.settings, topology, app, state_dir, self.job.source_topic,
-                                output, self.args.threads)  # fmt: skip
+        peer = KafkaStreamsPeer(
+            self.classpath, self.settings, topology, app, state_dir, self.job.source_topic, output, self.args.threads
+        )
         seconds = peer.wait_caught_up()
         peer.stop()
         self.answers["kafka_streams"] = self.workload.kafka_streams_answer(self.bootstrap, output)
         changelog = f"{app}-{self.workload.store}-changelog"
         result = Round(seconds, peer.peak_rss_bytes, topic_bytes(self.broker, changelog))
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
-        again = KafkaStreamsPeer(self.classpath, self.settings, topology, app, state_dir, self.job.source_topic,
-                                 output, self.args.threads)  # fmt: skip
+        again = KafkaStreamsPeer(
+            self.classpath, self.settings, topology, app, state_dir, self.job.source_topic, output, self.args.threads
+        )
         again.wait_running()
         again.stop()
-        result.restores["full replay"] = {"seconds": again.restore_seconds(), "records": again.restored_records(),
-                                          "peak_bytes": again.peak_rss_bytes}  # fmt: skip
+        result.restores["full replay"] = {
+            "seconds": again.restore_seconds(),
+            "records": again.restored_records(),
+            "peak_bytes": again.peak_rss_bytes,
+        }
         shutil.rmtree(state_dir, ignore_errors=True)
         delete_topics(self.bootstrap, [changelog, output, f"{output}-updates"])
         return result
 
     def plain_spark(self, n: int, size: str, max_offsets: int) -> Round:
         work = self.root / f"plain-{size}-r{n}"
-        run = run_measured([PYTHON, "bench/plain_spark_peer.py", self.job.source_topic, str(work),
-                            "--max-offsets-per-trigger", str(max_offsets), "--workload", self.workload.name],
-                           self._platform_settings(work, max_offsets).to_env(), self.args.timeout)  # fmt: skip
+        run = run_measured(
+            [
+                PYTHON,
+                "bench/plain_spark_peer.py",
+                self.job.source_topic,
+                str(work),
+                "--max-offsets-per-trigger",
+                str(max_offsets),
+                "--workload",
+                self.workload.name,
+            ],
+            self._platform_settings(work, max_offsets).to_env(),
+            self.args.timeout,
+        )
         assert run.answer["input_rows"] == self.events, f"plain Spark read {run.answer['input_rows']} of {self.events}"
         self.answers["plain_spark"] = self._table_answer(work / "output")
         shutil.rmtree(work, ignore_errors=True)
@@ -312,19 +365,39 @@ class Bench:
         work = self.root / f"platform-{size}-r{n}"
         env = self._platform_settings(work, max_offsets).to_env()
         job, store = self.job, self.workload.store
-        run = run_measured([PYTHON, "-m", "spark_jobs.run", job.name, "--version", str(job.version), "--available-now"],
-                           env, self.args.timeout)  # fmt: skip
+        run = run_measured(
+            [PYTHON, "-m", "spark_jobs.run", job.name, "--version", str(job.version), "--available-now"],
+            env,
+            self.args.timeout,
+        )
         assert run.answer.get("input_rows") == self.events and not run.answer.get("error"), run.answer
         changelog = changelog_topic_name(job.application_id, store)
-        result = Round(run.seconds, run.peak_bytes, topic_bytes(self.broker, changelog),
-                       phases=run.answer.get("phase_seconds", {}))  # fmt: skip
+        result = Round(
+            run.seconds, run.peak_bytes, topic_bytes(self.broker, changelog), phases=run.answer.get("phase_seconds", {})
+        )
         for name, mode in (("full replay", "full"), ("snapshot + tail", "snapshot")):
-            probe = run_measured([PYTHON, "bench/platform_restore_probe.py", job.name, store, "--mode", mode,
-                                  "--version", str(job.version)], env, self.args.timeout)  # fmt: skip
-            result.restores[name] = {"seconds": probe.answer["seconds"], "records": probe.answer["changelog_records_read"],
-                                     "snapshot_rows": probe.answer["snapshot_rows"], "keys": probe.answer["keys"],
-                                     "snapshot_seconds": probe.answer["snapshot_seconds"],
-                                     "peak_bytes": probe.peak_bytes}  # fmt: skip
+            probe = run_measured(
+                [
+                    PYTHON,
+                    "bench/platform_restore_probe.py",
+                    job.name,
+                    store,
+                    "--mode",
+                    mode,
+                    "--version",
+                    str(job.version),
+                ],
+                env,
+                self.args.timeout,
+            )
+            result.restores[name] = {
+                "seconds": probe.answer["seconds"],
+                "records": probe.answer["changelog_records_read"],
+                "snapshot_rows": probe.answer["snapshot_rows"],
+                "keys": probe.answer["keys"],
+                "snapshot_seconds": probe.answer["snapshot_seconds"],
+                "peak_bytes": probe.peak_bytes,
+            }
         keys = {name: r["keys"] for name, r in result.restores.items()}
         # Both restores rebuild the store the run left: the same, non-empty key set size, or a figure is wrong.
         assert len(set(keys.values())) == 1 and min(keys.values()) > 0, f"restores disagree on the store: {keys}"
@@ -362,8 +435,13 @@ class Bench:
         console.print(f"answers agree, keys compared: {compared} ({left_out} left out where a peer means otherwise)")
         self.answers = {}
 
-    def size(self, workload: Workload, events: int, keys: int,
-             after_round: Callable[[dict[str, list[Round]]], None] = lambda rounds: None) -> dict[str, list[Round]]:
+    def size(
+        self,
+        workload: Workload,
+        events: int,
+        keys: int,
+        after_round: Callable[[dict[str, list[Round]]], None] = lambda rounds: None,
+    ) -> dict[str, list[Round]]:
         """Every round of one size; ``after_round`` gets the rounds so far when each round is complete."""
         self.workload, self.events = workload, events
         self.load(events, keys)
@@ -374,8 +452,10 @@ class Bench:
             self.answers: dict[str, dict] = {}
             for peer in self.args.peers:
                 t = time.monotonic()
-                with console.status(f"round {n + 1}/{self.args.repeats}: {peer}, {workload.name}, {events:,} events, "
-                                    f"{keys:,} {workload.key_noun}"):  # fmt: skip
+                with console.status(
+                    f"round {n + 1}/{self.args.repeats}: {peer}, {workload.name}, {events:,} events, "
+                    f"{keys:,} {workload.key_noun}"
+                ):
                     if peer == "kafka_streams":
                         result = self.kafka_streams(n, size)
                     elif peer == "plain_spark":
@@ -383,18 +463,23 @@ class Bench:
                     else:
                         result = self.platform(n, size, max_offsets)
                 rounds[peer].append(result)
-                console.print(f"round {n + 1} {workload.name} {peer}: {events / result.seconds:,.0f} events/s, peak "
-                              f"{result.peak_bytes / 2**20:,.0f} MiB, restores "
-                              f"{ {k: round(v['seconds'], 2) for k, v in result.restores.items()} } "
-                              f"({time.monotonic() - t:.0f} s)")  # fmt: skip
+                console.print(
+                    f"round {n + 1} {workload.name} {peer}: {events / result.seconds:,.0f} events/s, peak "
+                    f"{result.peak_bytes / 2**20:,.0f} MiB, restores "
+                    f"{ {k: round(v['seconds'], 2) for k, v in result.restores.items()} } "
+                    f"({time.monotonic() - t:.0f} s)"
+                )
             self.check_answers({peer: rounds[peer][-1] for peer in self.args.peers})
             after_round(rounds)
         return rounds
 
 
 PEERS = ("kafka_streams", "plain_spark", "platform")
-PLAIN_SPARK_QUERY = {"purchases": "groupBy().agg()", "pulses": "window() count, append",
-                     "temperatures": "hopping window() aggregates, append"}
+PLAIN_SPARK_QUERY = {
+    "purchases": "groupBy().agg()",
+    "pulses": "window() count, append",
+    "temperatures": "hopping window() aggregates, append",
+}
 
 
 def peer_name(peer: str, workload: str) -> str:
@@ -516,7 +601,7 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
             f"{_num(ks)} | {_num(plain)} | {_num(ours)} | "
             f"{_ratio(ours, ks)} | {_ratio(ours, plain)} | {_ratio(fast, ks_full)} | {rounds} | "
             f"{result.date}, {result.commit} |"
-        )  # fmt: skip
+        )
     lines.append("")
     if plot:
         lines += [f"![events/s per peer and size](bench/results/{plot})", ""]
@@ -536,13 +621,15 @@ def _ratio(ours: float | None, theirs: float | None) -> str:
 def size_section(result: SizeResult) -> list[str]:
     events, rounds, workload = result.events, result.rounds, result.workload
     lines = [
-        f"### {workload}: {events:,} events, {result.keys:,} {WORKLOADS[workload].key_noun}", "",
+        f"### {workload}: {events:,} events, {result.keys:,} {WORKLOADS[workload].key_noun}",
+        "",
         f"Command: `{result.command}` ({result.date}, commit {result.commit}; {result.batches} micro-batches; "
         f"Kafka Streams with {result.threads} stream threads, commit interval 1 s)",
-        f"Machine: {result.machine}.", "",
+        f"Machine: {result.machine}.",
+        "",
         "| peer | events/s | seconds start to processed | peak memory MiB | changelog bytes/event |",
         "|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     checked = {peer: runs[-1].answer_keys for peer, runs in rounds.items() if runs and runs[-1].answer_keys}
     if checked:
         agreed = ", ".join(f"{peer_name(peer, workload).split(' (')[0]} on {keys:,}" for peer, keys in checked.items())
@@ -550,16 +637,20 @@ def size_section(result: SizeResult) -> list[str]:
         lines[-2:-2] = [f"{note}: {agreed} keys.", ""]
     for peer, runs in rounds.items():
         changelog = [r.changelog_bytes / events for r in runs if r.changelog_bytes is not None]
-        lines.append(f"| {peer_name(peer, workload)} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "
-                     f"{_stat([r.seconds for r in runs])} | {_stat([r.peak_bytes / 2**20 for r in runs], '{:,.0f}')} | "
-                     f"{_stat(changelog) if changelog else '-'} |")  # fmt: skip
+        lines.append(
+            f"| {peer_name(peer, workload)} | {_stat([events / r.seconds for r in runs], '{:,.0f}')} | "
+            f"{_stat([r.seconds for r in runs])} | {_stat([r.peak_bytes / 2**20 for r in runs], '{:,.0f}')} | "
+            f"{_stat(changelog) if changelog else '-'} |"
+        )
     lines += ["", "| restore of the same state | records replayed | seconds | peak memory MiB |", "|---|---|---|---|"]
     for peer, runs in rounds.items():
         for name in runs[0].restores if runs else ():
             restores = [r.restores[name] for r in runs]
-            lines.append(f"| {peer_name(peer, workload).split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
-                         f"{_stat([x['seconds'] for x in restores], '{:,.2f}')} | "
-                         f"{_stat([x['peak_bytes'] / 2**20 for x in restores], '{:,.0f}')} |")  # fmt: skip
+            lines.append(
+                f"| {peer_name(peer, workload).split(' (')[0]}: {name} | {_stat([x['records'] for x in restores], '{:,.0f}')} | "
+                f"{_stat([x['seconds'] for x in restores], '{:,.2f}')} | "
+                f"{_stat([x['peak_bytes'] / 2**20 for x in restores], '{:,.0f}')} |"
+            )
     return [*lines, "", *ratios(rounds, events), *where_the_time_goes(rounds), *where_the_restore_goes(rounds), ""]
 
 
@@ -572,8 +663,10 @@ def where_the_restore_goes(rounds: dict[str, list[Round]]) -> list[str]:
     snapshot = statistics.median(x["snapshot_seconds"] for x in restores)
     tail = statistics.median(x["seconds"] - x["snapshot_seconds"] for x in restores)
     rows = statistics.median(x["snapshot_rows"] for x in restores)
-    return [f"- Where the platform's snapshot + tail restore goes (median seconds): reading the snapshot "
-            f"({rows:,.0f} rows) {snapshot:.2f}, replaying the changelog tail {tail:.2f}"]
+    return [
+        f"- Where the platform's snapshot + tail restore goes (median seconds): reading the snapshot "
+        f"({rows:,.0f} rows) {snapshot:.2f}, replaying the changelog tail {tail:.2f}"
+    ]
 
 
 def plot_throughput(results: list[SizeResult], path: Path) -> None:
@@ -595,8 +688,10 @@ def plot_throughput(results: list[SizeResult], path: Path) -> None:
                 xs.append(x + (i - (len(peers) - 1) / 2) * width)
                 medians.append(m), low.append(m - min(rates)), high.append(max(rates) - m)
         ax.bar(xs, medians, width, yerr=[low, high], capsize=3, label=peer_name(peer, "purchases").split(" (")[0])
-    ax.set_xticks(range(len(results)), [f"{r.workload}\n{r.events:.0e} events\n{r.keys:.0e} {WORKLOADS[r.workload].key_noun}"
-                                        for r in results])  # fmt: skip
+    ax.set_xticks(
+        range(len(results)),
+        [f"{r.workload}\n{r.events:.0e} events\n{r.keys:.0e} {WORKLOADS[r.workload].key_noun}" for r in results],
+    )
     ax.set_ylabel("events/s (median, min-max)")
     ax.set_title("Stateful throughput, same broker and data (2 cores)")
     ax.legend()
@@ -624,13 +719,20 @@ def ratios(rounds: dict[str, list[Round]], events: int) -> list[str]:
     if ours and kstreams:
         out.append(f"- Throughput, platform / Kafka Streams: **{ours / kstreams:.2f}x** (goal: at least 1.0x)")
     if ours and plain:
-        out.append(f"- Throughput, platform / plain Spark: **{ours / plain:.2f}x**, i.e. the platform's features cost "
-                   f"{(1 - ours / plain) * 100:.0f}% of plain Spark's throughput (goal: at most 25%)")  # fmt: skip
-    fast, ks_full, our_full = restore("platform", "snapshot + tail"), restore("kafka_streams", "full replay"), \
-        restore("platform", "full replay")  # fmt: skip
+        out.append(
+            f"- Throughput, platform / plain Spark: **{ours / plain:.2f}x**, i.e. the platform's features cost "
+            f"{(1 - ours / plain) * 100:.0f}% of plain Spark's throughput (goal: at most 25%)"
+        )
+    fast, ks_full, our_full = (
+        restore("platform", "snapshot + tail"),
+        restore("kafka_streams", "full replay"),
+        restore("platform", "full replay"),
+    )
     if fast is not None and ks_full:
-        out.append(f"- Restore, platform snapshot + tail / Kafka Streams full replay: **{fast / ks_full:.2f}x** "
-                   "(goal: at most 0.2x)")  # fmt: skip
+        out.append(
+            f"- Restore, platform snapshot + tail / Kafka Streams full replay: **{fast / ks_full:.2f}x** "
+            "(goal: at most 0.2x)"
+        )
     if our_full is not None and ks_full:
         out.append(f"- Restore, platform full replay / Kafka Streams full replay: {our_full / ks_full:.2f}x")
     return out
@@ -666,7 +768,7 @@ def write_section(text: str, path: Path) -> None:
     start = previous.find(SECTION)
     if start >= 0:
         end = previous.find("\n## ", start + len(SECTION))
-        previous = previous[:start] + (previous[end + 1:] if end >= 0 else "")
+        previous = previous[:start] + (previous[end + 1 :] if end >= 0 else "")
     path.write_text(previous.rstrip("\n") + "\n\n" + text + "\n")
 
 
@@ -683,12 +785,24 @@ def main() -> None:
     parser.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--keys", type=int, nargs="+", default=[100_000, 1_000_000], help="purchases: users")
-    parser.add_argument("--patients", type=int, nargs="+", default=[1_000],
-                        help="pulses: patients (1e6 events of 1,000 patients = ~12 min of beats each, ~13 windows)")
-    parser.add_argument("--sensors", type=int, nargs="+", default=[1_000],
-                        help="temperatures: sensors (1e6 events of 1,000 sensors = ~83 min of readings each)")
+    parser.add_argument(
+        "--patients",
+        type=int,
+        nargs="+",
+        default=[1_000],
+        help="pulses: patients (1e6 events of 1,000 patients = ~12 min of beats each, ~13 windows)",
+    )
+    parser.add_argument(
+        "--sensors",
+        type=int,
+        nargs="+",
+        default=[1_000],
+        help="temperatures: sensors (1e6 events of 1,000 sensors = ~83 min of readings each)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=12, help="micro-batches per run: max offsets per trigger = events / this")
+    parser.add_argument(
+        "--batches", type=int, default=12, help="micro-batches per run: max offsets per trigger = events / this"
+    )
     parser.add_argument("--threads", type=int, default=2, help="Kafka Streams stream threads")
     parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one process may take")
@@ -696,22 +810,41 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where each size's rounds are kept (JSON)")
     args = parser.parse_args()
 
-    machine = (f"{platform.machine()}, {os.cpu_count()} cores (shared), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
-               f"Python {platform.python_version()}; {versions_line()}")  # fmt: skip
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=PROJECT_ROOT).stdout.strip() or "unknown"  # fmt: skip
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores (shared), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"Python {platform.python_version()}; {versions_line()}"
+    )
+    commit = (
+        subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=PROJECT_ROOT
+        ).stdout.strip()
+        or "unknown"
+    )
     bench = Bench(args)
     bench.broker.start()
     measured = []
     try:
         option = {"purchases": "keys", "pulses": "patients", "temperatures": "sensors"}
-        sizes = [(w, events, keys) for w in args.workloads for events in args.events
-                 for keys in getattr(args, option[w])]  # fmt: skip
+        sizes = [
+            (w, events, keys) for w in args.workloads for events in args.events for keys in getattr(args, option[w])
+        ]
         for workload, events, keys in sizes:
-            command = (f".venv/bin/python bench/compare.py --workloads {workload} --events {events} "
-                       f"--{option[workload]} {keys} --repeats {args.repeats} --batches {args.batches}")  # fmt: skip
-            result = SizeResult(workload, events, keys, dt.date.today().isoformat(), commit, command, machine,
-                                args.batches, args.threads, {})  # fmt: skip
+            command = (
+                f".venv/bin/python bench/compare.py --workloads {workload} --events {events} "
+                f"--{option[workload]} {keys} --repeats {args.repeats} --batches {args.batches}"
+            )
+            result = SizeResult(
+                workload,
+                events,
+                keys,
+                dt.date.today().isoformat(),
+                commit,
+                command,
+                machine,
+                args.batches,
+                args.threads,
+                {},
+            )
 
             def keep(rounds: dict[str, list[Round]], result: SizeResult = result) -> None:
                 result.rounds = rounds

@@ -128,15 +128,18 @@ def report(args, seconds: dict[str, list[float]], decodes: int) -> None:
         "",
         f"| over the same input | seconds, median (min-max) of {args.repeats} | µs per event | x parse |",
         "|---|---|---|---|",
-        *[f"| {name} | {median[name]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[name] / args.events * 1e6:.1f} | "
-          f"{median[name] / median[PARSE]:.1f} |" for name, v in seconds.items()],
+        *[
+            f"| {name} | {median[name]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[name] / args.events * 1e6:.1f} | "
+            f"{median[name] / median[PARSE]:.1f} |"
+            for name, v in seconds.items()
+        ],
         "",
         f"The platform's input per batch: {median[INPUT]:.1f} s, {median[INPUT] / median[PARSE]:.1f}x plain Spark's "
         f"parse; decoded by Spark's functions: {median[INPUT_BY_SPARK]:.1f} s, "
         f"{median[INPUT_BY_SPARK] / median[PARSE]:.1f}x (same run). The executed plan of the processor's input "
         f"holds `from_json` {decodes} times (plain Spark's: once).",
         "",
-    ]  # fmt: skip
+    ]
     append_section(lines, console)
 
 

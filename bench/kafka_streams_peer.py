@@ -44,16 +44,37 @@ OUTPUT_TOPIC_CONFIG = {"retention.ms": "-1"}
 
 def build() -> str:
     """Compile the peer and copy its jars (idempotent); returns the Java classpath."""
-    subprocess.run(["mvn", "-B", "-q", "-s", str(PROJECT_ROOT / "jvm" / "settings.xml"), "-f", str(APP_DIR / "pom.xml"),
-                    "package", "dependency:copy-dependencies"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "mvn",
+            "-B",
+            "-q",
+            "-s",
+            str(PROJECT_ROOT / "jvm" / "settings.xml"),
+            "-f",
+            str(APP_DIR / "pom.xml"),
+            "package",
+            "dependency:copy-dependencies",
+        ],
+        check=True,
+    )
     return f"{APP_DIR / 'target' / 'classes'}:{APP_DIR / 'target' / 'dependency'}/*"
 
 
 class KafkaStreamsPeer:
     """One run of the Java app; its JSON event lines and peak memory are collected while it runs."""
 
-    def __init__(self, classpath: str, settings: Settings, job: str, application_id: str, state_dir: Path,
-                 input_topic: str, output_topic: str, threads: int = 2) -> None:  # fmt: skip
+    def __init__(
+        self,
+        classpath: str,
+        settings: Settings,
+        job: str,
+        application_id: str,
+        state_dir: Path,
+        input_topic: str,
+        output_topic: str,
+        threads: int = 2,
+    ) -> None:
         self.settings, self.application_id, self.input_topic = settings, application_id, input_topic
         self.events: list[dict] = []
         self.peak_rss_bytes = 0
@@ -64,10 +85,24 @@ class KafkaStreamsPeer:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 # The bench's private broker is PLAINTEXT: the app gets bootstrap servers only.
-                [jvm.java_binary(settings), "-Xmx2g", "-cp", classpath, "streamstate.bench.BenchApp", job, settings.kafka.bootstrap_servers,
-                 application_id, str(state_dir), input_topic, output_topic, str(threads)],
-                stdout=subprocess.PIPE, stderr=log, text=True,
-            )  # fmt: skip
+                [
+                    jvm.java_binary(settings),
+                    "-Xmx2g",
+                    "-cp",
+                    classpath,
+                    "streamstate.bench.BenchApp",
+                    job,
+                    settings.kafka.bootstrap_servers,
+                    application_id,
+                    str(state_dir),
+                    input_topic,
+                    output_topic,
+                    str(threads),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -91,26 +126,34 @@ class KafkaStreamsPeer:
         self.proc.wait(35)  # it closes its client (up to 30 s) before exiting
         log = self.log_path.read_text(errors="replace").splitlines() if self.log_path.exists() else []
         lines = [line for line in log if " ERROR " in line or "Exception" in line][-8:] or log[-8:]
-        raise RuntimeError(f"the Kafka Streams app {self.application_id} failed (exit {self.proc.poll()}): "
-                           f"{errors[-1] if errors else self.events[-3:]}\n" + "\n".join(lines))
+        raise RuntimeError(
+            f"the Kafka Streams app {self.application_id} failed (exit {self.proc.poll()}): "
+            f"{errors[-1] if errors else self.events[-3:]}\n" + "\n".join(lines)
+        )
 
     def wait_caught_up(self, timeout_s: float = 1800) -> float:
         """Seconds from start until the committed offsets reach the input's end."""
         # (an empty partition has nothing to commit: Kafka Streams never commits an offset for it)
-        end = {p: high for p, (low, high) in partition_offsets(self.settings.kafka, self.input_topic).items()
-               if high > low}  # fmt: skip
+        end = {
+            p: high for p, (low, high) in partition_offsets(self.settings.kafka, self.input_topic).items() if high > low
+        }
         # A consumer of the app's group that never subscribes: it only reads the group's committed offsets.
         # (AdminClient.list_consumer_group_offsets crashed the interpreter here: confluent-kafka 2.16.1.)
-        watcher = Consumer(client_config(self.settings.kafka, {"group.id": self.application_id,
-                            "enable.auto.commit": False, "log_level": 3}))  # fmt: skip
+        watcher = Consumer(
+            client_config(
+                self.settings.kafka, {"group.id": self.application_id, "enable.auto.commit": False, "log_level": 3}
+            )
+        )
         try:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 self._sample_memory()
                 self.check_running()
                 try:
-                    committed = {tp.partition: tp.offset for tp in
-                                 watcher.committed([TopicPartition(self.input_topic, p) for p in end], timeout=10)}  # fmt: skip
+                    committed = {
+                        tp.partition: tp.offset
+                        for tp in watcher.committed([TopicPartition(self.input_topic, p) for p in end], timeout=10)
+                    }
                 except KafkaException:  # the group coordinator is still loading (NOT_COORDINATOR): ask again
                     committed = {}
                 if all(committed.get(p, -1) >= high for p, high in end.items()):
@@ -126,7 +169,9 @@ class KafkaStreamsPeer:
         while time.monotonic() < deadline:
             self._sample_memory()
             if any(e.get("event") == "state" and e.get("to") == "RUNNING" for e in self.events):
-                running_at = next(e["at_ms"] for e in self.events if e.get("event") == "state" and e.get("to") == "RUNNING")
+                running_at = next(
+                    e["at_ms"] for e in self.events if e.get("event") == "state" and e.get("to") == "RUNNING"
+                )
                 created_at = next(e["at_ms"] for e in self.events if e.get("event") == "state")
                 return (running_at - created_at) / 1000
             self.check_running()
@@ -158,7 +203,9 @@ def main() -> None:
 
     classpath = build()
     data = Path(tempfile.mkdtemp(prefix="bench-kstreams-"))
-    settings = Settings(data_dir=data, kafka_port=free_port(), kafka_controller_port=free_port(), airflow_port=free_port())
+    settings = Settings(
+        data_dir=data, kafka_port=free_port(), kafka_controller_port=free_port(), airflow_port=free_port()
+    )
     broker = LocalKafkaBroker(settings)
     broker.start()
     try:
@@ -168,25 +215,46 @@ def main() -> None:
         ensure_topic(settings.kafka, "kstreams-purchase-counts", 2)
         with console.status(f"producing {args.events:,} events"):
             start = purchases.start_ending_by(args.events)  # in the past: Kafka Streams stamps its output with it
-            purchases.produce(settings.kafka, topic, list(purchases.generate(args.events, users=args.users, seed=3,
-                                                                             start=start)))  # fmt: skip
+            purchases.produce(
+                settings.kafka, topic, list(purchases.generate(args.events, users=args.users, seed=3, start=start))
+            )
         state_dir = data / "kstreams-state"
-        peer = KafkaStreamsPeer(classpath, settings, "purchase_counts", "kstreams-purchases", state_dir, topic,
-                                "kstreams-purchase-counts", args.threads)  # fmt: skip
+        peer = KafkaStreamsPeer(
+            classpath,
+            settings,
+            "purchase_counts",
+            "kstreams-purchases",
+            state_dir,
+            topic,
+            "kstreams-purchase-counts",
+            args.threads,
+        )
         seconds = peer.wait_caught_up()
         peer.stop()
-        console.print(f"Kafka Streams purchase_counts: {args.events:,} events, {args.users:,} users in {seconds:.1f} s "
-                      f"= {args.events / seconds:,.0f} events/s (from start, incl. JVM start); peak RSS "
-                      f"{peer.peak_rss_bytes / 2**20:,.0f} MiB")  # fmt: skip
+        console.print(
+            f"Kafka Streams purchase_counts: {args.events:,} events, {args.users:,} users in {seconds:.1f} s "
+            f"= {args.events / seconds:,.0f} events/s (from start, incl. JVM start); peak RSS "
+            f"{peer.peak_rss_bytes / 2**20:,.0f} MiB"
+        )
 
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
-        restore = KafkaStreamsPeer(classpath, settings, "purchase_counts", "kstreams-purchases", state_dir, topic,
-                                   "kstreams-purchase-counts", args.threads)  # fmt: skip
+        restore = KafkaStreamsPeer(
+            classpath,
+            settings,
+            "purchase_counts",
+            "kstreams-purchases",
+            state_dir,
+            topic,
+            "kstreams-purchase-counts",
+            args.threads,
+        )
         restore_s = restore.wait_running()
         restore.stop()
-        console.print(f"Kafka Streams full changelog restore: {restore.restored_records():,} records replayed in "
-                      f"{restore.restore_seconds():.1f} s ({restore_s:.1f} s start to RUNNING); peak RSS "
-                      f"{restore.peak_rss_bytes / 2**20:,.0f} MiB")  # fmt: skip
+        console.print(
+            f"Kafka Streams full changelog restore: {restore.restored_records():,} records replayed in "
+            f"{restore.restore_seconds():.1f} s ({restore_s:.1f} s start to RUNNING); peak RSS "
+            f"{restore.peak_rss_bytes / 2**20:,.0f} MiB"
+        )
     finally:
         broker.stop()
 

@@ -58,8 +58,11 @@ def run_once(base: Settings, server: LocalS3Server, place: str, work: Path, roun
     job = get_job("purchase_counts")
     settings = base.replace(data_dir=work)
     if place == "object store":
-        settings = settings.replace(lake_uri=f"s3a://lake/r{round_no}", checkpoint_uri=f"s3a://lake/r{round_no}-checkpoints",
-                                    **server.settings_fields())  # fmt: skip
+        settings = settings.replace(
+            lake_uri=f"s3a://lake/r{round_no}",
+            checkpoint_uri=f"s3a://lake/r{round_no}-checkpoints",
+            **server.settings_fields(),
+        )
     cmd = [sys.executable, "-m", "spark_jobs.run", job.name, "--version", str(job.version), "--available-now"]
     run = run_measured(cmd, settings.to_env(), timeout_s=7200)
     answer = run.answer
@@ -67,8 +70,12 @@ def run_once(base: Settings, server: LocalS3Server, place: str, work: Path, roun
         raise SystemExit(f"{place}: the run failed: {answer}")
     rows = output_rows(settings, answer["output"])
     delete_topics(settings.kafka, list(JobLayout.of(job, settings).topics))  # the next run starts cold
-    return {"seconds": run.seconds, "input_rows": answer["input_rows"], "rows": rows,
-            "lake_bytes": settings.lake.size_bytes()}  # fmt: skip
+    return {
+        "seconds": run.seconds,
+        "input_rows": answer["input_rows"],
+        "rows": rows,
+        "lake_bytes": settings.lake.size_bytes(),
+    }
 
 
 def main() -> None:
@@ -88,8 +95,9 @@ def main() -> None:
         try:
             ensure_topic(base.kafka, job.source_topic, job.source_partitions)
             started = time.monotonic()
-            generated = purchases.generate(args.events, users=args.users, seed=5,
-                                           start=purchases.start_ending_by(args.events))  # fmt: skip
+            generated = purchases.generate(
+                args.events, users=args.users, seed=5, start=purchases.start_ending_by(args.events)
+            )
             purchases.produce(base.kafka, job.source_topic, generated)
             console.print(f"loaded {args.events:,} events in {time.monotonic() - started:.0f} s")
             for round_no in range(args.repeats):
@@ -98,14 +106,18 @@ def main() -> None:
                     work = root / f"{place.replace(' ', '-')}-r{round_no}"
                     result = run_once(base, server, place, work, round_no)
                     results[place].append(result)
-                    console.print(f"round {round_no + 1}, {place}: {result['seconds']:.1f} s, "
-                                  f"{result['lake_bytes']:,} bytes of tables")  # fmt: skip
+                    console.print(
+                        f"round {round_no + 1}, {place}: {result['seconds']:.1f} s, "
+                        f"{result['lake_bytes']:,} bytes of tables"
+                    )
                     shutil.rmtree(work, ignore_errors=True)
                 local, remote = (results[p][-1]["rows"] for p in PLACES)
                 if local != remote:
                     differing = sorted(k for k in local.keys() | remote.keys() if local.get(k) != remote.get(k))
-                    raise SystemExit(f"the outputs differ on {len(differing)} keys, e.g. "
-                                     f"{[(k, local.get(k), remote.get(k)) for k in differing[:5]]}")  # fmt: skip
+                    raise SystemExit(
+                        f"the outputs differ on {len(differing)} keys, e.g. "
+                        f"{[(k, local.get(k), remote.get(k)) for k in differing[:5]]}"
+                    )
         finally:
             server.stop()
             shutil.rmtree(root, ignore_errors=True)

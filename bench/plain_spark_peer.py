@@ -58,7 +58,9 @@ def main() -> None:
     )
     if args.max_offsets_per_trigger:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-    query_of = {"purchases": purchase_counts, "pulses": pulse_windows, "temperatures": temperature_windows}[args.workload]
+    query_of = {"purchases": purchase_counts, "pulses": pulse_windows, "temperatures": temperature_windows}[
+        args.workload
+    ]
     batches = {"n": 0, "seconds": 0.0}  # micro-batches, and the seconds their foreachBatch took (see _timed)
     query = (
         query_of(source.load(), str(args.work_dir / "output"), batches)
@@ -85,19 +87,23 @@ def purchase_counts(raw, output: str, batches: dict):
     counts = (
         events.where("type = 'purchase' AND user_id IS NOT NULL")
         .groupBy("user_id")
-        .agg(F.count("*").alias("purchases"), F.sum("amount").alias("amount_spent"),
-             F.max("event_time").alias("last_purchase_at"))  # fmt: skip
+        .agg(
+            F.count("*").alias("purchases"),
+            F.sum("amount").alias("amount_spent"),
+            F.max("event_time").alias("last_purchase_at"),
+        )
     )
 
     @_timed(batches)
     def merge(batch, _batch_id: int) -> None:
         (
-            DeltaTable.forPath(batch.sparkSession, output).alias("t")
+            DeltaTable.forPath(batch.sparkSession, output)
+            .alias("t")
             .merge(batch.alias("s"), "t.user_id = s.user_id")
             .whenMatchedUpdateAll()
             .whenNotMatchedInsertAll()
             .execute()
-        )  # fmt: skip
+        )
 
     return counts.writeStream.outputMode("update").foreachBatch(merge)
 
@@ -113,8 +119,12 @@ def pulse_windows(raw, output: str, batches: dict):
         .withWatermark("event_time", "5 seconds")
         .groupBy("patient_id", F.window("event_time", "60 seconds"))
         .count()
-        .select("patient_id", F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                F.col("count").alias("heart_rate"))  # fmt: skip
+        .select(
+            "patient_id",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            F.col("count").alias("heart_rate"),
+        )
     )
 
     return beats.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
@@ -127,14 +137,27 @@ def temperature_windows(raw, output: str, batches: dict):
 
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
     windows = (
-        events.where("type = 'reading' AND sensor_id IS NOT NULL AND event_time IS NOT NULL AND temperature IS NOT NULL")
+        events.where(
+            "type = 'reading' AND sensor_id IS NOT NULL AND event_time IS NOT NULL AND temperature IS NOT NULL"
+        )
         .withWatermark("event_time", "30 seconds")
         .groupBy("sensor_id", F.window("event_time", "5 minutes", "1 minute"))
-        .agg(F.count("*").alias("readings"), F.avg("temperature").alias("avg_temperature"),
-             F.min("temperature").alias("min_temperature"), F.max("temperature").alias("max_temperature"))
-        .select("sensor_id", F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                "readings", "avg_temperature", "min_temperature", "max_temperature")
-    )  # fmt: skip
+        .agg(
+            F.count("*").alias("readings"),
+            F.avg("temperature").alias("avg_temperature"),
+            F.min("temperature").alias("min_temperature"),
+            F.max("temperature").alias("max_temperature"),
+        )
+        .select(
+            "sensor_id",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "readings",
+            "avg_temperature",
+            "min_temperature",
+            "max_temperature",
+        )
+    )
     return windows.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
 
 

@@ -44,12 +44,25 @@ def main() -> None:
     settings = Settings.from_env()
     spec = get_job(args.job, args.version)
     context = JobContext(None, spec, settings)  # a restore needs no Spark: delta-rs + the Kafka consumer
-    restored = restore_from_snapshot(context.snapshot_store(args.store), settings.kafka,
-                                     context.changelog_topic(args.store).name, SilentRestoreListener(),
-                                     use_snapshot=args.mode == "snapshot")  # fmt: skip
-    print(json.dumps({"seconds": restored.seconds, "keys": len(restored.state), "batch_id": restored.batch_id,
-                      "changelog_records_read": restored.changelog_records_read,
-                      "snapshot_rows": restored.snapshot_rows, "snapshot_seconds": restored.snapshot_seconds}))  # fmt: skip
+    restored = restore_from_snapshot(
+        context.snapshot_store(args.store),
+        settings.kafka,
+        context.changelog_topic(args.store).name,
+        SilentRestoreListener(),
+        use_snapshot=args.mode == "snapshot",
+    )
+    print(
+        json.dumps(
+            {
+                "seconds": restored.seconds,
+                "keys": len(restored.state),
+                "batch_id": restored.batch_id,
+                "changelog_records_read": restored.changelog_records_read,
+                "snapshot_rows": restored.snapshot_rows,
+                "snapshot_seconds": restored.snapshot_seconds,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

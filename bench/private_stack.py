@@ -18,8 +18,12 @@ from runtime.settings import PROJECT_ROOT, Settings
 def private_broker(prefix: str) -> Iterator[Settings]:
     """Settings for a local broker on free ports with a fresh data directory; the broker runs inside."""
     ports = sorted({free_port() for _ in range(3)})
-    settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix=prefix)), kafka_port=ports[0],
-                        kafka_controller_port=ports[1], airflow_port=ports[2])  # fmt: skip
+    settings = Settings(
+        data_dir=Path(tempfile.mkdtemp(prefix=prefix)),
+        kafka_port=ports[0],
+        kafka_controller_port=ports[1],
+        airflow_port=ports[2],
+    )
     broker = LocalKafkaBroker(settings)
     broker.start()
     try:

@@ -93,8 +93,12 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
 
             def running(epoch=int(holder["epoch"])):
                 status, now_holder = read_status(settings.status_dir, app) or {}, lease.holder()
-                return (now_holder is not None and int(now_holder["epoch"]) > epoch
-                        and status.get("lease_epoch") == now_holder["epoch"] and status.get("state") == "RUNNING")  # fmt: skip
+                return (
+                    now_holder is not None
+                    and int(now_holder["epoch"]) > epoch
+                    and status.get("lease_epoch") == now_holder["epoch"]
+                    and status.get("state") == "RUNNING"
+                )
 
             wait_for(running, check_every_s + 600, f"{job} RUNNING again")
             to_running = time.time() - killed_at
@@ -109,8 +113,10 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
             # the profile of the restart: where the first batch's time went (Spark's durationMs phases)
             phases = {name: ms for name, ms in (first.get("phase_ms") or {}).items() if ms}
             results.append({"to_running_s": to_running, "to_batch_s": to_batch, "first_batch_ms": phases})
-            console.print(f"{job} kill {i + 1}/{kills}: RUNNING after {to_running:.1f}s, a batch after {to_batch:.1f}s "
-                          f"(first batch {first.get('batch_id')}: {phases})")  # fmt: skip
+            console.print(
+                f"{job} kill {i + 1}/{kills}: RUNNING after {to_running:.1f}s, a batch after {to_batch:.1f}s "
+                f"(first batch {first.get('batch_id')}: {phases})"
+            )
             # Each kill measures a first crash: a manual start (what on-call does after a fix) resets the
             # crash-loop window and the backoff, which three kills in 30 minutes would otherwise trip.
             api.wait_for_run("start_streaming_job", api.trigger("start_streaming_job", {"job": job}), 300)
@@ -149,10 +155,16 @@ def main() -> None:
         airflow.start()
         api = AirflowApi(settings.airflow_url)
         try:
-            wait_for(lambda: {"supervise__recovery_watched", "supervise__recovery_scheduled"} <= set(api.dag_ids()),
-                     300, "the supervise DAGs to be parsed")  # fmt: skip
-            paths = {name: measure_path(settings, api, f"recovery_{name}", args.kills, args.check_every)
-                     for name in ("watched", "scheduled") if name in chosen}  # fmt: skip
+            wait_for(
+                lambda: {"supervise__recovery_watched", "supervise__recovery_scheduled"} <= set(api.dag_ids()),
+                300,
+                "the supervise DAGs to be parsed",
+            )
+            paths = {
+                name: measure_path(settings, api, f"recovery_{name}", args.kills, args.check_every)
+                for name in ("watched", "scheduled")
+                if name in chosen
+            }
         finally:
             airflow.stop()
             stop_job_processes(settings)  # the warm standbys the supervise DAGs started
@@ -174,13 +186,21 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     for name, results in paths.items():
-        lines.append(f"| {name} | {len(results)} | {fmt([r['to_running_s'] for r in results])} | "
-                     f"{fmt([r['to_batch_s'] for r in results])} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {len(results)} | {fmt([r['to_running_s'] for r in results])} | "
+            f"{fmt([r['to_batch_s'] for r in results])} |"
+        )
     profiled = [r["first_batch_ms"] for results in paths.values() for r in results if r.get("first_batch_ms")]
     if profiled:
-        phases = sorted({name for p in profiled for name in p}, key=lambda n: -statistics.median(p.get(n, 0) for p in profiled))
-        lines += ["", "The first micro-batch after a restart, median ms per Spark phase (`durationMs`): "
-                  + ", ".join(f"{n} {statistics.median(p.get(n, 0) for p in profiled):,.0f}" for n in phases) + "."]  # fmt: skip
+        phases = sorted(
+            {name for p in profiled for name in p}, key=lambda n: -statistics.median(p.get(n, 0) for p in profiled)
+        )
+        lines += [
+            "",
+            "The first micro-batch after a restart, median ms per Spark phase (`durationMs`): "
+            + ", ".join(f"{n} {statistics.median(p.get(n, 0) for p in profiled):,.0f}" for n in phases)
+            + ".",
+        ]
     lines += [
         "",
         "watched: the supervise DAG's watch task (deferred in the triggerer between checks) restarts the",

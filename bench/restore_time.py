@@ -44,16 +44,18 @@ class ChangelogSimulator:
         self.insert_batches = max(1, batches // 3)
         self.counts = [0] * keys
         self.next_batch = 0
-        self.producer = Producer(client_config(settings.kafka, {"linger.ms": 50,
-                                  "partitioner": "murmur2_random", "log_level": 3}))  # fmt: skip
+        self.producer = Producer(
+            client_config(settings.kafka, {"linger.ms": 50, "partitioner": "murmur2_random", "log_level": 3})
+        )
         self.writer = ChangelogWriter(topic, settings.kafka)
 
     def write(self, batches: int) -> int:
         """Write the next ``batches`` batches; returns the change records written."""
         written = 0
         first = self.next_batch
-        for batch in track(range(first, first + batches), description=f"batches {first}..{first + batches - 1}",
-                           console=console):  # fmt: skip
+        for batch in track(
+            range(first, first + batches), description=f"batches {first}..{first + batches - 1}", console=console
+        ):
             if batch < self.insert_batches:
                 n = self.insert_batches
                 changed = range(batch * self.keys // n, (batch + 1) * self.keys // n)
@@ -64,8 +66,12 @@ class ChangelogSimulator:
                 value = json.dumps({"purchases": self.counts[k], "amount_spent": self.counts[k] * 12.5}).encode()
                 while True:
                     try:
-                        self.producer.produce(self.topic.name, key=f"u{k:07d}".encode(), value=value,
-                                              headers=[(BATCH_HEADER, str(batch).encode())])  # fmt: skip
+                        self.producer.produce(
+                            self.topic.name,
+                            key=f"u{k:07d}".encode(),
+                            value=value,
+                            headers=[(BATCH_HEADER, str(batch).encode())],
+                        )
                         break
                     except BufferError:
                         self.producer.poll(0.05)
@@ -83,13 +89,18 @@ def main() -> None:
     parser.add_argument("--churn", type=int, default=25_000)
     parser.add_argument("--tail-batches", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--profile", action="store_true",
-                        help="also profile one snapshot + tail restore (cProfile, top functions by own time)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile one snapshot + tail restore (cProfile, top functions by own time)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args()
 
     data = Path(tempfile.mkdtemp(prefix="bench-restore-"))
-    settings = Settings(data_dir=data, kafka_port=free_port(), kafka_controller_port=free_port(), airflow_port=free_port())
+    settings = Settings(
+        data_dir=data, kafka_port=free_port(), kafka_controller_port=free_port(), airflow_port=free_port()
+    )
     broker = LocalKafkaBroker(settings)
     broker.start()
     try:
@@ -110,8 +121,9 @@ def main() -> None:
         replayed = {}
         for _ in range(args.repeats):
             for name, use_snapshot in (("full replay", False), ("snapshot + tail", True)):
-                result = restore_from_snapshot(snapshots, settings.kafka, topic.name,
-                                               SilentRestoreListener(), use_snapshot=use_snapshot)  # fmt: skip
+                result = restore_from_snapshot(
+                    snapshots, settings.kafka, topic.name, SilentRestoreListener(), use_snapshot=use_snapshot
+                )
                 assert len(result.state) == args.keys and result.batch_id == args.batches - 1
                 runs[name].append(result.seconds)
                 replayed[name] = result.changelog_records_read
@@ -133,10 +145,16 @@ def main() -> None:
             "|---|---|---|",
         ]
         for name in runs:
-            lines.append(f"| {name} | {replayed[name]:,} | {statistics.median(runs[name]):.2f} "
-                         f"({min(runs[name]):.2f}-{max(runs[name]):.2f}) |")  # fmt: skip
-        lines += ["", f"Ratio snapshot + tail / full replay: {fast / full:.2f} (same run, side by side). Of snapshot + "
-                  f"tail, the snapshot's read took {statistics.median(snapshot_read):.2f} s (median).", ""]  # fmt: skip
+            lines.append(
+                f"| {name} | {replayed[name]:,} | {statistics.median(runs[name]):.2f} "
+                f"({min(runs[name]):.2f}-{max(runs[name]):.2f}) |"
+            )
+        lines += [
+            "",
+            f"Ratio snapshot + tail / full replay: {fast / full:.2f} (same run, side by side). Of snapshot + "
+            f"tail, the snapshot's read took {statistics.median(snapshot_read):.2f} s (median).",
+            "",
+        ]
         text = "\n".join(lines)
         console.print(text)
         if args.profile:
@@ -144,13 +162,14 @@ def main() -> None:
             import pstats
 
             profile = cProfile.Profile()
-            profile.runcall(restore_from_snapshot, snapshots, settings.kafka, topic.name,
-                            SilentRestoreListener())  # fmt: skip
+            profile.runcall(restore_from_snapshot, snapshots, settings.kafka, topic.name, SilentRestoreListener())
             pstats.Stats(profile).sort_stats("tottime").print_stats(15)
         if args.no_write:
             return
         out = PROJECT_ROOT / "BENCHMARKS.md"
-        previous = out.read_text() if out.exists() else "# Benchmarks\n\nEvery figure names the command that produced it.\n\n"
+        previous = (
+            out.read_text() if out.exists() else "# Benchmarks\n\nEvery figure names the command that produced it.\n\n"
+        )
         out.write_text(previous + text + "\n")
     finally:
         broker.stop()

@@ -85,7 +85,9 @@ def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
     }
 
 
-def drain(settings: Settings, spec, driver_pid: int, started: float, rows: list[dict], timeout_s: float = 600) -> float | None:
+def drain(
+    settings: Settings, spec, driver_pid: int, started: float, rows: list[dict], timeout_s: float = 600
+) -> float | None:
     """Seconds until the input lag reached 0 after the input stopped (None: it did not)."""
     stopped = time.monotonic()
     while time.monotonic() - stopped < timeout_s:
@@ -105,12 +107,17 @@ def output_matches_reference(settings: Settings, spec) -> bool:
     from spark_jobs.kafka_topics import read_json_records
 
     expected = purchases.expected_counts(read_json_records(settings.kafka, spec.source_topic))
-    rows = DeltaTable(str(settings.lake / spec.output_table_dir)).to_pyarrow_table(
-        columns=["user_id", "purchases", "amount_spent"]).to_pylist()  # fmt: skip
+    rows = (
+        DeltaTable(str(settings.lake / spec.output_table_dir))
+        .to_pyarrow_table(columns=["user_id", "purchases", "amount_spent"])
+        .to_pylist()
+    )
     got = {r["user_id"]: (r["purchases"], Decimal(r["amount_spent"]).quantize(Decimal("0.01"))) for r in rows}
     if got != expected:
         wrong = [k for k in set(got) | set(expected) if got.get(k) != expected.get(k)]
-        console.print(f"[red]{len(wrong)} of {len(expected)} users differ[/], e.g. {[(k, got.get(k), expected.get(k)) for k in wrong[:3]]}")
+        console.print(
+            f"[red]{len(wrong)} of {len(expected)} users differ[/], e.g. {[(k, got.get(k), expected.get(k)) for k in wrong[:3]]}"
+        )
     return got == expected
 
 
@@ -129,7 +136,7 @@ def verdict(rows: list[dict]) -> dict[str, tuple[float, float, bool]]:
             out[name] = (ys[0] if ys else 0.0, 0.0, False)
             continue
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
         rise = slope * (max(xs) - min(xs))
         out[name] = (my, rise, rise > max(floor, 0.1 * abs(my)))
     return out
@@ -154,8 +161,12 @@ def chart(rows: list[dict], path: Path, title: str, burst_min: tuple[float, floa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = [("driver_rss_mib", "driver process tree RSS (MiB)"), ("input_lag_records", "input lag (records)"),
-              ("state_rows", "state rows"), ("changelog_bytes", "changelog on disk (MiB)")]  # fmt: skip
+    series = [
+        ("driver_rss_mib", "driver process tree RSS (MiB)"),
+        ("input_lag_records", "input lag (records)"),
+        ("state_rows", "state rows"),
+        ("changelog_bytes", "changelog on disk (MiB)"),
+    ]
     fig, axes = plt.subplots(len(series), 1, figsize=(9, 10), sharex=True)
     minutes = [r["minute"] for r in rows]
     for ax, (name, label) in zip(axes, series, strict=True):
@@ -180,18 +191,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=100, help="events per second")
     parser.add_argument("--users", type=int, default=5000, help="distinct keys (state is bounded by this)")
     parser.add_argument("--dags-every-min", type=float, default=5)
-    parser.add_argument("--tune-mode", choices=("dry_run", "apply"), default="dry_run",
-                        help="the compaction tuning DAG's mode (scheduled runs use dry_run)")
+    parser.add_argument(
+        "--tune-mode",
+        choices=("dry_run", "apply"),
+        default="dry_run",
+        help="the compaction tuning DAG's mode (scheduled runs use dry_run)",
+    )
     parser.add_argument("--burst-at-min", type=float, default=None, help="default: a third of the way in")
     parser.add_argument("--burst-x", type=int, default=10)
     parser.add_argument("--burst-min", type=float, default=1)
     parser.add_argument("--sample-every-s", type=float, default=10)
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--report", type=Path, default=None, help="only print the verdict of a soak CSV written earlier")
+    parser.add_argument(
+        "--report", type=Path, default=None, help="only print the verdict of a soak CSV written earlier"
+    )
     args = parser.parse_args(argv)
     if args.report:
         with args.report.open() as f:
-            rows = [{k: (float(v) if k in CHECKED or k == "minute" else v) for k, v in r.items()} for r in csv.DictReader(f)]
+            rows = [
+                {k: (float(v) if k in CHECKED or k == "minute" else v) for k, v in r.items()} for r in csv.DictReader(f)
+            ]
         print_verdict([r for r in rows if r.get("phase", "run") == "run"], args.report.stem)
         return 0
     # kill/SIGTERM stops the run like Ctrl-C: the driver, the broker and the results are still taken care of
@@ -235,8 +254,13 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=produce, daemon=True).start()
         submit = submit_spec(spec, settings)
         log = open(data_dir / "driver.log", "w")
-        driver = subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        driver = subprocess.Popen(
+            submit.command(),
+            env={**os.environ, **submit.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = started + args.minutes * 60
         next_dags = started + args.dags_every_min * 60
         while time.monotonic() < deadline:
@@ -244,21 +268,32 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"the driver exited ({driver.returncode}); see {log.name}")
             rows.append(sample(settings, spec, driver.pid, started))
             last = rows[-1]
-            console.print(f"[dim]{last['minute']:6.1f} min[/] rss {last['driver_rss_mib']:7.1f} MiB  lag "
-                          f"{last['input_lag_records']:6d}  state {last['state_rows']:6d}  batch {last['batch_id']}  "
-                          f"snapshots {last['snapshots']}")  # fmt: skip
+            console.print(
+                f"[dim]{last['minute']:6.1f} min[/] rss {last['driver_rss_mib']:7.1f} MiB  lag "
+                f"{last['input_lag_records']:6d}  state {last['state_rows']:6d}  batch {last['batch_id']}  "
+                f"snapshots {last['snapshots']}"
+            )
             if time.monotonic() >= next_dags:
-                for dag_id, dag_file in (("tune_changelog_compaction", "tune_changelogs.py"), ("audit_state_size", "audit_state_size.py")):
+                for dag_id, dag_file in (
+                    ("tune_changelog_compaction", "tune_changelogs.py"),
+                    ("audit_state_size", "audit_state_size.py"),
+                ):
                     t0 = time.monotonic()
                     conf = {"mode": args.tune_mode} if dag_id == "tune_changelog_compaction" else None
-                    result = airflow.dags_test(dag_id, conf=conf, dag_file=PROJECT_ROOT / "dags" / dag_file,
-                                               env={"AIRFLOW_CONN_STREAMSTATE_WEBHOOK": inbox.connection})  # fmt: skip
+                    result = airflow.dags_test(
+                        dag_id,
+                        conf=conf,
+                        dag_file=PROJECT_ROOT / "dags" / dag_file,
+                        env={"AIRFLOW_CONN_STREAMSTATE_WEBHOOK": inbox.connection},
+                    )
                     output = data_dir / "dag-runs" / f"{len(dag_runs) + 1:03d}-{dag_id}.log"
                     output.parent.mkdir(exist_ok=True)
                     output.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
                     dag_runs.append((round((t0 - started) / 60, 2), dag_id, result.returncode, time.monotonic() - t0))
-                    console.print(f"  {dag_id}: {'ok' if result.returncode == 0 else f'FAILED (see {output})'} "
-                                  f"in {time.monotonic() - t0:.0f} s; alerts so far: {len(inbox.received)}")  # fmt: skip
+                    console.print(
+                        f"  {dag_id}: {'ok' if result.returncode == 0 else f'FAILED (see {output})'} "
+                        f"in {time.monotonic() - t0:.0f} s; alerts so far: {len(inbox.received)}"
+                    )
                 next_dags = time.monotonic() + args.dags_every_min * 60
             time.sleep(max(0.0, args.sample_every_s - (time.monotonic() % args.sample_every_s)))
         stop.set()
@@ -275,15 +310,22 @@ def main(argv: list[str] | None = None) -> int:
                 writer = csv.DictWriter(f, fieldnames=list(rows[0]))
                 writer.writeheader()
                 writer.writerows(rows)
-            chart(rows, png_path, f"soak {stamp}: purchase_counts, {args.rate} events/s ({args.burst_x}x burst), "
-                  f"{args.users} users", (burst[0] / 60, burst[1] / 60), [r[0] for r in dag_runs])  # fmt: skip
+            chart(
+                rows,
+                png_path,
+                f"soak {stamp}: purchase_counts, {args.rate} events/s ({args.burst_x}x burst), {args.users} users",
+                (burst[0] / 60, burst[1] / 60),
+                [r[0] for r in dag_runs],
+            )
 
     grows = print_verdict(run_rows, f"soak {stamp}")
     failed = [r for r in dag_runs if r[2] != 0]
     console.print(f"DAG runs: {len(dag_runs)}, failed: {len(failed)} {failed}")
     alerts = [(a.get("condition"), a.get("status")) for a in inbox.received]
     console.print(f"alerts received: {len(alerts)} {alerts}")
-    console.print(f"lag drained after the input stopped: {'in %.0f s' % drained_in if drained_in is not None else '[red]NO[/]'}")
+    console.print(
+        f"lag drained after the input stopped: {'in %.0f s' % drained_in if drained_in is not None else '[red]NO[/]'}"
+    )
     console.print(f"output equals the reference over every event: {'yes' if matches else '[red]NO[/]'}")
     console.print(f"results: {csv_path.relative_to(PROJECT_ROOT)}, {png_path.relative_to(PROJECT_ROOT)}")
     return 1 if grows or failed or drained_in is None or not matches else 0

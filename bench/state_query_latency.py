@@ -82,8 +82,13 @@ def main() -> None:
     args = parser.parse_args()
 
     data = Path(tempfile.mkdtemp(prefix="bench-query-"))
-    settings = Settings(data_dir=data, kafka_port=free_port(), kafka_controller_port=free_port(), airflow_port=free_port(),
-                        state_api_port=free_port())  # fmt: skip
+    settings = Settings(
+        data_dir=data,
+        kafka_port=free_port(),
+        kafka_controller_port=free_port(),
+        airflow_port=free_port(),
+        state_api_port=free_port(),
+    )
     spec = get_job("purchase_counts")
     broker = LocalKafkaBroker(settings)
     broker.start()
@@ -104,8 +109,13 @@ def main() -> None:
         follower.close()
 
         env = {**os.environ, **settings.to_env()}
-        api = subprocess.Popen([sys.executable, "-m", "runtime", "state-api"], cwd=PROJECT_ROOT, env=env,
-                               stdout=open(data / "api.log", "w"), stderr=subprocess.STDOUT)  # fmt: skip
+        api = subprocess.Popen(
+            [sys.executable, "-m", "runtime", "state-api"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=open(data / "api.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
         rng = random.Random(5)
         keys = [f"u{rng.randrange(args.keys):07d}" for _ in range(args.lookups)]
         paths = [f"/jobs/{spec.name}/stores/counts/keys/{k}" for k in keys]
@@ -155,8 +165,10 @@ def main() -> None:
         ]
         for name, rounds in results.items():
             p50s, p99s = [r[0] for r in rounds], [r[1] for r in rounds]
-            lines.append(f"| {name} | {statistics.median(p50s):.2f} ({min(p50s):.2f}-{max(p50s):.2f}) | "
-                         f"{statistics.median(p99s):.2f} ({min(p99s):.2f}-{max(p99s):.2f}) |")  # fmt: skip
+            lines.append(
+                f"| {name} | {statistics.median(p50s):.2f} ({min(p50s):.2f}-{max(p50s):.2f}) | "
+                f"{statistics.median(p99s):.2f} ({min(p99s):.2f}-{max(p99s):.2f}) |"
+            )
         live, delta = (
             statistics.median(r[0] for r in results["live"]),
             statistics.median(r[0] for r in results["delta point read (no cache)"]),

@@ -120,8 +120,9 @@ def kafka_streams_restore(settings: Settings, classpath: str, keys: int, changed
     state_dir = settings.data_dir / f"kstreams-{keys}"
 
     def peer() -> KafkaStreamsPeer:
-        return KafkaStreamsPeer(classpath, settings, "purchase_counts", f"kstreams-scale-{keys}", state_dir,
-                                input_topic, output_topic)  # fmt: skip
+        return KafkaStreamsPeer(
+            classpath, settings, "purchase_counts", f"kstreams-scale-{keys}", state_dir, input_topic, output_topic
+        )
 
     first = peer()
     first.wait_caught_up()
@@ -130,8 +131,13 @@ def kafka_streams_restore(settings: Settings, classpath: str, keys: int, changed
     restore = peer()
     restore.wait_running()
     restore.stop()
-    return {"mode": "kafka_streams", "keys": len(users), "seconds": round(restore.restore_seconds(), 2),
-            "records_read": restore.restored_records(), "jvm_peak_rss_mb": round(restore.peak_rss_bytes / 2**20)}  # fmt: skip
+    return {
+        "mode": "kafka_streams",
+        "keys": len(users),
+        "seconds": round(restore.restore_seconds(), 2),
+        "records_read": restore.restored_records(),
+        "jvm_peak_rss_mb": round(restore.peak_rss_bytes / 2**20),
+    }
 
 
 def catch_up_snapshot(settings: Settings, topic: str, snapshot_path: str) -> dict:

@@ -43,8 +43,11 @@ from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF  # noqa: E40
 
 console = Console()
 TOPIC = "bench-purchases"
-BUILTIN, JAVA, PYTHON = ("built-in groupBy().agg()", "transformWithState (Java processor)",
-                         "transformWithState (Python processor)")  # fmt: skip
+BUILTIN, JAVA, PYTHON = (
+    "built-in groupBy().agg()",
+    "transformWithState (Java processor)",
+    "transformWithState (Python processor)",
+)
 
 
 OPERATORS = {"built-in": BUILTIN, "java": JAVA, "python": PYTHON}
@@ -74,10 +77,12 @@ def measure(spark, settings: Settings, variant: tuple[str, str], checkpoint: Pat
         .load()
     )
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"), "offset").select(
-        "e.*", "offset")  # fmt: skip
+        "e.*", "offset"
+    )
     if operator == BUILTIN:
-        state = events.groupBy("user_id").agg(F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"),
-                                              F.max("event_time").alias("last"))  # fmt: skip
+        state = events.groupBy("user_id").agg(
+            F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"), F.max("event_time").alias("last")
+        )
     elif operator == PYTHON:
         state = state_changes(events, None, None, PurchaseCounter)
     else:
@@ -149,8 +154,10 @@ def short(variant: tuple[str, str]) -> str:
 
 def report(args, seconds: dict[tuple[str, str], list[float]], events: int, users: int) -> None:
     median = {variant: statistics.median(v) for variant, v in seconds.items()}
-    command = (f".venv/bin/python bench/state_update_cost.py --keys {args.keys} --events-per-key {args.events_per_key} "
-               f"--repeats {args.repeats} --operators {' '.join(args.operators)}")  # fmt: skip
+    command = (
+        f".venv/bin/python bench/state_update_cost.py --keys {args.keys} --events-per-key {args.events_per_key} "
+        f"--repeats {args.repeats} --operators {' '.join(args.operators)}"
+    )
     if args.encodings != ["unsaferow"] or args.batches != 1:
         command += f" --encodings {' '.join(args.encodings)} --batches {args.batches}"
     builtin = median.get((BUILTIN, "unsaferow"))
@@ -165,8 +172,11 @@ def report(args, seconds: dict[tuple[str, str], list[float]], events: int, users
         if len(args.encodings) > 1
         else "built-in aggregation vs transformWithState"
     )
-    shape = ("one update per key" if args.events_per_key == 1 else
-             f"{events:,} events of {users:,} Zipf-like users ({events / users:.1f} events per updated key)")  # fmt: skip
+    shape = (
+        "one update per key"
+        if args.events_per_key == 1
+        else f"{events:,} events of {users:,} Zipf-like users ({events / users:.1f} events per updated key)"
+    )
     lines = [
         f"## State update cost, {args.keys:,} keys, {args.events_per_key} events per key ({compared}) "
         f"({dt.date.today().isoformat()})",
@@ -178,13 +188,15 @@ def report(args, seconds: dict[tuple[str, str], list[float]], events: int, users
         "",
         f"| stateful operator | seconds, median (min-max) of {args.repeats} | µs per event |",
         "|---|---|---|",
-        *[f"| {label(variant)} | {median[variant]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[variant] / events * 1e6:.1f} |"
-          for variant, v in seconds.items()],
+        *[
+            f"| {label(variant)} | {median[variant]:.1f} ({min(v):.1f}-{max(v):.1f}) | {median[variant] / events * 1e6:.1f} |"
+            for variant, v in seconds.items()
+        ],
         "",
         (f"Ratios to built-in (same run, alternating): {', '.join(ratios)}." if ratios else ""),
         (f"Avro state / UnsafeRow state, same processor (same run, alternating): {', '.join(avro)}." if avro else ""),
         "",
-    ]  # fmt: skip
+    ]
     append_section(lines, console)
 
 

@@ -39,19 +39,32 @@ TOPICS = sorted({target.topic for target in changelog_targets()})
     tags=["streamstate", "changelog"],
     default_args={"retries": 0},  # the next run is the retry; a failed change is recorded as failed
     params={
-        "mode": Param("dry_run", type="string", enum=list(MODES), title="Mode",
-                      description="dry_run: measure and recommend, change nothing (the broker validates). apply: "
-                      "change the topic configs. rollback: restore what a change replaced. Scheduled runs use "
-                      "STREAMSTATE_COMPACTION_SCHEDULED_MODE."),
-        "topics": Param([], type="array", items={"type": "string", "enum": TOPICS}, title="Topics",
-                        description="Only these changelog topics (default: all). Naming a held topic in an apply "
-                        "resumes its tuning."),
-        "rollback_run_id": Param(None, type=["null", "string"], title="Run to roll back",
-                                 description="rollback: the run whose changes to undo (default: each topic's newest "
-                                 "change not undone yet)."),
+        "mode": Param(
+            "dry_run",
+            type="string",
+            enum=list(MODES),
+            title="Mode",
+            description="dry_run: measure and recommend, change nothing (the broker validates). apply: "
+            "change the topic configs. rollback: restore what a change replaced. Scheduled runs use "
+            "STREAMSTATE_COMPACTION_SCHEDULED_MODE.",
+        ),
+        "topics": Param(
+            [],
+            type="array",
+            items={"type": "string", "enum": TOPICS},
+            title="Topics",
+            description="Only these changelog topics (default: all). Naming a held topic in an apply "
+            "resumes its tuning.",
+        ),
+        "rollback_run_id": Param(
+            None,
+            type=["null", "string"],
+            title="Run to roll back",
+            description="rollback: the run whose changes to undo (default: each topic's newest change not undone yet).",
+        ),
     },
     doc_md=__doc__,
-)  # fmt: skip
+)
 def tune_changelog_compaction() -> None:
     measure = MeasureChangelogsOperator(task_id=MEASURE_TASK)
     # verify judges earlier runs' changes against this run's measurement, so it does not wait for tune

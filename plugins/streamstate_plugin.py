@@ -15,6 +15,11 @@ class StreamstatePlugin(AirflowPlugin):
         {"app": state_api, "url_prefix": "/state-api", "name": "State queries"},
     ]
     external_views = [
-        {"name": "Streaming jobs", "href": "/streamstate/", "destination": "nav", "category": "browse",
-         "url_route": "streaming-jobs"},
-    ]  # fmt: skip
+        {
+            "name": "Streaming jobs",
+            "href": "/streamstate/",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "streaming-jobs",
+        },
+    ]

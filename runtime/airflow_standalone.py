@@ -85,22 +85,43 @@ class LocalAirflow:
 
     def _airflow(self, *args: str, timeout_s: float = 600) -> str:
         proc = subprocess.run(
-            [str(VENV_BIN / "airflow"), *args], env=self.environment(), capture_output=True, text=True,
+            [str(VENV_BIN / "airflow"), *args],
+            env=self.environment(),
+            capture_output=True,
+            text=True,
             timeout=timeout_s,
-        )  # fmt: skip
+        )
         if proc.returncode != 0:
             raise ServiceError(f"`airflow {' '.join(args)}` failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc.stdout
 
-    def dags_test(self, dag_id: str, conf: dict | None = None, env: dict[str, str] | None = None,
-                  dag_file: Path | None = None, timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
+    def dags_test(
+        self,
+        dag_id: str,
+        conf: dict | None = None,
+        env: dict[str, str] | None = None,
+        dag_file: Path | None = None,
+        timeout_s: float = 900,
+    ) -> subprocess.CompletedProcess:
         """One run of ``dag_id`` via ``airflow dags test`` (``dag.test()``: tasks and triggers run in that
         process, no scheduler needed). ``dag_file`` spares parsing the whole folder. ``returncode`` is 0
         when the run succeeded."""
-        args = [str(VENV_BIN / "airflow"), "dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else []),
-                *(["--dagfile-path", str(dag_file)] if dag_file else [])]  # fmt: skip
-        return subprocess.run(args, env={**self.environment(), **(env or {})}, capture_output=True, text=True,
-                              timeout=timeout_s, cwd=self.home)  # fmt: skip
+        args = [
+            str(VENV_BIN / "airflow"),
+            "dags",
+            "test",
+            dag_id,
+            *(["-c", json.dumps(conf)] if conf else []),
+            *(["--dagfile-path", str(dag_file)] if dag_file else []),
+        ]
+        return subprocess.run(
+            args,
+            env={**self.environment(), **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=self.home,
+        )
 
     def prepare(self) -> None:
         """Migrate the metadata DB and (re)import the spark_default and alert webhook connections. Idempotent.
@@ -110,8 +131,10 @@ class LocalAirflow:
         from airflow import __version__ as airflow_version
 
         self.home.mkdir(parents=True, exist_ok=True)
-        connections = {"spark_default": spark_default_connection(self.settings),
-                       "streamstate_webhook": alert_webhook_connection(self.settings.airflow_url)}  # fmt: skip
+        connections = {
+            "spark_default": spark_default_connection(self.settings),
+            "streamstate_webhook": alert_webhook_connection(self.settings.airflow_url),
+        }
         stamp = self.home / ".prepared"
         wanted = json.dumps({"airflow": airflow_version, "connections": connections}, sort_keys=True)
         if stamp.exists() and stamp.read_text() == wanted and (self.home / "airflow.db").exists():
@@ -184,10 +207,11 @@ class AirflowApi:
             with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=10) as resp:
                 self._token = json.loads(resp.read())["access_token"]
         request = urllib.request.Request(
-            f"{self.base_url}/api/v2{path}", method=method,
+            f"{self.base_url}/api/v2{path}",
+            method=method,
             data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         for attempt in range(1, DATABASE_BUSY_ATTEMPTS + 1):
             try:
                 with urllib.request.urlopen(request, timeout=30) as resp:

@@ -36,9 +36,7 @@ console = Console(highlight=False, width=None if Console().is_terminal else 140)
 
 def _services(settings: Settings, names: list[str]) -> dict[str, LocalKafkaBroker | LocalAirflow]:
     chosen = names or list(SERVICES)
-    return {
-        name: (LocalKafkaBroker(settings) if name == "kafka" else LocalAirflow(settings)) for name in chosen
-    }
+    return {name: (LocalKafkaBroker(settings) if name == "kafka" else LocalAirflow(settings)) for name in chosen}
 
 
 def cmd_setup_jvm(settings: Settings, args: argparse.Namespace) -> int:
@@ -73,8 +71,12 @@ def stop_job_processes(settings: Settings, timeout_s: float = 90.0) -> list[str]
     from spark_jobs.lease import JobLease
     from spark_jobs.registry import registered_versions
 
-    names = [name for versions in registered_versions().values() for spec in versions.values()
-             for name in (spec.application_id, standby_name(spec.application_id))]  # fmt: skip
+    names = [
+        name
+        for versions in registered_versions().values()
+        for spec in versions.values()
+        for name in (spec.application_id, standby_name(spec.application_id))
+    ]
     running = {}
     for name in names:
         holder = JobLease(settings.status_dir, name).holder()
@@ -136,8 +138,9 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from runtime.demo import run_demo
 
-    return run_demo(settings, events=args.events, users=args.users, with_airflow=not args.no_airflow,
-                    seconds=args.seconds)  # fmt: skip
+    return run_demo(
+        settings, events=args.events, users=args.users, with_airflow=not args.no_airflow, seconds=args.seconds
+    )
 
 
 def cmd_state_api(settings: Settings, args: argparse.Namespace) -> int:
@@ -179,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"{text} local services (default: all)")
         p.add_argument("services", nargs="*", metavar="SERVICE", help=f"any of {', '.join(SERVICES)}")
         if name == "down":
-            p.add_argument("--wipe", action="store_true", help="also delete all local data (topics, tables, Airflow DB)")
+            p.add_argument(
+                "--wipe", action="store_true", help="also delete all local data (topics, tables, Airflow DB)"
+            )
         p.set_defaults(func=func)
 
     p = sub.add_parser("status", help="show what runs")
@@ -195,8 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=int, default=20_000)
     p.add_argument("--users", type=int, default=2_000)
     p.add_argument("--seconds", type=float, default=30.0, help="produce the events over this long")
-    p.add_argument("--no-airflow", action="store_true",
-                   help="no Airflow: the job drains the events with spark-submit --available-now and stops")
+    p.add_argument(
+        "--no-airflow",
+        action="store_true",
+        help="no Airflow: the job drains the events with spark-submit --available-now and stops",
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("new-job", help="write a job module (a declaration) and its test, to edit")

@@ -88,22 +88,28 @@ def run_drained_demo(settings: Settings, *, events: int, users: int) -> int:
     batch = list(purchases.generate(events, users=users, seed=seed))
     with console.status(f"producing {len(batch):,} purchase events to '{spec.source_topic}'…"):
         purchases.produce(settings.kafka, spec.source_topic, batch)
-    console.print(f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) to topic '{spec.source_topic}'"
-                  + (" (created)" if created else ""))  # fmt: skip
+    console.print(
+        f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) to topic '{spec.source_topic}'"
+        + (" (created)" if created else "")
+    )
 
     submit = submit_spec(spec, settings, available_now=True)
     log_file = settings.logs_dir / f"{spec.application_id}.spark-submit.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with console.status(f"running {spec.application_id} with spark-submit (master {settings.spark_master})…"):
         with open(log_file, "w") as log:
-            proc = subprocess.run(submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.run(
+                submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT
+            )
     if proc.returncode != 0:
         console.print(f"[red]spark-submit failed ({proc.returncode}); see {log_file}[/red]")
         console.print("\n".join(log_file.read_text().splitlines()[-20:]))
         return 1
     report = json.loads(report_path(spec, settings).read_text())
-    console.print(f"[green]✓[/green] {spec.application_id} processed {report['input_rows']:,} events "
-                  f"in {report['batches']} micro-batch(es)")  # fmt: skip
+    console.print(
+        f"[green]✓[/green] {spec.application_id} processed {report['input_rows']:,} events "
+        f"in {report['batches']} micro-batch(es)"
+    )
 
     summary = _read_output(settings, report["output"])
     in_topic = topic_record_count(settings.kafka, spec.source_topic)
@@ -118,8 +124,10 @@ def run_drained_demo(settings: Settings, *, events: int, users: int) -> int:
     summary["dead_letters"] = (dlq, topic_record_count(settings.kafka, dlq))
     _print_summary(settings, spec, report, summary, in_topic, time.monotonic() - started, log_file)
     if not summary["matches"]:
-        console.print(f"[red]check failed: the Delta table {report['output']} differs from the counts computed "
-                      f"in plain Python over the {in_topic:,} events of '{spec.source_topic}'[/red]")  # fmt: skip
+        console.print(
+            f"[red]check failed: the Delta table {report['output']} differs from the counts computed "
+            f"in plain Python over the {in_topic:,} events of '{spec.source_topic}'[/red]"
+        )
         return 1
     return 0
 
@@ -132,8 +140,13 @@ def _read_output(settings: Settings, path: str) -> dict:
         table = DeltaTable(path, storage_options=Location.of(path, settings.object_store).storage_options())
         rows = table.to_pyarrow_table(columns=["user_id", "purchases", "amount_spent", "last_purchase_at"]).to_pylist()
     top = sorted(rows, key=lambda r: r["amount_spent"], reverse=True)[:5]
-    return {"keys": len(rows), "total_purchases": sum(r["purchases"] or 0 for r in rows), "top": top,
-            "version": table.version(), "state": {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in rows}}  # fmt: skip
+    return {
+        "keys": len(rows),
+        "total_purchases": sum(r["purchases"] or 0 for r in rows),
+        "top": top,
+        "version": table.version(),
+        "state": {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in rows},
+    }
 
 
 def _print_summary_table(title: str, rows: list[tuple[str, str]], summary: dict) -> None:
@@ -158,12 +171,18 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
         ("events in topic (all runs)", f"{in_topic:,}"),
         ("keys in state", f"{report['state_rows']:,} users ({report['state_memory_bytes']:,} bytes in RocksDB)"),
         ("outputs written", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
-        ("check", "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
-         if summary["matches"] else "[red]MISMATCH[/red]"),
+        (
+            "check",
+            "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
+            if summary["matches"]
+            else "[red]MISMATCH[/red]",
+        ),
         ("purchases counted", f"{summary['total_purchases']:,} (closed accounts' purchases are deleted)"),
         ("input offsets", json.dumps(report["end_offsets"])),
-        *[("changelog", f"{name}: {count:,} records (compacted; latest value per key = state)")
-          for name, count in summary["changelogs"].items()],
+        *[
+            ("changelog", f"{name}: {count:,} records (compacted; latest value per key = state)")
+            for name, count in summary["changelogs"].items()
+        ],
         ("dead letters", f"{summary['dead_letters'][0]}: {summary['dead_letters'][1]:,} records"),
         ("status", str(settings.status_dir / f"{spec.application_id}.status.json")),
         ("Delta table", report["output"]),
@@ -171,7 +190,7 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
         ("topic", f"{spec.source_topic} @ {settings.kafka}"),
         ("spark-submit log", str(log_file)),
         ("elapsed", f"{elapsed:.0f} s"),
-    ]  # fmt: skip
+    ]
     _print_summary_table(f"{spec.application_id}: summary", rows, summary)
 
 
@@ -197,7 +216,9 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     with console.status("starting Airflow standalone (a first start migrates its database)…"):
         LocalAirflow(settings).start()
     console.print(f"[green]✓[/green] Airflow at {settings.airflow_url}")
-    kafka_topics.ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor)
+    kafka_topics.ensure_topic(
+        settings.kafka, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor
+    )
 
     api = AirflowApi(settings.airflow_url)
     with console.status(f"waiting for Airflow to parse {dag_id}…"):
@@ -212,7 +233,9 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
 
     def running() -> bool:
         status, holder = read_status(settings.status_dir, spec.application_id) or {}, lease.holder()
-        return holder is not None and status.get("lease_epoch") == holder.get("epoch") and status.get("state") == "RUNNING"
+        return (
+            holder is not None and status.get("lease_epoch") == holder.get("epoch") and status.get("state") == "RUNNING"
+        )
 
     with console.status(f"waiting for Airflow to launch {spec.application_id} (spark-submit, a JVM start)…"):
         _wait(running, 600, f"{spec.application_id} to run (see {settings.logs_dir / 'jobs'})")
@@ -227,11 +250,19 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
         for i in range(steps):
             chunk = batch[i * len(batch) // steps : (i + 1) * len(batch) // steps]
             purchases.produce(settings.kafka, spec.source_topic, chunk)
-            lag = sum((((read_status(settings.status_dir, spec.application_id) or {}).get("progress") or {})
-                       .get("input_lag") or {}).values())  # fmt: skip
+            lag = sum(
+                (
+                    ((read_status(settings.status_dir, spec.application_id) or {}).get("progress") or {}).get(
+                        "input_lag"
+                    )
+                    or {}
+                ).values()
+            )
             progress.update(task, advance=len(chunk), description=f"producing (the job's input lag: {lag:,})")
             time.sleep(1)
-    console.print(f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) over {steps} s to '{spec.source_topic}'")
+    console.print(
+        f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) over {steps} s to '{spec.source_topic}'"
+    )
 
     ends = {p: high for p, (_, high) in kafka_topics.partition_offsets(settings.kafka, spec.source_topic).items()}
 
@@ -249,8 +280,11 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     matches = summary.pop("state") == expected
     snapshot = (view.get("snapshots") or {}).get(spec.stores[0].name) or {}
     rows = [
-        ("job", f"{view['lifecycle_state']} under {dag_id} (desired {view['supervision']['desired']}); "
-                f"driver pid {(view['driver'] or {}).get('pid')}, launched by {view['supervision']['launched_by']}"),
+        (
+            "job",
+            f"{view['lifecycle_state']} under {dag_id} (desired {view['supervision']['desired']}); "
+            f"driver pid {(view['driver'] or {}).get('pid')}, launched by {view['supervision']['launched_by']}",
+        ),
         ("events produced (this run)", f"{len(batch):,}"),
         ("events in topic (all runs)", f"{in_topic:,}"),
         ("micro-batches", f"latest {view['batch_id']}, input lag {view['input_lag_records']:,} records"),
@@ -258,20 +292,31 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
         ("snapshot", f"batch {snapshot.get('batch_id')}, {snapshot.get('rows')} rows" if snapshot else "none yet"),
         ("warm standby", f"{view['standby']['state']}"),
         ("outputs", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
-        ("check", "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
-         if matches else "[red]MISMATCH[/red]"),
+        (
+            "check",
+            "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
+            if matches
+            else "[red]MISMATCH[/red]",
+        ),
         ("Airflow UI", settings.airflow_url),
         ("Streaming jobs page", f"{settings.airflow_url}/streamstate/"),
-        *[("state query", f"{settings.airflow_url}/state-api/jobs/{spec.name}/stores/{spec.stores[0].name}/keys/"
-           f"{summary['top'][0]['user_id']}")][: 1 if summary["top"] else 0],
+        *[
+            (
+                "state query",
+                f"{settings.airflow_url}/state-api/jobs/{spec.name}/stores/{spec.stores[0].name}/keys/"
+                f"{summary['top'][0]['user_id']}",
+            )
+        ][: 1 if summary["top"] else 0],
         ("Delta table", str(layout.output_table)),
         ("elapsed", f"{time.monotonic() - started:.0f} s"),
-    ]  # fmt: skip
+    ]
     _print_summary_table(f"{spec.application_id}: the platform running", rows, summary)
     console.print(f"The job keeps running under {dag_id}; `make down` stops the stack and the job.")
     if not matches:
-        console.print(f"[red]check failed: the Delta table {layout.output_table} differs from the counts computed "
-                      f"in plain Python over the {in_topic:,} events of '{spec.source_topic}'[/red]")  # fmt: skip
+        console.print(
+            f"[red]check failed: the Delta table {layout.output_table} differs from the counts computed "
+            f"in plain Python over the {in_topic:,} events of '{spec.source_topic}'[/red]"
+        )
         return 1
     return 0
 

@@ -80,7 +80,9 @@ def resolve(settings: Settings, *, force: bool = False, log=print) -> dict[str, 
         log(f"resolving JVM classpath {name} with Maven (from jvm/{name}/pom.xml)")
         with tempfile.TemporaryDirectory(prefix=f"mvn-{name}-") as staging:
             _copy_dependencies(MANIFEST_DIR / name, Path(staging))
-            shipped = {artifact_name(j.name) for j in pyspark_jars_dir().glob("*.jar")} if name == "spark-jars" else set()
+            shipped = (
+                {artifact_name(j.name) for j in pyspark_jars_dir().glob("*.jar")} if name == "spark-jars" else set()
+            )
             if target.exists():
                 shutil.rmtree(target)
             target.mkdir(parents=True)
@@ -126,9 +128,17 @@ def build_processors(settings: Settings, *, force: bool = False, log=print) -> P
 
 def _copy_dependencies(manifest: Path, out: Path) -> None:
     cmd = [
-        "mvn", "-B", "-q", "-s", str(MAVEN_SETTINGS), "-f", str(manifest / "pom.xml"),
-        "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}",
-    ]  # fmt: skip
+        "mvn",
+        "-B",
+        "-q",
+        "-s",
+        str(MAVEN_SETTINGS),
+        "-f",
+        str(manifest / "pom.xml"),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={out}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])

@@ -47,8 +47,9 @@ class BrokerSecurity:
     plain_users: tuple[tuple[str, Path], ...] = ()
 
     def admin_connection(self, bootstrap_servers: str) -> KafkaConnection:
-        return KafkaConnection(bootstrap_servers, "SASL_SSL", "PLAIN", self.admin_username, self.admin_password_file,
-                               self.ca_pem)  # fmt: skip
+        return KafkaConnection(
+            bootstrap_servers, "SASL_SSL", "PLAIN", self.admin_username, self.admin_password_file, self.ca_pem
+        )
 
     def server_properties(self, settings: Settings) -> dict[str, str]:
         s, admin = settings, self.admin_username
@@ -137,17 +138,25 @@ class LocalKafkaBroker:
         # A secured broker's configuration holds its PLAIN passwords: readable by its owner only.
         self.config_file.touch(mode=0o600, exist_ok=True)
         self.config_file.chmod(0o600)
-        self.config_file.write_text("# Written by runtime/kafka_broker.py from Settings; edits are overwritten.\n"
-                                    + "\n".join(lines) + "\n")  # fmt: skip
+        self.config_file.write_text(
+            "# Written by runtime/kafka_broker.py from Settings; edits are overwritten.\n" + "\n".join(lines) + "\n"
+        )
         self.log4j_file.write_text(_LOG4J2_PROPERTIES.format(log_file=self.service.log_file))
 
     def _java_cmd(self, main_class: str, *args: str) -> list[str]:
         java = jvm.java_binary(self.settings)
         return [
-            java, BROKER_HEAP, "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.log4j_file}", f"-Dkafka.logs.dir={self.service.log_file.parent}",
-            "-cp", jvm.broker_classpath(self.settings), main_class, *args,
-        ]  # fmt: skip
+            java,
+            BROKER_HEAP,
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.log4j_file}",
+            f"-Dkafka.logs.dir={self.service.log_file.parent}",
+            "-cp",
+            jvm.broker_classpath(self.settings),
+            main_class,
+            *args,
+        ]
 
     def _format_storage_once(self) -> None:
         if (self.storage_dir / "meta.properties").exists():

@@ -67,19 +67,27 @@ class KafkaConnection:
     def validate(self) -> None:
         p = "STREAMSTATE_KAFKA_"
         if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise KafkaSecurityError(f"{p}SECURITY_PROTOCOL={self.security_protocol!r}: expected one of {SECURITY_PROTOCOLS}")
+            raise KafkaSecurityError(
+                f"{p}SECURITY_PROTOCOL={self.security_protocol!r}: expected one of {SECURITY_PROTOCOLS}"
+            )
         sasl_fields = (self.sasl_mechanism, self.sasl_username, self.sasl_password_file)
         if self.uses_sasl:
             if self.sasl_mechanism not in SASL_MECHANISMS:
-                raise KafkaSecurityError(f"{p}SASL_MECHANISM={self.sasl_mechanism!r}: {self.security_protocol} "
-                                         f"needs one of {SASL_MECHANISMS}")  # fmt: skip
+                raise KafkaSecurityError(
+                    f"{p}SASL_MECHANISM={self.sasl_mechanism!r}: {self.security_protocol} "
+                    f"needs one of {SASL_MECHANISMS}"
+                )
             if not self.sasl_username or self.sasl_password_file is None:
                 raise KafkaSecurityError(f"{self.security_protocol} needs {p}SASL_USERNAME and {p}SASL_PASSWORD_FILE")
         elif any(v is not None for v in sasl_fields):
-            raise KafkaSecurityError(f"{p}SASL_* settings are set but {p}SECURITY_PROTOCOL={self.security_protocol} "
-                                     "does not use SASL (use SASL_SSL or SASL_PLAINTEXT)")  # fmt: skip
+            raise KafkaSecurityError(
+                f"{p}SASL_* settings are set but {p}SECURITY_PROTOCOL={self.security_protocol} "
+                "does not use SASL (use SASL_SSL or SASL_PLAINTEXT)"
+            )
         if self.ssl_ca_file is not None and not self.uses_tls:
-            raise KafkaSecurityError(f"{p}SSL_CA_FILE is set but {p}SECURITY_PROTOCOL={self.security_protocol} has no TLS")
+            raise KafkaSecurityError(
+                f"{p}SSL_CA_FILE is set but {p}SECURITY_PROTOCOL={self.security_protocol} has no TLS"
+            )
 
     def password(self) -> str:
         """The SASL password, read now from its file (so a rotated secret is picked up by new clients)."""
@@ -88,8 +96,9 @@ class KafkaConnection:
         try:
             secret = self.sasl_password_file.read_text().strip()
         except OSError as err:
-            raise KafkaSecurityError(f"STREAMSTATE_KAFKA_SASL_PASSWORD_FILE={self.sasl_password_file}: "
-                                     f"cannot read it ({err.strerror})") from None  # fmt: skip
+            raise KafkaSecurityError(
+                f"STREAMSTATE_KAFKA_SASL_PASSWORD_FILE={self.sasl_password_file}: cannot read it ({err.strerror})"
+            ) from None
         if not secret:
             raise KafkaSecurityError(f"STREAMSTATE_KAFKA_SASL_PASSWORD_FILE={self.sasl_password_file} is empty")
         return secret
@@ -101,8 +110,13 @@ class KafkaConnection:
         if self.security_protocol != "PLAINTEXT":
             config["security.protocol"] = self.security_protocol
         if self.uses_sasl:
-            config.update({"sasl.mechanisms": self.sasl_mechanism, "sasl.username": self.sasl_username,
-                           "sasl.password": self.password()})  # fmt: skip
+            config.update(
+                {
+                    "sasl.mechanisms": self.sasl_mechanism,
+                    "sasl.username": self.sasl_username,
+                    "sasl.password": self.password(),
+                }
+            )
         if self.ssl_ca_file is not None:
             config["ssl.ca.location"] = str(self.ssl_ca_file)
         config.update(extra or {})
@@ -116,8 +130,9 @@ class KafkaConnection:
         if self.uses_sasl:
             user, secret = jaas_quote(self.sasl_username or ""), jaas_quote(self.password())
             props["sasl.mechanism"] = self.sasl_mechanism or ""
-            props["sasl.jaas.config"] = (f'{_LOGIN_MODULES[self.sasl_mechanism or ""]} required '
-                                         f'username="{user}" password="{secret}";')  # fmt: skip
+            props["sasl.jaas.config"] = (
+                f'{_LOGIN_MODULES[self.sasl_mechanism or ""]} required username="{user}" password="{secret}";'
+            )
         if self.ssl_ca_file is not None:
             props.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ssl_ca_file)})
         return props
@@ -133,10 +148,16 @@ class KafkaConnection:
 
     def describe(self) -> dict[str, object]:
         """What to show people (CLI, status, UI): no secret, only where it comes from."""
-        shown: dict[str, object] = {"bootstrap_servers": self.bootstrap_servers, "security_protocol": self.security_protocol}
+        shown: dict[str, object] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "security_protocol": self.security_protocol,
+        }
         if self.uses_sasl:
-            shown.update(sasl_mechanism=self.sasl_mechanism, sasl_username=self.sasl_username,
-                         sasl_password_file=str(self.sasl_password_file))  # fmt: skip
+            shown.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_username=self.sasl_username,
+                sasl_password_file=str(self.sasl_password_file),
+            )
         if self.ssl_ca_file is not None:
             shown["ssl_ca_file"] = str(self.ssl_ca_file)
         return shown

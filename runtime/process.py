@@ -37,8 +37,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 def free_service_ports(host: str = "127.0.0.1") -> dict[str, int]:
     """Distinct free ports for every local service a :class:`~runtime.settings.Settings` names, so an
     ephemeral stack (tests, soak) never fights over the defaults with another stack."""
-    names = ("kafka_port", "kafka_controller_port", "airflow_port", "airflow_scheduler_health_port",
-             "airflow_worker_log_port", "airflow_triggerer_log_port")  # fmt: skip
+    names = (
+        "kafka_port",
+        "kafka_controller_port",
+        "airflow_port",
+        "airflow_scheduler_health_port",
+        "airflow_worker_log_port",
+        "airflow_triggerer_log_port",
+    )
     ports: set[int] = set()
     while len(ports) < len(names):
         ports.add(free_port(host))
@@ -102,17 +108,21 @@ class LocalService:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(env), cwd=cwd, start_new_session=True,
-            )  # fmt: skip
+                list(cmd),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+            )
         self.pid_file.write_text(str(proc.pid))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.pid_file.unlink(missing_ok=True)
                 raise ServiceError(
-                    f"{self.name} exited with code {proc.returncode} while starting; last log lines:\n"
-                    + self.tail()
+                    f"{self.name} exited with code {proc.returncode} while starting; last log lines:\n" + self.tail()
                 )
             if ready():
                 return proc.pid

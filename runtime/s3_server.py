@@ -50,8 +50,11 @@ class LocalS3Server:
 
     def settings_fields(self) -> dict[str, object]:
         """The ``Settings`` fields that point the platform at this server (``settings.replace(**...)``)."""
-        return {"s3_endpoint": self.endpoint, "s3_access_key_id": ACCESS_KEY_ID,
-                "s3_secret_access_key_file": self.secret_file}  # fmt: skip
+        return {
+            "s3_endpoint": self.endpoint,
+            "s3_access_key_id": ACCESS_KEY_ID,
+            "s3_secret_access_key_file": self.secret_file,
+        }
 
     def _write_config(self) -> None:
         self.blobs.mkdir(parents=True, exist_ok=True)

@@ -68,8 +68,16 @@ class CompactionPolicy:
     scheduled_mode: str = "apply"
 
     def validate(self) -> None:
-        for name in ("target_replay_ratio", "alert_after_runs", "max_uncompacted_ms", "min_segment_bytes",
-                     "max_segment_bytes", "min_segment_ms", "min_delete_retention_ms", "scan_max_records"):  # fmt: skip
+        for name in (
+            "target_replay_ratio",
+            "alert_after_runs",
+            "max_uncompacted_ms",
+            "min_segment_bytes",
+            "max_segment_bytes",
+            "min_segment_ms",
+            "min_delete_retention_ms",
+            "scan_max_records",
+        ):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{ENV_PREFIX}COMPACTION_{name.upper()} must be > 0, got {getattr(self, name)}")
         if self.target_replay_ratio <= 1:
@@ -177,8 +185,14 @@ class Settings:
     @property
     def kafka(self) -> KafkaConnection:
         """Address and credentials for every Kafka client the platform creates."""
-        return KafkaConnection(self.kafka_bootstrap_servers, self.kafka_security_protocol, self.kafka_sasl_mechanism,
-                               self.kafka_sasl_username, self.kafka_sasl_password_file, self.kafka_ssl_ca_file)  # fmt: skip
+        return KafkaConnection(
+            self.kafka_bootstrap_servers,
+            self.kafka_security_protocol,
+            self.kafka_sasl_mechanism,
+            self.kafka_sasl_username,
+            self.kafka_sasl_password_file,
+            self.kafka_ssl_ca_file,
+        )
 
     @property
     def kafka_dir(self) -> Path:
@@ -191,8 +205,9 @@ class Settings:
     @property
     def object_store(self) -> ObjectStoreConnection:
         """Address and credentials of the S3-API store ``s3a://`` locations are in."""
-        return ObjectStoreConnection(self.s3_endpoint, self.s3_region, self.s3_access_key_id,
-                                     self.s3_secret_access_key_file)  # fmt: skip
+        return ObjectStoreConnection(
+            self.s3_endpoint, self.s3_region, self.s3_access_key_id, self.s3_secret_access_key_file
+        )
 
     @property
     def lake(self) -> Location:

@@ -19,8 +19,15 @@ from runtime.settings import Settings
 
 
 class LocalSparkStandalone:
-    def __init__(self, settings: Settings, master_port: int, master_ui_port: int, worker_ui_port: int,
-                 worker_cores: int = 2, worker_memory: str = "2g") -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        master_port: int,
+        master_ui_port: int,
+        worker_ui_port: int,
+        worker_cores: int = 2,
+        worker_memory: str = "2g",
+    ) -> None:
         import pyspark
 
         self.settings = settings
@@ -59,23 +66,41 @@ class LocalSparkStandalone:
     def start(self, timeout_s: float = 120) -> str:
         host = self.settings.host
         self.master.start(
-            self._spark_class("org.apache.spark.deploy.master.Master", "--host", host,
-                              "--port", str(self.master_port), "--webui-port", str(self.master_ui_port)),
+            self._spark_class(
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                host,
+                "--port",
+                str(self.master_port),
+                "--webui-port",
+                str(self.master_ui_port),
+            ),
             env=self._env(),
             ports={"Spark master": (host, self.master_port), "Spark master UI": (host, self.master_ui_port)},
             ready=lambda: port_in_use(host, self.master_port) and port_in_use(host, self.master_ui_port),
             timeout_s=timeout_s,
-        )  # fmt: skip
+        )
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.worker.start(
-            self._spark_class("org.apache.spark.deploy.worker.Worker", self.master_url, "--host", host,
-                              "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                              "--webui-port", str(self.worker_ui_port), "--work-dir", str(self.work_dir)),
+            self._spark_class(
+                "org.apache.spark.deploy.worker.Worker",
+                self.master_url,
+                "--host",
+                host,
+                "--cores",
+                str(self.worker_cores),
+                "--memory",
+                self.worker_memory,
+                "--webui-port",
+                str(self.worker_ui_port),
+                "--work-dir",
+                str(self.work_dir),
+            ),
             env=self._env(),
             ports={"Spark worker UI": (host, self.worker_ui_port)},
             ready=lambda: self.alive_workers() >= 1,
             timeout_s=timeout_s,
-        )  # fmt: skip
+        )
         return self.master_url
 
     def stop(self) -> None:

@@ -100,8 +100,12 @@ class JobContext:
         (see :func:`spark_jobs.dead_letter.with_dead_letters`)."""
         from spark_jobs import dead_letter
 
-        ensure_topic(self.settings.kafka, self.layout.dead_letter_topic,
-                     self.spec.source_partitions, self.settings.kafka_replication_factor)  # fmt: skip
+        ensure_topic(
+            self.settings.kafka,
+            self.layout.dead_letter_topic,
+            self.spec.source_partitions,
+            self.settings.kafka_replication_factor,
+        )
         return dead_letter.with_dead_letters(classified, self.spec.application_id, key, *source_columns)
 
     def snapshot_if_due(self, store_name: str, changelog_batch_id: int):
@@ -200,8 +204,13 @@ class JobContext:
         """This driver's claim of the job version (claimed on first use): every older driver of the version,
         on any host, is fenced from then on (:mod:`spark_jobs.state.fencing`)."""
         layout = self.layout
-        fence = WriterFence(self.settings.kafka, self.spec.application_id, layout.transactional_id,
-                            layout.generations_topic, self.settings.kafka_replication_factor)  # fmt: skip
+        fence = WriterFence(
+            self.settings.kafka,
+            self.spec.application_id,
+            layout.transactional_id,
+            layout.generations_topic,
+            self.settings.kafka_replication_factor,
+        )
         fence.claim_generation()
         return fence
 

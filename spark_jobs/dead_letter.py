@@ -185,8 +185,11 @@ def inexact_decimal(field: str, precision: int, scale: int) -> Column:
 
 def decimal_message(field: str, precision: int, scale: int) -> Column:
     """The dead-letter message of :func:`inexact_decimal`, naming the field and the value."""
-    return F.concat(F.lit(f"{field}: "), written(field),
-                    F.lit(f" does not fit DECIMAL({precision},{scale}) exactly (never rounded)"))  # fmt: skip
+    return F.concat(
+        F.lit(f"{field}: "),
+        written(field),
+        F.lit(f" does not fit DECIMAL({precision},{scale}) exactly (never rounded)"),
+    )
 
 
 def unparsed(field: str) -> Column:
@@ -310,9 +313,13 @@ def with_dead_letters(
 
 def write_letters(letters: DataFrame, application_id: str, kafka: KafkaTarget) -> None:
     """Batch-write dead-letter records (key, value, headers) to the job's dead-letter topic."""
-    (letters.write.format("kafka")
-     .options(**as_connection(kafka).spark_options()).option("kafka.acks", "all")
-     .option("topic", dead_letter_topic(application_id)).save())  # fmt: skip
+    (
+        letters.write.format("kafka")
+        .options(**as_connection(kafka).spark_options())
+        .option("kafka.acks", "all")
+        .option("topic", dead_letter_topic(application_id))
+        .save()
+    )
 
 
 def write_dead_letters(rejected: DataFrame, application_id: str, kafka: KafkaTarget) -> None:
@@ -359,7 +366,7 @@ class PassingLetters(StatefulProcessor):
 
         for row in rows or ():
             # by name: a processor keeping several stores emits each store's columns only
-            values = row.asDict() if hasattr(row, "__fields__") else dict(zip(self.fields, row))
+            values = row.asDict() if hasattr(row, "__fields__") else dict(zip(self.fields, row, strict=False))
             yield Row(**{**dict.fromkeys(self.fields), **values, LETTER_COLUMN: None})
 
 

@@ -51,7 +51,12 @@ def _wait_for_leaders(admin: AdminClient, topic: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if meta is not None and meta.error is None and meta.partitions and all(p.leader >= 0 for p in meta.partitions.values()):
+        if (
+            meta is not None
+            and meta.error is None
+            and meta.partitions
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        ):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"topic {topic!r}: partitions still without a leader after {timeout_s}s")
@@ -83,8 +88,13 @@ def is_transient(error: KafkaError) -> bool:
 
 
 _TRANSIENT_CODES = {
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT,
     KafkaError._UNKNOWN_PARTITION,  # the client forgot the partition while the broker was away
 }
 
@@ -125,8 +135,17 @@ def read_partition(consumer: Consumer, topic: str, partition: int, timeout_s: fl
 def read_json_records(kafka: KafkaTarget, topic: str, timeout_s: float = 30) -> list[dict]:
     """Every record currently in ``topic``, decoded from JSON, partition by partition in offset order
     (so one key's records keep their order). Records that are not JSON objects are skipped."""
-    consumer = Consumer(client_config(kafka, {"group.id": f"streamstate-readback-{topic}",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3}))  # fmt: skip
+    consumer = Consumer(
+        client_config(
+            kafka,
+            {
+                "group.id": f"streamstate-readback-{topic}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "log_level": 3,
+            },
+        )
+    )
     try:
         partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
         records: list[dict] = []
@@ -173,7 +192,7 @@ def delete_topics(kafka: KafkaTarget, names: list[str], timeout_s: float = 60.0)
     present = sorted(existing_topics(kafka, names, timeout_s))
     if not present:
         return []
-    for topic, future in admin.delete_topics(present, operation_timeout=timeout_s).items():
+    for _topic, future in admin.delete_topics(present, operation_timeout=timeout_s).items():
         try:
             future.result(timeout=timeout_s)
         except KafkaException as err:

@@ -70,8 +70,13 @@ class JobLease:
             os.close(fd)
             raise JobAlreadyRunning(self.application_id, holder) from None
         self.epoch = int(_read(fd).get("epoch", 0)) + 1
-        record = {"application_id": self.application_id, "epoch": self.epoch, "pid": os.getpid(),
-                  "host": socket.gethostname(), "acquired_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+        record = {
+            "application_id": self.application_id,
+            "epoch": self.epoch,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "acquired_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
         # One fixed-size write in place, never truncate-then-write: a driver killed between the two would
         # leave an empty file and the next holder would start the epoch (the fencing token) over at 1.
         os.pwrite(fd, json.dumps(record).encode().ljust(RECORD_BYTES), 0)

@@ -152,12 +152,22 @@ class JobStatus:
 
     def _publish_locked(self) -> None:
         document = {
-            "application_id": self.application_id, "state": self.state.value, "error": self.error,
-            "pid": os.getpid(), "host": socket.gethostname(), "started_at": self.started_at,
-            "updated_at": _now(), "progress": self.progress, "restore": self.restore,
-            "lease_epoch": self.lease_epoch, "snapshots": self.snapshots, "spark_ui": self.spark_ui,
-            "idle_at": self.idle_at, "first_batch_id": self.first_batch_id, "metrics_port": self.metrics_port,
-        }  # fmt: skip
+            "application_id": self.application_id,
+            "state": self.state.value,
+            "error": self.error,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": self.started_at,
+            "updated_at": _now(),
+            "progress": self.progress,
+            "restore": self.restore,
+            "lease_epoch": self.lease_epoch,
+            "snapshots": self.snapshots,
+            "spark_ui": self.spark_ui,
+            "idle_at": self.idle_at,
+            "first_batch_id": self.first_batch_id,
+            "metrics_port": self.metrics_port,
+        }
         for listener in self.publish_listeners:
             listener(document)
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -155,8 +155,18 @@ class StoreMigration:
 
 
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(milliseconds?|ms|seconds?|s|minutes?|min|m)\s*$")
-_UNIT_S = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1, "second": 1, "seconds": 1,
-           "m": 60, "min": 60, "minute": 60, "minutes": 60}  # fmt: skip
+_UNIT_S = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "milliseconds": 0.001,
+    "s": 1,
+    "second": 1,
+    "seconds": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "minutes": 60,
+}
 
 
 def trigger_interval_s(interval: str) -> float:

@@ -70,7 +70,9 @@ class RepartitionProgress:
     offsets: dict[int, int]
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"topic": self.topic, "offsets": {str(p): o for p, o in sorted(self.offsets.items())}}).encode()
+        return json.dumps(
+            {"topic": self.topic, "offsets": {str(p): o for p, o in sorted(self.offsets.items())}}
+        ).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> RepartitionProgress:
@@ -199,7 +201,9 @@ class Repartitioner:
         finally:
             cached.unpersist()
         self.ctx.failpoint("before_repartition_write")
-        progress = RepartitionProgress(self.spec.source_topic, {**(self._progress.offsets if self._progress else {}), **end})
+        progress = RepartitionProgress(
+            self.spec.source_topic, {**(self._progress.offsets if self._progress else {}), **end}
+        )
         self._commit(records, progress)
         self._progress = progress
         self.ctx.failpoint("after_repartition_write")
@@ -238,7 +242,9 @@ class Repartitioner:
                     ) from None
                 if error.txn_requires_abort():
                     producer.abort_transaction(_TIMEOUT_S)
-                raise RuntimeError(f"{self.spec.application_id}: writing the repartition topic failed: {error}") from err
+                raise RuntimeError(
+                    f"{self.spec.application_id}: writing the repartition topic failed: {error}"
+                ) from err
 
     def _open_producer(self) -> None:
         if self._producer is not None:
@@ -266,7 +272,9 @@ class Repartitioner:
     def purge_below(self, offsets: dict[int, int]) -> None:
         """Delete the repartition topic's records below ``offsets`` (the stateful stage's input offsets of
         its last complete batch: never read again by this version)."""
-        wanted = [TopicPartition(self.layout.repartition_topic, int(p), int(o)) for p, o in offsets.items() if int(o) > 0]
+        wanted = [
+            TopicPartition(self.layout.repartition_topic, int(p), int(o)) for p, o in offsets.items() if int(o) > 0
+        ]
         if not wanted:
             return
         admin = AdminClient(client_config(self.settings.kafka))
@@ -280,4 +288,3 @@ class Repartitioner:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None
-

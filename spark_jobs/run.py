@@ -32,7 +32,7 @@ from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session, session_conf
 from spark_jobs.state.checkpoint_health import NEW_QUERY_DIRS, checkpoint_problem, new_query_leftovers, quarantine
-from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF, latest_batch_id, state_encoding
+from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF, StateEncoding, latest_batch_id, state_encoding
 from spark_jobs.state.fencing import WriterFenced
 from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
 from spark_jobs.state.restore_history import record_restore
@@ -382,8 +382,16 @@ def quarantine_if_unusable(context: JobContext) -> dict | None:
     if problem is None:
         return None
     moved = {"path": str(quarantine(checkpoint)), "reason": problem}
-    log.warning(json.dumps({"event": "checkpoint_quarantined", "application_id": context.spec.application_id,
-                            "reason": problem, "moved_to": moved["path"]}))  # fmt: skip
+    log.warning(
+        json.dumps(
+            {
+                "event": "checkpoint_quarantined",
+                "application_id": context.spec.application_id,
+                "reason": problem,
+                "moved_to": moved["path"],
+            }
+        )
+    )
     return moved
 
 

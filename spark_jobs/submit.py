@@ -43,7 +43,15 @@ class SubmitSpec:
     env: dict[str, str]
 
     def command(self, spark_submit: str | None = None) -> list[str]:
-        cmd = [spark_submit or spark_submit_binary(), "--master", self.master, "--name", self.name, "--deploy-mode", "client"]
+        cmd = [
+            spark_submit or spark_submit_binary(),
+            "--master",
+            self.master,
+            "--name",
+            self.name,
+            "--deploy-mode",
+            "client",
+        ]
         for key, value in self.conf.items():
             cmd += ["--conf", f"{key}={value}"]
         cmd += ["--jars", self.jars, "--py-files", self.py_files, self.application, *self.application_args]
@@ -94,8 +102,12 @@ def _module_files(module: str) -> dict[str, Path]:
 
 
 def submit_spec(spec: JobSpec, settings: Settings, *, available_now: bool = False) -> SubmitSpec:
-    return application_submit_spec(settings, spec.application_id, ENTRY_FILE,
-                             (spec.name, "--version", str(spec.version), *(["--available-now"] if available_now else [])))
+    return application_submit_spec(
+        settings,
+        spec.application_id,
+        ENTRY_FILE,
+        (spec.name, "--version", str(spec.version), *(["--available-now"] if available_now else [])),
+    )
 
 
 def application_submit_spec(settings: Settings, name: str, application: Path, args: tuple[str, ...]) -> SubmitSpec:

@@ -28,8 +28,16 @@ from spark_jobs.registry import JobSpec, get_job
 
 PROMOTED, ADOPTED, RETIRED, PURGED = "promoted", "adopted", "retired", "purged"
 
-_SCHEMA_FIELDS = (("job", "string"), ("version", "int64"), ("event", "string"), ("at", "timestamp"),
-                  ("by", "string"), ("run_id", "string"), ("retain_until", "timestamp"), ("note", "string"))  # fmt: skip
+_SCHEMA_FIELDS = (
+    ("job", "string"),
+    ("version", "int64"),
+    ("event", "string"),
+    ("at", "timestamp"),
+    ("by", "string"),
+    ("run_id", "string"),
+    ("retain_until", "timestamp"),
+    ("note", "string"),
+)
 
 
 def platform_table(settings: Settings, name: str) -> Location:
@@ -147,8 +155,17 @@ class JobVersions:
         self._append(job, version, PURGED, by, run_id=run_id)
 
     def _append(self, job: str, version: int, event: str, by: str, **extra) -> None:
-        row = {"job": job, "version": version, "event": event, "at": dt.datetime.now(dt.timezone.utc), "by": by,
-               "run_id": None, "retain_until": None, "note": None, **extra}  # fmt: skip
+        row = {
+            "job": job,
+            "version": version,
+            "event": event,
+            "at": dt.datetime.now(dt.timezone.utc),
+            "by": by,
+            "run_id": None,
+            "retain_until": None,
+            "note": None,
+            **extra,
+        }
         append_rows(self.path, [row], _arrow_schema())
 
 
@@ -161,7 +178,7 @@ def _since_pointer(history: list[VersionEvent]) -> list[VersionEvent]:
 def current_output_path(settings: Settings, job: str, table: str | None = None) -> str:
     """Where readers find ``job``'s output now (``table``: a companion output's name)."""
     spec = JobVersions(settings).current_spec(job)
-    dirs = dict(zip(("", *spec.companion_outputs), spec.output_table_dirs))
+    dirs = dict(zip(("", *spec.companion_outputs), spec.output_table_dirs, strict=True))
     if (table or "") not in dirs:
         raise ValueError(f"{job} has no output {table!r}; outputs: {[n or 'main' for n in dirs]}")
     return str(settings.lake / dirs[table or ""])

@@ -22,22 +22,45 @@ class DagTestRunner:
         self._lock = threading.Lock()
         self._outputs = Path(tempfile.mkdtemp(prefix="dag-test-runs-"))
         self._runs = 0
-        self._server = subprocess.Popen([sys.executable, "-m", "tests.dag_test_server"], cwd=PROJECT_ROOT,
-                                        env={**local.environment(), "PYTHONPATH": str(PROJECT_ROOT)},
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "tests.dag_test_server"],
+            cwd=PROJECT_ROOT,
+            env={**local.environment(), "PYTHONPATH": str(PROJECT_ROOT)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         ready = self._server.stdout.readline()
         if not ready.strip().startswith('{"ready"'):
             raise RuntimeError(f"the dags-test server did not start: {ready!r}")
 
-    def dags_test(self, dag_id: str, conf: dict | None = None, env: dict[str, str] | None = None,
-                  dag_file: Path | None = None, timeout_s: float = 900) -> subprocess.CompletedProcess:  # fmt: skip
-        args = ["dags", "test", dag_id, *(["-c", json.dumps(conf)] if conf else []),
-                *(["--dagfile-path", str(dag_file)] if dag_file else [])]  # fmt: skip
+    def dags_test(
+        self,
+        dag_id: str,
+        conf: dict | None = None,
+        env: dict[str, str] | None = None,
+        dag_file: Path | None = None,
+        timeout_s: float = 900,
+    ) -> subprocess.CompletedProcess:
+        args = [
+            "dags",
+            "test",
+            dag_id,
+            *(["-c", json.dumps(conf)] if conf else []),
+            *(["--dagfile-path", str(dag_file)] if dag_file else []),
+        ]
         with self._lock:
             self._runs += 1
             out, err, result = (self._outputs / f"{self._runs}.{ext}" for ext in ("out", "err", "result"))
-            request = {"args": args, "env": {**self.local.environment(), **(env or {})}, "cwd": str(self.local.home),
-                       "stdout": str(out), "stderr": str(err), "result": str(result), "timeout_s": timeout_s}  # fmt: skip
+            request = {
+                "args": args,
+                "env": {**self.local.environment(), **(env or {})},
+                "cwd": str(self.local.home),
+                "stdout": str(out),
+                "stderr": str(err),
+                "result": str(result),
+                "timeout_s": timeout_s,
+            }
             self._server.stdin.write(json.dumps(request) + "\n")
             self._server.stdin.flush()
             if not self._server.stdout.readline():
@@ -47,8 +70,12 @@ class DagTestRunner:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"`airflow {' '.join(args)}` reported nothing in {timeout_s + 60}s; see {out}")
             time.sleep(0.2)
-        return subprocess.CompletedProcess(["airflow", *args], json.loads(result.read_text())["returncode"],
-                                           out.read_text(errors="replace"), err.read_text(errors="replace"))  # fmt: skip
+        return subprocess.CompletedProcess(
+            ["airflow", *args],
+            json.loads(result.read_text())["returncode"],
+            out.read_text(errors="replace"),
+            err.read_text(errors="replace"),
+        )
 
     def close(self) -> None:
         self._server.stdin.close()

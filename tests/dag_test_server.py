@@ -54,6 +54,7 @@ def _preload() -> None:
 
     initialise(app)
 
+
 def _child(request: dict) -> None:
     code = 1
     try:

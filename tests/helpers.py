@@ -64,8 +64,13 @@ def write_changelog_batch(writer, batch_id: int, changes: dict[bytes, bytes | No
 
     producer = Producer(client_config(writer.kafka, {"enable.idempotence": True, "acks": "all"}))
     for key, value in changes.items():
-        producer.produce(writer.topic.name, key=key, value=value, partition=key[0] % writer.topic.partitions,
-                         headers=[(BATCH_HEADER, str(batch_id).encode())])  # fmt: skip
+        producer.produce(
+            writer.topic.name,
+            key=key,
+            value=value,
+            partition=key[0] % writer.topic.partitions,
+            headers=[(BATCH_HEADER, str(batch_id).encode())],
+        )
     assert producer.flush(60) == 0
     writer._write_markers(BatchMarker(batch_id, {"in": {0: batch_id + 1}}, len(changes)))
 
@@ -94,8 +99,13 @@ def collect_available_now(stream, output_mode: str, checkpoint, row_of) -> set[t
     def collect(batch, batch_id: int) -> None:
         seen.extend(row_of(row, batch_id) for row in batch.collect())
 
-    query = (stream.writeStream.outputMode(output_mode).foreachBatch(collect)
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())  # fmt: skip
+    query = (
+        stream.writeStream.outputMode(output_mode)
+        .foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(300)
     assert query.exception() is None, query.exception()
     assert len(seen) == len(set(seen)), f"a row was written twice: {sorted(seen)}"
@@ -120,7 +130,9 @@ def source_rows(events: list[dict], schema, key_field: str, partitions: int, tim
         for name in times & fields.keys():
             fields[name] = dt.datetime.fromisoformat(fields[name].replace("Z", "+00:00")) if fields[name] else None
         p = kafka_partition(event[key_field], partitions)
-        rows.append(Row(**fields, partition=p, offset=offsets[p], timestamp=timestamp, value=event["event_id"].encode()))
+        rows.append(
+            Row(**fields, partition=p, offset=offsets[p], timestamp=timestamp, value=event["event_id"].encode())
+        )
         offsets[p] += 1
     return rows
 
@@ -129,17 +141,27 @@ def with_source_columns(schema):
     """``schema`` plus the source columns :func:`source_rows` adds."""
     from pyspark.sql import types as T
 
-    return T.StructType([*schema.fields, T.StructField("partition", T.IntegerType()),
-                         T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-                         T.StructField("value", T.BinaryType())])  # fmt: skip
+    return T.StructType(
+        [
+            *schema.fields,
+            T.StructField("partition", T.IntegerType()),
+            T.StructField("offset", T.LongType()),
+            T.StructField("timestamp", T.TimestampType()),
+            T.StructField("value", T.BinaryType()),
+        ]
+    )
 
 
 def file_stream(spark, batches: list[list], schema, directory):
     """A streaming DataFrame that reads ``batches`` (lists of rows) back as one micro-batch each."""
     for number, rows in enumerate(batches):
         spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(directory / f"batch={number}"))
-    return (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true")
-            .parquet(str(directory)))  # fmt: skip
+    return (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .option("recursiveFileLookup", "true")
+        .parquet(str(directory))
+    )
 
 
 def scrape_metrics(host: str, port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

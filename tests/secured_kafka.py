@@ -16,7 +16,7 @@ from confluent_kafka.admin import (
     AclPermissionType,
     AdminClient,
     ResourcePatternType,
-    ResourceType,  # fmt: skip
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -51,12 +51,16 @@ def make_certificates(directory: Path, host: str) -> tuple[Path, Path]:
     now = dt.datetime.now(dt.UTC)
 
     def cert(subject: str, key, issuer: str, issuer_key, ca: bool) -> x509.Certificate:
-        builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=2))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))  # fmt: skip
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
         if not ca:
             names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(host))]
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
@@ -71,9 +75,12 @@ def make_certificates(directory: Path, host: str) -> tuple[Path, Path]:
     broker_pem = directory / "broker.pem"
     broker_pem.touch(mode=0o600)
     broker_pem.write_bytes(
-        broker_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())  # fmt: skip
-        + broker_cert.public_bytes(serialization.Encoding.PEM) + ca_cert.public_bytes(serialization.Encoding.PEM))
+        broker_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        + broker_cert.public_bytes(serialization.Encoding.PEM)
+        + ca_cert.public_bytes(serialization.Encoding.PEM)
+    )
     return ca_pem, broker_pem
 
 
@@ -84,37 +91,81 @@ class SecuredCluster:
         self.dir = directory
         self.ca_pem, broker_pem = make_certificates(directory / "tls", host)
         self.passwords = {user: new_password() for user in (ADMIN_USER, PLATFORM_USER, OUTSIDER_USER, PLAIN_USER)}
-        self.password_files = {user: write_secret(directory / "secrets" / user, pw) for user, pw in self.passwords.items()}
-        self.security = BrokerSecurity(broker_pem, self.ca_pem, ADMIN_USER, self.password_files[ADMIN_USER],
-                                       plain_users=((PLAIN_USER, self.password_files[PLAIN_USER]),))  # fmt: skip
+        self.password_files = {
+            user: write_secret(directory / "secrets" / user, pw) for user, pw in self.passwords.items()
+        }
+        self.security = BrokerSecurity(
+            broker_pem,
+            self.ca_pem,
+            ADMIN_USER,
+            self.password_files[ADMIN_USER],
+            plain_users=((PLAIN_USER, self.password_files[PLAIN_USER]),),
+        )
 
-    def connection(self, bootstrap: str, user: str, mechanism: str = "SCRAM-SHA-512",
-                   password_file: Path | None = None) -> KafkaConnection:  # fmt: skip
-        return KafkaConnection(bootstrap, "SASL_SSL", mechanism, user, password_file or self.password_files[user],
-                               self.ca_pem)  # fmt: skip
+    def connection(
+        self, bootstrap: str, user: str, mechanism: str = "SCRAM-SHA-512", password_file: Path | None = None
+    ) -> KafkaConnection:
+        return KafkaConnection(
+            bootstrap, "SASL_SSL", mechanism, user, password_file or self.password_files[user], self.ca_pem
+        )
 
     def provision(self, bootstrap: str) -> None:
         """As the admin: SCRAM credentials for the platform and an outsider; ACLs for the platform (its
         topics and consumer groups, the cluster reads the tuning and audit DAGs make) and for the PLAIN
         client. The outsider gets no ACL at all."""
         admin = AdminClient(self.security.admin_connection(bootstrap).client_config({"log_level": 3}))
-        upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
-                                                self.passwords[user].encode())
-                   for user in (PLATFORM_USER, OUTSIDER_USER)]  # fmt: skip
+        upserts = [
+            UserScramCredentialUpsertion(
+                user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), self.passwords[user].encode()
+            )
+            for user in (PLATFORM_USER, OUTSIDER_USER)
+        ]
         for future in admin.alter_user_scram_credentials(upserts).values():
             future.result(timeout=30)
         acls = []
         for user in (PLATFORM_USER, PLAIN_USER):
             principal = f"User:{user}"
-            acls += [AclBinding(ResourceType.TOPIC, "*", ResourcePatternType.LITERAL, principal, "*",
-                                AclOperation.ALL, AclPermissionType.ALLOW),
-                     AclBinding(ResourceType.GROUP, "*", ResourcePatternType.LITERAL, principal, "*",
-                                AclOperation.ALL, AclPermissionType.ALLOW),
-                     # a driver's claim of its job version: a transactional producer (spark_jobs/state/fencing.py)
-                     AclBinding(ResourceType.TRANSACTIONAL_ID, "*", ResourcePatternType.LITERAL, principal, "*",
-                                AclOperation.ALL, AclPermissionType.ALLOW)]  # fmt: skip
-            acls += [AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, principal, "*", op,
-                                AclPermissionType.ALLOW)
-                     for op in (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.IDEMPOTENT_WRITE)]  # fmt: skip
+            acls += [
+                AclBinding(
+                    ResourceType.TOPIC,
+                    "*",
+                    ResourcePatternType.LITERAL,
+                    principal,
+                    "*",
+                    AclOperation.ALL,
+                    AclPermissionType.ALLOW,
+                ),
+                AclBinding(
+                    ResourceType.GROUP,
+                    "*",
+                    ResourcePatternType.LITERAL,
+                    principal,
+                    "*",
+                    AclOperation.ALL,
+                    AclPermissionType.ALLOW,
+                ),
+                # a driver's claim of its job version: a transactional producer (spark_jobs/state/fencing.py)
+                AclBinding(
+                    ResourceType.TRANSACTIONAL_ID,
+                    "*",
+                    ResourcePatternType.LITERAL,
+                    principal,
+                    "*",
+                    AclOperation.ALL,
+                    AclPermissionType.ALLOW,
+                ),
+            ]
+            acls += [
+                AclBinding(
+                    ResourceType.BROKER,
+                    "kafka-cluster",
+                    ResourcePatternType.LITERAL,
+                    principal,
+                    "*",
+                    op,
+                    AclPermissionType.ALLOW,
+                )
+                for op in (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.IDEMPOTENT_WRITE)
+            ]
         for future in admin.create_acls(acls).values():
             future.result(timeout=30)

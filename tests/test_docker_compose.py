@@ -29,8 +29,20 @@ def airflow_settings() -> Settings:
 
 
 def test_every_service_the_platform_expects_exists():
-    expected = {"kafka-1", "kafka-2", "kafka-3", "spark-master", "spark-worker-1", "spark-worker-2", "postgres",
-                "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"}
+    expected = {
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
+        "spark-master",
+        "spark-worker-1",
+        "spark-worker-2",
+        "postgres",
+        "airflow-init",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    }
     assert expected <= set(SERVICES)
 
 

@@ -38,8 +38,9 @@ def test_token_provider_links_against_pyspark(settings, tmp_path):
     # One javap for every class (one JVM per class cost ~8 s in all): its output is one block per class found, each
     # starting at the class's declaration line, which names it.
     owners = sorted(refs)
-    out = subprocess.run(["javap", "-p", "-cp", classpath, *(o.replace("/", ".") for o in owners)],
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["javap", "-p", "-cp", classpath, *(o.replace("/", ".") for o in owners)], capture_output=True, text=True
+    ).stdout
     blocks: dict[str, str] = {}
     current = None
     for line in out.splitlines():
@@ -55,6 +56,8 @@ def test_token_provider_links_against_pyspark(settings, tmp_path):
             missing.add(owner)
             continue
         body = blocks[owner]
-        missing |= {f"{owner}.{m}" for m in members if m != "<init>" and not re.search(rf"[ .]{re.escape(m)}[(; ]", body)}
+        missing |= {
+            f"{owner}.{m}" for m in members if m != "<init>" and not re.search(rf"[ .]{re.escape(m)}[(; ]", body)
+        }
     assert missing == KNOWN_MISSING
     assert users_of_missing and all("obtainDelegationTokens" in m for m in users_of_missing), users_of_missing

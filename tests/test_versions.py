@@ -54,14 +54,23 @@ def test_python_pins_match(source):
     assert pins["apache-airflow-providers-apache-spark"] == PINS["airflow"]["spark_provider"]
     assert pins["confluent-kafka"] == PINS["confluent_kafka"]["version"]
     assert pins["deltalake"] == PINS["deltalake"]["version"]
+    assert pins["ruff"] == PINS["ruff"]["version"]
     for provider, version in PINS["airflow"]["notifier_providers"].items():
         assert pins[f"apache-airflow-providers-{provider}"] == version, provider
 
 
 def test_installed_environment_is_the_lock():
     lock = requirement_pins("requirements.lock")
-    for name in ("pyspark", "delta-spark", "apache-airflow", "apache-airflow-providers-apache-spark",
-                 "confluent-kafka", "deltalake", "pandas", "pyarrow"):  # fmt: skip
+    for name in (
+        "pyspark",
+        "delta-spark",
+        "apache-airflow",
+        "apache-airflow-providers-apache-spark",
+        "confluent-kafka",
+        "deltalake",
+        "pandas",
+        "pyarrow",
+    ):
         assert importlib.metadata.version(name) == lock[name], name
     assert int(importlib.metadata.version("pandas").split(".")[0]) < 3
 

@@ -60,8 +60,9 @@ class Alert:
         return cls(**{f.name: body[f.name] for f in dataclasses.fields(cls) if f.name in body})
 
 
-def reconcile(job: str, application_id: str, open_alerts: dict[str, dict], now_holding: list[Condition],
-              links: dict | None = None) -> tuple[list[Alert], list[Alert]]:  # fmt: skip
+def reconcile(
+    job: str, application_id: str, open_alerts: dict[str, dict], now_holding: list[Condition], links: dict | None = None
+) -> tuple[list[Alert], list[Alert]]:
     """(alerts to fire, alerts to resolve). Updates ``open_alerts`` in place to match."""
     at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     holding = {c.name: c for c in now_holding}
@@ -70,14 +71,43 @@ def reconcile(job: str, application_id: str, open_alerts: dict[str, dict], now_h
         if name in open_alerts:
             continue
         key = dedup_key(application_id, name)
-        fire.append(Alert(job, application_id, name, FIRING, condition.severity, condition.summary,
-                          condition.numbers, condition.next_step, key, at, dict(links or {})))  # fmt: skip
-        open_alerts[name] = {"opened_at": at, "dedup_key": key, "severity": condition.severity,
-                             "summary": condition.summary}  # fmt: skip
+        fire.append(
+            Alert(
+                job,
+                application_id,
+                name,
+                FIRING,
+                condition.severity,
+                condition.summary,
+                condition.numbers,
+                condition.next_step,
+                key,
+                at,
+                dict(links or {}),
+            )
+        )
+        open_alerts[name] = {
+            "opened_at": at,
+            "dedup_key": key,
+            "severity": condition.severity,
+            "summary": condition.summary,
+        }
     resolve = []
     for name in [n for n in open_alerts if n not in holding]:
         opened = open_alerts.pop(name)
-        resolve.append(Alert(job, application_id, name, RESOLVED, opened.get("severity", "info"),
-                             f"cleared (open since {opened['opened_at']}): {opened.get('summary', '')}", {}, "",
-                             opened["dedup_key"], at, dict(links or {})))  # fmt: skip
+        resolve.append(
+            Alert(
+                job,
+                application_id,
+                name,
+                RESOLVED,
+                opened.get("severity", "info"),
+                f"cleared (open since {opened['opened_at']}): {opened.get('summary', '')}",
+                {},
+                "",
+                opened["dedup_key"],
+                at,
+                dict(links or {}),
+            )
+        )
     return fire, resolve

@@ -159,26 +159,40 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
     conditions = list(_dead_letter_conditions(spec, seen, record))
     if seen.holder is not None:
         state, metric_conditions = _alive(spec, seen)
-        return Assessment(state, "none", f"driver pid {seen.holder.get('pid')} holds lease epoch "
-                          f"{seen.holder.get('epoch')}", tuple(conditions + metric_conditions))  # fmt: skip
+        return Assessment(
+            state,
+            "none",
+            f"driver pid {seen.holder.get('pid')} holds lease epoch {seen.holder.get('epoch')}",
+            tuple(conditions + metric_conditions),
+        )
     if record.desired == DESIRED_STOPPED:
-        return Assessment("stopped", "none", f"stopped on request: {record.stop_reason or 'no reason given'}",
-                          tuple(conditions))  # fmt: skip
+        return Assessment(
+            "stopped", "none", f"stopped on request: {record.stop_reason or 'no reason given'}", tuple(conditions)
+        )
     last = record.last_launch
-    if last is not None and last.outcome is None and seen.launcher_alive and seen.now - last.at < policy.start_timeout_s:
+    if (
+        last is not None
+        and last.outcome is None
+        and seen.launcher_alive
+        and seen.now - last.at < policy.start_timeout_s
+    ):
         return Assessment("starting", "none", f"launched {seen.now - last.at:.0f}s ago by {last.by}", tuple(conditions))
     if seen.last_exit_code == FENCED:
         # Another driver of this version (another host, another Airflow) claimed it and refused this one's
         # writes. Restarting here would fence that one in turn, and its supervisor would restart it: the
         # version would move between hosts forever. Whoever started the other driver owns the job now.
         error = (seen.status or {}).get("error") or "another driver claimed this job version"
-        conditions.append(Condition(
-            "taken_over", "warning", f"{spec.application_id} was taken over by another driver: {error}",
-            {"exit_code": FENCED, "last_update": (seen.status or {}).get("updated_at")},
-            "Nothing to do if the job is meant to run where that driver runs; supervision here no longer "
-            f"restarts it. To run it here again, trigger the start_streaming_job DAG with job={spec.name} "
-            "(its driver fences the other one).",
-        ))  # fmt: skip
+        conditions.append(
+            Condition(
+                "taken_over",
+                "warning",
+                f"{spec.application_id} was taken over by another driver: {error}",
+                {"exit_code": FENCED, "last_update": (seen.status or {}).get("updated_at")},
+                "Nothing to do if the job is meant to run where that driver runs; supervision here no longer "
+                f"restarts it. To run it here again, trigger the start_streaming_job DAG with job={spec.name} "
+                "(its driver fences the other one).",
+            )
+        )
         return Assessment("taken_over", "none", "another driver holds the job version", tuple(conditions))
 
     recent = record.launches_since(max(seen.now - policy.crash_loop_window_s, record.restarts_reset_at or 0.0))
@@ -186,27 +200,43 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
     error = (seen.status or {}).get("error") or (last.error if last else None)
     where = f" Driver log: {last.log}." if last and last.log else log_hint
     if ran_before:
-        conditions.append(Condition(
-            "down", "error", f"{spec.application_id} is not running (last state "
-            f"{(seen.status or {}).get('state', 'unknown')}{'; ' + error if error else ''})",
-            {"restarts_in_window": len(recent), "max_restarts": policy.crash_loop_restarts,
-             "last_update": (seen.status or {}).get("updated_at")},
-            "Supervision restarts it with backoff; nothing to do unless it keeps failing." + where,
-        ))  # fmt: skip
+        conditions.append(
+            Condition(
+                "down",
+                "error",
+                f"{spec.application_id} is not running (last state "
+                f"{(seen.status or {}).get('state', 'unknown')}{'; ' + error if error else ''})",
+                {
+                    "restarts_in_window": len(recent),
+                    "max_restarts": policy.crash_loop_restarts,
+                    "last_update": (seen.status or {}).get("updated_at"),
+                },
+                "Supervision restarts it with backoff; nothing to do unless it keeps failing." + where,
+            )
+        )
     if record.crash_loop_since is not None or len(recent) >= policy.crash_loop_restarts:
-        conditions.append(Condition(
-            "crash_loop", "critical", f"{spec.application_id} failed {len(recent)} times within "
-            f"{policy.crash_loop_window_s}s; supervision stopped restarting it",
-            {"restarts_in_window": len(recent), "window_s": policy.crash_loop_window_s, "last_error": error},
-            f"Fix the cause ({error or 'see the driver log'}).{where} Then trigger the start_streaming_job DAG "
-            f"with job={spec.name} (it clears the crash-loop mark).",
-        ))  # fmt: skip
+        conditions.append(
+            Condition(
+                "crash_loop",
+                "critical",
+                f"{spec.application_id} failed {len(recent)} times within "
+                f"{policy.crash_loop_window_s}s; supervision stopped restarting it",
+                {"restarts_in_window": len(recent), "window_s": policy.crash_loop_window_s, "last_error": error},
+                f"Fix the cause ({error or 'see the driver log'}).{where} Then trigger the start_streaming_job DAG "
+                f"with job={spec.name} (it clears the crash-loop mark).",
+            )
+        )
         return Assessment("crash_looping", "give_up", "too many restarts in the window", tuple(conditions))
     action = "restart" if ran_before else "start"
     wait = policy.backoff_s(len(recent)) - (seen.now - last.at) if last is not None and recent else 0.0
     if wait > 0:
-        return Assessment("down" if ran_before else "not_started", "wait_backoff",
-                          f"backoff after {len(recent)} start(s) in the window", tuple(conditions), round(wait, 1))  # fmt: skip
+        return Assessment(
+            "down" if ran_before else "not_started",
+            "wait_backoff",
+            f"backoff after {len(recent)} start(s) in the window",
+            tuple(conditions),
+            round(wait, 1),
+        )
     return Assessment("down" if ran_before else "not_started", action, "no driver holds the lease", tuple(conditions))
 
 
@@ -219,55 +249,92 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
     conditions: list[Condition] = []
     progress = status.get("progress") or {}
     if state == "RESTORING":
-        started = min((_ts(r.get("started_at")) for r in (status.get("restore") or {}).values() if r.get("started_at")),
-                      default=_ts(status.get("started_at")))  # fmt: skip
+        started = min(
+            (_ts(r.get("started_at")) for r in (status.get("restore") or {}).values() if r.get("started_at")),
+            default=_ts(status.get("started_at")),
+        )
         if started and seen.now - started > policy.restore_budget_s:
-            conditions.append(Condition(
-                "restore_slow", "warning", f"{spec.application_id} has been restoring for {seen.now - started:.0f}s",
-                {"elapsed_s": round(seen.now - started), "budget_s": policy.restore_budget_s,
-                 "records_read": {s: r.get("records_read") for s, r in (status.get("restore") or {}).items()}},
-                "Let it finish; if restores keep exceeding the budget, snapshot more often "
-                "(snapshot_every_batches) or compact the changelog.",
-            ))  # fmt: skip
+            conditions.append(
+                Condition(
+                    "restore_slow",
+                    "warning",
+                    f"{spec.application_id} has been restoring for {seen.now - started:.0f}s",
+                    {
+                        "elapsed_s": round(seen.now - started),
+                        "budget_s": policy.restore_budget_s,
+                        "records_read": {s: r.get("records_read") for s, r in (status.get("restore") or {}).items()},
+                    },
+                    "Let it finish; if restores keep exceeding the budget, snapshot more often "
+                    "(snapshot_every_batches) or compact the changelog.",
+                )
+            )
         return "restoring", conditions
     restore_s = sum(float(r.get("seconds") or 0) for r in (status.get("restore") or {}).values())
     if restore_s > policy.restore_budget_s:
-        conditions.append(Condition(
-            "restore_slow", "warning", f"{spec.application_id}'s last restore took {restore_s:.0f}s",
-            {"restore_s": round(restore_s, 1), "budget_s": policy.restore_budget_s},
-            "Snapshot more often (snapshot_every_batches) or compact the changelog so the next restore is faster.",
-        ))  # fmt: skip
+        conditions.append(
+            Condition(
+                "restore_slow",
+                "warning",
+                f"{spec.application_id}'s last restore took {restore_s:.0f}s",
+                {"restore_s": round(restore_s, 1), "budget_s": policy.restore_budget_s},
+                "Snapshot more often (snapshot_every_batches) or compact the changelog so the next restore is faster.",
+            )
+        )
     if state != "RUNNING":
         return state.lower(), conditions
     lag = sum((progress.get("input_lag") or {}).values())
     if lag > policy.max_input_lag_records:
-        conditions.append(Condition(
-            "input_lag", "warning", f"{spec.application_id} is {lag:,} records behind its input",
-            {"lag_records": lag, "threshold": policy.max_input_lag_records,
-             "processed_rows_per_second": progress.get("processed_rows_per_second")},
-            "Check the batch duration and the Spark UI; add executors/partitions if the input rate outgrew the job.",
-        ))  # fmt: skip
+        conditions.append(
+            Condition(
+                "input_lag",
+                "warning",
+                f"{spec.application_id} is {lag:,} records behind its input",
+                {
+                    "lag_records": lag,
+                    "threshold": policy.max_input_lag_records,
+                    "processed_rows_per_second": progress.get("processed_rows_per_second"),
+                },
+                "Check the batch duration and the Spark UI; add executors/partitions if the input rate outgrew the job.",
+            )
+        )
     duration_s = (progress.get("batch_duration_ms") or 0) / 1000
     # The first batch after a (re)start replays or catches up on a cold JVM: not a slow job. A hung
     # one is caught by no_progress.
     catching_up = progress.get("batch_id") is not None and progress.get("batch_id") == status.get("first_batch_id")
     if duration_s > policy.batch_duration_budget_s and not catching_up:
-        conditions.append(Condition(
-            "batch_duration", "warning", f"{spec.application_id}'s last micro-batch took {duration_s:.1f}s",
-            {"batch_duration_s": duration_s, "budget_s": policy.batch_duration_budget_s, "batch_id": progress.get("batch_id")},
-            "Look at the batch in the Spark UI (state store, shuffle, output MERGE); raise the budget only if expected.",
-        ))  # fmt: skip
+        conditions.append(
+            Condition(
+                "batch_duration",
+                "warning",
+                f"{spec.application_id}'s last micro-batch took {duration_s:.1f}s",
+                {
+                    "batch_duration_s": duration_s,
+                    "budget_s": policy.batch_duration_budget_s,
+                    "batch_id": progress.get("batch_id"),
+                },
+                "Look at the batch in the Spark UI (state store, shuffle, output MERGE); raise the budget only if expected.",
+            )
+        )
     quiet_limit = max(120.0, policy.no_progress_triggers * spec.trigger_interval_s)
-    last_sign = max(filter(None, (_ts(progress.get("progress_at")), _ts(status.get("idle_at")),
-                                  _ts(status.get("started_at")))), default=None)  # fmt: skip
+    last_sign = max(
+        filter(None, (_ts(progress.get("progress_at")), _ts(status.get("idle_at")), _ts(status.get("started_at")))),
+        default=None,
+    )
     if last_sign is not None and seen.now - last_sign > quiet_limit:
-        conditions.append(Condition(
-            "no_progress", "error", f"{spec.application_id} reported neither a batch nor idleness for "
-            f"{seen.now - last_sign:.0f}s", {"silent_s": round(seen.now - last_sign), "limit_s": quiet_limit,
-                                            "last_batch_id": progress.get("batch_id")},
-            "The driver holds its lease but makes no progress (a hung batch?). Check the Spark UI and the driver log; "
-            "stop it with the stop_streaming_job DAG and supervision starts it again.",
-        ))  # fmt: skip
+        conditions.append(
+            Condition(
+                "no_progress",
+                "error",
+                f"{spec.application_id} reported neither a batch nor idleness for {seen.now - last_sign:.0f}s",
+                {
+                    "silent_s": round(seen.now - last_sign),
+                    "limit_s": quiet_limit,
+                    "last_batch_id": progress.get("batch_id"),
+                },
+                "The driver holds its lease but makes no progress (a hung batch?). Check the Spark UI and the driver log; "
+                "stop it with the stop_streaming_job DAG and supervision starts it again.",
+            )
+        )
     return "running", conditions
 
 
@@ -277,11 +344,19 @@ def _dead_letter_conditions(spec: JobSpec, seen: Observation, record: Supervisio
     growth = seen.dead_letters - record.dead_letters_seen
     if growth <= spec.supervision.dead_letter_growth_records:
         return []
-    return [Condition(
-        "dead_letters_growing", "warning", f"{growth:,} new dead letters for {spec.application_id} since the last check",
-        {"new_records": growth, "threshold": spec.supervision.dead_letter_growth_records, "total": seen.dead_letters},
-        f"Read {spec.application_id}-dead-letter (the reason header says why) and fix the producer or the schema.",
-    )]  # fmt: skip
+    return [
+        Condition(
+            "dead_letters_growing",
+            "warning",
+            f"{growth:,} new dead letters for {spec.application_id} since the last check",
+            {
+                "new_records": growth,
+                "threshold": spec.supervision.dead_letter_growth_records,
+                "total": seen.dead_letters,
+            },
+            f"Read {spec.application_id}-dead-letter (the reason header says why) and fix the producer or the schema.",
+        )
+    ]
 
 
 def _ts(value) -> float | None:

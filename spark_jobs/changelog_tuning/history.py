@@ -21,14 +21,48 @@ from spark_jobs.versions import append_rows, platform_table, read_rows
 
 DRY_RUN, APPLIED, ROLLED_BACK, FAILED = "dry_run", "applied", "rolled_back", "failed"
 
-_MEASUREMENT_INTS = ("version", "partitions", "offset_span", "records", "live_keys", "live_bytes", "tombstones",
-                     "markers", "obsolete", "history_records", "oldest_obsolete_age_ms", "bytes", "segments",
-                     "active_segment_bytes")  # fmt: skip
+_MEASUREMENT_INTS = (
+    "version",
+    "partitions",
+    "offset_span",
+    "records",
+    "live_keys",
+    "live_bytes",
+    "tombstones",
+    "markers",
+    "obsolete",
+    "history_records",
+    "oldest_obsolete_age_ms",
+    "bytes",
+    "segments",
+    "active_segment_bytes",
+)
 _MEASUREMENT_FLOATS = ("dirty_ratio", "write_bytes_per_s", "scan_seconds", "replay_ratio", "excess_replay_ratio")
-_MEASUREMENT_STRINGS = ("run_id", "topic", "job", "application_id", "store", "kind", "bytes_source",
-                        "dirty_ratio_source", "configs", "overridden")  # fmt: skip
-_CHANGE_STRINGS = ("run_id", "topic", "job", "store", "config", "action", "previous_value", "new_value", "reason",
-                   "by", "detail")  # fmt: skip
+_MEASUREMENT_STRINGS = (
+    "run_id",
+    "topic",
+    "job",
+    "application_id",
+    "store",
+    "kind",
+    "bytes_source",
+    "dirty_ratio_source",
+    "configs",
+    "overridden",
+)
+_CHANGE_STRINGS = (
+    "run_id",
+    "topic",
+    "job",
+    "store",
+    "config",
+    "action",
+    "previous_value",
+    "new_value",
+    "reason",
+    "by",
+    "detail",
+)
 
 
 def measurements_table(settings: Settings):
@@ -42,24 +76,36 @@ def changes_table(settings: Settings):
 def _measurement_schema():
     import pyarrow as pa
 
-    return pa.schema([pa.field("measured_at", pa.timestamp("us", tz="UTC")), pa.field("scan_complete", pa.bool_())]
-                     + [pa.field(n, pa.int64()) for n in _MEASUREMENT_INTS]
-                     + [pa.field(n, pa.float64()) for n in _MEASUREMENT_FLOATS]
-                     + [pa.field(n, pa.string()) for n in _MEASUREMENT_STRINGS])  # fmt: skip
+    return pa.schema(
+        [pa.field("measured_at", pa.timestamp("us", tz="UTC")), pa.field("scan_complete", pa.bool_())]
+        + [pa.field(n, pa.int64()) for n in _MEASUREMENT_INTS]
+        + [pa.field(n, pa.float64()) for n in _MEASUREMENT_FLOATS]
+        + [pa.field(n, pa.string()) for n in _MEASUREMENT_STRINGS]
+    )
 
 
 def _change_schema():
     import pyarrow as pa
 
-    return pa.schema([pa.field("at", pa.timestamp("us", tz="UTC")), pa.field("previous_is_default", pa.bool_())]
-                     + [pa.field(n, pa.string()) for n in _CHANGE_STRINGS])  # fmt: skip
+    return pa.schema(
+        [pa.field("at", pa.timestamp("us", tz="UTC")), pa.field("previous_is_default", pa.bool_())]
+        + [pa.field(n, pa.string()) for n in _CHANGE_STRINGS]
+    )
 
 
 def measurement_row(run_id: str, target: ChangelogTarget, m: ChangelogMeasurement) -> dict:
     data = m.to_dict()
-    data.update(run_id=run_id, measured_at=m.measured_at, job=target.spec.name, version=target.spec.version,
-                application_id=target.spec.application_id, store=target.store.name, kind=target.store.kind,
-                configs=json.dumps(m.configs, sort_keys=True), overridden=json.dumps(m.overridden))  # fmt: skip
+    data.update(
+        run_id=run_id,
+        measured_at=m.measured_at,
+        job=target.spec.name,
+        version=target.spec.version,
+        application_id=target.spec.application_id,
+        store=target.store.name,
+        kind=target.store.kind,
+        configs=json.dumps(m.configs, sort_keys=True),
+        overridden=json.dumps(m.overridden),
+    )
     return data
 
 
@@ -68,12 +114,34 @@ def record_measurements(settings: Settings, rows: list[dict]) -> None:
         append_rows(measurements_table(settings), rows, _measurement_schema())
 
 
-def change_row(run_id: str, target: ChangelogTarget, *, config: str, action: str, previous_value: str | None,
-               previous_is_default: bool | None, new_value: str | None, reason: str, by: str, detail: str = "") -> dict:  # fmt: skip
-    return {"run_id": run_id, "at": dt.datetime.now(dt.timezone.utc), "topic": target.topic, "job": target.spec.name,
-            "store": target.store.name, "config": config, "action": action, "previous_value": previous_value,
-            "previous_is_default": previous_is_default, "new_value": new_value, "reason": reason, "by": by,
-            "detail": detail}  # fmt: skip
+def change_row(
+    run_id: str,
+    target: ChangelogTarget,
+    *,
+    config: str,
+    action: str,
+    previous_value: str | None,
+    previous_is_default: bool | None,
+    new_value: str | None,
+    reason: str,
+    by: str,
+    detail: str = "",
+) -> dict:
+    return {
+        "run_id": run_id,
+        "at": dt.datetime.now(dt.timezone.utc),
+        "topic": target.topic,
+        "job": target.spec.name,
+        "store": target.store.name,
+        "config": config,
+        "action": action,
+        "previous_value": previous_value,
+        "previous_is_default": previous_is_default,
+        "new_value": new_value,
+        "reason": reason,
+        "by": by,
+        "detail": detail,
+    }
 
 
 def record_changes(settings: Settings, rows: list[dict]) -> None:
@@ -134,7 +202,11 @@ def before_and_after(history: list[dict], change_rows: list[dict]) -> dict | Non
     if not before:
         return None
     b, now = before[-1], history[-1]
-    return {"changed_at": at.isoformat(), "change": applied[-1]["action"], "run_id": applied[-1]["run_id"],
-            "before": {"records": b["records"], "live_keys": b["live_keys"], "replay_ratio": b["replay_ratio"]},
-            "now": {"records": now["records"], "live_keys": now["live_keys"], "replay_ratio": now["replay_ratio"]},
-            "records_reduction": round(b["records"] / max(now["records"], 1), 2)}  # fmt: skip
+    return {
+        "changed_at": at.isoformat(),
+        "change": applied[-1]["action"],
+        "run_id": applied[-1]["run_id"],
+        "before": {"records": b["records"], "live_keys": b["live_keys"], "replay_ratio": b["replay_ratio"]},
+        "now": {"records": now["records"], "live_keys": now["live_keys"], "replay_ratio": now["replay_ratio"]},
+        "records_reduction": round(b["records"] / max(now["records"], 1), 2),
+    }

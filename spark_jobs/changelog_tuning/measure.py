@@ -31,8 +31,16 @@ from spark_jobs.registry import JobSpec, StoreSpec, registered_versions
 from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
 
 #: the configs the tuning reads and may change
-TUNED_CONFIGS = ("cleanup.policy", "segment.bytes", "segment.ms", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
-                 "max.compaction.lag.ms", "delete.retention.ms", "retention.ms")  # fmt: skip
+TUNED_CONFIGS = (
+    "cleanup.policy",
+    "segment.bytes",
+    "segment.ms",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "delete.retention.ms",
+    "retention.ms",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +57,12 @@ class ChangelogTarget:
 
 def changelog_targets() -> list[ChangelogTarget]:
     """Every store of every registered job version (topics that do not exist yet included)."""
-    return [ChangelogTarget(spec, store) for versions in registered_versions().values()
-            for spec in versions.values() for store in spec.stores]  # fmt: skip
+    return [
+        ChangelogTarget(spec, store)
+        for versions in registered_versions().values()
+        for spec in versions.values()
+        for store in spec.stores
+    ]
 
 
 @dataclasses.dataclass
@@ -174,7 +186,7 @@ def read_log_files(log_dirs: list[Path], topic: str, partitions: int) -> LogFile
         files.bytes += sum(size for _, size in segments)
         if segments:
             files.active_segment_bytes += segments[-1][1]
-        for i, (base, size) in enumerate(segments[:-1]):
+        for i, (_base, size) in enumerate(segments[:-1]):
             next_base = segments[i + 1][0]
             if next_base <= first_dirty:
                 clean += size
@@ -200,9 +212,18 @@ def measure_changelog(
     now_ms = int(time.time() * 1000)
     min_lag_ms = int(configs["min.compaction.lag.ms"].value or 0) if "min.compaction.lag.ms" in configs else 0
 
-    consumer = Consumer(client_config(kafka, {"group.id": f"streamstate-measure-{topic}",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3,
-                         "fetch.max.bytes": 64 * 1024 * 1024}))  # fmt: skip
+    consumer = Consumer(
+        client_config(
+            kafka,
+            {
+                "group.id": f"streamstate-measure-{topic}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "log_level": 3,
+                "fetch.max.bytes": 64 * 1024 * 1024,
+            },
+        )
+    )
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
         bounds = {p: watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s) for p in partitions}
@@ -287,8 +308,9 @@ def measure_changelog(
 def describe_measurement(m: ChangelogMeasurement) -> str:
     """One line for a task log."""
     age = "-" if m.oldest_obsolete_age_ms is None else f"{m.oldest_obsolete_age_ms / 1000:.0f}s"
-    return (f"{m.topic}: {m.records:,} records ({m.bytes:,} B, {m.bytes_source}) for {m.live_keys:,} live keys "
-            f"= replay ratio {m.replay_ratio:.1f}; {m.tombstones} tombstones, {m.obsolete:,} obsolete "
-            f"({m.history_records:,} kept as history), dirty ratio {m.dirty_ratio:.2f} ({m.dirty_ratio_source}), "
-            f"oldest removable {age}" + ("" if m.scan_complete else " [scan truncated]"))
-
+    return (
+        f"{m.topic}: {m.records:,} records ({m.bytes:,} B, {m.bytes_source}) for {m.live_keys:,} live keys "
+        f"= replay ratio {m.replay_ratio:.1f}; {m.tombstones} tombstones, {m.obsolete:,} obsolete "
+        f"({m.history_records:,} kept as history), dirty ratio {m.dirty_ratio:.2f} ({m.dirty_ratio_source}), "
+        f"oldest removable {age}" + ("" if m.scan_complete else " [scan truncated]")
+    )

@@ -12,7 +12,14 @@ import time
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
 
 
 def _is_topic_override(source) -> bool:
@@ -39,13 +46,15 @@ def describe(admin: AdminClient, topics: list[str], timeout_s: float = 30.0) -> 
     result: dict[str, dict[str, ConfigValue]] = {}
     for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
         entries = future.result(timeout=timeout_s)
-        result[resource.name] = {name: ConfigValue(entry.value, not _is_topic_override(entry.source))
-                                 for name, entry in entries.items()}  # fmt: skip
+        result[resource.name] = {
+            name: ConfigValue(entry.value, not _is_topic_override(entry.source)) for name, entry in entries.items()
+        }
     return result
 
 
-def alter(admin: AdminClient, topic: str, changes: Mapping[str, str | None], *, validate_only: bool,
-          timeout_s: float = 30.0) -> None:  # fmt: skip
+def alter(
+    admin: AdminClient, topic: str, changes: Mapping[str, str | None], *, validate_only: bool, timeout_s: float = 30.0
+) -> None:
     """Set each ``config -> value`` on ``topic``; a None value deletes the override (back to the
     default). Only the named configs change (incremental, unlike the legacy AlterConfigs).
     ``validate_only``: the broker checks the change and applies nothing (its own dry run)."""

@@ -38,8 +38,9 @@ def measure_all(settings: Settings, run_id: str, on_topic=None) -> list[tuple[Ch
     log_dirs = broker_log_dirs(_admin(settings))
     results = []
     for i, target in enumerate(targets, 1):
-        m = measure_changelog(settings.kafka, target.topic,
-                              max_records=settings.compaction.scan_max_records, log_dirs=log_dirs)  # fmt: skip
+        m = measure_changelog(
+            settings.kafka, target.topic, max_records=settings.compaction.scan_max_records, log_dirs=log_dirs
+        )
         results.append((target, m))
         if on_topic:
             on_topic(i, len(targets), m)
@@ -55,8 +56,9 @@ class TopicOutcome:
     detail: str = ""
 
 
-def apply_recommendations(settings: Settings, run_id: str, target: ChangelogTarget, recs: list[Recommendation], *,
-                          dry_run: bool, by: str) -> TopicOutcome:  # fmt: skip
+def apply_recommendations(
+    settings: Settings, run_id: str, target: ChangelogTarget, recs: list[Recommendation], *, dry_run: bool, by: str
+) -> TopicOutcome:
     """Dry run: record the proposals, change nothing. Otherwise: let the broker validate the change
     (``validate_only``), apply it, re-describe to verify, and record the previous values for rollback."""
     changes = {r.config: r.proposed for r in recs}
@@ -66,10 +68,21 @@ def apply_recommendations(settings: Settings, run_id: str, target: ChangelogTarg
     before = topic_configs.describe(admin, [target.topic])[target.topic]
 
     def rows(action: str, detail: str = "") -> list[dict]:
-        return [history.change_row(run_id, target, config=r.config, action=action,
-                                   previous_value=before.get(r.config, ConfigValue(None, True)).value,
-                                   previous_is_default=before.get(r.config, ConfigValue(None, True)).is_default,
-                                   new_value=r.proposed, reason=r.reason, by=by, detail=detail) for r in recs]  # fmt: skip
+        return [
+            history.change_row(
+                run_id,
+                target,
+                config=r.config,
+                action=action,
+                previous_value=before.get(r.config, ConfigValue(None, True)).value,
+                previous_is_default=before.get(r.config, ConfigValue(None, True)).is_default,
+                new_value=r.proposed,
+                reason=r.reason,
+                by=by,
+                detail=detail,
+            )
+            for r in recs
+        ]
 
     try:
         topic_configs.alter(admin, target.topic, changes, validate_only=True)
@@ -87,8 +100,9 @@ def apply_recommendations(settings: Settings, run_id: str, target: ChangelogTarg
     return TopicOutcome(target.topic, "applied", changes)
 
 
-def roll_back(settings: Settings, run_id: str, target: ChangelogTarget, *, undo_run_id: str | None, by: str,
-              dry_run: bool = False) -> TopicOutcome:  # fmt: skip
+def roll_back(
+    settings: Settings, run_id: str, target: ChangelogTarget, *, undo_run_id: str | None, by: str, dry_run: bool = False
+) -> TopicOutcome:
     """Restore the values ``undo_run_id`` (default: the newest change not yet undone) replaced: set
     the old value where the topic had its own, delete the override where it had a default. Verified
     by re-describing; the topic is then held (scheduled runs leave it alone)."""
@@ -101,10 +115,21 @@ def roll_back(settings: Settings, run_id: str, target: ChangelogTarget, *, undo_
     current = topic_configs.describe(admin, [target.topic])[target.topic]
 
     def rows(action: str, detail: str) -> list[dict]:
-        return [history.change_row(run_id, target, config=name, action=action, previous_value=current[name].value,
-                                   previous_is_default=current[name].is_default, new_value=previous[name].value,
-                                   reason=f"roll back run {undo_run_id}", by=by, detail=detail)
-                for name in previous]  # fmt: skip
+        return [
+            history.change_row(
+                run_id,
+                target,
+                config=name,
+                action=action,
+                previous_value=current[name].value,
+                previous_is_default=current[name].is_default,
+                new_value=previous[name].value,
+                reason=f"roll back run {undo_run_id}",
+                by=by,
+                detail=detail,
+            )
+            for name in previous
+        ]
 
     try:
         topic_configs.alter(admin, target.topic, changes, validate_only=True)

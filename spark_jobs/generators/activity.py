@@ -36,8 +36,15 @@ def generate(count: int, seed: int, start: dt.datetime = START, users: int = 6) 
         at = max(0, t - rng.choice((0, 0, 0, 30_000, 60_000, 120_000)))  # out of order, sometimes far behind
         kind = rng.choices((CLICK, VIEW, LOGOUT), (85, 8, 7))[0]
         time = (start + dt.timedelta(milliseconds=at)).isoformat().replace("+00:00", "Z")
-        events.append({"event_id": f"e{i}", "user": f"u{rng.randrange(users)}", "type": kind,
-                       "qty": rng.choice((None, 1, 2, 5)), "event_time": time})  # fmt: skip
+        events.append(
+            {
+                "event_id": f"e{i}",
+                "user": f"u{rng.randrange(users)}",
+                "type": kind,
+                "qty": rng.choice((None, 1, 2, 5)),
+                "event_time": time,
+            }
+        )
     return events
 
 

@@ -18,8 +18,11 @@ def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes]
     in the source topic and in the changelog topics Spark writes. Idempotence keeps one key's events
     in order through retries.
     """
-    producer = Producer(client_config(kafka, {"linger.ms": 20, "enable.idempotence": True,
-                         "partitioner": "murmur2_random", "log_level": 3}))  # fmt: skip
+    producer = Producer(
+        client_config(
+            kafka, {"linger.ms": 20, "enable.idempotence": True, "partitioner": "murmur2_random", "log_level": 3}
+        )
+    )
     failures: list[str] = []
     sent = 0
 
@@ -32,8 +35,9 @@ def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes]
         value = event if isinstance(event, bytes) else json.dumps(event).encode()
         while True:
             try:
-                producer.produce(topic, key=key.encode() if isinstance(key, str) else None,
-                                 value=value, on_delivery=on_delivery)  # fmt: skip
+                producer.produce(
+                    topic, key=key.encode() if isinstance(key, str) else None, value=value, on_delivery=on_delivery
+                )
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -45,7 +49,9 @@ def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes]
     return sent
 
 
-def produce_unkeyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes], partitions: int, seed: int = 0) -> int:
+def produce_unkeyed(
+    kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes], partitions: int, seed: int = 0
+) -> int:
     """Write ``events`` to ``topic`` without a Kafka key, as many producers do (a client's default, or a
     service that does not know the consumers' key), each to a partition drawn by a generator seeded with
     ``seed`` over ``partitions``, in list order within a partition. Returns the count acked."""

@@ -29,8 +29,14 @@ def _iso(t: dt.datetime) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def generate(patients: int = 10, seconds: int = 300, seed: int = 3, start: dt.datetime = START,
-             checkout_rate: float = 0.001, disorder_ms: int = 3000) -> Iterator[dict]:  # fmt: skip
+def generate(
+    patients: int = 10,
+    seconds: int = 300,
+    seed: int = 3,
+    start: dt.datetime = START,
+    checkout_rate: float = 0.001,
+    disorder_ms: int = 3000,
+) -> Iterator[dict]:
     """``seconds`` of heartbeats (55-110 bpm) from ``patients`` patients, in arrival order."""
     rng = random.Random(seed)
     events = []
@@ -58,8 +64,12 @@ def adversarial(count: int, patients: int = 6, seed: int = 5, start: dt.datetime
         t += dt.timedelta(hours=7) if roll < 0.01 else dt.timedelta(milliseconds=rng.choice([0, 500, 2500, 9000]))
         at = t - dt.timedelta(milliseconds=rng.choice([0, 0, 0, 4999, 5000, 5001, 30_000, 65_000]))
         kind = CHECKED_OUT if roll > 0.95 else PULSE
-        yield {"event_id": f"x-{seed}-{n}", "type": kind, "patient_id": f"p{rng.randrange(patients):03d}",
-               "event_time": _iso(at)}  # fmt: skip
+        yield {
+            "event_id": f"x-{seed}-{n}",
+            "type": kind,
+            "patient_id": f"p{rng.randrange(patients):03d}",
+            "event_time": _iso(at),
+        }
 
 
 def produce(kafka: KafkaTarget, topic: str, events: list[dict]) -> int:
@@ -80,15 +90,26 @@ class Expected:
     stream_times: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
-def expected(rounds: Iterable[list[dict]], window_ms: int, grace_ms: int, retention_ms: int,
-             partitions: int = 2) -> Expected:  # fmt: skip
+def expected(
+    rounds: Iterable[list[dict]], window_ms: int, grace_ms: int, retention_ms: int, partitions: int = 2
+) -> Expected:
     """Kafka Streams' answer for ``rounds`` of events (in the order produced), in plain Python
     (:func:`spark_jobs.generators.windows.expected` counting pulses, check-outs deleting). How the rounds
     are cut into micro-batches does not matter: the rounds are only concatenated."""
     got = windows.expected(
-        (e for events in rounds for e in events), key="patient_id", aggregate=lambda beats, _: ((beats or (0,))[0] + 1,),
-        applies=lambda e: e["type"] == PULSE, deletes=lambda e: e["type"] == CHECKED_OUT, window_ms=window_ms,
-        grace_ms=grace_ms, retention_ms=retention_ms, partitions=partitions,
-    )  # fmt: skip
-    return Expected({w: (values[0], closed) for w, (values, closed) in got.state.items()},
-                    {w: values[0] for w, values in got.emitted.items()}, set(got.late), got.stream_times)  # fmt: skip
+        (e for events in rounds for e in events),
+        key="patient_id",
+        aggregate=lambda beats, _: ((beats or (0,))[0] + 1,),
+        applies=lambda e: e["type"] == PULSE,
+        deletes=lambda e: e["type"] == CHECKED_OUT,
+        window_ms=window_ms,
+        grace_ms=grace_ms,
+        retention_ms=retention_ms,
+        partitions=partitions,
+    )
+    return Expected(
+        {w: (values[0], closed) for w, (values, closed) in got.state.items()},
+        {w: values[0] for w, values in got.emitted.items()},
+        set(got.late),
+        got.stream_times,
+    )

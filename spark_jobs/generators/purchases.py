@@ -55,8 +55,12 @@ def generate(
     for n, user in enumerate(user_ids):
         t += dt.timedelta(milliseconds=rng.randint(5, MAX_STEP_MS))
         if rng.random() < close_rate:
-            yield {"event_id": f"p-{seed}-{n:07d}", "type": "account_closed", "user_id": f"u{user:05d}",
-                   "event_time": t.isoformat(timespec="milliseconds").replace("+00:00", "Z")}  # fmt: skip
+            yield {
+                "event_id": f"p-{seed}-{n:07d}",
+                "type": "account_closed",
+                "user_id": f"u{user:05d}",
+                "event_time": t.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            }
             continue
         yield {
             "event_id": f"p-{seed}-{n:07d}",
@@ -94,8 +98,14 @@ def adversarial(count: int, users: int = 12, seed: int = 7, start: dt.datetime =
                 event["event_time"] = _iso(at)
         else:
             amount = rng.choice(REFUSED_AMOUNTS) if rng.random() < 0.1 else rng.choice(EXACT_AMOUNTS)
-            event = {"event_id": f"a-{seed}-{n}", "type": "purchase", "user_id": user, "item": "sku",
-                     "amount": amount, "event_time": _iso(at)}  # fmt: skip
+            event = {
+                "event_id": f"a-{seed}-{n}",
+                "type": "purchase",
+                "user_id": user,
+                "item": "sku",
+                "amount": amount,
+                "event_time": _iso(at),
+            }
             if rng.random() < 0.03:
                 del event["event_time"]
         previous = event

@@ -27,8 +27,9 @@ def _iso(t: dt.datetime) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def generate(voters: int = 200, seed: int = 5, start: dt.datetime = START, max_votes: int = 4,
-             shuffle_window: int = 50) -> Iterator[dict]:  # fmt: skip
+def generate(
+    voters: int = 200, seed: int = 5, start: dt.datetime = START, max_votes: int = 4, shuffle_window: int = 50
+) -> Iterator[dict]:
     """Each voter votes 1..``max_votes`` times over an hour; arrival order is event-time order
     shuffled within blocks of ``shuffle_window`` events, so later votes often arrive first."""
     rng = random.Random(seed)
@@ -36,8 +37,17 @@ def generate(voters: int = 200, seed: int = 5, start: dt.datetime = START, max_v
     for v in range(voters):
         t = start + dt.timedelta(seconds=rng.randint(0, 600))
         for _ in range(rng.randint(1, max_votes)):
-            votes.append((t, {"type": "vote", "voter_id": f"voter{v}", "candidate": rng.choice(CANDIDATES),
-                              "event_time": _iso(t)}))  # fmt: skip
+            votes.append(
+                (
+                    t,
+                    {
+                        "type": "vote",
+                        "voter_id": f"voter{v}",
+                        "candidate": rng.choice(CANDIDATES),
+                        "event_time": _iso(t),
+                    },
+                )
+            )
             t += dt.timedelta(seconds=rng.randint(1, 900))
     votes.sort(key=lambda x: x[0])
     arrival = []

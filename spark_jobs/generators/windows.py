@@ -44,10 +44,21 @@ def window_starts(t: int, window_ms: int, advance_ms: int) -> range:
     return range(max(0, t - window_ms + advance_ms) // advance_ms * advance_ms, t + 1, advance_ms)
 
 
-def expected(events: Iterable[dict], *, key: str, aggregate: Callable[[Values | None, dict], Values],
-             applies: Callable[[dict], bool], deletes: Callable[[dict], bool] = lambda e: False,
-             window_ms: int, advance_ms: int | None = None, grace_ms: int, retention_ms: int,
-             partitions: int = 2, time: str = "event_time", event_id: str = "event_id") -> Windows:  # fmt: skip
+def expected(
+    events: Iterable[dict],
+    *,
+    key: str,
+    aggregate: Callable[[Values | None, dict], Values],
+    applies: Callable[[dict], bool],
+    deletes: Callable[[dict], bool] = lambda e: False,
+    window_ms: int,
+    advance_ms: int | None = None,
+    grace_ms: int,
+    retention_ms: int,
+    partitions: int = 2,
+    time: str = "event_time",
+    event_id: str = "event_id",
+) -> Windows:
     """Kafka Streams' answer for ``events`` (in the order produced), in plain Python.
 
     Each key's events go to partition ``kafka_partition(key, partitions)``, as the generators write them.

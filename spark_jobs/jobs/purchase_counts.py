@@ -58,11 +58,13 @@ def _rules():
         # account_closed needs no time, but not a wild one
         (dead_letter.bad_event_time(required=False), "event_time is not a time between 1970 and 2200"),
         (is_purchase & dead_letter.bad_event_time(), "a purchase needs an event_time between 1970 and 2200"),
-        (is_purchase & dead_letter.inexact_decimal("amount", precision, scale),
-         dead_letter.decimal_message("amount", precision, scale)),
+        (
+            is_purchase & dead_letter.inexact_decimal("amount", precision, scale),
+            dead_letter.decimal_message("amount", precision, scale),
+        ),
         (is_purchase & amount.isNull(), "a purchase needs an amount"),
         (is_purchase & (amount < 0), "amount is negative"),
-    ]  # fmt: skip
+    ]
 
 
 #: The job, declared: the platform builds its query and runs the keyed-aggregate primitive in the JVM.

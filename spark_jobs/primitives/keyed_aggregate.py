@@ -261,32 +261,51 @@ class KeyedAggregate(StoreDeclaration):
         ttl_ms = (store.ttl_ms if store else None) or 0
         spark = events.sparkSession
         if self.time:
-            needed = events.where(kept).select(key_field, self.time, delete.alias(DELETE_COLUMN), *self.source_columns,
-                                               *inputs, *letter)  # fmt: skip
+            needed = events.where(kept).select(
+                key_field, self.time, delete.alias(DELETE_COLUMN), *self.source_columns, *inputs, *letter
+            )
             seeded = None
             if initial is not None:
                 # the restored changelog keys: a key, or a partition's stream time (its own row)
                 key = F.when(F.col("stream_time_ms").isNull(), F.col("key"))
-                seeded = initial.select("source_partition", key.alias("key"), *self.values, "event_time_ms",
-                                        "stream_time_ms")._jdf  # fmt: skip
+                seeded = initial.select(
+                    "source_partition", key.alias("key"), *self.values, "event_time_ms", "stream_time_ms"
+                )._jdf
             jdf = spark._jvm.streamstate.primitives.ExpiringAggregate.changes(
-                needed._jdf, "partition", seeded, self.store, self.output_ddl, self.values_ddl, kinds, ttl_ms,
-                key_field, self.time,
-            )  # fmt: skip
+                needed._jdf,
+                "partition",
+                seeded,
+                self.store,
+                self.output_ddl,
+                self.values_ddl,
+                kinds,
+                ttl_ms,
+                key_field,
+                self.time,
+            )
             return DataFrame(jdf, spark)
         needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
         jdf = spark._jvm.streamstate.primitives.KeyedAggregate.changes(
-            needed._jdf, key_field, None if initial is None else initial._jdf, self.store, self.state_ddl,
-            self.change_ddl, ttl_ms, kinds, offset_ordered,
-        )  # fmt: skip
+            needed._jdf,
+            key_field,
+            None if initial is None else initial._jdf,
+            self.store,
+            self.state_ddl,
+            self.change_ddl,
+            ttl_ms,
+            kinds,
+            offset_ordered,
+        )
         return DataFrame(jdf, spark)
 
     @property
     def output_ddl(self) -> str:
         """An event-time TTL's processor rows: ``kind`` (change, or late with the late event's source
         coordinates and raw bytes for its dead letter), ``key``, ``tombstone``, the stored value."""
-        return (f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl}, source_offset BIGINT, "
-                "source_timestamp TIMESTAMP, raw BINARY")  # fmt: skip
+        return (
+            f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl}, source_offset BIGINT, "
+            "source_timestamp TIMESTAMP, raw BINARY"
+        )
 
     def late_rows(self, batch, key_field: str, source_topic: str):
         """An event-time TTL's late events among a batch's rows, as dead-letter records."""
@@ -295,8 +314,13 @@ class KeyedAggregate(StoreDeclaration):
         from pyspark.sql import functions as F
 
         message = F.concat(
-            F.lit(f"{self.time} "), iso_time(F.col("event_time_ms")), F.lit(" is older than the store's TTL: stream time of "),
-            F.lit("partition "), F.col("source_partition").cast("string"), F.lit(" was "), iso_time(F.col("stream_time_ms")),
+            F.lit(f"{self.time} "),
+            iso_time(F.col("event_time_ms")),
+            F.lit(" is older than the store's TTL: stream time of "),
+            F.lit("partition "),
+            F.col("source_partition").cast("string"),
+            F.lit(" was "),
+            iso_time(F.col("stream_time_ms")),
             F.lit(" and the key was not in the store"),
-        )  # fmt: skip
+        )
         return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, message)

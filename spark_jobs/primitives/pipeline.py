@@ -93,8 +93,9 @@ class StoreDeclaration:
         from pyspark.sql.types import _parse_datatype_string
 
         stored = {f.name: f for f in _parse_datatype_string(self.state_ddl).fields}
-        return T.StructType([T.StructField(key_field, T.StringType(), nullable=False),
-                             *(stored[name] for name in self.output_values)])  # fmt: skip
+        return T.StructType(
+            [T.StructField(key_field, T.StringType(), nullable=False), *(stored[name] for name in self.output_values)]
+        )
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a declaration that does not fit ``spec`` or cannot run, naming the job and the field."""
@@ -102,8 +103,10 @@ class StoreDeclaration:
             self.events.check(spec.name, spec.key_field)
             store = store_spec(spec, self.store)
             if store.kind not in self.store_kinds:
-                raise JobSpecError(f"store {self.store!r}: this primitive keeps a {' or '.join(self.store_kinds)} "
-                                   f"store, not {store.kind}")  # fmt: skip
+                raise JobSpecError(
+                    f"store {self.store!r}: this primitive keeps a {' or '.join(self.store_kinds)} "
+                    f"store, not {store.kind}"
+                )
             if spec.output_key and tuple(spec.output_key) != self.output_key(spec.key_field):
                 raise JobSpecError(f"output_key: the outputs are keyed by {self.output_key(spec.key_field)}")
             if set(self.summaries) != set(spec.companion_outputs):
@@ -224,25 +227,27 @@ class StoreDeclaration:
         def write_outputs(batch, _batch_id: int) -> None:
             source = self.store_rows(batch).select(F.col("key").alias(key_field), TOMBSTONE, *values)
             (
-                DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
+                DeltaTable.forPath(batch.sparkSession, output_path)
+                .alias("t")
                 .merge(source.alias("s"), on)
                 .whenMatchedDelete(condition=f"s.{TOMBSTONE}")
                 .whenMatchedUpdate(set=assign)
                 .whenNotMatchedInsert(condition=f"NOT s.{TOMBSTONE}", values=insert)
                 .execute()
-            )  # fmt: skip
+            )
             write_summaries(batch.sparkSession)
 
         def reconcile_outputs(restored) -> None:
             source = self.store_rows(restored).select(F.col("key").alias(key_field), *values)
             (
-                DeltaTable.forPath(restored.sparkSession, output_path).alias("t")
+                DeltaTable.forPath(restored.sparkSession, output_path)
+                .alias("t")
                 .merge(source.alias("s"), on)
                 .whenMatchedUpdate(set=assign)
                 .whenNotMatchedInsert(values=insert)
                 .whenNotMatchedBySourceDelete()
                 .execute()
-            )  # fmt: skip
+            )
             write_summaries(restored.sparkSession)
 
         return write_outputs, reconcile_outputs
@@ -298,11 +303,15 @@ def late_letters(rows, source_topic: str, message, key: str = "key"):
     from pyspark.sql import functions as F
 
     return rows.select(
-        F.col(key).cast("binary").alias("key"), F.col("raw").alias("value"), F.lit(source_topic).alias("topic"),
-        F.col("source_partition").alias("partition"), F.col("source_offset").alias("offset"),
-        F.col("source_timestamp").alias("timestamp"), F.lit(dead_letter.LATE).alias(dead_letter.ERROR_COLUMN),
+        F.col(key).cast("binary").alias("key"),
+        F.col("raw").alias("value"),
+        F.lit(source_topic).alias("topic"),
+        F.col("source_partition").alias("partition"),
+        F.col("source_offset").alias("offset"),
+        F.col("source_timestamp").alias("timestamp"),
+        F.lit(dead_letter.LATE).alias(dead_letter.ERROR_COLUMN),
         message.alias(dead_letter.MESSAGE_COLUMN),
-    )  # fmt: skip
+    )
 
 
 def stream_time_key():

@@ -96,9 +96,16 @@ class VersionedLatest(StoreDeclaration):
         needed = events.select(key_field, *(F.col(f).alias(name) for name, f in self.values.items()), *letter)
         spark = events.sparkSession
         jdf = spark._jvm.streamstate.primitives.VersionedLatest.changes(
-            needed._jdf, key_field, None if initial is None else initial._jdf, self.store, self.state_ddl,
-            self.change_ddl, store.retention_ms, self.time, self.version_id,
-        )  # fmt: skip
+            needed._jdf,
+            key_field,
+            None if initial is None else initial._jdf,
+            self.store,
+            self.state_ddl,
+            self.change_ddl,
+            store.retention_ms,
+            self.time,
+            self.version_id,
+        )
         return DataFrame(jdf, spark)
 
 
@@ -115,4 +122,3 @@ def version_valid_at(value: dict, at_ms: int) -> dict | None:
 
     valid = [version for version in value.get(HISTORY) or () if millis(version) <= at_ms]
     return valid[-1] if valid else None
-

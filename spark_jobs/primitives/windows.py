@@ -52,8 +52,21 @@ from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 CHANGE, LATE = "change", "late"
 EmitMode = Literal["close", "update"]
 #: columns of the processor's rows and of the outputs that a value or an output may not be named
-_TAKEN = ("key", "kind", TOMBSTONE, "window_start", "window_end", "window_start_ms", "closed", "source_partition",
-          "stream_time_ms", "source_offset", "source_timestamp", "raw", "open_windows")  # fmt: skip
+_TAKEN = (
+    "key",
+    "kind",
+    TOMBSTONE,
+    "window_start",
+    "window_end",
+    "window_start_ms",
+    "closed",
+    "source_partition",
+    "stream_time_ms",
+    "source_offset",
+    "source_timestamp",
+    "raw",
+    "open_windows",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,15 +122,19 @@ class WindowedAggregate(StoreDeclaration):
     def state_ddl_for(self, key_field: str) -> str:
         """A store entry: a window (key, start, values, closed, its source partition), or a partition's
         stream time (key and start null)."""
-        return (f"{key_field} STRING, window_start_ms BIGINT, {self.values_ddl}, closed BOOLEAN, "
-                "source_partition INT, stream_time_ms BIGINT")  # fmt: skip
+        return (
+            f"{key_field} STRING, window_start_ms BIGINT, {self.values_ddl}, closed BOOLEAN, "
+            "source_partition INT, stream_time_ms BIGINT"
+        )
 
     def output_ddl_for(self, key_field: str) -> str:
         """The processor's rows: store changes (kind = change) and late events (kind = late, with their
         source coordinates, raw bytes, the stream time that made them late and how many open windows they
         were counted in, for the dead letter)."""
-        return (f"kind STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, source_offset BIGINT, "
-                "source_timestamp TIMESTAMP, raw BINARY, open_windows INT")  # fmt: skip
+        return (
+            f"kind STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, source_offset BIGINT, "
+            "source_timestamp TIMESTAMP, raw BINARY, open_windows INT"
+        )
 
     def store_changes_for(self, key_field: str) -> StoreChanges:
         from pyspark.sql import functions as F
@@ -137,18 +154,22 @@ class WindowedAggregate(StoreDeclaration):
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         values = spark.createDataFrame([], self.values_ddl)
         computed = values.select(*self._output_columns(values))
-        return T.StructType([
-            T.StructField(key_field, T.StringType(), nullable=False),
-            T.StructField("window_start", T.TimestampType(), nullable=False),
-            T.StructField("window_end", T.TimestampType()),
-            *computed.schema.fields,
-        ])  # fmt: skip
+        return T.StructType(
+            [
+                T.StructField(key_field, T.StringType(), nullable=False),
+                T.StructField("window_start", T.TimestampType(), nullable=False),
+                T.StructField("window_end", T.TimestampType()),
+                *computed.schema.fields,
+            ]
+        )
 
     def _output_columns(self, values, job: str = "?"):
         from pyspark.sql import functions as F
 
-        return [resolved(values, job, f"outputs.{name}", F.expr(expression)).alias(name)
-                for name, expression in self.output_expressions.items()]  # fmt: skip
+        return [
+            resolved(values, job, f"outputs.{name}", F.expr(expression)).alias(name)
+            for name, expression in self.output_expressions.items()
+        ]
 
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return (key_field, "window_start")
@@ -163,8 +184,10 @@ class WindowedAggregate(StoreDeclaration):
         for role, names in (("values", self.values), ("outputs", self.output_expressions)):
             for name in names:
                 if not _NAME.match(name) or name in (*_TAKEN, spec.key_field):
-                    raise JobSpecError(f"{role}.{name}: use lower-case letters, digits and _, and not the key "
-                                       f"or a window column ({', '.join(_TAKEN)})")  # fmt: skip
+                    raise JobSpecError(
+                        f"{role}.{name}: use lower-case letters, digits and _, and not the key "
+                        f"or a window column ({', '.join(_TAKEN)})"
+                    )
         self.values_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
         if self.emit not in get_args(EmitMode):
             raise JobSpecError(f"emit: {self.emit!r} is not one of {get_args(EmitMode)}")
@@ -181,19 +204,39 @@ class WindowedAggregate(StoreDeclaration):
 
         delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
         inputs = [
-            resolved(events, job, f"values.{name}", agg.input_column(agg.stored_type(self.events.schema, name)))
-            .alias(f"{INPUT_PREFIX}{i}")
+            resolved(events, job, f"values.{name}", agg.input_column(agg.stored_type(self.events.schema, name))).alias(
+                f"{INPUT_PREFIX}{i}"
+            )
             for i, (name, agg) in enumerate(self.values.items())
-        ]  # fmt: skip
-        needed = events.where(kept).select(key_field, self.time, delete.alias(DELETE_COLUMN), "partition", "offset",
-                                           "timestamp", "value", *inputs, *letter)  # fmt: skip
+        ]
+        needed = events.where(kept).select(
+            key_field,
+            self.time,
+            delete.alias(DELETE_COLUMN),
+            "partition",
+            "offset",
+            "timestamp",
+            "value",
+            *inputs,
+            *letter,
+        )
         spark = events.sparkSession
         seeded = None if initial is None else self._initial_windows(initial, key_field)._jdf
         jdf = spark._jvm.streamstate.primitives.WindowedAggregate.changes(
-            needed._jdf, "partition", seeded, self.store, self.output_ddl_for(key_field), self.values_ddl,
-            ",".join(agg.kind for agg in self.values.values()), store.window_ms, store.window_advance_ms,
-            store.grace_ms, store.retention_ms, key_field, self.time,
-        )  # fmt: skip
+            needed._jdf,
+            "partition",
+            seeded,
+            self.store,
+            self.output_ddl_for(key_field),
+            self.values_ddl,
+            ",".join(agg.kind for agg in self.values.values()),
+            store.window_ms,
+            store.window_advance_ms,
+            store.grace_ms,
+            store.retention_ms,
+            key_field,
+            self.time,
+        )
         return DataFrame(jdf, spark)
 
     def build(self, ctx, processor=None):
@@ -206,12 +249,14 @@ class WindowedAggregate(StoreDeclaration):
         self.check(spec)
         key_field, store = spec.key_field, store_spec(spec, self.store)
         ctx.ensure_output_table(self.output_schema(key_field))
-        events = ctx.with_dead_letters(self.classify(ctx.kafka_source(), key_field), "partition", "offset",
-                                       "timestamp", "value", key=key_field)  # fmt: skip
+        events = ctx.with_dead_letters(
+            self.classify(ctx.kafka_source(), key_field), "partition", "offset", "timestamp", "value", key=key_field
+        )
         changes = self.store_changes_for(key_field)
         rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
-        write_windows = self._window_writer(ctx.output_path, key_field, store.window_ms, spec.name,
-                                            ctx.outputs_may_repeat)  # fmt: skip
+        write_windows = self._window_writer(
+            ctx.output_path, key_field, store.window_ms, spec.name, ctx.outputs_may_repeat
+        )
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         app, kafka, source_topic = spec.application_id, ctx.settings.kafka, ctx.input_topic
 
@@ -266,13 +311,14 @@ class WindowedAggregate(StoreDeclaration):
             changed = output_rows(windows.where(f"NOT {TOMBSTONE} OR closed IS NOT NULL"))
             columns = [c for c in changed.columns if c != "_gone"]
             (
-                DeltaTable.forPath(batch.sparkSession, output_path).alias("t")
+                DeltaTable.forPath(batch.sparkSession, output_path)
+                .alias("t")
                 .merge(changed.alias("s"), on)
                 .whenMatchedDelete(condition="s._gone")
                 .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
                 .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
                 .execute()
-            )  # fmt: skip
+            )
             return True
 
         return write
@@ -290,9 +336,14 @@ class WindowedAggregate(StoreDeclaration):
                 F.sort_array(F.collect_list(F.when(~F.col("closed"), open_window))).alias("open_windows"),
                 F.sort_array(F.collect_list(F.when(F.col("closed"), F.col("window_start_ms")))).alias("closed_starts"),
             )
-            .select("source_partition", F.col(key_field).alias("key"), "open_windows", "closed_starts",
-                    F.lit(None).cast("bigint").alias("stream_time_ms"))
-        )  # fmt: skip
+            .select(
+                "source_partition",
+                F.col(key_field).alias("key"),
+                "open_windows",
+                "closed_starts",
+                F.lit(None).cast("bigint").alias("stream_time_ms"),
+            )
+        )
         times = restored.where(F.col(key_field).isNull()).select(
             "source_partition", F.lit(None).cast("string").alias("key"), "stream_time_ms"
         )
@@ -304,8 +355,16 @@ def _late_message():
     closed it and, for hopping windows, how many open windows still counted it."""
     from pyspark.sql import functions as F
 
-    counted = F.when(F.col("open_windows") > 0, F.concat(F.lit("; counted in its "),
-                     F.col("open_windows").cast("string"), F.lit(" open windows"))).otherwise(F.lit(""))  # fmt: skip
-    return F.concat(F.lit("window starting "), iso_time(F.col("window_start_ms")),
-                    F.lit(" had closed: stream time of partition "), F.col("source_partition").cast("string"),
-                    F.lit(" was "), iso_time(F.col("stream_time_ms")), counted)  # fmt: skip
+    counted = F.when(
+        F.col("open_windows") > 0,
+        F.concat(F.lit("; counted in its "), F.col("open_windows").cast("string"), F.lit(" open windows")),
+    ).otherwise(F.lit(""))
+    return F.concat(
+        F.lit("window starting "),
+        iso_time(F.col("window_start_ms")),
+        F.lit(" had closed: stream time of partition "),
+        F.col("source_partition").cast("string"),
+        F.lit(" was "),
+        iso_time(F.col("stream_time_ms")),
+        counted,
+    )

@@ -36,8 +36,10 @@ def reports_table(settings: Settings):
 
 
 def _position(settings: Settings, spec: JobSpec) -> dict:
-    return {str(p): o for p, o in (committed_input_offsets(JobLayout.of(spec, settings).checkpoint,
-                                                           spec.source_topic) or {}).items()}  # fmt: skip
+    return {
+        str(p): o
+        for p, o in (committed_input_offsets(JobLayout.of(spec, settings).checkpoint, spec.source_topic) or {}).items()
+    }
 
 
 def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_version: int, run_id: str) -> dict:
@@ -49,7 +51,9 @@ def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_v
     old = _read(spark, JobLayout.of(old_spec, settings).output_table)
     new = _read(spark, JobLayout.of(new_spec, settings).output_table)
     if old is None and new is None:
-        raise RuntimeError(f"neither {old_spec.output_table_dir} nor {new_spec.output_table_dir} exists: nothing to compare")
+        raise RuntimeError(
+            f"neither {old_spec.output_table_dir} nor {new_spec.output_table_dir} exists: nothing to compare"
+        )
     old_columns = [c for c in (old.columns if old is not None else []) if c not in keys]
     new_columns = [c for c in (new.columns if new is not None else []) if c not in keys]
     compared = [c for c in new_columns if c in old_columns]
@@ -60,31 +64,54 @@ def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_v
         return df.select(*keys, F.to_json(F.struct(*[F.col(c) for c in compared])).alias(name))
 
     joined = side(old, "old").join(side(new, "new"), keys, "full_outer")
-    outcome = (F.when(F.col("old").isNull(), F.lit(ONLY_NEW)).when(F.col("new").isNull(), F.lit(ONLY_OLD))
-               .when(F.col("old") == F.col("new"), F.lit(EQUAL)).otherwise(F.lit(DIFFERENT)))  # fmt: skip
-    classified = joined.select(F.to_json(F.struct(*keys)).alias("key"), outcome.alias("outcome"), "old", "new").persist()
+    outcome = (
+        F.when(F.col("old").isNull(), F.lit(ONLY_NEW))
+        .when(F.col("new").isNull(), F.lit(ONLY_OLD))
+        .when(F.col("old") == F.col("new"), F.lit(EQUAL))
+        .otherwise(F.lit(DIFFERENT))
+    )
+    classified = joined.select(
+        F.to_json(F.struct(*keys)).alias("key"), outcome.alias("outcome"), "old", "new"
+    ).persist()
     try:
         counts = {row["outcome"]: row["count"] for row in classified.groupBy("outcome").count().collect()}
-        samples = {o: [r.asDict() for r in classified.where(F.col("outcome") == o).orderBy("key").limit(SAMPLES).collect()]
-                   for o in (DIFFERENT, ONLY_OLD, ONLY_NEW)}  # fmt: skip
+        samples = {
+            o: [r.asDict() for r in classified.where(F.col("outcome") == o).orderBy("key").limit(SAMPLES).collect()]
+            for o in (DIFFERENT, ONLY_OLD, ONLY_NEW)
+        }
         diffs = classified.where(F.col("outcome") != EQUAL).select(
-            F.lit(run_id).alias("run_id"), F.lit(job).alias("job"), F.lit(old_version).alias("old_version"),
-            F.lit(new_version).alias("new_version"), "key", "outcome", "old", "new")  # fmt: skip
+            F.lit(run_id).alias("run_id"),
+            F.lit(job).alias("job"),
+            F.lit(old_version).alias("old_version"),
+            F.lit(new_version).alias("new_version"),
+            "key",
+            "outcome",
+            "old",
+            "new",
+        )
         _replace_run(diffs, diffs_table(settings), run_id, partitioned=True)
     finally:
         classified.unpersist()
     old_at, new_at = _position(settings, old_spec), _position(settings, new_spec)
     report = {
-        "run_id": run_id, "job": job, "old_version": old_version, "new_version": new_version,
+        "run_id": run_id,
+        "job": job,
+        "old_version": old_version,
+        "new_version": new_version,
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "keys": ",".join(keys), "compared_columns": ",".join(compared),
+        "keys": ",".join(keys),
+        "compared_columns": ",".join(compared),
         "columns_only_old": ",".join(c for c in old_columns if c not in compared),
         "columns_only_new": ",".join(c for c in new_columns if c not in compared),
-        "equal": counts.get(EQUAL, 0), "different": counts.get(DIFFERENT, 0),
-        "only_old": counts.get(ONLY_OLD, 0), "only_new": counts.get(ONLY_NEW, 0),
-        "old_position": json.dumps(old_at, sort_keys=True), "new_position": json.dumps(new_at, sort_keys=True),
-        "aligned": old_at == new_at, "samples": json.dumps(samples, sort_keys=True, default=str),
-    }  # fmt: skip
+        "equal": counts.get(EQUAL, 0),
+        "different": counts.get(DIFFERENT, 0),
+        "only_old": counts.get(ONLY_OLD, 0),
+        "only_new": counts.get(ONLY_NEW, 0),
+        "old_position": json.dumps(old_at, sort_keys=True),
+        "new_position": json.dumps(new_at, sort_keys=True),
+        "aligned": old_at == new_at,
+        "samples": json.dumps(samples, sort_keys=True, default=str),
+    }
     _replace_run(spark.createDataFrame([report]), reports_table(settings), run_id, partitioned=False)
     return report
 
@@ -121,14 +148,16 @@ def render_report(report: dict) -> str:
         f"- only in v{report['new_version']}: {report['only_new']}",
         f"input committed: v{report['old_version']} {report['old_position']}, v{report['new_version']} "
         f"{report['new_position']} ({'aligned' if report['aligned'] else 'NOT aligned: some differences may be input one side has not processed yet'})",
-    ]  # fmt: skip
+    ]
     for name in ("columns_only_old", "columns_only_new"):
         if report.get(name):
             lines.append(f"{name.replace('_', ' ')}: {report[name]}")
     for outcome, rows in json.loads(report["samples"]).items():
         if rows:
             lines.append(f"samples {outcome}:")
-            lines += [f"  {r['key']}: v{report['old_version']}={r['old']} v{report['new_version']}={r['new']}" for r in rows]
+            lines += [
+                f"  {r['key']}: v{report['old_version']}={r['old']} v{report['new_version']}={r['new']}" for r in rows
+            ]
     return "\n".join(lines)
 
 

@@ -110,13 +110,19 @@ class ReprocessPlan:
             f"Reprocessing plan: {self.job} {target}, mode {self.mode} (made {self.made_at})",
             f"  input {self.input_topic}, start: {self.start}",
             "  source retention: " + (", ".join(f"{k}={v}" for k, v in self.source_retention.items()) or "unknown"),
-            *(f"  HISTORY GAP (accepted): partition {p}: up to {n} records before the start are no longer in the "
-              "source; the new state is built without them" for p, n in sorted(self.history_gap.items())),
-            *(f"    partition {p}: from offset {o} (end now {self.input_end.get(p)}; "
-              f"{max(0, self.input_end.get(p, 0) - o)} records)" for p, o in sorted(self.start_offsets.items())),
+            *(
+                f"  HISTORY GAP (accepted): partition {p}: up to {n} records before the start are no longer in the "
+                "source; the new state is built without them"
+                for p, n in sorted(self.history_gap.items())
+            ),
+            *(
+                f"    partition {p}: from offset {o} (end now {self.input_end.get(p)}; "
+                f"{max(0, self.input_end.get(p, 0) - o)} records)"
+                for p, o in sorted(self.start_offsets.items())
+            ),
             f"  records to process: {self.records_to_process}",
             "  steps:",
-        ]  # fmt: skip
+        ]
         width = max((len(a.verb) for a in self.actions), default=4)
         for i, a in enumerate(self.actions, 1):
             size = f" [{a.size}]" if a.size else ""
@@ -200,13 +206,17 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
     except JobSpecError as err:
         raise BadReprocessRequest(str(err)) from None
     if mode in BESIDE and target.version == current.version:
-        raise BadReprocessRequest(f"{job} v{target.version} is already the current version; {mode} needs a "
-                                  f"newer registered version (registered: {list(registered_versions()[job])}), "
-                                  "or use mode=reset to reprocess in place")  # fmt: skip
+        raise BadReprocessRequest(
+            f"{job} v{target.version} is already the current version; {mode} needs a "
+            f"newer registered version (registered: {list(registered_versions()[job])}), "
+            "or use mode=reset to reprocess in place"
+        )
     dry_run = bool(params.get("dry_run", True))
     if mode == RESET and not dry_run and params.get("confirm") != job:
-        raise BadReprocessRequest(f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
-                                  "(or run with dry_run to see the plan)")  # fmt: skip
+        raise BadReprocessRequest(
+            f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
+            "(or run with dry_run to see the plan)"
+        )
     if not existing_topics(settings.kafka, [target.source_topic]):
         raise BadReprocessRequest(
             f"{job} v{target.version}'s source topic {target.source_topic!r} does not exist on "
@@ -222,20 +232,32 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
     else:
         position = StartPosition.from_params(params)
         try:
-            start, gap = position.resolve(settings.kafka, target.source_topic, now,
-                                          accept_history_gap=bool(params.get("accept_history_gap")))  # fmt: skip
+            start, gap = position.resolve(
+                settings.kafka, target.source_topic, now, accept_history_gap=bool(params.get("accept_history_gap"))
+            )
         except BadStartPosition as err:
             raise BadReprocessRequest(str(err)) from None
         start_text = position.describe()
-    plan = ReprocessPlan(job=job, mode=mode, current_version=current.version, target_version=target.version,
-                         input_topic=target.source_topic, start=start_text, start_offsets=start,
-                         input_end=end, truncate_outputs=bool(params.get("truncate_outputs")),
-                         made_at=now.isoformat(timespec="seconds"), history_gap=gap,
-                         source_retention=source_retention(settings.kafka, target.source_topic))  # fmt: skip
+    plan = ReprocessPlan(
+        job=job,
+        mode=mode,
+        current_version=current.version,
+        target_version=target.version,
+        input_topic=target.source_topic,
+        start=start_text,
+        start_offsets=start,
+        input_end=end,
+        truncate_outputs=bool(params.get("truncate_outputs")),
+        made_at=now.isoformat(timespec="seconds"),
+        history_gap=gap,
+        source_retention=source_retention(settings.kafka, target.source_topic),
+    )
     if mode != MIGRATE and position.kind == "earliest" and any(low > 0 for low, _high in bounds.values()):
-        plan.notes.append("the source's retention already deleted the head of "
-                          + ", ".join(f"partition {p} (offsets below {low})" for p, (low, _h) in sorted(bounds.items()) if low > 0)
-                          + ": earliest is what remains, not the whole history")  # fmt: skip
+        plan.notes.append(
+            "the source's retention already deleted the head of "
+            + ", ".join(f"partition {p} (offsets below {low})" for p, (low, _h) in sorted(bounds.items()) if low > 0)
+            + ": earliest is what remains, not the whole history"
+        )
     if mode == SIDE_BY_SIDE:
         _side_by_side_actions(plan, settings, current, target)
     elif mode == MIGRATE:
@@ -297,13 +319,22 @@ def _side_by_side_actions(
     add = plan.actions.append
     resumes = latest_committed_batch_id(art.checkpoint) is not None
     if resumes and start_file:
-        plan.notes.append(f"{target.application_id} already has a checkpoint (an earlier run of this reprocessing): "
-                          "it resumes from there; the start position applies to a fresh checkpoint only")  # fmt: skip
+        plan.notes.append(
+            f"{target.application_id} already has a checkpoint (an earlier run of this reprocessing): "
+            "it resumes from there; the start position applies to a fresh checkpoint only"
+        )
     holder = JobLease(settings.status_dir, target.application_id).holder()
     if start_file:
-        add(Action("prepare", "keep" if resumes else "write", "start position",
-                   str(art.start_offsets_file), checkpoint_size(art.checkpoint, plan.input_topic),
-                   f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
+        add(
+            Action(
+                "prepare",
+                "keep" if resumes else "write",
+                "start position",
+                str(art.start_offsets_file),
+                checkpoint_size(art.checkpoint, plan.input_topic),
+                f"{plan.input_topic} from {plan.start_offsets}",
+            )
+        )
     for topic in art.changelog_topics:
         add(Action("launch", "create", "changelog topic", topic, topic_size(bootstrap, topic, present)))
     add(
@@ -317,19 +348,43 @@ def _side_by_side_actions(
     )
     for table in (*art.snapshot_tables, *art.output_tables):
         add(Action("launch", "create", "Delta table", str(table), delta_size(table)))
-    add(Action("launch", "start" if holder is None else "keep", "driver", target.application_id,
-               "" if holder is None else f"running, pid {holder.get('pid')}",
-               f"consumer group prefix {target.application_id}"))  # fmt: skip
-    add(Action("wait_caught_up", "wait", "input position", plan.input_topic, f"{plan.records_to_process} records",
-               "until v%d has committed the input end at that time" % target.version))  # fmt: skip
+    add(
+        Action(
+            "launch",
+            "start" if holder is None else "keep",
+            "driver",
+            target.application_id,
+            "" if holder is None else f"running, pid {holder.get('pid')}",
+            f"consumer group prefix {target.application_id}",
+        )
+    )
+    add(
+        Action(
+            "wait_caught_up",
+            "wait",
+            "input position",
+            plan.input_topic,
+            f"{plan.records_to_process} records",
+            "until v%d has committed the input end at that time" % target.version,
+        )
+    )
     old = JobLayout.of(current, settings)
-    add(Action("compare", "compare", "Delta tables", f"{old.output_table} vs {art.output_table}",
-               f"{delta_size(old.output_table)} vs {delta_size(art.output_table)}",
-               f"on {', '.join(target.output_keys)}; report in {settings.lake / '_streamstate'}"))  # fmt: skip
+    add(
+        Action(
+            "compare",
+            "compare",
+            "Delta tables",
+            f"{old.output_table} vs {art.output_table}",
+            f"{delta_size(old.output_table)} vs {delta_size(art.output_table)}",
+            f"on {', '.join(target.output_keys)}; report in {settings.lake / '_streamstate'}",
+        )
+    )
     running_old = JobLease(settings.status_dir, current.application_id).holder()
-    plan.notes.append(f"{current.application_id} keeps running and serving readers "
-                      f"({'pid ' + str(running_old.get('pid')) if running_old else 'not running now'}); "
-                      "promote_job_version switches readers after you read the report")  # fmt: skip
+    plan.notes.append(
+        f"{current.application_id} keeps running and serving readers "
+        f"({'pid ' + str(running_old.get('pid')) if running_old else 'not running now'}); "
+        "promote_job_version switches readers after you read the report"
+    )
 
 
 def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
@@ -357,27 +412,69 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
             "it writes the snapshot tables deleted below; the reset holds its lease, supervision restarts it after",
         )
     )
-    add(Action("reset", "delete", "checkpoint", str(art.checkpoint), checkpoint_size(art.checkpoint, plan.input_topic),
-               "input positions live here (Spark commits no consumer-group offsets)"))  # fmt: skip
+    add(
+        Action(
+            "reset",
+            "delete",
+            "checkpoint",
+            str(art.checkpoint),
+            checkpoint_size(art.checkpoint, plan.input_topic),
+            "input positions live here (Spark commits no consumer-group offsets)",
+        )
+    )
     for path in art.quarantined_checkpoints():
         add(Action("reset", "delete", "quarantined checkpoint", str(path), human_bytes(path.size_bytes())))
     for topic in art.changelog_topics:
-        add(Action("reset", "delete", "changelog topic", topic, topic_size(bootstrap, topic, present),
-                   "re-created empty by the restart"))  # fmt: skip
+        add(
+            Action(
+                "reset",
+                "delete",
+                "changelog topic",
+                topic,
+                topic_size(bootstrap, topic, present),
+                "re-created empty by the restart",
+            )
+        )
     for table in art.snapshot_tables:
         add(Action("reset", "delete", "snapshot table", str(table), delta_size(table)))
     for table in art.output_tables:
-        add(Action("reset", "truncate" if plan.truncate_outputs else "keep", "output table", str(table), delta_size(table),
-                   "rows deleted, history kept (time travel)" if plan.truncate_outputs
-                   else "reprocessed keys are merged over the existing rows"))  # fmt: skip
-    add(Action("reset", "truncate" if plan.truncate_outputs else "keep", "dead-letter topic", art.dead_letter_topic,
-               topic_size(bootstrap, art.dead_letter_topic, present)))  # fmt: skip
-    add(Action("reset", "write", "start position", str(art.start_offsets_file), "",
-               f"{plan.input_topic} from {plan.start_offsets}"))  # fmt: skip
+        add(
+            Action(
+                "reset",
+                "truncate" if plan.truncate_outputs else "keep",
+                "output table",
+                str(table),
+                delta_size(table),
+                "rows deleted, history kept (time travel)"
+                if plan.truncate_outputs
+                else "reprocessed keys are merged over the existing rows",
+            )
+        )
+    add(
+        Action(
+            "reset",
+            "truncate" if plan.truncate_outputs else "keep",
+            "dead-letter topic",
+            art.dead_letter_topic,
+            topic_size(bootstrap, art.dead_letter_topic, present),
+        )
+    )
+    add(
+        Action(
+            "reset",
+            "write",
+            "start position",
+            str(art.start_offsets_file),
+            "",
+            f"{plan.input_topic} from {plan.start_offsets}",
+        )
+    )
     add(Action("restart", "start", "driver", target.application_id, "", "supervision resumes"))
     if plan.start != "earliest":
-        plan.notes.append("state is rebuilt from the start position only: keys whose events all precede it are "
-                          "absent from the new state")  # fmt: skip
+        plan.notes.append(
+            "state is rebuilt from the start position only: keys whose events all precede it are "
+            "absent from the new state"
+        )
 
 
 def write_start_offsets(layout: JobLayout, topic: str, offsets: dict[int, int]) -> Location:

@@ -69,9 +69,15 @@ class StartPosition:
             try:
                 offsets = json.loads(offsets) if offsets.strip() else None
             except ValueError:
-                raise BadStartPosition(f"start_offsets {offsets!r} is not JSON; expected e.g. {{\"0\": 120, \"1\": 95}}") from None
-        return cls(kind=params.get("start_from") or EARLIEST, datetime=params.get("start_datetime") or None,
-                   duration=params.get("start_duration") or None, offsets=offsets or None)  # fmt: skip
+                raise BadStartPosition(
+                    f'start_offsets {offsets!r} is not JSON; expected e.g. {{"0": 120, "1": 95}}'
+                ) from None
+        return cls(
+            kind=params.get("start_from") or EARLIEST,
+            datetime=params.get("start_datetime") or None,
+            duration=params.get("start_duration") or None,
+            offsets=offsets or None,
+        )
 
     def validate(self, now: dt.datetime) -> None:
         """Checks that need no broker: the kind, the field it needs, a date-time in the past."""
@@ -82,7 +88,9 @@ class StartPosition:
                 raise BadStartPosition("start_from=datetime needs start_datetime")
             at = parse_datetime(self.datetime)
             if at > now:
-                raise BadStartPosition(f"start_datetime {at.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})")
+                raise BadStartPosition(
+                    f"start_datetime {at.isoformat()} is in the future (now {now.isoformat(timespec='seconds')})"
+                )
         elif self.kind == DURATION:
             if not self.duration:
                 raise BadStartPosition("start_from=duration needs start_duration (e.g. 6h)")
@@ -94,14 +102,21 @@ class StartPosition:
                 if not str(partition).isdigit():
                     raise BadStartPosition(f"start_offsets: partition {partition!r} is not a partition number")
                 if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-                    raise BadStartPosition(f"start_offsets: offset {offset!r} of partition {partition} must be an integer >= 0")
+                    raise BadStartPosition(
+                        f"start_offsets: offset {offset!r} of partition {partition} must be an integer >= 0"
+                    )
 
     def describe(self) -> str:
-        return {EARLIEST: "earliest", DATETIME: f"records from {self.datetime}", DURATION: f"the last {self.duration}",
-                OFFSETS: f"offsets {dict(self.offsets or {})}"}.get(self.kind, self.kind)  # fmt: skip
+        return {
+            EARLIEST: "earliest",
+            DATETIME: f"records from {self.datetime}",
+            DURATION: f"the last {self.duration}",
+            OFFSETS: f"offsets {dict(self.offsets or {})}",
+        }.get(self.kind, self.kind)
 
-    def resolve(self, kafka: KafkaTarget, topic: str, now: dt.datetime, *,
-                accept_history_gap: bool = False) -> tuple[dict[int, int], dict[int, int]]:  # fmt: skip
+    def resolve(
+        self, kafka: KafkaTarget, topic: str, now: dt.datetime, *, accept_history_gap: bool = False
+    ) -> tuple[dict[int, int], dict[int, int]]:
         """(partition -> first offset to process, partition -> records the source no longer holds
         before it). Validates against the topic as it is now.
 
@@ -116,10 +131,14 @@ class StartPosition:
         """
         offsets, gaps = self._resolve(kafka, topic, now)
         if gaps and not accept_history_gap:
-            lost = ", ".join(f"partition {p}: up to {n} records before offset {offsets[p]}" for p, n in sorted(gaps.items()))
-            raise BadStartPosition(f"{topic} no longer holds the start of {self.describe()} ({lost}: deleted by "
-                                   "retention); reprocessing from here builds state on partial history. Choose a "
-                                   "later start, or set accept_history_gap to proceed and record the gap")  # fmt: skip
+            lost = ", ".join(
+                f"partition {p}: up to {n} records before offset {offsets[p]}" for p, n in sorted(gaps.items())
+            )
+            raise BadStartPosition(
+                f"{topic} no longer holds the start of {self.describe()} ({lost}: deleted by "
+                "retention); reprocessing from here builds state on partial history. Choose a "
+                "later start, or set accept_history_gap to proceed and record the gap"
+            )
         return offsets, gaps
 
     def _resolve(self, kafka: KafkaTarget, topic: str, now: dt.datetime) -> tuple[dict[int, int], dict[int, int]]:
@@ -141,8 +160,9 @@ class StartPosition:
         requested = {int(p): int(o) for p, o in self.offsets.items()}
         missing = sorted(set(requested) - set(bounds))
         if missing:
-            raise BadStartPosition(f"start_offsets: topic {topic!r} has no partition {missing} "
-                                   f"(it has {sorted(bounds)})")  # fmt: skip
+            raise BadStartPosition(
+                f"start_offsets: topic {topic!r} has no partition {missing} (it has {sorted(bounds)})"
+            )
         gaps = {}
         for p, offset in requested.items():
             low, high = bounds[p]

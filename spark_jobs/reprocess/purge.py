@@ -55,8 +55,9 @@ def purge_candidates(settings: Settings, now: dt.datetime | None = None) -> list
             spec = get_job(event.job, event.version)
         except JobSpecError:
             # unregistered code: its artifacts are still named by the application id convention
-            candidates.append(PurgeCandidate(event.job, event.version, event.retain_until, [],
-                                             "no longer registered: purge by hand"))  # fmt: skip
+            candidates.append(
+                PurgeCandidate(event.job, event.version, event.retain_until, [], "no longer registered: purge by hand")
+            )
             continue
         layout = JobLayout.of(spec, settings)
         blocked = None
@@ -68,8 +69,9 @@ def purge_candidates(settings: Settings, now: dt.datetime | None = None) -> list
             blocked = "its driver is running"
         elif JobLease(settings.status_dir, layout.standby.name).holder() is not None:
             blocked = "its warm standby is running"
-        candidates.append(PurgeCandidate(event.job, event.version, event.retain_until,
-                                         owned_targets(settings, layout), blocked))  # fmt: skip
+        candidates.append(
+            PurgeCandidate(event.job, event.version, event.retain_until, owned_targets(settings, layout), blocked)
+        )
     return candidates
 
 
@@ -85,8 +87,9 @@ def purge_version(settings: Settings, job: str, version: int, *, by: str, run_id
             deleted = _delete_everything(settings, layout)
             versions.mark_purged(job, version, by=by, run_id=run_id)
     except JobAlreadyRunning as err:
-        raise RuntimeError(f"{err.holder.get('application_id')} runs (pid {err.holder.get('pid')}); stop it "
-                           "before purging") from None  # fmt: skip
+        raise RuntimeError(
+            f"{err.holder.get('application_id')} runs (pid {err.holder.get('pid')}); stop it before purging"
+        ) from None
     # The lease files go last, once released: while held they kept the version from starting.
     for status_files in (layout.driver, layout.standby):
         status_files.lease.unlink(missing_ok=True)

@@ -37,9 +37,11 @@ def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
         with holding_version(layout):
             return _reset(settings, plan, layout)
     except JobAlreadyRunning as err:
-        raise ResetRefused(f"{err.holder.get('application_id')} is held by pid {err.holder.get('pid')} on "
-                           f"{err.holder.get('host')} (lease epoch {err.holder.get('epoch')}); stop it first - "
-                           "nothing was touched") from None  # fmt: skip
+        raise ResetRefused(
+            f"{err.holder.get('application_id')} is held by pid {err.holder.get('pid')} on "
+            f"{err.holder.get('host')} (lease epoch {err.holder.get('epoch')}); stop it first - "
+            "nothing was touched"
+        ) from None
 
 
 def _reset(settings: Settings, plan: ReprocessPlan, layout: JobLayout) -> dict:

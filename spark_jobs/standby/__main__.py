@@ -19,11 +19,17 @@ from spark_jobs.versions import JobVersions
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="spark_jobs.standby", description="Follow a job's changelogs into its Delta snapshots.")
+    parser = argparse.ArgumentParser(
+        prog="spark_jobs.standby", description="Follow a job's changelogs into its Delta snapshots."
+    )
     parser.add_argument("job")
     parser.add_argument("--version", type=int, default=None, help="job version (default: the one serving readers)")
-    parser.add_argument("--metrics-port", type=int, default=None,
-                        help="serve Prometheus metrics on this port (default: STREAMSTATE_METRICS_PORT; 0: a free port)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (default: STREAMSTATE_METRICS_PORT; 0: a free port)",
+    )
     parser.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, backfills)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

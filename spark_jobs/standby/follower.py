@@ -44,10 +44,14 @@ from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotS
 
 log = logging.getLogger("streamstate.standby")
 
-STANDBY_LAG_MS = Gauge("streamstate_standby_lag_ms", "How long the oldest change missing from the standby snapshot "
-                       "has waited", ["application_id", "store"])  # fmt: skip
-STANDBY_LAG_RECORDS = Gauge("streamstate_standby_lag_records", "Changelog records not yet read by the follower",
-                            ["application_id", "store"])  # fmt: skip
+STANDBY_LAG_MS = Gauge(
+    "streamstate_standby_lag_ms",
+    "How long the oldest change missing from the standby snapshot has waited",
+    ["application_id", "store"],
+)
+STANDBY_LAG_RECORDS = Gauge(
+    "streamstate_standby_lag_records", "Changelog records not yet read by the follower", ["application_id", "store"]
+)
 STANDBY_COMMITS = Counter(
     "streamstate_standby_commits", "Snapshot commits by the follower", ["application_id", "store"]
 )
@@ -196,13 +200,18 @@ class StoreFollower:
             return None
         previous = self.snapshot
         info = SnapshotInfo(
-            delta_version=-1, application_id=self.application_id, store=self.store, batch_id=batch.batch_id,
+            delta_version=-1,
+            application_id=self.application_id,
+            store=self.store,
+            batch_id=batch.batch_id,
             input_offsets=batch.marker.input_offsets or (previous.input_offsets if previous else {}),
-            changelog_offsets=dict(self.offsets), rows=0,
+            changelog_offsets=dict(self.offsets),
+            rows=0,
             taken_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            watermark_ms=batch.marker.watermark_ms, as_of_ms=self.caught_up_at_ms if self.at_head else batch.marker_time_ms,
+            watermark_ms=batch.marker.watermark_ms,
+            as_of_ms=self.caught_up_at_ms if self.at_head else batch.marker_time_ms,
             writer="standby",
-        )  # fmt: skip
+        )
         written = self.snapshots.append_layer(self.pending, info, base=previous)
         if self.snapshots.next_mode(written) == "full":  # the layers outgrew the base: fold them (reads the state)
             written = self.snapshots.fold(written)
@@ -215,11 +224,17 @@ class StoreFollower:
     def view(self) -> dict:
         snap = self.snapshot
         return {
-            "topic": self.topic, "batch_id": snap.batch_id if snap else None,
-            "snapshot_version": snap.delta_version if snap else None, "rows": snap.rows if snap else 0,
-            "as_of_ms": snap.as_of_ms if snap else 0, "lag_ms": self.lag_ms(), "lag_records": self.lag_records,
-            "pending_keys": len(self.pending), "commits": self.commits, "at_head": self.at_head,
-        }  # fmt: skip
+            "topic": self.topic,
+            "batch_id": snap.batch_id if snap else None,
+            "snapshot_version": snap.delta_version if snap else None,
+            "rows": snap.rows if snap else 0,
+            "as_of_ms": snap.as_of_ms if snap else 0,
+            "lag_ms": self.lag_ms(),
+            "lag_records": self.lag_records,
+            "pending_keys": len(self.pending),
+            "commits": self.commits,
+            "at_head": self.at_head,
+        }
 
     def close(self) -> None:
         if self.tail is not None:
@@ -252,8 +267,16 @@ class SnapshotFollower:
             raise RuntimeError(
                 f"{standby_id(self.spec.application_id)}: illegal move {self.state.value} -> {new.value}"
             )
-        log.info(json.dumps({"event": "standby_state", "application_id": self.spec.application_id,
-                             "from": self.state.value, "to": new.value}))  # fmt: skip
+        log.info(
+            json.dumps(
+                {
+                    "event": "standby_state",
+                    "application_id": self.spec.application_id,
+                    "from": self.state.value,
+                    "to": new.value,
+                }
+            )
+        )
         self.state = new
         self.error = error or self.error
         self.publish(force=True)
@@ -328,9 +351,18 @@ class SnapshotFollower:
             follower._open()
             return
         if written is not None:
-            log.info(json.dumps({"event": "standby_commit", "application_id": self.spec.application_id,
-                                 "store": follower.store, "batch_id": written.batch_id, "rows": written.rows,
-                                 "delta_version": written.delta_version}))  # fmt: skip
+            log.info(
+                json.dumps(
+                    {
+                        "event": "standby_commit",
+                        "application_id": self.spec.application_id,
+                        "store": follower.store,
+                        "batch_id": written.batch_id,
+                        "rows": written.rows,
+                        "delta_version": written.delta_version,
+                    }
+                )
+            )
 
     def _lag_ms(self) -> int:
         return max((f.lag_ms() for f in self.stores.values()), default=0)
@@ -341,13 +373,20 @@ class SnapshotFollower:
             return
         self._published = time.monotonic()
         document = {
-            "application_id": self.spec.application_id, "state": self.state.value, "error": self.error,
-            "pid": os.getpid(), "host": socket.gethostname(), "lease_epoch": self.lease.epoch,
-            "started_at": self.started_at, "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-            "max_lag_ms": int(self.settings.standby_max_lag_s * 1000), "lag_ms": self._lag_ms(),
-            "transient_kafka_errors": self.transient_errors, "metrics_port": self.metrics_port,
+            "application_id": self.spec.application_id,
+            "state": self.state.value,
+            "error": self.error,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "lease_epoch": self.lease.epoch,
+            "started_at": self.started_at,
+            "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "max_lag_ms": int(self.settings.standby_max_lag_s * 1000),
+            "lag_ms": self._lag_ms(),
+            "transient_kafka_errors": self.transient_errors,
+            "metrics_port": self.metrics_port,
             "stores": {name: f.view() for name, f in self.stores.items()},
-        }  # fmt: skip
+        }
         path = standby_status_path(self.settings.status_dir, self.spec.application_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")

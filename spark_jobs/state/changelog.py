@@ -152,8 +152,13 @@ class BatchMarker:
         void = [(int(a), int(b)) for a, b in data.get("void", ())]
         if data.get("void_after") is not None and data.get("void_before") is not None:  # as markers said it before
             void.append((int(data["void_after"]), int(data["void_before"])))
-        return cls(batch_id=int(data["batch_id"]), input_offsets=offsets, records=int(data["records"]),
-                   void=tuple(void), watermark_ms=int(data.get("watermark_ms", 0)))  # fmt: skip
+        return cls(
+            batch_id=int(data["batch_id"]),
+            input_offsets=offsets,
+            records=int(data["records"]),
+            void=tuple(void),
+            watermark_ms=int(data.get("watermark_ms", 0)),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,8 +181,15 @@ def carried_void(previous: tuple[tuple[int, int], ...], after: int, before: int)
 class ChangelogWriter:
     """Appends one micro-batch of state changes, then its markers, to a store's changelog topic."""
 
-    def __init__(self, topic: ChangelogTopic, kafka: KafkaTarget, *, batch_base: int = 0,
-                 void: tuple[tuple[int, int], ...] = (), fence: WriterFence | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        topic: ChangelogTopic,
+        kafka: KafkaTarget,
+        *,
+        batch_base: int = 0,
+        void: tuple[tuple[int, int], ...] = (),
+        fence: WriterFence | None = None,
+    ) -> None:
         """``batch_base`` is added to Spark's batch id (a driver's: its generation's, ``fence.batch_base``);
         ``void`` goes on every marker. With a ``fence`` the markers are written in its transactions (a
         fenced driver's are refused); without one (tools, tests), by an idempotent producer."""
@@ -215,25 +227,32 @@ class ChangelogWriter:
         )
         count = records.count()
         if count:
-            (records.write.format("kafka")
-             .options(**as_connection(self.kafka).spark_options())
-             .options(**CHANGES_PRODUCER_OPTIONS)
-             .option("kafka.acks", "all")
-             .option("topic", self.topic.name)
-             .save())  # fmt: skip
+            (
+                records.write.format("kafka")
+                .options(**as_connection(self.kafka).spark_options())
+                .options(**CHANGES_PRODUCER_OPTIONS)
+                .option("kafka.acks", "all")
+                .option("topic", self.topic.name)
+                .save()
+            )
         return count
 
     def marker(
         self, spark_batch_id: int, input_offsets: KafkaOffsets, records: int, watermark_ms: int = 0
     ) -> BatchMarker:
         """The marker that completes batch ``spark_batch_id`` of ``records`` change records in this topic."""
-        return BatchMarker(self.batch_base + spark_batch_id, input_offsets, records, void=self.void,
-                           watermark_ms=watermark_ms)  # fmt: skip
+        return BatchMarker(
+            self.batch_base + spark_batch_id, input_offsets, records, void=self.void, watermark_ms=watermark_ms
+        )
 
     def marker_records(self, marker: BatchMarker) -> MarkerRecords:
         """The marker as the records to write: one per partition of the topic."""
-        return MarkerRecords(self.topic.name, range(self.topic.partitions), marker.to_bytes(),
-                             [(BATCH_HEADER, str(marker.batch_id).encode())])  # fmt: skip
+        return MarkerRecords(
+            self.topic.name,
+            range(self.topic.partitions),
+            marker.to_bytes(),
+            [(BATCH_HEADER, str(marker.batch_id).encode())],
+        )
 
     def _write_markers(self, marker: BatchMarker) -> None:
         markers = self.marker_records(marker)
@@ -241,14 +260,19 @@ class ChangelogWriter:
             self.fence.commit_markers([markers])
             return
         if self._producer is None:
-            self._producer = Producer(client_config(self.kafka, {"enable.idempotence": True,
-                                       "acks": "all", "log_level": 3}))  # fmt: skip
+            self._producer = Producer(
+                client_config(self.kafka, {"enable.idempotence": True, "acks": "all", "log_level": 3})
+            )
         failures: list[str] = []
         for partition in markers.partitions:
             self._producer.produce(
-                markers.topic, key=MARKER_KEY, value=markers.value, partition=partition, headers=markers.headers,
+                markers.topic,
+                key=MARKER_KEY,
+                value=markers.value,
+                partition=partition,
+                headers=markers.headers,
                 on_delivery=lambda err, _msg: failures.append(str(err)) if err else None,
-            )  # fmt: skip
+            )
         if self._producer.flush(60) or failures:
             raise RuntimeError(f"batch {marker.batch_id} markers not acknowledged on {self.topic.name}: {failures[:1]}")
 

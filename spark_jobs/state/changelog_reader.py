@@ -178,9 +178,19 @@ def apply_changes(state: dict[bytes, bytes], changes: list[tuple[bytes, bytes | 
 
 
 def _consumer(kafka: KafkaTarget, topic: str, **overrides) -> Consumer:
-    return Consumer(client_config(kafka, {"group.id": f"streamstate-restore-{topic}",
-                     "enable.auto.commit": False, "enable.partition.eof": True, "log_level": 3,
-                     "fetch.max.bytes": 64 * 1024 * 1024, **overrides}))  # fmt: skip
+    return Consumer(
+        client_config(
+            kafka,
+            {
+                "group.id": f"streamstate-restore-{topic}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "log_level": 3,
+                "fetch.max.bytes": 64 * 1024 * 1024,
+                **overrides,
+            },
+        )
+    )
 
 
 def _read_range(
@@ -303,8 +313,9 @@ def read_changelog(
         consumer.close()
 
 
-def last_complete_batch(kafka: KafkaTarget, topic: str, window: int = 4096,
-                        timeout_s: float = 30.0) -> BatchMarker | None:  # fmt: skip
+def last_complete_batch(
+    kafka: KafkaTarget, topic: str, window: int = 4096, timeout_s: float = 30.0
+) -> BatchMarker | None:
     """The marker of the newest batch complete in every partition of ``topic`` (None: no batch is).
 
     Read from the end: the last ``window`` records of each partition, a wider window while some partition
@@ -335,8 +346,9 @@ class ChangelogTail:
     batches that became complete. :meth:`lag` says how far behind the topic's end it is.
     """
 
-    def __init__(self, kafka: KafkaTarget, topic: str, start_offsets: Mapping[int, int] | None = None,
-                 timeout_s: float = 30.0) -> None:  # fmt: skip
+    def __init__(
+        self, kafka: KafkaTarget, topic: str, start_offsets: Mapping[int, int] | None = None, timeout_s: float = 30.0
+    ) -> None:
         self.topic = topic
         self.consumer = _consumer(kafka, topic)
         metadata = self.consumer.list_topics(topic, timeout=timeout_s).topics[topic]

@@ -198,8 +198,9 @@ class WriterFence:
         def produce(producer: Producer) -> None:
             for marker in markers:
                 for partition in marker.partitions:
-                    producer.produce(marker.topic, key=MARKER_KEY, value=marker.value, partition=partition,
-                                     headers=marker.headers)  # fmt: skip
+                    producer.produce(
+                        marker.topic, key=MARKER_KEY, value=marker.value, partition=partition, headers=marker.headers
+                    )
 
         self._in_transaction(produce, f"writing markers to {', '.join(m.topic for m in markers)}")
 

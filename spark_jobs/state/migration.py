@@ -204,7 +204,11 @@ def plan_migration(settings: Settings, old: JobSpec, new: JobSpec) -> MigrationP
             f"{old.application_id} has no state to migrate (no snapshot, an empty changelog): start "
             f"{new.application_id} side by side instead"
         )
-    outputs = [(str(o), str(n)) for o, n in zip(old_layout.output_tables, new_layout.output_tables) if _is_delta(o)]
+    outputs = [
+        (str(o), str(n))
+        for o, n in zip(old_layout.output_tables, new_layout.output_tables, strict=False)
+        if _is_delta(o)
+    ]
     return MigrationPlan(old.name, old.version, new.version, plans, outputs)
 
 
@@ -244,7 +248,7 @@ def copy_outputs(settings: Settings, old: JobSpec, new: JobSpec, batch_id: int, 
     not run (:func:`plan_migration` checks), so its tables hold nothing of its own."""
     old_layout, new_layout = JobLayout.of(old, settings), JobLayout.of(new, settings)
     copied = {}
-    for source, target in zip(old_layout.output_tables, new_layout.output_tables):
+    for source, target in zip(old_layout.output_tables, new_layout.output_tables, strict=False):
         if not _is_delta(source):
             continue
         version = output_version_at(source, old_layout.output_transaction_app_id, batch_id)

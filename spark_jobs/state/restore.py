@@ -54,8 +54,9 @@ class LoggingRestoreListener:
         self.application_id = application_id
 
     def on_restore_start(self, store, topic, starting_offsets) -> None:
-        log.info(json.dumps({"event": "restore_start", "store": store, "topic": topic,
-                             "starting_offsets": starting_offsets}))  # fmt: skip
+        log.info(
+            json.dumps({"event": "restore_start", "store": store, "topic": topic, "starting_offsets": starting_offsets})
+        )
 
     def on_batch_restored(self, store, records_so_far) -> None:
         log.info(json.dumps({"event": "restore_progress", "store": store, "records": records_so_far}))
@@ -112,15 +113,21 @@ class RestoredState:
 
     def summary(self) -> dict:
         return {
-            "batch_id": self.batch_id, "keys": self.keys, "in_spark": self.frame is not None, "full_replay": self.full_replay,
+            "batch_id": self.batch_id,
+            "keys": self.keys,
+            "in_spark": self.frame is not None,
+            "full_replay": self.full_replay,
             "snapshot_version": self.snapshot.delta_version if self.snapshot else None,
             "snapshot_batch_id": self.snapshot.batch_id if self.snapshot else None,
             "changelog_records_read": self.changelog_records_read,
             "changelog_records_applied": self.changelog_records_applied,
-            "input_offsets": self.input_offsets, "seconds": round(self.seconds, 3),
-            "next_batch_id": self.next_batch_id, "watermark_ms": self.watermark_ms,
-            "snapshot_rows": self.snapshot_rows, "snapshot_seconds": round(self.snapshot_seconds, 3),
-        }  # fmt: skip
+            "input_offsets": self.input_offsets,
+            "seconds": round(self.seconds, 3),
+            "next_batch_id": self.next_batch_id,
+            "watermark_ms": self.watermark_ms,
+            "snapshot_rows": self.snapshot_rows,
+            "snapshot_seconds": round(self.snapshot_seconds, 3),
+        }
 
 
 def restore_from_snapshot(

@@ -32,8 +32,12 @@ def restore_measurements_table(settings: Settings):
 def _schema():
     import pyarrow as pa
 
-    return pa.schema([pa.field("at", pa.timestamp("us", tz="UTC"))] + [pa.field(n, pa.int64()) for n in _INTS]
-                     + [pa.field(n, pa.float64()) for n in _FLOATS] + [pa.field(n, pa.string()) for n in _STRINGS])  # fmt: skip
+    return pa.schema(
+        [pa.field("at", pa.timestamp("us", tz="UTC"))]
+        + [pa.field(n, pa.int64()) for n in _INTS]
+        + [pa.field(n, pa.float64()) for n in _FLOATS]
+        + [pa.field(n, pa.string()) for n in _STRINGS]
+    )
 
 
 def record_restore(settings: Settings, spec: JobSpec, result: RestoredState) -> None:
@@ -41,13 +45,21 @@ def record_restore(settings: Settings, spec: JobSpec, result: RestoredState) -> 
     failure to record is logged, never raised (the restore itself succeeded)."""
     if not result.snapshot_rows and not result.changelog_records_read:
         return
-    row = {"at": dt.datetime.now(dt.timezone.utc), "job": spec.name, "version": spec.version,
-           "application_id": spec.application_id, "store": result.store,
-           "mode": "full_replay" if result.full_replay else "snapshot_and_tail", "snapshot_rows": result.snapshot_rows,
-           "changelog_records_read": result.changelog_records_read,
-           "changelog_records_applied": result.changelog_records_applied, "keys": result.keys,
-           "seconds": result.seconds, "snapshot_seconds": result.snapshot_seconds,
-           "changelog_seconds": max(0.0, result.seconds - result.snapshot_seconds)}  # fmt: skip
+    row = {
+        "at": dt.datetime.now(dt.timezone.utc),
+        "job": spec.name,
+        "version": spec.version,
+        "application_id": spec.application_id,
+        "store": result.store,
+        "mode": "full_replay" if result.full_replay else "snapshot_and_tail",
+        "snapshot_rows": result.snapshot_rows,
+        "changelog_records_read": result.changelog_records_read,
+        "changelog_records_applied": result.changelog_records_applied,
+        "keys": result.keys,
+        "seconds": result.seconds,
+        "snapshot_seconds": result.snapshot_seconds,
+        "changelog_seconds": max(0.0, result.seconds - result.snapshot_seconds),
+    }
     try:
         append_rows(restore_measurements_table(settings), [row], _schema())
     except Exception as err:  # noqa: BLE001 - the measurement is a by-product of the restore
@@ -100,8 +112,12 @@ class RestoreRates:
     @classmethod
     def fit(cls, measurements: list[dict], store: str | None = None, application_id: str | None = None) -> RestoreRates:
         """Rates from the store's own restores when it has enough (3+), else from every store's."""
-        own = [m for m in measurements if (store is None or m["store"] == store)
-               and (application_id is None or m["application_id"] == application_id)]  # fmt: skip
+        own = [
+            m
+            for m in measurements
+            if (store is None or m["store"] == store)
+            and (application_id is None or m["application_id"] == application_id)
+        ]
         rows = own if len(own) >= 3 else measurements
         return cls(
             snapshot=LinearCost.fit([(m["snapshot_rows"], m["snapshot_seconds"]) for m in rows if m["snapshot_rows"]]),

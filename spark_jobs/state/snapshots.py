@@ -383,7 +383,7 @@ class SnapshotStore:
     def read_text(self, info: SnapshotInfo) -> dict[str, str]:
         """The state of one snapshot as text (keys and values are UTF-8 JSON/strings in the table)."""
         table = self.arrow(info)
-        return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
+        return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
 
     def arrow(self, info: SnapshotInfo):
         """The state of one snapshot as a pyarrow Table(key, value), its layers resolved (:func:`resolve_layers`)."""
@@ -651,7 +651,7 @@ class SnapshotStore:
         keys = [k.decode() for k in changes]
         values = [None if v is None else v.decode() for v in changes.values()]
         if base is None:
-            live = [(k, v) for k, v in zip(keys, values) if v is not None]
+            live = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
             keys, values = [k for k, _ in live], [v for _, v in live]
             info = dataclasses.replace(info, rows=len(keys), mode="full")
             layer = pa.nulls(len(keys), pa.int64())

@@ -36,8 +36,11 @@ def checkpoint_audit_table(settings: Settings):
 def _schema():
     import pyarrow as pa
 
-    return pa.schema([pa.field("read_at", pa.timestamp("us", tz="UTC"))] + [pa.field(n, pa.int64()) for n in _INTS]
-                     + [pa.field(n, pa.string()) for n in _STRINGS])  # fmt: skip
+    return pa.schema(
+        [pa.field("read_at", pa.timestamp("us", tz="UTC"))]
+        + [pa.field(n, pa.int64()) for n in _INTS]
+        + [pa.field(n, pa.string()) for n in _STRINGS]
+    )
 
 
 def disk_bytes_per_partition(checkpoint: Location, operator_id: int) -> dict[int, int]:
@@ -54,12 +57,18 @@ def read_store(spark, checkpoint: Location, store: str, operator_id: int) -> dic
     """partition -> (rows, bytes) of ``store`` in ``checkpoint`` at its latest committed batch."""
     from pyspark.sql import functions as F
 
-    df = (spark.read.format("statestore").option("operatorId", operator_id).option("stateVarName", store)
-          .load(str(checkpoint)))  # fmt: skip
+    df = (
+        spark.read.format("statestore")
+        .option("operatorId", operator_id)
+        .option("stateVarName", store)
+        .load(str(checkpoint))
+    )
     payload = [c for c in df.columns if c != "partition_id"]
     sized = df.select("partition_id", F.length(F.to_json(F.struct(*[F.col(c) for c in payload]))).alias("size"))
-    return {r["partition_id"]: (r["rows"], r["bytes"] or 0)
-            for r in sized.groupBy("partition_id").agg(F.count("*").alias("rows"), F.sum("size").alias("bytes")).collect()}  # fmt: skip
+    return {
+        r["partition_id"]: (r["rows"], r["bytes"] or 0)
+        for r in sized.groupBy("partition_id").agg(F.count("*").alias("rows"), F.sum("size").alias("bytes")).collect()
+    }
 
 
 def audit_checkpoint(spark, settings: Settings, spec: JobSpec, run_id: str) -> list[dict]:
@@ -68,20 +77,29 @@ def audit_checkpoint(spark, settings: Settings, spec: JobSpec, run_id: str) -> l
     if batch_id is None or not spec.stores:
         return []
     now = dt.datetime.now(dt.timezone.utc)
-    base = {"run_id": run_id, "read_at": now, "application_id": spec.application_id, "version": spec.version,
-            "batch_id": batch_id}  # fmt: skip
+    base = {
+        "run_id": run_id,
+        "read_at": now,
+        "application_id": spec.application_id,
+        "version": spec.version,
+        "batch_id": batch_id,
+    }
     try:
         operators = spark.read.format("state-metadata").load(str(checkpoint)).collect()
         operator_id = operators[0]["operatorId"] if operators else 0
     except Exception as err:  # noqa: BLE001 - recorded, the audit goes on
-        return [{**base, "store": s.name, "error": f"state-metadata: {str(err).splitlines()[0][:500]}"} for s in spec.stores]
+        return [
+            {**base, "store": s.name, "error": f"state-metadata: {str(err).splitlines()[0][:500]}"} for s in spec.stores
+        ]
     disk = disk_bytes_per_partition(checkpoint, operator_id)
     rows, read = [], {}
     for store in spec.stores:
         try:
             read[store.name] = read_store(spark, checkpoint, store.name, operator_id)
         except Exception as err:  # noqa: BLE001
-            rows.append({**base, "store": store.name, "operator_id": operator_id, "error": str(err).splitlines()[0][:500]})
+            rows.append(
+                {**base, "store": store.name, "operator_id": operator_id, "error": str(err).splitlines()[0][:500]}
+            )
     for name, counts in read.items():
         for partition in sorted(set(counts) | set(disk)):
             n, size = counts.get(partition, (0, 0))
@@ -89,8 +107,17 @@ def audit_checkpoint(spark, settings: Settings, spec: JobSpec, run_id: str) -> l
             # bytes by its state bytes (all of them when it is the only store).
             total = sum(other.get(partition, (0, 0))[1] for other in read.values())
             share = size / total if total else 1 / len(read)
-            rows.append({**base, "store": name, "operator_id": operator_id, "partition": partition, "rows": n,
-                         "bytes": size, "disk_bytes": round(disk.get(partition, 0) * share)})  # fmt: skip
+            rows.append(
+                {
+                    **base,
+                    "store": name,
+                    "operator_id": operator_id,
+                    "partition": partition,
+                    "rows": n,
+                    "bytes": size,
+                    "disk_bytes": round(disk.get(partition, 0) * share),
+                }
+            )
     return rows
 
 

@@ -92,9 +92,12 @@ def audit_table(settings: Settings):
 def _schema():
     import pyarrow as pa
 
-    return pa.schema([pa.field("audited_at", pa.timestamp("us", tz="UTC")), pa.field("unbounded", pa.bool_())]
-                     + [pa.field(n, pa.int64()) for n in _INTS] + [pa.field(n, pa.float64()) for n in _FLOATS]
-                     + [pa.field(n, pa.string()) for n in _STRINGS])  # fmt: skip
+    return pa.schema(
+        [pa.field("audited_at", pa.timestamp("us", tz="UTC")), pa.field("unbounded", pa.bool_())]
+        + [pa.field(n, pa.int64()) for n in _INTS]
+        + [pa.field(n, pa.float64()) for n in _FLOATS]
+        + [pa.field(n, pa.string()) for n in _STRINGS]
+    )
 
 
 def record_audit(settings: Settings, rows: list[dict]) -> None:
@@ -104,14 +107,22 @@ def record_audit(settings: Settings, rows: list[dict]) -> None:
     if rows:
         table = audit_table(settings)
         # merge: a table written before a column was added (the TTL check's) gains it
-        write_deltalake(str(table), pa.Table.from_pylist(rows, schema=_schema()), mode="append", schema_mode="merge",
-                        storage_options=table.storage_options())  # fmt: skip
+        write_deltalake(
+            str(table),
+            pa.Table.from_pylist(rows, schema=_schema()),
+            mode="append",
+            schema_mode="merge",
+            storage_options=table.storage_options(),
+        )
 
 
 def audit_rows(settings: Settings, application_id: str | None = None, store: str | None = None) -> list[dict]:
     """Audit rows, oldest first."""
-    rows = [r for r in read_rows(audit_table(settings))
-            if (application_id is None or r["application_id"] == application_id) and (store is None or r["store"] == store)]  # fmt: skip
+    rows = [
+        r
+        for r in read_rows(audit_table(settings))
+        if (application_id is None or r["application_id"] == application_id) and (store is None or r["store"] == store)
+    ]
     return sorted(rows, key=lambda r: r["audited_at"])
 
 
@@ -148,16 +159,20 @@ def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_m
     ``source_partition``) where it keeps one, else ``stream_time_ms`` (the snapshot's watermark)."""
     if store.kind != "windowed":
         return None
-    per_partition = {v.get("source_partition"): v["stream_time_ms"] for v in values
-                     if v.get("window_start_ms") is None and isinstance(v.get("stream_time_ms"), int)}  # fmt: skip
+    per_partition = {
+        v.get("source_partition"): v["stream_time_ms"]
+        for v in values
+        if v.get("window_start_ms") is None and isinstance(v.get("stream_time_ms"), int)
+    }
     if not stream_time_ms and not per_partition:
         return None
     horizon = store.retention_ms or 0
     return sum(
-        1 for v in values
+        1
+        for v in values
         if isinstance(v.get("window_start_ms"), int)
         and v["window_start_ms"] + horizon < per_partition.get(v.get("source_partition"), stream_time_ms)
-    )  # fmt: skip
+    )
 
 
 def ttl_check(
@@ -184,8 +199,17 @@ def _offset_span(settings: Settings, topic: str) -> int | None:
     return sum(high - low for low, high in partition_offsets(settings.kafka, topic).values())
 
 
-def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec, *, checkpoint_rows: list[dict],
-                changelog: dict | None, restores: list[dict], history: list[dict]) -> dict:  # fmt: skip
+def audit_store(
+    settings: Settings,
+    run_id: str,
+    spec: JobSpec,
+    store: StoreSpec,
+    *,
+    checkpoint_rows: list[dict],
+    changelog: dict | None,
+    restores: list[dict],
+    history: list[dict],
+) -> dict:
     """The audit row of one store. ``checkpoint_rows``: this run's rows of the checkpoint reader for
     the store; ``changelog``: the newest tuning measurement of its changelog (None: never measured);
     ``restores``: every measured restore; ``history``: the store's earlier audit rows, oldest first."""
@@ -194,15 +218,30 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     layout = JobLayout.of(spec, settings)
     status = read_status(settings.status_dir, spec.application_id) or {}
     progress = status.get("progress") or {}
-    row: dict = {"run_id": run_id, "audited_at": dt.datetime.now(dt.UTC), "job": spec.name,
-                 "version": spec.version, "application_id": spec.application_id, "store": store.name, "kind": store.kind,
-                 "checkpoint_bytes": layout.checkpoint.size_bytes(),
-                 "memory_bytes": progress.get("state_memory_bytes")}  # fmt: skip
+    row: dict = {
+        "run_id": run_id,
+        "audited_at": dt.datetime.now(dt.UTC),
+        "job": spec.name,
+        "version": spec.version,
+        "application_id": spec.application_id,
+        "store": store.name,
+        "kind": store.kind,
+        "checkpoint_bytes": layout.checkpoint.size_bytes(),
+        "memory_bytes": progress.get("state_memory_bytes"),
+    }
     if readable:
-        row.update(state_rows=sum(r["rows"] for r in readable), state_bytes=sum(r["bytes"] for r in readable),
-                   state_disk_bytes=sum(r["disk_bytes"] for r in readable), state_rows_source="checkpoint",
-                   partitions=json.dumps({str(r["partition"]): {"rows": r["rows"], "bytes": r["bytes"],
-                                                                "disk_bytes": r["disk_bytes"]} for r in readable}))  # fmt: skip
+        row.update(
+            state_rows=sum(r["rows"] for r in readable),
+            state_bytes=sum(r["bytes"] for r in readable),
+            state_disk_bytes=sum(r["disk_bytes"] for r in readable),
+            state_rows_source="checkpoint",
+            partitions=json.dumps(
+                {
+                    str(r["partition"]): {"rows": r["rows"], "bytes": r["bytes"], "disk_bytes": r["disk_bytes"]}
+                    for r in readable
+                }
+            ),
+        )
     elif progress.get("state_rows") is not None:
         row.update(state_rows=progress["state_rows"], state_rows_source="progress")
     else:
@@ -215,9 +254,13 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
 
     topic = layout.changelog_topic(store.name)
     if changelog is not None:
-        row.update(changelog_records=changelog["records"], changelog_bytes=changelog["bytes"],
-                   changelog_live_keys=changelog["live_keys"], changelog_tombstones=changelog["tombstones"],
-                   changelog_source=f"tuning measurement {changelog['measured_at'].isoformat(timespec='seconds')}")  # fmt: skip
+        row.update(
+            changelog_records=changelog["records"],
+            changelog_bytes=changelog["bytes"],
+            changelog_live_keys=changelog["live_keys"],
+            changelog_tombstones=changelog["tombstones"],
+            changelog_source=f"tuning measurement {changelog['measured_at'].isoformat(timespec='seconds')}",
+        )
     else:
         row.update(
             changelog_records=_offset_span(settings, topic), changelog_source="watermark offsets (not measured yet)"
@@ -234,27 +277,55 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     tail = tail_records(settings.kafka, topic, latest.changelog_offsets if latest else None)
     rates = RestoreRates.fit(restores, store=store.name, application_id=spec.application_id)
     row["tail_records"] = tail
-    row["restore_snapshot_tail_s"] = rates.estimate(snapshot_rows=latest.rows_scanned if latest else 0, changelog_records=tail) \
-        if latest else None  # fmt: skip
+    row["restore_snapshot_tail_s"] = (
+        rates.estimate(snapshot_rows=latest.rows_scanned if latest else 0, changelog_records=tail) if latest else None
+    )
     row["restore_full_replay_s"] = rates.estimate(
         snapshot_rows=None, changelog_records=row.get("changelog_records") or 0
     )
 
     # trends and budgets
-    state_bytes = max(v for v in (row.get("state_bytes"), row.get("state_disk_bytes"), row.get("snapshot_bytes"),
-                                  row.get("changelog_bytes"), 0) if v is not None)  # fmt: skip
+    state_bytes = max(
+        v
+        for v in (
+            row.get("state_bytes"),
+            row.get("state_disk_bytes"),
+            row.get("snapshot_bytes"),
+            row.get("changelog_bytes"),
+            0,
+        )
+        if v is not None
+    )
     restore_s = (
         row["restore_snapshot_tail_s"] if row["restore_snapshot_tail_s"] is not None else row["restore_full_replay_s"]
     )
     series = history + [{**row, "_bytes": state_bytes, "_restore_s": restore_s}]
     for r in history:
-        r.setdefault("_bytes", max(v for v in (r.get("state_bytes"), r.get("state_disk_bytes"), r.get("snapshot_bytes"),
-                                                r.get("changelog_bytes"), 0) if v is not None))  # fmt: skip
-        r.setdefault("_restore_s", r.get("restore_snapshot_tail_s") if r.get("restore_snapshot_tail_s") is not None
-                     else r.get("restore_full_replay_s"))  # fmt: skip
-    per_day = {"rows": trends.growth_per_day([(r["audited_at"], r.get("state_rows")) for r in series]),
-               "bytes": trends.growth_per_day([(r["audited_at"], r.get("_bytes")) for r in series]),
-               "restore_s": trends.growth_per_day([(r["audited_at"], r.get("_restore_s")) for r in series])}  # fmt: skip
+        r.setdefault(
+            "_bytes",
+            max(
+                v
+                for v in (
+                    r.get("state_bytes"),
+                    r.get("state_disk_bytes"),
+                    r.get("snapshot_bytes"),
+                    r.get("changelog_bytes"),
+                    0,
+                )
+                if v is not None
+            ),
+        )
+        r.setdefault(
+            "_restore_s",
+            r.get("restore_snapshot_tail_s")
+            if r.get("restore_snapshot_tail_s") is not None
+            else r.get("restore_full_replay_s"),
+        )
+    per_day = {
+        "rows": trends.growth_per_day([(r["audited_at"], r.get("state_rows")) for r in series]),
+        "bytes": trends.growth_per_day([(r["audited_at"], r.get("_bytes")) for r in series]),
+        "restore_s": trends.growth_per_day([(r["audited_at"], r.get("_restore_s")) for r in series]),
+    }
     row.update(rows_per_day=per_day["rows"], bytes_per_day=per_day["bytes"], restore_s_per_day=per_day["restore_s"])
     checks = trends.budget_checks(
         store.budget, {"rows": row.get("state_rows"), "bytes": state_bytes, "restore_s": restore_s}, per_day
@@ -275,6 +346,11 @@ def audit_store(settings: Settings, run_id: str, spec: JobSpec, store: StoreSpec
     unbounded = trends.unbounded_growth(store, series, row["windows_beyond_retention"], checked)
     row.update(unbounded=unbounded.flagged, unbounded_reason=unbounded.reason)
     b = store.budget
-    row.update(budget_max_rows=b.max_rows, budget_max_bytes=b.max_bytes, budget_max_restore_s=b.max_restore_s,
-               budget_warn_days=b.warn_days, errors="; ".join(errors) or None)  # fmt: skip
+    row.update(
+        budget_max_rows=b.max_rows,
+        budget_max_bytes=b.max_bytes,
+        budget_max_restore_s=b.max_restore_s,
+        budget_warn_days=b.warn_days,
+        errors="; ".join(errors) or None,
+    )
     return row

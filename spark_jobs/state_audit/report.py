@@ -86,7 +86,9 @@ def write_report(settings: Settings, by_store: dict[tuple[str, str], list[dict]]
         if r.get("unbounded"):
             flags.append(f'<b class="bad">unbounded growth</b>: {html.escape(r.get("unbounded_reason") or "")}')
         if r.get("days_to_budget") is not None:
-            flags.append(f'budget crossed{"" if r["days_to_budget"] == 0 else " in " + _fmt(r["days_to_budget"], " days")}')
+            flags.append(
+                f"budget crossed{'' if r['days_to_budget'] == 0 else ' in ' + _fmt(r['days_to_budget'], ' days')}"
+            )
         if r.get("errors"):
             flags.append(f'<span class="bad">{html.escape(r["errors"])}</span>')
         ttl_row = ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 from typing import TYPE_CHECKING
 
 from spark_jobs.registry import StateBudget, StoreSpec
@@ -31,7 +32,7 @@ def growth_per_day(points: list[tuple[dt.datetime, float]], window_days: float =
     points = sorted((t, v) for t, v in points if v is not None)
     shrank = [i for i in range(1, len(points)) if points[i][1] < points[i - 1][1]]
     if shrank:
-        points = points[shrank[-1]:]
+        points = points[shrank[-1] :]
     if len(points) < 2:
         return None
     newest = points[-1][0]
@@ -40,7 +41,9 @@ def growth_per_day(points: list[tuple[dt.datetime, float]], window_days: float =
     if len(points) < 2 or max(xs) == 0:
         return None
     mean_x, mean_y = sum(xs) / len(xs), sum(v for _, v in points) / len(points)
-    return sum((x - mean_x) * (v - mean_y) for x, (_, v) in zip(xs, points)) / sum((x - mean_x) ** 2 for x in xs)
+    return sum((x - mean_x) * (v - mean_y) for x, (_, v) in zip(xs, points, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
 
 
 def days_until(current: float | None, limit: float | None, per_day: float | None) -> float | None:
@@ -67,9 +70,12 @@ def unbounded_growth(
     ``changelog_tombstones`` are read); ``ttl``: the measured eviction of a store with ``ttl_ms``."""
     if store.kind == "windowed":
         if windows_beyond_retention:
-            return Unbounded(True, f"{windows_beyond_retention:,} windows older than the store's retention "
-                                   f"({store.retention_ms or 0:,} ms from their start) are still in the state: "
-                                   "expiry is not deleting them")  # fmt: skip
+            return Unbounded(
+                True,
+                f"{windows_beyond_retention:,} windows older than the store's retention "
+                f"({store.retention_ms or 0:,} ms from their start) are still in the state: "
+                "expiry is not deleting them",
+            )
         return Unbounded(False, "windows expire with the retention")
     if store.ttl_ms:
         if ttl is not None and ttl.verdict == "ttl_verified":
@@ -89,9 +95,12 @@ def _keys_only_added(history: list[dict]) -> Unbounded:
         return Unbounded(False, f"fewer than {UNBOUNDED_AFTER_AUDITS} audits")
     keys = [r["state_rows"] for r in recent]
     tombstones = max((r.get("changelog_tombstones") or 0) for r in history)
-    if all(b >= a for a, b in zip(keys, keys[1:])) and keys[-1] > keys[0] and tombstones == 0:
-        return Unbounded(True, f"keys only ever added: {keys[0]:,} -> {keys[-1]:,} over the last {len(keys)} audits, "
-                               "no tombstone ever seen in the changelog: nothing deletes or evicts a key")  # fmt: skip
+    if all(b >= a for a, b in itertools.pairwise(keys)) and keys[-1] > keys[0] and tombstones == 0:
+        return Unbounded(
+            True,
+            f"keys only ever added: {keys[0]:,} -> {keys[-1]:,} over the last {len(keys)} audits, "
+            "no tombstone ever seen in the changelog: nothing deletes or evicts a key",
+        )
     return Unbounded(False, "keys are removed (tombstones seen) or the key count is stable")
 
 
@@ -110,7 +119,9 @@ class BudgetCheck:
         return self.current > self.limit
 
 
-def budget_checks(budget: StateBudget, current: dict[str, float | None], per_day: dict[str, float | None]) -> list[BudgetCheck]:
+def budget_checks(
+    budget: StateBudget, current: dict[str, float | None], per_day: dict[str, float | None]
+) -> list[BudgetCheck]:
     """Every limited measure with a current value: where it is, how fast it grows, days left."""
     limits = {"rows": budget.max_rows, "bytes": budget.max_bytes, "restore_s": budget.max_restore_s}
     checks = []
@@ -118,6 +129,13 @@ def budget_checks(budget: StateBudget, current: dict[str, float | None], per_day
         value = current.get(measure)
         if limit is None or value is None:
             continue
-        checks.append(BudgetCheck(measure, float(value), float(limit), per_day.get(measure),
-                                  days_until(value, limit, per_day.get(measure))))  # fmt: skip
+        checks.append(
+            BudgetCheck(
+                measure,
+                float(value),
+                float(limit),
+                per_day.get(measure),
+                days_until(value, limit, per_day.get(measure)),
+            )
+        )
     return checks

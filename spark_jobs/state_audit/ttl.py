@@ -137,13 +137,17 @@ def event_time_ttl_verdict(ttl_ms: int, values: Iterable[dict]) -> TtlCheck:
     not after its partition's stream time (the entry with ``stream_time_ms``). The processor expires such a
     key before the batch ends, so a snapshot, taken after a batch, holds none."""
     values = list(values)
-    stream_times = {v.get("source_partition"): v["stream_time_ms"] for v in values
-                    if isinstance(v.get("stream_time_ms"), int)}  # fmt: skip
+    stream_times = {
+        v.get("source_partition"): v["stream_time_ms"] for v in values if isinstance(v.get("stream_time_ms"), int)
+    }
     live = [v for v in values if isinstance(v.get("event_time_ms"), int) and v.get("stream_time_ms") is None]
     if not stream_times:
         return TtlCheck(UNVERIFIABLE, len(live), 0, None, "no snapshot with the partitions' stream times yet")
-    behind = [stream_times[v.get("source_partition")] - v["event_time_ms"] for v in live
-              if v.get("source_partition") in stream_times]  # fmt: skip
+    behind = [
+        stream_times[v.get("source_partition")] - v["event_time_ms"]
+        for v in live
+        if v.get("source_partition") in stream_times
+    ]
     overdue = [b for b in behind if b >= ttl_ms]
     oldest = max(overdue, default=None)
     promise = f"event-time TTL {human_ms(ttl_ms)}"

@@ -22,13 +22,28 @@ from bench.compare import (
 def _rounds() -> dict[str, list[Round]]:
     full = {"seconds": 10.0, "records": 1000, "peak_bytes": 1}
     return {
-        "kafka_streams": [Round(100.0, 1, 50, {"full replay": full}), Round(120.0, 1, 50, {"full replay": {**full, "seconds": 14.0}})],
+        "kafka_streams": [
+            Round(100.0, 1, 50, {"full replay": full}),
+            Round(120.0, 1, 50, {"full replay": {**full, "seconds": 14.0}}),
+        ],
         "plain_spark": [Round(200.0, 1), Round(250.0, 1)],
-        "platform": [Round(400.0, 1, 80, {"full replay": {**full, "seconds": 6.0}, "snapshot + tail": {**full, "seconds": 1.2}},
-                           {"state": 300.0, "outputs": 50.0}),
-                     Round(500.0, 1, 80, {"full replay": {**full, "seconds": 8.0}, "snapshot + tail": {**full, "seconds": 1.2}},
-                           {"state": 360.0, "outputs": 60.0})],
-    }  # fmt: skip
+        "platform": [
+            Round(
+                400.0,
+                1,
+                80,
+                {"full replay": {**full, "seconds": 6.0}, "snapshot + tail": {**full, "seconds": 1.2}},
+                {"state": 300.0, "outputs": 50.0},
+            ),
+            Round(
+                500.0,
+                1,
+                80,
+                {"full replay": {**full, "seconds": 8.0}, "snapshot + tail": {**full, "seconds": 1.2}},
+                {"state": 360.0, "outputs": 60.0},
+            ),
+        ],
+    }
 
 
 def test_ratios_compare_medians_against_the_goals():
@@ -58,15 +73,20 @@ def test_where_the_restore_goes_splits_snapshot_and_tail():
     rounds = _rounds()
     assert where_the_restore_goes(rounds) == []  # older results carry no split
     for n, r in enumerate(rounds["platform"]):
-        r.restores["snapshot + tail"] = {**r.restores["snapshot + tail"], "snapshot_seconds": 0.2 + n * 0.2,
-                                         "snapshot_rows": 90_000}  # fmt: skip
+        r.restores["snapshot + tail"] = {
+            **r.restores["snapshot + tail"],
+            "snapshot_seconds": 0.2 + n * 0.2,
+            "snapshot_rows": 90_000,
+        }
     (line,) = where_the_restore_goes(rounds)
     assert line.endswith("reading the snapshot (90,000 rows) 0.30, replaying the changelog tail 0.90")
 
 
 def test_the_section_is_replaced_and_other_sections_stay(tmp_path):
     out = tmp_path / "BENCHMARKS.md"
-    out.write_text(f"# Benchmarks\n\n## Restore time\n\nkept\n\n{SECTION} (old)\n\nold figures\n\n## State query latency\n\nkept too\n")
+    out.write_text(
+        f"# Benchmarks\n\n## Restore time\n\nkept\n\n{SECTION} (old)\n\nold figures\n\n## State query latency\n\nkept too\n"
+    )
     write_section(f"{SECTION} (new)\n\nnew figures", out)
     text = out.read_text()
     assert "old figures" not in text and text.count(SECTION) == 1 and "new figures" in text
@@ -74,8 +94,18 @@ def test_the_section_is_replaced_and_other_sections_stay(tmp_path):
 
 
 def _size(events: int, keys: int, workload: str = "purchases") -> SizeResult:
-    return SizeResult(workload, events, keys, "2026-11-23", "abc1234", f"bench/compare.py --events {events} --keys {keys}",
-                      "x86_64, 2 cores", 12, 2, _rounds())  # fmt: skip
+    return SizeResult(
+        workload,
+        events,
+        keys,
+        "2026-11-23",
+        "abc1234",
+        f"bench/compare.py --events {events} --keys {keys}",
+        "x86_64, 2 cores",
+        12,
+        2,
+        _rounds(),
+    )
 
 
 def test_sizes_are_saved_and_the_report_is_built_from_every_saved_size(tmp_path):
@@ -85,13 +115,18 @@ def test_sizes_are_saved_and_the_report_is_built_from_every_saved_size(tmp_path)
     _size(1_000_000, 100_000).save(tmp_path)  # measured again: replaces, not adds
     results = load_results(tmp_path)
     assert [(r.workload, r.events, r.keys) for r in results] == [
-        ("purchases", 1_000_000, 100_000), ("purchases", 10_000_000, 100_000), ("pulses", 1_000_000, 1_000)]
+        ("purchases", 1_000_000, 100_000),
+        ("purchases", 10_000_000, 100_000),
+        ("pulses", 1_000_000, 1_000),
+    ]
     assert results[0].rounds["platform"][1].phases == {"state": 360.0, "outputs": 60.0}  # rounds survive JSON
 
     text = report(results, "plot.png")
     summary = [line for line in text.splitlines() if line.startswith("| purchases | 1,000,000 x 100,000 users |")]
     # medians: Kafka Streams 9,167/s, plain Spark 4,500/s, platform 2,250/s; snapshot + tail 1.2 s vs 12 s
-    assert summary == ["| purchases | 1,000,000 x 100,000 users | 9,167 | 4,500 | 2,250 | 0.25x | 0.50x | 0.10x | 2 | 2026-11-23, abc1234 |"]
+    assert summary == [
+        "| purchases | 1,000,000 x 100,000 users | 9,167 | 4,500 | 2,250 | 0.25x | 0.50x | 0.10x | 2 | 2026-11-23, abc1234 |"
+    ]
     assert text.count("### ") == 3 and "### purchases: 10,000,000 events, 100,000 users" in text
     assert "### pulses: 1,000,000 events, 1,000 patients" in text and "plain Spark (window() count, append)" in text
     assert "![events/s per peer and size](bench/results/plot.png)" in text
@@ -117,7 +152,9 @@ def test_rounds_are_kept_after_each_round_without_replacing_a_fuller_stored_resu
     assert keep_rounds(new, repeats=3, directory=tmp_path, out=out)
     assert "| purchases | 10,000,000 x 100,000 users |" in out.read_text() and "| 1 | 2026-11-23" in out.read_text()
     # A run asked for fewer rounds than stored replaces it when it has them all.
-    assert keep_rounds(dataclasses.replace(stored, commit="two0000", rounds=first), repeats=1, directory=tmp_path, out=out)
+    assert keep_rounds(
+        dataclasses.replace(stored, commit="two0000", rounds=first), repeats=1, directory=tmp_path, out=out
+    )
     assert SizeResult.load(tmp_path / stored.path_name).round_count == 1
 
 

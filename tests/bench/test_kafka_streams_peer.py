@@ -37,8 +37,9 @@ def _peer(classpath, settings, tmp_path, unique, topic, name="kstreams"):
     return KafkaStreamsPeer(classpath, settings, "purchase_counts", app, tmp_path / app, topic, output, threads=1)
 
 
-def test_peer_counts_what_the_platform_counts_and_restores_from_its_changelog(kafka_broker, settings, classpath,
-                                                                              tmp_path, unique):  # fmt: skip
+def test_peer_counts_what_the_platform_counts_and_restores_from_its_changelog(
+    kafka_broker, settings, classpath, tmp_path, unique
+):
     events = list(purchases.generate(4000, users=300, seed=3, start=purchases.start_ending_by(4000)))
     topic = f"purchases-{unique}"
     ensure_topic(settings.kafka, topic, 2)
@@ -49,7 +50,9 @@ def test_peer_counts_what_the_platform_counts_and_restores_from_its_changelog(ka
     peer.stop()
     changelog = f"{peer.application_id}-counts-changelog"
     expected = purchases.expected_counts(events)
-    assert answers.kafka_streams_purchases(settings.kafka, changelog) == expected and any(e["type"] == "account_closed" for e in events)
+    assert answers.kafka_streams_purchases(settings.kafka, changelog) == expected and any(
+        e["type"] == "account_closed" for e in events
+    )
 
     shutil.rmtree(tmp_path / peer.application_id)  # no local state: a full restore from the changelog
     again = _peer(classpath, settings, tmp_path, unique, topic)
@@ -61,7 +64,9 @@ def test_peer_counts_what_the_platform_counts_and_restores_from_its_changelog(ka
 def test_a_failed_peer_ends_the_wait_with_its_cause(kafka_broker, settings, classpath, tmp_path, unique):
     # Event times two hours ahead: the app stamps its changelog records with them and the broker refuses
     # them (log.message.timestamp.after.max.ms, 1 h), which kills its stream threads.
-    events = list(purchases.generate(200, users=20, seed=3, start=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)))
+    events = list(
+        purchases.generate(200, users=20, seed=3, start=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2))
+    )
     topic = f"future-{unique}"
     ensure_topic(settings.kafka, topic, 2)
     purchases.produce(settings.kafka, topic, events)
@@ -93,15 +98,18 @@ def test_peer_closes_the_same_windows_as_the_platform_reference(kafka_broker, se
         assert peer.wait_caught_up(timeout_s=300) > 0
     finally:
         peer.stop()
-    emitted = {(key.rpartition("@")[0], value["window_start_ms"]): value["beats"]
-               for key, value in _compacted_view(settings, output).items()}  # fmt: skip
+    emitted = {
+        (key.rpartition("@")[0], value["window_start_ms"]): value["beats"]
+        for key, value in _compacted_view(settings, output).items()
+    }
     want = pulse.expected([events], 60_000, 5_000, 6 * 3600 * 1000, partitions=2)
     assert want.late and len(want.emitted) > 10
     assert emitted == want.emitted
 
 
-def test_peer_computes_the_same_hopping_windows_as_the_platform_reference(kafka_broker, settings, classpath,
-                                                                           tmp_path, unique):  # fmt: skip
+def test_peer_computes_the_same_hopping_windows_as_the_platform_reference(
+    kafka_broker, settings, classpath, tmp_path, unique
+):
     """Kafka Streams' hopping windows (5 min advancing by 1 min, 30 s grace, 2 h retention) with an
     aggregate beyond a count, emitted on close and on every update, equal
     spark_jobs.generators.temperatures.expected: the reference temperature_averages' processor is held to
@@ -122,9 +130,15 @@ def test_peer_computes_the_same_hopping_windows_as_the_platform_reference(kafka_
         peer.stop()
 
     def windows_of(sink: str) -> dict:
-        return {(key.rpartition("@")[0], v["window_start_ms"]):
-                (v["readings"], v["temperature_sum"], v["min_temperature"], v["max_temperature"])
-                for key, v in _compacted_view(settings, sink).items()}  # fmt: skip
+        return {
+            (key.rpartition("@")[0], v["window_start_ms"]): (
+                v["readings"],
+                v["temperature_sum"],
+                v["min_temperature"],
+                v["max_temperature"],
+            )
+            for key, v in _compacted_view(settings, sink).items()
+        }
 
     want = temperatures.expected(events, partitions=2)
     assert any(0 < n < 5 for n in want.late.values()) and 0 in want.late.values() and len(want.emitted) > 20
@@ -132,8 +146,9 @@ def test_peer_computes_the_same_hopping_windows_as_the_platform_reference(kafka_
     assert windows_of(f"{output}-updates") == want.updated
 
 
-def test_peer_expires_the_same_keys_by_event_time_as_the_platform_reference(kafka_broker, settings, classpath,
-                                                                            tmp_path, unique):  # fmt: skip
+def test_peer_expires_the_same_keys_by_event_time_as_the_platform_reference(
+    kafka_broker, settings, classpath, tmp_path, unique
+):
     """A keyed aggregate with an event-time TTL in Kafka Streams' Processor API (per-task stream time,
     users expiring 60 s after their latest click, logouts deleting, late clicks for absent users dropped)
     ends with the store spark_jobs.generators.activity.expected computes: the reference the platform's

@@ -85,16 +85,19 @@ def test_reprocess_job_runs_each_mode_through_its_own_first_step_then_the_shared
     assert dag.task_dict["migrate_state"].downstream_task_ids == {"launch_new_version"}
 
 
-@pytest.mark.parametrize(("conf", "param"), [
-    ({"mode": "rewind"}, "mode"),
-    ({"job": "no_such_job"}, "job"),
-    ({"start_from": "yesterday"}, "start_from"),
-    ({"start_duration": "six hours"}, "start_duration"),
-    ({"start_datetime": "last tuesday"}, "start_datetime"),
-    ({"start_offsets": {"0": -5}}, "start_offsets"),
-    ({"start_offsets": {"first": 3}}, "start_offsets"),
-    ({"catch_up_timeout_min": 0}, "catch_up_timeout_min"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("conf", "param"),
+    [
+        ({"mode": "rewind"}, "mode"),
+        ({"job": "no_such_job"}, "job"),
+        ({"start_from": "yesterday"}, "start_from"),
+        ({"start_duration": "six hours"}, "start_duration"),
+        ({"start_datetime": "last tuesday"}, "start_datetime"),
+        ({"start_offsets": {"0": -5}}, "start_offsets"),
+        ({"start_offsets": {"first": 3}}, "start_offsets"),
+        ({"catch_up_timeout_min": 0}, "catch_up_timeout_min"),
+    ],
+)
 def test_reprocess_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, param):
     """What the trigger form and the REST API do before a run exists (the DAG's params merged with the
     conf, then validated against each Param's JSON schema)."""
@@ -110,17 +113,26 @@ def test_reprocess_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, para
         return params.validate()
 
     assert validate({})["dry_run"] is True  # the defaults are a valid, dry-run request
-    validate({"start_from": "offsets", "start_offsets": {"0": 12, "1": 0}, "start_duration": "PT6H",
-              "start_datetime": "2026-11-22T09:30:00.123+00:00"})
+    validate(
+        {
+            "start_from": "offsets",
+            "start_offsets": {"0": 12, "1": 0},
+            "start_duration": "PT6H",
+            "start_datetime": "2026-11-22T09:30:00.123+00:00",
+        }
+    )
     with pytest.raises(ParamValidationError, match=param):
         validate(conf)
 
 
-@pytest.mark.parametrize(("conf", "param"), [
-    ({"mode": "aggressive"}, "mode"),
-    ({"topics": ["not-a-changelog"]}, "topics"),
-    ({"topics": PURCHASE_CHANGELOG}, "topics"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("conf", "param"),
+    [
+        ({"mode": "aggressive"}, "mode"),
+        ({"topics": ["not-a-changelog"]}, "topics"),
+        ({"topics": PURCHASE_CHANGELOG}, "topics"),
+    ],
+)
 def test_tuning_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, param):
     import copy
 

@@ -74,8 +74,9 @@ LAUNCH_KILL_S = _rng.uniform(*LAUNCH_KILL[1:])
 #: a reprocessing run (reprocess_job side_by_side): the new version's driver takes its lease ~2.5 s after
 #: its launch is recorded, catches up ~16 s later [~32 s], then the compare application (a client-mode
 #: spark-submit) runs for ~17 s [~39 s]
-REPROCESS_KILL = _rng.choice([("new version launch recorded", 0.0, 2.0), ("new version lease taken", 0.0, 8.0),
-                              ("compare started", 0.0, 10.0)])  # fmt: skip
+REPROCESS_KILL = _rng.choice(
+    [("new version launch recorded", 0.0, 2.0), ("new version lease taken", 0.0, 8.0), ("compare started", 0.0, 10.0)]
+)
 REPROCESS_KILL_S = _rng.uniform(*REPROCESS_KILL[1:])
 #: the promotion (promote_job_version): after the pointer moved, start_new waits ~6 s for the new
 #: version's driver before stop_old runs
@@ -140,16 +141,23 @@ class Stack:
     def drivers(self, spec) -> set[int]:
         """Python drivers of ``spec`` (the processes that take the lease)."""
         tail = [spec.name.encode(), b"--version", str(spec.version).encode()]
-        return {pid for pid, cmd in self.processes().items()
-                if b"java" not in cmd[0] and any(part.endswith(b"spark_jobs/run.py") and cmd[i + 1:i + 4] == tail
-                                                 for i, part in enumerate(cmd))}  # fmt: skip
+        return {
+            pid
+            for pid, cmd in self.processes().items()
+            if b"java" not in cmd[0]
+            and any(part.endswith(b"spark_jobs/run.py") and cmd[i + 1 : i + 4] == tail for i, part in enumerate(cmd))
+        }
 
     def submits(self, spec) -> set[int]:
         """spark-submit JVMs of ``spec`` (one per launched driver, however far it got)."""
         tail = [spec.name.encode(), b"--version", str(spec.version).encode()]
-        return {pid for pid, cmd in self.processes().items()
-                if cmd[0].endswith(b"java") and b"org.apache.spark.deploy.SparkSubmit" in cmd
-                and any(cmd[i:i + 3] == tail for i in range(len(cmd)))}  # fmt: skip
+        return {
+            pid
+            for pid, cmd in self.processes().items()
+            if cmd[0].endswith(b"java")
+            and b"org.apache.spark.deploy.SparkSubmit" in cmd
+            and any(cmd[i : i + 3] == tail for i in range(len(cmd)))
+        }
 
     def launched(self, spec) -> set[int]:
         """Every process of a launch of ``spec``, however far it got (shell wrapper, spark-submit script,
@@ -159,8 +167,9 @@ class Stack:
 
     def compares(self) -> set[int]:
         """Processes of the reprocessing's compare application (spark-submit JVM and its Python)."""
-        return {pid for pid, cmd in self.processes().items()
-                if any(part.endswith(b"reprocess/compare.py") for part in cmd)}  # fmt: skip
+        return {
+            pid for pid, cmd in self.processes().items() if any(part.endswith(b"reprocess/compare.py") for part in cmd)
+        }
 
 
 class DagRuns:
@@ -201,8 +210,9 @@ class DagRuns:
             deadline = time.monotonic() + delay_s
             while time.monotonic() < deadline and not future.done():
                 time.sleep(0.05)
-            assert not future.done(), (f"{dag_id} ended before the kill (exit {future.result().returncode}): "
-                                       f"{future.result().stdout[-3000:]}")  # fmt: skip
+            assert not future.done(), (
+                f"{dag_id} ended before the kill (exit {future.result().returncode}): {future.result().stdout[-3000:]}"
+            )
             seen = observe()
             os.killpg(pid, signal.SIGKILL)
             result = future.result()
@@ -243,8 +253,11 @@ def _end(settings: Settings, topic: str) -> dict[int, int]:
 
 def _caught_up(settings: Settings, spec) -> None:
     end = _end(settings, spec.source_topic)
-    wait_for(lambda: committed_input_offsets(settings.checkpoints / spec.application_id, spec.source_topic) == end,
-             240, f"{spec.application_id} to commit {end}")  # fmt: skip
+    wait_for(
+        lambda: committed_input_offsets(settings.checkpoints / spec.application_id, spec.source_topic) == end,
+        240,
+        f"{spec.application_id} to commit {end}",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -284,11 +297,18 @@ def test_launch_killed_mid_way_the_rerun_adopts_the_driver_never_a_second(stack,
     before = len(read_record(stack.status_dir, app).launches)
 
     started = time.monotonic()
-    moment = {"run started": lambda: True,
-              "launch recorded": lambda: len(read_record(stack.status_dir, app).launches) > before,
-              "lease taken": lambda: lease.holder() is not None}[LAUNCH_KILL[0]]  # fmt: skip
-    phase = dags.run_and_kill("start_streaming_job", {"job": JOB}, start=moment, delay_s=LAUNCH_KILL_S,
-                              observe=lambda: _launch_phase(stack, procs, spec, before))  # fmt: skip
+    moment = {
+        "run started": lambda: True,
+        "launch recorded": lambda: len(read_record(stack.status_dir, app).launches) > before,
+        "lease taken": lambda: lease.holder() is not None,
+    }[LAUNCH_KILL[0]]
+    phase = dags.run_and_kill(
+        "start_streaming_job",
+        {"job": JOB},
+        start=moment,
+        delay_s=LAUNCH_KILL_S,
+        observe=lambda: _launch_phase(stack, procs, spec, before),
+    )
     print(f"\nseed {SEED}: launch task killed {LAUNCH_KILL_S:.1f} s after '{LAUNCH_KILL[0]}': {phase}")
 
     # Airflow's retry of the task (a new try of start_streaming_job).
@@ -296,23 +316,39 @@ def test_launch_killed_mid_way_the_rerun_adopts_the_driver_never_a_second(stack,
     _ok(rerun)
     log = rerun.stdout + rerun.stderr
     adopted = "already runs" in log or "is in flight" in log  # found its driver, or waited for its launch
-    print("  the rerun " + ("found the killed task's driver running" if "already runs" in log else
-                            "waited for the killed task's launch in flight" if adopted else "launched a driver"))
+    print(
+        "  the rerun "
+        + (
+            "found the killed task's driver running"
+            if "already runs" in log
+            else "waited for the killed task's launch in flight"
+            if adopted
+            else "launched a driver"
+        )
+    )
     if phase.startswith(("launch recorded", "driver holds the lease")):  # the detached driver outlived the task
         assert adopted, f"the rerun started another driver beside the killed task's:\n{log[-4000:]}"
 
     # Whatever the moment: one driver, started once. A straggler (a spark-submit the killed task started
     # before it recorded the launch) finds the lease taken and exits with code 3.
-    wait_for(lambda: len(procs.drivers(spec)) == 1 and len(procs.submits(spec)) == 1, 120,
-             "exactly one driver and one spark-submit of the job",
-             lambda: f"drivers {procs.drivers(spec)}, spark-submits {procs.submits(spec)}")  # fmt: skip
+    wait_for(
+        lambda: len(procs.drivers(spec)) == 1 and len(procs.submits(spec)) == 1,
+        120,
+        "exactly one driver and one spark-submit of the job",
+        lambda: f"drivers {procs.drivers(spec)}, spark-submits {procs.submits(spec)}",
+    )
     holder = lease.holder()
     assert holder is not None and procs.drivers(spec) == {int(holder["pid"])}
     assert holder["epoch"] == 1, f"the lease was acquired {holder['epoch']} times: a second driver ran"
 
     _caught_up(stack, spec)  # progress: batches committed up to the input end ...
-    status = wait_for(lambda: (s := read_status(stack.status_dir, app)) and (s.get("progress") or {}).get("batch_id")
-                      is not None and s, 60, "the driver to publish its batch")  # ... and published by the driver
+    status = wait_for(
+        lambda: (
+            (s := read_status(stack.status_dir, app)) and (s.get("progress") or {}).get("batch_id") is not None and s
+        ),
+        60,
+        "the driver to publish its batch",
+    )  # ... and published by the driver
     assert status["state"] == "RUNNING" and status["lease_epoch"] == 1
     assert _counts(current_output_path(stack, JOB)) == gift_cards["buggy"]  # v1's counts, nothing counted twice
     assert lease.holder()["epoch"] == 1 and procs.drivers(spec) == {int(holder["pid"])}  # still that one driver
@@ -329,8 +365,12 @@ def test_launch_killed_mid_way_the_rerun_adopts_the_driver_never_a_second(stack,
     _ok(dags.run("stop_streaming_job", {"job": JOB, "reason": "test: airflow kills"}))
     assert lease.holder() is None
     assert read_status(stack.status_dir, app)["state"] == "NOT_RUNNING"  # a clean stop, not a kill
-    wait_for(lambda: not procs.drivers(spec) and not procs.submits(spec), 60, "the driver's processes to exit",
-             lambda: f"drivers {procs.drivers(spec)}, spark-submits {procs.submits(spec)}")  # fmt: skip
+    wait_for(
+        lambda: not procs.drivers(spec) and not procs.submits(spec),
+        60,
+        "the driver's processes to exit",
+        lambda: f"drivers {procs.drivers(spec)}, spark-submits {procs.submits(spec)}",
+    )
     print(f"  {time.monotonic() - started:.0f} s from the killed launch to the clean stop")
 
 
@@ -369,15 +409,26 @@ def test_reprocessing_killed_mid_run_the_rerun_resumes_to_the_reference(stack, d
 
     started = time.monotonic()
     killed_at = time.time()
-    moment = {"new version launch recorded": lambda: read_record(stack.status_dir, v2.application_id).launches,
-              "new version lease taken": lambda: v2_lease.holder() is not None,
-              "compare started": lambda: procs.compares()}[REPROCESS_KILL[0]]  # fmt: skip
-    phase = dags.run_and_kill("reprocess_job", conf, start=moment, delay_s=REPROCESS_KILL_S,
-                              observe=lambda: _reprocess_phase(stack, procs, v2))  # fmt: skip
+    moment = {
+        "new version launch recorded": lambda: read_record(stack.status_dir, v2.application_id).launches,
+        "new version lease taken": lambda: v2_lease.holder() is not None,
+        "compare started": lambda: procs.compares(),
+    }[REPROCESS_KILL[0]]
+    phase = dags.run_and_kill(
+        "reprocess_job",
+        conf,
+        start=moment,
+        delay_s=REPROCESS_KILL_S,
+        observe=lambda: _reprocess_phase(stack, procs, v2),
+    )
     print(f"\nseed {SEED}: reprocessing task killed {REPROCESS_KILL_S:.1f} s after '{REPROCESS_KILL[0]}': {phase}")
     # The compare application ran in the task's process group: it died with it (no orphan writing a report).
-    wait_for(lambda: not procs.compares(), 30, "the killed run's compare application to be gone",
-             lambda: f"compare processes {procs.compares()}")  # fmt: skip
+    wait_for(
+        lambda: not procs.compares(),
+        30,
+        "the killed run's compare application to be gone",
+        lambda: f"compare processes {procs.compares()}",
+    )
     assert JobVersions(stack).current(JOB) == 1  # reprocessing never moves the readers
 
     rerun = dags.run("reprocess_job", conf)  # the re-run (the DAG has no retries: a re-run is the retry)
@@ -427,8 +478,11 @@ def test_reprocessing_killed_mid_run_the_rerun_resumes_to_the_reference(stack, d
 # ----- 3. the promotion that ends a reprocessing ------------------------------------------------------
 def _promote_phase(settings: Settings, procs: Stack, v1, v2) -> str:
     old = "v1 running" if JobLease(settings.status_dir, v1.application_id).holder() else "v1 stopped"
-    new = "v2 running" if JobLease(settings.status_dir, v2.application_id).holder() else (
-        "v2 starting" if procs.submits(v2) else "v2 not started")  # fmt: skip
+    new = (
+        "v2 running"
+        if JobLease(settings.status_dir, v2.application_id).holder()
+        else ("v2 starting" if procs.submits(v2) else "v2 not started")
+    )
     retired = [e.version for e in JobVersions(settings).retired(JOB)]
     return f"pointer on v2, {new}, {old}, retired {retired or 'none'}"
 
@@ -451,8 +505,13 @@ def test_promotion_killed_after_the_switch_the_rerun_stops_and_retires_the_old_v
     v2_epoch = v2_lease.last_epoch()
     conf = {"job": JOB, "version": 2, "dry_run": False, "confirm": JOB, "retain_days": 7}
     try:
-        phase = dags.run_and_kill("promote_job_version", conf, start=lambda: versions.current(JOB) == 2,
-                                  delay_s=PROMOTE_KILL_S, observe=lambda: _promote_phase(stack, procs, v1, v2))
+        phase = dags.run_and_kill(
+            "promote_job_version",
+            conf,
+            start=lambda: versions.current(JOB) == 2,
+            delay_s=PROMOTE_KILL_S,
+            observe=lambda: _promote_phase(stack, procs, v1, v2),
+        )
         print(f"\nseed {SEED}: promotion killed {PROMOTE_KILL_S:.1f} s after the pointer moved: {phase}")
         rerun = dags.run("promote_job_version", conf)  # the re-run (no retries: a re-run is the retry)
         _ok(rerun)
@@ -462,19 +521,30 @@ def test_promotion_killed_after_the_switch_the_rerun_stops_and_retires_the_old_v
         assert v2_lease.holder()["epoch"] == v2_epoch + 1 and len(procs.drivers(v2)) == 1  # one v2, started once
         # The promotion is complete: the old version stopped (stop_old waits for that), kept stopped, and
         # retired (so it is purged after its retention).
-        said = next((line.split("[airflow", 1)[0].strip() for line in (rerun.stdout + rerun.stderr).splitlines()
-                     if "audit:" in line), "?")  # fmt: skip
+        said = next(
+            (
+                line.split("[airflow", 1)[0].strip()
+                for line in (rerun.stdout + rerun.stderr).splitlines()
+                if "audit:" in line
+            ),
+            "?",
+        )
         old = v1_lease.holder()
         desired = read_record(stack.status_dir, v1.application_id).desired
         retired = [event.version for event in versions.retired(JOB)]
         if old is not None or desired != "stopped" or retired != [1]:
-            raise HalfPromoted(f"after the re-run ({said}): v1 {'runs, pid ' + str(old['pid']) if old else 'stopped'}, "
-                               f"desired {desired!r}, retired versions {retired}")  # fmt: skip
+            raise HalfPromoted(
+                f"after the re-run ({said}): v1 {'runs, pid ' + str(old['pid']) if old else 'stopped'}, "
+                f"desired {desired!r}, retired versions {retired}"
+            )
     finally:  # leave nothing running: the stop DAG stops the current version, the hook the old one
         if v2_lease.holder() is not None and versions.current(JOB) == 2:
             _ok(dags.run("stop_streaming_job", {"job": JOB, "reason": "test: airflow kills"}))
         for spec in (v1, v2):
             if StreamingJobHook(spec, stack).stop() is not None:
-                wait_for(lambda spec=spec: JobLease(stack.status_dir, spec.application_id).holder() is None, 120,
-                         f"{spec.application_id} to stop")  # fmt: skip
+                wait_for(
+                    lambda spec=spec: JobLease(stack.status_dir, spec.application_id).holder() is None,
+                    120,
+                    f"{spec.application_id} to stop",
+                )
         wait_for(lambda: not procs.drivers(v1) and not procs.drivers(v2), 60, "the drivers' processes to exit")

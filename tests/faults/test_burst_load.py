@@ -60,8 +60,9 @@ def test_a_ten_x_burst_keeps_memory_bounded_and_the_lag_drains(private_stack):
     log = open(settings.data_dir / "driver.log", "w")  # noqa: SIM115 - closed in finally
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
-    driver = subprocess.Popen(submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)  # fmt: skip
+    driver = subprocess.Popen(
+        submit.command(), env={**os.environ, **submit.env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     started = time.monotonic()
     rows: list[dict] = []
     batch_sizes: list[int] = []
@@ -79,8 +80,12 @@ def test_a_ten_x_burst_keeps_memory_bounded_and_the_lag_drains(private_stack):
         return row
 
     try:
-        wait_for(lambda: (record("warm-up")["batch_id"] or 0) >= 2, 240, "the job's first batches",
-                 diagnose=lambda: (settings.data_dir / "driver.log").read_text()[-3000:])
+        wait_for(
+            lambda: (record("warm-up")["batch_id"] or 0) >= 2,
+            240,
+            "the job's first batches",
+            diagnose=lambda: (settings.data_dir / "driver.log").read_text()[-3000:],
+        )
         warm_up_end = time.monotonic() + WARM_UP_S
         while time.monotonic() < warm_up_end:
             record("warm-up")
@@ -108,8 +113,10 @@ def test_a_ten_x_burst_keeps_memory_bounded_and_the_lag_drains(private_stack):
         stop_process_group(driver)
         log.close()
         for r in rows:
-            print(f"{r['minute']:5.2f} min {r['phase']:8s} rss {r['driver_rss_mib']:7.1f} MiB lag {r['input_lag_records']:6d} "
-                  f"batch {r['batch_id']} state {r['state_rows']}")  # fmt: skip
+            print(
+                f"{r['minute']:5.2f} min {r['phase']:8s} rss {r['driver_rss_mib']:7.1f} MiB lag {r['input_lag_records']:6d} "
+                f"batch {r['batch_id']} state {r['state_rows']}"
+            )
 
     warm_rss = max(r["driver_rss_mib"] for r in rows if r["phase"] == "warm-up")
     # Held for two samples in a row (3 s apart): a single sample of a process tree once read 4.9 GiB between
@@ -128,5 +135,7 @@ def test_a_ten_x_burst_keeps_memory_bounded_and_the_lag_drains(private_stack):
         print(f"single samples over the budget (process tree then): {over_budget}")
     assert rows[-1]["state_rows"] <= USERS
     assert output_matches_reference(settings, JOB)
-    print(f"steady lag {steady_lag}, peak {peak_lag}, back to steady {drained_at:.0f} s after the burst; "
-          f"RSS {warm_rss:.0f} -> {later_rss:.0f} MiB; largest batch {max(batch_sizes)}")
+    print(
+        f"steady lag {steady_lag}, peak {peak_lag}, back to steady {drained_at:.0f} s after the burst; "
+        f"RSS {warm_rss:.0f} -> {later_rss:.0f} MiB; largest batch {max(batch_sizes)}"
+    )

@@ -63,8 +63,11 @@ class Kill:
 def draw_kills(rng: random.Random, count: int) -> list[Kill]:
     """``count`` trials; the first three always cover the riskiest moments (outputs ahead of the
     markers, then a restore, then a snapshot being taken), the rest are drawn."""
-    kills = [Kill("between_outputs_and_markers", 1, lose_checkpoint=True), Kill("restoring", lose_checkpoint=True),
-             Kill("before_snapshot", 1)]  # fmt: skip
+    kills = [
+        Kill("between_outputs_and_markers", 1, lose_checkpoint=True),
+        Kill("restoring", lose_checkpoint=True),
+        Kill("before_snapshot", 1),
+    ]
     while len(kills) < count:
         point = rng.choice(["restoring", "before_outputs", "between_outputs_and_markers", "before_snapshot"])
         lose = point == "restoring" or rng.random() < 0.5
@@ -135,8 +138,10 @@ def test_outputs_ahead_of_the_markers_and_a_lost_checkpoint_leave_no_stale_row(p
     assert killed_outputs, "the killed batch wrote its outputs"
 
     closed_at = dt.datetime(2026, 11, 1, 12, tzinfo=dt.timezone.utc).isoformat().replace("+00:00", "Z")
-    closes = [{"event_id": f"close-{user}", "type": "account_closed", "user_id": user, "event_time": closed_at}
-              for user in sorted(killed_outputs)[:10]]  # fmt: skip
+    closes = [
+        {"event_id": f"close-{user}", "type": "account_closed", "user_id": user, "event_time": closed_at}
+        for user in sorted(killed_outputs)[:10]
+    ]
     purchases.produce(bootstrap, spec.source_topic, closes)
 
     assert_outputs_and_changelog_equal_reference(settings, spec, spark)

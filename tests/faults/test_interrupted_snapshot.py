@@ -65,8 +65,9 @@ def test_a_snapshot_write_killed_half_way_is_never_restored(kafka_broker, settin
 
         # Kill the writer once its first data file is on disk, before its commit.
         before = _data_files(path)
-        child = subprocess.Popen([sys.executable, "-c", BIG_WRITE, str(path)], stdout=subprocess.PIPE, text=True,
-                                 start_new_session=True)  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-c", BIG_WRITE, str(path)], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while not (_data_files(path) - before) and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -66,8 +66,11 @@ def test_a_paused_driver_that_wakes_after_a_takeover_is_fenced_and_nothing_is_lo
     log = open(host_a.data_dir / "driver-a.log", "w")
     driver_a = subprocess.Popen(submit.command(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: last_complete_batch(kafka, changelog) if driver_a.poll() is None else "exited", 300,
-                 "driver A's first batch")  # fmt: skip
+        wait_for(
+            lambda: last_complete_batch(kafka, changelog) if driver_a.poll() is None else "exited",
+            300,
+            "driver A's first batch",
+        )
         assert driver_a.poll() is None, f"driver A exited; see {log.name}"
         # the same users again: a stale write of A's would show over B's newer values
         purchases.produce(kafka, spec.source_topic, purchases.generate(300, users=40, seed=72, close_rate=0))
@@ -94,7 +97,9 @@ def test_a_paused_driver_that_wakes_after_a_takeover_is_fenced_and_nothing_is_lo
     if checkpoints == "per host":
         assert report_a["fenced_by"]["generation"] == 2 and "was fenced by generation 2" in report_a["error"]
     else:
-        assert "fenced" in report_a["error"] or "another driver wrote this job version's checkpoint" in report_a["error"]
+        assert (
+            "fenced" in report_a["error"] or "another driver wrote this job version's checkpoint" in report_a["error"]
+        )
     # A's late MERGE was skipped by Delta; its changelog records are not applied
     assert delta_purchase_counts(spark, report_b.output) == expected
     read = read_changelog(kafka, changelog)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from hypothesis import given, settings as hypothesis_settings
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from runtime.settings import PROJECT_ROOT
@@ -20,19 +21,36 @@ from spark_jobs.reprocess.plan import BadReprocessRequest, make_plan
 pytestmark = pytest.mark.integration
 
 NOW = dt.datetime(2026, 11, 1, 12, tzinfo=dt.timezone.utc)
-anything = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10) \
-    | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)  # fmt: skip
+anything = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=10)
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
 # Values a person might plausibly type, per field; each field is also sometimes anything at all.
 PLAUSIBLE = {
     "job": st.sampled_from([*latest_jobs(), "no_such_job", ""]),
     "mode": st.sampled_from(["side_by_side", "reset", "RESET", ""]),
     "version": st.none() | st.integers(-1, 5),
     "start_from": st.sampled_from(["earliest", "datetime", "duration", "offsets", "latest"]),
-    "start_datetime": st.none() | st.sampled_from(["2026-10-31T09:00:00Z", "2026-10-31 09:00", "2099-01-01T00:00:00Z",
-                                                   "2026-02-30T00:00:00Z", "0001-01-01T00:00:00+14:00", "yesterday"]),
-    "start_duration": st.none() | st.sampled_from(["6h", "90m", "2d", "PT6H", "P1D", "0s", "99999999d", "P", "6 h", "-1h"]),
-    "start_offsets": st.none() | st.dictionaries(st.sampled_from(["0", "1", "7", "x", "-1"]),
-                                                 st.integers(-5, 10**19), max_size=3),
+    "start_datetime": st.none()
+    | st.sampled_from(
+        [
+            "2026-10-31T09:00:00Z",
+            "2026-10-31 09:00",
+            "2099-01-01T00:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "0001-01-01T00:00:00+14:00",
+            "yesterday",
+        ]
+    ),
+    "start_duration": st.none()
+    | st.sampled_from(["6h", "90m", "2d", "PT6H", "P1D", "0s", "99999999d", "P", "6 h", "-1h"]),
+    "start_offsets": st.none()
+    | st.dictionaries(st.sampled_from(["0", "1", "7", "x", "-1"]), st.integers(-5, 10**19), max_size=3),
     "truncate_outputs": st.booleans(),
     "dry_run": st.just(True) | st.booleans(),
     "confirm": st.none() | st.sampled_from([*latest_jobs(), "yes"]),

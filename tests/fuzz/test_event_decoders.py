@@ -23,12 +23,17 @@ from spark_jobs.jobs import patient_heart_rate, purchase_counts, temperature_ave
 
 pytestmark = pytest.mark.integration
 
-KAFKA_SOURCE_SCHEMA = T.StructType([
-    T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
-    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-    T.StructField("timestampType", T.IntegerType()),
-])  # fmt: skip
+KAFKA_SOURCE_SCHEMA = T.StructType(
+    [
+        T.StructField("key", T.BinaryType()),
+        T.StructField("value", T.BinaryType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+        T.StructField("timestampType", T.IntegerType()),
+    ]
+)
 
 # (module, key field, event types): what each job's classify() is given
 JOBS = {
@@ -38,14 +43,56 @@ JOBS = {
     "temperature_averages": (temperature_averages, "sensor_id", temperature_averages.EVENT_TYPES),
 }
 
-json_scalars = st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30) \
-    | st.floats(allow_nan=False) | st.text(max_size=12)  # fmt: skip
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-                           max_leaves=6)  # fmt: skip
-odd_times = st.sampled_from(["2026-11-01T09:00:00Z", "2026-11-01 09:00:00", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
-                             "2026-13-45T99:00:00Z", "yesterday", "", "1700000000", "2026-11-01T09:00:00+14:00"])  # fmt: skip
-odd_numbers = st.sampled_from([0, -0.0, 0.005, -1, 12.345, 1e10, 1e11, 9999999999.99, 1e300, -1e300, "12.50", "1e3", "NaN",
-                               2.995, -0.001, 1e-30, 1.5e2, 0.1, 10.10, "2.999", 99999999999.99])  # over-precise too
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+odd_times = st.sampled_from(
+    [
+        "2026-11-01T09:00:00Z",
+        "2026-11-01 09:00:00",
+        "0001-01-01T00:00:00Z",
+        "9999-12-31T23:59:59Z",
+        "2026-13-45T99:00:00Z",
+        "yesterday",
+        "",
+        "1700000000",
+        "2026-11-01T09:00:00+14:00",
+    ]
+)
+odd_numbers = st.sampled_from(
+    [
+        0,
+        -0.0,
+        0.005,
+        -1,
+        12.345,
+        1e10,
+        1e11,
+        9999999999.99,
+        1e300,
+        -1e300,
+        "12.50",
+        "1e3",
+        "NaN",
+        2.995,
+        -0.001,
+        1e-30,
+        1.5e2,
+        0.1,
+        10.10,
+        "2.999",
+        99999999999.99,
+    ]
+)  # over-precise too
 
 
 @st.composite
@@ -76,7 +123,7 @@ def events(draw, module, key_field: str, event_types) -> bytes | None:
     if draw(st.integers(0, 4)) == 0:
         event[draw(st.text(max_size=6))] = draw(json_values)  # an unknown extra field
     text = json.dumps(event)
-    return (text.encode() if draw(st.integers(0, 9)) else text[: draw(st.integers(0, len(text)))].encode())  # truncated
+    return text.encode() if draw(st.integers(0, 9)) else text[: draw(st.integers(0, len(text)))].encode()  # truncated
 
 
 def _kafka_key(value: bytes | None, key_field: str) -> bytes:
@@ -106,7 +153,9 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
         dead_letter.UNKNOWN_TYPE,
         dead_letter.INVALID,
     }
-    earliest, latest = (dt.datetime.fromisoformat(t).replace(tzinfo=dt.timezone.utc) for t in dead_letter.EVENT_TIME_RANGE)
+    earliest, latest = (
+        dt.datetime.fromisoformat(t).replace(tzinfo=dt.timezone.utc) for t in dead_letter.EVENT_TIME_RANGE
+    )
 
     # Few examples of many records: nearly all of an example's time is Spark's two collects, and
     # classification is row by row, so records per job (~240) count, not examples.
@@ -117,15 +166,20 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
         # Collecting the valid events converts them to Python objects, as the job's state processor does.
         good = dead_letter.valid(classified, "offset").collect()
         bad = classified.where(F.col(dead_letter.ERROR_COLUMN).isNotNull())
-        letters = [(r["value"], {h["key"]: h["value"].decode() for h in r["headers"]})
-                   for r in dead_letter.dead_letter_records(bad, "fuzz").collect()]  # fmt: skip
-        offsets = [e["offset"] for e in good] + [int(h[dead_letter.HEADER_PREFIX + "source.offset"]) for _, h in letters]
+        letters = [
+            (r["value"], {h["key"]: h["value"].decode() for h in r["headers"]})
+            for r in dead_letter.dead_letter_records(bad, "fuzz").collect()
+        ]
+        offsets = [e["offset"] for e in good] + [
+            int(h[dead_letter.HEADER_PREFIX + "source.offset"]) for _, h in letters
+        ]
         assert sorted(offsets) == list(range(len(values)))  # every record once: nothing dropped, nothing doubled
         for event in good:  # what the job's state logic relies on
             assert event[key_field] and event["type"] in event_types, event
             time = event["event_time"]
-            assert (time is None and job == "purchase_counts" and event["type"] != purchase_counts.PURCHASE) \
-                or earliest <= time.astimezone(dt.timezone.utc) < latest, event  # fmt: skip
+            assert (
+                time is None and job == "purchase_counts" and event["type"] != purchase_counts.PURCHASE
+            ) or earliest <= time.astimezone(dt.timezone.utc) < latest, event
             if job == "purchase_counts" and event["type"] == purchase_counts.PURCHASE:
                 assert event["amount"] is not None and event["amount"] >= 0, event
                 written = json.loads(values[event["offset"]], parse_float=Decimal)["amount"]
@@ -140,10 +194,22 @@ def test_every_record_is_either_valid_or_a_dead_letter(spark, job):
     check()
 
 
-@pytest.mark.parametrize(("amount", "valid"), [
-    ("12.50", True), ("10.000", True), ("1.5e2", True), ("9999999999.99", True), ('"12.50"', True),
-    ("2.995", False), ("-0.001", False), ("1e-30", False), ("12345678901.5", False), ("true", False), ('"abc"', False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("amount", "valid"),
+    [
+        ("12.50", True),
+        ("10.000", True),
+        ("1.5e2", True),
+        ("9999999999.99", True),
+        ('"12.50"', True),
+        ("2.995", False),
+        ("-0.001", False),
+        ("1e-30", False),
+        ("12345678901.5", False),
+        ("true", False),
+        ('"abc"', False),
+    ],
+)
 def test_an_amount_is_taken_exactly_or_refused_naming_the_field(spark, amount, valid):
     text = f'{{"type": "purchase", "user_id": "u1", "amount": {amount}, "event_time": "2026-11-01T09:00:00Z"}}'
     classified = _classify(spark, purchase_counts, [text.encode()], "user_id")

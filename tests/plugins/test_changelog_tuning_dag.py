@@ -14,13 +14,13 @@ import json
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from streamstate.ui.jobs_page import _row, job_view
 
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.changelog_tuning import history, topic_configs
 from spark_jobs.changelog_tuning.measure import broker_log_dirs, measure_changelog
 from spark_jobs.registry import get_job
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, changelog_topic_name
-from streamstate.ui.jobs_page import _row, job_view
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -29,18 +29,27 @@ JOB_MODULES = "tests.fixtures.tuning_jobs"
 KEYS, BATCHES = 60, 80
 #: a tight policy, so the effect shows within seconds: roll segments every 2.5 s, target 1.5 records
 #: per live key (-> min.cleanable.dirty.ratio 0.33), alert after 2 runs above it
-POLICY = {"STREAMSTATE_COMPACTION_TARGET_REPLAY_RATIO": "1.5", "STREAMSTATE_COMPACTION_MAX_UNCOMPACTED_MS": "5000",
-          "STREAMSTATE_COMPACTION_MIN_SEGMENT_MS": "1000", "STREAMSTATE_COMPACTION_ALERT_AFTER_RUNS": "2"}  # fmt: skip
+POLICY = {
+    "STREAMSTATE_COMPACTION_TARGET_REPLAY_RATIO": "1.5",
+    "STREAMSTATE_COMPACTION_MAX_UNCOMPACTED_MS": "5000",
+    "STREAMSTATE_COMPACTION_MIN_SEGMENT_MS": "1000",
+    "STREAMSTATE_COMPACTION_ALERT_AFTER_RUNS": "2",
+}
 
 
 @pytest.fixture(scope="module")
 def run_dag(dag_runner, kafka_broker, webhook):
-    env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT), **POLICY,
-           "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}  # fmt: skip
+    env = {
+        "STREAMSTATE_JOB_MODULES": JOB_MODULES,
+        "PYTHONPATH": str(PROJECT_ROOT),
+        **POLICY,
+        "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url}),
+    }
 
     def run(conf: dict):
-        result = dag_runner.dags_test("tune_changelog_compaction", conf, env=env,
-                                      dag_file=PROJECT_ROOT / "dags" / "tune_changelogs.py")  # fmt: skip
+        result = dag_runner.dags_test(
+            "tune_changelog_compaction", conf, env=env, dag_file=PROJECT_ROOT / "dags" / "tune_changelogs.py"
+        )
         assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
         return result
 
@@ -76,10 +85,19 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     topics = {name: changelog_topic_name(spec.application_id, name) for name in stores}
     # topics as an older platform version created them: the windowed one only compacted and kept no longer
     # than the store keeps windows, the versioned one without protection for its history
-    overrides = {"windows": {"cleanup.policy": "compact", "retention.ms": "3600000"}, "history": {"min.compaction.lag.ms": "0"}}
+    overrides = {
+        "windows": {"cleanup.policy": "compact", "retention.ms": "3600000"},
+        "history": {"min.compaction.lag.ms": "0"},
+    }
     for name, store in stores.items():
-        ChangelogTopic(spec.application_id, name, spec.source_partitions, kind=store.kind, retention_ms=store.retention_ms,
-                       overrides=overrides.get(name, {})).ensure(bootstrap)  # fmt: skip
+        ChangelogTopic(
+            spec.application_id,
+            name,
+            spec.source_partitions,
+            kind=store.kind,
+            retention_ms=store.retention_ms,
+            overrides=overrides.get(name, {}),
+        ).ensure(bootstrap)
         _write_batches(bootstrap, topics[name], spec.source_partitions, range(BATCHES), KEYS)
     records = KEYS * BATCHES + spec.source_partitions * BATCHES
     original = _configs(bootstrap, list(topics.values()))
@@ -122,8 +140,13 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     for name in ("counts", "windows"):
         _write_batches(bootstrap, topics[name], spec.source_partitions, range(BATCHES, BATCHES + 1), 0)
     log_dirs = broker_log_dirs(AdminClient({"bootstrap.servers": bootstrap}))
-    _wait(lambda: measure_changelog(bootstrap, topics["counts"], max_records=10**6, log_dirs=log_dirs).records * 5 <= records,
-          180, "the log cleaner to compact the tuned changelog")  # fmt: skip
+    _wait(
+        lambda: (
+            measure_changelog(bootstrap, topics["counts"], max_records=10**6, log_dirs=log_dirs).records * 5 <= records
+        ),
+        180,
+        "the log cleaner to compact the tuned changelog",
+    )
 
     # 4. the DAG's own measurement shows the drop; nothing more to change; the alerts resolve
     run_dag({"mode": "dry_run"})
@@ -131,9 +154,12 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     before, after = measured[0], measured[-1]
     assert before["records"] >= 5 * after["records"] and after["live_keys"] == KEYS
     assert history.before_and_after(measured, history.changes(settings, topics["counts"]))["records_reduction"] >= 5
-    assert not [r for r in history.changes(settings) if r["action"] == history.DRY_RUN and r["at"] > measured[-2]["measured_at"]]
-    assert sorted((a["condition"], a["status"]) for a in webhook.received[len(stores):]) == \
-        sorted((f"changelog_replay_{name}", "resolved") for name in stores)  # fmt: skip
+    assert not [
+        r for r in history.changes(settings) if r["action"] == history.DRY_RUN and r["at"] > measured[-2]["measured_at"]
+    ]
+    assert sorted((a["condition"], a["status"]) for a in webhook.received[len(stores) :]) == sorted(
+        (f"changelog_replay_{name}", "resolved") for name in stores
+    )
 
     # 5. rollback restores the previous values exactly (defaults become defaults again)
     run_dag({"mode": "rollback", "topics": [topics["counts"]]})

@@ -22,8 +22,9 @@ def test_a_dry_run_changes_nothing_then_a_real_run_compacts(settings, dag_runner
     version, rows = DeltaTable(str(table)).version(), DeltaTable(str(table)).to_pyarrow_table().num_rows
 
     def run(dry_run: bool):
-        result = dag_runner.dags_test("maintain_delta_tables", {"dry_run": dry_run},
-                                      dag_file=PROJECT_ROOT / "dags" / "maintain_tables.py")  # fmt: skip
+        result = dag_runner.dags_test(
+            "maintain_delta_tables", {"dry_run": dry_run}, dag_file=PROJECT_ROOT / "dags" / "maintain_tables.py"
+        )
         assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
         return result.stdout + result.stderr
 

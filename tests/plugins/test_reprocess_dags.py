@@ -94,15 +94,23 @@ def _ok(result) -> None:
 def _caught_up(settings, spec) -> None:
     end = {p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()}
     checkpoint = settings.checkpoints / spec.application_id
-    _wait(lambda: committed_input_offsets(checkpoint, spec.source_topic) == end, 240,
-          f"{spec.application_id} to commit {end}")  # fmt: skip
+    _wait(
+        lambda: committed_input_offsets(checkpoint, spec.source_topic) == end,
+        240,
+        f"{spec.application_id} to commit {end}",
+    )
 
 
 def _start_standby(settings, spec) -> subprocess.Popen:
     """The version's warm standby, launched as supervision launches it (a detached follower process)."""
     env = {**os.environ, **settings.to_env(), "STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT)}
-    follower = subprocess.Popen([sys.executable, "-m", "spark_jobs.standby", spec.name, "--version", str(spec.version)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.standby", spec.name, "--version", str(spec.version)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     lease = JobLease(settings.status_dir, JobLayout.of(spec, settings).standby.name)
     _wait(lambda: lease.holder() is not None, 60, f"the standby of {spec.application_id} to hold its lease")
     return follower
@@ -155,8 +163,12 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     result = run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False})  # no confirmation
     assert result.returncode != 0 and "type 'gift_card_counts' in 'confirm'" in result.stdout + result.stderr
     assert versions.current(v1.name) == 1
-    _ok(run_dag("promote_job_version", {"job": v1.name, "version": 2, "dry_run": False, "confirm": v1.name,
-                                        "retain_days": 0}))  # fmt: skip
+    _ok(
+        run_dag(
+            "promote_job_version",
+            {"job": v1.name, "version": 2, "dry_run": False, "confirm": v1.name, "retain_days": 0},
+        )
+    )
     assert versions.current(v1.name) == 2
     assert _counts(current_output_path(settings, v1.name)) == correct
     assert JobLease(settings.status_dir, v1.application_id).holder() is None  # the old version stopped
@@ -166,8 +178,11 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert read_record(settings.status_dir, v1.application_id).desired == "stopped"  # supervision leaves it
 
     outcomes = Counter((r["dag_id"], r["outcome"]) for r in audit_rows(settings) if r["job"] == v1.name)
-    assert outcomes == {("reprocess_job", "succeeded"): 2, ("promote_job_version", "rejected"): 1,
-                        ("promote_job_version", "succeeded"): 1}  # fmt: skip
+    assert outcomes == {
+        ("reprocess_job", "succeeded"): 2,
+        ("promote_job_version", "rejected"): 1,
+        ("promote_job_version", "succeeded"): 1,
+    }
 
     # retained 0 days: the daily purge deletes what v1 owned, and nothing of v2
     old_output, old_checkpoint = settings.lake / v1.output_table_dir, settings.checkpoints / v1.application_id
@@ -215,8 +230,14 @@ def test_migrate_starts_the_new_version_from_the_current_versions_state(settings
 
 def _read_changelog(bootstrap: str, topic: str) -> list[tuple[bytes, bytes | None]]:
     # the end of a partition may be a transaction's commit marker (the changelog's markers): wait for EOF
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{topic}", "enable.auto.commit": False,
-                         "enable.partition.eof": True})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{topic}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     records = []
     try:
         for p, (low, high) in partition_offsets(bootstrap, topic).items():
@@ -254,7 +275,7 @@ def _state_of_the_world(settings, spec) -> dict:
             for d in ("offsets", "commits", "streamstate")
             for p in (checkpoint / d).rglob("*")
             if p.is_file()
-        ),  # fmt: skip
+        ),
         # the snapshot table exists once the job reached its snapshot cadence (5 batches here), or not yet
         "tables": {str(t): DeltaTable(str(t)).version() if DeltaTable.is_deltatable(str(t)) else None for t in tables},
         "driver": JobLease(settings.status_dir, spec.application_id).holder(),
@@ -282,8 +303,13 @@ def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
     _caught_up(settings, spec)
     assert _counts(current_output_path(settings, spec.name)) == expected_counts(before + after)
 
-    conf = {"job": spec.name, "mode": "reset", "start_from": "datetime", "start_datetime": cut.isoformat(),
-            "truncate_outputs": True}  # fmt: skip
+    conf = {
+        "job": spec.name,
+        "mode": "reset",
+        "start_from": "datetime",
+        "start_datetime": cut.isoformat(),
+        "truncate_outputs": True,
+    }
     world = _state_of_the_world(settings, spec)
     dry = run_dag("reprocess_job", conf)  # dry_run defaults to true
     _ok(dry)
@@ -303,7 +329,10 @@ def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
     keys = {key.decode() for key, _value in changelog if key != MARKER_KEY}
     assert keys == set(expected_counts(after)) and not keys & only_before  # nothing from before the reset
 
-    outcomes = [(r["outcome"], r["detail"]) for r in sorted(audit_rows(settings), key=lambda r: r["finished_at"])
-                if r["job"] == spec.name]  # fmt: skip
+    outcomes = [
+        (r["outcome"], r["detail"])
+        for r in sorted(audit_rows(settings), key=lambda r: r["finished_at"])
+        if r["job"] == spec.name
+    ]
     assert [o for o, _ in outcomes] == ["dry_run", "rejected", "succeeded"]
     assert "has no partition [5]" in outcomes[1][1]

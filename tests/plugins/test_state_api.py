@@ -51,8 +51,13 @@ BASE = f"/jobs/{JOB.name}/stores/counts"
 def _start_driver(settings, log_name: str, env: dict | None = None) -> subprocess.Popen:
     submit = submit_spec(JOB, settings)
     log = open(settings.data_dir / log_name, "w")
-    return subprocess.Popen(submit.command(), env={**os.environ, **submit.env, **(env or {})}, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        submit.command(),
+        env={**os.environ, **submit.env, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _all_state(client: TestClient, page_size: int = 150) -> tuple[dict[str, tuple[int, Decimal]], list[dict]]:
@@ -65,8 +70,10 @@ def _all_state(client: TestClient, page_size: int = 150) -> tuple[dict[str, tupl
         page = answer.json()
         pages.append(page)
         for item in page["items"]:
-            state[item["key"]["user_id"]] = (item["value"]["purchases"],
-                                             Decimal(str(item["value"]["amount_spent"])).quantize(Decimal("0.01")))
+            state[item["key"]["user_id"]] = (
+                item["value"]["purchases"],
+                Decimal(str(item["value"]["amount_spent"])).quantize(Decimal("0.01")),
+            )
         token = page["next_page_token"]
         if token is None:
             return state, pages
@@ -82,9 +89,13 @@ def _wait_for_answers(client, expected, source: str, timeout_s: float, what: str
         return wait_for(lambda: _answers_match(client, expected, source), timeout_s, what)
     except AssertionError:
         state, pages = _all_state(client)
-        wrong = {k: (state.get(k), expected.get(k)) for k in set(state) | set(expected) if state.get(k) != expected.get(k)}
-        raise AssertionError(f"{what}: {len(wrong)} of {len(expected)} keys differ (answer, expected), e.g. "
-                             f"{dict(list(wrong.items())[:5])}; sources {[(p['source'], p['batch_id']) for p in pages]}") from None
+        wrong = {
+            k: (state.get(k), expected.get(k)) for k in set(state) | set(expected) if state.get(k) != expected.get(k)
+        }
+        raise AssertionError(
+            f"{what}: {len(wrong)} of {len(expected)} keys differ (answer, expected), e.g. "
+            f"{dict(list(wrong.items())[:5])}; sources {[(p['source'], p['batch_id']) for p in pages]}"
+        ) from None
 
 
 def _steady_input(bootstrap: str, stop: threading.Event, first_seed: int) -> threading.Thread:
@@ -123,9 +134,13 @@ def test_live_then_standby_then_live_again(private_stack, spark):
     ensure_topic(bootstrap, JOB.source_topic, JOB.source_partitions)
     purchases.produce(bootstrap, JOB.source_topic, list(purchases.generate(3000, users=400, seed=71)))
     _produce_raw(bootstrap, JOB.source_topic, NOT_JSON)  # dead letters (the reference computation skips them)
-    follower = subprocess.Popen([sys.executable, "-m", "spark_jobs.standby", JOB.name, "--version", str(JOB.version)],
-                                env={**os.environ, **settings.to_env()}, stdout=open(settings.data_dir / "follower.log", "w"),
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "spark_jobs.standby", JOB.name, "--version", str(JOB.version)],
+        env={**os.environ, **settings.to_env()},
+        stdout=open(settings.data_dir / "follower.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     driver = _start_driver(settings, "driver-1.log")
     client = TestClient(create_app(settings))
 
@@ -133,9 +148,15 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         return _diagnosis(settings, read_standby_status(settings.status_dir, JOB.application_id))
 
     try:
-        wait_for(lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING", 300,
-                 "the job to run", diagnose=why)  # fmt: skip
-        wait_for(lambda: client.get(f"{BASE}/keys/u00001").json()["source"] == "live", 60, "the live view", diagnose=why)
+        wait_for(
+            lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING",
+            300,
+            "the job to run",
+            diagnose=why,
+        )
+        wait_for(
+            lambda: client.get(f"{BASE}/keys/u00001").json()["source"] == "live", 60, "the live view", diagnose=why
+        )
 
         # Steady input for 30 s: answers are live, and the standby never falls further behind than its bound.
         stop = threading.Event()
@@ -167,9 +188,16 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         assert driver_metrics[("streamstate_batch_duration_seconds", app)] > 0
         lag_series = {labels for name, labels in driver_metrics if name == "streamstate_input_lag_records"}
         assert len(lag_series) == JOB.source_partitions
-        assert driver_metrics[("streamstate_dead_letter_records", app)] == sum(
-            high - low for low, high in partition_offsets(settings.kafka, JobLayout.of(JOB, settings).dead_letter_topic).values()
-        ) >= len(NOT_JSON)
+        assert (
+            driver_metrics[("streamstate_dead_letter_records", app)]
+            == sum(
+                high - low
+                for low, high in partition_offsets(
+                    settings.kafka, JobLayout.of(JOB, settings).dead_letter_topic
+                ).values()
+            )
+            >= len(NOT_JSON)
+        )
         standby_metrics = scrape_metrics(settings.host, standby["metrics_port"])
         store = (*app, ("store", "counts"))
         assert standby_metrics[("streamstate_standby_commits_total", store)] > 0
@@ -182,7 +210,9 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         assert all(p["staleness_ms"] < 5_000 for p in pages) and len(pages) == -(-len(expected) // 150)
         one = client.get(f"{BASE}/keys/u00007").json()
         assert (one["found"], one["value"]["purchases"] if one["found"] else None) == (
-            "u00007" in expected, expected["u00007"][0] if "u00007" in expected else None)
+            "u00007" in expected,
+            expected["u00007"][0] if "u00007" in expected else None,
+        )
         assert client.get(f"{BASE}/keys/no-such-user").json()["found"] is False
 
         # kill -9 mid-stream (input arriving again): the same queries answer from the standby, with no
@@ -190,19 +220,27 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         stop = threading.Event()
         producer = _steady_input(bootstrap, stop, 2000)
         try:
-            wait_for(lambda: read_status(settings.status_dir, JOB.application_id)["progress"]["batch_id"] > live_batch + 1,
-                     120, "batches over the new input", diagnose=why)  # fmt: skip
+            wait_for(
+                lambda: read_status(settings.status_dir, JOB.application_id)["progress"]["batch_id"] > live_batch + 1,
+                120,
+                "batches over the new input",
+                diagnose=why,
+            )
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(30)
         finally:
             stop.set()
             producer.join(30)
-        assert read_status(settings.status_dir, JOB.application_id)["state"] == "RUNNING"  # stale: it never said goodbye
+        assert (
+            read_status(settings.status_dir, JOB.application_id)["state"] == "RUNNING"
+        )  # stale: it never said goodbye
         down = client.get(f"{BASE}/keys/u00007")
         assert down.status_code == 200 and down.json()["source"] == "standby"
         assert down.json()["fallback_reason"] == "job_not_running"
         changelog = read_changelog(bootstrap, changelog_topic_name(JOB.application_id, "counts"))
-        pages = _wait_for_answers(client, decode_counts(changelog.state), "standby", 60, "the standby to hold the changelog")
+        pages = _wait_for_answers(
+            client, decode_counts(changelog.state), "standby", 60, "the standby to hold the changelog"
+        )
         assert {p["batch_id"] for p in pages} == {changelog.cut_batch_id} and {p["staleness_ms"] for p in pages} == {0}
         assert pages[0]["snapshot_version"] is not None and pages[0]["as_of"]
 
@@ -214,8 +252,12 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         before = client.get(f"{BASE}/keys/u00007").json()
         restoring = _start_driver(settings, "driver-restoring.log", {failpoints.ENV: "restoring:1"})
         try:
-            wait_for(lambda: failpoints.read_marker(settings.status_dir, JOB.application_id) is not None, 300,
-                     "the restarted driver to restore", diagnose=why)  # fmt: skip
+            wait_for(
+                lambda: failpoints.read_marker(settings.status_dir, JOB.application_id) is not None,
+                300,
+                "the restarted driver to restore",
+                diagnose=why,
+            )
             restoring_status = read_status(settings.status_dir, JOB.application_id)
             assert restoring_status["state"] == "RESTORING"
             restoring_metrics = scrape_metrics(settings.host, restoring_status["metrics_port"])
@@ -233,13 +275,19 @@ def test_live_then_standby_then_live_again(private_stack, spark):
 
         # Restart from the checkpoint: back to live; state and output equal the reference over every event.
         driver = _start_driver(settings, "driver-2.log")
-        wait_for(lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING", 300,
-                 "the restarted job to run", diagnose=why)  # fmt: skip
+        wait_for(
+            lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING",
+            300,
+            "the restarted job to run",
+            diagnose=why,
+        )
         expected = expected_purchase_counts(read_topic(bootstrap, JOB.source_topic))
         pages = _wait_for_answers(client, expected, "live", 120, "live answers after the restart")
         assert pages[0]["batch_id"] > changelog.cut_batch_id
         output = str(settings.lake / JOB.output_table_dir)
-        wait_for(lambda: delta_purchase_counts(spark, output) == expected, 60, "the Delta output to equal the reference")
+        wait_for(
+            lambda: delta_purchase_counts(spark, output) == expected, 60, "the Delta output to equal the reference"
+        )
     finally:
         for proc in (driver, follower):
             stop_process_group(proc, timeout_s=60)
@@ -264,10 +312,18 @@ def test_only_registered_stores_and_valid_keys_are_addressable(tmp_path):
     answer = client.get(heart, params={"window_start": 60_000}).json()
     assert answer["key"] == {"patient_id": "p1", "window_start": 60_000} and answer["found"] is False
     # nothing ever ran here: an answer with provenance, not an error
-    assert (answer["source"], answer["fallback_reason"], answer["job_state"]) == ("standby", "job_not_running", "NEVER_RAN")
+    assert (answer["source"], answer["fallback_reason"], answer["job_state"]) == (
+        "standby",
+        "job_not_running",
+        "NEVER_RAN",
+    )
     spec = client.get("/openapi.json").json()
-    assert {"/jobs", "/jobs/{job}/stores/{store}", "/jobs/{job}/stores/{store}/keys",
-            "/jobs/{job}/stores/{store}/keys/{key}"} <= set(spec["paths"])  # fmt: skip
+    assert {
+        "/jobs",
+        "/jobs/{job}/stores/{store}",
+        "/jobs/{job}/stores/{store}/keys",
+        "/jobs/{job}/stores/{store}/keys/{key}",
+    } <= set(spec["paths"])
 
 
 def test_token_authentication_when_configured(tmp_path):
@@ -277,7 +333,12 @@ def test_token_authentication_when_configured(tmp_path):
     answer = client.get("/jobs", headers={"Authorization": "Bearer s3cret-token"})
     assert answer.status_code == 200 and "s3cret-token" not in answer.text
     assert {j["job"] for j in answer.json()["jobs"]} >= {"purchase_counts", "patient_heart_rate", "vote_counts"}
-    assert json.dumps(client.get("/openapi.json", headers={"Authorization": "Bearer s3cret-token"}).json()).count("HTTPBearer") >= 1
+    assert (
+        json.dumps(client.get("/openapi.json", headers={"Authorization": "Bearer s3cret-token"}).json()).count(
+            "HTTPBearer"
+        )
+        >= 1
+    )
 
 
 def test_a_live_view_that_is_not_ready_in_time_falls_back_to_the_standby(tmp_path):
@@ -296,7 +357,10 @@ def test_a_live_view_that_is_not_ready_in_time_falls_back_to_the_standby(tmp_pat
         assert time.monotonic() - started < 5  # bounded by the query timeout, not the broker's
         assert answer.status_code == 200
         assert (answer.json()["source"], answer.json()["fallback_reason"], answer.json()["job_state"]) == (
-            "standby", "timeout", "RUNNING")
+            "standby",
+            "timeout",
+            "RUNNING",
+        )
     finally:
         lease.release()
         client.app.state.service.close()
@@ -316,8 +380,11 @@ def test_a_versioned_key_is_read_as_of_an_event_time(settings, kafka_broker, tmp
     def version(candidate: str, at: str, event_id: str) -> dict:  # the time first, as the store keeps it
         return {"voted_at": at, "candidate": candidate, "event_id": event_id}
 
-    history = [version("red", "2026-11-01T09:00:00.000Z", "e-1"), version("blue", "2026-11-01T09:05:00.000Z", "e-2"),
-               version("green", "2026-11-01T09:05:00.000Z", "e-3")]  # a tie in time: the larger id is later
+    history = [
+        version("red", "2026-11-01T09:00:00.000Z", "e-1"),
+        version("blue", "2026-11-01T09:05:00.000Z", "e-2"),
+        version("green", "2026-11-01T09:05:00.000Z", "e-3"),
+    ]  # a tie in time: the larger id is later
     value = {"candidate": "green", "voted_at": "2026-11-01T09:05:00.000Z", "event_id": "e-3", "history": history}
     SnapshotStore.of(JobLayout.of(votes, settings), "latest-votes").write(
         {b"voter5": json.dumps(value).encode()}, 0, {votes.source_topic: {0: 3}}, {0: 3}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from streamstate.state_api.views import LiveView, StateTable
 
 from spark_jobs.state.changelog import BatchMarker, ChangelogTopic, ChangelogWriter
 from spark_jobs.state.snapshots import SnapshotStore
-from streamstate.state_api.views import LiveView, StateTable
 from tests.helpers import wait_for
 from tests.spark_jobs.state.test_changelog_reader import _produce
 
@@ -21,7 +21,11 @@ def test_state_table_scans_in_key_order_with_paging():
     assert page[0][0] == "k010"
     page, last = table.scan(start=None, end=None, prefix="k", after="k019", limit=10)
     assert [k for k, _ in page] == [f"k{i:03d}" for i in range(20, 25)] and last is None
-    assert table.scan(start="k005", end="k008", prefix=None, after=None, limit=10)[0] == [("k005", "5"), ("k006", "6"), ("k007", "7")]
+    assert table.scan(start="k005", end="k008", prefix=None, after=None, limit=10)[0] == [
+        ("k005", "5"),
+        ("k006", "6"),
+        ("k007", "7"),
+    ]
     table.state["k100"] = "100"
     table.changed()
     assert table.scan(start="k1", end=None, prefix=None, after=None, limit=10)[0][-1] == ("other", "x")

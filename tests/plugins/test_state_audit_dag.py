@@ -33,11 +33,16 @@ JOB_MODULES = "tests.fixtures.audit_jobs"
 
 @pytest.fixture(scope="module")
 def audit(dag_runner, kafka_broker, webhook):
-    env = {"STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT),
-           "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url})}  # fmt: skip
+    env = {
+        "STREAMSTATE_JOB_MODULES": JOB_MODULES,
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "AIRFLOW_CONN_STREAMSTATE_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url}),
+    }
 
     def run_audit():
-        result = dag_runner.dags_test("audit_state_size", env=env, dag_file=PROJECT_ROOT / "dags" / "audit_state_size.py")
+        result = dag_runner.dags_test(
+            "audit_state_size", env=env, dag_file=PROJECT_ROOT / "dags" / "audit_state_size.py"
+        )
         assert result.returncode == 0, f"DAG run failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
         return result
 
@@ -47,11 +52,27 @@ def audit(dag_runner, kafka_broker, webhook):
 
 
 def _events(kind: str, users: range, round_: int) -> list[dict]:
-    at = (dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=round_)).isoformat().replace("+00:00", "Z")
+    at = (
+        (dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=round_))
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
     if kind == "purchase":
-        return [{"event_id": f"a-{round_}-{u}", "type": "purchase", "user_id": f"u{u:05d}", "item": "sku-0001",
-                 "amount": 1.5, "event_time": at} for u in users]  # fmt: skip
-    return [{"event_id": f"c-{round_}-{u}", "type": "account_closed", "user_id": f"u{u:05d}", "event_time": at} for u in users]
+        return [
+            {
+                "event_id": f"a-{round_}-{u}",
+                "type": "purchase",
+                "user_id": f"u{u:05d}",
+                "item": "sku-0001",
+                "amount": 1.5,
+                "event_time": at,
+            }
+            for u in users
+        ]
+    return [
+        {"event_id": f"c-{round_}-{u}", "type": "account_closed", "user_id": f"u{u:05d}", "event_time": at}
+        for u in users
+    ]
 
 
 def _round(settings, spark, job: str, events: list[dict]) -> None:
@@ -103,23 +124,33 @@ def test_growth_budgets_unbounded_restore_estimate_and_report(settings, spark, a
     assert grown["unbounded"] and "keys only ever added" in grown["unbounded_reason"]
     assert not churned["unbounded"] and churned["changelog_tombstones"] > 0 and churned["state_rows"] == 100
     assert all(a["application_id"] == growing.application_id for a in webhook.received)
-    assert "200 rows > budget 150" in webhook.received[0]["summary"] and "keys only ever added" not in webhook.received[0]["summary"]
+    assert (
+        "200 rows > budget 150" in webhook.received[0]["summary"]
+        and "keys only ever added" not in webhook.received[0]["summary"]
+    )
 
     # the audit's estimate (from the two restores measured above) vs the next real restore of this store
     estimate = grown["restore_snapshot_tail_s"]
     _restore(settings, spark, growing)
     measured = restore_measurements(settings)[-1]
-    assert (measured["application_id"], measured["snapshot_rows"], measured["keys"]) == (growing.application_id, 300, 300)
+    assert (measured["application_id"], measured["snapshot_rows"], measured["keys"]) == (
+        growing.application_id,
+        300,
+        300,
+    )
     # Within 2x, give or take 0.5 s: these restores take a fraction of a second, where scheduling noise
     # on a busy machine alone doubles a time.
-    assert estimate is not None and measured["seconds"] / 2 - 0.5 <= estimate <= measured["seconds"] * 2 + 0.5, \
-        f"estimate {estimate:.2f}s vs measured {measured['seconds']:.2f}s"  # fmt: skip
+    assert estimate is not None and measured["seconds"] / 2 - 0.5 <= estimate <= measured["seconds"] * 2 + 0.5, (
+        f"estimate {estimate:.2f}s vs measured {measured['seconds']:.2f}s"
+    )
 
     # every account closed: under budget again, the alert resolves (and the old growth projects nothing)
     _round(settings, spark, "growing_counts", _events("account_closed", range(0, 300), 9))
     audit()
-    assert [(a["condition"], a["status"]) for a in webhook.received] == [("state_budget_counts", "firing"),
-                                                                         ("state_budget_counts", "resolved")]  # fmt: skip
+    assert [(a["condition"], a["status"]) for a in webhook.received] == [
+        ("state_budget_counts", "firing"),
+        ("state_budget_counts", "resolved"),
+    ]
 
     page = (report_dir(settings) / "index.html").read_text()
     for spec in (growing, churning):

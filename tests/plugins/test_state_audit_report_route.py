@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-
 from streamstate.ui.jobs_page import app
 
 

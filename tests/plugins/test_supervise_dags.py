@@ -15,6 +15,7 @@ import time
 import urllib.request
 
 import pytest
+from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators import pulse
@@ -23,7 +24,6 @@ from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import read_standby_status, standby_id
-from streamstate.supervision import read_record
 from tests.helpers import STACK_JOB_MODULES, driver_diagnosis, driver_pids
 from tests.helpers import wait_for as _wait
 
@@ -44,9 +44,14 @@ def airflow_cli(airflow, dag_runner, settings, webhook):
         return dag_runner.dags_test(dag_id, conf, env={**env, **extra_env}, dag_file=dag_file)
 
     yield run
-    for app in (get_job("patient_heart_rate").application_id, get_job("vote_counts").application_id,
-                "crash_looping_votes-v1"):  # fmt: skip
-        for launch in read_record(settings.status_dir, app).launches + read_record(settings.status_dir, standby_id(app)).launches:
+    for app in (
+        get_job("patient_heart_rate").application_id,
+        get_job("vote_counts").application_id,
+        "crash_looping_votes-v1",
+    ):
+        for launch in (
+            read_record(settings.status_dir, app).launches + read_record(settings.status_dir, standby_id(app)).launches
+        ):
             try:
                 os.killpg(launch.launcher_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError, TypeError):
@@ -112,7 +117,9 @@ def test_killed_job_is_restarted_and_on_call_hears_once(settings, airflow_cli, w
     assert read_standby_status(settings.status_dir, app)["state"] in ("CATCHING_UP", "FOLLOWING")
 
 
-def test_racing_supervision_and_retried_launches_never_run_two_instances(settings, airflow_cli, webhook, heart_rate_input):
+def test_racing_supervision_and_retried_launches_never_run_two_instances(
+    settings, airflow_cli, webhook, heart_rate_input
+):
     app = JOB.application_id
     lease = JobLease(settings.status_dir, app)
     if lease.holder() is None:  # (when run on its own)
@@ -155,19 +162,27 @@ def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cl
     if JobLease(settings.status_dir, JOB.application_id).holder() is None:  # (when run on its own)
         _ok(airflow_cli("start_streaming_job", {"job": JOB.name}))
     # New input, so the running driver (restarted after everything was processed) reports a batch.
-    pulse.produce(settings.kafka_bootstrap_servers, JOB.source_topic,
-                  list(pulse.generate(patients=3, seconds=30, seed=11)))  # fmt: skip
+    pulse.produce(
+        settings.kafka_bootstrap_servers, JOB.source_topic, list(pulse.generate(patients=3, seconds=30, seed=11))
+    )
     # (A restarted driver on a loaded 2-core machine: Spark's start, the RocksDB restore of the checkpoint
     # and the Python workers of transformWithState before the first batch; CI has taken over 180 s.)
-    jobs = _wait(lambda: (p := page_json()) and p[JOB.name]["batch_id"] is not None and p, 360, "a batch on the page",
-                 lambda: driver_diagnosis(settings, JOB.application_id))  # fmt: skip
+    jobs = _wait(
+        lambda: (p := page_json()) and p[JOB.name]["batch_id"] is not None and p,
+        360,
+        "a batch on the page",
+        lambda: driver_diagnosis(settings, JOB.application_id),
+    )
     assert set(jobs) == set(registered_versions(STACK_JOB_MODULES))  # the stack's jobs
     live = jobs[JOB.name]
     status = read_status(settings.status_dir, JOB.application_id)
     assert live["lifecycle_state"] == "RUNNING"
     assert live["driver"]["lease_epoch"] == status["lease_epoch"]
     assert live["input_lag_records"] is not None and live["state_rows"] is not None
-    assert live["links"]["spark_ui"].startswith("http") and live["links"]["supervise_dag"] == f"/dags/supervise__{JOB.name}"
+    assert (
+        live["links"]["spark_ui"].startswith("http")
+        and live["links"]["supervise_dag"] == f"/dags/supervise__{JOB.name}"
+    )
     assert jobs["vote_counts"]["lifecycle_state"] in ("NEVER_RAN", "NOT_RUNNING")
     with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/", timeout=10) as resp:
         html = resp.read().decode()
@@ -182,18 +197,28 @@ def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cl
         with urllib.request.urlopen(f"{settings.airflow_url}/state-api{path}", timeout=10) as resp:
             return json.loads(resp.read())
 
-    store = _wait(lambda: (a := state_api(f"/jobs/{JOB.name}/stores/pulse-counts")) and a["source"] == "live" and a,
-                  60, "a live answer through Airflow")  # fmt: skip
+    store = _wait(
+        lambda: (a := state_api(f"/jobs/{JOB.name}/stores/pulse-counts")) and a["source"] == "live" and a,
+        60,
+        "a live answer through Airflow",
+    )
     assert store["keys"] > 0 and store["standby"]["follower_running"] and store["batch_id"] is not None
     first = state_api(f"/jobs/{JOB.name}/stores/pulse-counts/keys?page_size=1")["items"][0]
     window = first["key"]
-    one = state_api(f"/jobs/{JOB.name}/stores/pulse-counts/keys/{window['patient_id']}?window_start={window['window_start']}")
+    one = state_api(
+        f"/jobs/{JOB.name}/stores/pulse-counts/keys/{window['patient_id']}?window_start={window['window_start']}"
+    )
     assert one["found"] and one["source"] == "live"
     # the job runs on: a batch between the two answers may have added beats to this open window, never others
-    assert {k: v for k, v in one["value"].items() if k != "beats"} == {k: v for k, v in first["value"].items() if k != "beats"}
+    assert {k: v for k, v in one["value"].items() if k != "beats"} == {
+        k: v for k, v in first["value"].items() if k != "beats"
+    }
     assert one["value"]["beats"] >= first["value"]["beats"]
-    with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/lookup?target={JOB.name}/pulse-counts"
-                                f"&key={window['patient_id']}&window_start={window['window_start']}", timeout=10) as resp:
+    with urllib.request.urlopen(
+        f"{settings.airflow_url}/streamstate/lookup?target={JOB.name}/pulse-counts"
+        f"&key={window['patient_id']}&window_start={window['window_start']}",
+        timeout=10,
+    ) as resp:
         assert "live" in resp.read().decode()
 
 
@@ -210,14 +235,18 @@ def test_stop_dag_stops_cleanly_and_supervision_leaves_it_stopped(settings, airf
     assert webhook.of(app)[-1][1] == "resolved"  # a stop on request is not an outage
 
 
-def test_crash_looping_job_stops_being_restarted_after_k_tries(settings, airflow_cli, webhook, kafka_broker,
-                                                               monkeypatch):  # fmt: skip
+def test_crash_looping_job_stops_being_restarted_after_k_tries(
+    settings, airflow_cli, webhook, kafka_broker, monkeypatch
+):
     # vote_counts with a 1 s backoff (tests/fixtures/fault_jobs.py): the policy's rules, not its default waits
     monkeypatch.setenv("STREAMSTATE_JOB_MODULES", FAULT_JOBS)
     spec = get_job("crash_looping_votes")
     app, policy = spec.application_id, spec.supervision
-    bad = {"STREAMSTATE_SPARK_DRIVER_MEMORY": "1k",  # the driver JVM cannot start with this heap
-           "STREAMSTATE_JOB_MODULES": FAULT_JOBS, "PYTHONPATH": str(PROJECT_ROOT)}  # fmt: skip
+    bad = {
+        "STREAMSTATE_SPARK_DRIVER_MEMORY": "1k",  # the driver JVM cannot start with this heap
+        "STREAMSTATE_JOB_MODULES": FAULT_JOBS,
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
 
     def supervise():
         return airflow_cli(f"supervise__{spec.name}", **bad)

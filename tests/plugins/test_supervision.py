@@ -17,12 +17,22 @@ from streamstate.supervision import (
 )
 
 from spark_jobs.lease import FENCED
-from spark_jobs.registry import latest_jobs, SupervisionPolicy
+from spark_jobs.registry import SupervisionPolicy, latest_jobs
 
-SPEC = dataclasses.replace(latest_jobs()["purchase_counts"], supervision=SupervisionPolicy(
-    restart_backoff_s=10, restart_backoff_max_s=40, crash_loop_restarts=3, crash_loop_window_s=600,
-    max_input_lag_records=1000, no_progress_triggers=12, batch_duration_budget_s=30, restore_budget_s=100,
-    dead_letter_growth_records=10))  # fmt: skip
+SPEC = dataclasses.replace(
+    latest_jobs()["purchase_counts"],
+    supervision=SupervisionPolicy(
+        restart_backoff_s=10,
+        restart_backoff_max_s=40,
+        crash_loop_restarts=3,
+        crash_loop_window_s=600,
+        max_input_lag_records=1000,
+        no_progress_triggers=12,
+        batch_duration_budget_s=30,
+        restore_budget_s=100,
+        dead_letter_growth_records=10,
+    ),
+)
 NOW = 1_800_000_000.0
 
 
@@ -31,8 +41,12 @@ def iso(t: float) -> str:
 
 
 def running_status(**progress) -> dict:
-    return {"state": "RUNNING", "lease_epoch": 4, "started_at": iso(NOW - 300),
-            "progress": {"progress_at": iso(NOW - 5), "input_lag": {"t-0": 10}, "batch_duration_ms": 800, **progress}}  # fmt: skip
+    return {
+        "state": "RUNNING",
+        "lease_epoch": 4,
+        "started_at": iso(NOW - 300),
+        "progress": {"progress_at": iso(NOW - 5), "input_lag": {"t-0": 10}, "batch_duration_ms": 800, **progress},
+    }
 
 
 HOLDER = {"pid": 123, "epoch": 4, "host": "h"}
@@ -73,7 +87,11 @@ def test_idle_reports_count_as_signs_of_life():
 
 
 def test_restoring_too_long_and_a_slow_finished_restore():
-    restoring = {"state": "RESTORING", "lease_epoch": 4, "restore": {"counts": {"started_at": iso(NOW - 150), "records_read": 5}}}
+    restoring = {
+        "state": "RESTORING",
+        "lease_epoch": 4,
+        "restore": {"counts": {"started_at": iso(NOW - 150), "records_read": 5}},
+    }
     a = assess(SPEC, Observation(NOW, HOLDER, restoring), SupervisionRecord("a"))
     assert (a.state, names(a)) == ("restoring", {"restore_slow"})
     finished = {**running_status(), "restore": {"counts": {"seconds": 130.0}}}
@@ -140,7 +158,9 @@ def test_a_driver_taken_over_by_another_is_not_restarted_until_started_again():
 
 
 def test_stopped_on_request_is_left_alone():
-    record = SupervisionRecord("a", desired=DESIRED_STOPPED, stop_reason="maintenance", launches=[Launch(NOW - 9, "r", outcome="running")])
+    record = SupervisionRecord(
+        "a", desired=DESIRED_STOPPED, stop_reason="maintenance", launches=[Launch(NOW - 9, "r", outcome="running")]
+    )
     a = assess(SPEC, Observation(NOW, None, running_status()), record)
     assert (a.state, a.action, names(a)) == ("stopped", "none", set())
 
@@ -162,7 +182,9 @@ def test_alerts_fire_once_and_resolve_once_with_a_stable_dedup_key():
     again = reconcile("purchase_counts", "purchase_counts-v2", record.open_alerts, list(down))
     assert again == ([], [])
     fire, resolve = reconcile("purchase_counts", "purchase_counts-v2", record.open_alerts, [])
-    assert fire == [] and [(a.condition, a.status, a.dedup_key) for a in resolve] == [("down", RESOLVED, "streamstate/purchase_counts-v2/down")]
+    assert fire == [] and [(a.condition, a.status, a.dedup_key) for a in resolve] == [
+        ("down", RESOLVED, "streamstate/purchase_counts-v2/down")
+    ]
     assert record.open_alerts == {}
 
 

@@ -11,7 +11,7 @@ import pytest
 from runtime.airflow_standalone import LocalAirflow
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.registry import latest_jobs, get_job
+from spark_jobs.registry import get_job, latest_jobs
 from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic
 
 pytestmark = pytest.mark.integration
@@ -41,8 +41,9 @@ def test_repo_dags_are_loaded_without_import_errors(airflow):
 def test_drain_dag_submits_the_job_through_spark_default(airflow, kafka_broker, settings, spark):
     spec = get_job("purchase_counts")
     ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
-    purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic,
-                      list(purchases.generate(1500, users=100, seed=21)))  # fmt: skip
+    purchases.produce(
+        settings.kafka_bootstrap_servers, spec.source_topic, list(purchases.generate(1500, users=100, seed=21))
+    )
     test_repo_dags_are_loaded_without_import_errors(airflow)
 
     run_id = airflow.trigger(f"drain__{spec.name}")

@@ -33,8 +33,9 @@ def test_a_produced_record_is_consumed(kafka_broker, settings, unique):
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
     producer.produce(topic, key=b"user-1", value=b"hello")
     assert producer.flush(30) == 0
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": unique,
-                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": unique, "auto.offset.reset": "earliest"}
+    )
     consumer.subscribe([topic])
     try:
         for _ in range(60):

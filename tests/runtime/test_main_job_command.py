@@ -28,8 +28,9 @@ CHECK_OK = "OK: Delta = plain-Python counts over every event in the topic"
 
 
 def _cli(env, *args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "runtime", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "runtime", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_make_run_is_the_platform_running_until_make_down(tmp_path):

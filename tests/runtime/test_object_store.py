@@ -53,15 +53,23 @@ def test_bad_locations_and_store_settings_are_refused_naming_the_setting():
 def test_the_secret_key_is_read_from_its_file_and_shown_nowhere(tmp_path):
     secret = tmp_path / "secret"
     secret.write_text("s3cr3t\n")
-    env = {"STREAMSTATE_LAKE_URI": "s3a://lake/prod", "STREAMSTATE_S3_ENDPOINT": "http://127.0.0.1:9000",
-           "STREAMSTATE_S3_ACCESS_KEY_ID": "id", "STREAMSTATE_S3_SECRET_ACCESS_KEY_FILE": str(secret),
-           "STREAMSTATE_DATA_DIR": str(tmp_path)}  # fmt: skip
+    env = {
+        "STREAMSTATE_LAKE_URI": "s3a://lake/prod",
+        "STREAMSTATE_S3_ENDPOINT": "http://127.0.0.1:9000",
+        "STREAMSTATE_S3_ACCESS_KEY_ID": "id",
+        "STREAMSTATE_S3_SECRET_ACCESS_KEY_FILE": str(secret),
+        "STREAMSTATE_DATA_DIR": str(tmp_path),
+    }
     settings = Settings.from_env(env)
     store = settings.object_store
     assert store.storage_options() == {
-        "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_FORCE_PATH_STYLE": "true",
-        "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
-    }  # fmt: skip
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_FORCE_PATH_STYLE": "true",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "id",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+    }
     conf = spark_conf(settings)
     assert (
         conf["spark.hadoop.fs.s3a.secret.key"] == "s3cr3t" and conf["spark.hadoop.fs.s3a.path.style.access"] == "true"

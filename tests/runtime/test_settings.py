@@ -15,9 +15,15 @@ def test_defaults_are_the_embedded_stack():
 
 
 def test_environment_overrides_and_round_trip(tmp_path):
-    s = Settings.from_env({"STREAMSTATE_KAFKA_PORT": "19092", "STREAMSTATE_DATA_DIR": str(tmp_path),
-                           "STREAMSTATE_SPARK_MASTER": "spark://10.0.0.5:7077", "HOME": "/ignored",
-                           "STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "50000"})  # fmt: skip
+    s = Settings.from_env(
+        {
+            "STREAMSTATE_KAFKA_PORT": "19092",
+            "STREAMSTATE_DATA_DIR": str(tmp_path),
+            "STREAMSTATE_SPARK_MASTER": "spark://10.0.0.5:7077",
+            "HOME": "/ignored",
+            "STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "50000",
+        }
+    )
     assert s.kafka_bootstrap_servers == "127.0.0.1:19092"
     assert s.max_offsets_per_trigger == 50_000  # an optional int arrives as an int, not a string
     assert s.data_dir == tmp_path and isinstance(s.data_dir, Path)

@@ -35,7 +35,7 @@ from tests.secured_kafka import (
     PLATFORM_USER,
     SecuredCluster,
     new_password,
-    write_secret,  # fmt: skip
+    write_secret,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.security]
@@ -59,11 +59,18 @@ def cluster(tmp_path_factory) -> SecuredCluster:
 @pytest.fixture(scope="module")
 def secured(cluster: SecuredCluster, tmp_path_factory) -> Settings:
     """Settings of a deployment whose Kafka is secured: SASL_SSL, SCRAM-SHA-512, the test CA."""
-    own = Settings(data_dir=tmp_path_factory.mktemp("secured-stack"), **fresh_ports(),
-                   kafka_security_protocol="SASL_SSL", kafka_sasl_mechanism="SCRAM-SHA-512",
-                   kafka_sasl_username=PLATFORM_USER, kafka_sasl_password_file=cluster.password_files[PLATFORM_USER],
-                   kafka_ssl_ca_file=cluster.ca_pem, max_offsets_per_trigger=300,
-                   state_api_token=STATE_API_TOKEN, standby_commit_interval_s=1.0)  # fmt: skip
+    own = Settings(
+        data_dir=tmp_path_factory.mktemp("secured-stack"),
+        **fresh_ports(),
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username=PLATFORM_USER,
+        kafka_sasl_password_file=cluster.password_files[PLATFORM_USER],
+        kafka_ssl_ca_file=cluster.ca_pem,
+        max_offsets_per_trigger=300,
+        state_api_token=STATE_API_TOKEN,
+        standby_commit_interval_s=1.0,
+    )
     broker = LocalKafkaBroker(own, cluster.security)
     broker.start()
     cluster.provision(own.kafka_bootstrap_servers)
@@ -93,16 +100,33 @@ def test_clients_without_valid_credentials_or_acls_are_refused(secured, cluster,
     assert _refusal(bootstrap, "guarded", timeout_s=3).code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
     # TLS alone (no SASL) is not enough either.
     tls_only = KafkaConnection(bootstrap, "SSL", ssl_ca_file=cluster.ca_pem)
-    assert _refusal(tls_only, "guarded", timeout_s=3).code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                                                     KafkaError._AUTHENTICATION, KafkaError._SSL)  # fmt: skip
+    assert _refusal(tls_only, "guarded", timeout_s=3).code() in (
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._AUTHENTICATION,
+        KafkaError._SSL,
+    )
     # A wrong password fails authentication.
     wrong = cluster.connection(bootstrap, PLATFORM_USER, password_file=write_secret(tmp_path / "wrong", "not-it"))
-    assert _refusal(wrong, "guarded", timeout_s=3).code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+    assert _refusal(wrong, "guarded", timeout_s=3).code() in (
+        KafkaError._AUTHENTICATION,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    )
     # Authenticated but without ACLs: the topic is not authorized.
-    assert _refusal(cluster.connection(bootstrap, OUTSIDER_USER), "guarded").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert (
+        _refusal(cluster.connection(bootstrap, OUTSIDER_USER), "guarded").code()
+        == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    )
     # A certificate the client does not trust (no CA file: the system store) fails the TLS handshake.
-    untrusted = KafkaConnection(bootstrap, "SASL_SSL", "SCRAM-SHA-512", PLATFORM_USER, cluster.password_files[PLATFORM_USER])
-    assert _refusal(untrusted, "guarded", timeout_s=3).code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+    untrusted = KafkaConnection(
+        bootstrap, "SASL_SSL", "SCRAM-SHA-512", PLATFORM_USER, cluster.password_files[PLATFORM_USER]
+    )
+    assert _refusal(untrusted, "guarded", timeout_s=3).code() in (
+        KafkaError._SSL,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    )
 
 
 def test_sasl_plain_clients_and_spark(secured, cluster, spark):
@@ -116,7 +140,9 @@ def test_sasl_plain_clients_and_spark(secured, cluster, spark):
     read = spark.read.format("kafka").options(**plain.spark_options()).option("subscribe", "plain-purchases").load()
     assert read.count() == 200
     # The JAAS option carries the password: Spark's plans (shown in its UI and logs) redact it.
-    stream = spark.readStream.format("kafka").options(**plain.spark_options()).option("subscribe", "plain-purchases").load()
+    stream = (
+        spark.readStream.format("kafka").options(**plain.spark_options()).option("subscribe", "plain-purchases").load()
+    )
     plan = stream._jdf.queryExecution().toString()
     assert "kafka.sasl.jaas.config=*********(redacted)" in plan and cluster.passwords[PLAIN_USER] not in plan
 
@@ -137,10 +163,17 @@ def secured_run(secured, cluster, dag_runner, airflow_db, tmp_path_factory):
         ("audit_state_size", "audit_state_size.py", None),
     ):
         result = dag_runner.dags_test(dag_id, conf, env=env, dag_file=PROJECT_ROOT / "dags" / dag_file)
-        assert result.returncode == 0, f"{dag_id} failed on the secured broker:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+        assert result.returncode == 0, (
+            f"{dag_id} failed on the secured broker:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+        )
         results[dag_id] = result
-    yield {"events": events, "results": results, "webhook": webhook, "dag_outputs": dag_runner._outputs,
-           "airflow_home": airflow_db.home}  # fmt: skip
+    yield {
+        "events": events,
+        "results": results,
+        "webhook": webhook,
+        "dag_outputs": dag_runner._outputs,
+        "airflow_home": airflow_db.home,
+    }
     webhook.close()
 
 
@@ -163,7 +196,11 @@ def _ui_pages(secured: Settings, expected: dict, monkeypatch) -> list[str]:
     user = sorted(expected)[0]
     with TestClient(create_app(secured), headers={"Authorization": f"Bearer {STATE_API_TOKEN}"}) as client:
         answer = client.get(f"/jobs/{JOB.name}/stores/counts/keys/{user}").json()
-        pages = [json.dumps(answer), client.get(f"/jobs/{JOB.name}/stores/counts").text, client.get("/openapi.json").text]
+        pages = [
+            json.dumps(answer),
+            client.get(f"/jobs/{JOB.name}/stores/counts").text,
+            client.get("/openapi.json").text,
+        ]
     for key, value in secured.to_env().items():
         monkeypatch.setenv(key, value)
     from streamstate.ui.jobs_page import app as jobs_page
@@ -186,7 +223,11 @@ def test_standby_live_view_and_state_api_on_secured_kafka(secured, secured_run, 
     follower.run(max_seconds=3 * secured.standby_commit_interval_s)
     status = read_standby_status(secured.status_dir, JOB.application_id)
     assert status["error"] is None and status.get("transient_kafka_errors", 0) == 0, status
-    view = LiveView(SnapshotStore(snapshot_path(secured.lake, JOB.application_id, "counts"), JOB.application_id, "counts"), secured.kafka, CHANGELOG)
+    view = LiveView(
+        SnapshotStore(snapshot_path(secured.lake, JOB.application_id, "counts"), JOB.application_id, "counts"),
+        secured.kafka,
+        CHANGELOG,
+    )
     try:
         assert view.wait_ready(60) and view.error is None
         live = {user: json.loads(value)["purchases"] for user, value in view.table.state.items()}
@@ -196,7 +237,9 @@ def test_standby_live_view_and_state_api_on_secured_kafka(secured, secured_run, 
     pages = _ui_pages(secured, expected, monkeypatch)
     answer = json.loads(pages[0])
     user = sorted(expected)[0]
-    assert (answer["source"], answer["found"], answer["value"]["purchases"]) == ("standby", True, expected[user][0]), answer
+    assert (answer["source"], answer["found"], answer["value"]["purchases"]) == ("standby", True, expected[user][0]), (
+        answer
+    )
     assert JOB.name in pages[-3] and "counts" in pages[1]
 
 
@@ -220,14 +263,20 @@ def test_no_secret_in_any_output(secured, cluster, secured_run, monkeypatch):
     the passwords of the PLAIN users it authenticates (Kafka's built-in PLAIN store)."""
     pages = _ui_pages(secured, purchases.expected_counts(secured_run["events"]), monkeypatch)
     broker_config = secured.kafka_dir / "server.properties"
-    texts = {"alert payloads": json.dumps(secured_run["webhook"].received), "UI pages": "\n".join(pages),
-             **{f"`airflow dags test {d}` output": r.stdout + r.stderr for d, r in secured_run["results"].items()},
-             "settings repr": repr(secured) + json.dumps(secured.to_env()) + json.dumps(secured.kafka.describe())}  # fmt: skip
+    texts = {
+        "alert payloads": json.dumps(secured_run["webhook"].received),
+        "UI pages": "\n".join(pages),
+        **{f"`airflow dags test {d}` output": r.stdout + r.stderr for d, r in secured_run["results"].items()},
+        "settings repr": repr(secured) + json.dumps(secured.to_env()) + json.dumps(secured.kafka.describe()),
+    }
     roots = [secured.data_dir, secured_run["airflow_home"], secured_run["dag_outputs"], cluster.dir / "tls"]
     for user, secret in [*cluster.passwords.items(), ("the state API token", STATE_API_TOKEN)]:
         in_files = [f for f in _files_containing(secret.encode(), roots) if Path(f) != broker_config]
-        in_texts = [name for name, text in texts.items() if secret in text and not (
-            name == "settings repr" and secret == STATE_API_TOKEN)]  # to_env() carries the token by design
+        in_texts = [
+            name
+            for name, text in texts.items()
+            if secret in text and not (name == "settings repr" and secret == STATE_API_TOKEN)
+        ]  # to_env() carries the token by design
         assert (in_files, in_texts) == ([], []), f"{user}'s secret found in {in_files} {in_texts}"
     # The search can find what it looks for: the platform's SCRAM password is nowhere, but the broker's
     # configuration does hold the PLAIN user's password.

@@ -50,8 +50,10 @@ def check_heart_rate(spark, output, changelog_state, events):
     want = pulse.expected([events], s.window_ms, s.grace_ms, s.retention_ms)
     assert not want.late
     rows = spark.read.format("delta").load(output).collect()
-    emitted = {(r.patient_id, int(r.window_start.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)): r.heart_rate
-               for r in rows}  # fmt: skip
+    emitted = {
+        (r.patient_id, int(r.window_start.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)): r.heart_rate
+        for r in rows
+    }
     assert len(rows) == len(emitted) and emitted == want.emitted
     values = list(map(json.loads, changelog_state.values()))
     state = {(v["patient_id"], v["window_start_ms"]): (v["beats"], v["closed"]) for v in values if v.get("patient_id")}
@@ -68,15 +70,27 @@ def _check_votes(spark, output, changelog_state, events):
 
 
 SCENARIOS = [
-    Scenario("patient_heart_rate",
-             lambda tick: list(pulse.generate(patients=8, seconds=60 if tick == 0 else 10, seed=200 + tick,
-                                              start=pulse.START + dt.timedelta(seconds=0 if tick == 0 else 50 + 10 * tick),
-                                              checkout_rate=0)),
-             pulse.produce, check_heart_rate),
-    Scenario("vote_counts",
-             lambda tick: list(votes.generate(voters=300, seed=300 + tick, start=votes.START + dt.timedelta(hours=tick))),
-             votes.produce, _check_votes),
-]  # fmt: skip
+    Scenario(
+        "patient_heart_rate",
+        lambda tick: list(
+            pulse.generate(
+                patients=8,
+                seconds=60 if tick == 0 else 10,
+                seed=200 + tick,
+                start=pulse.START + dt.timedelta(seconds=0 if tick == 0 else 50 + 10 * tick),
+                checkout_rate=0,
+            )
+        ),
+        pulse.produce,
+        check_heart_rate,
+    ),
+    Scenario(
+        "vote_counts",
+        lambda tick: list(votes.generate(voters=300, seed=300 + tick, start=votes.START + dt.timedelta(hours=tick))),
+        votes.produce,
+        _check_votes,
+    ),
+]
 
 pytestmark = pytest.mark.integration
 

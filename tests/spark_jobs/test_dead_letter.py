@@ -18,8 +18,14 @@ from tests.helpers import delta_purchase_counts, expected_purchase_counts
 
 pytestmark = pytest.mark.integration
 
-GOOD = {"event_id": "x", "type": "purchase", "user_id": "u1", "item": "sku-1", "amount": 10.0,
-        "event_time": "2026-11-01T09:00:00Z"}  # fmt: skip
+GOOD = {
+    "event_id": "x",
+    "type": "purchase",
+    "user_id": "u1",
+    "item": "sku-1",
+    "amount": 10.0,
+    "event_time": "2026-11-01T09:00:00Z",
+}
 POISON = [
     ("undecodable", b"not json at all"),
     ("undecodable", b"\xff\xfe\x00garbage"),
@@ -45,8 +51,9 @@ def poison_key(i: int) -> bytes:
 
 
 def test_poison_records_go_to_the_dead_letter_topic(spark, kafka_broker, settings, unique):
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"dlq_{unique}", source_topic=f"dlq-src-{unique}",
-                              output_table=f"dlq_{unique}")  # fmt: skip
+    job = dataclasses.replace(
+        get_job("purchase_counts"), name=f"dlq_{unique}", source_topic=f"dlq-src-{unique}", output_table=f"dlq_{unique}"
+    )
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
     good = list(purchases.generate(1000, users=80, seed=41))
@@ -73,8 +80,14 @@ def test_poison_records_go_to_the_dead_letter_topic(spark, kafka_broker, setting
 
 
 def read_with_headers(bootstrap: str, topic: str) -> list[dict]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{topic}", "enable.partition.eof": True,
-                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"t-{topic}",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
     out, eof = [], set()
@@ -133,9 +146,13 @@ JIT_METHOD_LIMIT = 8000
 
 @pytest.mark.parametrize(
     "job, declaration",
-    [("purchase_counts", "COUNTS"), ("patient_heart_rate", "HEART_RATE"), ("temperature_averages", "AVERAGES"),
-     ("vote_counts", "VOTES")],
-)  # fmt: skip
+    [
+        ("purchase_counts", "COUNTS"),
+        ("patient_heart_rate", "HEART_RATE"),
+        ("temperature_averages", "AVERAGES"),
+        ("vote_counts", "VOTES"),
+    ],
+)
 def test_the_processor_input_compiles_to_methods_the_jit_takes(spark, job, declaration):
     """Each job's classified records, filtered to what its processor reads, compile to generated methods
     the JIT compiles. Spark pushes the processor's filter under the classification and inlines the rules
@@ -155,8 +172,9 @@ def test_the_processor_input_compiles_to_methods_the_jit_takes(spark, job, decla
         "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP",
     )
     classified = module.classify(types.SimpleNamespace(kafka_source=lambda: raw))
-    events = dead_letter.with_dead_letters(classified, "app", spec.key_field, "partition", "offset", "timestamp",
-                                           "value")  # fmt: skip
+    events = dead_letter.with_dead_letters(
+        classified, "app", spec.key_field, "partition", "offset", "timestamp", "value"
+    )
     changes = getattr(module, declaration).changes(
         events, spec.key_field, None, store_spec(spec, spec.stores[0].name), job=job, offset_ordered=True
     )

@@ -31,11 +31,15 @@ from tests.helpers import collect_available_now, file_stream, source_rows, with_
 
 PARTITIONS = 2
 TTL_MS = 60_000
-SCHEMA = T.StructType([
-    T.StructField("event_id", T.StringType()), T.StructField("user", T.StringType()),
-    T.StructField("type", T.StringType()), T.StructField("qty", T.IntegerType()),
-    T.StructField("event_time", T.TimestampType()),
-])  # fmt: skip
+SCHEMA = T.StructType(
+    [
+        T.StructField("event_id", T.StringType()),
+        T.StructField("user", T.StringType()),
+        T.StructField("type", T.StringType()),
+        T.StructField("qty", T.IntegerType()),
+        T.StructField("event_time", T.TimestampType()),
+    ]
+)
 ACTIVITY = KeyedAggregate(
     store="activity",
     events=JsonEvents(SCHEMA, types=(activity.CLICK, activity.VIEW, activity.LOGOUT)),
@@ -45,8 +49,16 @@ ACTIVITY = KeyedAggregate(
     time="event_time",
 )
 STORE = StoreSpec("activity", ttl_ms=TTL_MS, ttl_clock="event_time")
-SPEC = JobSpec(name="activity", version=1, source_topic="activity", key_field="user", output_table="activity",
-               entrypoint=f"{__name__}:ACTIVITY", stores=(STORE,), source_partitions=PARTITIONS)  # fmt: skip
+SPEC = JobSpec(
+    name="activity",
+    version=1,
+    source_topic="activity",
+    key_field="user",
+    output_table="activity",
+    entrypoint=f"{__name__}:ACTIVITY",
+    stores=(STORE,),
+    source_partitions=PARTITIONS,
+)
 
 
 def _expected(events: list[dict]) -> activity.Outcome:
@@ -64,8 +76,7 @@ def _run(spark, tmp_path, events: list[dict], cut: int, name: str) -> list[activ
     def row_of(row, batch_id: int) -> tuple:
         return batch_id, tuple(sorted(row.asDict().items(), key=lambda item: item[0]))
 
-    seen = sorted(collect_available_now(changes, "update", tmp_path / f"checkpoint-{name}", row_of),
-                  key=lambda r: r[0])  # fmt: skip
+    seen = sorted(collect_available_now(changes, "update", tmp_path / f"checkpoint-{name}", row_of), key=lambda r: r[0])
     got, after_each_batch = activity.Outcome({}, {}, set()), []
     for batch_id in range(len(batches)):
         for _, items in (r for r in seen if r[0] == batch_id):
@@ -80,8 +91,9 @@ def _run(spark, tmp_path, events: list[dict], cut: int, name: str) -> list[activ
             else:
                 last_at = int(row["last_at"].timestamp() * 1000)  # Spark hands out local times; so does .timestamp()
                 got.state[row["key"]] = (row["clicks"], row["qty"], last_at, row["event_time_ms"])
-        after_each_batch.append(dataclasses.replace(got, state=dict(got.state), stream_times=dict(got.stream_times),
-                                                    late=set(got.late)))  # fmt: skip
+        after_each_batch.append(
+            dataclasses.replace(got, state=dict(got.state), stream_times=dict(got.stream_times), late=set(got.late))
+        )
     return after_each_batch
 
 
@@ -104,8 +116,9 @@ def test_keys_expire_by_event_time_whatever_the_batching(spark, tmp_path):
 def test_the_job_expires_keys_dead_letters_late_events_and_survives_a_lost_checkpoint(
     spark, kafka_broker, settings, unique
 ):
-    spec = dataclasses.replace(SPEC, source_topic=f"activity-{unique}", name=f"activity_{unique}",
-                               output_table=f"activity_{unique}")  # fmt: skip
+    spec = dataclasses.replace(
+        SPEC, source_topic=f"activity-{unique}", name=f"activity_{unique}", output_table=f"activity_{unique}"
+    )
     events = activity.generate(120, seed=5)
     want = _expected(events)
     assert want.expired and want.late and want.state
@@ -116,8 +129,9 @@ def test_the_job_expires_keys_dead_letters_late_events_and_survives_a_lost_check
     assert second.report.restores[STORE.name]["keys"] > 0
     outputs = {r["user"]: (r["clicks"], r["qty"], int(r["last_at"].timestamp() * 1000)) for r in second.outputs}
     assert outputs == {k: v[:3] for k, v in want.state.items()}
-    late = {json.loads(x.value)["event_id"]: x for x in [*first.dead_letters, *second.dead_letters]
-            if x.reason == "late"}  # fmt: skip
+    late = {
+        json.loads(x.value)["event_id"]: x for x in [*first.dead_letters, *second.dead_letters] if x.reason == "late"
+    }
     assert late.keys() == want.late, late
     sample = next(iter(late.values()))
     assert "is older than the store's TTL: stream time of partition" in sample.message, sample.message

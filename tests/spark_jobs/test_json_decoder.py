@@ -39,18 +39,63 @@ EVERY_TYPE = T.StructType(
 
 VALUES = [
     # numbers of every shape, as every type
-    "0", "-0", "-0.0", "12.50", "12.345", "2.995", "-0.001", "1.5e2", "1E+2", "1e-30", "100.0", "0.00000000",
-    "127", "128", "-129", "32768", "2147483648", "9223372036854775807", "9223372036854775808",
-    "123456789012345678901234567890123456789", "1.2345678901234567890123456789012345678901", "1e400",
-    "9999999999.99", "99999999999.99", "1e10",
+    "0",
+    "-0",
+    "-0.0",
+    "12.50",
+    "12.345",
+    "2.995",
+    "-0.001",
+    "1.5e2",
+    "1E+2",
+    "1e-30",
+    "100.0",
+    "0.00000000",
+    "127",
+    "128",
+    "-129",
+    "32768",
+    "2147483648",
+    "9223372036854775807",
+    "9223372036854775808",
+    "123456789012345678901234567890123456789",
+    "1.2345678901234567890123456789012345678901",
+    "1e400",
+    "9999999999.99",
+    "99999999999.99",
+    "1e10",
     # strings as numbers, times and special values
-    '"12.50"', '"1,234.5"', '"abc"', '""', '"NaN"', '"Infinity"', '"+INF"', '"-Infinity"', '"-INF"', '"nan"',
-    '"2026-11-01T09:00:00Z"', '"2026-11-01 09:00:00"', '"2026-11-01T09:00:00.123456+14:00"', '"2026-11-01"',
-    '"2026-11-01T09:00:00 GMT"', '"GMT2026-11-01T09:00:00"', '"2026-11-01T09:00:00GMT+01:00"', '"0001-01-01T00:00:00Z"', '"yesterday"',
-    '"2026-13-45T99:00:00Z"', '"1700000000"', "1700000000",
+    '"12.50"',
+    '"1,234.5"',
+    '"abc"',
+    '""',
+    '"NaN"',
+    '"Infinity"',
+    '"+INF"',
+    '"-Infinity"',
+    '"-INF"',
+    '"nan"',
+    '"2026-11-01T09:00:00Z"',
+    '"2026-11-01 09:00:00"',
+    '"2026-11-01T09:00:00.123456+14:00"',
+    '"2026-11-01"',
+    '"2026-11-01T09:00:00 GMT"',
+    '"GMT2026-11-01T09:00:00"',
+    '"2026-11-01T09:00:00GMT+01:00"',
+    '"0001-01-01T00:00:00Z"',
+    '"yesterday"',
+    '"2026-13-45T99:00:00Z"',
+    '"1700000000"',
+    "1700000000",
     # everything else JSON holds
-    "true", "false", "null", "[]", "[1, 2.50, \"x\"]", '{"b": 1, "a": [true, null]}', '"\\u00e9\\ud83d\\ude00"',
-]  # fmt: skip
+    "true",
+    "false",
+    "null",
+    "[]",
+    '[1, 2.50, "x"]',
+    '{"b": 1, "a": [true, null]}',
+    '"\\u00e9\\ud83d\\ude00"',
+]
 
 RECORDS = [
     b"",
@@ -91,8 +136,14 @@ def _source(spark, values: list[bytes | None]):
 
 def _decoded(source, schema, decoder):
     # times as microseconds: Python holds no year 0 (see dead_letter.EVENT_TIME_RANGE)
-    event = F.struct(*(F.unix_micros(dead_letter.event(f.name)).alias(f.name) if isinstance(f.dataType, T.TimestampType)
-                       else dead_letter.event(f.name) for f in schema.fields))  # fmt: skip
+    event = F.struct(
+        *(
+            F.unix_micros(dead_letter.event(f.name)).alias(f.name)
+            if isinstance(f.dataType, T.TimestampType)
+            else dead_letter.event(f.name)
+            for f in schema.fields
+        )
+    )
     columns = ["offset", dead_letter.OBJECT_COLUMN, event.alias(dead_letter.EVENT_COLUMN), dead_letter.WRITTEN_COLUMN]
     rows = dead_letter.decode_json(source, schema, decoder).select(*columns).collect()
     return {

@@ -19,12 +19,17 @@ from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, registered_versions
 from tests.helpers import collect_available_now, file_stream
 
-SCHEMA = T.StructType([
-    T.StructField("user", T.StringType()), T.StructField("type", T.StringType()),
-    T.StructField("qty", T.IntegerType()), T.StructField("price", T.DoubleType()),
-    T.StructField("amount", T.DecimalType(10, 2)), T.StructField("at", T.TimestampType()),
-    T.StructField("note", T.StringType()),
-])  # fmt: skip
+SCHEMA = T.StructType(
+    [
+        T.StructField("user", T.StringType()),
+        T.StructField("type", T.StringType()),
+        T.StructField("qty", T.IntegerType()),
+        T.StructField("price", T.DoubleType()),
+        T.StructField("amount", T.DecimalType(10, 2)),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("note", T.StringType()),
+    ]
+)
 
 EVERY_KIND = KeyedAggregate(
     store="totals",
@@ -44,8 +49,15 @@ EVERY_KIND = KeyedAggregate(
     where="type <> 'view'",
     delete_when="type = 'erase'",
 )
-SPEC = JobSpec(name="every_kind", version=1, source_topic="every-kind", key_field="user", output_table="every_kind",
-               entrypoint="tests.spark_jobs.test_keyed_aggregate:EVERY_KIND", stores=(StoreSpec("totals"),))  # fmt: skip
+SPEC = JobSpec(
+    name="every_kind",
+    version=1,
+    source_topic="every-kind",
+    key_field="user",
+    output_table="every_kind",
+    entrypoint="tests.spark_jobs.test_keyed_aggregate:EVERY_KIND",
+    stores=(StoreSpec("totals"),),
+)
 
 
 def test_the_state_format_follows_from_the_declaration():
@@ -95,7 +107,9 @@ def test_a_spec_that_does_not_fit_the_declaration_is_refused():
     with pytest.raises(JobSpecError, match="job every_kind: key_field 'qty' must be a string field"):
         EVERY_KIND.check(dataclasses.replace(SPEC, key_field="qty"))
     windowed = StoreSpec("totals", kind="windowed", retention_ms=60_000, window_ms=10_000)
-    with pytest.raises(JobSpecError, match="job every_kind: store 'totals': this primitive keeps a key_value store, not windowed"):
+    with pytest.raises(
+        JobSpecError, match="job every_kind: store 'totals': this primitive keeps a key_value store, not windowed"
+    ):
         EVERY_KIND.check(dataclasses.replace(SPEC, stores=(windowed,)))
 
 
@@ -104,37 +118,80 @@ _offsets = iter(range(1, 1000))
 
 
 def _e(user, type_, qty=None, price=None, amount=None, minute=None, note=None, offset=None) -> Row:
-    return Row(user=user, type=type_, qty=qty, price=price, amount=None if amount is None else Decimal(amount),
-               at=None if minute is None else T0 + dt.timedelta(minutes=minute), note=note,
-               offset=offset if offset is not None else next(_offsets))  # fmt: skip
+    return Row(
+        user=user,
+        type=type_,
+        qty=qty,
+        price=price,
+        amount=None if amount is None else Decimal(amount),
+        at=None if minute is None else T0 + dt.timedelta(minutes=minute),
+        note=note,
+        offset=offset if offset is not None else next(_offsets),
+    )
 
 
 # Offsets decide the order of a key's events; rows are written out of that order on purpose.
 EVENTS = [
-    _e("a", "buy", 2, 0.5, "3.10", 9, "gift", offset=2), _e("a", "buy", 1, 0.25, "1.00", 3, None, offset=1),
+    _e("a", "buy", 2, 0.5, "3.10", 9, "gift", offset=2),
+    _e("a", "buy", 1, 0.25, "1.00", 3, None, offset=1),
     _e("a", "view", 99, 99.0, "0.01", 0, "ignored", offset=3),  # not aggregated (where)
-    _e("b", "buy", 1, 1.0, "5.00", 1, "x", offset=4), _e("b", "erase", offset=5),  # created and erased: tombstone
+    _e("b", "buy", 1, 1.0, "5.00", 1, "x", offset=4),
+    _e("b", "erase", offset=5),  # created and erased: tombstone
     _e("c", "erase", offset=6),  # erasing a key never seen: tombstone (the outputs may hold it)
     _e("r", "buy", None, None, None, None, None, offset=7),  # restored key: counts on, nulls change nothing else
     _e("s", "erase", offset=8),  # restored key erased
     _e("v", "view", 1, 1.0, "1.00", 1, "only views", offset=9),  # never aggregated: no change row at all
-    _e("d", "erase", offset=10), _e("d", "buy", 4, 2.0, "2.50", 7, "again", offset=11),  # erased, then anew
-    _e("a", "buy", 3, 0.5, "0.90", 5, None, offset=12), _e("a", "erase", offset=13), _e("a", "buy", 1, 0.5, "7.00", 2, "n", offset=14),
-    _e("e", "buy", 1, 0.5, "4.00", 4, "e1", offset=15), _e("e", "buy", None, None, "1.00", None, None, offset=16),
-]  # fmt: skip
+    _e("d", "erase", offset=10),
+    _e("d", "buy", 4, 2.0, "2.50", 7, "again", offset=11),  # erased, then anew
+    _e("a", "buy", 3, 0.5, "0.90", 5, None, offset=12),
+    _e("a", "erase", offset=13),
+    _e("a", "buy", 1, 0.5, "7.00", 2, "n", offset=14),
+    _e("e", "buy", 1, 0.5, "4.00", 4, "e1", offset=15),
+    _e("e", "buy", None, None, "1.00", None, None, offset=16),
+]
 RESTORED = {
-    "r": {"events": 10, "notes": 2, "qty": 5, "spent": Decimal("20.00"), "price_total": 1.5, "cheapest": Decimal("1.00"),
-          "first_at": T0, "last_at": T0, "last_note": "old", "revenue": Decimal("30.00")},
-    "s": {"events": 1, "notes": 0, "qty": 1, "spent": Decimal("1.00"), "price_total": 1.0, "cheapest": Decimal("1.00"),
-          "first_at": T0, "last_at": T0, "last_note": None, "revenue": Decimal("1.00")},
-}  # fmt: skip
+    "r": {
+        "events": 10,
+        "notes": 2,
+        "qty": 5,
+        "spent": Decimal("20.00"),
+        "price_total": 1.5,
+        "cheapest": Decimal("1.00"),
+        "first_at": T0,
+        "last_at": T0,
+        "last_note": "old",
+        "revenue": Decimal("30.00"),
+    },
+    "s": {
+        "events": 1,
+        "notes": 0,
+        "qty": 1,
+        "spent": Decimal("1.00"),
+        "price_total": 1.0,
+        "cheapest": Decimal("1.00"),
+        "first_at": T0,
+        "last_at": T0,
+        "last_note": None,
+        "revenue": Decimal("1.00"),
+    },
+}
 FIELDS = list(EVERY_KIND.values)
 
 
 def _reference(batches: list[list[Row]], fields: list[str] = FIELDS) -> set[tuple]:
     """The documented semantics, written independently of the processor: per batch, per key in offset order."""
-    fresh = {"events": 0, "notes": 0, "qty": 0, "spent": Decimal(0), "price_total": 0.0, "cheapest": None,
-             "first_at": None, "last_at": None, "last_note": None, "revenue": Decimal(0)}  # fmt: skip
+    fresh = {
+        "events": 0,
+        "notes": 0,
+        "qty": 0,
+        "spent": Decimal(0),
+        "price_total": 0.0,
+        "cheapest": None,
+        "first_at": None,
+        "last_at": None,
+        "last_note": None,
+        "revenue": Decimal(0),
+    }
 
     def keep(old, new, pick):
         return old if new is None else new if old is None else pick(old, new)
@@ -213,11 +270,18 @@ def _random_events(seed: int, count: int) -> list[Row]:
         return None if rng.random() < 0.2 else value
 
     return [
-        _e(rng.choice("abrsx"), rng.choices(["buy", "view", "erase"], [75, 12, 13])[0], maybe(rng.randint(0, 9)),
-           maybe(rng.random()), maybe(f"{rng.randint(0, 999) / 100:.2f}"), maybe(rng.randint(0, 600)),
-           maybe(rng.choice(["n1", "n2", "n3"])), offset=offset)
+        _e(
+            rng.choice("abrsx"),
+            rng.choices(["buy", "view", "erase"], [75, 12, 13])[0],
+            maybe(rng.randint(0, 9)),
+            maybe(rng.random()),
+            maybe(f"{rng.randint(0, 999) / 100:.2f}"),
+            maybe(rng.randint(0, 600)),
+            maybe(rng.choice(["n1", "n2", "n3"])),
+            offset=offset,
+        )
         for offset in range(1, count + 1)
-    ]  # fmt: skip
+    ]
 
 
 def _two_partitions(spark, batches: list[list[Row]], directory, seed: int):

@@ -41,8 +41,10 @@ def test_the_record_is_rewritten_in_place_at_a_fixed_size(tmp_path):
 
 
 def test_the_lease_dies_with_its_holder_even_on_kill_9(tmp_path):
-    code = ("import sys, time; from spark_jobs.lease import JobLease; "
-            f"JobLease({str(tmp_path)!r}, 'app-v1').acquire(); print('held', flush=True); time.sleep(60)")  # fmt: skip
+    code = (
+        "import sys, time; from spark_jobs.lease import JobLease; "
+        f"JobLease({str(tmp_path)!r}, 'app-v1').acquire(); print('held', flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -65,8 +67,9 @@ def test_a_second_driver_of_a_running_job_exits_without_touching_it(settings, tm
     epoch = holder.acquire()
     try:
         submit = submit_spec(spec, settings)
-        second = subprocess.run(submit.command(), env={**os.environ, **submit.env}, capture_output=True, text=True,
-                                timeout=300)  # fmt: skip
+        second = subprocess.run(
+            submit.command(), env={**os.environ, **submit.env}, capture_output=True, text=True, timeout=300
+        )
         assert second.returncode == ALREADY_RUNNING, second.stderr[-2000:]
         output = second.stdout + second.stderr
         assert f"{spec.application_id} is already running (pid {os.getpid()}" in output, output[-3000:]

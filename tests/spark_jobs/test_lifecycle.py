@@ -9,13 +9,22 @@ import pytest
 from spark_jobs.lifecycle import IllegalTransition, JobState, JobStatus, progress_summary, read_status
 
 PROGRESS = {
-    "name": "app-v1", "batchId": 4, "numInputRows": 120, "inputRowsPerSecond": 60.0,
-    "processedRowsPerSecond": 400.0, "timestamp": "2026-11-22T03:00:00.000Z",
+    "name": "app-v1",
+    "batchId": 4,
+    "numInputRows": 120,
+    "inputRowsPerSecond": 60.0,
+    "processedRowsPerSecond": 400.0,
+    "timestamp": "2026-11-22T03:00:00.000Z",
     "durationMs": {"triggerExecution": 850},
-    "stateOperators": [{"numRowsTotal": 300, "memoryUsedBytes": 4096,
-                        "customMetrics": {"rocksdbBytesCopied": 10, "rocksdbCommitFlushLatency": 3}}],
+    "stateOperators": [
+        {
+            "numRowsTotal": 300,
+            "memoryUsedBytes": 4096,
+            "customMetrics": {"rocksdbBytesCopied": 10, "rocksdbCommitFlushLatency": 3},
+        }
+    ],
     "sources": [{"endOffset": {"t": {"0": 100, "1": 50}}, "latestOffset": {"t": {"0": 130, "1": 50}}}],
-}  # fmt: skip
+}
 
 
 def test_a_normal_run_moves_through_legal_states_and_publishes_them(tmp_path):
@@ -28,10 +37,14 @@ def test_a_normal_run_moves_through_legal_states_and_publishes_them(tmp_path):
     assert seen[0] == (JobState.CREATED, JobState.RESTORING) and len(seen) == 4
 
 
-@pytest.mark.parametrize(("start", "illegal"), [
-    (JobState.NOT_RUNNING, JobState.RUNNING), (JobState.RUNNING, JobState.RESTORING),
-    (JobState.CREATED, JobState.NOT_RUNNING),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("start", "illegal"),
+    [
+        (JobState.NOT_RUNNING, JobState.RUNNING),
+        (JobState.RUNNING, JobState.RESTORING),
+        (JobState.CREATED, JobState.NOT_RUNNING),
+    ],
+)
 def test_illegal_moves_raise_and_name_the_job(tmp_path, start, illegal):
     status = JobStatus("app-v1", tmp_path / "s.json")
     status.state = start
@@ -69,10 +82,16 @@ def test_a_real_run_publishes_its_progress_numbers(spark, kafka_broker, settings
     from spark_jobs.registry import get_job
     from spark_jobs.run import run
 
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"progress_{unique}", source_topic=f"progress-{unique}",
-                              output_table=f"progress_{unique}")  # fmt: skip
+    job = dataclasses.replace(
+        get_job("purchase_counts"),
+        name=f"progress_{unique}",
+        source_topic=f"progress-{unique}",
+        output_table=f"progress_{unique}",
+    )
     ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
-    purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, list(purchases.generate(500, users=50, seed=3)))
+    purchases.produce(
+        settings.kafka_bootstrap_servers, job.source_topic, list(purchases.generate(500, users=50, seed=3))
+    )
     run(job, settings, available_now=True, spark=spark)
     status = read_status(settings.status_dir, job.application_id)
     assert status["state"] == "NOT_RUNNING"

@@ -41,24 +41,31 @@ def s3_server(tmp_path_factory):
 def on_s3(settings, s3_server, spark, unique):
     """The suite's settings with the lake and the checkpoints in the S3 server; the shared Spark session
     reaches it through S3A settings on its SQL conf (a driver of its own gets them at start from ``spark_conf``)."""
-    moved = settings.replace(lake_uri=f"s3a://lake/{unique}", checkpoint_uri=f"s3a://lake/{unique}-checkpoints",
-                             **s3_server.settings_fields())  # fmt: skip
+    moved = settings.replace(
+        lake_uri=f"s3a://lake/{unique}",
+        checkpoint_uri=f"s3a://lake/{unique}-checkpoints",
+        **s3_server.settings_fields(),
+    )
     with session_conf(spark, moved.object_store.hadoop_conf()):
         yield moved
 
 
-def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(spark, kafka_broker, on_s3, s3_server,
-                                                                            unique):  # fmt: skip
+def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(
+    spark, kafka_broker, on_s3, s3_server, unique
+):
     settings = on_s3.replace(restore_in_spark_min_records=0)  # snapshots and the restore by Spark's executors
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"s3_{unique}", source_topic=f"s3-{unique}",
-                              output_table=f"s3_{unique}")  # fmt: skip
+    job = dataclasses.replace(
+        get_job("purchase_counts"), name=f"s3_{unique}", source_topic=f"s3-{unique}", output_table=f"s3_{unique}"
+    )
     ctx = JobContext(spark, job, settings)
     bootstrap, changelog = settings.kafka_bootstrap_servers, ctx.changelog_topic("counts").name
     snapshots = ctx.snapshot_store("counts")
     assert snapshots.path == f"s3a://lake/{unique}/_state/{job.application_id}/counts"
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
-    batches = [list(purchases.generate(n, users=users, seed=seed)) for n, users, seed in
-               ((2000, 300, 41), (600, 400, 42), (300, 450, 43))]  # fmt: skip
+    batches = [
+        list(purchases.generate(n, users=users, seed=seed))
+        for n, users, seed in ((2000, 300, 41), (600, 400, 42), (300, 450, 43))
+    ]
 
     purchases.produce(bootstrap, job.source_topic, batches[0])
     report = run(job, settings, available_now=True, spark=spark)
@@ -88,8 +95,11 @@ def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(spar
 
     # Everything of the job's lake and checkpoint is in the server's storage; nothing of it on the local disk
     # (the suite's other tests share this data directory: look for this job's own names)
-    local = [settings.data_dir / "lake" / job.output_table_dir, settings.data_dir / "lake" / "_state" / job.application_id,
-             settings.data_dir / "checkpoints" / job.application_id]  # fmt: skip
+    local = [
+        settings.data_dir / "lake" / job.output_table_dir,
+        settings.data_dir / "lake" / "_state" / job.application_id,
+        settings.data_dir / "checkpoints" / job.application_id,
+    ]
     assert not [str(path) for path in local if path.exists()]
     bucket = s3_server.blobs / "lake" / unique
     assert (bucket / "_state" / job.application_id / "counts" / "_delta_log").is_dir()

@@ -29,8 +29,9 @@ STORE = "pulse-counts"
 @pytest.fixture
 def job(unique):
     spec = get_job("patient_heart_rate")
-    return dataclasses.replace(spec, name=f"heart_rate_{unique}", source_topic=f"patients-{unique}",
-                               output_table=f"heart_rate_{unique}")  # fmt: skip
+    return dataclasses.replace(
+        spec, name=f"heart_rate_{unique}", source_topic=f"patients-{unique}", output_table=f"heart_rate_{unique}"
+    )
 
 
 def _expected(job, rounds) -> pulse.Expected:
@@ -42,7 +43,7 @@ def _emitted(spark, job, settings) -> dict[tuple[str, int], int]:
     rows = spark.read.format("delta").load(str(settings.lake / job.output_table_dir)).collect()
     keys = [(r.patient_id, int(r.window_start.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)) for r in rows]
     assert len(keys) == len(set(keys)), "a window was emitted twice"
-    return {k: r.heart_rate for k, r in zip(keys, rows)}
+    return {k: r.heart_rate for k, r in zip(keys, rows, strict=True)}
 
 
 def _store(settings, job) -> tuple[dict[tuple[str, int], tuple[int, bool]], dict[int, int]]:
@@ -72,11 +73,17 @@ def _check(spark, settings, job, rounds) -> pulse.Expected:
 
 
 def _late_pulse(patient: str, at: dt.datetime, n: int) -> dict:
-    return {"event_id": f"late-{n}", "type": "pulse", "patient_id": patient,
-            "event_time": at.isoformat(timespec="milliseconds").replace("+00:00", "Z")}  # fmt: skip
+    return {
+        "event_id": f"late-{n}",
+        "type": "pulse",
+        "patient_id": patient,
+        "event_time": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    }
 
 
-def test_windows_close_once_late_pulses_dead_letter_checkouts_delete_retention_evicts(spark, kafka_broker, settings, job):
+def test_windows_close_once_late_pulses_dead_letter_checkouts_delete_retention_evicts(
+    spark, kafka_broker, settings, job
+):
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
     start = pulse.START
@@ -94,18 +101,22 @@ def test_windows_close_once_late_pulses_dead_letter_checkouts_delete_retention_e
     assert len(want.emitted) >= 6 * 2 and not want.late  # the first two minutes closed for everyone
 
     # Two minutes later: a pulse for a closed window (late), a check-out, and a re-admission.
-    second = list(pulse.generate(patients=6, seconds=120, seed=2, start=start + dt.timedelta(seconds=200),
-                                 checkout_rate=0))  # fmt: skip
+    second = list(
+        pulse.generate(patients=6, seconds=120, seed=2, start=start + dt.timedelta(seconds=200), checkout_rate=0)
+    )
     checkout_at = (start + dt.timedelta(seconds=260)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    second.insert(len(second) // 2, {"event_id": "out-1", "type": "checked_out", "patient_id": "p001",
-                                     "event_time": checkout_at})  # fmt: skip
+    second.insert(
+        len(second) // 2, {"event_id": "out-1", "type": "checked_out", "patient_id": "p001", "event_time": checkout_at}
+    )
     second.insert(3, _late_pulse("p002", start + dt.timedelta(seconds=10), 1))
     play(second)
     want = _check(spark, settings, job, rounds)
     assert want.late == {"late-1"}
     [letter] = read_with_headers(bootstrap, dead_letter_topic(job.application_id))
     assert letter["headers"]["reason"] == "late", letter
-    assert "window starting 2026-11-01T09:00:00.000Z had closed: stream time of partition" in letter["headers"]["message"]
+    assert (
+        "window starting 2026-11-01T09:00:00.000Z had closed: stream time of partition" in letter["headers"]["message"]
+    )
     base = int(start.timestamp() * 1000)
     assert all(s >= base + 240_000 for p, s in want.state if p == "p001")  # older windows deleted
 
@@ -133,8 +144,13 @@ def test_windowed_changelog_deletes_by_time_and_restore_keeps_stream_time(spark,
     # Lose the checkpoint. The next round holds a pulse for a window that closed before the loss:
     # still late after the restore, because stream time was restored with the state.
     shutil.rmtree(ctx.checkpoint)
-    rounds.append(list(pulse.generate(patients=4, seconds=60, seed=12, checkout_rate=0,
-                                      start=pulse.START + dt.timedelta(seconds=180))))  # fmt: skip
+    rounds.append(
+        list(
+            pulse.generate(
+                patients=4, seconds=60, seed=12, checkout_rate=0, start=pulse.START + dt.timedelta(seconds=180)
+            )
+        )
+    )
     rounds[1].insert(0, _late_pulse("p003", pulse.START + dt.timedelta(seconds=5), 2))
     pulse.produce(bootstrap, job.source_topic, rounds[1])
     report = run(job, settings, available_now=True, spark=spark)

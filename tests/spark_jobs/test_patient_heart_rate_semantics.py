@@ -40,20 +40,27 @@ def _pulse(n: int, patient: str, seconds: float, kind: str = pulse.PULSE) -> dic
 
 # Patients "a", "b", "p" live in partition 0, "d", "q" in partition 1 (Kafka's murmur2, 2 partitions).
 NAMED = [
-    _pulse(1, "a", 10), _pulse(2, "a", 50), _pulse(3, "b", 30),
+    _pulse(1, "a", 10),
+    _pulse(2, "a", 50),
+    _pulse(3, "b", 30),
     _pulse(4, "b", 64.999),  # stream time 64.999 s: window [0, 60) closes at 65 s, not yet
     _pulse(5, "a", 20),  # counted: window 0 still open
     _pulse(6, "b", 65),  # stream time 65 s closes window 0 of a and b (emitted) ...
     _pulse(7, "a", 40),  # ... so this pulse, in the same batch, is late
-    _pulse(8, "p", 66), _pulse(9, "a", 70),
+    _pulse(8, "p", 66),
+    _pulse(9, "a", 70),
     _pulse(10, "b", 126),  # closes window 60 s of a, b, p (b's pulse closes a's and p's window) ...
     _pulse(11, "p", 127, pulse.CHECKED_OUT),  # ... before p checks out: p's window was emitted
-    _pulse(12, "d", 20), _pulse(13, "q", 30),  # partition 1 is behind: its window 0 is open
-    _pulse(14, "d", 21), _pulse(14, "d", 21),  # a duplicate counts twice (Kafka Streams does too)
+    _pulse(12, "d", 20),
+    _pulse(13, "q", 30),  # partition 1 is behind: its window 0 is open
+    _pulse(14, "d", 21),
+    _pulse(14, "d", 21),  # a duplicate counts twice (Kafka Streams does too)
     _pulse(15, "q", 90),  # partition 1: closes window 0 of d and q
-    _pulse(16, "a", 130), _pulse(17, "a", 131),
+    _pulse(16, "a", 130),
+    _pulse(17, "a", 131),
     _pulse(18, "b", 10 * 60),  # a gap past retention (3 min): a's window 120 closes and leaves in one step
-    _pulse(19, "a", 10 * 60 + 1), _pulse(20, "a", 100),  # late, long past
+    _pulse(19, "a", 10 * 60 + 1),
+    _pulse(20, "a", 100),  # late, long past
     # partition 1: q's check-out at 185 s closes q's window [60 s, 120 s) by its own time, which emits it,
     # then deletes q (a Kafka Streams suppress buffer would drop it: README, "Known differences")
     _pulse(21, "q", 185, pulse.CHECKED_OUT),
@@ -69,11 +76,20 @@ def _run(spark, tmp_path, events: list[dict], cut: int, name: str) -> pulse.Expe
     changes = window_changes(stream, None, STORE)
 
     def row_of(row, batch_id: int) -> tuple:
-        return (batch_id, row.kind, row.tombstone, row.patient_id, row.window_start_ms, row.beats, row.closed,
-                row.source_partition, row.stream_time_ms, bytes(row.raw) if row.raw else None)  # fmt: skip
+        return (
+            batch_id,
+            row.kind,
+            row.tombstone,
+            row.patient_id,
+            row.window_start_ms,
+            row.beats,
+            row.closed,
+            row.source_partition,
+            row.stream_time_ms,
+            bytes(row.raw) if row.raw else None,
+        )
 
-    seen = sorted(collect_available_now(changes, "append", tmp_path / f"checkpoint-{name}", row_of),
-                  key=lambda r: r[0])  # fmt: skip
+    seen = sorted(collect_available_now(changes, "append", tmp_path / f"checkpoint-{name}", row_of), key=lambda r: r[0])
     state, emitted, late, stream_times = {}, {}, set(), {}
     for _, kind, tombstone, patient, start, beats, closed, partition, stream_time, raw in seen:
         if kind == LATE:

@@ -57,13 +57,29 @@ def test_patient_heart_rate_declared_keeps_the_state_format_its_versions_wrote()
     [
         ({"time": "event_id"}, {}, "time: 'event_id' must be a TIMESTAMP field"),
         ({"time": "at"}, {}, "time: 'at' is not a field of the event schema"),
-        ({"values": {"patient_id": Aggregate.count()}}, {}, "values.patient_id: use lower-case letters, digits and _, and not the key"),
-        ({"outputs": {"window_end": "beats"}}, {}, "outputs.window_end: use lower-case letters, digits and _, and not the key"),
+        (
+            {"values": {"patient_id": Aggregate.count()}},
+            {},
+            "values.patient_id: use lower-case letters, digits and _, and not the key",
+        ),
+        (
+            {"outputs": {"window_end": "beats"}},
+            {},
+            "outputs.window_end: use lower-case letters, digits and _, and not the key",
+        ),
         ({"values": {}}, {}, "values: declare at least one aggregate"),
-        ({"values": {"beats": Aggregate.sum("patient_id")}}, {}, "values.beats: cannot sum 'patient_id', a string field"),
+        (
+            {"values": {"beats": Aggregate.sum("patient_id")}},
+            {},
+            "values.beats: cannot sum 'patient_id', a string field",
+        ),
         ({"emit": "sometimes"}, {}, "emit: 'sometimes' is not one of \\('close', 'update'\\)"),
         ({}, {"stores": (StoreSpec("pulse-counts"),)}, "store 'pulse-counts': this primitive keeps a windowed store"),
-        ({}, {"output_key": ("patient_id",)}, "output_key: the outputs are keyed by \\('patient_id', 'window_start'\\)"),
+        (
+            {},
+            {"output_key": ("patient_id",)},
+            "output_key: the outputs are keyed by \\('patient_id', 'window_start'\\)",
+        ),
     ],
 )
 def test_a_windows_declaration_that_cannot_run_is_refused(change, spec_change, message):

@@ -27,8 +27,12 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def job(unique):
     spec = get_job("purchase_counts")
-    return dataclasses.replace(spec, name=f"purchase_counts_{unique}", source_topic=f"purchases-{unique}",
-                               output_table=f"purchase_counts_{unique}")  # fmt: skip
+    return dataclasses.replace(
+        spec,
+        name=f"purchase_counts_{unique}",
+        source_topic=f"purchases-{unique}",
+        output_table=f"purchase_counts_{unique}",
+    )
 
 
 def test_state_equals_an_independent_computation_across_runs(spark, kafka_broker, settings, job):
@@ -83,8 +87,14 @@ def test_changelog_topic_is_created_compacted_and_co_partitioned(spark, kafka_br
 
     # Same key, same partition number in the source and in the changelog (murmur2 on both sides).
     def partitions_by_key(topic: str) -> dict[bytes, set[int]]:
-        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": f"t-{topic}",
-                             "auto.offset.reset": "earliest", "enable.partition.eof": True})  # fmt: skip
+        consumer = Consumer(
+            {
+                "bootstrap.servers": settings.kafka_bootstrap_servers,
+                "group.id": f"t-{topic}",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
         consumer.subscribe([topic])
         seen: dict[bytes, set[int]] = {}
         eof: set[int] = set()
@@ -115,8 +125,14 @@ def _event(n: int, user: str, kind: str = "purchase", amount: float = 10.0) -> d
 def _latest_changelog_values(settings, job) -> dict[str, bytes | None]:
     """Latest value per key in the changelog as written (tombstones kept as None)."""
     latest: dict[str, bytes | None] = {}
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": f"t-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "enable.partition.eof": True})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap_servers,
+            "group.id": f"t-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
     consumer.subscribe([changelog_topic_name(job.application_id, "counts")])
     eof: set[int] = set()
     try:
@@ -192,7 +208,9 @@ def test_a_first_start_reconciles_only_outputs_that_hold_rows(spark, kafka_broke
     assert delta_purchase_counts(spark, job_output(settings, fresh)) == expected_purchase_counts(events)
 
     output = job_output(settings, job)
-    ghost = spark.createDataFrame([("ghost", 7, Decimal("70.00"), None)], purchase_counts.COUNTS.output_schema("user_id"))
+    ghost = spark.createDataFrame(
+        [("ghost", 7, Decimal("70.00"), None)], purchase_counts.COUNTS.output_schema("user_id")
+    )
     ghost.write.format("delta").save(output)
     report = run(job, settings, available_now=True, spark=spark)
     assert not report.restores and "reconcile" in report.phase_seconds

@@ -20,25 +20,35 @@ T0 = dt.datetime(2026, 11, 1, 12, 0, 0)
 
 
 def _event(offset: int, kind: str, user: str, amount: str | None = None, minute: int = 0) -> Row:
-    return Row(event_id=f"e{offset}", type=kind, user_id=user, item="book" if amount else None,
-               amount=Decimal(amount) if amount else None,
-               event_time=T0 + dt.timedelta(minutes=minute), offset=offset)  # fmt: skip
+    return Row(
+        event_id=f"e{offset}",
+        type=kind,
+        user_id=user,
+        item="book" if amount else None,
+        amount=Decimal(amount) if amount else None,
+        event_time=T0 + dt.timedelta(minutes=minute),
+        offset=offset,
+    )
 
 
 # Two micro-batches. Rows of one user are deliberately out of offset order where it matters (the
 # processors sort by offset); event times are out of order too (last_purchase_at is the latest).
 BATCHES = [
     [
-        _event(2, "purchase", "a", "5.50", minute=9), _event(1, "purchase", "a", "4.50", minute=3),
-        _event(3, "purchase", "b", "1.00"), _event(4, "account_closed", "b"),  # created and closed: tombstone
+        _event(2, "purchase", "a", "5.50", minute=9),
+        _event(1, "purchase", "a", "4.50", minute=3),
+        _event(3, "purchase", "b", "1.00"),
+        _event(4, "account_closed", "b"),  # created and closed: tombstone
         _event(5, "account_closed", "c"),  # closing an unknown user: tombstone (the outputs may hold it)
         _event(6, "purchase", "r", "2.00", minute=1),  # restored user: counts on from the restored value
         _event(7, "account_closed", "s"),  # restored user closed: tombstone
-        _event(9, "account_closed", "d"), _event(8, "purchase", "d", "3.00"),  # purchase, then closed
+        _event(9, "account_closed", "d"),
+        _event(8, "purchase", "d", "3.00"),  # purchase, then closed
         _event(10, "purchase", "e", "7.25", minute=2),
     ],
     [
-        _event(12, "purchase", "a", "1.00", minute=5), _event(11, "account_closed", "a"),  # reset, then 1
+        _event(12, "purchase", "a", "1.00", minute=5),
+        _event(11, "account_closed", "a"),  # reset, then 1
         _event(13, "account_closed", "e"),
         _event(14, "purchase", "f", "0.00"),
     ],

@@ -62,16 +62,21 @@ def test_the_readme_job_runs_from_its_own_module(spark, kafka_broker, settings, 
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
 
-    _produce(bootstrap, job.source_topic, [
-        _event("delivered", "apple", 10, minutes=5), _event("sold", "apple", 3, minutes=30),
-        _event("sold", "apple", 2, minutes=20),  # sold earlier than the previous sale: last_sold_at stays
-        _event("delivered", "pear", 5, minutes=1),
-        _event("delisted", "plum"),  # never stocked: nothing to delete, no row
-        _event("sold", "apple", 0, minutes=40),  # rule: qty > 0
-        _event("stolen", "pear", 1, minutes=2),  # not a type of the job
-        _event("delivered", None, 1, minutes=3),  # no key
-        ("apple", b"{not json"),
-    ])  # fmt: skip
+    _produce(
+        bootstrap,
+        job.source_topic,
+        [
+            _event("delivered", "apple", 10, minutes=5),
+            _event("sold", "apple", 3, minutes=30),
+            _event("sold", "apple", 2, minutes=20),  # sold earlier than the previous sale: last_sold_at stays
+            _event("delivered", "pear", 5, minutes=1),
+            _event("delisted", "plum"),  # never stocked: nothing to delete, no row
+            _event("sold", "apple", 0, minutes=40),  # rule: qty > 0
+            _event("stolen", "pear", 1, minutes=2),  # not a type of the job
+            _event("delivered", None, 1, minutes=3),  # no key
+            ("apple", b"{not json"),
+        ],
+    )
     first = run(job, settings, available_now=True, spark=spark)
     assert first.error is None and first.input_rows == 9
     stock = _stock(first.output)
@@ -79,7 +84,11 @@ def test_the_readme_job_runs_from_its_own_module(spark, kafka_broker, settings, 
     assert [_naive(t) for t in stock["apple"][2:]] == [_utc(30), _utc(5)] and stock["pear"][2] is None
     letters = read_with_headers(bootstrap, dead_letter_topic(job.application_id))
     assert sorted(d["headers"]["reason"] for d in letters) == [
-        "failed_validation", "missing_key", "undecodable", "unknown_event_type"]  # fmt: skip
+        "failed_validation",
+        "missing_key",
+        "undecodable",
+        "unknown_event_type",
+    ]
     assert any(d["headers"]["message"].endswith(": delivered and sold need a qty > 0") for d in letters), letters
 
     # The next run resumes from the checkpoint: apple is delisted (its row goes), pear moves on.

@@ -20,7 +20,12 @@ def test_versions_write_separate_output_tables_and_changelogs():
 def test_reference_jobs_are_registered_with_their_state_size_controls():
     assert {"purchase_counts", "patient_heart_rate", "vote_counts"} <= set(latest_jobs())
     pulse = get_job("patient_heart_rate").stores[0]
-    assert (pulse.kind, pulse.window_ms, pulse.grace_ms, pulse.retention_ms) == ("windowed", 60_000, 5_000, 6 * 3600_000)
+    assert (pulse.kind, pulse.window_ms, pulse.grace_ms, pulse.retention_ms) == (
+        "windowed",
+        60_000,
+        5_000,
+        6 * 3600_000,
+    )
     assert get_job("vote_counts").stores[0].kind == "versioned"
 
 
@@ -37,7 +42,9 @@ def test_ttl_is_for_key_value_stores():
 
 def test_a_migration_names_one_of_the_versions_stores_and_a_function():
     v3 = get_job("purchase_counts", 3)
-    ok = dataclasses.replace(v3, version=4, migrations=(StoreMigration("counts", function="my_jobs.migrations:add_tier"),))
+    ok = dataclasses.replace(
+        v3, version=4, migrations=(StoreMigration("counts", function="my_jobs.migrations:add_tier"),)
+    )
     assert ok.migrations[0].source_store == "counts"
     with pytest.raises(JobSpecError, match="purchase_counts: migrations: store 'totals' is not one of its stores"):
         dataclasses.replace(v3, migrations=(StoreMigration("totals"),))
@@ -55,8 +62,11 @@ def test_two_jobs_writing_one_output_table_are_refused(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        with pytest.raises(JobSpecError, match="jobs purchase_counts-v3 and twin_counts-v3 both write the output table "
-                                               "'purchase_counts_v3'; give one of them an output_table of its own"):
+        with pytest.raises(
+            JobSpecError,
+            match="jobs purchase_counts-v3 and twin_counts-v3 both write the output table "
+            "'purchase_counts_v3'; give one of them an output_table of its own",
+        ):
             registered_versions("twin_jobs")
     finally:
         sys.modules.pop("twin_jobs", None)

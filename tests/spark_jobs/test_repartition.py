@@ -103,13 +103,16 @@ def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, un
     s = store(spec, "pulse-counts")
     want = pulse.expected(by_partition, s.window_ms, s.grace_ms, s.retention_ms, partitions=PARTITIONS)
     rows = second.outputs
-    windows = [(r["patient_id"], int(r["window_start"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)) for r in rows]
+    windows = [
+        (r["patient_id"], int(r["window_start"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)) for r in rows
+    ]
     assert len(windows) == len(set(windows)), "a window was written twice"
-    assert {w: r["heart_rate"] for w, r in zip(windows, rows)} == want.emitted
+    assert {w: r["heart_rate"] for w, r in zip(windows, rows, strict=True)} == want.emitted
     late = {json.loads(letter.value)["event_id"] for letter in letters if letter.reason == dead_letter.LATE}
     assert late == want.late
     assert sorted(letter.reason for letter in letters if letter.reason != dead_letter.LATE) == [
-        dead_letter.MISSING_KEY, dead_letter.UNDECODABLE
+        dead_letter.MISSING_KEY,
+        dead_letter.UNDECODABLE,
     ]
 
 

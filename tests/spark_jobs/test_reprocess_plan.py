@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-
 from pathlib import Path
 
 import pytest
@@ -57,7 +56,9 @@ def topic_with_two_batches(settings, kafka_broker, fixture_jobs):
     time.sleep(1.2)
     between = dt.datetime.now(dt.timezone.utc)
     time.sleep(0.2)
-    after_a = {p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()}
+    after_a = {
+        p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()
+    }
     produce(settings.kafka_bootstrap_servers, spec.source_topic, list(generate(30, users=10, seed=2)))
     return spec, before, between, after_a
 
@@ -76,21 +77,39 @@ def test_start_positions_resolve_to_explicit_offsets(settings, topic_with_two_ba
     assert explicit.start_offsets == {0: after_a[0], 1: earliest.start_offsets[1]}
 
 
-@pytest.mark.parametrize(("params", "reason"), [
-    ({"job": "no_such_job", "mode": RESET}, "unknown job 'no_such_job'"),
-    ({"job": "planned_counts", "mode": "rewind"}, "mode 'rewind'"),
-    ({"job": "planned_counts", "mode": RESET, "start_from": "offsets", "start_offsets": {"7": 0}},
-     r"has no partition \[7\]"),
-    ({"job": "planned_counts", "mode": RESET, "start_from": "offsets", "start_offsets": {"0": 10**9}}, "is outside"),
-    ({"job": "planned_counts", "mode": RESET, "start_from": "datetime", "start_datetime": "2999-01-01T00:00:00Z"},
-     "is in the future"),
-    ({"job": "planned_counts", "mode": RESET, "start_from": "datetime"}, "needs start_datetime"),
-    ({"job": "planned_counts", "mode": RESET, "start_from": "duration", "start_duration": "soon"}, "expected e.g. 6h"),
-    ({"job": "planned_counts", "mode": RESET, "dry_run": False}, "type the job name 'planned_counts'"),
-    ({"job": "planned_counts", "mode": SIDE_BY_SIDE}, "already the current version"),
-    ({"job": "gift_card_counts", "mode": SIDE_BY_SIDE, "version": 9}, "has no version 9"),
-    ({"job": "unfed_counts", "mode": RESET}, "source topic 'reprocess-never-created' does not exist"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("params", "reason"),
+    [
+        ({"job": "no_such_job", "mode": RESET}, "unknown job 'no_such_job'"),
+        ({"job": "planned_counts", "mode": "rewind"}, "mode 'rewind'"),
+        (
+            {"job": "planned_counts", "mode": RESET, "start_from": "offsets", "start_offsets": {"7": 0}},
+            r"has no partition \[7\]",
+        ),
+        (
+            {"job": "planned_counts", "mode": RESET, "start_from": "offsets", "start_offsets": {"0": 10**9}},
+            "is outside",
+        ),
+        (
+            {
+                "job": "planned_counts",
+                "mode": RESET,
+                "start_from": "datetime",
+                "start_datetime": "2999-01-01T00:00:00Z",
+            },
+            "is in the future",
+        ),
+        ({"job": "planned_counts", "mode": RESET, "start_from": "datetime"}, "needs start_datetime"),
+        (
+            {"job": "planned_counts", "mode": RESET, "start_from": "duration", "start_duration": "soon"},
+            "expected e.g. 6h",
+        ),
+        ({"job": "planned_counts", "mode": RESET, "dry_run": False}, "type the job name 'planned_counts'"),
+        ({"job": "planned_counts", "mode": SIDE_BY_SIDE}, "already the current version"),
+        ({"job": "gift_card_counts", "mode": SIDE_BY_SIDE, "version": 9}, "has no version 9"),
+        ({"job": "unfed_counts", "mode": RESET}, "source topic 'reprocess-never-created' does not exist"),
+    ],
+)
 def test_bad_requests_are_rejected_with_the_reason(settings, topic_with_two_batches, params, reason):
     with pytest.raises(BadReprocessRequest, match=reason):
         make_plan(settings, {"dry_run": True, **params})
@@ -98,12 +117,25 @@ def test_bad_requests_are_rejected_with_the_reason(settings, topic_with_two_batc
 
 def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_held(settings, topic_with_two_batches):
     spec = topic_with_two_batches[0]
-    plan = make_plan(settings, {"job": "planned_counts", "mode": RESET, "dry_run": False, "confirm": "planned_counts",
-                                "truncate_outputs": True})  # fmt: skip
+    plan = make_plan(
+        settings,
+        {
+            "job": "planned_counts",
+            "mode": RESET,
+            "dry_run": False,
+            "confirm": "planned_counts",
+            "truncate_outputs": True,
+        },
+    )
     text = plan.render()
-    for target in ("planned_counts-v1-counts-changelog", "planned_counts-v1-dead-letter",
-                   str(settings.checkpoints / spec.application_id), str(settings.lake / "_state" / spec.application_id),
-                   str(settings.lake / "planned_counts_v1"), "start-offsets.json"):  # fmt: skip
+    for target in (
+        "planned_counts-v1-counts-changelog",
+        "planned_counts-v1-dead-letter",
+        str(settings.checkpoints / spec.application_id),
+        str(settings.lake / "_state" / spec.application_id),
+        str(settings.lake / "planned_counts_v1"),
+        "start-offsets.json",
+    ):
         assert target in text, f"{target} missing from the plan:\n{text}"
     assert [a.verb for a in plan.actions if a.kind == "output table"] == ["truncate"]
     checkpoint = (settings.checkpoints / spec.application_id).path
@@ -111,7 +143,9 @@ def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_he
     (checkpoint / "marker").write_text("still here")
     layout = JobLayout.of(spec, settings)
     assert [(a.kind, a.target) for a in plan.actions if a.step == "stop"] == [
-        ("driver", spec.application_id), ("warm standby", layout.standby.name)]  # fmt: skip
+        ("driver", spec.application_id),
+        ("warm standby", layout.standby.name),
+    ]
     for running in (layout.driver.name, layout.standby.name):  # a driver, a standby that still runs
         with JobLease(settings.status_dir, running):
             with pytest.raises(ResetRefused, match=f"{running} is held .* stop it first - nothing was touched"):
@@ -142,7 +176,11 @@ def test_version_pointer_adopts_promotes_and_retires(settings, fixture_jobs, tmp
     assert versions.retire("gift_card_counts", 1, by="test", retain_until=until) is False
     assert versions.unfinished_promotion("gift_card_counts") is None  # the promotion is complete
     assert [(e.version, e.event) for e in versions.history("gift_card_counts")] == [
-        (2, "adopted"), (1, "promoted"), (2, "promoted"), (1, "retired")]
+        (2, "adopted"),
+        (1, "promoted"),
+        (2, "promoted"),
+        (1, "retired"),
+    ]
     assert [e.version for e in versions.retired("gift_card_counts")] == [1]
     # A rollback and a second promotion: each one's old version must be retired again, once per promotion.
     assert versions.promote("gift_card_counts", 1, by="test") and versions.unfinished_promotion("gift_card_counts") == 2
@@ -176,8 +214,14 @@ def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_
             purge_version(own, "retired_counts", 1, by="test")
     art.standby_status.write_text("{}")
     [due] = purge_candidates(own, later)
-    owned = [art.checkpoint, art.output_tables[0], art.snapshot_tables[0], art.driver.lease, art.standby.lease,
-             art.standby_status]  # fmt: skip
+    owned = [
+        art.checkpoint,
+        art.output_tables[0],
+        art.snapshot_tables[0],
+        art.driver.lease,
+        art.standby.lease,
+        art.standby_status,
+    ]
     assert due.blocked is None and len(due.targets) == len(owned) + 1  # and the changelog topic
     assert all(any(t.startswith(f"{p} (") for t in due.targets) for p in owned), due.targets
     purge_version(own, "retired_counts", 1, by="test")
@@ -200,15 +244,20 @@ def test_a_start_the_source_no_longer_holds_is_refused_unless_the_gap_is_accepte
         future.result(30)
     base = {"job": "gapped_counts", "mode": RESET, "dry_run": True}
 
-    for start in ({"start_from": "datetime", "start_datetime": long_ago.isoformat()},
-                  {"start_from": "duration", "start_duration": "2h"},
-                  {"start_from": "offsets", "start_offsets": {"0": 3}}):  # fmt: skip
-        with pytest.raises(BadReprocessRequest, match="no longer holds .*partition 0: up to \\d+ records before offset 12"):
+    for start in (
+        {"start_from": "datetime", "start_datetime": long_ago.isoformat()},
+        {"start_from": "duration", "start_duration": "2h"},
+        {"start_from": "offsets", "start_offsets": {"0": 3}},
+    ):
+        with pytest.raises(
+            BadReprocessRequest, match="no longer holds .*partition 0: up to \\d+ records before offset 12"
+        ):
             make_plan(settings, {**base, **start})
     plan = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": 3}, "accept_history_gap": True})
     assert (plan.start_offsets, plan.history_gap) == ({0: 12}, {0: 9})
-    plan = make_plan(settings, {**base, "start_from": "datetime", "start_datetime": long_ago.isoformat(),
-                                "accept_history_gap": True})  # fmt: skip
+    plan = make_plan(
+        settings, {**base, "start_from": "datetime", "start_datetime": long_ago.isoformat(), "accept_history_gap": True}
+    )
     assert plan.history_gap == {0: 12} and ReprocessPlan.from_dict(plan.to_dict()).history_gap == {0: 12}
     text = plan.render()
     assert "HISTORY GAP (accepted): partition 0: up to 12 records" in text and "retention.ms=604800000" in text

@@ -53,7 +53,7 @@ def test_outputs_and_dead_letters_do_not_depend_on_batching(spark, kafka_broker,
         letters[cut] = sorted(
             (int(d["headers"]["source.partition"]), int(d["headers"]["source.offset"]), d["headers"]["reason"])
             for d in read_with_headers(settings.kafka_bootstrap_servers, dead_letter_topic(job.application_id))
-        )  # fmt: skip
+        )
 
     valid = [e for e in events if purchases.is_valid(e)]
     assert outputs[None] == purchases.expected_counts(valid)
@@ -63,14 +63,16 @@ def test_outputs_and_dead_letters_do_not_depend_on_batching(spark, kafka_broker,
         assert letters[cut] == letters[None], f"maxOffsetsPerTrigger={cut} changed the dead letters"
     # The input really holds the situations this test is for.
     closed_unknown = {e["user_id"] for e in events if e["type"] == "account_closed"} - {
-        e["user_id"] for e in valid if e["type"] == "purchase"}  # fmt: skip
+        e["user_id"] for e in valid if e["type"] == "purchase"
+    }
     assert any(e["type"] == "account_closed" for e in valid) and len(valid) < len(events)
     assert outputs[None] and sum(n for n, _ in outputs[None].values()) < len(valid), closed_unknown
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(kafka_broker, settings, tmp_path,
-                                                                           unique, seed):  # fmt: skip
+def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(
+    kafka_broker, settings, tmp_path, unique, seed
+):
     from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
     from tests.bench.test_kafka_streams_peer import _compacted_view
 
@@ -87,8 +89,10 @@ def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(kafka
         assert peer.wait_caught_up(timeout_s=300) > 0
     finally:
         peer.stop()
-    counts = {user: (state["purchases"], Decimal(state["amount_spent"]))
-              for user, state in _compacted_view(settings, f"{app}-counts-changelog").items()}  # fmt: skip
+    counts = {
+        user: (state["purchases"], Decimal(state["amount_spent"]))
+        for user, state in _compacted_view(settings, f"{app}-counts-changelog").items()
+    }
     assert counts == purchases.expected_counts(valid)
 
 
@@ -140,8 +144,12 @@ def test_kafka_streams_counts_the_same_votes(kafka_broker, settings, tmp_path, u
     try:
         assert peer.wait_caught_up(timeout_s=300) > 0
         # the count's repartition topic is consumed after the input's offsets are committed
-        wait_for(lambda: _counts(settings, output) == votes.expected_counts(events), 60, "the counts to settle",
-                 diagnose=lambda: f"{_counts(settings, output)} != {votes.expected_counts(events)}")
+        wait_for(
+            lambda: _counts(settings, output) == votes.expected_counts(events),
+            60,
+            "the counts to settle",
+            diagnose=lambda: f"{_counts(settings, output)} != {votes.expected_counts(events)}",
+        )
     finally:
         peer.stop()
 
@@ -149,4 +157,6 @@ def test_kafka_streams_counts_the_same_votes(kafka_broker, settings, tmp_path, u
 def _counts(settings, topic: str) -> dict[str, int]:
     from tests.bench.test_kafka_streams_peer import _compacted_view
 
-    return {candidate: value["votes"] for candidate, value in _compacted_view(settings, topic).items() if value["votes"]}
+    return {
+        candidate: value["votes"] for candidate, value in _compacted_view(settings, topic).items() if value["votes"]
+    }

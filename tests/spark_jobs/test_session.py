@@ -51,6 +51,10 @@ def test_kafka_source_reads_the_local_broker(spark, kafka_broker, settings, uniq
     for i in range(10):
         producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode())
     producer.flush(30)
-    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
-          .option("subscribe", topic).load())  # fmt: skip
+    df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .option("subscribe", topic)
+        .load()
+    )
     assert sorted(r.value.decode() for r in df.select("value").collect()) == sorted(f"v{i}" for i in range(10))

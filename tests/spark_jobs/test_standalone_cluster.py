@@ -29,8 +29,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 @pytest.fixture
 def cluster(settings, tmp_path):
-    local = LocalSparkStandalone(settings.replace(data_dir=tmp_path / "cluster"), free_port(), free_port(), free_port(),
-                                 worker_cores=1, worker_memory="1g")  # fmt: skip
+    local = LocalSparkStandalone(
+        settings.replace(data_dir=tmp_path / "cluster"),
+        free_port(),
+        free_port(),
+        free_port(),
+        worker_cores=1,
+        worker_memory="1g",
+    )
     local.start()
     yield local
     local.stop()
@@ -62,8 +68,9 @@ def test_job_runs_on_a_standalone_cluster(cluster, settings, kafka_broker, spark
     spec = registered_versions("cluster_jobs")["cluster_counts"][1]  # its own topic: the suite's broker will do
     on_cluster = settings.replace(spark_master=cluster.master_url, job_modules="cluster_jobs")
     ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
-    purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic,
-                      list(purchases.generate(2000, users=150, seed=11)))  # fmt: skip
+    purchases.produce(
+        settings.kafka_bootstrap_servers, spec.source_topic, list(purchases.generate(2000, users=150, seed=11))
+    )
 
     submit = submit_spec(spec, on_cluster, available_now=True)
     assert submit.master.startswith("spark://")

@@ -119,8 +119,12 @@ def test_windows_older_than_their_retention_are_unbounded():
 
 
 def test_budget_checks_crossed_and_projected():
-    checks = {c.measure: c for c in trends.budget_checks(KV.budget, {"rows": 1_200, "bytes": 5, "restore_s": 30},
-                                                        {"rows": 10, "restore_s": 10})}  # fmt: skip
+    checks = {
+        c.measure: c
+        for c in trends.budget_checks(
+            KV.budget, {"rows": 1_200, "bytes": 5, "restore_s": 30}, {"rows": 10, "restore_s": 10}
+        )
+    }
     assert set(checks) == {"rows", "restore_s"}  # bytes has no budget here
     assert checks["rows"].crossed and checks["rows"].days_left == 0
     assert not checks["restore_s"].crossed and checks["restore_s"].days_left == pytest.approx(3)
@@ -131,9 +135,14 @@ def test_conditions_name_the_numbers_and_the_likely_cause():
 
     def row(rows: float, per_day: float, unbounded: bool = False) -> dict:
         checks = trends.budget_checks(KV.budget, {"rows": rows}, {"rows": per_day})
-        return {"store": "counts", "budget_status": json.dumps([c.__dict__ | {"crossed": c.crossed} for c in checks]),
-                "unbounded": unbounded, "unbounded_reason": "keys only ever added", "rows_per_day": per_day,
-                "budget_warn_days": 7}  # fmt: skip
+        return {
+            "store": "counts",
+            "budget_status": json.dumps([c.__dict__ | {"crossed": c.crossed} for c in checks]),
+            "unbounded": unbounded,
+            "unbounded_reason": "keys only ever added",
+            "rows_per_day": per_day,
+            "budget_warn_days": 7,
+        }
 
     crossed = conditions_for(row(1_500, 100, unbounded=True))
     assert [c.name for c in crossed] == ["state_budget_counts"] and "keys only ever added" in crossed[0].summary
@@ -161,14 +170,31 @@ def test_report_lists_every_store_with_a_chart(tmp_path):
     from runtime.settings import Settings
 
     settings = Settings(data_dir=tmp_path)
-    rows = [{"audited_at": _at(i), "application_id": "a-v1", "store": "counts", "kind": "key_value", "state_rows": 10 * i,
-             "restore_snapshot_tail_s": 1.0 + i, "restore_full_replay_s": 2.0 + i, "budget_max_rows": 50,
-             "budget_max_restore_s": 10.0, "unbounded": i == 2, "unbounded_reason": "keys only ever added",
-             "ttl_ms": 60_000, "ttl_verdict": "ttl_not_enforced", "ttl_keys_checked": 30, "ttl_keys_overdue": 12,
-             "ttl_reason": "12 of 30 live keys were idle longer than the TTL"}
-            for i in range(3)]  # fmt: skip
-    page = write_report(settings, {("a-v1", "counts"): rows, ("b-v2", "windows"): [{**rows[0], "application_id": "b-v2",
-                                                                                       "store": "windows"}]})  # fmt: skip
+    rows = [
+        {
+            "audited_at": _at(i),
+            "application_id": "a-v1",
+            "store": "counts",
+            "kind": "key_value",
+            "state_rows": 10 * i,
+            "restore_snapshot_tail_s": 1.0 + i,
+            "restore_full_replay_s": 2.0 + i,
+            "budget_max_rows": 50,
+            "budget_max_restore_s": 10.0,
+            "unbounded": i == 2,
+            "unbounded_reason": "keys only ever added",
+            "ttl_ms": 60_000,
+            "ttl_verdict": "ttl_not_enforced",
+            "ttl_keys_checked": 30,
+            "ttl_keys_overdue": 12,
+            "ttl_reason": "12 of 30 live keys were idle longer than the TTL",
+        }
+        for i in range(3)
+    ]
+    page = write_report(
+        settings,
+        {("a-v1", "counts"): rows, ("b-v2", "windows"): [{**rows[0], "application_id": "b-v2", "store": "windows"}]},
+    )
     text = page.read_text()
     assert "a-v1 / counts" in text and "b-v2 / windows" in text and "unbounded growth" in text
     assert "TTL not enforced</b>: 12 of 30 live keys" in text and "12 of 30 live keys overdue" in text

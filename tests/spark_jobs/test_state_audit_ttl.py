@@ -115,8 +115,17 @@ def test_a_real_jobs_eviction_is_measured(spark, kafka_broker, settings, unique,
     ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
 
     def round_(users: range) -> None:
-        events = [{"event_id": f"e-{u}", "type": "purchase", "user_id": f"u{u:03d}", "item": "sku-1",
-                   "amount": 1.5, "event_time": "2026-11-01T09:00:00Z"} for u in users]  # fmt: skip
+        events = [
+            {
+                "event_id": f"e-{u}",
+                "type": "purchase",
+                "user_id": f"u{u:03d}",
+                "item": "sku-1",
+                "amount": 1.5,
+                "event_time": "2026-11-01T09:00:00Z",
+            }
+            for u in users
+        ]
         purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic, events)
         run(spec, settings, available_now=True, spark=spark)
 
@@ -124,7 +133,14 @@ def test_a_real_jobs_eviction_is_measured(spark, kafka_broker, settings, unique,
     time.sleep((2_000 + tolerance_ms(spec)) / 1000 + 1)  # past the TTL and its tolerance
     round_(range(10, 20))  # the batch that evicts users 0-9 (a TTL job runs no batch without input)
     row = audit_store(
-        settings, f"test-ttl-{unique}", spec, spec.stores[0], checkpoint_rows=[], changelog=None, restores=[], history=[]
+        settings,
+        f"test-ttl-{unique}",
+        spec,
+        spec.stores[0],
+        checkpoint_rows=[],
+        changelog=None,
+        restores=[],
+        history=[],
     )
     assert row["ttl_verdict"] == verdict, row["ttl_reason"]
     assert (row["ttl_keys_checked"], row["ttl_keys_overdue"]) == ((10, 0) if entrypoint != NEVER_EVICTS else (20, 10))

@@ -36,14 +36,20 @@ STORE = store_spec(SPEC, "temperature-windows")
 VALUES = tuple(AVERAGES.values)
 SEEDS = [int(s) for s in os.environ.get("WINDOW_SEEDS", "1").split(",")]
 #: the update-mode twin of the job (its entrypoint: this module), for the end-to-end test
-UPDATES = dataclasses.replace(AVERAGES, emit="update", summaries={
-    "per_window": "SELECT window_start, COUNT(1) AS sensors, MAX(max_temperature) AS max_temperature "
-                  "FROM {outputs} GROUP BY window_start"})  # fmt: skip
+UPDATES = dataclasses.replace(
+    AVERAGES,
+    emit="update",
+    summaries={
+        "per_window": "SELECT window_start, COUNT(1) AS sensors, MAX(max_temperature) AS max_temperature "
+        "FROM {outputs} GROUP BY window_start"
+    },
+)
 
 
 def _expected(events: list[dict]) -> windows.Windows:
-    return temperatures.expected(events, STORE.window_ms, STORE.advance_ms, STORE.grace_ms, STORE.retention_ms,
-                                 PARTITIONS)  # fmt: skip
+    return temperatures.expected(
+        events, STORE.window_ms, STORE.advance_ms, STORE.grace_ms, STORE.retention_ms, PARTITIONS
+    )
 
 
 def _run(spark, tmp_path, events: list[dict], cut: int, name: str) -> windows.Windows:
@@ -57,8 +63,7 @@ def _run(spark, tmp_path, events: list[dict], cut: int, name: str) -> windows.Wi
     def row_of(row, batch_id: int) -> tuple:
         return batch_id, tuple(sorted(row.asDict().items(), key=lambda item: item[0]))
 
-    seen = sorted(collect_available_now(changes, "append", tmp_path / f"checkpoint-{name}", row_of),
-                  key=lambda r: r[0])  # fmt: skip
+    seen = sorted(collect_available_now(changes, "append", tmp_path / f"checkpoint-{name}", row_of), key=lambda r: r[0])
     got = windows.Windows({}, {}, {}, {}, {})
     for _, items in seen:
         row = dict(items)
@@ -128,13 +133,20 @@ def _outputs(rows: list[dict]) -> dict[tuple[str, int], dict]:
     return {(r["sensor_id"], int(r["window_start"].timestamp() * 1000)): r for r in rows}
 
 
-def test_the_job_writes_closed_windows_dead_letters_late_readings_and_survives_a_lost_checkpoint(spark, kafka_broker, settings, unique):
-    spec = dataclasses.replace(SPEC, source_topic=f"sensor-readings-{unique}", name=f"temperatures_{unique}",
-                               output_table=f"temperatures_{unique}")  # fmt: skip
+def test_the_job_writes_closed_windows_dead_letters_late_readings_and_survives_a_lost_checkpoint(
+    spark, kafka_broker, settings, unique
+):
+    spec = dataclasses.replace(
+        SPEC,
+        source_topic=f"sensor-readings-{unique}",
+        name=f"temperatures_{unique}",
+        output_table=f"temperatures_{unique}",
+    )
     events = list(temperatures.generate(sensors=4, seconds=600, seed=7))
     # 200 s before the end: the reading's earliest windows have closed, its latest are open
-    at = temperatures.START + dt.timedelta(milliseconds=windows.millis(events[-1]["event_time"]) - 200_000
-                                           - int(temperatures.START.timestamp() * 1000))  # fmt: skip
+    at = temperatures.START + dt.timedelta(
+        milliseconds=windows.millis(events[-1]["event_time"]) - 200_000 - int(temperatures.START.timestamp() * 1000)
+    )
     late = dict(events[-1], event_id="late-one", event_time=at.isoformat().replace("+00:00", "Z"), temperature=99.5)
     bad = {"event_id": "bad", "type": "reading", "sensor_id": "s001", "event_time": events[-1]["event_time"]}
     rounds = [events[: len(events) // 2], [*events[len(events) // 2 :], late, bad]]
@@ -165,9 +177,14 @@ def test_the_job_writes_closed_windows_dead_letters_late_readings_and_survives_a
 
 
 def test_the_update_mode_outputs_every_windows_latest_values(spark, kafka_broker, settings, unique):
-    spec = dataclasses.replace(SPEC, source_topic=f"sensor-updates-{unique}", name=f"temperature_updates_{unique}",
-                               output_table=f"temperature_updates_{unique}", entrypoint=f"{__name__}:UPDATES",
-                               companion_outputs=("per_window",))  # fmt: skip
+    spec = dataclasses.replace(
+        SPEC,
+        source_topic=f"sensor-updates-{unique}",
+        name=f"temperature_updates_{unique}",
+        output_table=f"temperature_updates_{unique}",
+        entrypoint=f"{__name__}:UPDATES",
+        companion_outputs=("per_window",),
+    )
     events = list(temperatures.adversarial(120, sensors=4, seed=3))
     want = _expected(events)
     assert set(want.updated) - set(want.emitted) and any(e["type"] == temperatures.SENSOR_REMOVED for e in events)

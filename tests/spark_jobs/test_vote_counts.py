@@ -23,12 +23,19 @@ STORE = "latest-votes"
 @pytest.fixture
 def job(unique):
     spec = get_job("vote_counts")
-    return dataclasses.replace(spec, name=f"votes_{unique}", source_topic=f"votes-{unique}", output_table=f"votes_{unique}")
+    return dataclasses.replace(
+        spec, name=f"votes_{unique}", source_topic=f"votes-{unique}", output_table=f"votes_{unique}"
+    )
 
 
 def _vote(n: int, voter: str, candidate: str, second: int) -> dict:
-    return {"event_id": f"e-{n:03d}", "type": "vote", "voter_id": voter, "candidate": candidate,
-            "event_time": f"2026-11-01T09:00:{second:02d}.000Z"}  # fmt: skip
+    return {
+        "event_id": f"e-{n:03d}",
+        "type": "vote",
+        "voter_id": voter,
+        "candidate": candidate,
+        "event_time": f"2026-11-01T09:00:{second:02d}.000Z",
+    }
 
 
 def _outputs(spark, settings, job):
@@ -62,7 +69,9 @@ def test_voter5_latest_vote_by_event_time_wins_across_batches(spark, kafka_broke
     assert [(v["candidate"], v["event_id"]) for v in value["history"]] == [("red", "e-001"), ("blue", "e-002")]
 
 
-def test_shuffled_votes_equal_an_independent_computation_and_survive_a_lost_checkpoint(spark, kafka_broker, settings, job):
+def test_shuffled_votes_equal_an_independent_computation_and_survive_a_lost_checkpoint(
+    spark, kafka_broker, settings, job
+):
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
     events = list(votes.generate(voters=150, seed=8))

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import sys
 
+from streamstate.hooks.streaming_job import StreamingJobHook
+
 from runtime.settings import Settings
 from spark_jobs.registry import JobSpec
 from spark_jobs.standby.follower import read_standby_status, standby_id
-from streamstate.hooks.streaming_job import StreamingJobHook
 
 
 class StandbyHook(StreamingJobHook):

@@ -51,8 +51,12 @@ class StreamingJobHook:
         from spark_jobs.kafka_topics import partition_offsets
 
         try:
-            return sum(high - low for low, high in
-                       partition_offsets(self.settings.kafka, dead_letter_topic(self.application_id), 5).values())  # fmt: skip
+            return sum(
+                high - low
+                for low, high in partition_offsets(
+                    self.settings.kafka, dead_letter_topic(self.application_id), 5
+                ).values()
+            )
         except Exception:
             return None
 
@@ -68,12 +72,19 @@ class StreamingJobHook:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         log_file = logs / f"{self.application_id}-{stamp}.log"
         exit_file = logs / f"{self.application_id}-{stamp}.exit"
-        wrapper = f'{shlex.join(command)}; echo $? > {shlex.quote(str(exit_file))}'
+        wrapper = f"{shlex.join(command)}; echo $? > {shlex.quote(str(exit_file))}"
         with open(log_file, "ab") as out:
             out.write(f"# {run_label}: {shlex.join(command)}\n".encode())
             out.flush()
-            proc = subprocess.Popen(["/bin/sh", "-c", wrapper], stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True, close_fds=True)  # fmt: skip
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", wrapper],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
         return {"launcher_pid": proc.pid, "log": str(log_file), "exit_file": str(exit_file)}
 
     def stop(self, *, force: bool = False) -> dict | None:

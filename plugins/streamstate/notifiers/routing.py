@@ -4,8 +4,8 @@ Airflow connections exist. The connection ids are the configuration, here in one
 from __future__ import annotations
 
 import html
-import socket
 import logging
+import socket
 
 from streamstate.alerts import RESOLVED, Alert
 from streamstate.notifiers.webhook import WEBHOOK_CONN_ID, WebhookNotifier
@@ -38,24 +38,36 @@ def notifiers_for(alert: Alert) -> dict[str, object]:
     if (slack := _connection(SLACK_CONN_ID)) is not None:
         from airflow.providers.slack.notifications.slack import SlackNotifier
 
-        notifiers["slack"] = SlackNotifier(slack_conn_id=SLACK_CONN_ID, text=alert.text(),
-                                           channel=slack.extra_dejson.get("channel", "#streamstate-alerts"))  # fmt: skip
+        notifiers["slack"] = SlackNotifier(
+            slack_conn_id=SLACK_CONN_ID,
+            text=alert.text(),
+            channel=slack.extra_dejson.get("channel", "#streamstate-alerts"),
+        )
     if _connection(PAGERDUTY_CONN_ID) is not None:
         from airflow.providers.pagerduty.notifications.pagerduty import PagerdutyNotifier
 
         notifiers["pagerduty"] = PagerdutyNotifier(
-            summary=f"{alert.title}: {alert.summary}"[:1024], severity=alert.severity if alert.severity in
-            ("critical", "error", "warning", "info") else "error", source=alert.application_id,
-            action="resolve" if alert.status == RESOLVED else "trigger", dedup_key=alert.dedup_key,
-            custom_details={"numbers": alert.numbers, "next_step": alert.next_step}, component=alert.job,
-            group="streamstate", class_type=alert.condition, pagerduty_events_conn_id=PAGERDUTY_CONN_ID,
-        )  # fmt: skip
+            summary=f"{alert.title}: {alert.summary}"[:1024],
+            severity=alert.severity if alert.severity in ("critical", "error", "warning", "info") else "error",
+            source=alert.application_id,
+            action="resolve" if alert.status == RESOLVED else "trigger",
+            dedup_key=alert.dedup_key,
+            custom_details={"numbers": alert.numbers, "next_step": alert.next_step},
+            component=alert.job,
+            group="streamstate",
+            class_type=alert.condition,
+            pagerduty_events_conn_id=PAGERDUTY_CONN_ID,
+        )
     if (smtp := _connection(SMTP_CONN_ID)) is not None and smtp.extra_dejson.get("to"):
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
-        notifiers["smtp"] = SmtpNotifier(to=smtp.extra_dejson["to"], from_email=smtp.extra_dejson.get("from_email") or f"streamstate@{socket.getfqdn()}",
-                                         subject=alert.title, html_content=f"<pre>{html.escape(alert.text())}</pre>",
-                                         smtp_conn_id=SMTP_CONN_ID)  # fmt: skip
+        notifiers["smtp"] = SmtpNotifier(
+            to=smtp.extra_dejson["to"],
+            from_email=smtp.extra_dejson.get("from_email") or f"streamstate@{socket.getfqdn()}",
+            subject=alert.title,
+            html_content=f"<pre>{html.escape(alert.text())}</pre>",
+            smtp_conn_id=SMTP_CONN_ID,
+        )
     return notifiers
 
 

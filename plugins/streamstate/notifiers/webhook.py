@@ -13,7 +13,9 @@ class WebhookNotifier(BaseNotifier):
 
     template_fields = ()
 
-    def __init__(self, *, payload: dict, http_conn_id: str = WEBHOOK_CONN_ID, timeout_s: float = 10.0, **kwargs) -> None:
+    def __init__(
+        self, *, payload: dict, http_conn_id: str = WEBHOOK_CONN_ID, timeout_s: float = 10.0, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.payload = payload
         self.http_conn_id = http_conn_id
@@ -23,5 +25,9 @@ class WebhookNotifier(BaseNotifier):
         from airflow.providers.http.hooks.http import HttpHook
 
         hook = HttpHook(method="POST", http_conn_id=self.http_conn_id)
-        hook.run(endpoint=None, json=self.payload, headers={"Content-Type": "application/json"},
-                 extra_options={"timeout": self.timeout_s, "check_response": True})  # fmt: skip
+        hook.run(
+            endpoint=None,
+            json=self.payload,
+            headers={"Content-Type": "application/json"},
+            extra_options={"timeout": self.timeout_s, "check_response": True},
+        )

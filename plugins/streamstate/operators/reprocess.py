@@ -53,7 +53,9 @@ class PlanReprocessingOperator(BaseOperator):
             plan = make_plan(Settings.from_env(), params)
         except BadReprocessRequest as err:
             _reject(context, str(err))
-        self.log.info("%s%s", "DRY RUN - nothing will be changed\n" if params.get("dry_run", True) else "", plan.render())
+        self.log.info(
+            "%s%s", "DRY RUN - nothing will be changed\n" if params.get("dry_run", True) else "", plan.render()
+        )
         return plan.to_dict()
 
 
@@ -97,8 +99,15 @@ class MigrateStateOperator(SparkSubmitOperator):
         migrated = {name: info for name, info in snapshots.items() if info is not None and info.writer == "migration"}
         if not migrated and migrated_and_running(settings, target) is None:
             raise StreamingJobFailed(f"the migration wrote no snapshot for {target.application_id}")
-        summary = {name: {"rows": i.rows, "batch_id": i.batch_id, "migrated_from": i.migrated_from,
-                          "input_offsets": i.input_offsets} for name, i in migrated.items()}  # fmt: skip
+        summary = {
+            name: {
+                "rows": i.rows,
+                "batch_id": i.batch_id,
+                "migrated_from": i.migrated_from,
+                "input_offsets": i.input_offsets,
+            }
+            for name, i in migrated.items()
+        }
         self.log.info("%s starts from: %s", target.application_id, json.dumps(summary, indent=2))
         return summary
 
@@ -120,10 +129,17 @@ class WaitForCatchUpOperator(BaseOperator):
         spec = plan.spec()
         targets = {p: high for p, (_low, high) in partition_offsets(settings.kafka, plan.input_topic).items()}
         self.log.info("waiting for %s to commit %s %s", spec.application_id, plan.input_topic, targets)
-        self.defer(trigger=StreamingJobCaughtUpTrigger(spec.application_id, str(settings.status_dir),
-                                                       str(JobLayout.of(spec, settings).checkpoint),
-                                                       plan.input_topic, targets, float(self.timeout_min) * 60),
-                   method_name="execute_complete")  # fmt: skip
+        self.defer(
+            trigger=StreamingJobCaughtUpTrigger(
+                spec.application_id,
+                str(settings.status_dir),
+                str(JobLayout.of(spec, settings).checkpoint),
+                plan.input_topic,
+                targets,
+                float(self.timeout_min) * 60,
+            ),
+            method_name="execute_complete",
+        )
 
     def execute_complete(self, context, event: dict):
         if event["state"] != "caught_up":
@@ -148,8 +164,12 @@ class CompareOutputsOperator(SparkSubmitOperator):
         plan, settings = _plan(context), Settings.from_env()
         run_id = context["run_id"]
         args = (plan.job, str(plan.current_version), str(plan.target_version), run_id)
-        _apply_submit(self, application_submit_spec(settings, f"compare-{plan.job}",
-                                                    PROJECT_ROOT / "spark_jobs" / "reprocess" / "compare.py", args))  # fmt: skip
+        _apply_submit(
+            self,
+            application_submit_spec(
+                settings, f"compare-{plan.job}", PROJECT_ROOT / "spark_jobs" / "reprocess" / "compare.py", args
+            ),
+        )
         super().execute(context)
         report = next((r for r in read_rows(reports_table(settings)) if r["run_id"] == run_id), None)
         if report is None:
@@ -160,7 +180,11 @@ class CompareOutputsOperator(SparkSubmitOperator):
                 f"partition {p}: up to {n} records before the start were no longer in {plan.input_topic}"
                 for p, n in sorted(plan.history_gap.items())
             )
-        path = settings.status_dir / "reports" / f"{plan.job}-v{plan.current_version}-v{plan.target_version}-{_safe(run_id)}.md"
+        path = (
+            settings.status_dir
+            / "reports"
+            / f"{plan.job}-v{plan.current_version}-v{plan.target_version}-{_safe(run_id)}.md"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
         self.log.info("report (%s):\n%s", path, text)
@@ -191,7 +215,9 @@ class PromoteJobVersionOperator(BaseOperator):
 
     template_fields = ("job", "version", "dry_run", "confirm")
 
-    def __init__(self, *, job: str, version: int | str | None, dry_run: bool | str, confirm: str | None, **kwargs) -> None:
+    def __init__(
+        self, *, job: str, version: int | str | None, dry_run: bool | str, confirm: str | None, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.job, self.version, self.dry_run, self.confirm = job, version, dry_run, confirm
 
@@ -216,26 +242,53 @@ class PromoteJobVersionOperator(BaseOperator):
             _reject(context, f"promotion stops {old.application_id}; type {self.job!r} in 'confirm' to run it")
         committed = committed_input_offsets(JobLayout.of(new, settings).checkpoint, new.source_topic)
         if committed is None and new.version != old.version:
-            _reject(context, f"{new.application_id} has not committed any batch yet; run reprocess_job side_by_side first")
+            _reject(
+                context, f"{new.application_id} has not committed any batch yet; run reprocess_job side_by_side first"
+            )
         running = JobLease(settings.status_dir, new.application_id).holder() is not None
         if new.version != old.version:
             from spark_jobs.reprocess.purge import owned_targets
 
-            self.log.info("v%s and its standby will be stopped and retired; purge_retired_versions deletes, after "
-                          "the retention: %s", old.version, owned_targets(settings, JobLayout.of(old, settings)))
-        summary = {"old_version": old.version, "new_version": new.version, "changed": new.version != old.version,
-                   "new_running": running, "new_committed": committed, "dry_run": dry_run}  # fmt: skip
+            self.log.info(
+                "v%s and its standby will be stopped and retired; purge_retired_versions deletes, after "
+                "the retention: %s",
+                old.version,
+                owned_targets(settings, JobLayout.of(old, settings)),
+            )
+        summary = {
+            "old_version": old.version,
+            "new_version": new.version,
+            "changed": new.version != old.version,
+            "new_running": running,
+            "new_committed": committed,
+            "dry_run": dry_run,
+        }
         if resumed:
-            summary["resumed"] = f"v{new.version} is already current; finishing the promotion: stop and retire v{old.version}"
+            summary["resumed"] = (
+                f"v{new.version} is already current; finishing the promotion: stop and retire v{old.version}"
+            )
             self.log.info(summary["resumed"])
         elif not summary["changed"]:
             summary["nothing_to_do"] = f"v{new.version} is already the current version: nothing to promote"
             self.log.info(summary["nothing_to_do"])
-        self.log.info("%spromote %s: v%s -> v%s (v%s %s, committed %s)", "DRY RUN: " if dry_run else "", self.job,
-                      old.version, new.version, new.version, "running" if running else "not running", committed)  # fmt: skip
+        self.log.info(
+            "%spromote %s: v%s -> v%s (v%s %s, committed %s)",
+            "DRY RUN: " if dry_run else "",
+            self.job,
+            old.version,
+            new.version,
+            new.version,
+            "running" if running else "not running",
+            committed,
+        )
         if not dry_run and summary["changed"]:
-            versions.promote(self.job, new.version, by=_who(context), run_id=context["run_id"],
-                             note=f"promoted by {_run_label(context)}")  # fmt: skip
+            versions.promote(
+                self.job,
+                new.version,
+                by=_who(context),
+                run_id=context["run_id"],
+                note=f"promoted by {_run_label(context)}",
+            )
         return summary
 
 
@@ -254,8 +307,9 @@ class RetireJobVersionOperator(BaseOperator):
 
         promoted = context["ti"].xcom_pull(task_ids="promote")
         until = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=float(self.retain_days))
-        JobVersions(Settings.from_env()).retire(self.job, int(promoted["old_version"]), by=_who(context),
-                                                retain_until=until, run_id=context["run_id"])  # fmt: skip
+        JobVersions(Settings.from_env()).retire(
+            self.job, int(promoted["old_version"]), by=_who(context), retain_until=until, run_id=context["run_id"]
+        )
         self.log.info("%s v%s retired; its data is kept until %s", self.job, promoted["old_version"], until.isoformat())
         return {"retired_version": promoted["old_version"], "retain_until": until.isoformat()}
 
@@ -290,9 +344,19 @@ class RecordReprocessingOperator(BaseOperator):
             missing = [task for task in self.steps.get(mode, []) if ti.xcom_pull(task_ids=task) is None]
             outcome, detail = ("succeeded", "") if not missing else ("failed", f"step {missing[0]} did not finish")
         run = context["dag_run"]
-        row = record_run(Settings.from_env(), run_id=context["run_id"], dag_id=ti.dag_id, job=params.get("job"),
-                         mode=mode, triggered_by=_who(context), started_at=getattr(run, "start_date", None),
-                         params=params, plan=plan, outcome=outcome, detail=detail)  # fmt: skip
+        row = record_run(
+            Settings.from_env(),
+            run_id=context["run_id"],
+            dag_id=ti.dag_id,
+            job=params.get("job"),
+            mode=mode,
+            triggered_by=_who(context),
+            started_at=getattr(run, "start_date", None),
+            params=params,
+            plan=plan,
+            outcome=outcome,
+            detail=detail,
+        )
         self.log.info("audit: %s %s (%s)", row["outcome"], row["detail"], row["run_id"])
         if outcome in ("failed", "rejected"):
             # this task is the run's only leaf: failing it is what marks the run failed
@@ -318,11 +382,17 @@ class PurgeRetiredVersionsOperator(BaseOperator):
         candidates = purge_candidates(settings)
         result = {"candidates": [c.to_dict() for c in candidates], "purged": {}}
         for c in candidates:
-            self.log.info("%s v%s: %s; owns %s", c.job, c.version, c.blocked or ("due (dry run)" if dry_run else "due"),
-                          c.targets or "nothing any more")  # fmt: skip
+            self.log.info(
+                "%s v%s: %s; owns %s",
+                c.job,
+                c.version,
+                c.blocked or ("due (dry run)" if dry_run else "due"),
+                c.targets or "nothing any more",
+            )
             if c.blocked is None and not dry_run:
-                result["purged"][f"{c.job}-v{c.version}"] = purge_version(settings, c.job, c.version, by=_who(context),
-                                                                          run_id=context["run_id"])  # fmt: skip
+                result["purged"][f"{c.job}-v{c.version}"] = purge_version(
+                    settings, c.job, c.version, by=_who(context), run_id=context["run_id"]
+                )
         if not candidates:
             result["nothing_to_do"] = "no retired versions"
         return result

@@ -56,34 +56,64 @@ class SuperviseStandbyOperator(BaseOperator):
                     holder = self._wait_started(hook, launch)
                 if holder is None:
                     last = record.last_launch
-                    conditions.append(Condition(
-                        "standby_down", "error", f"the warm standby of {spec.application_id} is not running",
-                        {"launches_in_window": len(recent) + (action == "start"), "exit_code": exit_code(last.exit_file) if last else None},
-                        f"see the follower log {last.log if last else ''}; queries fall back to older snapshots and "
-                        f"restores replay a longer tail until it runs",
-                    ))  # fmt: skip
+                    conditions.append(
+                        Condition(
+                            "standby_down",
+                            "error",
+                            f"the warm standby of {spec.application_id} is not running",
+                            {
+                                "launches_in_window": len(recent) + (action == "start"),
+                                "exit_code": exit_code(last.exit_file) if last else None,
+                            },
+                            f"see the follower log {last.log if last else ''}; queries fall back to older snapshots and "
+                            f"restores replay a longer tail until it runs",
+                        )
+                    )
             else:
                 status = hook.status() or {}
                 for store, view in (status.get("stores") or {}).items():
                     if view.get("lag_ms", 0) > status.get("max_lag_ms", float("inf")):
-                        conditions.append(Condition(
-                            f"standby_lag_{store}", "warning",
-                            f"standby of {spec.application_id}/{store} is {view['lag_ms'] / 1000:.0f} s behind its changelog",
-                            {"lag_ms": view["lag_ms"], "max_lag_ms": status["max_lag_ms"], "lag_records": view.get("lag_records")},
-                            "check the follower's log and the Kafka broker; a lagging standby makes restores longer",
-                        ))  # fmt: skip
+                        conditions.append(
+                            Condition(
+                                f"standby_lag_{store}",
+                                "warning",
+                                f"standby of {spec.application_id}/{store} is {view['lag_ms'] / 1000:.0f} s behind its changelog",
+                                {
+                                    "lag_ms": view["lag_ms"],
+                                    "max_lag_ms": status["max_lag_ms"],
+                                    "lag_records": view.get("lag_records"),
+                                },
+                                "check the follower's log and the Kafka broker; a lagging standby makes restores longer",
+                            )
+                        )
             before = dict(record.open_alerts)
-            fire, resolve = reconcile(spec.name, spec.application_id, record.open_alerts, conditions,
-                                      {"dag": f"{hook.settings.airflow_url}/dags/supervise__{spec.name}"})  # fmt: skip
-            undelivered = [a.dedup_key for a in fire + resolve if not any(r == "sent" for r in send(a, context).values())]
+            fire, resolve = reconcile(
+                spec.name,
+                spec.application_id,
+                record.open_alerts,
+                conditions,
+                {"dag": f"{hook.settings.airflow_url}/dags/supervise__{spec.name}"},
+            )
+            undelivered = [
+                a.dedup_key for a in fire + resolve if not any(r == "sent" for r in send(a, context).values())
+            ]
             if undelivered:
                 record.open_alerts = before  # the next check tries again
-        self.log.info("%s: %s; fired %s, resolved %s", hook.application_id, action,
-                      [a.condition for a in fire], [a.condition for a in resolve])  # fmt: skip
+        self.log.info(
+            "%s: %s; fired %s, resolved %s",
+            hook.application_id,
+            action,
+            [a.condition for a in fire],
+            [a.condition for a in resolve],
+        )
         if undelivered:
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
-        return {"action": action, "running": holder is not None, "fired": [a.condition for a in fire],
-                "resolved": [a.condition for a in resolve]}  # fmt: skip
+        return {
+            "action": action,
+            "running": holder is not None,
+            "fired": [a.condition for a in fire],
+            "resolved": [a.condition for a in resolve],
+        }
 
     def _wait_started(self, hook: StandbyHook, launch: Launch) -> dict | None:
         deadline = time.monotonic() + START_WAIT_S

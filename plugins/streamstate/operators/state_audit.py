@@ -44,9 +44,15 @@ class ReadCheckpointStateOperator(SparkSubmitOperator):
         from spark_jobs.submit import application_submit_spec
 
         settings = Settings.from_env()
-        _apply_submit(self, application_submit_spec(settings, "state-audit-checkpoints",
-                                                    PROJECT_ROOT / "spark_jobs" / "state_audit" / "checkpoint_state.py",
-                                                    (context["run_id"],)))  # fmt: skip
+        _apply_submit(
+            self,
+            application_submit_spec(
+                settings,
+                "state-audit-checkpoints",
+                PROJECT_ROOT / "spark_jobs" / "state_audit" / "checkpoint_state.py",
+                (context["run_id"],),
+            ),
+        )
         super().execute(context)
 
 
@@ -85,25 +91,44 @@ def ttl_conditions(row: dict) -> list[Condition]:
 
 def budget_conditions(row: dict) -> list[Condition]:
     """A crossed budget (error), or one projected to be crossed within warn_days (warning)."""
-    checks = [trends.BudgetCheck(**{k: v for k, v in c.items() if k != "crossed"}) for c in json.loads(row["budget_status"])]
-    cause = row["unbounded_reason"] if row.get("unbounded") else (
-        f"growing {row['rows_per_day']:,.0f} rows/day" if row.get("rows_per_day") else "size without visible growth")
+    checks = [
+        trends.BudgetCheck(**{k: v for k, v in c.items() if k != "crossed"}) for c in json.loads(row["budget_status"])
+    ]
+    cause = (
+        row["unbounded_reason"]
+        if row.get("unbounded")
+        else (
+            f"growing {row['rows_per_day']:,.0f} rows/day" if row.get("rows_per_day") else "size without visible growth"
+        )
+    )
     numbers = {c.measure: round(c.current, 1) for c in checks} | {f"max_{c.measure}": c.limit for c in checks}
     crossed = [c for c in checks if c.crossed]
     store = row["store"]
     if crossed:
         what = ", ".join(f"{c.current:,.0f} {UNITS[c.measure]} > budget {c.limit:,.0f}" for c in crossed)
-        return [Condition(f"state_budget_{store}", "error", f"store {store} is over its budget: {what}; likely cause: {cause}",
-                          numbers, "shrink the state (TTL, retention, deletes) or raise the budget in the registry "
-                          "after checking the restore time; the state-size report has the trend")]  # fmt: skip
+        return [
+            Condition(
+                f"state_budget_{store}",
+                "error",
+                f"store {store} is over its budget: {what}; likely cause: {cause}",
+                numbers,
+                "shrink the state (TTL, retention, deletes) or raise the budget in the registry "
+                "after checking the restore time; the state-size report has the trend",
+            )
+        ]
     soon = [c for c in checks if c.days_left is not None and c.days_left <= (row.get("budget_warn_days") or 7)]
     if soon:
         first = min(soon, key=lambda c: c.days_left)
-        return [Condition(f"state_budget_forecast_{store}", "warning",
-                          f"store {store} will cross its {first.measure} budget ({first.limit:,.0f}) in "
-                          f"{first.days_left:.1f} days at {first.per_day:,.0f}/day; likely cause: {cause}",
-                          numbers | {"days_left": round(first.days_left, 2)},
-                          "act before the budget is crossed: the state-size report has the trend")]  # fmt: skip
+        return [
+            Condition(
+                f"state_budget_forecast_{store}",
+                "warning",
+                f"store {store} will cross its {first.measure} budget ({first.limit:,.0f}) in "
+                f"{first.days_left:.1f} days at {first.per_day:,.0f}/day; likely cause: {cause}",
+                numbers | {"days_left": round(first.days_left, 2)},
+                "act before the budget is crossed: the state-size report has the trend",
+            )
+        ]
     return []
 
 
@@ -116,8 +141,10 @@ class AuditStateSizeOperator(BaseOperator):
         run_id = context["run_id"]
         checkpoint_rows = [r for r in read_rows(checkpoint_audit_table(settings)) if r["run_id"] == run_id]
         if not checkpoint_rows:
-            self.log.warning("no live state read from checkpoints in this run (the read task failed, or no job has "
-                             "committed a batch): live rows come from the jobs' latest progress")  # fmt: skip
+            self.log.warning(
+                "no live state read from checkpoints in this run (the read task failed, or no job has "
+                "committed a batch): live rows come from the jobs' latest progress"
+            )
         measured = tuning_history.measurements(settings)
         latest_changelog = {m["topic"]: m for m in measured}  # oldest first: the newest wins
         restores = restore_measurements(settings)
@@ -132,19 +159,35 @@ class AuditStateSizeOperator(BaseOperator):
                     continue  # never ran here
                 for store in spec.stores:
                     history = audit_rows(settings, spec.application_id, store.name)
-                    row = audit_store(settings, run_id, spec, store,
-                                      checkpoint_rows=[r for r in checkpoint_rows if r["application_id"] == spec.application_id
-                                                       and r["store"] == store.name],
-                                      changelog=latest_changelog.get(changelog_topic_name(spec.application_id, store.name)),
-                                      restores=restores, history=history)  # fmt: skip
+                    row = audit_store(
+                        settings,
+                        run_id,
+                        spec,
+                        store,
+                        checkpoint_rows=[
+                            r
+                            for r in checkpoint_rows
+                            if r["application_id"] == spec.application_id and r["store"] == store.name
+                        ],
+                        changelog=latest_changelog.get(changelog_topic_name(spec.application_id, store.name)),
+                        restores=restores,
+                        history=history,
+                    )
                     audited.append(row)
                     by_store[(spec.application_id, store.name)] = history + [row]
-                    self.log.info("%s/%s: %s live rows (%s), restore ~%s s (snapshot + tail) / ~%s s (full), %s/day, "
-                                  "days to budget %s%s", spec.application_id, store.name, row.get("state_rows"),
-                                  row.get("state_rows_source"), _round(row.get("restore_snapshot_tail_s")),
-                                  _round(row.get("restore_full_replay_s")), _round(row.get("rows_per_day")),
-                                  _round(row.get("days_to_budget")),
-                                  f"; UNBOUNDED: {row['unbounded_reason']}" if row["unbounded"] else "")  # fmt: skip
+                    self.log.info(
+                        "%s/%s: %s live rows (%s), restore ~%s s (snapshot + tail) / ~%s s (full), %s/day, "
+                        "days to budget %s%s",
+                        spec.application_id,
+                        store.name,
+                        row.get("state_rows"),
+                        row.get("state_rows_source"),
+                        _round(row.get("restore_snapshot_tail_s")),
+                        _round(row.get("restore_full_replay_s")),
+                        _round(row.get("rows_per_day")),
+                        _round(row.get("days_to_budget")),
+                        f"; UNBOUNDED: {row['unbounded_reason']}" if row["unbounded"] else "",
+                    )
                     if row.get("ttl_verdict"):
                         self.log.info(
                             "%s/%s: %s: %s", spec.application_id, store.name, row["ttl_verdict"], row["ttl_reason"]
@@ -157,10 +200,20 @@ class AuditStateSizeOperator(BaseOperator):
         path.write_text(json.dumps(open_alerts, indent=2, sort_keys=True))
         if undelivered:
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
-        return {"report": str(page), "stores": [{"application_id": r["application_id"], "store": r["store"],
-                                                 "state_rows": r.get("state_rows"), "unbounded": r["unbounded"],
-                                                 "days_to_budget": r.get("days_to_budget"),
-                                                 "ttl_verdict": r.get("ttl_verdict")} for r in audited]}  # fmt: skip
+        return {
+            "report": str(page),
+            "stores": [
+                {
+                    "application_id": r["application_id"],
+                    "store": r["store"],
+                    "state_rows": r.get("state_rows"),
+                    "unbounded": r["unbounded"],
+                    "days_to_budget": r.get("days_to_budget"),
+                    "ttl_verdict": r.get("ttl_verdict"),
+                }
+                for r in audited
+            ],
+        }
 
     @staticmethod
     def _alert(context, spec, row: dict, app_alerts: dict) -> list[str]:
@@ -169,8 +222,9 @@ class AuditStateSizeOperator(BaseOperator):
         names = {f"state_budget_{store}", f"state_budget_forecast_{store}", f"state_ttl_not_enforced_{store}"}
         mine = {k: v for k, v in app_alerts.items() if k in names}
         before = dict(mine)
-        fire, resolve = reconcile(spec.name, spec.application_id, mine, conditions_for(row),
-                                  {"report": "/streamstate/state-audit/index.html"})  # fmt: skip
+        fire, resolve = reconcile(
+            spec.name, spec.application_id, mine, conditions_for(row), {"report": "/streamstate/state-audit/index.html"}
+        )
         undelivered = []
         for alert in fire + resolve:
             if not any(result == "sent" for result in send(alert, context).values()):

@@ -33,8 +33,17 @@ class StreamingJobFailed(RuntimeError):
 
 def _apply_submit(operator: SparkSubmitOperator, submit) -> None:
     """Hand a job's spark-submit description (``spark_jobs.submit.SubmitSpec``) to the provider's operator."""
-    operator.application, operator.application_args, operator.name = submit.application, list(submit.application_args), submit.name
-    operator.conf, operator.jars, operator.py_files, operator.env_vars = submit.conf, submit.jars, submit.py_files, submit.env
+    operator.application, operator.application_args, operator.name = (
+        submit.application,
+        list(submit.application_args),
+        submit.name,
+    )
+    operator.conf, operator.jars, operator.py_files, operator.env_vars = (
+        submit.conf,
+        submit.jars,
+        submit.py_files,
+        submit.env,
+    )
 
 
 def _run_label(context) -> str:
@@ -66,8 +75,15 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
 
     template_fields = (*SparkSubmitOperator.template_fields, "job", "version")
 
-    def __init__(self, *, job: str, version: int | str | None = None, manual: bool = False,
-                 conn_id: str = "spark_default", **kwargs) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        job: str,
+        version: int | str | None = None,
+        manual: bool = False,
+        conn_id: str = "spark_default",
+        **kwargs,
+    ) -> None:
         super().__init__(conn_id=conn_id, **kwargs)
         self.job = job
         self.version = version
@@ -88,28 +104,50 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
                 record.desired, record.stop_reason = DESIRED_RUNNING, None
                 record.crash_loop_since, record.restarts_reset_at = None, now
             elif record.desired == DESIRED_STOPPED:
-                self.log.info("%s was stopped on request (%s); not starting it", spec.application_id, record.stop_reason)
+                self.log.info(
+                    "%s was stopped on request (%s); not starting it", spec.application_id, record.stop_reason
+                )
                 return {"state": "stopped"}
             holder = jobs.running_instance()
             if holder is not None:
-                self.log.info("%s already runs (pid %s, lease epoch %s); nothing to start",
-                              spec.application_id, holder.get("pid"), holder.get("epoch"))  # fmt: skip
+                self.log.info(
+                    "%s already runs (pid %s, lease epoch %s); nothing to start",
+                    spec.application_id,
+                    holder.get("pid"),
+                    holder.get("epoch"),
+                )
                 return {"state": "already_running", "epoch": holder.get("epoch"), "pid": holder.get("pid")}
             last = record.last_launch
-            in_flight = (last is not None and last.outcome is None and process_alive(last.launcher_pid)
-                         and now - last.at < spec.supervision.start_timeout_s)  # fmt: skip
+            in_flight = (
+                last is not None
+                and last.outcome is None
+                and process_alive(last.launcher_pid)
+                and now - last.at < spec.supervision.start_timeout_s
+            )
             if in_flight:
-                self.log.info("a launch by %s is in flight (pid %s); waiting for it instead", last.by, last.launcher_pid)
+                self.log.info(
+                    "a launch by %s is in flight (pid %s); waiting for it instead", last.by, last.launcher_pid
+                )
                 launch = last
             else:
                 previous_epoch = JobLease(jobs.status_dir, spec.application_id).last_epoch()
                 launch = Launch(at=now, by=label, previous_epoch=previous_epoch, **self._launch(jobs, label))
                 record.launches.append(launch)
-        self.log.info("driver of %s starting (launcher pid %s); log: %s", spec.application_id, launch.launcher_pid, launch.log)
+        self.log.info(
+            "driver of %s starting (launcher pid %s); log: %s", spec.application_id, launch.launcher_pid, launch.log
+        )
         self.defer(
-            trigger=StreamingJobStartedTrigger(spec.application_id, str(jobs.status_dir), launch.launcher_pid,
-                                               launch.exit_file, launch.previous_epoch, spec.supervision.start_timeout_s,
-                                               launch_at=launch.at, version=spec.version, carry=carry),  # fmt: skip
+            trigger=StreamingJobStartedTrigger(
+                spec.application_id,
+                str(jobs.status_dir),
+                launch.launcher_pid,
+                launch.exit_file,
+                launch.previous_epoch,
+                spec.supervision.start_timeout_s,
+                launch_at=launch.at,
+                version=spec.version,
+                carry=carry,
+            ),
             method_name=method_name,
         )
 
@@ -140,8 +178,10 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
             self.log.info("%s: %s", spec.application_id, event)
             return event
         log = launch.log if launch else None
-        raise StreamingJobFailed(f"{spec.application_id} did not start: {launch.error if launch else state}\n"
-                                 f"--- {log} (tail) ---\n{log_tail(log)}")  # fmt: skip
+        raise StreamingJobFailed(
+            f"{spec.application_id} did not start: {launch.error if launch else state}\n"
+            f"--- {log} (tail) ---\n{log_tail(log)}"
+        )
 
 
 class WatchStreamingJobOperator(LaunchStreamingJobOperator):
@@ -197,8 +237,13 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
             remaining,
         )
         self.defer(
-            trigger=StreamingJobExitedTrigger(spec.application_id, str(jobs.status_dir), int(holder["epoch"]), remaining,
-                                              carry={"deadline": deadline, "restarts": restarts}),  # fmt: skip
+            trigger=StreamingJobExitedTrigger(
+                spec.application_id,
+                str(jobs.status_dir),
+                int(holder["epoch"]),
+                remaining,
+                carry={"deadline": deadline, "restarts": restarts},
+            ),
             method_name="driver_exited",
         )
 
@@ -207,7 +252,9 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
         if event["state"] == "timeout":
             return {"state": "watched", "restarts": restarts}
         error = f": {event['error']}" if event.get("error") else ""
-        self.log.warning("driver of lease epoch %s exited (last state %s%s)", event["epoch"], event.get("final_state"), error)
+        self.log.warning(
+            "driver of lease epoch %s exited (last state %s%s)", event["epoch"], event.get("final_state"), error
+        )
         return self._restart(context, job_spec(self.job), deadline, restarts)
 
     def _restart(self, context, spec: JobSpec, deadline: float, restarts: int):
@@ -252,8 +299,17 @@ class StopStreamingJobOperator(BaseOperator):
 
     template_fields = ("job", "version", "reason", "force", "timeout_s", "stop_standby")
 
-    def __init__(self, *, job: str, reason: str, version: int | str | None = None, force: bool | str = False,
-                 timeout_s: float | str = 180, stop_standby: bool | str = False, **kwargs) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        job: str,
+        reason: str,
+        version: int | str | None = None,
+        force: bool | str = False,
+        timeout_s: float | str = 180,
+        stop_standby: bool | str = False,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.job, self.version, self.reason, self.force, self.timeout_s = job, version, reason, force, timeout_s
         self.stop_standby = stop_standby
@@ -269,10 +325,17 @@ class StopStreamingJobOperator(BaseOperator):
         if holder is None:
             self.log.info("%s is not running; it stays stopped", spec.application_id)
             return {"state": "not_running"}
-        self.log.info("signalled driver pid %s (lease epoch %s) of %s", holder.get("pid"), holder.get("epoch"), spec.application_id)
+        self.log.info(
+            "signalled driver pid %s (lease epoch %s) of %s",
+            holder.get("pid"),
+            holder.get("epoch"),
+            spec.application_id,
+        )
         self.job = spec.application_id  # for the messages after the deferral
-        self.defer(trigger=StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s)),
-                   method_name="execute_complete")  # fmt: skip
+        self.defer(
+            trigger=StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s)),
+            method_name="execute_complete",
+        )
 
     def _stop_standby(self, spec) -> None:
         """SIGTERM the standby and wait for its lease (a follower needs no Spark: it stops in seconds)."""
@@ -285,14 +348,17 @@ class StopStreamingJobOperator(BaseOperator):
         deadline = time.monotonic() + float(self.timeout_s)
         while standby.running_instance() is not None:
             if time.monotonic() > deadline:
-                raise StreamingJobFailed(f"{standby.application_id} still runs after {self.timeout_s}s; run again "
-                                         "with force=true")  # fmt: skip
+                raise StreamingJobFailed(
+                    f"{standby.application_id} still runs after {self.timeout_s}s; run again with force=true"
+                )
             time.sleep(0.5)
         self.log.info("stopped the warm standby %s (pid %s)", standby.application_id, holder.get("pid"))
 
     def execute_complete(self, context, event: dict):
         if event["state"] != "stopped":
-            raise StreamingJobFailed(f"{self.job} still runs after {event['timeout_s']:.0f}s; run again with force=true")
+            raise StreamingJobFailed(
+                f"{self.job} still runs after {event['timeout_s']:.0f}s; run again with force=true"
+            )
         self.log.info("%s stopped (final state %s)", self.job, event.get("final_state"))
         return event
 
@@ -320,10 +386,14 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
     undelivered = []
     with locked_record(jobs.status_dir, spec.application_id) as record:
         last = record.last_launch
-        seen = Observation(now=time.time(), holder=jobs.running_instance(), status=jobs.status(),
-                           launcher_alive=process_alive(last.launcher_pid) if last else False,
-                           dead_letters=jobs.dead_letters(),
-                           last_exit_code=exit_code(last.exit_file) if last else None)  # fmt: skip
+        seen = Observation(
+            now=time.time(),
+            holder=jobs.running_instance(),
+            status=jobs.status(),
+            launcher_alive=process_alive(last.launcher_pid) if last else False,
+            dead_letters=jobs.dead_letters(),
+            last_exit_code=exit_code(last.exit_file) if last else None,
+        )
         assessment = assess(spec, seen, record)
         if assessment.action == "give_up" and record.crash_loop_since is None:
             record.crash_loop_since = seen.now
@@ -331,7 +401,9 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         if (seen.status or {}).get("spark_ui") and seen.holder:
             links["spark_ui"] = seen.status["spark_ui"]
         before = dict(record.open_alerts)
-        fire, resolve = reconcile(spec.name, spec.application_id, record.open_alerts, list(assessment.conditions), links)
+        fire, resolve = reconcile(
+            spec.name, spec.application_id, record.open_alerts, list(assessment.conditions), links
+        )
         for alert in fire + resolve:
             results = send(alert, context)
             if not any(result == "sent" for result in results.values()):
@@ -354,11 +426,18 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         [a.condition for a in fire],
         [a.condition for a in resolve],
     )
-    result = {"state": assessment.state, "action": assessment.action, "reason": assessment.reason,
-              "fired": [a.condition for a in fire], "resolved": [a.condition for a in resolve]}  # fmt: skip
+    result = {
+        "state": assessment.state,
+        "action": assessment.action,
+        "reason": assessment.reason,
+        "fired": [a.condition for a in fire],
+        "resolved": [a.condition for a in resolve],
+    }
     if undelivered:
         # The decision still reaches the launch task (it runs on all_done); the failed task is the signal.
         context["ti"].xcom_push(key="return_value", value=result)
-        raise StreamingJobFailed("alerts not delivered on any channel: "
-                                 + "; ".join(f"{a.dedup_key} ({a.status}): {r}" for a, r in undelivered))  # fmt: skip
+        raise StreamingJobFailed(
+            "alerts not delivered on any channel: "
+            + "; ".join(f"{a.dedup_key} ({a.status}): {r}" for a, r in undelivered)
+        )
     return result

@@ -19,7 +19,6 @@ Every answer says ``source`` (``live`` | ``standby``), ``fallback_reason``, ``ba
 set, every route needs ``Authorization: Bearer <token>``.
 """
 
-
 import base64
 import binascii
 import hmac
@@ -28,10 +27,10 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Path, Query
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
-
-from runtime.settings import Settings
 from streamstate.state_api.keys import MAX_KEY_LENGTH, InvalidKey
 from streamstate.state_api.service import StateQueryService, UnknownStore
+
+from runtime.settings import Settings
 
 API_VERSION = "1"
 
@@ -111,8 +110,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not hmac.compare_digest(given.encode(), settings.state_api_token.encode()):
             raise HTTPException(401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"})
 
-    app = FastAPI(title="streamstate state queries", version=API_VERSION, dependencies=[Depends(authorized)],
-                  description=__doc__.split("Routes")[0].strip())  # fmt: skip
+    app = FastAPI(
+        title="streamstate state queries",
+        version=API_VERSION,
+        dependencies=[Depends(authorized)],
+        description=__doc__.split("Routes")[0].strip(),
+    )
     app.state.service = service
     app.router.add_event_handler("shutdown", service.close)
 
@@ -131,11 +134,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return service.describe_store(*resolve(job, store, version))
 
     @app.get("/jobs/{job}/stores/{store}/keys/{key}", response_model=KeyAnswer, summary="One key's state")
-    def get_key(job: JobName, store: StoreName, key: Annotated[str, Path(max_length=MAX_KEY_LENGTH)],
-                window_start: Annotated[int | None, Query(ge=0, description="windowed stores: window start, epoch ms")] = None,
-                valid_at: Annotated[int | None, Query(ge=0, description="versioned stores: the version valid at this "
-                                                      "event time, epoch ms (within the store's retention)")] = None,
-                version: Version = None) -> dict:  # fmt: skip
+    def get_key(
+        job: JobName,
+        store: StoreName,
+        key: Annotated[str, Path(max_length=MAX_KEY_LENGTH)],
+        window_start: Annotated[int | None, Query(ge=0, description="windowed stores: window start, epoch ms")] = None,
+        valid_at: Annotated[
+            int | None,
+            Query(
+                ge=0,
+                description="versioned stores: the version valid at this "
+                "event time, epoch ms (within the store's retention)",
+            ),
+        ] = None,
+        version: Version = None,
+    ) -> dict:
         spec, store_spec = resolve(job, store, version)
         try:
             return service.get(spec, store_spec, key, window_start, valid_at)
@@ -143,17 +156,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(422, str(err)) from None
 
     @app.get("/jobs/{job}/stores/{store}/keys", response_model=ScanAnswer, summary="A key range or prefix, paged")
-    def scan(job: JobName, store: StoreName,
-             prefix: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH, description="keys starting with this")] = None,
-             start: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH, description="first key (inclusive)")] = None,
-             end: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH, description="last key (exclusive)")] = None,
-             page_size: Annotated[int, Query(ge=1, le=settings.state_api_max_page_size)] = 100,
-             page_token: Annotated[str | None, Query(max_length=4 * MAX_KEY_LENGTH)] = None,
-             version: Version = None) -> dict:  # fmt: skip
+    def scan(
+        job: JobName,
+        store: StoreName,
+        prefix: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH, description="keys starting with this")] = None,
+        start: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH, description="first key (inclusive)")] = None,
+        end: Annotated[str | None, Query(max_length=MAX_KEY_LENGTH, description="last key (exclusive)")] = None,
+        page_size: Annotated[int, Query(ge=1, le=settings.state_api_max_page_size)] = 100,
+        page_token: Annotated[str | None, Query(max_length=4 * MAX_KEY_LENGTH)] = None,
+        version: Version = None,
+    ) -> dict:
         spec, store_spec = resolve(job, store, version)
         try:
-            answer = service.scan(spec, store_spec, prefix=prefix, start=start, end=end, after=_after(page_token),
-                                  limit=page_size)  # fmt: skip
+            answer = service.scan(
+                spec, store_spec, prefix=prefix, start=start, end=end, after=_after(page_token), limit=page_size
+            )
         except InvalidKey as err:
             raise HTTPException(422, str(err)) from None
         answer["next_page_token"] = _page_token(answer.pop("next_after"))

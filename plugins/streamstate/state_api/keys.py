@@ -58,7 +58,9 @@ class KeySchema:
         if window_start is None:
             raise InvalidKey(f"a windowed store needs window_start (epoch ms, a multiple of {self.window_advance_ms})")
         if window_start < 0 or (self.window_advance_ms and window_start % self.window_advance_ms):
-            raise InvalidKey(f"window_start {window_start} is not a window start (a multiple of {self.window_advance_ms} ms)")
+            raise InvalidKey(
+                f"window_start {window_start} is not a window start (a multiple of {self.window_advance_ms} ms)"
+            )
         return f"{key}{WINDOW_SEPARATOR}{window_start}"
 
     def decode(self, stored: str) -> dict:

@@ -58,10 +58,14 @@ class Source:
 
     def describe(self) -> dict:
         return {
-            "source": self.source, "fallback_reason": self.fallback_reason, "job_state": self.job_state,
-            "batch_id": self.batch_id, "snapshot_version": self.snapshot_version,
-            "as_of": _iso(self.as_of_ms), "staleness_ms": self.staleness_ms,
-        }  # fmt: skip
+            "source": self.source,
+            "fallback_reason": self.fallback_reason,
+            "job_state": self.job_state,
+            "batch_id": self.batch_id,
+            "snapshot_version": self.snapshot_version,
+            "as_of": _iso(self.as_of_ms),
+            "staleness_ms": self.staleness_ms,
+        }
 
 
 def _iso(ms: int | None) -> str | None:
@@ -104,9 +108,17 @@ class StateQueryService:
         jobs = []
         for name, versions in registered_versions().items():
             current = pointer.current_spec(name)
-            jobs.append({"job": name, "current_version": current.version, "versions": list(versions),
-                         "stores": [{"store": s.name, "kind": s.kind, "key": KeySchema.of(current, s).describe()}
-                                    for s in current.stores]})  # fmt: skip
+            jobs.append(
+                {
+                    "job": name,
+                    "current_version": current.version,
+                    "versions": list(versions),
+                    "stores": [
+                        {"store": s.name, "kind": s.kind, "key": KeySchema.of(current, s).describe()}
+                        for s in current.stores
+                    ],
+                }
+            )
         return jobs
 
     # ----- reading -----------------------------------------------------------------------------
@@ -129,8 +141,16 @@ class StateQueryService:
         if snapshot is None:
             return Source("standby", reason, state, None, None, None, None, table)
         as_of = snapshot.as_of_ms or int(dt.datetime.fromisoformat(snapshot.taken_at).timestamp() * 1000)
-        return Source("standby", reason, state, snapshot.batch_id, snapshot.delta_version, as_of,
-                      self._standby_staleness(spec, store_spec, snapshot, as_of), table)  # fmt: skip
+        return Source(
+            "standby",
+            reason,
+            state,
+            snapshot.batch_id,
+            snapshot.delta_version,
+            as_of,
+            self._standby_staleness(spec, store_spec, snapshot, as_of),
+            table,
+        )
 
     def _standby_staleness(self, spec: JobSpec, store_spec: StoreSpec, snapshot: SnapshotInfo, as_of: int) -> int:
         """0 when the snapshot holds every batch complete in the changelog, else how old ``as_of`` is. (By
@@ -168,8 +188,11 @@ class StateQueryService:
                     del self._live[other_key]
             view = self._live.get(key)
             if view is None:
-                view = LiveView(self._snapshots(spec, store_spec), self.settings.kafka,
-                                changelog_topic_name(spec.application_id, store_spec.name))  # fmt: skip
+                view = LiveView(
+                    self._snapshots(spec, store_spec),
+                    self.settings.kafka,
+                    changelog_topic_name(spec.application_id, store_spec.name),
+                )
                 self._live[key] = view
             return view
 
@@ -177,8 +200,14 @@ class StateQueryService:
         return SnapshotStore.of(JobLayout.of(spec, self.settings), store_spec.name)
 
     # ----- answers ------------------------------------------------------------------------------
-    def get(self, spec: JobSpec, store_spec: StoreSpec, key: str, window_start: int | None = None,
-            valid_at: int | None = None) -> dict:  # fmt: skip
+    def get(
+        self,
+        spec: JobSpec,
+        store_spec: StoreSpec,
+        key: str,
+        window_start: int | None = None,
+        valid_at: int | None = None,
+    ) -> dict:
         """One key's stored value; with ``valid_at`` (epoch ms, versioned stores) the version valid then."""
         schema = KeySchema.of(spec, store_spec)
         stored_key = schema.encode(key, window_start)
@@ -190,34 +219,62 @@ class StateQueryService:
             from spark_jobs.primitives.versioned import version_valid_at  # (imports pyspark: only when asked)
 
             value = version_valid_at(value, valid_at)
-        return {"job": spec.name, "version": spec.version, "store": store_spec.name, "key": schema.decode(stored_key),
-                "found": value is not None, "value": value, **source.describe()}  # fmt: skip
+        return {
+            "job": spec.name,
+            "version": spec.version,
+            "store": store_spec.name,
+            "key": schema.decode(stored_key),
+            "found": value is not None,
+            "value": value,
+            **source.describe(),
+        }
 
-    def scan(self, spec: JobSpec, store_spec: StoreSpec, *, prefix: str | None, start: str | None, end: str | None,
-             after: str | None, limit: int) -> dict:  # fmt: skip
+    def scan(
+        self,
+        spec: JobSpec,
+        store_spec: StoreSpec,
+        *,
+        prefix: str | None,
+        start: str | None,
+        end: str | None,
+        after: str | None,
+        limit: int,
+    ) -> dict:
         schema = KeySchema.of(spec, store_spec)
         for what, text in (("prefix", prefix), ("start", start), ("end", end)):
             if text is not None:
                 KeySchema(schema.field).validate_text(text, what)  # bounds may hold the window separator
         source = self.source(spec, store_spec)
         items, last = source.table.scan(start=start, end=end, prefix=prefix, after=after, limit=limit)
-        return {"job": spec.name, "version": spec.version, "store": store_spec.name,
-                "items": [{"key": schema.decode(k), "value": decode_value(v)} for k, v in items],
-                "next_after": last, **source.describe()}  # fmt: skip
+        return {
+            "job": spec.name,
+            "version": spec.version,
+            "store": store_spec.name,
+            "items": [{"key": schema.decode(k), "value": decode_value(v)} for k, v in items],
+            "next_after": last,
+            **source.describe(),
+        }
 
     def describe_store(self, spec: JobSpec, store_spec: StoreSpec) -> dict:
         source = self.source(spec, store_spec)
         follower = read_standby_status(self.settings.status_dir, spec.application_id) or {}
         return {
-            "job": spec.name, "version": spec.version, "application_id": spec.application_id,
-            "store": store_spec.name, "kind": store_spec.kind, "key": KeySchema.of(spec, store_spec).describe(),
-            "changelog_topic": changelog_topic_name(spec.application_id, store_spec.name), "keys": len(source.table),
-            "standby": {"follower_running": standby_running(self.settings.status_dir, spec.application_id) is not None,
-                        "follower_state": follower.get("state"),
-                        "lag_ms": (follower.get("stores") or {}).get(store_spec.name, {}).get("lag_ms"),
-                        "max_lag_ms": follower.get("max_lag_ms")},
+            "job": spec.name,
+            "version": spec.version,
+            "application_id": spec.application_id,
+            "store": store_spec.name,
+            "kind": store_spec.kind,
+            "key": KeySchema.of(spec, store_spec).describe(),
+            "changelog_topic": changelog_topic_name(spec.application_id, store_spec.name),
+            "keys": len(source.table),
+            "standby": {
+                "follower_running": standby_running(self.settings.status_dir, spec.application_id) is not None,
+                "follower_state": follower.get("state"),
+                "lag_ms": (follower.get("stores") or {}).get(store_spec.name, {}).get("lag_ms"),
+                "max_lag_ms": follower.get("max_lag_ms"),
+            },
             **source.describe(),
-        }  # fmt: skip
+        }
 
     def close(self) -> None:
         with self._lock:

@@ -50,8 +50,9 @@ class StateTable:
     def get(self, key: str) -> str | None:
         return self.state.get(key)
 
-    def scan(self, *, start: str | None, end: str | None, prefix: str | None, after: str | None,
-             limit: int) -> tuple[list[tuple[str, str]], str | None]:  # fmt: skip
+    def scan(
+        self, *, start: str | None, end: str | None, prefix: str | None, after: str | None, limit: int
+    ) -> tuple[list[tuple[str, str]], str | None]:
         """Keys in ``[start, end)`` (or starting with ``prefix``), after ``after``, at most ``limit``.
         Returns (items, the last key when more follow, else None)."""
         if self._sorted is None:
@@ -96,7 +97,9 @@ class StandbyView:
             if time.monotonic() - self._checked >= self.recheck_s:
                 self._checked = time.monotonic()
                 latest = self.snapshots.latest()
-                if latest is not None and (self.snapshot is None or latest.delta_version != self.snapshot.delta_version):
+                if latest is not None and (
+                    self.snapshot is None or latest.delta_version != self.snapshot.delta_version
+                ):
                     self.table = StateTable(self.snapshots.read_text(latest))
                     self.snapshot = latest
             return self.snapshot, self.table

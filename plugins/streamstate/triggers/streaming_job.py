@@ -38,9 +38,19 @@ class StreamingJobStartedTrigger(BaseTrigger):
     ``exit_code`` and ``error``) or ``timeout``.
     """
 
-    def __init__(self, application_id: str, status_dir: str, launcher_pid: int, exit_file: str,
-                 previous_epoch: int, timeout_s: float, launch_at: float = 0.0, poll_s: float = 0.5,
-                 version: int | None = None, carry: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        application_id: str,
+        status_dir: str,
+        launcher_pid: int,
+        exit_file: str,
+        previous_epoch: int,
+        timeout_s: float,
+        launch_at: float = 0.0,
+        poll_s: float = 0.5,
+        version: int | None = None,
+        carry: dict | None = None,
+    ) -> None:
         super().__init__()
         #: the operator's own state across the deferral, echoed in the event (``dag.test()`` passes a
         #: resumed method the event only, not the ``kwargs`` of ``defer``)
@@ -57,12 +67,21 @@ class StreamingJobStartedTrigger(BaseTrigger):
         self.poll_s = poll_s
 
     def serialize(self) -> tuple[str, dict]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "application_id": self.application_id, "status_dir": self.status_dir,
-            "launcher_pid": self.launcher_pid, "exit_file": self.exit_file,
-            "previous_epoch": self.previous_epoch, "timeout_s": self.timeout_s, "launch_at": self.launch_at,
-            "poll_s": self.poll_s, "version": self.version, "carry": self.carry,
-        })  # fmt: skip
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "application_id": self.application_id,
+                "status_dir": self.status_dir,
+                "launcher_pid": self.launcher_pid,
+                "exit_file": self.exit_file,
+                "previous_epoch": self.previous_epoch,
+                "timeout_s": self.timeout_s,
+                "launch_at": self.launch_at,
+                "poll_s": self.poll_s,
+                "version": self.version,
+                "carry": self.carry,
+            },
+        )
 
     def check(self) -> dict | None:
         from streamstate.hooks.streaming_job import exit_code, process_alive
@@ -74,8 +93,12 @@ class StreamingJobStartedTrigger(BaseTrigger):
             if status.get("state") in ("RUNNING", "RESTORING"):
                 # Restoring counts as started: a long restore is watched by the restore budget alert,
                 # and killing it at the start timeout would only restart the restore.
-                return {"state": "running", "epoch": holder["epoch"], "pid": holder.get("pid"),
-                        "lifecycle_state": status["state"]}  # fmt: skip
+                return {
+                    "state": "running",
+                    "epoch": holder["epoch"],
+                    "pid": holder.get("pid"),
+                    "lifecycle_state": status["state"],
+                }
             if status.get("state") == "ERROR":
                 return {"state": "failed", "exit_code": None, "error": status.get("error")}
         code = exit_code(self.exit_file)
@@ -103,10 +126,15 @@ class StreamingJobStoppedTrigger(BaseTrigger):
         self.poll_s = poll_s
 
     def serialize(self) -> tuple[str, dict]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "application_id": self.application_id, "status_dir": self.status_dir,
-            "timeout_s": self.timeout_s, "poll_s": self.poll_s,
-        })  # fmt: skip
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "application_id": self.application_id,
+                "status_dir": self.status_dir,
+                "timeout_s": self.timeout_s,
+                "poll_s": self.poll_s,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         lease = JobLease(self.status_dir, self.application_id)
@@ -126,18 +154,34 @@ class StreamingJobCaughtUpTrigger(BaseTrigger):
     """Fires when a job version has committed a batch ending at or after ``targets`` (partition ->
     offset) of ``topic`` (``caught_up``), when its driver is gone (``stopped``), or on timeout."""
 
-    def __init__(self, application_id: str, status_dir: str, checkpoint: str, topic: str, targets: dict,
-                 timeout_s: float, poll_s: float = 0.5) -> None:  # fmt: skip
+    def __init__(
+        self,
+        application_id: str,
+        status_dir: str,
+        checkpoint: str,
+        topic: str,
+        targets: dict,
+        timeout_s: float,
+        poll_s: float = 0.5,
+    ) -> None:
         super().__init__()
         self.application_id, self.status_dir, self.checkpoint = application_id, status_dir, checkpoint
         self.topic, self.targets = topic, {str(p): int(o) for p, o in targets.items()}
         self.timeout_s, self.poll_s = timeout_s, poll_s
 
     def serialize(self) -> tuple[str, dict]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "application_id": self.application_id, "status_dir": self.status_dir, "checkpoint": self.checkpoint,
-            "topic": self.topic, "targets": self.targets, "timeout_s": self.timeout_s, "poll_s": self.poll_s,
-        })  # fmt: skip
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "application_id": self.application_id,
+                "status_dir": self.status_dir,
+                "checkpoint": self.checkpoint,
+                "topic": self.topic,
+                "targets": self.targets,
+                "timeout_s": self.timeout_s,
+                "poll_s": self.poll_s,
+            },
+        )
 
     def check(self) -> dict | None:
         from runtime.object_store import Location
@@ -163,8 +207,15 @@ class StreamingJobExitedTrigger(BaseTrigger):
     """Fires when the driver holding lease ``epoch`` no longer holds it (``exited``: it stopped, or died
     and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``)."""
 
-    def __init__(self, application_id: str, status_dir: str, epoch: int, timeout_s: float, poll_s: float = 0.5,
-                 carry: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        application_id: str,
+        status_dir: str,
+        epoch: int,
+        timeout_s: float,
+        poll_s: float = 0.5,
+        carry: dict | None = None,
+    ) -> None:
         super().__init__()
         self.application_id, self.status_dir, self.epoch = application_id, status_dir, epoch
         self.timeout_s, self.poll_s = timeout_s, poll_s
@@ -189,7 +240,12 @@ class StreamingJobExitedTrigger(BaseTrigger):
         if holder is not None and int(holder.get("epoch", 0)) == self.epoch:
             return None
         status = read_status(self.status_dir, self.application_id) or {}
-        return {"state": "exited", "epoch": self.epoch, "final_state": status.get("state"), "error": status.get("error")}
+        return {
+            "state": "exited",
+            "epoch": self.epoch,
+            "final_state": status.get("state"),
+            "error": status.get("error"),
+        }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         yield TriggerEvent({**await _poll(self.check, self.timeout_s, self.poll_s), "carry": self.carry})

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
+from streamstate.alerts import RESOLVED, Alert
+from streamstate.supervision import DESIRED_STOPPED, read_record
 
 from runtime.settings import Settings
 from spark_jobs.lease import JobLease
@@ -31,8 +33,6 @@ from spark_jobs.lifecycle import current_state, read_status
 from spark_jobs.registry import JobSpec, registered_versions
 from spark_jobs.standby.follower import read_standby_status, standby_running
 from spark_jobs.versions import JobVersions
-from streamstate.alerts import RESOLVED, Alert
-from streamstate.supervision import DESIRED_STOPPED, read_record
 
 app = FastAPI(title="streamstate: streaming jobs", docs_url=None, redoc_url=None)
 INBOX_KEEP = 200
@@ -130,8 +130,11 @@ def jobs() -> dict:
     for name, versions in registered_versions().items():
         view = job_view(pointer.current_spec(name), settings)
         # other versions with a live driver: a side-by-side reprocessing, or a retired one still stopping
-        view["other_versions_running"] = [v for v, spec in versions.items() if v != view["version"]
-                                          and JobLease(settings.status_dir, spec.application_id).holder() is not None]  # fmt: skip
+        view["other_versions_running"] = [
+            v
+            for v, spec in versions.items()
+            if v != view["version"] and JobLease(settings.status_dir, spec.application_id).holder() is not None
+        ]
         views.append(view)
     return {"generated_at": time.time(), "jobs": views}
 
@@ -231,15 +234,22 @@ def _row(job: dict) -> str:
     )
     standby = job["standby"]
     if standby["running"]:
-        snapshots += "".join(f"<br>standby {html.escape(s)}: batch {_cell(v['batch_id'])}, {_cell(v['rows'])} rows, "
-                             f"lag {(v['lag_ms'] or 0) / 1000:.1f} s" for s, v in standby["stores"].items())  # fmt: skip
+        snapshots += "".join(
+            f"<br>standby {html.escape(s)}: batch {_cell(v['batch_id'])}, {_cell(v['rows'])} rows, "
+            f"lag {(v['lag_ms'] or 0) / 1000:.1f} s"
+            for s, v in standby["stores"].items()
+        )
     elif job["stores"]:
         snapshots += '<br><span class="dim">standby not running</span>'
-    restore = "<br>".join(f"{html.escape(s)}: {v.get('records_read', v.get('changelog_records_read', 0)):,} records"
-                          + (f" in {v['seconds']:.1f}s" if v.get("seconds") is not None else " (running)")
-                          for s, v in job["restore"].items())  # fmt: skip
-    alerts = "<br>".join(f'<span class="sev-{html.escape(a.get("severity", ""))}">{html.escape(name)}</span>'
-                         for name, a in job["open_alerts"].items())  # fmt: skip
+    restore = "<br>".join(
+        f"{html.escape(s)}: {v.get('records_read', v.get('changelog_records_read', 0)):,} records"
+        + (f" in {v['seconds']:.1f}s" if v.get("seconds") is not None else " (running)")
+        for s, v in job["restore"].items()
+    )
+    alerts = "<br>".join(
+        f'<span class="sev-{html.escape(a.get("severity", ""))}">{html.escape(name)}</span>'
+        for name, a in job["open_alerts"].items()
+    )
     others = job.get("other_versions_running") or []
     beside = f'<br><span class="dim">also running: {", ".join(f"v{v}" for v in others)}</span>' if others else ""
     links = job["links"]
@@ -248,9 +258,10 @@ def _row(job: dict) -> str:
     # a stop request is news before the next check assesses it: show it at once
     why = f"stopped on request: {sup['stop_reason']}" if sup["desired"] == DESIRED_STOPPED else sup["reason"]
     changelogs = "<br>".join(
-        f'{html.escape(store)}: {m["records"]:,} / {m["live_keys"]:,} '
+        f"{html.escape(store)}: {m['records']:,} / {m['live_keys']:,} "
         f'<span class="{"sev-warning" if m["excess_replay_ratio"] > m["target"] else "dim"}">({m["replay_ratio"]:.1f}x)</span>'
-        for store, m in job.get("changelogs", {}).items())  # fmt: skip
+        for store, m in job.get("changelogs", {}).items()
+    )
     return f"""<tr>
 <td><b>{html.escape(job["job"])}</b><br><span class="dim">{html.escape(job["application_id"])}</span>{beside}</td>
 <td class="state-{html.escape(state)}">{html.escape(state)}</td>
@@ -315,9 +326,11 @@ th { background: #f7fafc; } .num { text-align: right; font-variant-numeric: tabu
 def _lookup_form(views: list[dict], chosen: str = "", key: str = "", window_start: int | None = None) -> str:
     options = "".join(
         f'<option value="{html.escape(v["job"])}/{html.escape(s["store"])}"'
-        f'{" selected" if chosen == v["job"] + "/" + s["store"] else ""}>{html.escape(v["job"])} / {html.escape(s["store"])}'
-        f'{" (windowed)" if s["kind"] == "windowed" else ""}</option>'
-        for v in views for s in v["stores"])  # fmt: skip
+        f"{' selected' if chosen == v['job'] + '/' + s['store'] else ''}>{html.escape(v['job'])} / {html.escape(s['store'])}"
+        f"{' (windowed)' if s['kind'] == 'windowed' else ''}</option>"
+        for v in views
+        for s in v["stores"]
+    )
     return f"""<form action="lookup" method="get"><b>Look up a key</b>
 <select name="target">{options}</select> <input name="key" placeholder="key, e.g. user-17" value="{html.escape(key)}" required>
 <input name="window_start" type="number" min="0" placeholder="window start (ms), windowed stores"
@@ -352,9 +365,16 @@ def lookup(target: str = "", key: str = "", window_start: str = ""):
         except (UnknownStore, InvalidKey) as err:
             status, body = 422, f'<p class="sev-error">{html.escape(str(err))}</p>'
         else:
-            facts = [("found", "yes" if answer["found"] else "no"), ("source", answer["source"]), ("fallback reason", answer["fallback_reason"]),
-                     ("job state", answer["job_state"]), ("batch", answer["batch_id"]), ("snapshot version", answer["snapshot_version"]),
-                     ("as of", answer["as_of"]), ("staleness (ms)", answer["staleness_ms"])]  # fmt: skip
+            facts = [
+                ("found", "yes" if answer["found"] else "no"),
+                ("source", answer["source"]),
+                ("fallback reason", answer["fallback_reason"]),
+                ("job state", answer["job_state"]),
+                ("batch", answer["batch_id"]),
+                ("snapshot version", answer["snapshot_version"]),
+                ("as of", answer["as_of"]),
+                ("staleness (ms)", answer["staleness_ms"]),
+            ]
             body = "<table>" + "".join(f"<tr><th>{html.escape(n)}</th><td>{_cell(v)}</td></tr>" for n, v in facts)
             body += f"<tr><th>value</th><td><pre>{html.escape(json.dumps(answer['value'], indent=2))}</pre></td></tr></table>"
     page_html = f"""<!doctype html><html><head><meta charset="utf-8"><title>State lookup</title><style>{_STYLE}</style></head>

@@ -48,15 +48,20 @@ def _table_state(path: str) -> dict[bytes, bytes]:
 
 
 def test_standby_follows_the_changelog_and_shortens_restores(spark, kafka_broker, settings, unique):
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"standby_{unique}", source_topic=f"standby-{unique}",
-                              output_table=f"standby_{unique}")  # fmt: skip
+    job = dataclasses.replace(
+        get_job("purchase_counts"),
+        name=f"standby_{unique}",
+        source_topic=f"standby-{unique}",
+        output_table=f"standby_{unique}",
+    )
     ctx = JobContext(spark, job, settings)
     bootstrap = settings.kafka_bootstrap_servers
     changelog = ctx.changelog_topic("counts").name
     snapshots = ctx.snapshot_store("counts")
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
-    first, second, third = (list(purchases.generate(n, users=u, seed=s)) for n, u, s in
-                            ((2000, 300, 41), (1500, 500, 42), (700, 600, 43)))  # fmt: skip
+    first, second, third = (
+        list(purchases.generate(n, users=u, seed=s)) for n, u, s in ((2000, 300, 41), (1500, 500, 42), (700, 600, 43))
+    )
 
     purchases.produce(bootstrap, job.source_topic, first)
     run(job, settings, available_now=True, spark=spark)

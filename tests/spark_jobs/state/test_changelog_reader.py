@@ -14,8 +14,9 @@ pytestmark = pytest.mark.integration
 def _produce(settings, topic, partition, records, batch_id):
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
     for key, value in records:
-        producer.produce(topic, key=key, value=value, partition=partition,
-                         headers=[(BATCH_HEADER, str(batch_id).encode())])  # fmt: skip
+        producer.produce(
+            topic, key=key, value=value, partition=partition, headers=[(BATCH_HEADER, str(batch_id).encode())]
+        )
     assert producer.flush(30) == 0
 
 
@@ -36,8 +37,13 @@ def test_incomplete_batches_are_not_restored(kafka_broker, settings, unique):
     _produce(settings, topic.name, 0, [(b"a", b"3")], batch_id=2)
     _produce(settings, topic.name, 1, [(b"c", b"3"), (b"d", b"3")], batch_id=2)
     marker_producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
-    marker_producer.produce(topic.name, key=MARKER_KEY, value=BatchMarker(2, {"in": {0: 18, 1: 25}}, 3).to_bytes(),
-                            partition=0, headers=[(BATCH_HEADER, b"2")])  # fmt: skip
+    marker_producer.produce(
+        topic.name,
+        key=MARKER_KEY,
+        value=BatchMarker(2, {"in": {0: 18, 1: 25}}, 3).to_bytes(),
+        partition=0,
+        headers=[(BATCH_HEADER, b"2")],
+    )
     assert marker_producer.flush(30) == 0
 
     read = read_changelog(settings.kafka_bootstrap_servers, topic.name)

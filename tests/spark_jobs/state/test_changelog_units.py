@@ -16,8 +16,9 @@ def test_topic_name_follows_kafka_streams():
 
 
 def test_key_value_changelog_is_compacted_and_overridable():
-    topic = ChangelogTopic("app-v1", "counts", partitions=2, replication_factor=3,
-                           overrides={"segment.bytes": "1048576"})  # fmt: skip
+    topic = ChangelogTopic(
+        "app-v1", "counts", partitions=2, replication_factor=3, overrides={"segment.bytes": "1048576"}
+    )
     configs = topic.configs()
     assert configs["cleanup.policy"] == "compact"
     assert configs["min.insync.replicas"] == "2"
@@ -50,7 +51,10 @@ def test_marker_void_ranges_round_trip_and_read_the_single_range_of_older_marker
     marker = BatchMarker(3_000_000_002, {"in": {0: 9}}, 2, void=((4, 1_000_000_000), (1_000_000_007, 3_000_000_000)))
     assert BatchMarker.from_bytes(marker.to_bytes()) == marker
     assert [b for b in (4, 5, 999_999_999, 1_000_000_000, 1_000_000_007, 2_000_000_001) if marker.is_void(b)] == [
-        5, 999_999_999, 2_000_000_001]  # fmt: skip
+        5,
+        999_999_999,
+        2_000_000_001,
+    ]
     older = BatchMarker.from_bytes(
         b'{"batch_id": 7, "input_offsets": {}, "records": 0, "void_after": 2, "void_before": 6}'
     )

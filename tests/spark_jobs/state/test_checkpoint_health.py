@@ -105,7 +105,10 @@ def test_leftovers_that_would_stop_a_new_query_are_set_aside_and_the_restore_rec
     (checkpoint / RESTORE_RECORD).parent.mkdir()
     (checkpoint / RESTORE_RECORD).write_text('{"counts": {"batch_id": 7}}')
     assert new_query_leftovers(checkpoint) == ["state/0"]
-    assert new_query_leftovers(tmp_path / "never-ran") == [] and new_query_leftovers(_checkpoint(tmp_path / "resumes")) == []
+    assert (
+        new_query_leftovers(tmp_path / "never-ran") == []
+        and new_query_leftovers(_checkpoint(tmp_path / "resumes")) == []
+    )
 
     context = types.SimpleNamespace(checkpoint=checkpoint, spec=types.SimpleNamespace(application_id="app-v1"))
     set_aside_new_query_leftovers(context)
@@ -141,8 +144,12 @@ def _kill_while_writing_first_offsets(checkpoint: Path) -> None:  # Spark's temp
     ],
 )
 def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_broker, settings, unique, damage, reason):
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"corrupt_{unique}", source_topic=f"corrupt-{unique}",
-                              output_table=f"corrupt_{unique}")  # fmt: skip
+    job = dataclasses.replace(
+        get_job("purchase_counts"),
+        name=f"corrupt_{unique}",
+        source_topic=f"corrupt-{unique}",
+        output_table=f"corrupt_{unique}",
+    )
     bootstrap = settings.kafka_bootstrap_servers
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
     rounds = [list(purchases.generate(600, users=80, seed=s)) for s in (71, 72, 73)]

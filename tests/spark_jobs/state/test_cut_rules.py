@@ -54,8 +54,11 @@ class RecordByRecordAssembler:
             seen = marker.batch_id
             # Records up to this marker belong to it, except those of void batches; later batches'
             # records wait for their own marker.
-            records = [(k, v) for b, k, v in self.pending[p]
-                       if (b is None or b <= marker.batch_id) and not (b is not None and marker.is_void(b))]  # fmt: skip
+            records = [
+                (k, v)
+                for b, k, v in self.pending[p]
+                if (b is None or b <= marker.batch_id) and not (b is not None and marker.is_void(b))
+            ]
             self.records_dropped_void += sum(1 for b, _, _ in self.pending[p] if b is not None and marker.is_void(b))
             self.pending[p] = [(b, k, v) for b, k, v in self.pending[p] if b is not None and b > marker.batch_id]
             self.segments[p].append(_Segment(marker.batch_id, records, offset, marker, timestamp_ms))
@@ -95,7 +98,8 @@ class RecordByRecordAssembler:
     def unfinished_records(self) -> int:
         """Records read but not released: incomplete batches, and records without a marker yet."""
         return sum(len(s.records) for segs in self.segments.values() for s in segs) + sum(
-            len(records) for records in self.pending.values())  # fmt: skip
+            len(records) for records in self.pending.values()
+        )
 
 
 def _assembler(log: Log, kind=None):

@@ -20,8 +20,13 @@ def _data(writer, batch_id: int, changes: dict[bytes, bytes]) -> None:
     """A batch's data records (not transactional, as Spark's Kafka sink writes them)."""
     producer = Producer(client_config(writer.kafka, {"acks": "all"}))
     for key, value in changes.items():
-        producer.produce(writer.topic.name, key=key, value=value, partition=key[0] % writer.topic.partitions,
-                         headers=[(BATCH_HEADER, str(batch_id).encode())])  # fmt: skip
+        producer.produce(
+            writer.topic.name,
+            key=key,
+            value=value,
+            partition=key[0] % writer.topic.partitions,
+            headers=[(BATCH_HEADER, str(batch_id).encode())],
+        )
     assert producer.flush(30) == 0
 
 

@@ -158,7 +158,9 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
     assert restored.input_offsets == position and len(restored.state) == len(everything)
 
 
-def test_a_new_version_whose_outputs_gained_a_column_writes_it_beside_the_copied_rows(spark, kafka_broker, settings, unique):
+def test_a_new_version_whose_outputs_gained_a_column_writes_it_beside_the_copied_rows(
+    spark, kafka_broker, settings, unique
+):
     """A migration copies the old version's outputs with their schema; the new version's outputs have a
     column more. Its table gains the column (old rows read null) and its MERGE writes it."""
     from delta.tables import DeltaTable

@@ -9,8 +9,14 @@ from spark_jobs.state.restore_history import LinearCost, RestoreRates
 
 
 def _m(store, snapshot_rows, snapshot_s, records, changelog_s, app="a-v1"):
-    return {"store": store, "application_id": app, "snapshot_rows": snapshot_rows, "snapshot_seconds": snapshot_s,
-            "changelog_records_read": records, "changelog_seconds": changelog_s}  # fmt: skip
+    return {
+        "store": store,
+        "application_id": app,
+        "snapshot_rows": snapshot_rows,
+        "snapshot_seconds": snapshot_s,
+        "changelog_records_read": records,
+        "changelog_seconds": changelog_s,
+    }
 
 
 def test_linear_cost_recovers_a_fixed_cost_and_a_rate():
@@ -28,8 +34,12 @@ def test_one_size_or_noise_falls_back_to_the_mean_rate():
 
 
 def test_restore_estimate_adds_snapshot_and_tail_and_prefers_the_stores_own_rates():
-    measured = [_m("counts", 0, 0, 100_000, 2.0), _m("counts", 50_000, 1.0, 10_000, 0.2),
-                _m("counts", 200_000, 4.0, 0, 0), _m("other", 0, 0, 1_000, 10.0, app="b-v1")]  # fmt: skip
+    measured = [
+        _m("counts", 0, 0, 100_000, 2.0),
+        _m("counts", 50_000, 1.0, 10_000, 0.2),
+        _m("counts", 200_000, 4.0, 0, 0),
+        _m("other", 0, 0, 1_000, 10.0, app="b-v1"),
+    ]
     rates = RestoreRates.fit(measured, store="counts", application_id="a-v1")
     full = rates.estimate(snapshot_rows=None, changelog_records=1_000_000)
     assert full == pytest.approx(20, rel=0.01)  # 50,000 records/s

@@ -42,15 +42,21 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     settings = settings.replace(restore_in_spark_min_records=0 if in_spark else 10**12)
     if in_spark:  # every tail is long: layers are read and written by Spark's executors too
         monkeypatch.setattr(restore_module, "LAYER_IN_DRIVER_MAX_RECORDS", 0)
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"restore_{unique}", source_topic=f"restore-{unique}",
-                              output_table=f"restore_{unique}")  # fmt: skip
+    job = dataclasses.replace(
+        get_job("purchase_counts"),
+        name=f"restore_{unique}",
+        source_topic=f"restore-{unique}",
+        output_table=f"restore_{unique}",
+    )
     ctx = JobContext(spark, job, settings)
     bootstrap = settings.kafka_bootstrap_servers
     changelog = ctx.changelog_topic("counts").name
     snapshots = ctx.snapshot_store("counts")
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
-    batches = [list(purchases.generate(n, users=users, seed=seed)) for n, users, seed in
-               ((3000, 400, 31), (1000, 600, 32), (500, 700, 33))]  # fmt: skip
+    batches = [
+        list(purchases.generate(n, users=users, seed=seed))
+        for n, users, seed in ((3000, 400, 31), (1000, 600, 32), (500, 700, 33))
+    ]
 
     purchases.produce(bootstrap, job.source_topic, batches[0])
     run(job, settings, available_now=True, spark=spark)
@@ -83,7 +89,9 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     recorded = [m for m in restore_measurements(settings) if m["application_id"] == job.application_id]
     assert len(recorded) == 1 and recorded[0]["mode"] == "snapshot_and_tail"
     assert (recorded[0]["snapshot_rows"], recorded[0]["changelog_records_read"]) == (
-        first.rows, restore["changelog_records_read"])  # fmt: skip
+        first.rows,
+        restore["changelog_records_read"],
+    )
     assert 0 < recorded[0]["snapshot_seconds"] < recorded[0]["seconds"]
     assert report.input_rows == 500  # the new query started exactly after the restored state
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
@@ -119,12 +127,20 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     assert decode_counts(snapshots.read(first)) == expected_purchase_counts(batches[0])
     assert decode_counts(snapshots.read(second)) == everything
     # restored to the second driver's (generation 2) Spark batch 1
-    assert json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
+    assert (
+        json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"]
+        == 2 * GENERATION_SPAN + 1
+    )
 
 
 def test_job_takes_snapshots_on_its_cadence(spark, kafka_broker, settings, unique):
-    job = dataclasses.replace(get_job("purchase_counts"), name=f"cadence_{unique}", source_topic=f"cadence-{unique}",
-                              output_table=f"cadence_{unique}", snapshot_every_batches=1)  # fmt: skip
+    job = dataclasses.replace(
+        get_job("purchase_counts"),
+        name=f"cadence_{unique}",
+        source_topic=f"cadence-{unique}",
+        output_table=f"cadence_{unique}",
+        snapshot_every_batches=1,
+    )
     ensure_topic(settings.kafka_bootstrap_servers, job.source_topic, job.source_partitions)
     events = list(purchases.generate(600, users=50, seed=61))
     purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, events)

@@ -46,9 +46,17 @@ def test_empty_state_over_empty_state_is_still_a_snapshot(tmp_path):
 
 
 def _info(batch_id: int) -> SnapshotInfo:
-    return SnapshotInfo(delta_version=-1, application_id="job-v1", store="counts", batch_id=batch_id,
-                        input_offsets={"purchases": {0: batch_id * 10}}, changelog_offsets={0: batch_id * 3}, rows=0,
-                        taken_at="2026-11-23T00:00:00+00:00", writer="standby")  # fmt: skip
+    return SnapshotInfo(
+        delta_version=-1,
+        application_id="job-v1",
+        store="counts",
+        batch_id=batch_id,
+        input_offsets={"purchases": {0: batch_id * 10}},
+        changelog_offsets={0: batch_id * 3},
+        rows=0,
+        taken_at="2026-11-23T00:00:00+00:00",
+        writer="standby",
+    )
 
 
 def test_the_standbys_layers_read_as_the_state_and_fold_when_they_outgrow_the_base(tmp_path):
