@@ -66,8 +66,8 @@ from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
 from spark_jobs.generators import pulse, purchases, temperatures  # noqa: E402
 from spark_jobs.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
+from spark_jobs.layout import changelog_topic_name  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
-from spark_jobs.state.changelog import changelog_topic_name  # noqa: E402
 
 console = Console()
 
@@ -323,7 +323,7 @@ class Bench:
         seconds = peer.wait_caught_up()
         peer.stop()
         self.answers["kafka_streams"] = self.workload.kafka_streams_answer(self.bootstrap, output)
-        changelog = f"{app}-{self.workload.store}-changelog"
+        changelog = changelog_topic_name(app, self.workload.store)  # Kafka Streams names it as the platform does
         result = Round(seconds, peer.peak_rss_bytes, topic_bytes(self.broker, changelog))
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
         again = KafkaStreamsPeer(

@@ -43,7 +43,6 @@ from spark_jobs.kafka_topics import ensure_topic, partition_offsets  # noqa: E40
 from spark_jobs.layout import JobLayout  # noqa: E402
 from spark_jobs.lifecycle import read_status  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
-from spark_jobs.state.changelog import changelog_topic_name  # noqa: E402
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets  # noqa: E402
 from spark_jobs.state.snapshots import snapshot_history, snapshot_path  # noqa: E402
 from spark_jobs.submit import submit_spec  # noqa: E402
@@ -70,7 +69,7 @@ def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
     progress = status.get("progress") or {}
     end = {p: high for p, (_, high) in partition_offsets(bootstrap, spec.source_topic, 10).items()}
     done = committed_input_offsets(JobLayout.of(spec, settings).checkpoint, spec.source_topic) or {}
-    changelog = changelog_topic_name(spec.application_id, "counts")
+    changelog = JobLayout.of(spec, settings).changelog_topic("counts")
     logs = settings.kafka_dir / "data"  # the local broker's log.dirs
     return {
         "minute": round((time.monotonic() - started) / 60, 2),

@@ -68,9 +68,9 @@ def run_drained_demo(settings: Settings, *, events: int, users: int) -> int:
     from spark_jobs import kafka_topics
     from spark_jobs.dead_letter import dead_letter_topic
     from spark_jobs.generators import purchases
+    from spark_jobs.layout import JobLayout
     from spark_jobs.registry import get_job
     from spark_jobs.run import report_path
-    from spark_jobs.state.changelog import changelog_topic_name
     from spark_jobs.submit import submit_spec
 
     started = time.monotonic()
@@ -117,8 +117,7 @@ def run_drained_demo(settings: Settings, *, events: int, users: int) -> int:
     expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka, spec.source_topic))
     summary["matches"] = summary.pop("state") == expected
     summary["changelogs"] = {
-        name: topic_record_count(settings.kafka, name)
-        for name in (changelog_topic_name(spec.application_id, s.name) for s in spec.stores)
+        name: topic_record_count(settings.kafka, name) for name in JobLayout.of(spec, settings).changelog_topics
     }
     dlq = dead_letter_topic(spec.application_id)
     summary["dead_letters"] = (dlq, topic_record_count(settings.kafka, dlq))

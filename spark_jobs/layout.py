@@ -322,6 +322,19 @@ class JobLayout:
             yield Artifact("log_file", str(path))
 
 
+def application_id(job: str, version: int) -> str:
+    """A job version's application id (Kafka Streams' ``application.id``): ``<job>-v<version>``, the stem of
+    every name this module spells."""
+    return f"{job}-v{version}"
+
+
+def launch_files(logs_dir: Path, name: str, stamp: str) -> tuple[Path, Path]:
+    """The log and exit-code files of one detached launch of ``name`` (a driver's application id, or its
+    standby's name) at ``stamp``: what :meth:`JobLayout.log_files` finds."""
+    jobs = Path(logs_dir) / "jobs"
+    return jobs / f"{name}-{stamp}.log", jobs / f"{name}-{stamp}.exit"
+
+
 def changelog_topic_name(application_id: str, store: str) -> str:
     """Kafka Streams' name for a store's changelog: ``<application.id>-<store>-changelog``."""
     return f"{application_id}-{store}-changelog"

@@ -342,7 +342,9 @@ class JobSpec:
     @property
     def application_id(self) -> str:
         """Kafka Streams' application.id: names the checkpoint, consumer prefix and changelog topics."""
-        return f"{self.name}-v{self.version}"
+        from spark_jobs.layout import application_id
+
+        return application_id(self.name, self.version)
 
 
 BUILTIN_JOBS: tuple[JobSpec, ...] = (

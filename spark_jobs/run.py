@@ -241,7 +241,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
                 # the source re-keyed into the repartition topic by a query of its own
                 # (spark_jobs/repartition.py); drained first when the run drains, so that the stateful
                 # stage then finds every record there
-                rekeying_writer = context.repartitioner.writer().queryName(f"{spec.application_id}-repartition")
+                rekeying_writer = context.repartitioner.writer().queryName(context.layout.repartition_topic)
                 rekeying = with_trigger(rekeying_writer).start()
                 if available_now:
                     _await_stoppable(rekeying)

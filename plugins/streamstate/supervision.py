@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from spark_jobs.layout import StatusFiles
+from spark_jobs.layout import StatusFiles, dead_letter_topic_name
 from spark_jobs.lease import FENCED
 from spark_jobs.registry import JobSpec
 
@@ -354,7 +354,7 @@ def _dead_letter_conditions(spec: JobSpec, seen: Observation, record: Supervisio
                 "threshold": spec.supervision.dead_letter_growth_records,
                 "total": seen.dead_letters,
             },
-            f"Read {spec.application_id}-dead-letter (the reason header says why) and fix the producer or the schema.",
+            f"Read {dead_letter_topic_name(spec.application_id)} (the reason header says why) and fix the producer or the schema.",
         )
     ]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.dead_letter import dead_letter_topic
+from spark_jobs.layout import launch_files
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import JobSpec
@@ -67,11 +68,9 @@ class StreamingJobHook:
         A small shell wrapper records the exit code, so a trigger in another process can tell a
         driver that failed from one that is still starting.
         """
-        logs = self.settings.logs_dir / "jobs"
-        logs.mkdir(parents=True, exist_ok=True)
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        log_file = logs / f"{self.application_id}-{stamp}.log"
-        exit_file = logs / f"{self.application_id}-{stamp}.exit"
+        log_file, exit_file = launch_files(self.settings.logs_dir, self.application_id, stamp)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
         wrapper = f"{shlex.join(command)}; echo $? > {shlex.quote(str(exit_file))}"
         with open(log_file, "ab") as out:
             out.write(f"# {run_label}: {shlex.join(command)}\n".encode())

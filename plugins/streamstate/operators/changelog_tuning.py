@@ -21,6 +21,7 @@ from spark_jobs.changelog_tuning import history
 from spark_jobs.changelog_tuning.measure import ChangelogMeasurement, changelog_targets, describe_measurement
 from spark_jobs.changelog_tuning.recommend import human_ms, recommend
 from spark_jobs.changelog_tuning.tuner import apply_recommendations, measure_all, roll_back
+from spark_jobs.layout import application_id
 
 MEASURE_TASK = "measure"
 MODES = ("dry_run", "apply", "rollback")
@@ -202,7 +203,7 @@ class VerifyCompactionOperator(BaseOperator):
             conditions = []
             if streak >= policy.alert_after_runs:
                 conditions.append(self._condition(m, item["store"], streak, earlier_changes, settings))
-            app, name = f"{item['job']}-v{item['version']}", _condition_name(item["store"])
+            app, name = application_id(item["job"], item["version"]), _condition_name(item["store"])
             app_alerts = open_alerts.setdefault(app, {})
             # only this store's condition is reconciled here; the job's other stores keep theirs
             mine = {name: app_alerts[name]} if name in app_alerts else {}

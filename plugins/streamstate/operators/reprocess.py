@@ -17,7 +17,7 @@ from streamstate.operators.streaming_job import StreamingJobFailed, _apply_submi
 from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
-from spark_jobs.layout import JobLayout
+from spark_jobs.layout import JobLayout, application_id
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.plan import BadReprocessRequest, ReprocessPlan, make_plan, write_start_offsets
 from spark_jobs.state.snapshots import SnapshotStore
@@ -390,7 +390,7 @@ class PurgeRetiredVersionsOperator(BaseOperator):
                 c.targets or "nothing any more",
             )
             if c.blocked is None and not dry_run:
-                result["purged"][f"{c.job}-v{c.version}"] = purge_version(
+                result["purged"][application_id(c.job, c.version)] = purge_version(
                     settings, c.job, c.version, by=_who(context), run_id=context["run_id"]
                 )
         if not candidates:

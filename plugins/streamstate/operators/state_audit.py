@@ -23,7 +23,6 @@ from spark_jobs.changelog_tuning import history as tuning_history
 from spark_jobs.kafka_topics import existing_topics
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import registered_versions
-from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.restore_history import restore_measurements
 from spark_jobs.state_audit import trends
 from spark_jobs.state_audit.checkpoint_state import checkpoint_audit_table
@@ -153,9 +152,10 @@ class AuditStateSizeOperator(BaseOperator):
         audited, by_store, undelivered = [], {}, []
         for versions in registered_versions().values():
             for spec in versions.values():
-                topics = [changelog_topic_name(spec.application_id, s.name) for s in spec.stores]
+                layout = JobLayout.of(spec, settings)
+                topics = list(layout.changelog_topics)
                 present = existing_topics(settings.kafka, topics) if topics else set()
-                if not JobLayout.of(spec, settings).checkpoint.exists() and not present:
+                if not layout.checkpoint.exists() and not present:
                     continue  # never ran here
                 for store in spec.stores:
                     history = audit_rows(settings, spec.application_id, store.name)
@@ -169,7 +169,7 @@ class AuditStateSizeOperator(BaseOperator):
                             for r in checkpoint_rows
                             if r["application_id"] == spec.application_id and r["store"] == store.name
                         ],
-                        changelog=latest_changelog.get(changelog_topic_name(spec.application_id, store.name)),
+                        changelog=latest_changelog.get(layout.changelog_topic(store.name)),
                         restores=restores,
                         history=history,
                     )

@@ -28,7 +28,6 @@ from spark_jobs.layout import JobLayout
 from spark_jobs.lifecycle import current_state
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, get_job, registered_versions, store
 from spark_jobs.standby.follower import read_standby_status, standby_running
-from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.versions import JobVersions
@@ -156,7 +155,7 @@ class StateQueryService:
         """0 when the snapshot holds every batch complete in the changelog, else how old ``as_of`` is. (By
         batch, not offset: the changelog's last offset may be a transaction's commit marker, no record.)"""
         try:
-            last = self._last_complete_batch(changelog_topic_name(spec.application_id, store_spec.name))
+            last = self._last_complete_batch(JobLayout.of(spec, self.settings).changelog_topic(store_spec.name))
         except Exception:  # Kafka down: the standby still answers; its staleness is then an upper bound
             last = None
         if last is not None and snapshot.batch_id is not None and snapshot.batch_id >= last:
@@ -191,7 +190,7 @@ class StateQueryService:
                 view = LiveView(
                     self._snapshots(spec, store_spec),
                     self.settings.kafka,
-                    changelog_topic_name(spec.application_id, store_spec.name),
+                    JobLayout.of(spec, self.settings).changelog_topic(store_spec.name),
                 )
                 self._live[key] = view
             return view
@@ -265,7 +264,7 @@ class StateQueryService:
             "store": store_spec.name,
             "kind": store_spec.kind,
             "key": KeySchema.of(spec, store_spec).describe(),
-            "changelog_topic": changelog_topic_name(spec.application_id, store_spec.name),
+            "changelog_topic": JobLayout.of(spec, self.settings).changelog_topic(store_spec.name),
             "keys": len(source.table),
             "standby": {
                 "follower_running": standby_running(self.settings.status_dir, spec.application_id) is not None,

@@ -1,0 +1,33 @@
+"""``JobLayout`` is the only speller of a job version's names: no module outside ``spark_jobs/layout.py``
+formats an application id, a topic, a transactional id or an output name of a version by hand. (A name
+formatted elsewhere is how a reset, a purge or an audit comes to miss what a version owns.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: a name of a version's artifact spelled in an f-string: ``{...}-changelog``, ``{...}-dead-letter``, ``{job}-v{n}``
+HAND_SPELLED = re.compile(
+    r"\}-(changelog|dead-letter|generations|repartition|repartition-progress|repartitioner|driver|outputs)\b|\}-v\{"
+)
+#: names of things that are not a version's artifacts, each with why
+ALLOWED = {
+    # a comparison's Spark application and report: named after both versions it compares
+    ("spark_jobs/reprocess/compare.py", 'f"compare-{args.job}-v{args.old_version}-v{args.new_version}"'),
+    ("plugins/streamstate/operators/reprocess.py", 'f"{plan.job}-v{plan.current_version}-v{plan.target_version}-'),
+}
+
+
+def test_no_module_outside_the_layout_spells_a_versions_names():
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    found = []
+    for name in files.stdout.split():
+        if name.startswith("tests/") or name == "spark_jobs/layout.py":
+            continue
+        for number, line in enumerate((ROOT / name).read_text().splitlines(), start=1):
+            if HAND_SPELLED.search(line) and not any(name == f and text in line for f, text in ALLOWED):
+                found.append(f"{name}:{number}: {line.strip()}")
+    assert found == [], "names spelled outside spark_jobs/layout.py (use JobLayout):\n" + "\n".join(found)
