@@ -23,6 +23,8 @@ from streamstate.operators.state_audit import AuditStateSizeOperator, ReadCheckp
 @dag(
     dag_id="audit_state_size",
     schedule="@hourly",
+    # the platform's own housekeeping: scheduled from its first parse, nobody has to unpause it
+    is_paused_upon_creation=False,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,

@@ -27,6 +27,8 @@ from streamstate.operators.maintenance import MaintainDeltaTablesOperator
 @dag(
     dag_id="maintain_delta_tables",
     schedule="@daily",
+    # the platform's own housekeeping: scheduled from its first parse, nobody has to unpause it
+    is_paused_upon_creation=False,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,

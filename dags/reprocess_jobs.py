@@ -227,6 +227,8 @@ def promote_job_version() -> None:
 @dag(
     dag_id="purge_retired_versions",
     schedule="@daily",
+    # the platform's own housekeeping: scheduled from its first parse, nobody has to unpause it
+    is_paused_upon_creation=False,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     **COMMON,
     params={

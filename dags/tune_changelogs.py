@@ -33,6 +33,8 @@ TOPICS = sorted({target.topic for target in changelog_targets()})
 @dag(
     dag_id="tune_changelog_compaction",
     schedule="@hourly",
+    # the platform's own housekeeping: scheduled from its first parse, nobody has to unpause it
+    is_paused_upon_creation=False,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,  # a rollback must not interleave with an apply

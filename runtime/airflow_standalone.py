@@ -95,6 +95,10 @@ class LocalAirflow:
             raise ServiceError(f"`airflow {' '.join(args)}` failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc.stdout
 
+    def reserialize_dags(self) -> None:
+        """Parse the DAG folder into the metadata database now (what the DAG processor does on its rounds)."""
+        self._airflow("dags", "reserialize")
+
     def dags_test(
         self,
         dag_id: str,
