@@ -6,7 +6,7 @@
 PY := .venv/bin/python
 
 run: setup
-	$(PY) -m runtime demo
+	$(PY) -m streamstate_cli demo
 
 test: setup lint
 	$(PY) -m pytest
@@ -24,10 +24,10 @@ bench: setup
 	$(PY) bench/compare.py
 
 down:
-	$(PY) -m runtime down
+	$(PY) -m streamstate_cli down
 
 status:
-	$(PY) -m runtime status
+	$(PY) -m streamstate_cli status
 
 # Regenerate requirements.lock after editing requirements.in (not part of set-up).
 lock:

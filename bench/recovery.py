@@ -38,13 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.private_stack import append_section, private_broker
 from runtime.airflow_standalone import AirflowApi, LocalAirflow
-from runtime.cli import stop_job_processes
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
+from streamstate_cli.cli import stop_job_processes
 
 console = Console()
 EVENTS_PER_S = 200

@@ -66,7 +66,13 @@ def _java_version(java_home: str) -> str:
 
 def _train(java_home: str, path: Path, *, aot_cache: bool, console: Console) -> bool:
     """Set-up's training program on ``java_home``, writing an archive or an AOT cache at ``path``."""
-    command = [sys.executable, "-m", "runtime.class_archive", str(path), *(["--aot-cache"] if aot_cache else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "streamstate_cli.class_archive_training",
+        str(path),
+        *(["--aot-cache"] if aot_cache else []),
+    ]
     env = {**os.environ, "JAVA_HOME": java_home}
     proc = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not path.is_file():

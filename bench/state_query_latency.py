@@ -2,7 +2,7 @@
 
 On a private local broker: a changelog of KEYS keys written as a running job writes it (the same
 records and batch markers; no Spark needed for the query path), the warm standby follows it into the
-Delta snapshot, and the API runs as users run it (``python -m runtime state-api``, its own process).
+Delta snapshot, and the API runs as users run it (``python -m streamstate_cli state-api``, its own process).
 The bench holds the job's lease with a RUNNING status while measuring "live" (that is all the API
 looks at), then releases it and measures "standby". Each round sends LOOKUPS random-key GETs on one
 keep-alive connection; the figures are the median of ROUNDS rounds (min-max). For scale, the same
@@ -110,7 +110,7 @@ def main() -> None:
 
         env = {**os.environ, **settings.to_env()}
         api = subprocess.Popen(
-            [sys.executable, "-m", "runtime", "state-api"],
+            [sys.executable, "-m", "streamstate_cli", "state-api"],
             cwd=PROJECT_ROOT,
             env=env,
             stdout=open(data / "api.log", "w"),

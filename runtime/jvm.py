@@ -151,7 +151,7 @@ def jars(settings: Settings, name: str) -> list[Path]:
     found = sorted(directory.glob("*.jar"))
     if not found:
         raise JvmDependencyError(
-            f"no jars in {directory}: run `make setup` (or `python -m runtime setup-jvm`) to resolve them"
+            f"no jars in {directory}: run `make setup` (or `python -m streamstate_cli setup-jvm`) to resolve them"
         )
     return found
 

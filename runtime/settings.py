@@ -166,7 +166,7 @@ class Settings:
     standby_commit_interval_s: float = 5.0
     #: the standby's bound: a change reaches the snapshot within this (a lag metric above it alerts)
     standby_max_lag_s: float = 30.0
-    #: the state query API run on its own (``python -m runtime state-api``); in Airflow it is a plugin app
+    #: the state query API run on its own (``python -m streamstate_cli state-api``); in Airflow it is a plugin app
     state_api_port: int = 8791
     #: when set, every state query needs ``Authorization: Bearer <token>`` (never logged or shown)
     state_api_token: str | None = dataclasses.field(default=None, repr=False)

@@ -50,5 +50,5 @@ if [ "$(cat .venv/.synced 2>/dev/null)" != "$want" ]; then
   echo "$want" > .venv/.synced
 fi
 
-.venv/bin/python -m runtime setup-jvm
+.venv/bin/python -m streamstate_cli setup-jvm
 log "ready"

@@ -31,7 +31,6 @@ import urllib.request
 import pytest
 from streamstate.supervision import read_record
 
-from runtime.cli import stop_job_processes
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
@@ -40,6 +39,7 @@ from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.versions import JobVersions
+from streamstate_cli.cli import stop_job_processes
 from tests.fixtures import ui_jobs
 from tests.helpers import driver_diagnosis, driver_pids, expected_purchase_counts, read_topic, wait_for
 

@@ -10,6 +10,7 @@ import pytest
 
 from runtime import class_archive, jvm
 from runtime.settings import PROJECT_ROOT, Settings
+from streamstate_cli.class_archive_training import COMMAND as TRAINING
 
 # A driver started the way every platform driver is (spark_conf), logging where each class came from.
 _DRIVER = """
@@ -87,12 +88,12 @@ def test_set_up_builds_the_archive_once_and_survives_a_failed_build(tmp_path):
     settings = Settings(data_dir=tmp_path, jvm_dir=tmp_path / "jvm")
     said: list[str] = []
     # no jars in this jvm_dir: the training driver cannot start; set-up says so and goes on
-    assert class_archive.build(settings, log=said.append) is None
+    assert class_archive.build(settings, TRAINING, log=said.append) is None
     assert "no class archive (drivers start without it)" in said[-1]
     assert class_archive.driver_java_options(settings) == []
 
     archive = class_archive.archive_path(settings)
     archive.write_bytes(b"archived classes")
     said.clear()
-    assert class_archive.build(settings, log=said.append) == archive and said == []  # idempotent
+    assert class_archive.build(settings, TRAINING, log=said.append) == archive and said == []  # idempotent
     assert class_archive.driver_java_options(settings)[0] == f"-XX:SharedArchiveFile={archive}"

@@ -1,6 +1,6 @@
 """The README's main-job command path, on a fresh stack of its own, as a user runs it.
 
-``python -m runtime demo`` (``make run``): Airflow standalone comes up, ``supervise__purchase_counts``
+``python -m streamstate_cli demo`` (``make run``): Airflow standalone comes up, ``supervise__purchase_counts``
 launches the driver, events flow in, the summary (jobs page API + Delta, checked against plain Python)
 says the job runs under supervision; a second run adds to the running job. ``down`` stops Airflow, the
 driver and its standby, and Kafka. ``demo --no-airflow`` then drains the new events from the same
@@ -29,7 +29,7 @@ CHECK_OK = "OK: Delta = plain-Python counts over every event in the topic"
 
 def _cli(env, *args, timeout=900):
     return subprocess.run(
-        [sys.executable, "-m", "runtime", *args], env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "streamstate_cli", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -1,4 +1,4 @@
-"""``python -m runtime state-api`` serves the state query API on its own (uvicorn), OpenAPI included."""
+"""``python -m streamstate_cli state-api`` serves the state query API on its own (uvicorn), OpenAPI included."""
 
 from __future__ import annotations
 
@@ -24,7 +24,11 @@ def test_state_api_runs_on_its_own(tmp_path):
     }
     log = open(tmp_path / "api.log", "w+")
     server = subprocess.Popen(
-        [sys.executable, "-m", "runtime", "state-api"], cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "streamstate_cli", "state-api"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         request = urllib.request.Request(

@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-from runtime.cli import main as streamstate
 from spark_jobs.testing import JobHarness
+from streamstate_cli.cli import main as streamstate
 
 pytestmark = pytest.mark.integration
 

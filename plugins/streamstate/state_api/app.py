@@ -3,7 +3,7 @@
 Served two ways, the same app:
 
 - inside Airflow, as a plugin app under ``/state-api`` (plugins/streamstate_plugin.py);
-- on its own: ``python -m runtime state-api`` (uvicorn on ``STREAMSTATE_STATE_API_PORT``).
+- on its own: ``python -m streamstate_cli state-api`` (uvicorn on ``STREAMSTATE_STATE_API_PORT``).
 
 Routes (OpenAPI at ``/openapi.json``, browsable at ``/docs``):
 

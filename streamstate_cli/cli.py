@@ -29,6 +29,7 @@ from runtime.airflow_standalone import LocalAirflow
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.process import ServiceError
 from runtime.settings import Settings, SettingsError
+from streamstate_cli import class_archive_training
 
 SERVICES = ("kafka", "airflow")
 console = Console(highlight=False, width=None if Console().is_terminal else 140)
@@ -43,7 +44,7 @@ def cmd_setup_jvm(settings: Settings, args: argparse.Namespace) -> int:
     resolved = jvm.resolve(settings, force=args.force, log=console.print)
     for name, jars in resolved.items():
         console.print(f"{name}: {len(jars)} jars in {settings.jvm_dir / name}")
-    if archive := class_archive.build(settings, force=args.force, log=console.print):
+    if archive := class_archive.build(settings, class_archive_training.COMMAND, force=args.force, log=console.print):
         console.print(f"class archive for Spark drivers: {archive}")
     return 0
 
@@ -136,7 +137,7 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
-    from runtime.demo import run_demo
+    from streamstate_cli.demo import run_demo
 
     return run_demo(
         settings, events=args.events, users=args.users, with_airflow=not args.no_airflow, seconds=args.seconds

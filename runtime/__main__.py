@@ -1,5 +1,0 @@
-import sys
-
-from runtime.cli import main
-
-sys.exit(main())
