@@ -43,7 +43,7 @@ from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.lifecycle import observe_driver, read_status
 from streamstate_cli.cli import stop_job_processes
 
 console = Console()
@@ -92,13 +92,8 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
             os.kill(int(holder["pid"]), signal.SIGKILL)
 
             def running(epoch=int(holder["epoch"])):
-                status, now_holder = read_status(settings.status_dir, app) or {}, lease.holder()
-                return (
-                    now_holder is not None
-                    and int(now_holder["epoch"]) > epoch
-                    and status.get("lease_epoch") == now_holder["epoch"]
-                    and status.get("state") == "RUNNING"
-                )
+                driver = observe_driver(settings.status_dir, app)
+                return driver.state == "RUNNING" and int(driver.holder["epoch"]) > epoch
 
             wait_for(running, check_every_s + 600, f"{job} RUNNING again")
             to_running = time.time() - killed_at

@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from spark_jobs.layout import StatusFiles
@@ -188,16 +188,67 @@ def read_status(status_dir: Path, application_id: str) -> dict | None:
         return None
 
 
-def current_state(status_dir: Path, application_id: str) -> str:
-    """What the job is doing now: its published state while its driver holds the lease (a killed
-    driver's last status says RUNNING forever), else ``NOT_RUNNING`` (``NEVER_RAN`` without a status)."""
+#: the state of a job version that has no status here: no driver of it ever published one
+NEVER_RAN = "NEVER_RAN"
+
+
+def published_by_holder(status: Mapping | None, holder: Mapping | None) -> bool:
+    """The one liveness rule: ``status`` (a published status document) is the word of the driver that holds the
+    job version's lease now (``holder``, see :meth:`spark_jobs.lease.JobLease.holder`). A killed driver's
+    last status says RUNNING forever; the kernel drops its lease when it dies, and the lease's epoch tells a
+    new driver's status from the one its predecessor left."""
+    if not status or holder is None or status.get("lease_epoch") is None:
+        return False
+    return status.get("lease_epoch") == holder.get("epoch")
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverView:
+    """One look at a job version's driver: its published status and the lease's holder, read together."""
+
+    #: the published status document (None: no driver ever published one here)
+    status: Mapping | None
+    #: the lease's holder (None: no driver runs)
+    holder: Mapping | None
+
+    @property
+    def alive(self) -> bool:
+        """The status is the running driver's own (:func:`published_by_holder`)."""
+        return published_by_holder(self.status, self.holder)
+
+    @property
+    def state(self) -> str:
+        """What the job is doing now: its published state while its driver holds the lease, else
+        ``NOT_RUNNING`` (:data:`NEVER_RAN` without a status)."""
+        if self.alive:
+            return self.status.get("state") or JobState.CREATED.value
+        return JobState.NOT_RUNNING.value if self.status else NEVER_RAN
+
+    def summary(self) -> str:
+        """The answer on-call reads: ``RUNNING at batch 12``; ``DOWN since <time>, last RUNNING at batch 12``
+        when the driver is gone (never its last state as if current); ``STARTING`` when a new driver holds the
+        lease and has not published yet."""
+        if self.status is None:
+            return NEVER_RAN if self.holder is None else "STARTING"
+        batch = (self.status.get("progress") or {}).get("batch_id")
+        at = f" at batch {batch}" if batch is not None else ""
+        if self.alive:
+            return f"{self.state}{at}"
+        if self.holder is not None:
+            return f"STARTING (the previous driver's last state: {self.status.get('state')}{at})"
+        return f"DOWN since {self.status.get('updated_at')}, last {self.status.get('state')}{at}"
+
+
+def observe_driver(status_dir: Path, application_id: str) -> DriverView:
+    """The driver of ``application_id`` as a reader sees it now (status file and lease)."""
     from spark_jobs.lease import JobLease
 
-    status = read_status(status_dir, application_id)
-    holder = JobLease(status_dir, application_id).holder()
-    if holder is not None and status and status.get("lease_epoch") == holder.get("epoch"):
-        return status.get("state") or JobState.CREATED.value
-    return JobState.NOT_RUNNING.value if status else "NEVER_RAN"
+    return DriverView(read_status(status_dir, application_id), JobLease(status_dir, application_id).holder())
+
+
+def current_state(status_dir: Path, application_id: str) -> str:
+    """What the job is doing now (:attr:`DriverView.state`)."""
+    return observe_driver(status_dir, application_id).state
 
 
 def _now() -> str:

@@ -200,7 +200,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     from spark_jobs.generators import purchases
     from spark_jobs.layout import JobLayout
     from spark_jobs.lease import JobLease
-    from spark_jobs.lifecycle import read_status
+    from spark_jobs.lifecycle import observe_driver, read_status
     from spark_jobs.registry import get_job
     from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 
@@ -231,10 +231,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
         console.print(f"[green]✓[/green] {spec.application_id} already runs under {dag_id}")
 
     def running() -> bool:
-        status, holder = read_status(settings.status_dir, spec.application_id) or {}, lease.holder()
-        return (
-            holder is not None and status.get("lease_epoch") == holder.get("epoch") and status.get("state") == "RUNNING"
-        )
+        return observe_driver(settings.status_dir, spec.application_id).state == "RUNNING"
 
     with console.status(f"waiting for Airflow to launch {spec.application_id} (spark-submit, a JVM start)…"):
         _wait(running, 600, f"{spec.application_id} to run (see {settings.logs_dir / 'jobs'})")

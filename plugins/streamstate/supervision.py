@@ -22,6 +22,7 @@ from pathlib import Path
 
 from spark_jobs.layout import StatusFiles, dead_letter_topic_name
 from spark_jobs.lease import FENCED
+from spark_jobs.lifecycle import published_by_holder
 from spark_jobs.registry import JobSpec
 
 DESIRED_RUNNING = "running"
@@ -243,7 +244,7 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
 def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
     policy = spec.supervision
     status = seen.status or {}
-    if status.get("lease_epoch") != seen.holder.get("epoch"):
+    if not published_by_holder(seen.status, seen.holder):
         return "starting", []  # the new driver has not published yet
     state = status.get("state", "CREATED")
     conditions: list[Condition] = []

@@ -55,6 +55,15 @@ _TIMEOUT_S = 60.0
 FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
+def describe_batch(changelog_batch_id: int | None) -> str:
+    """A changelog batch id as users count batches: Spark's batch id within its driver's generation
+    (``34 (generation 2)``, not ``2,000,000,034``)."""
+    if changelog_batch_id is None:
+        return "-"
+    generation, batch = divmod(int(changelog_batch_id), GENERATION_SPAN)
+    return f"{batch} (generation {generation})" if generation else str(batch)
+
+
 class WriterFenced(RuntimeError):
     """A newer driver of the same job version claimed it: this driver's writes are refused."""
 

@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from spark_jobs.lifecycle import IllegalTransition, JobState, JobStatus, progress_summary, read_status
+from spark_jobs.lease import JobLease
+from spark_jobs.lifecycle import (
+    IllegalTransition,
+    JobState,
+    JobStatus,
+    observe_driver,
+    progress_summary,
+    read_status,
+)
+from spark_jobs.state.fencing import describe_batch
 
 PROGRESS = {
     "name": "app-v1",
@@ -73,6 +82,29 @@ def test_progress_summary_has_lag_per_partition_and_state_numbers(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_dead_drivers_last_state_is_never_shown_as_current(tmp_path):
+    """One liveness rule: a status is current only while the driver that published it holds the lease."""
+    assert observe_driver(tmp_path, "app-v1").summary() == "NEVER_RAN"
+    lease = JobLease(tmp_path, "app-v1")
+    epoch = lease.acquire()
+    status = JobStatus("app-v1", tmp_path / "app-v1.status.json", lease_epoch=epoch)
+    status.transition_to(JobState.RUNNING)
+    status.record_progress({"batchId": 1, "numInputRows": 5})
+    live = observe_driver(tmp_path, "app-v1")
+    assert live.alive and live.state == "RUNNING" and live.summary() == "RUNNING at batch 1"
+    lease.release()  # what the kernel does when the driver dies (kill -9 included)
+    dead = observe_driver(tmp_path, "app-v1")
+    assert not dead.alive and dead.state == "NOT_RUNNING"
+    assert dead.summary().startswith("DOWN since ") and dead.summary().endswith(", last RUNNING at batch 1")
+    JobLease(tmp_path, "app-v1").acquire()  # a new driver, not published yet: the old status is not its own
+    assert observe_driver(tmp_path, "app-v1").summary().startswith("STARTING")
+
+
+def test_batch_ids_are_shown_as_users_count_them():
+    assert describe_batch(2_000_000_034) == "34 (generation 2)"
+    assert describe_batch(7) == "7" and describe_batch(None) == "-"
+
+
 def test_a_real_run_publishes_its_progress_numbers(spark, kafka_broker, settings, unique):
     """What supervision and the jobs page read: the driver's own progress in the status file."""
     import dataclasses

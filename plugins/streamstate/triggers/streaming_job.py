@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from spark_jobs.lease import ALREADY_RUNNING, JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.lifecycle import published_by_holder, read_status
 
 
 async def _poll(check, timeout_s: float, poll_s: float) -> dict:
@@ -89,7 +89,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
         holder = JobLease(self.status_dir, self.application_id).holder()
         status = read_status(self.status_dir, self.application_id) or {}
         ours = holder is not None and int(holder.get("epoch", 0)) > self.previous_epoch
-        if ours and status.get("lease_epoch") == holder.get("epoch"):
+        if ours and published_by_holder(status, holder):
             if status.get("state") in ("RUNNING", "RESTORING"):
                 # Restoring counts as started: a long restore is watched by the restore budget alert,
                 # and killing it at the start timeout would only restart the restore.

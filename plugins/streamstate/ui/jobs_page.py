@@ -29,9 +29,10 @@ from streamstate.supervision import DESIRED_STOPPED, read_record
 
 from runtime.settings import Settings
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import current_state, read_status
+from spark_jobs.lifecycle import observe_driver
 from spark_jobs.registry import JobSpec, registered_versions
 from spark_jobs.standby.follower import read_standby_status, standby_running
+from spark_jobs.state.fencing import describe_batch
 from spark_jobs.versions import JobVersions
 
 app = FastAPI(title="streamstate: streaming jobs", docs_url=None, redoc_url=None)
@@ -57,11 +58,10 @@ def _changelog_tuning(settings: Settings) -> tuple[dict, dict]:
 
 def job_view(spec: JobSpec, settings: Settings) -> dict:
     """One job's row: lifecycle, supervision, the latest progress numbers, snapshots, restore, alerts."""
-    status = read_status(settings.status_dir, spec.application_id) or {}
-    holder = JobLease(settings.status_dir, spec.application_id).holder()
+    driver = observe_driver(settings.status_dir, spec.application_id)
+    status, holder, alive = driver.status or {}, driver.holder, driver.alive
     record = read_record(settings.status_dir, spec.application_id)
     progress = status.get("progress") or {}
-    alive = holder is not None and status.get("lease_epoch") == holder.get("epoch")
     measured, changelog_alerts = _changelog_tuning(settings)
     standby = read_standby_status(settings.status_dir, spec.application_id) or {}
     standby_alive = standby_running(settings.status_dir, spec.application_id) is not None
@@ -69,7 +69,9 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "job": spec.name,
         "application_id": spec.application_id,
         "version": spec.version,
-        "lifecycle_state": current_state(settings.status_dir, spec.application_id),
+        "lifecycle_state": driver.state,
+        # the one answer on-call reads: "RUNNING at batch 12", or "DOWN since ..., last RUNNING at batch 12"
+        "lifecycle_summary": driver.summary(),
         "last_published_state": status.get("state"),
         "supervision": {
             "state": record.last_assessment.get("state"),
@@ -229,13 +231,14 @@ def _snapshot_rows(snapshot: dict) -> str:
 def _row(job: dict) -> str:
     state = job["lifecycle_state"]
     snapshots = "<br>".join(
-        f"{html.escape(s)}: batch {v.get('batch_id')}, {_snapshot_rows(v)}, {html.escape(str(v.get('taken_at', '')))}"
+        f"{html.escape(s)}: batch {describe_batch(v.get('batch_id'))}, {_snapshot_rows(v)}, "
+        f"{html.escape(str(v.get('taken_at', '')))}"
         for s, v in job["snapshots"].items()
     )
     standby = job["standby"]
     if standby["running"]:
         snapshots += "".join(
-            f"<br>standby {html.escape(s)}: batch {_cell(v['batch_id'])}, {_cell(v['rows'])} rows, "
+            f"<br>standby {html.escape(s)}: batch {_cell(describe_batch(v['batch_id']))}, {_cell(v['rows'])} rows, "
             f"lag {(v['lag_ms'] or 0) / 1000:.1f} s"
             for s, v in standby["stores"].items()
         )
@@ -264,7 +267,7 @@ def _row(job: dict) -> str:
     )
     return f"""<tr>
 <td><b>{html.escape(job["job"])}</b><br><span class="dim">{html.escape(job["application_id"])}</span>{beside}</td>
-<td class="state-{html.escape(state)}">{html.escape(state)}</td>
+<td class="state-{html.escape(state)}">{html.escape(job["lifecycle_summary"])}</td>
 <td>{_cell(sup["state"])}<br><span class="dim">{_cell(why)}</span></td>
 <td class="num">{_cell(job["input_lag_records"])}</td>
 <td class="num">{_cell(job["batch_id"])}</td>
