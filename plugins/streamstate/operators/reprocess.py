@@ -13,7 +13,7 @@ import json
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
-from streamstate.operators.streaming_job import StreamingJobFailed, _apply_submit, _run_label
+from streamstate.operators.streaming_job import StreamingJobFailed, apply_submit, run_label
 from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
@@ -93,7 +93,7 @@ class MigrateStateOperator(SparkSubmitOperator):
         target = plan.spec()
         args = (plan.job, str(plan.current_version), str(plan.target_version))
         application = PROJECT_ROOT / "spark_jobs" / "state" / "migration.py"
-        _apply_submit(self, application_submit_spec(settings, f"migrate-{target.application_id}", application, args))
+        apply_submit(self, application_submit_spec(settings, f"migrate-{target.application_id}", application, args))
         super().execute(context)
         snapshots = {s.name: SnapshotStore.of(JobLayout.of(target, settings), s.name).latest() for s in target.stores}
         migrated = {name: info for name, info in snapshots.items() if info is not None and info.writer == "migration"}
@@ -164,7 +164,7 @@ class CompareOutputsOperator(SparkSubmitOperator):
         plan, settings = _plan(context), Settings.from_env()
         run_id = context["run_id"]
         args = (plan.job, str(plan.current_version), str(plan.target_version), run_id)
-        _apply_submit(
+        apply_submit(
             self,
             application_submit_spec(
                 settings, f"compare-{plan.job}", PROJECT_ROOT / "spark_jobs" / "reprocess" / "compare.py", args
@@ -287,7 +287,7 @@ class PromoteJobVersionOperator(BaseOperator):
                 new.version,
                 by=_who(context),
                 run_id=context["run_id"],
-                note=f"promoted by {_run_label(context)}",
+                note=f"promoted by {run_label(context)}",
             )
         return summary
 

@@ -16,7 +16,7 @@ from streamstate.alerts import reconcile
 from streamstate.hooks.standby import StandbyHook
 from streamstate.hooks.streaming_job import exit_code, log_tail, process_alive
 from streamstate.notifiers.routing import send
-from streamstate.operators.streaming_job import _run_label, job_spec
+from streamstate.operators.streaming_job import job_spec, run_label
 from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_record, read_record
 
 #: how long a start may take to hold the lease (a follower needs no Spark: seconds)
@@ -51,7 +51,7 @@ class SuperviseStandbyOperator(BaseOperator):
                     action = "wait_backoff"
                 else:
                     action = "start"
-                    launch = Launch(at=now, by=_run_label(context), **hook.launch_follower(_run_label(context)))
+                    launch = Launch(at=now, by=run_label(context), **hook.launch_follower(run_label(context)))
                     record.launches.append(launch)
                     holder = self._wait_started(hook, launch)
                 if holder is None:

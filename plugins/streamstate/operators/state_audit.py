@@ -15,7 +15,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 from streamstate.alerts import reconcile
 from streamstate.notifiers.routing import send
-from streamstate.operators.streaming_job import _apply_submit
+from streamstate.operators.streaming_job import apply_submit
 from streamstate.supervision import Condition
 
 from runtime.settings import PROJECT_ROOT, Settings
@@ -43,7 +43,7 @@ class ReadCheckpointStateOperator(SparkSubmitOperator):
         from spark_jobs.submit import application_submit_spec
 
         settings = Settings.from_env()
-        _apply_submit(
+        apply_submit(
             self,
             application_submit_spec(
                 settings,

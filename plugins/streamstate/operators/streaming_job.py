@@ -8,11 +8,12 @@ without touching anything.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseHook, BaseOperator
 from streamstate.alerts import reconcile
 from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail, process_alive
 from streamstate.notifiers.routing import send
@@ -31,8 +32,9 @@ class StreamingJobFailed(RuntimeError):
     """A launched driver did not reach RUNNING (the message carries its error and log tail)."""
 
 
-def _apply_submit(operator: SparkSubmitOperator, submit) -> None:
-    """Hand a job's spark-submit description (``spark_jobs.submit.SubmitSpec``) to the provider's operator."""
+def apply_submit(operator: SparkSubmitOperator, submit) -> None:
+    """Hand a job's spark-submit description (``spark_jobs.submit.SubmitSpec``) to the provider's operator
+    (its public fields: what the task's rendered view shows, and what ``SparkSubmitOperator.execute`` runs)."""
     operator.application, operator.application_args, operator.name = (
         submit.application,
         list(submit.application_args),
@@ -46,7 +48,17 @@ def _apply_submit(operator: SparkSubmitOperator, submit) -> None:
     )
 
 
-def _run_label(context) -> str:
+def submit_command(submit, connection) -> list[str]:
+    """The spark-submit command of ``submit`` (a ``SubmitSpec``) against a Spark connection: its host (and
+    port) is the master, as the provider reads it; ``spark-submit`` is this environment's."""
+    master = f"{connection.host}:{connection.port}" if connection.port else connection.host
+    binary = (connection.extra_dejson or {}).get("spark-binary", "spark-submit")
+    return dataclasses.replace(submit, master=master or submit.master).command(
+        None if binary == "spark-submit" else binary
+    )
+
+
+def run_label(context) -> str:
     ti = context["ti"]
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}#{ti.try_number}"
 
@@ -85,18 +97,19 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         **kwargs,
     ) -> None:
         super().__init__(conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
         self.job = job
         self.version = version
         self.manual = manual
 
     def execute(self, context):
-        label = _run_label(context)
+        label = run_label(context)
         return self._start(context, job_spec(self.job, self.version, adopt_by=label), "execute_complete")
 
     def _start(self, context, spec: JobSpec, method_name: str, carry: dict | None = None):
         """Launch ``spec``'s driver unless it runs or a launch is in flight, and defer until it is
         RUNNING; ``method_name`` receives the trigger's event (with ``carry`` in it)."""
-        label = _run_label(context)
+        label = run_label(context)
         jobs = StreamingJobHook(spec)
         now = time.time()
         with locked_record(jobs.status_dir, spec.application_id) as record:
@@ -154,10 +167,12 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
     def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
         from spark_jobs.submit import submit_spec
 
-        _apply_submit(self, submit_spec(jobs.spec, jobs.settings))
-        spark = self._get_hook()
-        command = spark._build_spark_submit_command(self.application)
-        return jobs.launch(command, {**os.environ, **spark._env}, label)
+        submit = submit_spec(jobs.spec, jobs.settings)
+        apply_submit(self, submit)  # the task's rendered fields show what runs
+        # detached, so not through the provider's hook (its submit() waits for the driver); the master and
+        # the spark-submit binary come from the connection, read through Airflow's public API
+        command = submit_command(submit, BaseHook.get_connection(self.spark_conn_id))
+        return jobs.launch(command, {**os.environ, **submit.env}, label)
 
     def execute_complete(self, context, event: dict):
         spec = job_spec(self.job, event.get("version"))  # (events of triggers from before versions: current)
@@ -287,7 +302,7 @@ class DrainStreamingJobOperator(SparkSubmitOperator):
         from runtime.settings import Settings
         from spark_jobs.submit import submit_spec
 
-        _apply_submit(self, submit_spec(job_spec(self.job), Settings.from_env(), available_now=True))
+        apply_submit(self, submit_spec(job_spec(self.job), Settings.from_env(), available_now=True))
         return super().execute(context)
 
 
@@ -318,7 +333,7 @@ class StopStreamingJobOperator(BaseOperator):
         spec = job_spec(self.job, self.version)
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
-            record.desired, record.stop_reason = DESIRED_STOPPED, f"{self.reason} ({_run_label(context)})"
+            record.desired, record.stop_reason = DESIRED_STOPPED, f"{self.reason} ({run_label(context)})"
         if str(self.stop_standby).lower() == "true":
             self._stop_standby(spec)
         holder = jobs.stop(force=str(self.force).lower() == "true")
