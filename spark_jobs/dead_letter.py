@@ -41,7 +41,7 @@ OBJECT_COLUMN, EVENT_COLUMN, WRITTEN_COLUMN = "_object", "_event", "_written"
 Decoder = Literal["jvm", "spark"]
 MESSAGE_COLUMN = "_dead_letter_message"
 #: a rejected record's dead letter (its Kafka key, value and headers) on its row; null on a valid one. The
-#: Java wrapper's name for it is ``streamstate.jobs.DeadLetters.COLUMN``: the two must stay equal.
+#: Java wrapper's name for it is ``streamstate.jobs.DeadLetters.COLUMN`` (tests/spark_jobs/test_shared_names.py).
 LETTER_COLUMN = "_dead_letter"
 UNDECODABLE = "undecodable"
 MISSING_KEY = "missing_key"
