@@ -36,7 +36,7 @@ from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import StoreMigration, get_job
-from spark_jobs.state.restore import take_snapshot
+from spark_jobs.state.snapshotting import take_snapshot
 
 console = Console()
 STORE = "counts"

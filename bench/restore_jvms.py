@@ -42,8 +42,8 @@ from bench.restore_time import ChangelogSimulator
 from runtime import class_archive, jvm
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.state.changelog import ChangelogTopic
-from spark_jobs.state.restore import take_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
+from spark_jobs.state.snapshotting import take_snapshot
 
 CHURN_BATCHES, TAIL_BATCHES = 4, 2
 

@@ -54,13 +54,13 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.state.changelog import ChangelogTopic
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.restore import (
-    LAYER_IN_DRIVER_MAX_RECORDS,
     SilentRestoreListener,
     restore_from_snapshot,
     tail_records,
     take_snapshot,
 )
 from spark_jobs.state.snapshots import SnapshotStore
+from spark_jobs.state.snapshotting import LAYER_IN_DRIVER_MAX_RECORDS
 
 console = Console()
 MODES = ("driver", "spark", "snapshots")

@@ -116,7 +116,7 @@ class JobContext:
         if not self._due(changelog_batch_id):
             return None
         from spark_jobs.standby.follower import standby_running
-        from spark_jobs.state.restore import take_snapshot
+        from spark_jobs.state.snapshotting import take_snapshot
 
         if standby_running(self.settings.status_dir, self.spec.application_id):
             return None  # the warm standby keeps this store's snapshots (one writer per table)

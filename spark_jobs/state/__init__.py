@@ -16,6 +16,7 @@ One owner per artifact, as in Kafka Streams' internals (the names themselves com
   (Spark's offset log is the source of truth for input positions).
 * :mod:`.checkpoint_health` — whether a checkpoint can be resumed from; quarantines one that cannot.
 * :mod:`.snapshots` — ``SnapshotStore``, the only reader and writer of a store's Delta snapshot table.
+* :mod:`.snapshotting` — where a snapshot is made: a short tail as a layer, else the rebuilt state.
 * :mod:`.restore` — rebuilds a store: latest snapshot plus the changelog tail; restore listeners.
 * :mod:`.restore_history` — restore throughput measured here, and restore-time estimates from it.
 * :mod:`.store_changes` — from a processor's output rows to changelog records, and back to initial state.

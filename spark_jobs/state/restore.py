@@ -22,17 +22,12 @@ from prometheus_client import Counter, Gauge
 from runtime.kafka_connection import KafkaTarget
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
-from spark_jobs.state.snapshots import BROADCAST_MAX_KEYS, SnapshotConflict, SnapshotInfo, SnapshotStore, overlay
+from spark_jobs.state.snapshots import BROADCAST_MAX_KEYS, SnapshotInfo, SnapshotStore, overlay
 
 log = logging.getLogger("streamstate.restore")
 
 #: a store as Spark sees it: the changelog's key and its JSON value (the snapshot table's columns)
 STORE_SCHEMA = "key STRING, value STRING"
-
-#: a snapshot's layer from a tail of fewer changelog records than this is read by this process and
-#: committed by delta-rs (at most this many keys, tens of MB): faster than a Spark job and a Spark Delta
-#: commit, which cost seconds whatever their size
-LAYER_IN_DRIVER_MAX_RECORDS = 1_000_000
 
 RESTORED_RECORDS = Counter(
     "streamstate_restore_records", "Changelog records read by restores", ["application_id", "store"]
@@ -230,51 +225,6 @@ def tail_records(kafka: KafkaTarget, changelog_topic: str, start_offsets: dict[i
     if 0 < span <= EXACT_TAIL_MAX_OFFSETS:
         return read_changelog(kafka, changelog_topic, start).records_read
     return span
-
-
-def take_snapshot(
-    snapshots: SnapshotStore, kafka: KafkaTarget, changelog_topic: str, spark=None
-) -> SnapshotInfo | None:
-    """Write a new snapshot if the changelog has complete batches beyond the latest one, in the mode
-    :meth:`SnapshotStore.next_mode` says:
-
-    - ``layered``: only the keys changed since the latest snapshot, appended as a layer on it. A tail of
-      fewer than ``LAYER_IN_DRIVER_MAX_RECORDS`` records is read here with the changelog reader and
-      committed by delta-rs (milliseconds, where a Spark job and a Spark Delta commit cost seconds
-      whatever their size); a longer one is read and written by Spark's executors. If another snapshot
-      landed meanwhile, the state is written in full instead.
-    - ``full`` (a fold; the first snapshot): the whole state, by Spark's executors with ``spark`` (see
-      :func:`restore_from_snapshot`), else rebuilt and written by this process (a small store).
-
-    Returns the new snapshot, or the latest one when there was nothing new (None if neither exists).
-    """
-    latest = snapshots.latest()
-    mode = snapshots.next_mode(latest)
-    short_tail = mode == "layered" and tail_records(kafka, changelog_topic, latest.changelog_offsets) < (
-        LAYER_IN_DRIVER_MAX_RECORDS
-    )
-    if short_tail:
-        tail = read_changelog(kafka, changelog_topic, latest.changelog_offsets, keep_changes=True)
-        if tail.cut_batch_id is None or tail.cut_batch_id <= latest.batch_id:
-            return latest
-        info = snapshots.new_info(tail.cut_batch_id, tail.input_offsets, tail.resume_offsets, tail.watermark_ms)
-        try:
-            return snapshots.append_layer(tail.changes, info, base=latest)
-        except SnapshotConflict:  # the state at the cut does not depend on the table: write it whole
-            pass
-    restored = restore_from_snapshot(snapshots, kafka, changelog_topic, SilentRestoreListener(), spark=spark)
-    latest = restored.snapshot
-    if restored.batch_id is None or (latest is not None and restored.batch_id <= latest.batch_id):
-        return latest
-    position = (restored.batch_id, restored.input_offsets, restored.changelog_resume_offsets, restored.watermark_ms)
-    if restored.frame is None:
-        return snapshots.write(restored.state, *position)
-    if mode == "layered":
-        try:
-            return snapshots.append_layer_frame(restored.changes, latest, *position)
-        except SnapshotConflict:
-            pass
-    return snapshots.write_frame(restored.frame, *position)
 
 
 class SilentRestoreListener:

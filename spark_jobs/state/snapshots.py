@@ -640,7 +640,7 @@ class SnapshotStore:
     ) -> SnapshotInfo:
         """Commit ``changes`` (key -> new value, None: deleted) as a new snapshot described by ``info``: a
         layer on ``base``, or the first base when there is none. One delta-rs commit: the warm standby's
-        write, and a driver's layer of a short changelog tail (:func:`~spark_jobs.state.restore.take_snapshot`).
+        write, and a driver's layer of a short changelog tail (:func:`~spark_jobs.state.snapshotting.take_snapshot`).
 
         Raises:
             SnapshotConflict: the table is no longer at ``base`` (a driver snapshot landed).

@@ -19,8 +19,9 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
-from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot, take_snapshot
+from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
+from spark_jobs.state.snapshotting import take_snapshot
 from tests.helpers import write_changelog_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]

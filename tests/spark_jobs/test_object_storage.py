@@ -20,8 +20,8 @@ from spark_jobs.registry import get_job
 from spark_jobs.reprocess.plan import delta_size
 from spark_jobs.run import run
 from spark_jobs.session import session_conf
-from spark_jobs.state.restore import take_snapshot
 from spark_jobs.state.restore_history import restore_measurements
+from spark_jobs.state.snapshotting import take_snapshot
 from tests.helpers import delta_purchase_counts
 from tests.spark_jobs.test_purchase_counts import expected_purchase_counts
 

@@ -19,7 +19,7 @@ from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.standby.follower import StoreFollower, standby_id
 from spark_jobs.state.changelog_reader import read_changelog
-from spark_jobs.state.restore import take_snapshot
+from spark_jobs.state.snapshotting import take_snapshot
 from tests.helpers import expected_purchase_counts
 
 pytestmark = pytest.mark.integration

@@ -30,8 +30,9 @@ from spark_jobs.state.migration import (
     plan_migration,
     read_store,
 )
-from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
+from spark_jobs.state.restore import restore_from_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
+from spark_jobs.state.snapshotting import take_snapshot
 from tests.fixtures import reprocess_jobs
 from tests.fixtures.reprocess_jobs import add_tier, tier_of
 from tests.helpers import (

@@ -14,11 +14,12 @@ from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
-from spark_jobs.state import restore as restore_module
+from spark_jobs.state import snapshotting
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN
-from spark_jobs.state.restore import restore_from_snapshot, take_snapshot
+from spark_jobs.state.restore import restore_from_snapshot
 from spark_jobs.state.restore_history import restore_measurements
+from spark_jobs.state.snapshotting import take_snapshot
 from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
 from tests.spark_jobs.test_purchase_counts import decode_counts
 
@@ -41,7 +42,7 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     in_spark = restore_in == "spark"
     settings = settings.replace(restore_in_spark_min_records=0 if in_spark else 10**12)
     if in_spark:  # every tail is long: layers are read and written by Spark's executors too
-        monkeypatch.setattr(restore_module, "LAYER_IN_DRIVER_MAX_RECORDS", 0)
+        monkeypatch.setattr(snapshotting, "LAYER_IN_DRIVER_MAX_RECORDS", 0)
     job = dataclasses.replace(
         get_job("purchase_counts"),
         name=f"restore_{unique}",
