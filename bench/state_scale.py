@@ -57,10 +57,9 @@ from spark_jobs.state.restore import (
     SilentRestoreListener,
     restore_from_snapshot,
     tail_records,
-    take_snapshot,
 )
 from spark_jobs.state.snapshots import SnapshotStore
-from spark_jobs.state.snapshotting import LAYER_IN_DRIVER_MAX_RECORDS
+from spark_jobs.state.snapshotting import LAYER_IN_DRIVER_MAX_RECORDS, take_snapshot
 
 console = Console()
 MODES = ("driver", "spark", "snapshots")
