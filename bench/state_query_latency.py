@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from restore_time import ChangelogSimulator
 from rich.console import Console
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from bench.restore_time import ChangelogSimulator  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
