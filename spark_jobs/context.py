@@ -36,6 +36,9 @@ class JobContext:
     open_writers: list = dataclasses.field(default_factory=list)
     #: called with (store, SnapshotInfo) after every snapshot (the runner publishes it in the status)
     snapshot_listeners: list = dataclasses.field(default_factory=list)
+    #: called with {reason: records} after every batch that wrote dead letters (the runner publishes the
+    #: run's totals in the status: metrics by reason, and on-call hears of records not keyed by the key)
+    dead_letter_listeners: list = dataclasses.field(default_factory=list)
     #: seconds spent per phase of the state-change batches (state, changelog, outputs, snapshot), summed
     #: over the run: the run report's answer to "where does a batch's time go"
     phase_seconds: dict = dataclasses.field(default_factory=dict)
@@ -368,9 +371,27 @@ class JobContext:
         if dead_letter.LETTER_COLUMN not in batch.columns:
             return batch
         letters = batch.where(F.col(dead_letter.LETTER_COLUMN).isNotNull()).select(f"{dead_letter.LETTER_COLUMN}.*")
-        if not letters.isEmpty():
-            dead_letter.write_letters(letters, self.spec.application_id, self.settings.kafka)
+        self.write_letters(letters)
         return batch.where(F.col(dead_letter.LETTER_COLUMN).isNull()).drop(dead_letter.LETTER_COLUMN)
+
+    def write_letters(self, letters) -> None:
+        """Dead-letter records (key, value, headers) of this batch to the job's dead-letter topic, counted by
+        reason for :attr:`dead_letter_listeners` (the count is the one Spark job that finds there are none)."""
+        from spark_jobs import dead_letter
+
+        counts = dead_letter.count_by_reason(letters)
+        if not counts:
+            return
+        dead_letter.write_letters(letters, self.spec.application_id, self.settings.kafka)
+        for listener in self.dead_letter_listeners:
+            listener(counts)
+
+    def write_rejected(self, rejected) -> None:
+        """Records a processor rejected inside a batch (late events: Kafka source columns, the reason and the
+        message, see :func:`spark_jobs.dead_letter.dead_letter_records`) as dead letters, counted."""
+        from spark_jobs import dead_letter
+
+        self.write_letters(dead_letter.dead_letter_records(rejected, self.spec.application_id))
 
     def _nothing_to_reconcile(self, changes: StoreChanges) -> bool:
         """Nothing was restored and no output table of the version holds a file: the outputs already equal

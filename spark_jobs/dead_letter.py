@@ -322,6 +322,14 @@ def write_letters(letters: DataFrame, application_id: str, kafka: KafkaTarget) -
     )
 
 
+def count_by_reason(letters: DataFrame) -> dict[str, int]:
+    """Dead-letter records (key, value, headers) counted by their reason header: one Spark job, empty when
+    there are none (what a caller asks before writing them)."""
+    reason = F.element_at(F.filter("headers", lambda h: h["key"] == HEADER_PREFIX + "reason"), 1)["value"]
+    rows = letters.groupBy(reason.cast("string").alias("reason")).count().collect()
+    return {row["reason"]: int(row["count"]) for row in rows}
+
+
 def write_dead_letters(rejected: DataFrame, application_id: str, kafka: KafkaTarget) -> None:
     """Batch-write rejected records found inside a job's micro-batch (e.g. late events)."""
     write_letters(dead_letter_records(rejected, application_id), application_id, kafka)

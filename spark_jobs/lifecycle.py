@@ -103,6 +103,8 @@ class JobStatus:
     first_batch_id: int | None = None
     #: where this driver serves Prometheus metrics (spark_jobs/metrics.py), None: not serving
     metrics_port: int | None = None
+    #: dead letters this run wrote, by reason (spark_jobs/dead_letter.py)
+    dead_letters: dict = dataclasses.field(default_factory=dict)
     listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
     #: called with every document published, under the status lock (the driver's metrics follow it)
     publish_listeners: list[Callable[[dict], None]] = dataclasses.field(default_factory=list)
@@ -141,6 +143,13 @@ class JobStatus:
             self.restore = {**self.restore, store: {**self.restore.get(store, {}), **numbers}}
             self._publish_locked()
 
+    def record_dead_letters(self, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            self.dead_letters = {
+                r: self.dead_letters.get(r, 0) + counts.get(r, 0) for r in {*self.dead_letters, *counts}
+            }
+            self._publish_locked()
+
     def record_snapshot(self, store: str, snapshot: dict) -> None:
         with self._lock:
             self.snapshots = {**self.snapshots, store: snapshot}
@@ -167,6 +176,7 @@ class JobStatus:
             "idle_at": self.idle_at,
             "first_batch_id": self.first_batch_id,
             "metrics_port": self.metrics_port,
+            "dead_letters": self.dead_letters,
         }
         for listener in self.publish_listeners:
             listener(document)

@@ -23,6 +23,7 @@ document, so the two never disagree), labelled with the ``application_id``:
                                                            (its live keys; for a layered one, base + layers)
 ``streamstate_dead_letter_records``                        records the dead-letter topic holds (read
                                                            from Kafka at each scrape: every writer counts)
+``streamstate_dead_letters_written{reason}``               dead letters this driver run wrote, by reason
 =========================================================  ===========================================
 
 plus the restore metrics of :mod:`spark_jobs.state.restore` (``streamstate_restore_records_total`` and
@@ -67,6 +68,9 @@ RESTORE_READ = Gauge(
 )
 SNAPSHOT_TAKEN = Gauge(
     "streamstate_snapshot_timestamp_seconds", "When the store's latest Delta snapshot was taken", [LABEL, "store"]
+)
+DEAD_LETTERS_WRITTEN = Gauge(
+    "streamstate_dead_letters_written", "Dead letters this driver run wrote, by reason", [LABEL, "reason"]
 )
 SNAPSHOT_ROWS = Gauge(
     "streamstate_snapshot_rows", "Rows a restore reads from the store's latest Delta snapshot", [LABEL, "store"]
@@ -144,6 +148,8 @@ class DriverMetrics:
         _set(STATE_MEMORY.labels(app), progress.get("state_memory_bytes"))
         for store, restore in (status.get("restore") or {}).items():
             _set(RESTORE_READ.labels(app, store), restore.get("records_read"))
+        for reason, records in (status.get("dead_letters") or {}).items():
+            DEAD_LETTERS_WRITTEN.labels(app, reason).set(records)
         for store, snapshot in (status.get("snapshots") or {}).items():
             _set(SNAPSHOT_ROWS.labels(app, store), snapshot.get("rows_scanned", snapshot.get("rows")))
             if snapshot.get("taken_at"):

@@ -195,8 +195,7 @@ class Repartitioner:
         cached = batch.persist()
         try:
             letters = batch.where(F.col(dead_letter.LETTER_COLUMN).isNotNull()).select(f"{dead_letter.LETTER_COLUMN}.*")
-            if not letters.isEmpty():
-                dead_letter.write_letters(letters, self.spec.application_id, self.settings.kafka)
+            self.ctx.write_letters(letters)
             records = batch.where(F.col(dead_letter.LETTER_COLUMN).isNull()).drop(dead_letter.LETTER_COLUMN).toArrow()
         finally:
             cached.unpersist()

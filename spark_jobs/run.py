@@ -202,6 +202,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
                 },
             )
         )
+        context.dead_letter_listeners.append(status.record_dead_letters)
         context.ensure_changelog_topics()
         if context.repartitioner is not None:
             context.repartitioner.ensure_topics()

@@ -336,7 +336,30 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
                 "stop it with the stop_streaming_job DAG and supervision starts it again.",
             )
         )
+    conditions += _wrong_key_conditions(spec, status)
     return "running", conditions
+
+
+def _wrong_key_conditions(spec: JobSpec, status: dict) -> list[Condition]:
+    """Records of the running driver's source whose Kafka key is not their key field: refused, never applied
+    (spark_jobs/dead_letter.py), so the job's answers leave them out until the source is keyed or re-keyed."""
+    from spark_jobs.dead_letter import WRONG_KEY  # pyspark: not at DAG parse time
+
+    refused = (status.get("dead_letters") or {}).get(WRONG_KEY, 0)
+    if not refused:
+        return []
+    return [
+        Condition(
+            "source_not_keyed",
+            "error",
+            f"{refused:,} records of {spec.source_topic} were not keyed by {spec.key_field} and were refused by "
+            f"{spec.application_id} since it started",
+            {"wrong_key_records": refused, "key_field": spec.key_field, "source_topic": spec.source_topic},
+            f"Their producers set no Kafka key or another one ({dead_letter_topic_name(spec.application_id)} holds "
+            f"them, reason wrong_key). Key the source by {spec.key_field}, or register a version with "
+            "repartition=True (it re-keys the source) and reprocess the dead letters' range with it.",
+        )
+    ]
 
 
 def _dead_letter_conditions(spec: JobSpec, seen: Observation, record: SupervisionRecord) -> list[Condition]:

@@ -166,15 +166,15 @@ class StoreDeclaration:
             logic = processor(store.ttl_ms)
             rows = processor_changes(events, spec.key_field, initial, logic, stores, timed=bool(store.ttl_ms))
         write_store, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, self.summary_paths(ctx))
-        app, kafka, source_topic = spec.application_id, ctx.settings.kafka, ctx.input_topic
+        source_topic = ctx.input_topic
 
         def write_outputs(batch, batch_id: int) -> None:
             if len(stores) > 1:  # the outputs show the declaration's store; the others are the processor's own
                 batch = batch.where(stores[0].rows)
             write_store(batch, batch_id)
             late = self.late_rows(batch, spec.key_field, source_topic)
-            if late is not None and not late.isEmpty():
-                dead_letter.write_dead_letters(late, app, kafka)
+            if late is not None:
+                ctx.write_rejected(late)
 
         sink = ctx.state_change_sink(stores, write_outputs, reconcile_outputs)
         return rows.writeStream.outputMode("update").foreachBatch(sink)

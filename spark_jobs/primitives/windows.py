@@ -258,14 +258,14 @@ class WindowedAggregate(StoreDeclaration):
             ctx.output_path, key_field, store.window_ms, spec.name, ctx.outputs_may_repeat
         )
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
-        app, kafka, source_topic = spec.application_id, ctx.settings.kafka, ctx.input_topic
+        source_topic = ctx.input_topic
 
         def write_outputs(batch, batch_id: int) -> None:
             if write_windows(batch, batch_id):
                 write_summaries(batch.sparkSession)
-            late = late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
-            if not late.isEmpty():
-                dead_letter.write_dead_letters(late, app, kafka)
+            ctx.write_rejected(
+                late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
+            )
 
         return rows.writeStream.outputMode("append").foreachBatch(ctx.state_change_sink(changes, write_outputs))
 

@@ -61,6 +61,16 @@ def test_healthy_running_job_needs_nothing():
     assert (a.state, a.action, names(a)) == ("running", "none", set())
 
 
+def test_records_not_keyed_by_the_key_wake_on_call_with_the_way_out():
+    status = {**running_status(), "dead_letters": {"wrong_key": 42, "late": 3}}
+    a = assess(SPEC, Observation(NOW, HOLDER, status), SupervisionRecord("a"))
+    (condition,) = [c for c in a.conditions if c.name == "source_not_keyed"]
+    assert condition.severity == "error" and condition.numbers["wrong_key_records"] == 42
+    assert "repartition=True" in condition.next_step
+    late_only = {**running_status(), "dead_letters": {"late": 3}}
+    assert "source_not_keyed" not in names(assess(SPEC, Observation(NOW, HOLDER, late_only), SupervisionRecord("a")))
+
+
 def test_metric_conditions_hold_with_their_numbers():
     status = running_status(input_lag={"t-0": 900, "t-1": 200}, batch_duration_ms=45_000, progress_at=iso(NOW - 200))
     status["started_at"] = iso(NOW - 400)

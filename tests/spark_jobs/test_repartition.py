@@ -22,6 +22,7 @@ from spark_jobs import dead_letter
 from spark_jobs.generators import pulse, purchases
 from spark_jobs.kafka_topics import partition_offsets
 from spark_jobs.layout import JobLayout
+from spark_jobs.lifecycle import read_status
 from spark_jobs.registry import get_job, store
 from spark_jobs.repartition import ORIGIN_HEADER_PREFIX, PROGRESS_KEY
 from spark_jobs.testing import JobHarness
@@ -86,6 +87,8 @@ def test_a_source_not_keyed_by_the_key_is_refused_record_by_record(harness, uniq
     assert len(result.dead_letters) == len(events)
     message = result.dead_letters[0].message
     assert "Kafka key is none, not its patient_id 'p0" in message and "repartition=True" in message, message
+    # counted by reason in the run's status (its metrics and the supervision's source_not_keyed alert read it)
+    assert read_status(harness.settings.status_dir, spec.application_id)["dead_letters"] == {"wrong_key": len(events)}
 
 
 def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, unique):
