@@ -61,6 +61,26 @@ def test_received_alerts_are_a_page_with_their_next_step(client):
     assert len(http.get("/api/alerts").json()["alerts"]) == 3  # the JSON keeps every body as received
 
 
+def _post_alerts(worker: int) -> list[int]:
+    """One API server process's share of the posts (a child process: its own app and client)."""
+    http = TestClient(app)
+    bodies = [{"condition": f"c{worker}-{i}", "application_id": "a-v1", "status": "firing"} for i in range(15)]
+    return [http.post("/api/alerts", json=body).status_code for body in bodies]
+
+
+def test_concurrent_alerts_are_all_kept(client):
+    """Notifiers post at the same time to an API server of several worker processes: every post is kept,
+    none lost to another process's rewrite of the inbox."""
+    import multiprocessing
+
+    http, _ = client
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        codes = [code for worker in pool.map(_post_alerts, range(4)) for code in worker]
+    assert codes == [200] * 60
+    kept = [a["condition"] for a in http.get("/api/alerts").json()["alerts"]]
+    assert sorted(kept) == sorted(f"c{w}-{i}" for w in range(4) for i in range(15))
+
+
 def test_the_lookup_form_is_answered_as_a_page_with_or_without_a_window(client):
     http, _ = client
     # a browser sends the form's empty window field as window_start=: a lookup, not a 422 of FastAPI's

@@ -16,6 +16,7 @@ from streamstate.notifiers.routing import send
 from streamstate.operators.reprocess import _who
 from streamstate.supervision import Condition
 
+from runtime.files import write_json_atomically
 from runtime.settings import Settings
 from spark_jobs.changelog_tuning import history
 from spark_jobs.changelog_tuning.measure import ChangelogMeasurement, changelog_targets, describe_measurement
@@ -227,8 +228,7 @@ class VerifyCompactionOperator(BaseOperator):
                     "alerting": name in app_alerts,
                 }
             )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(open_alerts, indent=2, sort_keys=True))
+        write_json_atomically(path, open_alerts)  # the jobs page reads it meanwhile
         if undelivered:
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
         return summary

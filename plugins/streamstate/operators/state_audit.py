@@ -18,6 +18,7 @@ from streamstate.notifiers.routing import send
 from streamstate.operators.streaming_job import apply_submit
 from streamstate.supervision import Condition
 
+from runtime.files import write_json_atomically
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.changelog_tuning import history as tuning_history
 from spark_jobs.kafka_topics import existing_topics
@@ -196,8 +197,7 @@ class AuditStateSizeOperator(BaseOperator):
         record_audit(settings, audited)
         page = write_report(settings, by_store)
         self.log.info("report: %s (%d stores)", page, len(by_store))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(open_alerts, indent=2, sort_keys=True))
+        write_json_atomically(path, open_alerts)  # the jobs page reads it meanwhile
         if undelivered:
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
         return {

@@ -22,11 +22,12 @@ import json
 import time
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse
 from streamstate.alerts import RESOLVED, Alert
 from streamstate.supervision import DESIRED_STOPPED, read_record
 
+from runtime.files import exclusive, write_atomically
 from runtime.settings import Settings
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import observe_driver
@@ -146,13 +147,14 @@ def _inbox(settings: Settings) -> Path:
 
 
 @app.post("/api/alerts")
-async def receive_alert(request: Request) -> dict:
-    alert = await request.json()
+def receive_alert(alert: dict) -> dict:
+    """Keep an alert (the newest :data:`INBOX_KEEP`). A plain function: FastAPI runs it in its thread pool,
+    and concurrent posts take turns on the inbox's lock, so none is lost to another's rewrite."""
     path = _inbox(_settings())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = path.read_text().splitlines()[-(INBOX_KEEP - 1) :] if path.exists() else []
-    lines.append(json.dumps({"received_at": time.time(), **alert}))
-    path.write_text("\n".join(lines) + "\n")
+    with exclusive(path):
+        lines = path.read_text().splitlines()[-(INBOX_KEEP - 1) :] if path.exists() else []
+        lines.append(json.dumps({"received_at": time.time(), **alert}))
+        write_atomically(path, "\n".join(lines) + "\n")
     return {"ok": True}
 
 
