@@ -17,7 +17,7 @@ from spark_jobs.session import session_conf
 from spark_jobs.state import output_marks
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, write_batches
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
-from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence, fenced_writer
+from spark_jobs.state.fencing import GENERATION_SPAN, OutputRecords, WriterFence, fenced_writer
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.store_changes import STORE_COLUMN, StoreChanges, restored_rows
@@ -257,7 +257,11 @@ class JobContext:
         return restored_rows(store, changes.value_ddl)
 
     def state_change_sink(
-        self, changes: StoreChanges | tuple[StoreChanges, ...], write_outputs, reconcile_outputs=None
+        self,
+        changes: StoreChanges | tuple[StoreChanges, ...],
+        write_outputs,
+        reconcile_outputs=None,
+        output_records=None,
     ):
         """The ``foreachBatch`` function of a job whose processor emits store changes.
 
@@ -282,6 +286,11 @@ class JobContext:
         the changelog has its outputs written. (Changelog first lost outputs when a driver died between
         the two and the checkpoint was then lost: the restore resumed after a batch whose outputs were
         never written. Found by tests/faults/test_driver_kills.py.)
+
+        ``output_records(batch)``, for a job with an output topic (``JobSpec.output_topic``): the batch's results
+        as Kafka records (``key`` and ``value`` binary, a null value a tombstone), written to the topic in the
+        transaction of the batch's markers: a consumer reading committed sees a batch's results whole, and
+        only once its changelog is complete (a driver killed before the markers leaves none of them).
 
         ``write_outputs`` runs as a Delta idempotent write whose version is the changelog batch id, so it
         writes each output table at most once per batch (a second write to the same table in the batch
@@ -323,11 +332,17 @@ class JobContext:
                         write_outputs(batch, batch_id)
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
+                records = ()
+                if output_records is not None and changed:
+                    results = output_records(batch).toArrow()  # through the driver: one transaction writes them
+                    keys, values = results.column("key").to_pylist(), results.column("value").to_pylist()
+                    records = (OutputRecords(self.layout.output_topic, keys, values),)
                 write_batches(
                     [(writer, kept.changelog_records(batch)) for writer, kept in writers],
                     batch_id,
                     end_offsets,
                     batch_watermark_ms(checkpoint, batch_id),
+                    records,
                 )
                 clock.lap("changelog")
             finally:
@@ -422,6 +437,16 @@ class JobContext:
             self.repartitioner.close()
         if "writer_fence" in self.__dict__:  # claimed
             self.writer_fence.close()
+
+    def ensure_output_topic(self) -> str | None:
+        """Create the version's upsert output topic when the job has one (compacted: the latest result per key
+        is what a reader restores from it, a deleted key's tombstone removes it); returns its name."""
+        topic = self.layout.output_topic
+        if topic is not None:
+            replication = self.settings.kafka_replication_factor
+            configs = {"cleanup.policy": "compact", "min.insync.replicas": str(min(2, replication))}
+            ensure_topic(self.settings.kafka, topic, self.spec.state_partitions, replication, configs)
+        return topic
 
     def ensure_changelog_topics(self) -> list[str]:
         """Create every store's changelog topic (idempotent); returns the topic names."""

@@ -56,6 +56,7 @@ ArtifactKind = Literal[
     "quarantined_checkpoint",
     "changelog_topic",
     "repartition_topic",
+    "output_topic",
     "dead_letter_topic",
     "generations_topic",
     "snapshot_table",
@@ -71,6 +72,7 @@ _SYSTEM: dict[ArtifactKind, ArtifactSystem] = {
     "quarantined_checkpoint": "disk",
     "changelog_topic": "kafka",
     "repartition_topic": "kafka",
+    "output_topic": "kafka",
     "dead_letter_topic": "kafka",
     "generations_topic": "kafka",
     "snapshot_table": "delta",
@@ -153,6 +155,9 @@ class JobLayout:
     output_table_dirs: tuple[str, ...]
     #: the job re-keys its source through a repartition topic (``JobSpec.repartition``)
     repartition: bool = False
+    #: the stem of the job's upsert output topic (``JobSpec.output_topic``), None without one
+    output_topic_stem: str | None = None
+    version: int | None = None
 
     @classmethod
     def of(cls, spec: JobSpec, settings: Settings) -> JobLayout:
@@ -166,6 +171,8 @@ class JobLayout:
             logs_dir=settings.logs_dir,
             output_table_dirs=spec.output_table_dirs,
             repartition=spec.repartition,
+            output_topic_stem=spec.output_topic,
+            version=spec.version,
         )
 
     # ----- checkpoint ------------------------------------------------------------------------------
@@ -234,6 +241,14 @@ class JobLayout:
         return (self.repartition_topic, self.repartition_progress_topic) if self.repartition else ()
 
     @property
+    def output_topic(self) -> str | None:
+        """The version's upsert output topic (``<output_topic>-v<version>``: versions side by side write
+        their own, as their output tables), None when the job writes Delta only."""
+        if self.output_topic_stem is None:
+            return None
+        return f"{self.output_topic_stem}-v{self.version}"
+
+    @property
     def state_input_topic(self) -> str:
         """The topic the stateful stage reads: the repartition topic when the job re-keys, else the source.
         Its offsets are the ones the changelog markers, snapshots and output marks record."""
@@ -242,7 +257,14 @@ class JobLayout:
     @property
     def topics(self) -> tuple[str, ...]:
         """Every topic the version owns (not its source: that one is shared by all versions)."""
-        return (*self.changelog_topics, *self.repartition_topics, self.dead_letter_topic, self.generations_topic)
+        outputs = (self.output_topic,) if self.output_topic else ()
+        return (
+            *self.changelog_topics,
+            *self.repartition_topics,
+            *outputs,
+            self.dead_letter_topic,
+            self.generations_topic,
+        )
 
     # ----- Delta -----------------------------------------------------------------------------------
     def snapshot_table(self, store: str) -> Location:
@@ -305,6 +327,8 @@ class JobLayout:
             yield Artifact("changelog_topic", topic)
         for topic in self.repartition_topics:
             yield Artifact("repartition_topic", topic)
+        if self.output_topic:
+            yield Artifact("output_topic", self.output_topic)
         yield Artifact("dead_letter_topic", self.dead_letter_topic)
         yield Artifact("generations_topic", self.generations_topic)
         for table in self.snapshot_tables:

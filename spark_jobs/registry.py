@@ -262,6 +262,10 @@ class JobSpec:
             otherwise), because a key spread over partitions would be counted in several tasks.
         repartition_partitions: the repartition topic's partitions: the stateful stage's tasks, and its
             changelogs' partitions (default: ``source_partitions``).
+        output_topic: the outputs also go to Kafka, for jobs that read them (a job feeding a job): the upsert
+            topic ``<output_topic>-v<version>`` (per version, as the output tables are), keyed by the job's
+            key, the output row as a JSON value, a tombstone for a deleted key, compacted; written in the
+            batch's transaction with its changelog markers (:meth:`JobContext.state_change_sink`).
     """
 
     name: str
@@ -281,6 +285,7 @@ class JobSpec:
     migrations: tuple[StoreMigration, ...] = ()
     repartition: bool = False
     repartition_partitions: int | None = None
+    output_topic: str | None = None
 
     def __post_init__(self) -> None:
         check_job_name(self.name)

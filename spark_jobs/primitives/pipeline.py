@@ -176,8 +176,28 @@ class StoreDeclaration:
             if late is not None:
                 ctx.write_rejected(late)
 
-        sink = ctx.state_change_sink(stores, write_outputs, reconcile_outputs)
+        output_records = None
+        if ctx.ensure_output_topic():
+
+            def output_records(batch):
+                if len(stores) > 1:
+                    batch = batch.where(stores[0].rows)
+                return self.output_records(batch, spec.key_field)
+
+        sink = ctx.state_change_sink(stores, write_outputs, reconcile_outputs, output_records)
         return rows.writeStream.outputMode("update").foreachBatch(sink)
+
+    def output_records(self, batch, key_field: str):
+        """A batch's changed output rows as upsert records for the job's output topic: key, and the row as
+        JSON (the key field and :attr:`output_values`, as the output table holds it), or null for a deleted key."""
+        from pyspark.sql import functions as F
+
+        rows = self.store_rows(batch).select(F.col("key").alias(key_field), TOMBSTONE, *self.output_values)
+        row = F.to_json(F.struct(key_field, *self.output_values))
+        return rows.select(
+            F.col(key_field).cast("binary").alias("key"),
+            F.when(~F.col(TOMBSTONE), row).cast("binary").alias("value"),
+        )
 
     def kept_stores(self, spec: JobSpec, changes: StoreChanges, more: tuple[StoreChanges, ...]):
         """The stores the job's processor keeps: the declaration's (``changes``), then a Python processor's

@@ -175,6 +175,8 @@ class WindowedAggregate(StoreDeclaration):
         return (key_field, "window_start")
 
     def check_primitive(self, spec: JobSpec) -> None:
+        if spec.output_topic:
+            raise JobSpecError("output_topic: a windowed aggregate writes its windows to Delta only (not yet to Kafka)")
         if self.time not in self.events.schema.fieldNames():
             raise JobSpecError(f"time: {self.time!r} is not a field of the event schema")
         if self.events.schema[self.time].dataType.simpleString() != "timestamp":

@@ -288,12 +288,16 @@ def write_batches(
     spark_batch_id: int,
     input_offsets: KafkaOffsets,
     watermark_ms: int = 0,
+    records: Sequence = (),
 ) -> dict[str, int]:
     """One micro-batch of several stores (``(writer, changes)`` each, see :meth:`ChangelogWriter.write_batch`):
     every store's records first, then every store's markers, **in one transaction** when the writers share
     a fence. A driver killed anywhere in between leaves every store at the same last complete batch, so a
     restore finds them at one input position (per-store transactions could leave one a batch ahead, and
     the restore would refuse to start). Returns the records written per store.
+
+    ``records`` (``OutputRecords``: the batch's results in Kafka) go in that transaction, before the markers;
+    they need a fence.
 
     Raises:
         WriterFenced: a newer driver claimed the job version; no store's markers of this batch are visible.
@@ -302,8 +306,12 @@ def write_batches(
     markers = [(w, w.marker(spark_batch_id, input_offsets, counts[w.topic.store], watermark_ms)) for w, _ in writers]
     fences = {id(w.fence): w.fence for w, _ in writers}
     if len(fences) == 1 and (fence := next(iter(fences.values()))) is not None:
-        fence.commit_markers([w.marker_records(m) for w, m in markers])
-    else:  # tools and tests without a claim: each writer's markers on its own
+        fence.commit_markers([w.marker_records(m) for w, m in markers], records)
+    else:
+        if records:
+            raise ValueError(
+                "a batch's output records are written in its fenced transaction only"
+            )  # tools and tests without a claim: each writer's markers on its own
         for writer, marker in markers:
             writer._write_markers(marker)
     return counts

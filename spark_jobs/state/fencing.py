@@ -34,7 +34,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
@@ -62,6 +62,16 @@ def describe_batch(changelog_batch_id: int | None) -> str:
         return "-"
     generation, batch = divmod(int(changelog_batch_id), GENERATION_SPAN)
     return f"{batch} (generation {generation})" if generation else str(batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputRecords:
+    """Records for one topic, written with a batch's markers (:meth:`WriterFence.commit_markers`)."""
+
+    topic: str
+    keys: Sequence[bytes]
+    #: a value, or None: a tombstone
+    values: Sequence[bytes | None]
 
 
 class WriterFenced(RuntimeError):
@@ -193,9 +203,9 @@ class WriterFence:
         self.claim = claim
         return claim
 
-    def commit_markers(self, markers: Iterable[MarkerRecords]) -> None:
-        """Write every marker (one record per partition of its topic) in one transaction: all of them
-        become visible together, or none does.
+    def commit_markers(self, markers: Iterable[MarkerRecords], records: Sequence[OutputRecords] = ()) -> None:
+        """Write ``records`` (a batch's results for the jobs that read them) and every marker (one record per
+        partition of its topic) in one transaction: all of them become visible together, or none does.
 
         Raises:
             WriterFenced: a newer driver claimed the version; nothing of this transaction is visible.
@@ -205,6 +215,14 @@ class WriterFence:
         markers = list(markers)
 
         def produce(producer: Producer) -> None:
+            for batch in records:
+                for key, value in zip(batch.keys, batch.values, strict=True):
+                    while True:
+                        try:
+                            producer.produce(batch.topic, key=key, value=value)
+                            break
+                        except BufferError:  # the client's queue is full: let it send, then go on
+                            producer.poll(0.05)
             for marker in markers:
                 for partition in marker.partitions:
                     producer.produce(
