@@ -43,7 +43,7 @@ from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import observe_driver, read_status
+from spark_jobs.lifecycle import BatchProgress, observe_driver, read_status
 from streamstate_cli.cli import stop_job_processes
 
 console = Console()
@@ -84,33 +84,33 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
     api.trigger(f"supervise__{job}")  # unpauses it: scheduled runs follow
     results = []
     try:
-        wait_for(lambda: (read_status(settings.status_dir, app) or {}).get("state") == "RUNNING", 600, f"{job} to run")
+        wait_for(lambda: observe_driver(settings.status_dir, app).state == "RUNNING", 600, f"{job} to run")
         for i in range(kills):
             time.sleep(random.uniform(10, 40))
             holder = lease.holder()
             killed_at = time.time()
-            os.kill(int(holder["pid"]), signal.SIGKILL)
+            os.kill(holder.pid, signal.SIGKILL)
 
-            def running(epoch=int(holder["epoch"])):
+            def running(epoch=holder.epoch):
                 driver = observe_driver(settings.status_dir, app)
-                return driver.state == "RUNNING" and int(driver.holder["epoch"]) > epoch
+                return driver.state == "RUNNING" and driver.holder.epoch > epoch
 
             wait_for(running, check_every_s + 600, f"{job} RUNNING again")
             to_running = time.time() - killed_at
 
-            def batch_after_kill(killed_at=killed_at) -> dict | None:
-                progress = (read_status(settings.status_dir, app) or {}).get("progress") or {}
-                at = progress.get("progress_at")
-                return progress if at and dt.datetime.fromisoformat(at).timestamp() > killed_at else None
+            def batch_after_kill(killed_at=killed_at) -> BatchProgress | None:
+                status = read_status(settings.status_dir, app)
+                at = status.progress.progress_at if status and status.progress else None
+                return status.progress if at and dt.datetime.fromisoformat(at).timestamp() > killed_at else None
 
             first = wait_for(batch_after_kill, 600, f"{job}'s first batch after the kill")
             to_batch = time.time() - killed_at
             # the profile of the restart: where the first batch's time went (Spark's durationMs phases)
-            phases = {name: ms for name, ms in (first.get("phase_ms") or {}).items() if ms}
+            phases = {name: ms for name, ms in first.phase_ms.items() if ms}
             results.append({"to_running_s": to_running, "to_batch_s": to_batch, "first_batch_ms": phases})
             console.print(
                 f"{job} kill {i + 1}/{kills}: RUNNING after {to_running:.1f}s, a batch after {to_batch:.1f}s "
-                f"(first batch {first.get('batch_id')}: {phases})"
+                f"(first batch {first.batch_id}: {phases})"
             )
             # Each kill measures a first crash: a manual start (what on-call does after a fix) resets the
             # crash-loop window and the backoff, which three kills in 30 minutes would otherwise trip.

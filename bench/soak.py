@@ -41,7 +41,7 @@ from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.generators import purchases  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets  # noqa: E402
 from spark_jobs.layout import JobLayout  # noqa: E402
-from spark_jobs.lifecycle import read_status  # noqa: E402
+from spark_jobs.lifecycle import BatchProgress, read_status  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets  # noqa: E402
 from spark_jobs.state.snapshots import snapshot_history, snapshot_path  # noqa: E402
@@ -65,8 +65,8 @@ def _dir_bytes(path: Path) -> int:
 def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
     """One row of the time series."""
     bootstrap = settings.kafka
-    status = read_status(settings.status_dir, spec.application_id) or {}
-    progress = status.get("progress") or {}
+    status = read_status(settings.status_dir, spec.application_id)
+    progress = (status.progress if status else None) or BatchProgress()
     end = {p: high for p, (_, high) in partition_offsets(bootstrap, spec.source_topic, 10).items()}
     done = committed_input_offsets(JobLayout.of(spec, settings).checkpoint, spec.source_topic) or {}
     changelog = JobLayout.of(spec, settings).changelog_topic("counts")
@@ -75,11 +75,11 @@ def sample(settings: Settings, spec, driver_pid: int, started: float) -> dict:
         "minute": round((time.monotonic() - started) / 60, 2),
         "driver_rss_mib": round(_tree_rss_mib(driver_pid), 1),
         "input_lag_records": sum(max(0, high - done.get(p, 0)) for p, high in end.items()),
-        "state_rows": progress.get("state_rows", 0),
-        "batch_id": progress.get("batch_id"),
+        "state_rows": progress.state_rows,
+        "batch_id": progress.batch_id,
         "changelog_bytes": sum(_dir_bytes(d) for d in logs.glob(f"{changelog}-*") if d.is_dir()),
         "snapshots": len(snapshot_history(snapshot_path(settings.lake, spec.application_id, "counts"))),
-        "state": status.get("state"),
+        "state": status.state.value if status else None,
         "phase": "run",
     }
 

@@ -16,6 +16,7 @@ reliable on NFS. Across hosts, the writes themselves are fenced: :mod:`spark_job
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import json
@@ -24,6 +25,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from spark_jobs.documents import from_json, to_json
 from spark_jobs.layout import JobLayout, StatusFiles
 
 #: Exit code of a driver that found its job already running (spark_jobs/run.py).
@@ -35,14 +37,26 @@ FENCED = 4
 RECORD_BYTES = 512
 
 
+@dataclasses.dataclass(frozen=True)
+class LeaseHolder:
+    """The lease record: who took the lease last (while the lease is held: who holds it)."""
+
+    application_id: str = ""
+    #: the fencing token: every acquisition takes the next one
+    epoch: int = 0
+    pid: int | None = None
+    host: str | None = None
+    acquired_at: str | None = None
+
+
 class JobAlreadyRunning(RuntimeError):
     """Another driver of the same application id holds the lease."""
 
-    def __init__(self, application_id: str, holder: dict) -> None:
+    def __init__(self, application_id: str, holder: LeaseHolder) -> None:
         self.holder = holder
         super().__init__(
-            f"{application_id} is already running (pid {holder.get('pid')} on {holder.get('host')}, "
-            f"epoch {holder.get('epoch')}, since {holder.get('acquired_at')}); not starting a second instance"
+            f"{application_id} is already running (pid {holder.pid} on {holder.host}, "
+            f"epoch {holder.epoch}, since {holder.acquired_at}); not starting a second instance"
         )
 
 
@@ -69,17 +83,17 @@ class JobLease:
             holder = _read(fd)
             os.close(fd)
             raise JobAlreadyRunning(self.application_id, holder) from None
-        self.epoch = int(_read(fd).get("epoch", 0)) + 1
-        record = {
-            "application_id": self.application_id,
-            "epoch": self.epoch,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "acquired_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        }
+        self.epoch = _read(fd).epoch + 1
+        record = LeaseHolder(
+            application_id=self.application_id,
+            epoch=self.epoch,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            acquired_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        )
         # One fixed-size write in place, never truncate-then-write: a driver killed between the two would
         # leave an empty file and the next holder would start the epoch (the fencing token) over at 1.
-        os.pwrite(fd, json.dumps(record).encode().ljust(RECORD_BYTES), 0)
+        os.pwrite(fd, json.dumps(to_json(record)).encode().ljust(RECORD_BYTES), 0)
         if os.fstat(fd).st_size > RECORD_BYTES:  # a record written by an older version
             os.ftruncate(fd, RECORD_BYTES)
         os.fsync(fd)
@@ -100,11 +114,11 @@ class JobLease:
         except FileNotFoundError:
             return 0
         try:
-            return int(_read(fd).get("epoch", 0))
+            return _read(fd).epoch
         finally:
             os.close(fd)
 
-    def holder(self) -> dict | None:
+    def holder(self) -> LeaseHolder | None:
         """Who holds the lease now, or None when nobody does (a supervisor's liveness check)."""
         if not self.path.exists():
             return None
@@ -127,11 +141,12 @@ class JobLease:
         self.release()
 
 
-def _read(fd: int) -> dict:
+def _read(fd: int) -> LeaseHolder:
+    """The lease record (epoch 0: none written yet, or unreadable)."""
     try:
-        return json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return from_json(LeaseHolder, json.loads(os.pread(fd, 4096, 0) or b"{}"))
     except ValueError:
-        return {}
+        return LeaseHolder()
 
 
 @contextlib.contextmanager

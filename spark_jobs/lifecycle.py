@@ -1,10 +1,14 @@
-"""Job lifecycle: Kafka Streams' state listener for a Spark job, published where Airflow can read it.
+"""Job lifecycle: Kafka Streams' state listener for a Spark job (and for its warm standby), published where
+Airflow can read it.
 
-States and legal moves are explicit (a table keyed by name); :meth:`JobStatus.transition_to` is the
-only way to change state and raises on an illegal move. The status, with the latest progress
-numbers, is published as ``<status_dir>/<application_id>.status.json`` (written atomically: temp
-file + rename), which Airflow's supervision reads. The file is the source of truth for "what is this
-job doing right now"; ``updated_at`` tells a reader how fresh it is (a killed driver stops updating it).
+States and legal moves are explicit (:class:`StateMachine`, a table keyed by name); a driver's
+:meth:`JobStatus.transition_to` and the standby's ``SnapshotFollower.transition_to`` are the only ways to
+change state and raise :class:`IllegalTransition` on an illegal move. What a process publishes is a typed
+document both sides share: the driver writes :class:`PublishedStatus` to ``<status_dir>/<application_id>.status.json``
+(atomically: temp file + rename) and Airflow, the jobs page, the state API and the benchmarks read it back
+with :func:`read_status`; the standby's is :class:`StandbyStatus`. The file is the source of truth for "what
+is this job doing right now"; ``updated_at`` tells a reader how fresh it is (a killed driver stops updating
+it), and :func:`published_by_holder` is the one rule that tells a live driver's word from a dead one's.
 """
 
 from __future__ import annotations
@@ -16,10 +20,35 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from spark_jobs.layout import StatusFiles
+from runtime.files import write_json_atomically
+from spark_jobs.documents import from_json, to_json
+from spark_jobs.layout import StatusFiles, standby_status_file
+
+if TYPE_CHECKING:
+    from spark_jobs.lease import LeaseHolder
+
+S = TypeVar("S", bound=enum.Enum)
+
+
+class IllegalTransition(RuntimeError):
+    """A lifecycle move its :class:`StateMachine` does not allow."""
+
+
+class StateMachine(Generic[S]):
+    """Named states and the moves between them: the one guard both the driver and the standby change state through."""
+
+    def __init__(self, kind: str, moves: Mapping[S, Iterable[S]]) -> None:
+        self.kind = kind
+        self.moves: dict[S, frozenset[S]] = {state: frozenset(targets) for state, targets in moves.items()}
+
+    def check(self, who: str, old: S, new: S) -> None:
+        """Raise :class:`IllegalTransition` unless ``old -> new`` is a legal move."""
+        if new not in self.moves[old]:
+            raise IllegalTransition(f"{who}: illegal {self.kind} move {old.value} -> {new.value}")
 
 
 class JobState(str, enum.Enum):
@@ -31,48 +60,97 @@ class JobState(str, enum.Enum):
     ERROR = "ERROR"
 
 
-LEGAL_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.CREATED: frozenset({JobState.RESTORING, JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.ERROR}),
-    JobState.RESTORING: frozenset({JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.ERROR}),
-    JobState.RUNNING: frozenset({JobState.PENDING_SHUTDOWN, JobState.ERROR}),
-    JobState.PENDING_SHUTDOWN: frozenset({JobState.NOT_RUNNING, JobState.ERROR}),
-    JobState.ERROR: frozenset({JobState.PENDING_SHUTDOWN, JobState.NOT_RUNNING}),
-    JobState.NOT_RUNNING: frozenset(),
-}
+JOB_LIFECYCLE: StateMachine[JobState] = StateMachine(
+    "lifecycle",
+    {
+        JobState.CREATED: {JobState.RESTORING, JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.ERROR},
+        JobState.RESTORING: {JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.ERROR},
+        JobState.RUNNING: {JobState.PENDING_SHUTDOWN, JobState.ERROR},
+        JobState.PENDING_SHUTDOWN: {JobState.NOT_RUNNING, JobState.ERROR},
+        JobState.ERROR: {JobState.PENDING_SHUTDOWN, JobState.NOT_RUNNING},
+        JobState.NOT_RUNNING: set(),
+    },
+)
 
 
-class IllegalTransition(RuntimeError):
-    """A lifecycle move not in :data:`LEGAL_TRANSITIONS`."""
+class FollowerState(str, enum.Enum):
+    """The warm standby's states (spark_jobs/standby): it catches up after a start, then follows the head."""
+
+    CREATED = "CREATED"
+    CATCHING_UP = "CATCHING_UP"  # reading the changelog backlog after a start
+    FOLLOWING = "FOLLOWING"  # at the changelog's head, committing every interval
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
 
 
-def progress_summary(progress: dict) -> dict:
-    """The numbers on-call staff and supervision need from one StreamingQueryProgress (as JSON)."""
-    lag: dict[str, int] = {}
-    for source in progress.get("sources") or []:
-        end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
-        for topic, parts in latest.items():
-            for partition, offset in parts.items():
-                lag[f"{topic}-{partition}"] = max(0, int(offset) - int(end.get(topic, {}).get(partition, 0)))
-    operators = progress.get("stateOperators") or []
-    rocksdb = {}
-    for op in operators:
-        for name, value in (op.get("customMetrics") or {}).items():
-            if name.startswith("rocksdb"):
-                rocksdb[name] = rocksdb.get(name, 0) + value
-    return {
-        "batch_id": progress.get("batchId"),
-        "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
-        # where the batch's time went (Spark's phases: getBatch, queryPlanning, addBatch, walCommit, ...)
-        "phase_ms": dict(progress.get("durationMs") or {}),
-        "input_rows": progress.get("numInputRows", 0),
-        "input_rows_per_second": progress.get("inputRowsPerSecond"),
-        "processed_rows_per_second": progress.get("processedRowsPerSecond"),
-        "input_lag": lag,
-        "state_rows": sum(op.get("numRowsTotal", 0) for op in operators),
-        "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in operators),
-        "rocksdb": rocksdb,
-        "progress_at": progress.get("timestamp"),
-    }
+FOLLOWER_LIFECYCLE: StateMachine[FollowerState] = StateMachine(
+    "standby",
+    {
+        FollowerState.CREATED: {FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR},
+        FollowerState.CATCHING_UP: {FollowerState.FOLLOWING, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR},
+        FollowerState.FOLLOWING: {FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR},
+        FollowerState.PENDING_SHUTDOWN: {FollowerState.NOT_RUNNING, FollowerState.ERROR},
+        FollowerState.ERROR: {FollowerState.NOT_RUNNING},
+        FollowerState.NOT_RUNNING: set(),
+    },
+)
+
+
+# -- what a driver publishes ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchProgress:
+    """The numbers on-call staff and supervision need from one StreamingQueryProgress."""
+
+    batch_id: int | None = None
+    batch_duration_ms: int | None = None
+    #: where the batch's time went (Spark's phases: getBatch, queryPlanning, addBatch, walCommit, ...)
+    phase_ms: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    input_rows: int = 0
+    input_rows_per_second: float | None = None
+    processed_rows_per_second: float | None = None
+    #: ``<topic>-<partition>`` -> records not yet read
+    input_lag: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    state_rows: int = 0
+    state_memory_bytes: int = 0
+    rocksdb: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    #: when Spark reported the batch (ISO-8601)
+    progress_at: str | None = None
+
+    @classmethod
+    def of(cls, progress: Mapping) -> BatchProgress:
+        """From Spark's StreamingQueryProgress as JSON (``json.loads(event.progress.json)``)."""
+        lag: dict[str, int] = {}
+        for source in progress.get("sources") or []:
+            end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+            for topic, parts in latest.items():
+                for partition, offset in parts.items():
+                    lag[f"{topic}-{partition}"] = max(0, int(offset) - int(end.get(topic, {}).get(partition, 0)))
+        operators = progress.get("stateOperators") or []
+        rocksdb: dict[str, float] = {}
+        for op in operators:
+            for name, value in (op.get("customMetrics") or {}).items():
+                if name.startswith("rocksdb"):
+                    rocksdb[name] = rocksdb.get(name, 0) + value
+        return cls(
+            batch_id=progress.get("batchId"),
+            batch_duration_ms=(progress.get("durationMs") or {}).get("triggerExecution"),
+            phase_ms=dict(progress.get("durationMs") or {}),
+            input_rows=progress.get("numInputRows", 0),
+            input_rows_per_second=progress.get("inputRowsPerSecond"),
+            processed_rows_per_second=progress.get("processedRowsPerSecond"),
+            input_lag=lag,
+            state_rows=sum(op.get("numRowsTotal", 0) for op in operators),
+            state_memory_bytes=sum(op.get("memoryUsedBytes", 0) for op in operators),
+            rocksdb=rocksdb,
+            progress_at=progress.get("timestamp"),
+        )
+
+    @property
+    def total_lag(self) -> int:
+        return sum(self.input_lag.values())
 
 
 def _offsets(value) -> dict:
@@ -81,20 +159,84 @@ def _offsets(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-@dataclasses.dataclass
-class JobStatus:
-    """The lifecycle of one run of a job version, published to a status file on every change."""
+@dataclasses.dataclass(frozen=True)
+class StoreRestore:
+    """One store's restore in this run: its progress while it reads, then what it restored
+    (``spark_jobs.state.restore.RestoredState.summary``)."""
+
+    topic: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    records_read: int | None = None
+    batch_id: int | None = None
+    keys: int | None = None
+    in_spark: bool | None = None
+    full_replay: bool | None = None
+    snapshot_version: int | None = None
+    snapshot_batch_id: int | None = None
+    changelog_records_read: int | None = None
+    changelog_records_applied: int | None = None
+    input_offsets: Mapping[str, Mapping[int, int]] = dataclasses.field(default_factory=dict)
+    seconds: float | None = None
+    next_batch_id: int | None = None
+    watermark_ms: int | None = None
+    snapshot_rows: int | None = None
+    snapshot_seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotTaken:
+    """The latest Delta state snapshot of a store this run took (``spark_jobs.state.snapshots.SnapshotInfo``)."""
+
+    batch_id: int
+    taken_at: str
+    delta_version: int | None = None
+    rows: int | None = None
+    bytes: int = 0
+    mode: str = "full"
+    base_rows: int | None = None
+    layer_rows: int = 0
+    layers: int = 0
+    #: the rows a reader of the snapshot reads (base and layers)
+    rows_scanned: int | None = None
+
+    @classmethod
+    def of(cls, info) -> SnapshotTaken:
+        """From a ``SnapshotInfo``."""
+        return cls(
+            batch_id=info.batch_id,
+            taken_at=info.taken_at,
+            delta_version=info.delta_version,
+            rows=info.rows,
+            bytes=info.bytes,
+            mode=info.mode,
+            base_rows=info.base_rows,
+            layer_rows=info.layer_rows,
+            layers=info.layers,
+            rows_scanned=info.rows_scanned,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedStatus:
+    """What a driver publishes on every change of its run (:class:`JobStatus`) and Airflow reads (:func:`read_status`)."""
 
     application_id: str
-    path: Path
     state: JobState = JobState.CREATED
-    progress: dict = dataclasses.field(default_factory=dict)
-    restore: dict = dataclasses.field(default_factory=dict)
     error: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    started_at: str | None = None
+    #: when the driver last published (a killed driver stops updating it)
+    updated_at: str | None = None
+    #: the latest micro-batch (None: none finished in this run yet)
+    progress: BatchProgress | None = None
+    #: store -> its restore in this run
+    restore: Mapping[str, StoreRestore] = dataclasses.field(default_factory=dict)
     #: the single-instance lease epoch of this run (spark_jobs/lease.py): which incarnation publishes
     lease_epoch: int | None = None
     #: store -> the latest Delta state snapshot this run took
-    snapshots: dict = dataclasses.field(default_factory=dict)
+    snapshots: Mapping[str, SnapshotTaken] = dataclasses.field(default_factory=dict)
     #: the driver's Spark UI, linked from the Airflow page
     spark_ui: str | None = None
     #: the last time Spark reported the query idle (no new input): alive without progress events
@@ -104,10 +246,34 @@ class JobStatus:
     #: where this driver serves Prometheus metrics (spark_jobs/metrics.py), None: not serving
     metrics_port: int | None = None
     #: dead letters this run wrote, by reason (spark_jobs/dead_letter.py)
-    dead_letters: dict = dataclasses.field(default_factory=dict)
+    dead_letters: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def batch_id(self) -> int | None:
+        """The latest micro-batch's id (None: none finished in this run yet)."""
+        return self.progress.batch_id if self.progress else None
+
+
+@dataclasses.dataclass
+class JobStatus:
+    """The lifecycle of one run of a job version, published as a :class:`PublishedStatus` on every change."""
+
+    application_id: str
+    path: Path
+    state: JobState = JobState.CREATED
+    progress: BatchProgress | None = None
+    restore: dict[str, StoreRestore] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+    lease_epoch: int | None = None
+    snapshots: dict[str, SnapshotTaken] = dataclasses.field(default_factory=dict)
+    spark_ui: str | None = None
+    idle_at: str | None = None
+    first_batch_id: int | None = None
+    metrics_port: int | None = None
+    dead_letters: dict[str, int] = dataclasses.field(default_factory=dict)
     listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
     #: called with every document published, under the status lock (the driver's metrics follow it)
-    publish_listeners: list[Callable[[dict], None]] = dataclasses.field(default_factory=list)
+    publish_listeners: list[Callable[[PublishedStatus], None]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -117,8 +283,7 @@ class JobStatus:
     def transition_to(self, new: JobState, error: str | None = None) -> None:
         with self._lock:
             old = self.state
-            if new not in LEGAL_TRANSITIONS[old]:
-                raise IllegalTransition(f"{self.application_id}: illegal lifecycle move {old.value} -> {new.value}")
+            JOB_LIFECYCLE.check(self.application_id, old, new)
             self.state = new
             if error:
                 self.error = error
@@ -126,11 +291,12 @@ class JobStatus:
         for listener in self.listeners:  # outside the lock, as Kafka Streams does
             listener(old, new)
 
-    def record_progress(self, progress: dict) -> None:
+    def record_progress(self, progress: Mapping) -> None:
+        """Spark's StreamingQueryProgress (as JSON) of the latest micro-batch."""
         with self._lock:
-            self.progress = progress_summary(progress)
+            self.progress = BatchProgress.of(progress)
             if self.first_batch_id is None:
-                self.first_batch_id = self.progress.get("batch_id")
+                self.first_batch_id = self.progress.batch_id
             self._publish_locked()
 
     def record_idle(self, timestamp: str) -> None:
@@ -139,8 +305,12 @@ class JobStatus:
             self._publish_locked()
 
     def record_restore_progress(self, store: str, **numbers: object) -> None:
+        """``numbers``: fields of :class:`StoreRestore` (a misspelt one raises)."""
         with self._lock:
-            self.restore = {**self.restore, store: {**self.restore.get(store, {}), **numbers}}
+            self.restore = {
+                **self.restore,
+                store: dataclasses.replace(self.restore.get(store, StoreRestore()), **numbers),
+            }
             self._publish_locked()
 
     def record_dead_letters(self, counts: Mapping[str, int]) -> None:
@@ -150,7 +320,7 @@ class JobStatus:
             }
             self._publish_locked()
 
-    def record_snapshot(self, store: str, snapshot: dict) -> None:
+    def record_snapshot(self, store: str, snapshot: SnapshotTaken) -> None:
         with self._lock:
             self.snapshots = {**self.snapshots, store: snapshot}
             self._publish_locked()
@@ -159,67 +329,124 @@ class JobStatus:
         with self._lock:
             self._publish_locked()
 
+    def document(self) -> PublishedStatus:
+        return PublishedStatus(
+            application_id=self.application_id,
+            state=self.state,
+            error=self.error,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=self.started_at,
+            updated_at=_now(),
+            progress=self.progress,
+            restore=dict(self.restore),
+            lease_epoch=self.lease_epoch,
+            snapshots=dict(self.snapshots),
+            spark_ui=self.spark_ui,
+            idle_at=self.idle_at,
+            first_batch_id=self.first_batch_id,
+            metrics_port=self.metrics_port,
+            dead_letters=dict(self.dead_letters),
+        )
+
     def _publish_locked(self) -> None:
-        document = {
-            "application_id": self.application_id,
-            "state": self.state.value,
-            "error": self.error,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started_at": self.started_at,
-            "updated_at": _now(),
-            "progress": self.progress,
-            "restore": self.restore,
-            "lease_epoch": self.lease_epoch,
-            "snapshots": self.snapshots,
-            "spark_ui": self.spark_ui,
-            "idle_at": self.idle_at,
-            "first_batch_id": self.first_batch_id,
-            "metrics_port": self.metrics_port,
-            "dead_letters": self.dead_letters,
-        }
+        document = self.document()
         for listener in self.publish_listeners:
             listener(document)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(document, indent=2, sort_keys=True))
-        tmp.replace(self.path)
+        write_json_atomically(self.path, to_json(document))
 
 
 def status_path(status_dir: Path, application_id: str) -> Path:
     return StatusFiles(status_dir, application_id).lifecycle
 
 
-def read_status(status_dir: Path, application_id: str) -> dict | None:
+def read_status(status_dir: Path, application_id: str) -> PublishedStatus | None:
     """What Airflow calls: the published status, or None when the job never ran here."""
     try:
-        return json.loads(status_path(status_dir, application_id).read_text())
+        return from_json(PublishedStatus, json.loads(status_path(status_dir, application_id).read_text()))
     except FileNotFoundError:
         return None
 
+
+# -- what the standby publishes ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StandbyStoreView:
+    """How far one store's snapshot is behind its changelog, as the standby last saw it."""
+
+    topic: str
+    #: the batch of the standby's newest snapshot (None: none yet)
+    batch_id: int | None = None
+    snapshot_version: int | None = None
+    rows: int | None = 0
+    as_of_ms: int = 0
+    #: how long the oldest change missing from the snapshot has waited
+    lag_ms: int = 0
+    lag_records: int = 0
+    pending_keys: int = 0
+    commits: int = 0
+    at_head: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StandbyStatus:
+    """What the warm standby publishes (``<application_id>.standby.json``) and Airflow reads (:func:`read_standby_status`)."""
+
+    application_id: str
+    state: FollowerState = FollowerState.CREATED
+    error: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    lease_epoch: int | None = None
+    started_at: str | None = None
+    updated_at: str | None = None
+    #: the lag the standby keeps under (``standby_max_lag_s``)
+    max_lag_ms: int = 0
+    #: the largest of its stores' lags
+    lag_ms: int = 0
+    #: Kafka errors waited out
+    transient_kafka_errors: int = 0
+    metrics_port: int | None = None
+    stores: Mapping[str, StandbyStoreView] = dataclasses.field(default_factory=dict)
+
+
+def write_standby_status(status_dir: Path, status: StandbyStatus) -> None:
+    write_json_atomically(standby_status_file(status_dir, status.application_id), to_json(status))
+
+
+def read_standby_status(status_dir: Path, application_id: str) -> StandbyStatus | None:
+    """The standby's last published status, or None when no standby of ``application_id`` ever ran here."""
+    try:
+        return from_json(StandbyStatus, json.loads(standby_status_file(status_dir, application_id).read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+# -- how a reader sees a driver ------------------------------------------------------------------------------
 
 #: the state of a job version that has no status here: no driver of it ever published one
 NEVER_RAN = "NEVER_RAN"
 
 
-def published_by_holder(status: Mapping | None, holder: Mapping | None) -> bool:
-    """The one liveness rule: ``status`` (a published status document) is the word of the driver that holds the
-    job version's lease now (``holder``, see :meth:`spark_jobs.lease.JobLease.holder`). A killed driver's
-    last status says RUNNING forever; the kernel drops its lease when it dies, and the lease's epoch tells a
-    new driver's status from the one its predecessor left."""
-    if not status or holder is None or status.get("lease_epoch") is None:
+def published_by_holder(status: PublishedStatus | StandbyStatus | None, holder: LeaseHolder | None) -> bool:
+    """The one liveness rule: ``status`` (a published status document) is the word of the process that holds
+    the lease now (``holder``, see :meth:`spark_jobs.lease.JobLease.holder`). A killed driver's last status
+    says RUNNING forever; the kernel drops its lease when it dies, and the lease's epoch tells a new driver's
+    status from the one its predecessor left."""
+    if status is None or holder is None or status.lease_epoch is None:
         return False
-    return status.get("lease_epoch") == holder.get("epoch")
+    return status.lease_epoch == holder.epoch
 
 
 @dataclasses.dataclass(frozen=True)
 class DriverView:
     """One look at a job version's driver: its published status and the lease's holder, read together."""
 
-    #: the published status document (None: no driver ever published one here)
-    status: Mapping | None
+    #: the published status (None: no driver ever published one here)
+    status: PublishedStatus | None
     #: the lease's holder (None: no driver runs)
-    holder: Mapping | None
+    holder: LeaseHolder | None
 
     @property
     def alive(self) -> bool:
@@ -231,7 +458,7 @@ class DriverView:
         """What the job is doing now: its published state while its driver holds the lease, else
         ``NOT_RUNNING`` (:data:`NEVER_RAN` without a status)."""
         if self.alive:
-            return self.status.get("state") or JobState.CREATED.value
+            return self.status.state.value
         return JobState.NOT_RUNNING.value if self.status else NEVER_RAN
 
     def summary(self) -> str:
@@ -240,13 +467,13 @@ class DriverView:
         lease and has not published yet."""
         if self.status is None:
             return NEVER_RAN if self.holder is None else "STARTING"
-        batch = (self.status.get("progress") or {}).get("batch_id")
+        batch = self.status.batch_id
         at = f" at batch {batch}" if batch is not None else ""
         if self.alive:
             return f"{self.state}{at}"
         if self.holder is not None:
-            return f"STARTING (the previous driver's last state: {self.status.get('state')}{at})"
-        return f"DOWN since {self.status.get('updated_at')}, last {self.status.get('state')}{at}"
+            return f"STARTING (the previous driver's last state: {self.status.state.value}{at})"
+        return f"DOWN since {self.status.updated_at}, last {self.status.state.value}{at}"
 
 
 def observe_driver(status_dir: Path, application_id: str) -> DriverView:

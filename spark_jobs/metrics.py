@@ -47,7 +47,7 @@ from prometheus_client.registry import Collector
 from runtime.kafka_connection import KafkaTarget
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import partition_offsets
-from spark_jobs.lifecycle import JobState
+from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus
 
 log = logging.getLogger("streamstate.metrics")
 
@@ -128,32 +128,35 @@ class DriverMetrics:
     def close(self) -> None:
         REGISTRY.unregister(self._dead_letters)
 
-    def update(self, status: dict) -> None:
+    def update(self, status: PublishedStatus) -> None:
         app = self.application_id
         for state in JobState:
-            JOB_STATE.labels(app, state.value).set(1 if status.get("state") == state.value else 0)
-        progress = status.get("progress") or {}
-        _set(BATCH_ID.labels(app), progress.get("batch_id"))
-        duration_ms = progress.get("batch_duration_ms")
+            JOB_STATE.labels(app, state.value).set(1 if status.state is state else 0)
+        progress = status.progress or BatchProgress()
+        _set(BATCH_ID.labels(app), progress.batch_id)
+        duration_ms = progress.batch_duration_ms
         _set(BATCH_SECONDS.labels(app), duration_ms / 1000 if duration_ms is not None else None)
-        _set(INPUT_RATE.labels(app), progress.get("input_rows_per_second"))
-        _set(PROCESSED_RATE.labels(app), progress.get("processed_rows_per_second"))
-        lag = progress.get("input_lag") or {}
+        _set(INPUT_RATE.labels(app), progress.input_rows_per_second)
+        _set(PROCESSED_RATE.labels(app), progress.processed_rows_per_second)
+        lag = progress.input_lag
         for partition in self._lag_partitions - set(lag):
             INPUT_LAG.remove(app, partition)
         for partition, records in lag.items():
             INPUT_LAG.labels(app, partition).set(records)
         self._lag_partitions = set(lag)
-        _set(STATE_ROWS.labels(app), progress.get("state_rows"))
-        _set(STATE_MEMORY.labels(app), progress.get("state_memory_bytes"))
-        for store, restore in (status.get("restore") or {}).items():
-            _set(RESTORE_READ.labels(app, store), restore.get("records_read"))
-        for reason, records in (status.get("dead_letters") or {}).items():
+        if status.progress is not None:
+            _set(STATE_ROWS.labels(app), progress.state_rows)
+            _set(STATE_MEMORY.labels(app), progress.state_memory_bytes)
+        for store, restore in status.restore.items():
+            _set(RESTORE_READ.labels(app, store), restore.records_read)
+        for reason, records in status.dead_letters.items():
             DEAD_LETTERS_WRITTEN.labels(app, reason).set(records)
-        for store, snapshot in (status.get("snapshots") or {}).items():
-            _set(SNAPSHOT_ROWS.labels(app, store), snapshot.get("rows_scanned", snapshot.get("rows")))
-            if snapshot.get("taken_at"):
-                SNAPSHOT_TAKEN.labels(app, store).set(dt.datetime.fromisoformat(snapshot["taken_at"]).timestamp())
+        for store, snapshot in status.snapshots.items():
+            _set(
+                SNAPSHOT_ROWS.labels(app, store),
+                snapshot.rows_scanned if snapshot.rows_scanned is not None else snapshot.rows,
+            )
+            SNAPSHOT_TAKEN.labels(app, store).set(dt.datetime.fromisoformat(snapshot.taken_at).timestamp())
 
 
 def _set(gauge, value) -> None:

@@ -27,7 +27,7 @@ from spark_jobs import failpoints
 from spark_jobs.context import JobContext
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import ALREADY_RUNNING, FENCED, JobAlreadyRunning, JobLease
-from spark_jobs.lifecycle import JobState, JobStatus, status_path
+from spark_jobs.lifecycle import JobState, JobStatus, SnapshotTaken, StoreRestore, status_path
 from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session, session_conf
@@ -56,7 +56,7 @@ class RunReport:
     output: str = ""
     error: str | None = None
     #: store -> restore summary, when the run started without a usable checkpoint
-    restores: dict = dataclasses.field(default_factory=dict)
+    restores: dict[str, StoreRestore] = dataclasses.field(default_factory=dict)
     #: where an unusable checkpoint was moved (and why), when one was found
     quarantined_checkpoint: dict | None = None
     #: the single-instance lease epoch this run held
@@ -185,23 +185,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
             check(spec)
         status.spark_ui = spark.sparkContext.uiWebUrl
         context = JobContext(spark, spec, settings)
-        context.snapshot_listeners.append(
-            lambda store, snap: status.record_snapshot(
-                store,
-                {
-                    "batch_id": snap.batch_id,
-                    "rows": snap.rows,
-                    "bytes": snap.bytes,
-                    "mode": snap.mode,
-                    "base_rows": snap.base_rows,
-                    "layer_rows": snap.layer_rows,
-                    "layers": snap.layers,
-                    "rows_scanned": snap.rows_scanned,
-                    "taken_at": snap.taken_at,
-                    "delta_version": snap.delta_version,
-                },
-            )
-        )
+        context.snapshot_listeners.append(lambda store, snap: status.record_snapshot(store, SnapshotTaken.of(snap)))
         context.dead_letter_listeners.append(status.record_dead_letters)
         context.ensure_changelog_topics()
         if context.repartitioner is not None:
@@ -212,7 +196,8 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         if spec.stores and latest_batch_id(context.checkpoint) is None:
             status.transition_to(JobState.RESTORING)
         restores = restore_if_needed(context, StatusRestoreListener(status, settings.status_dir))
-        status.restore = {name: {**status.restore.get(name, {}), **r.summary()} for name, r in restores.items()}
+        for name, restored in restores.items():
+            status.record_restore_progress(name, **restored.summary())
         set_aside_new_query_leftovers(context)
     except Exception as err:
         status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")

@@ -81,8 +81,8 @@ def stop_job_processes(settings: Settings, timeout_s: float = 90.0) -> list[str]
     running = {}
     for name in names:
         holder = JobLease(settings.status_dir, name).holder()
-        if holder is not None and holder.get("host") == socket.gethostname():
-            running[name] = int(holder["pid"])
+        if holder is not None and holder.host == socket.gethostname():
+            running[name] = holder.pid
     for pid in running.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

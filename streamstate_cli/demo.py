@@ -246,14 +246,8 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
         for i in range(steps):
             chunk = batch[i * len(batch) // steps : (i + 1) * len(batch) // steps]
             purchases.produce(settings.kafka, spec.source_topic, chunk)
-            lag = sum(
-                (
-                    ((read_status(settings.status_dir, spec.application_id) or {}).get("progress") or {}).get(
-                        "input_lag"
-                    )
-                    or {}
-                ).values()
-            )
+            status = read_status(settings.status_dir, spec.application_id)
+            lag = status.progress.total_lag if status and status.progress else 0
             progress.update(task, advance=len(chunk), description=f"producing (the job's input lag: {lag:,})")
             time.sleep(1)
     console.print(

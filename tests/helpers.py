@@ -195,13 +195,12 @@ def driver_pids(application_id: str) -> set[int]:
 
 def driver_diagnosis(settings, application_id: str) -> str:
     """What a timed-out wait on a driver shows: its lease, status and the tail of its newest log."""
-    status = read_status(settings.status_dir, application_id) or {}
+    status = read_status(settings.status_dir, application_id)
     logs = sorted((settings.logs_dir / "jobs").glob(f"{application_id}-*.log"), key=lambda p: p.stat().st_mtime)
     tail = logs[-1].read_text(errors="replace")[-3000:] if logs else "(no driver log)"
     return (
         f"lease: {JobLease(settings.status_dir, application_id).holder()}\n"
-        f"status: state={status.get('state')} error={status.get('error')} progress={status.get('progress')} "
-        f"idle_at={status.get('idle_at')}\n"
+        f"status: {status}\n"
         f"newest driver log ({logs[-1].name if logs else '-'}):\n{tail}"
     )
 

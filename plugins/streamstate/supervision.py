@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from spark_jobs.layout import StatusFiles, dead_letter_topic_name
-from spark_jobs.lease import FENCED
-from spark_jobs.lifecycle import published_by_holder
+from spark_jobs.lease import FENCED, LeaseHolder
+from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, published_by_holder
 from spark_jobs.registry import JobSpec
 
 DESIRED_RUNNING = "running"
@@ -118,9 +118,9 @@ class Observation:
 
     now: float
     #: the lease holder record (spark_jobs/lease.py), None when no driver holds the lease
-    holder: dict | None
-    #: the job's status file (spark_jobs/lifecycle.py), None when it never ran here
-    status: dict | None
+    holder: LeaseHolder | None
+    #: the job's published status (spark_jobs/lifecycle.py), None when it never ran here
+    status: PublishedStatus | None
     #: whether the process that ran the last launch is still alive
     launcher_alive: bool = False
     #: total records in the dead-letter topic, None when unknown (topic missing, Kafka down)
@@ -163,7 +163,7 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
         return Assessment(
             state,
             "none",
-            f"driver pid {seen.holder.get('pid')} holds lease epoch {seen.holder.get('epoch')}",
+            f"driver pid {seen.holder.pid} holds lease epoch {seen.holder.epoch}",
             tuple(conditions + metric_conditions),
         )
     if record.desired == DESIRED_STOPPED:
@@ -182,13 +182,13 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
         # Another driver of this version (another host, another Airflow) claimed it and refused this one's
         # writes. Restarting here would fence that one in turn, and its supervisor would restart it: the
         # version would move between hosts forever. Whoever started the other driver owns the job now.
-        error = (seen.status or {}).get("error") or "another driver claimed this job version"
+        error = (seen.status and seen.status.error) or "another driver claimed this job version"
         conditions.append(
             Condition(
                 "taken_over",
                 "warning",
                 f"{spec.application_id} was taken over by another driver: {error}",
-                {"exit_code": FENCED, "last_update": (seen.status or {}).get("updated_at")},
+                {"exit_code": FENCED, "last_update": seen.status.updated_at if seen.status else None},
                 "Nothing to do if the job is meant to run where that driver runs; supervision here no longer "
                 f"restarts it. To run it here again, trigger the start_streaming_job DAG with job={spec.name} "
                 "(its driver fences the other one).",
@@ -198,7 +198,7 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
 
     recent = record.launches_since(max(seen.now - policy.crash_loop_window_s, record.restarts_reset_at or 0.0))
     ran_before = seen.status is not None or bool(record.launches)  # (a launch in flight returned above)
-    error = (seen.status or {}).get("error") or (last.error if last else None)
+    error = (seen.status and seen.status.error) or (last.error if last else None)
     where = f" Driver log: {last.log}." if last and last.log else log_hint
     if ran_before:
         conditions.append(
@@ -206,11 +206,11 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
                 "down",
                 "error",
                 f"{spec.application_id} is not running (last state "
-                f"{(seen.status or {}).get('state', 'unknown')}{'; ' + error if error else ''})",
+                f"{seen.status.state.value if seen.status else 'unknown'}{'; ' + error if error else ''})",
                 {
                     "restarts_in_window": len(recent),
                     "max_restarts": policy.crash_loop_restarts,
-                    "last_update": (seen.status or {}).get("updated_at"),
+                    "last_update": seen.status.updated_at if seen.status else None,
                 },
                 "Supervision restarts it with backoff; nothing to do unless it keeps failing." + where,
             )
@@ -243,16 +243,16 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
 
 def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
     policy = spec.supervision
-    status = seen.status or {}
-    if not published_by_holder(seen.status, seen.holder):
+    status = seen.status
+    if status is None or not published_by_holder(status, seen.holder):
         return "starting", []  # the new driver has not published yet
-    state = status.get("state", "CREATED")
+    state = status.state
     conditions: list[Condition] = []
-    progress = status.get("progress") or {}
-    if state == "RESTORING":
+    progress = status.progress or BatchProgress()
+    if state is JobState.RESTORING:
         started = min(
-            (_ts(r.get("started_at")) for r in (status.get("restore") or {}).values() if r.get("started_at")),
-            default=_ts(status.get("started_at")),
+            (_ts(r.started_at) for r in status.restore.values() if r.started_at),
+            default=_ts(status.started_at),
         )
         if started and seen.now - started > policy.restore_budget_s:
             conditions.append(
@@ -263,14 +263,14 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
                     {
                         "elapsed_s": round(seen.now - started),
                         "budget_s": policy.restore_budget_s,
-                        "records_read": {s: r.get("records_read") for s, r in (status.get("restore") or {}).items()},
+                        "records_read": {s: r.records_read for s, r in status.restore.items()},
                     },
                     "Let it finish; if restores keep exceeding the budget, snapshot more often "
                     "(snapshot_every_batches) or compact the changelog.",
                 )
             )
         return "restoring", conditions
-    restore_s = sum(float(r.get("seconds") or 0) for r in (status.get("restore") or {}).values())
+    restore_s = sum(r.seconds or 0.0 for r in status.restore.values())
     if restore_s > policy.restore_budget_s:
         conditions.append(
             Condition(
@@ -281,9 +281,9 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
                 "Snapshot more often (snapshot_every_batches) or compact the changelog so the next restore is faster.",
             )
         )
-    if state != "RUNNING":
-        return state.lower(), conditions
-    lag = sum((progress.get("input_lag") or {}).values())
+    if state is not JobState.RUNNING:
+        return state.value.lower(), conditions
+    lag = progress.total_lag
     if lag > policy.max_input_lag_records:
         conditions.append(
             Condition(
@@ -293,15 +293,15 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
                 {
                     "lag_records": lag,
                     "threshold": policy.max_input_lag_records,
-                    "processed_rows_per_second": progress.get("processed_rows_per_second"),
+                    "processed_rows_per_second": progress.processed_rows_per_second,
                 },
                 "Check the batch duration and the Spark UI; add executors/partitions if the input rate outgrew the job.",
             )
         )
-    duration_s = (progress.get("batch_duration_ms") or 0) / 1000
+    duration_s = (progress.batch_duration_ms or 0) / 1000
     # The first batch after a (re)start replays or catches up on a cold JVM: not a slow job. A hung
     # one is caught by no_progress.
-    catching_up = progress.get("batch_id") is not None and progress.get("batch_id") == status.get("first_batch_id")
+    catching_up = progress.batch_id is not None and progress.batch_id == status.first_batch_id
     if duration_s > policy.batch_duration_budget_s and not catching_up:
         conditions.append(
             Condition(
@@ -311,14 +311,14 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
                 {
                     "batch_duration_s": duration_s,
                     "budget_s": policy.batch_duration_budget_s,
-                    "batch_id": progress.get("batch_id"),
+                    "batch_id": progress.batch_id,
                 },
                 "Look at the batch in the Spark UI (state store, shuffle, output MERGE); raise the budget only if expected.",
             )
         )
     quiet_limit = max(120.0, policy.no_progress_triggers * spec.trigger_interval_s)
     last_sign = max(
-        filter(None, (_ts(progress.get("progress_at")), _ts(status.get("idle_at")), _ts(status.get("started_at")))),
+        filter(None, (_ts(progress.progress_at), _ts(status.idle_at), _ts(status.started_at))),
         default=None,
     )
     if last_sign is not None and seen.now - last_sign > quiet_limit:
@@ -330,7 +330,7 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
                 {
                     "silent_s": round(seen.now - last_sign),
                     "limit_s": quiet_limit,
-                    "last_batch_id": progress.get("batch_id"),
+                    "last_batch_id": progress.batch_id,
                 },
                 "The driver holds its lease but makes no progress (a hung batch?). Check the Spark UI and the driver log; "
                 "stop it with the stop_streaming_job DAG and supervision starts it again.",
@@ -340,12 +340,12 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
     return "running", conditions
 
 
-def _wrong_key_conditions(spec: JobSpec, status: dict) -> list[Condition]:
+def _wrong_key_conditions(spec: JobSpec, status: PublishedStatus) -> list[Condition]:
     """Records of the running driver's source whose Kafka key is not their key field: refused, never applied
     (spark_jobs/dead_letter.py), so the job's answers leave them out until the source is keyed or re-keyed."""
     from spark_jobs.dead_letter import WRONG_KEY  # pyspark: not at DAG parse time
 
-    refused = (status.get("dead_letters") or {}).get(WRONG_KEY, 0)
+    refused = status.dead_letters.get(WRONG_KEY, 0)
     if not refused:
         return []
     return [

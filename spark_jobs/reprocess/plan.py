@@ -27,7 +27,7 @@ from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
+from spark_jobs.lease import JobLease, LeaseHolder
 from spark_jobs.registry import JobSpec, JobSpecError, get_job, registered_versions
 from spark_jobs.reprocess.positions import BadStartPosition, StartPosition
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets, latest_committed_batch_id
@@ -274,8 +274,8 @@ def _sizes(settings: Settings, spec: JobSpec):
     return art, bootstrap, present
 
 
-def _holder_text(holder: dict | None) -> str:
-    return f"running, pid {holder.get('pid')} on {holder.get('host')}" if holder else "not running"
+def _holder_text(holder: LeaseHolder | None) -> str:
+    return f"running, pid {holder.pid} on {holder.host}" if holder else "not running"
 
 
 def _migrate_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
@@ -354,7 +354,7 @@ def _side_by_side_actions(
             "start" if holder is None else "keep",
             "driver",
             target.application_id,
-            "" if holder is None else f"running, pid {holder.get('pid')}",
+            "" if holder is None else f"running, pid {holder.pid}",
             f"consumer group prefix {target.application_id}",
         )
     )

@@ -87,9 +87,7 @@ def purge_version(settings: Settings, job: str, version: int, *, by: str, run_id
             deleted = _delete_everything(settings, layout)
             versions.mark_purged(job, version, by=by, run_id=run_id)
     except JobAlreadyRunning as err:
-        raise RuntimeError(
-            f"{err.holder.get('application_id')} runs (pid {err.holder.get('pid')}); stop it before purging"
-        ) from None
+        raise RuntimeError(f"{err.holder.application_id} runs (pid {err.holder.pid}); stop it before purging") from None
     # The lease files go last, once released: while held they kept the version from starting.
     for status_files in (layout.driver, layout.standby):
         status_files.lease.unlink(missing_ok=True)

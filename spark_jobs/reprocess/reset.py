@@ -38,8 +38,8 @@ def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
             return _reset(settings, plan, layout)
     except JobAlreadyRunning as err:
         raise ResetRefused(
-            f"{err.holder.get('application_id')} is held by pid {err.holder.get('pid')} on "
-            f"{err.holder.get('host')} (lease epoch {err.holder.get('epoch')}); stop it first - "
+            f"{err.holder.application_id} is held by pid {err.holder.pid} on "
+            f"{err.holder.host} (lease epoch {err.holder.epoch}); stop it first - "
             "nothing was touched"
         ) from None
 

@@ -1,5 +1,8 @@
-"""Warm standby: snapshot followers that keep each store's Delta snapshot within a bounded lag of its changelog."""
+"""Warm standby: snapshot followers that keep each store's Delta snapshot within a bounded lag of its changelog.
 
-from spark_jobs.standby.follower import SnapshotFollower, StoreFollower, read_standby_status, standby_running
+What the standby publishes (``StandbyStatus``, ``read_standby_status``) lives in :mod:`spark_jobs.lifecycle`,
+beside the driver's: Airflow reads it without importing the follower."""
 
-__all__ = ["SnapshotFollower", "StoreFollower", "read_standby_status", "standby_running"]
+from spark_jobs.standby.follower import SnapshotFollower, StoreFollower, standby_running
+
+__all__ = ["SnapshotFollower", "StoreFollower", "standby_running"]

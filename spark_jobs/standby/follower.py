@@ -22,7 +22,6 @@ gauges; the supervise DAG starts it and restarts it when it dies, like a job.
 from __future__ import annotations
 
 import datetime as dt
-import enum
 import json
 import logging
 import os
@@ -36,8 +35,15 @@ from prometheus_client import Counter, Gauge
 
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import is_transient
-from spark_jobs.layout import JobLayout, standby_name, standby_status_file
-from spark_jobs.lease import JobLease
+from spark_jobs.layout import JobLayout, standby_name
+from spark_jobs.lease import JobLease, LeaseHolder
+from spark_jobs.lifecycle import (
+    FOLLOWER_LIFECYCLE,
+    FollowerState,
+    StandbyStatus,
+    StandbyStoreView,
+    write_standby_status,
+)
 from spark_jobs.registry import JobSpec
 from spark_jobs.state.changelog_reader import ChangelogMissing, ChangelogTail, CompleteBatches
 from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore
@@ -60,45 +66,9 @@ STANDBY_COMMITS = Counter(
 standby_id = standby_name  # the follower's lease and status name (spark_jobs.layout)
 
 
-def standby_status_path(status_dir: Path, application_id: str) -> Path:
-    return standby_status_file(status_dir, application_id)
-
-
-def read_standby_status(status_dir: Path, application_id: str) -> dict | None:
-    try:
-        return json.loads(standby_status_path(status_dir, application_id).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def standby_running(status_dir: Path, application_id: str) -> dict | None:
+def standby_running(status_dir: Path, application_id: str) -> LeaseHolder | None:
     """The live follower's lease holder (pid, host, epoch), or None."""
     return JobLease(status_dir, standby_id(application_id)).holder()
-
-
-class FollowerState(str, enum.Enum):
-    CREATED = "CREATED"
-    #: reading the changelog backlog after a start
-    CATCHING_UP = "CATCHING_UP"
-    #: at the changelog's head, committing every interval
-    FOLLOWING = "FOLLOWING"
-    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
-    NOT_RUNNING = "NOT_RUNNING"
-    ERROR = "ERROR"
-
-
-LEGAL_TRANSITIONS: dict[FollowerState, frozenset[FollowerState]] = {
-    FollowerState.CREATED: frozenset({FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}),
-    FollowerState.CATCHING_UP: frozenset(
-        {FollowerState.FOLLOWING, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}
-    ),
-    FollowerState.FOLLOWING: frozenset(
-        {FollowerState.CATCHING_UP, FollowerState.PENDING_SHUTDOWN, FollowerState.ERROR}
-    ),
-    FollowerState.PENDING_SHUTDOWN: frozenset({FollowerState.NOT_RUNNING, FollowerState.ERROR}),
-    FollowerState.ERROR: frozenset({FollowerState.NOT_RUNNING}),
-    FollowerState.NOT_RUNNING: frozenset(),
-}
 
 
 def _now_ms() -> int:
@@ -221,20 +191,20 @@ class StoreFollower:
         STANDBY_COMMITS.labels(self.application_id, self.store).inc()
         return self.snapshot
 
-    def view(self) -> dict:
+    def view(self) -> StandbyStoreView:
         snap = self.snapshot
-        return {
-            "topic": self.topic,
-            "batch_id": snap.batch_id if snap else None,
-            "snapshot_version": snap.delta_version if snap else None,
-            "rows": snap.rows if snap else 0,
-            "as_of_ms": snap.as_of_ms if snap else 0,
-            "lag_ms": self.lag_ms(),
-            "lag_records": self.lag_records,
-            "pending_keys": len(self.pending),
-            "commits": self.commits,
-            "at_head": self.at_head,
-        }
+        return StandbyStoreView(
+            topic=self.topic,
+            batch_id=snap.batch_id if snap else None,
+            snapshot_version=snap.delta_version if snap else None,
+            rows=snap.rows if snap else 0,
+            as_of_ms=snap.as_of_ms if snap else 0,
+            lag_ms=self.lag_ms(),
+            lag_records=self.lag_records,
+            pending_keys=len(self.pending),
+            commits=self.commits,
+            at_head=self.at_head,
+        )
 
     def close(self) -> None:
         if self.tail is not None:
@@ -263,10 +233,7 @@ class SnapshotFollower:
         self._published = 0.0
 
     def transition_to(self, new: FollowerState, error: str | None = None) -> None:
-        if new not in LEGAL_TRANSITIONS[self.state]:
-            raise RuntimeError(
-                f"{standby_id(self.spec.application_id)}: illegal move {self.state.value} -> {new.value}"
-            )
+        FOLLOWER_LIFECYCLE.check(standby_id(self.spec.application_id), self.state, new)
         log.info(
             json.dumps(
                 {
@@ -372,23 +339,19 @@ class SnapshotFollower:
         if not force and time.monotonic() - self._published < 1.0:
             return
         self._published = time.monotonic()
-        document = {
-            "application_id": self.spec.application_id,
-            "state": self.state.value,
-            "error": self.error,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "lease_epoch": self.lease.epoch,
-            "started_at": self.started_at,
-            "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-            "max_lag_ms": int(self.settings.standby_max_lag_s * 1000),
-            "lag_ms": self._lag_ms(),
-            "transient_kafka_errors": self.transient_errors,
-            "metrics_port": self.metrics_port,
-            "stores": {name: f.view() for name, f in self.stores.items()},
-        }
-        path = standby_status_path(self.settings.status_dir, self.spec.application_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(document, indent=2, sort_keys=True))
-        tmp.replace(path)
+        status = StandbyStatus(
+            application_id=self.spec.application_id,
+            state=self.state,
+            error=self.error,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            lease_epoch=self.lease.epoch,
+            started_at=self.started_at,
+            updated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
+            max_lag_ms=int(self.settings.standby_max_lag_s * 1000),
+            lag_ms=self._lag_ms(),
+            transient_kafka_errors=self.transient_errors,
+            metrics_port=self.metrics_port,
+            stores={name: f.view() for name, f in self.stores.items()},
+        )
+        write_standby_status(self.settings.status_dir, status)

@@ -216,8 +216,8 @@ def audit_store(
     errors = [r["error"] for r in checkpoint_rows if r.get("error")]
     readable = [r for r in checkpoint_rows if not r.get("error")]
     layout = JobLayout.of(spec, settings)
-    status = read_status(settings.status_dir, spec.application_id) or {}
-    progress = status.get("progress") or {}
+    status = read_status(settings.status_dir, spec.application_id)
+    progress = status.progress if status else None
     row: dict = {
         "run_id": run_id,
         "audited_at": dt.datetime.now(dt.UTC),
@@ -227,7 +227,7 @@ def audit_store(
         "store": store.name,
         "kind": store.kind,
         "checkpoint_bytes": layout.checkpoint.size_bytes(),
-        "memory_bytes": progress.get("state_memory_bytes"),
+        "memory_bytes": progress.state_memory_bytes if progress else None,
     }
     if readable:
         row.update(
@@ -242,8 +242,8 @@ def audit_store(
                 }
             ),
         )
-    elif progress.get("state_rows") is not None:
-        row.update(state_rows=progress["state_rows"], state_rows_source="progress")
+    elif progress is not None:
+        row.update(state_rows=progress.state_rows, state_rows_source="progress")
     else:
         row["state_rows_source"] = "none"
 

@@ -49,7 +49,7 @@ from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators.purchases import produce
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.lifecycle import observe_driver, read_status
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.audit import audit_rows
 from spark_jobs.reprocess.compare import diffs_table, reports_table
@@ -283,10 +283,10 @@ def _launch_phase(settings: Settings, procs: Stack, spec, launches_before: int) 
         return "spark-submit started, launch not recorded yet" if started else "before the launch (nothing started)"
     if holder is None:
         return "launch recorded, driver starting (before the lease)"
-    status = read_status(settings.status_dir, spec.application_id) or {}
-    if status.get("lease_epoch") != holder.get("epoch"):
+    driver = observe_driver(settings.status_dir, spec.application_id)
+    if not driver.alive:
         return "driver holds the lease, no status yet"
-    return f"driver holds the lease, {str(status.get('state')).lower()} (task waiting for RUNNING)"
+    return f"driver holds the lease, {driver.state.lower()} (task waiting for RUNNING)"
 
 
 def test_launch_killed_mid_way_the_rerun_adopts_the_driver_never_a_second(stack, dags, procs, gift_cards):
@@ -338,20 +338,18 @@ def test_launch_killed_mid_way_the_rerun_adopts_the_driver_never_a_second(stack,
         lambda: f"drivers {procs.drivers(spec)}, spark-submits {procs.submits(spec)}",
     )
     holder = lease.holder()
-    assert holder is not None and procs.drivers(spec) == {int(holder["pid"])}
-    assert holder["epoch"] == 1, f"the lease was acquired {holder['epoch']} times: a second driver ran"
+    assert holder is not None and procs.drivers(spec) == {holder.pid}
+    assert holder.epoch == 1, f"the lease was acquired {holder.epoch} times: a second driver ran"
 
     _caught_up(stack, spec)  # progress: batches committed up to the input end ...
     status = wait_for(
-        lambda: (
-            (s := read_status(stack.status_dir, app)) and (s.get("progress") or {}).get("batch_id") is not None and s
-        ),
+        lambda: (s := read_status(stack.status_dir, app)) and s.batch_id is not None and s,
         60,
         "the driver to publish its batch",
     )  # ... and published by the driver
-    assert status["state"] == "RUNNING" and status["lease_epoch"] == 1
+    assert status.state == "RUNNING" and status.lease_epoch == 1
     assert _counts(current_output_path(stack, JOB)) == gift_cards["buggy"]  # v1's counts, nothing counted twice
-    assert lease.holder()["epoch"] == 1 and procs.drivers(spec) == {int(holder["pid"])}  # still that one driver
+    assert lease.holder().epoch == 1 and procs.drivers(spec) == {holder.pid}  # still that one driver
 
     # The record: no failed start; one started driver at most; a start that found the lease taken (exit 3)
     # only when the killed task's spark-submit was not recorded yet (the rerun could not know about it).
@@ -364,7 +362,7 @@ def test_launch_killed_mid_way_the_rerun_adopts_the_driver_never_a_second(stack,
     # The adopted driver is under control: the stop DAG stops it cleanly, and nothing is left running.
     _ok(dags.run("stop_streaming_job", {"job": JOB, "reason": "test: airflow kills"}))
     assert lease.holder() is None
-    assert read_status(stack.status_dir, app)["state"] == "NOT_RUNNING"  # a clean stop, not a kill
+    assert read_status(stack.status_dir, app).state == "NOT_RUNNING"  # a clean stop, not a kill
     wait_for(
         lambda: not procs.drivers(spec) and not procs.submits(spec),
         60,
@@ -458,8 +456,8 @@ def test_reprocessing_killed_mid_run_the_rerun_resumes_to_the_reference(stack, d
 
     # Never two instances, never half-promoted: one v2 driver, started once; v1 not restarted; readers on v1.
     holder = v2_lease.holder()
-    assert holder is not None and holder["epoch"] == 1, f"v2's lease: {holder}"
-    assert procs.drivers(v2) == {int(holder["pid"])} and len(procs.submits(v2)) == 1
+    assert holder is not None and holder.epoch == 1, f"v2's lease: {holder}"
+    assert procs.drivers(v2) == {holder.pid} and len(procs.submits(v2)) == 1
     assert not procs.drivers(v1) and JobLease(stack.status_dir, v1.application_id).holder() is None
     assert JobVersions(stack).current(JOB) == 1
     launches = [item for item in read_record(stack.status_dir, v2.application_id).launches if item.at >= killed_at]
@@ -470,7 +468,7 @@ def test_reprocessing_killed_mid_run_the_rerun_resumes_to_the_reference(stack, d
     # Stop v2 cleanly (the stop DAG stops the current version; this is the same SIGTERM it sends).
     assert StreamingJobHook(v2, stack).stop() is not None
     wait_for(lambda: v2_lease.holder() is None, 120, "v2 to stop")
-    assert read_status(stack.status_dir, v2.application_id)["state"] == "NOT_RUNNING"
+    assert read_status(stack.status_dir, v2.application_id).state == "NOT_RUNNING"
     wait_for(lambda: not procs.drivers(v2) and not procs.submits(v2), 60, "v2's processes to exit")
     print(f"  {time.monotonic() - started:.0f} s from the killed run to the clean stop")
 
@@ -518,7 +516,7 @@ def test_promotion_killed_after_the_switch_the_rerun_stops_and_retires_the_old_v
 
         assert versions.current(JOB) == 2
         wait_for(lambda: v2_lease.holder(), 120, "v2 to run")
-        assert v2_lease.holder()["epoch"] == v2_epoch + 1 and len(procs.drivers(v2)) == 1  # one v2, started once
+        assert v2_lease.holder().epoch == v2_epoch + 1 and len(procs.drivers(v2)) == 1  # one v2, started once
         # The promotion is complete: the old version stopped (stop_old waits for that), kept stopped, and
         # retired (so it is purged after its retention).
         said = next(

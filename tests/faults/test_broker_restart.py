@@ -17,8 +17,9 @@ from streamstate.state_api.views import LiveView
 
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.settings import Settings
+from spark_jobs.lifecycle import read_standby_status
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import SnapshotFollower, read_standby_status
+from spark_jobs.standby.follower import SnapshotFollower
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.snapshots import SnapshotStore, latest_snapshot, snapshot_path
 from tests.conftest import fresh_ports
@@ -60,7 +61,7 @@ def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
         assert view.table.state == {"a": "2", "c": "1"} and view.error is None
         wait_for(lambda: latest_snapshot(path).batch_id == 1, 90, "the standby to commit the batch after the restart")
         status = read_standby_status(settings.status_dir, job.application_id)
-        assert status["state"] == "FOLLOWING" and status["error"] is None, status
+        assert status.state == "FOLLOWING" and status.error is None, status
     finally:
         follower.stop_requested.set()
         if running.ident is not None:
@@ -70,4 +71,4 @@ def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
         writer.close()
         broker.stop()
     assert not running.is_alive()
-    assert read_standby_status(settings.status_dir, job.application_id)["state"] == "NOT_RUNNING"
+    assert read_standby_status(settings.status_dir, job.application_id).state == "NOT_RUNNING"

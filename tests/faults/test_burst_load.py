@@ -73,9 +73,9 @@ def test_a_ten_x_burst_keeps_memory_bounded_and_the_lag_drains(private_stack):
         row = {**sample(settings, JOB, driver.pid, started), "phase": phase}
         if row["driver_rss_mib"] > RSS_BUDGET_MIB:  # which processes: kept for the failure's message
             over_budget.append((row["minute"], process_tree_rss(driver.pid)))
-        progress = (read_status(settings.status_dir, JOB.application_id) or {}).get("progress") or {}
-        if progress.get("input_rows"):
-            batch_sizes.append(progress["input_rows"])
+        status = read_status(settings.status_dir, JOB.application_id)
+        if status and status.progress and status.progress.input_rows:
+            batch_sizes.append(status.progress.input_rows)
         rows.append(row)
         return row
 

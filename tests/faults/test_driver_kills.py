@@ -94,7 +94,8 @@ def kill_at(settings: Settings, spec: JobSpec, kill: Kill, log_name: str, timeou
             assert time.monotonic() < deadline, f"{kill}: failpoint not reached in {timeout_s} s; see {log.name}"
             time.sleep(0.05)
         # The phase the job itself published when it stopped: a kill meant for RESTORING must land there.
-        stopped["lifecycle_state"] = (read_status(settings.status_dir, spec.application_id) or {}).get("state")
+        last = read_status(settings.status_dir, spec.application_id)
+        stopped["lifecycle_state"] = last.state.value if last else None
         if kill.failpoint == "restoring":
             assert stopped["lifecycle_state"] == "RESTORING", f"{kill}: the driver was {stopped['lifecycle_state']}"
     finally:

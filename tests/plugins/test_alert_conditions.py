@@ -29,16 +29,9 @@ from spark_jobs.context import JobContext
 from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import JobState, JobStatus, status_path
+from spark_jobs.lifecycle import FollowerState, JobState, JobStatus, read_standby_status, status_path
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import (
-    FollowerState,
-    SnapshotFollower,
-    StoreFollower,
-    read_standby_status,
-    standby_id,
-    standby_running,
-)
+from spark_jobs.standby.follower import SnapshotFollower, StoreFollower, standby_id, standby_running
 from spark_jobs.state.changelog import ChangelogWriter
 from tests.helpers import wait_for, write_changelog_batch
 
@@ -192,7 +185,7 @@ def test_standby_down_and_standby_lag_fire_once_and_resolve_once(stack):
     # (A check that comes after the backoff restarts it instead: kill again, the backoff doubles.)
     for _attempt in range(4):
         holder = standby_running(settings.status_dir, APP)
-        os.kill(int(holder["pid"]), signal.SIGKILL)
+        os.kill(holder.pid, signal.SIGKILL)
         wait_for(
             lambda: standby_running(settings.status_dir, APP) is None, 30, "the killed follower's lease to be free"
         )
@@ -208,7 +201,7 @@ def test_standby_down_and_standby_lag_fire_once_and_resolve_once(stack):
     time.sleep(max(0.0, record.last_launch.at + JOB.supervision.backoff_s(len(recent)) - time.time()) + 0.5)
     result = supervise_standby()
     assert result["action"] == "start" and result["running"] and result["resolved"] == ["standby_down"]
-    assert standby_running(settings.status_dir, APP)["epoch"] > first["epoch"]
+    assert standby_running(settings.status_dir, APP).epoch > first.epoch
 
     # The follower reads a changelog batch and stalls before committing it: the lag its status file
     # reports (the real follower's lag and publisher) passes the bound, and standby_lag_<store> fires.
@@ -225,14 +218,14 @@ def test_standby_down_and_standby_lag_fire_once_and_resolve_once(stack):
         wait_for(lambda: store.step(0.5) or store.pending_batch, 30, "the follower to read the batch")
         time.sleep(settings.standby_max_lag_s + 0.5)
         follower.publish(force=True)
-        assert read_standby_status(settings.status_dir, APP)["stores"][STORE]["lag_ms"] > 3_000
+        assert read_standby_status(settings.status_dir, APP).stores[STORE].lag_ms > 3_000
         assert supervise_standby()["fired"] == [lag_alert]
         assert supervise_standby()["fired"] == []  # still lagging: nothing new
 
         # It resumes: the batch is committed to the snapshot table and the lag is gone.
         follower.step()
         follower.publish(force=True)
-        assert store.commits == 1 and read_standby_status(settings.status_dir, APP)["stores"][STORE]["lag_ms"] == 0
+        assert store.commits == 1 and read_standby_status(settings.status_dir, APP).stores[STORE].lag_ms == 0
         assert supervise_standby()["resolved"] == [lag_alert]
     finally:
         store.close()

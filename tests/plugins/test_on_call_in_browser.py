@@ -35,7 +35,7 @@ from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.lifecycle import observe_driver
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.versions import JobVersions
@@ -213,16 +213,11 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
         lambda: "deferred" in airflow.task_states(SUPERVISE, "watch").values(), 180, "the watch to defer", diagnose
     )
     batch_before_kill = _job_row(settings)["batch_id"]
-    os.kill(int(started["pid"]), signal.SIGKILL)
+    os.kill(started.pid, signal.SIGKILL)
 
     def back() -> bool:
-        holder, status = lease.holder(), read_status(settings.status_dir, app) or {}
-        return (
-            holder is not None
-            and holder["epoch"] > started["epoch"]
-            and status.get("lease_epoch") == holder["epoch"]
-            and status.get("state") == "RUNNING"
-        )
+        driver = observe_driver(settings.status_dir, app)
+        return driver.alive and driver.holder.epoch > started.epoch and driver.state == "RUNNING"
 
     wait_for(back, 120, "the watch to restart the driver", diagnose)
     # the watch task records the launch's outcome when it resumes from its wait for RUNNING
@@ -232,7 +227,7 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
         "the watch to record its launch",
     )
     assert f"{SUPERVISE}/" in restart.by and "/watch#" in restart.by and restart.outcome == "running", restart
-    assert driver_pids(app) == {int(lease.holder()["pid"])}  # one instance
+    assert driver_pids(app) == {lease.holder().pid}  # one instance
 
     with ui.screenshot_on_failure("alert-arrives"):
         ui.open("/streamstate/alerts")

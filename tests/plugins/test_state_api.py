@@ -32,9 +32,16 @@ from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import JobState, JobStatus, read_status, status_path
+from spark_jobs.lifecycle import (
+    JobState,
+    JobStatus,
+    StandbyStatus,
+    current_state,
+    read_standby_status,
+    read_status,
+    status_path,
+)
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import read_standby_status
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN
@@ -121,11 +128,11 @@ def _produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert producer.flush(30) == 0
 
 
-def _diagnosis(settings, standby: dict | None) -> str:
+def _diagnosis(settings, standby: StandbyStatus | None) -> str:
     """What a failed assertion prints: the standby's status and the tails of the follower and driver logs."""
     logs = sorted(settings.data_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
     tails = "\n".join(f"--- {p.name} (tail)\n{p.read_text(errors='replace')[-3000:]}" for p in logs)
-    return f"standby status: {json.dumps(standby, indent=1)}\n{tails}"
+    return f"standby status: {standby}\n{tails}"
 
 
 def test_live_then_standby_then_live_again(private_stack, spark):
@@ -149,7 +156,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
 
     try:
         wait_for(
-            lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING",
+            lambda: current_state(settings.status_dir, JOB.application_id) == "RUNNING",
             300,
             "the job to run",
             diagnose=why,
@@ -165,8 +172,8 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                standby = read_standby_status(settings.status_dir, JOB.application_id) or {}
-                lags.append(standby.get("lag_ms", 0))
+                standby = read_standby_status(settings.status_dir, JOB.application_id)
+                lags.append(standby.lag_ms if standby else 0)
                 answer = client.get(f"{BASE}/keys/u00001").json()
                 sources.add((answer["source"], answer["fallback_reason"]))
                 time.sleep(0.5)
@@ -174,7 +181,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
             stop.set()
             producer.join(30)
         standby = read_standby_status(settings.status_dir, JOB.application_id)
-        assert standby["state"] == "FOLLOWING" and standby["stores"]["counts"]["commits"] > 0, why()
+        assert standby.state == "FOLLOWING" and standby.stores["counts"].commits > 0, why()
         assert max(lags) <= standby["max_lag_ms"] == 15_000, f"lags {lags}\n{why()}"
         assert sources == {("live", None)}, f"sources {sources}\n{why()}"
 
@@ -183,7 +190,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         status = read_status(settings.status_dir, JOB.application_id)
         driver_metrics = scrape_metrics(settings.host, status["metrics_port"])
         assert driver_metrics[("streamstate_job_state", (*app, ("state", "RUNNING")))] == 1
-        assert driver_metrics[("streamstate_batch_id", app)] >= status["progress"]["batch_id"] > 0
+        assert driver_metrics[("streamstate_batch_id", app)] >= status.progress.batch_id > 0
         assert driver_metrics[("streamstate_state_rows", app)] > 0
         assert driver_metrics[("streamstate_batch_duration_seconds", app)] > 0
         lag_series = {labels for name, labels in driver_metrics if name == "streamstate_input_lag_records"}
@@ -221,7 +228,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         producer = _steady_input(bootstrap, stop, 2000)
         try:
             wait_for(
-                lambda: read_status(settings.status_dir, JOB.application_id)["progress"]["batch_id"] > live_batch + 1,
+                lambda: read_status(settings.status_dir, JOB.application_id).progress.batch_id > live_batch + 1,
                 120,
                 "batches over the new input",
                 diagnose=why,
@@ -231,9 +238,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         finally:
             stop.set()
             producer.join(30)
-        assert (
-            read_status(settings.status_dir, JOB.application_id)["state"] == "RUNNING"
-        )  # stale: it never said goodbye
+        assert read_status(settings.status_dir, JOB.application_id).state == "RUNNING"  # stale: it never said goodbye
         down = client.get(f"{BASE}/keys/u00007")
         assert down.status_code == 200 and down.json()["source"] == "standby"
         assert down.json()["fallback_reason"] == "job_not_running"
@@ -259,7 +264,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
                 diagnose=why,
             )
             restoring_status = read_status(settings.status_dir, JOB.application_id)
-            assert restoring_status["state"] == "RESTORING"
+            assert restoring_status.state == "RESTORING"
             restoring_metrics = scrape_metrics(settings.host, restoring_status["metrics_port"])
             assert restoring_metrics[("streamstate_job_state", (*app, ("state", "RESTORING")))] == 1
             assert ("streamstate_restore_records_read", (*app, ("store", "counts"))) in restoring_metrics
@@ -276,7 +281,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
         # Restart from the checkpoint: back to live; state and output equal the reference over every event.
         driver = _start_driver(settings, "driver-2.log")
         wait_for(
-            lambda: (read_status(settings.status_dir, JOB.application_id) or {}).get("state") == "RUNNING",
+            lambda: current_state(settings.status_dir, JOB.application_id) == "RUNNING",
             300,
             "the restarted job to run",
             diagnose=why,
@@ -293,7 +298,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
             stop_process_group(proc, timeout_s=60)
         client.app.state.service.close()
     assert follower.returncode == 0, why()
-    assert read_standby_status(settings.status_dir, JOB.application_id)["state"] == "NOT_RUNNING"
+    assert read_standby_status(settings.status_dir, JOB.application_id).state == "NOT_RUNNING"
 
 
 def test_only_registered_stores_and_valid_keys_are_addressable(tmp_path):

@@ -21,9 +21,9 @@ from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators import pulse
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.lifecycle import read_standby_status, read_status
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import read_standby_status, standby_id
+from spark_jobs.standby.follower import standby_id
 from tests.helpers import STACK_JOB_MODULES, driver_diagnosis, driver_pids
 from tests.helpers import wait_for as _wait
 
@@ -89,32 +89,32 @@ def test_killed_job_is_restarted_and_on_call_hears_once(settings, airflow_cli, w
     standby = JobLease(settings.status_dir, standby_id(app))
     follower = standby.holder()
     assert follower is not None  # its warm standby was started beside it
-    _wait(lambda: read_status(settings.status_dir, app)["state"] == "RUNNING", 120, "RUNNING")
+    _wait(lambda: read_status(settings.status_dir, app).state == "RUNNING", 120, "RUNNING")
     assert webhook.of(app) == []
 
-    os.kill(int(first["pid"]), signal.SIGKILL)
+    os.kill(first.pid, signal.SIGKILL)
     _wait(lambda: lease.holder() is None, 60, "the kernel to drop the killed driver's lease")
     _wait_out_the_backoff(settings, app)
 
     _ok(airflow_cli(f"supervise__{JOB.name}"))  # down: alert, then restart
     second = lease.holder()
-    assert second is not None and second["epoch"] == first["epoch"] + 1
-    _wait(lambda: read_status(settings.status_dir, app)["state"] == "RUNNING", 120, "RUNNING")
+    assert second is not None and second.epoch == first.epoch + 1
+    _wait(lambda: read_status(settings.status_dir, app).state == "RUNNING", 120, "RUNNING")
     assert webhook.of(app) == [("down", "firing")]
     down = next(a for a in webhook.received if a["condition"] == "down")
     assert down["dedup_key"] == f"streamstate/{app}/down" and down["next_step"] and down["job"] == JOB.name
 
-    assert standby.holder()["epoch"] == follower["epoch"]  # the standby kept following meanwhile
+    assert standby.holder().epoch == follower.epoch  # the standby kept following meanwhile
 
-    os.kill(int(follower["pid"]), signal.SIGKILL)  # the standby dies: supervised like a job
+    os.kill(follower.pid, signal.SIGKILL)  # the standby dies: supervised like a job
     _wait(lambda: standby.holder() is None, 60, "the kernel to drop the killed follower's lease")
     _wait_out_the_backoff(settings, standby_id(app))
     _ok(airflow_cli(f"supervise__{JOB.name}"))  # back: resolved; the standby restarted
-    assert standby.holder()["epoch"] == follower["epoch"] + 1
+    assert standby.holder().epoch == follower.epoch + 1
     _ok(airflow_cli(f"supervise__{JOB.name}"))  # healthy: nothing new
     assert webhook.of(app) == [("down", "firing"), ("down", "resolved")]
-    assert lease.holder()["epoch"] == second["epoch"]  # the healthy checks started nothing
-    assert read_standby_status(settings.status_dir, app)["state"] in ("CATCHING_UP", "FOLLOWING")
+    assert lease.holder().epoch == second.epoch  # the healthy checks started nothing
+    assert read_standby_status(settings.status_dir, app).state in ("CATCHING_UP", "FOLLOWING")
 
 
 def test_racing_supervision_and_retried_launches_never_run_two_instances(
@@ -128,10 +128,10 @@ def test_racing_supervision_and_retried_launches_never_run_two_instances(
 
     # A retried launch task (a second start of a running job) starts nothing.
     _ok(airflow_cli("start_streaming_job", {"job": JOB.name}))
-    assert lease.holder()["epoch"] == running["epoch"] and driver_pids(app) == {int(running["pid"])}
+    assert lease.holder().epoch == running.epoch and driver_pids(app) == {running.pid}
 
     # Kill it, then let two supervision runs and two manual starts race to bring it back.
-    os.kill(int(running["pid"]), signal.SIGKILL)
+    os.kill(running.pid, signal.SIGKILL)
     killed_at = time.time()
     # No backoff to wait out: the manual start above reset the restart count (a start on request clears it).
     _wait(lambda: lease.holder() is None, 60, "the lease to be free")
@@ -145,8 +145,8 @@ def test_racing_supervision_and_retried_launches_never_run_two_instances(
     after = lease.holder()
     assert after is not None
     # The fencing token: exactly one driver acquired the lease in the whole race.
-    assert after["epoch"] == running["epoch"] + 1
-    assert driver_pids(app) == {int(after["pid"])}
+    assert after.epoch == running.epoch + 1
+    assert driver_pids(app) == {after.pid}
     race = [launch for launch in read_record(settings.status_dir, app).launches if launch.at >= killed_at]
     assert [launch.outcome for launch in race] == ["running"]  # the other runs waited for it or found it running
     assert webhook.of(app).count(("down", "firing")) <= 2  # this outage announced at most once
@@ -177,7 +177,7 @@ def test_ui_page_lists_every_job_with_live_numbers(settings, airflow, airflow_cl
     live = jobs[JOB.name]
     status = read_status(settings.status_dir, JOB.application_id)
     assert live["lifecycle_state"] == "RUNNING"
-    assert live["driver"]["lease_epoch"] == status["lease_epoch"]
+    assert live["driver"]["lease_epoch"] == status.lease_epoch
     assert live["input_lag_records"] is not None and live["state_rows"] is not None
     assert (
         live["links"]["spark_ui"].startswith("http")
@@ -228,7 +228,7 @@ def test_stop_dag_stops_cleanly_and_supervision_leaves_it_stopped(settings, airf
     assert lease.holder() is not None
     _ok(airflow_cli("stop_streaming_job", {"job": JOB.name, "reason": "test maintenance"}))
     assert lease.holder() is None
-    assert read_status(settings.status_dir, app)["state"] == "NOT_RUNNING"  # a clean stop, not a kill
+    assert read_status(settings.status_dir, app).state == "NOT_RUNNING"  # a clean stop, not a kill
     _ok(airflow_cli(f"supervise__{JOB.name}"))
     record = read_record(settings.status_dir, app)
     assert lease.holder() is None and record.last_assessment["state"] == "stopped" and record.open_alerts == {}

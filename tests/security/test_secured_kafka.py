@@ -23,8 +23,9 @@ from runtime.kafka_connection import KafkaConnection, client_config
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs import kafka_topics
 from spark_jobs.generators import purchases
+from spark_jobs.lifecycle import read_standby_status
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import SnapshotFollower, read_standby_status
+from spark_jobs.standby.follower import SnapshotFollower
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
 from tests.conftest import fresh_ports
@@ -222,7 +223,7 @@ def test_standby_live_view_and_state_api_on_secured_kafka(secured, secured_run, 
     follower = SnapshotFollower(JOB, secured)
     follower.run(max_seconds=3 * secured.standby_commit_interval_s)
     status = read_standby_status(secured.status_dir, JOB.application_id)
-    assert status["error"] is None and status.get("transient_kafka_errors", 0) == 0, status
+    assert status.error is None and status.transient_kafka_errors == 0, status
     view = LiveView(
         SnapshotStore(snapshot_path(secured.lake, JOB.application_id, "counts"), JOB.application_id, "counts"),
         secured.kafka,

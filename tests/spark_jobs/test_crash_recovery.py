@@ -124,12 +124,12 @@ def test_kill_9_of_the_driver_then_restart(private_stack, spark, scenario):
         status = None
         while time.monotonic() < deadline:
             status = read_status(settings.status_dir, spec.application_id)
-            if status and status["state"] == "RUNNING" and (status["progress"].get("batch_id") or 0) >= 1:
+            if status and status.state == "RUNNING" and (status.progress.batch_id or 0) >= 1:
                 break
             assert driver.poll() is None, f"driver exited early; see {log.name}"
             time.sleep(1)
-        assert status and status["state"] == "RUNNING", f"job never reached batch 1: {status}"
-        assert status["progress"]["state_rows"] > 0 and "input_lag" in status["progress"]
+        assert status and status.state == "RUNNING", f"job never reached batch 1: {status}"
+        assert status.progress.state_rows > 0 and status.progress.input_lag is not None
         os.killpg(driver.pid, signal.SIGKILL)  # kill -9, mid-stream, no chance to clean up
         driver.wait(30)
     finally:
@@ -139,12 +139,12 @@ def test_kill_9_of_the_driver_then_restart(private_stack, spark, scenario):
             os.killpg(driver.pid, signal.SIGKILL)
 
     # The killed driver never said goodbye: its status is stale, not NOT_RUNNING.
-    assert read_status(settings.status_dir, spec.application_id)["state"] == "RUNNING"
+    assert read_status(settings.status_dir, spec.application_id).state == "RUNNING"
 
     # The restart: a new driver (this test's Spark session: no second JVM start) drains the rest.
     report = dataclasses.asdict(run(spec, settings, available_now=True, spark=spark))
     assert report["error"] is None and report["lease_epoch"] == 2
-    assert read_status(settings.status_dir, spec.application_id)["state"] == "NOT_RUNNING"
+    assert read_status(settings.status_dir, spec.application_id).state == "NOT_RUNNING"
 
     changelog = read_changelog(bootstrap, changelog_topic_name(spec.application_id, spec.stores[0].name))
     scenario.check(spark, report["output"], changelog.state, read_topic(bootstrap, spec.source_topic))

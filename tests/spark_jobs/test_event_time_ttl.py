@@ -126,7 +126,7 @@ def test_the_job_expires_keys_dead_letters_late_events_and_survives_a_lost_check
         first = harness.run(spec, events[:60])
         shutil.rmtree(first.report.checkpoint)  # the second run restores keys and stream times from the changelog
         second = harness.run(spec, events[60:])
-    assert second.report.restores[STORE.name]["keys"] > 0
+    assert second.report.restores[STORE.name].keys > 0
     outputs = {r["user"]: (r["clicks"], r["qty"], int(r["last_at"].timestamp() * 1000)) for r in second.outputs}
     assert outputs == {k: v[:3] for k, v in want.state.items()}
     late = {

@@ -18,7 +18,7 @@ from spark_jobs.submit import submit_spec
 def test_second_holder_is_refused_and_epochs_increase(tmp_path):
     first = JobLease(tmp_path, "app-v1")
     assert first.acquire() == 1
-    assert first.holder()["pid"] == os.getpid()
+    assert first.holder().pid == os.getpid()
     with pytest.raises(JobAlreadyRunning, match=r"app-v1 is already running \(pid \d+ on .*epoch 1"):
         JobLease(tmp_path, "app-v1").acquire()
     first.release()
@@ -36,7 +36,7 @@ def test_the_record_is_rewritten_in_place_at_a_fixed_size(tmp_path):
         assert lease.epoch == 42
     assert path.stat().st_size == RECORD_BYTES
     with JobLease(tmp_path, "app-v1") as lease:
-        assert lease.epoch == 43 and lease.holder()["epoch"] == 43
+        assert lease.epoch == 43 and lease.holder().epoch == 43
     assert path.stat().st_size == RECORD_BYTES and JobLease(tmp_path, "app-v1").last_epoch() == 43
 
 
@@ -48,7 +48,7 @@ def test_the_lease_dies_with_its_holder_even_on_kill_9(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        assert JobLease(tmp_path, "app-v1").holder()["pid"] == holder.pid
+        assert JobLease(tmp_path, "app-v1").holder().pid == holder.pid
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
         assert JobLease(tmp_path, "app-v1").acquire() == 2  # no stale lease to wait out

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from spark_jobs.documents import from_json, to_json
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import (
+    FOLLOWER_LIFECYCLE,
+    BatchProgress,
+    FollowerState,
     IllegalTransition,
     JobState,
     JobStatus,
+    PublishedStatus,
+    SnapshotTaken,
+    StandbyStatus,
+    StandbyStoreView,
+    StoreRestore,
     observe_driver,
-    progress_summary,
+    read_standby_status,
     read_status,
+    write_standby_status,
 )
 from spark_jobs.state.fencing import describe_batch
 
@@ -39,10 +50,10 @@ PROGRESS = {
 def test_a_normal_run_moves_through_legal_states_and_publishes_them(tmp_path):
     seen = []
     status = JobStatus("app-v1", tmp_path / "app-v1.status.json", listeners=[lambda a, b: seen.append((a, b))])
-    assert read_status(tmp_path, "app-v1")["state"] == "CREATED"
+    assert read_status(tmp_path, "app-v1").state is JobState.CREATED
     for state in (JobState.RESTORING, JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.NOT_RUNNING):
         status.transition_to(state)
-        assert read_status(tmp_path, "app-v1")["state"] == state.value
+        assert read_status(tmp_path, "app-v1").state is state
     assert seen[0] == (JobState.CREATED, JobState.RESTORING) and len(seen) == 4
 
 
@@ -66,19 +77,57 @@ def test_errors_are_published_with_their_message(tmp_path):
     status.transition_to(JobState.RUNNING)
     status.transition_to(JobState.ERROR, error="StreamingQueryException: boom")
     published = read_status(tmp_path, "app-v1")
-    assert published["state"] == "ERROR" and published["error"] == "StreamingQueryException: boom"
+    assert published.state is JobState.ERROR and published.error == "StreamingQueryException: boom"
 
 
-def test_progress_summary_has_lag_per_partition_and_state_numbers(tmp_path):
-    summary = progress_summary(PROGRESS)
-    assert summary["input_lag"] == {"t-0": 30, "t-1": 0}
-    assert summary["state_rows"] == 300 and summary["state_memory_bytes"] == 4096
-    assert summary["batch_id"] == 4 and summary["batch_duration_ms"] == 850
-    assert summary["phase_ms"] == PROGRESS["durationMs"]
-    assert summary["rocksdb"] == {"rocksdbBytesCopied": 10, "rocksdbCommitFlushLatency": 3}
+def test_the_standby_has_its_own_states_through_the_same_guard(tmp_path):
+    FOLLOWER_LIFECYCLE.check("app-v1.standby", FollowerState.FOLLOWING, FollowerState.CATCHING_UP)
+    with pytest.raises(IllegalTransition, match="app-v1.standby: illegal standby move ERROR -> FOLLOWING"):
+        FOLLOWER_LIFECYCLE.check("app-v1.standby", FollowerState.ERROR, FollowerState.FOLLOWING)
+    published = StandbyStatus(
+        "app-v1", FollowerState.FOLLOWING, lease_epoch=2, stores={"counts": StandbyStoreView("t", lag_ms=5)}
+    )
+    write_standby_status(tmp_path, published)
+    assert read_standby_status(tmp_path, "app-v1") == published
+    assert read_standby_status(tmp_path, "app-v2") is None
+
+
+def test_batch_progress_has_lag_per_partition_and_state_numbers(tmp_path):
+    summary = BatchProgress.of(PROGRESS)
+    assert summary.input_lag == {"t-0": 30, "t-1": 0} and summary.total_lag == 30
+    assert summary.state_rows == 300 and summary.state_memory_bytes == 4096
+    assert summary.batch_id == 4 and summary.batch_duration_ms == 850
+    assert summary.phase_ms == PROGRESS["durationMs"]
+    assert summary.rocksdb == {"rocksdbBytesCopied": 10, "rocksdbCommitFlushLatency": 3}
     status = JobStatus("app-v1", tmp_path / "app-v1.status.json")
     status.record_progress(json.loads(json.dumps(PROGRESS)))
-    assert read_status(tmp_path, "app-v1")["progress"]["input_lag"] == {"t-0": 30, "t-1": 0}
+    assert read_status(tmp_path, "app-v1").progress == summary
+
+
+def test_the_published_status_reads_back_as_written(tmp_path):
+    """The typed contract between the driver and Airflow: what one writes, the other reads, field for field."""
+    status = JobStatus("app-v1", tmp_path / "app-v1.status.json", lease_epoch=3, metrics_port=9100)
+    status.record_progress(PROGRESS)
+    status.record_restore_progress("counts", started_at="2026-11-22T03:00:00", topic="cl", records_read=7)
+    status.record_restore_progress("counts", seconds=1.5, keys=3, input_offsets={"t": {0: 100}})
+    status.record_snapshot("counts", SnapshotTaken(batch_id=4, taken_at="2026-11-22T03:00:01", rows=3))
+    status.record_dead_letters({"late": 2})
+    written = status.document()
+    read = read_status(tmp_path, "app-v1")
+    assert read == dataclasses.replace(written, updated_at=read.updated_at)
+    assert read.restore["counts"] == StoreRestore(
+        topic="cl", started_at="2026-11-22T03:00:00", records_read=7, seconds=1.5, keys=3, input_offsets={"t": {0: 100}}
+    )
+    with pytest.raises(TypeError):  # a misspelt restore number is refused, not published under a new name
+        status.record_restore_progress("counts", record_read=1)
+
+
+def test_documents_from_another_version_still_read():
+    """A status file written by an older driver lacks fields; a newer one has fields this reader does not know."""
+    old = from_json(PublishedStatus, {"application_id": "a", "state": "RUNNING", "progress": {"batch_id": 3}})
+    assert old.state is JobState.RUNNING and old.batch_id == 3 and old.dead_letters == {}
+    newer = from_json(PublishedStatus, {**to_json(old), "a_field_from_the_future": 1})
+    assert newer == old
 
 
 @pytest.mark.integration
@@ -126,7 +175,7 @@ def test_a_real_run_publishes_its_progress_numbers(spark, kafka_broker, settings
     )
     run(job, settings, available_now=True, spark=spark)
     status = read_status(settings.status_dir, job.application_id)
-    assert status["state"] == "NOT_RUNNING"
-    assert status["progress"]["batch_id"] is not None and status["progress"]["state_rows"] == 50
-    assert sum(status["progress"]["input_lag"].values()) == 0
-    assert status["spark_ui"] and status["spark_ui"].startswith("http")
+    assert status.state is JobState.NOT_RUNNING
+    assert status.progress.batch_id is not None and status.progress.state_rows == 50
+    assert status.progress.total_lag == 0
+    assert status.spark_ui and status.spark_ui.startswith("http")

@@ -8,27 +8,29 @@ import pytest
 from confluent_kafka import Producer
 
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, SnapshotTaken, StoreRestore
 from spark_jobs.metrics import DriverMetrics, MetricsServer
 from tests.helpers import scrape_metrics
 
 pytestmark = pytest.mark.integration
 
 
-def _status(state: str, lag: dict[str, int]) -> dict:
-    return {
-        "state": state,
-        "progress": {
-            "batch_id": 7,
-            "batch_duration_ms": 1500,
-            "input_rows_per_second": 12.5,
-            "processed_rows_per_second": 40.0,
-            "input_lag": lag,
-            "state_rows": 321,
-            "state_memory_bytes": 4096,
-        },
-        "restore": {"counts": {"records_read": 900}},
-        "snapshots": {"counts": {"rows": 300, "taken_at": "2026-11-24T10:00:00+00:00"}},
-    }
+def _status(state: str, lag: dict[str, int]) -> PublishedStatus:
+    return PublishedStatus(
+        "app",
+        JobState(state),
+        progress=BatchProgress(
+            batch_id=7,
+            batch_duration_ms=1500,
+            input_rows_per_second=12.5,
+            processed_rows_per_second=40.0,
+            input_lag=lag,
+            state_rows=321,
+            state_memory_bytes=4096,
+        ),
+        restore={"counts": StoreRestore(records_read=900)},
+        snapshots={"counts": SnapshotTaken(batch_id=3, rows=300, taken_at="2026-11-24T10:00:00+00:00")},
+    )
 
 
 def test_a_scrape_shows_the_status_and_the_dead_letter_topic(settings, kafka_broker, unique):

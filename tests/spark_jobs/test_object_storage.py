@@ -88,7 +88,7 @@ def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(
     assert "no state store files" in moved["reason"] and moved["path"].startswith(str(ctx.checkpoint) + ".corrupt-")
     assert ctx.layout.quarantined_checkpoints()[0].exists() and ctx.checkpoint.exists()  # a new one, written by Spark
     restore = report.restores["counts"]
-    assert restore["in_spark"] and restore["full_replay"] is False and restore["snapshot_batch_id"] == second.batch_id
+    assert restore.in_spark and restore.full_replay is False and restore.snapshot_batch_id == second.batch_id
     assert report.input_rows == len(batches[2])
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
     assert delta_purchase_counts(spark, report.output) == everything

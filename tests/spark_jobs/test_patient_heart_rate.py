@@ -154,7 +154,7 @@ def test_windowed_changelog_deletes_by_time_and_restore_keeps_stream_time(spark,
     rounds[1].insert(0, _late_pulse("p003", pulse.START + dt.timedelta(seconds=5), 2))
     pulse.produce(bootstrap, job.source_topic, rounds[1])
     report = run(job, settings, available_now=True, spark=spark)
-    assert report.restores[STORE]["keys"] > 0  # windows and stream times came back from the changelog
+    assert report.restores[STORE].keys > 0  # windows and stream times came back from the changelog
     assert report.input_rows == len(rounds[1])
     want = _check(spark, settings, job, rounds)
     assert want.late == {"late-2"}

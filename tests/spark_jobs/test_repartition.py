@@ -88,7 +88,7 @@ def test_a_source_not_keyed_by_the_key_is_refused_record_by_record(harness, uniq
     message = result.dead_letters[0].message
     assert "Kafka key is none, not its patient_id 'p0" in message and "repartition=True" in message, message
     # counted by reason in the run's status (its metrics and the supervision's source_not_keyed alert read it)
-    assert read_status(harness.settings.status_dir, spec.application_id)["dead_letters"] == {"wrong_key": len(events)}
+    assert read_status(harness.settings.status_dir, spec.application_id).dead_letters == {"wrong_key": len(events)}
 
 
 def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, unique):

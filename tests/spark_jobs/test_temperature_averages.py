@@ -157,7 +157,7 @@ def test_the_job_writes_closed_windows_dead_letters_late_readings_and_survives_a
         # stream times from the changelog, and goes on exactly as if nothing had happened.
         shutil.rmtree(first.report.checkpoint)
         second = harness.run(spec, rounds[1])
-    assert second.report.restores[STORE.name]["keys"] > 0
+    assert second.report.restores[STORE.name].keys > 0
     outputs = _outputs(second.outputs)
     assert outputs.keys() == want.emitted.keys() and len(outputs) > 20
     for window, values in want.emitted.items():

@@ -83,7 +83,7 @@ def test_shuffled_votes_equal_an_independent_computation_and_survive_a_lost_chec
     shutil.rmtree(JobContext(spark, job, settings).checkpoint)
     votes.produce(bootstrap, job.source_topic, events[half:])
     report = run(job, settings, available_now=True, spark=spark)
-    assert report.restores[STORE]["keys"] > 0
+    assert report.restores[STORE].keys > 0
     assert report.input_rows == len(events) - half
 
     want = {voter: e["candidate"] for voter, e in votes.latest_votes(events).items()}

@@ -12,8 +12,9 @@ import sys
 from streamstate.hooks.streaming_job import StreamingJobHook
 
 from runtime.settings import Settings
+from spark_jobs.lifecycle import StandbyStatus, read_standby_status
 from spark_jobs.registry import JobSpec
-from spark_jobs.standby.follower import read_standby_status, standby_id
+from spark_jobs.standby.follower import standby_id
 
 
 class StandbyHook(StreamingJobHook):
@@ -23,7 +24,7 @@ class StandbyHook(StreamingJobHook):
         super().__init__(spec, settings)
         self.application_id = standby_id(spec.application_id)
 
-    def status(self) -> dict | None:
+    def status(self) -> StandbyStatus | None:
         return read_standby_status(self.status_dir, self.spec.application_id)
 
     def dead_letters(self) -> int | None:

@@ -24,8 +24,8 @@ from pathlib import Path
 from runtime.settings import Settings
 from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.layout import launch_files
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.lease import JobLease, LeaseHolder
+from spark_jobs.lifecycle import PublishedStatus, read_status
 from spark_jobs.registry import JobSpec
 
 
@@ -39,12 +39,12 @@ class StreamingJobHook:
         self.status_dir = self.settings.status_dir
 
     # ----- what is running -------------------------------------------------------------------
-    def running_instance(self) -> dict | None:
+    def running_instance(self) -> LeaseHolder | None:
         """The lease holder (pid, host, epoch) of the live driver, or None. The lease is the truth:
         the kernel drops it when the driver dies, however it dies."""
         return JobLease(self.status_dir, self.application_id).holder()
 
-    def status(self) -> dict | None:
+    def status(self) -> PublishedStatus | None:
         return read_status(self.status_dir, self.application_id)
 
     def dead_letters(self) -> int | None:
@@ -86,7 +86,7 @@ class StreamingJobHook:
             )
         return {"launcher_pid": proc.pid, "log": str(log_file), "exit_file": str(exit_file)}
 
-    def stop(self, *, force: bool = False) -> dict | None:
+    def stop(self, *, force: bool = False) -> LeaseHolder | None:
         """Ask the live driver to stop: SIGTERM (it stops its queries cleanly), or SIGKILL with
         ``force``. Returns the holder signalled, None when nothing was running.
 
@@ -96,10 +96,10 @@ class StreamingJobHook:
         holder = self.running_instance()
         if holder is None:
             return None
-        if holder.get("host") not in (None, socket.gethostname()):
-            raise RuntimeError(f"{self.application_id} runs on {holder['host']}, not here; stop it on that host")
+        if holder.host not in (None, socket.gethostname()):
+            raise RuntimeError(f"{self.application_id} runs on {holder.host}, not here; stop it on that host")
         try:
-            os.kill(int(holder["pid"]), signal.SIGKILL if force else signal.SIGTERM)
+            os.kill(holder.pid, signal.SIGKILL if force else signal.SIGTERM)
         except ProcessLookupError:
             pass
         return holder

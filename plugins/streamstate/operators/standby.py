@@ -19,6 +19,8 @@ from streamstate.notifiers.routing import send
 from streamstate.operators.streaming_job import job_spec, run_label
 from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_record, read_record
 
+from spark_jobs.lease import LeaseHolder
+
 #: how long a start may take to hold the lease (a follower needs no Spark: seconds)
 START_WAIT_S = 45
 
@@ -70,18 +72,18 @@ class SuperviseStandbyOperator(BaseOperator):
                         )
                     )
             else:
-                status = hook.status() or {}
-                for store, view in (status.get("stores") or {}).items():
-                    if view.get("lag_ms", 0) > status.get("max_lag_ms", float("inf")):
+                status = hook.status()
+                for store, view in (status.stores if status else {}).items():
+                    if view.lag_ms > status.max_lag_ms:
                         conditions.append(
                             Condition(
                                 f"standby_lag_{store}",
                                 "warning",
-                                f"standby of {spec.application_id}/{store} is {view['lag_ms'] / 1000:.0f} s behind its changelog",
+                                f"standby of {spec.application_id}/{store} is {view.lag_ms / 1000:.0f} s behind its changelog",
                                 {
-                                    "lag_ms": view["lag_ms"],
-                                    "max_lag_ms": status["max_lag_ms"],
-                                    "lag_records": view.get("lag_records"),
+                                    "lag_ms": view.lag_ms,
+                                    "max_lag_ms": status.max_lag_ms,
+                                    "lag_records": view.lag_records,
                                 },
                                 "check the follower's log and the Kafka broker; a lagging standby makes restores longer",
                             )
@@ -115,12 +117,12 @@ class SuperviseStandbyOperator(BaseOperator):
             "resolved": [a.condition for a in resolve],
         }
 
-    def _wait_started(self, hook: StandbyHook, launch: Launch) -> dict | None:
+    def _wait_started(self, hook: StandbyHook, launch: Launch) -> LeaseHolder | None:
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline:
             holder = hook.running_instance()
             if holder is not None:
-                launch.outcome, launch.epoch = "running", holder.get("epoch")
+                launch.outcome, launch.epoch = "running", holder.epoch
                 return holder
             if exit_code(launch.exit_file) is not None or not process_alive(launch.launcher_pid):
                 break

@@ -126,10 +126,10 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
                 self.log.info(
                     "%s already runs (pid %s, lease epoch %s); nothing to start",
                     spec.application_id,
-                    holder.get("pid"),
-                    holder.get("epoch"),
+                    holder.pid,
+                    holder.epoch,
                 )
-                return {"state": "already_running", "epoch": holder.get("epoch"), "pid": holder.get("pid")}
+                return {"state": "already_running", "epoch": holder.epoch, "pid": holder.pid}
             last = record.last_launch
             in_flight = (
                 last is not None
@@ -247,15 +247,15 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
         self.log.info(
             "watching %s (driver pid %s, lease epoch %s) for %.0fs",
             spec.application_id,
-            holder.get("pid"),
-            holder.get("epoch"),
+            holder.pid,
+            holder.epoch,
             remaining,
         )
         self.defer(
             trigger=StreamingJobExitedTrigger(
                 spec.application_id,
                 str(jobs.status_dir),
-                int(holder["epoch"]),
+                holder.epoch,
                 remaining,
                 carry={"deadline": deadline, "restarts": restarts},
             ),
@@ -342,8 +342,8 @@ class StopStreamingJobOperator(BaseOperator):
             return {"state": "not_running"}
         self.log.info(
             "signalled driver pid %s (lease epoch %s) of %s",
-            holder.get("pid"),
-            holder.get("epoch"),
+            holder.pid,
+            holder.epoch,
             spec.application_id,
         )
         self.job = spec.application_id  # for the messages after the deferral
@@ -367,7 +367,7 @@ class StopStreamingJobOperator(BaseOperator):
                     f"{standby.application_id} still runs after {self.timeout_s}s; run again with force=true"
                 )
             time.sleep(0.5)
-        self.log.info("stopped the warm standby %s (pid %s)", standby.application_id, holder.get("pid"))
+        self.log.info("stopped the warm standby %s (pid %s)", standby.application_id, holder.pid)
 
     def execute_complete(self, context, event: dict):
         if event["state"] != "stopped":
@@ -413,8 +413,8 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         if assessment.action == "give_up" and record.crash_loop_since is None:
             record.crash_loop_since = seen.now
         links = {"dag": f"{jobs.settings.airflow_url}/dags/supervise__{spec.name}"}
-        if (seen.status or {}).get("spark_ui") and seen.holder:
-            links["spark_ui"] = seen.status["spark_ui"]
+        if seen.status and seen.status.spark_ui and seen.holder:
+            links["spark_ui"] = seen.status.spark_ui
         before = dict(record.open_alerts)
         fire, resolve = reconcile(
             spec.name, spec.application_id, record.open_alerts, list(assessment.conditions), links

@@ -25,9 +25,9 @@ from streamstate.state_api.views import LiveView, StandbyView, StateTable
 
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
-from spark_jobs.lifecycle import current_state
+from spark_jobs.lifecycle import current_state, read_standby_status
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, get_job, registered_versions, store
-from spark_jobs.standby.follower import read_standby_status, standby_running
+from spark_jobs.standby.follower import standby_running
 from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.versions import JobVersions
@@ -256,7 +256,8 @@ class StateQueryService:
 
     def describe_store(self, spec: JobSpec, store_spec: StoreSpec) -> dict:
         source = self.source(spec, store_spec)
-        follower = read_standby_status(self.settings.status_dir, spec.application_id) or {}
+        follower = read_standby_status(self.settings.status_dir, spec.application_id)
+        store_view = follower.stores.get(store_spec.name) if follower else None
         return {
             "job": spec.name,
             "version": spec.version,
@@ -268,9 +269,9 @@ class StateQueryService:
             "keys": len(source.table),
             "standby": {
                 "follower_running": standby_running(self.settings.status_dir, spec.application_id) is not None,
-                "follower_state": follower.get("state"),
-                "lag_ms": (follower.get("stores") or {}).get(store_spec.name, {}).get("lag_ms"),
-                "max_lag_ms": follower.get("max_lag_ms"),
+                "follower_state": follower.state.value if follower else None,
+                "lag_ms": store_view.lag_ms if store_view else None,
+                "max_lag_ms": follower.max_lag_ms if follower else None,
             },
             **source.describe(),
         }

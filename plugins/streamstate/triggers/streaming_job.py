@@ -8,13 +8,15 @@ made by the operators when the trigger fires.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from spark_jobs.documents import to_json
 from spark_jobs.lease import ALREADY_RUNNING, JobLease
-from spark_jobs.lifecycle import published_by_holder, read_status
+from spark_jobs.lifecycle import JobState, published_by_holder, read_status
 
 
 async def _poll(check, timeout_s: float, poll_s: float) -> dict:
@@ -30,7 +32,15 @@ async def _poll(check, timeout_s: float, poll_s: float) -> dict:
         await asyncio.sleep(poll_s)
 
 
-class StreamingJobStartedTrigger(BaseTrigger):
+class _WaitingTrigger(BaseTrigger):
+    """A trigger whose constructor's arguments, kept as attributes of the same names, are all it serializes."""
+
+    def serialize(self) -> tuple[str, dict]:
+        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
+        return f"{type(self).__module__}.{type(self).__qualname__}", {n: getattr(self, n) for n in names}
+
+
+class StreamingJobStartedTrigger(_WaitingTrigger):
     """Fires when the driver of a launch runs (or restores), failed, found another driver running, or
     timed out.
 
@@ -66,47 +76,30 @@ class StreamingJobStartedTrigger(BaseTrigger):
         self.timeout_s = timeout_s
         self.poll_s = poll_s
 
-    def serialize(self) -> tuple[str, dict]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "application_id": self.application_id,
-                "status_dir": self.status_dir,
-                "launcher_pid": self.launcher_pid,
-                "exit_file": self.exit_file,
-                "previous_epoch": self.previous_epoch,
-                "timeout_s": self.timeout_s,
-                "launch_at": self.launch_at,
-                "poll_s": self.poll_s,
-                "version": self.version,
-                "carry": self.carry,
-            },
-        )
-
     def check(self) -> dict | None:
         from streamstate.hooks.streaming_job import exit_code, process_alive
 
         holder = JobLease(self.status_dir, self.application_id).holder()
-        status = read_status(self.status_dir, self.application_id) or {}
-        ours = holder is not None and int(holder.get("epoch", 0)) > self.previous_epoch
+        status = read_status(self.status_dir, self.application_id)
+        ours = holder is not None and holder.epoch > self.previous_epoch
         if ours and published_by_holder(status, holder):
-            if status.get("state") in ("RUNNING", "RESTORING"):
+            if status.state in (JobState.RUNNING, JobState.RESTORING):
                 # Restoring counts as started: a long restore is watched by the restore budget alert,
                 # and killing it at the start timeout would only restart the restore.
                 return {
                     "state": "running",
-                    "epoch": holder["epoch"],
-                    "pid": holder.get("pid"),
-                    "lifecycle_state": status["state"],
+                    "epoch": holder.epoch,
+                    "pid": holder.pid,
+                    "lifecycle_state": status.state.value,
                 }
-            if status.get("state") == "ERROR":
-                return {"state": "failed", "exit_code": None, "error": status.get("error")}
+            if status.state is JobState.ERROR:
+                return {"state": "failed", "exit_code": None, "error": status.error}
         code = exit_code(self.exit_file)
         if code is not None or not process_alive(self.launcher_pid):
             if code == ALREADY_RUNNING:
-                return {"state": "already_running", "holder": holder}
-            failed_epoch = status.get("lease_epoch") or 0
-            error = status.get("error") if failed_epoch > self.previous_epoch else None
+                return {"state": "already_running", "holder": to_json(holder) if holder else None}
+            failed_epoch = (status.lease_epoch if status else None) or 0
+            error = status.error if status and failed_epoch > self.previous_epoch else None
             return {"state": "failed", "exit_code": code, "error": error or f"driver exited with code {code}"}
         return None
 
@@ -115,7 +108,7 @@ class StreamingJobStartedTrigger(BaseTrigger):
         yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version, "carry": self.carry})
 
 
-class StreamingJobStoppedTrigger(BaseTrigger):
+class StreamingJobStoppedTrigger(_WaitingTrigger):
     """Fires when no driver holds the job's lease any more (``stopped``), or on timeout."""
 
     def __init__(self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 0.5) -> None:
@@ -125,24 +118,13 @@ class StreamingJobStoppedTrigger(BaseTrigger):
         self.timeout_s = timeout_s
         self.poll_s = poll_s
 
-    def serialize(self) -> tuple[str, dict]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "application_id": self.application_id,
-                "status_dir": self.status_dir,
-                "timeout_s": self.timeout_s,
-                "poll_s": self.poll_s,
-            },
-        )
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         lease = JobLease(self.status_dir, self.application_id)
         deadline = time.monotonic() + self.timeout_s
         while True:
             if await asyncio.to_thread(lease.holder) is None:
-                status = read_status(self.status_dir, self.application_id) or {}
-                yield TriggerEvent({"state": "stopped", "final_state": status.get("state")})
+                status = read_status(self.status_dir, self.application_id)
+                yield TriggerEvent({"state": "stopped", "final_state": status.state.value if status else None})
                 return
             if time.monotonic() > deadline:
                 yield TriggerEvent({"state": "timeout", "timeout_s": self.timeout_s})
@@ -150,7 +132,7 @@ class StreamingJobStoppedTrigger(BaseTrigger):
             await asyncio.sleep(self.poll_s)
 
 
-class StreamingJobCaughtUpTrigger(BaseTrigger):
+class StreamingJobCaughtUpTrigger(_WaitingTrigger):
     """Fires when a job version has committed a batch ending at or after ``targets`` (partition ->
     offset) of ``topic`` (``caught_up``), when its driver is gone (``stopped``), or on timeout."""
 
@@ -169,20 +151,6 @@ class StreamingJobCaughtUpTrigger(BaseTrigger):
         self.topic, self.targets = topic, {str(p): int(o) for p, o in targets.items()}
         self.timeout_s, self.poll_s = timeout_s, poll_s
 
-    def serialize(self) -> tuple[str, dict]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "application_id": self.application_id,
-                "status_dir": self.status_dir,
-                "checkpoint": self.checkpoint,
-                "topic": self.topic,
-                "targets": self.targets,
-                "timeout_s": self.timeout_s,
-                "poll_s": self.poll_s,
-            },
-        )
-
     def check(self) -> dict | None:
         from runtime.object_store import Location
         from runtime.settings import Settings
@@ -195,15 +163,15 @@ class StreamingJobCaughtUpTrigger(BaseTrigger):
         if not behind:
             return {"state": "caught_up", "committed": committed}
         if JobLease(self.status_dir, self.application_id).holder() is None:
-            status = read_status(self.status_dir, self.application_id) or {}
-            return {"state": "stopped", "committed": committed, "behind": behind, "error": status.get("error")}
+            status = read_status(self.status_dir, self.application_id)
+            return {"state": "stopped", "committed": committed, "behind": behind, "error": status and status.error}
         return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         yield TriggerEvent(await _poll(self.check, self.timeout_s, self.poll_s))
 
 
-class StreamingJobExitedTrigger(BaseTrigger):
+class StreamingJobExitedTrigger(_WaitingTrigger):
     """Fires when the driver holding lease ``epoch`` no longer holds it (``exited``: it stopped, or died
     and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``)."""
 
@@ -222,29 +190,16 @@ class StreamingJobExitedTrigger(BaseTrigger):
         #: echoed in the event (see StreamingJobStartedTrigger.carry)
         self.carry = carry
 
-    def serialize(self) -> tuple[str, dict]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "application_id": self.application_id,
-                "status_dir": self.status_dir,
-                "epoch": self.epoch,
-                "timeout_s": self.timeout_s,
-                "poll_s": self.poll_s,
-                "carry": self.carry,
-            },
-        )
-
     def check(self) -> dict | None:
         holder = JobLease(self.status_dir, self.application_id).holder()
-        if holder is not None and int(holder.get("epoch", 0)) == self.epoch:
+        if holder is not None and holder.epoch == self.epoch:
             return None
-        status = read_status(self.status_dir, self.application_id) or {}
+        status = read_status(self.status_dir, self.application_id)
         return {
             "state": "exited",
             "epoch": self.epoch,
-            "final_state": status.get("state"),
-            "error": status.get("error"),
+            "final_state": status.state.value if status else None,
+            "error": status.error if status else None,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -29,10 +29,11 @@ from streamstate.supervision import DESIRED_STOPPED, read_record
 
 from runtime.files import exclusive, write_atomically
 from runtime.settings import Settings
+from spark_jobs.documents import to_json
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import observe_driver
+from spark_jobs.lifecycle import observe_driver, read_standby_status
 from spark_jobs.registry import JobSpec, registered_versions
-from spark_jobs.standby.follower import read_standby_status, standby_running
+from spark_jobs.standby.follower import standby_running
 from spark_jobs.state.fencing import describe_batch
 from spark_jobs.versions import JobVersions
 
@@ -60,11 +61,11 @@ def _changelog_tuning(settings: Settings) -> tuple[dict, dict]:
 def job_view(spec: JobSpec, settings: Settings) -> dict:
     """One job's row: lifecycle, supervision, the latest progress numbers, snapshots, restore, alerts."""
     driver = observe_driver(settings.status_dir, spec.application_id)
-    status, holder, alive = driver.status or {}, driver.holder, driver.alive
+    status, holder, alive = driver.status, driver.holder, driver.alive
     record = read_record(settings.status_dir, spec.application_id)
-    progress = status.get("progress") or {}
+    progress = status.progress if status else None
     measured, changelog_alerts = _changelog_tuning(settings)
-    standby = read_standby_status(settings.status_dir, spec.application_id) or {}
+    standby = read_standby_status(settings.status_dir, spec.application_id)
     standby_alive = standby_running(settings.status_dir, spec.application_id) is not None
     return {
         "job": spec.name,
@@ -73,7 +74,7 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "lifecycle_state": driver.state,
         # the one answer on-call reads: "RUNNING at batch 12", or "DOWN since ..., last RUNNING at batch 12"
         "lifecycle_summary": driver.summary(),
-        "last_published_state": status.get("state"),
+        "last_published_state": status.state.value if status else None,
         "supervision": {
             "state": record.last_assessment.get("state"),
             "action": record.last_assessment.get("action"),
@@ -85,30 +86,28 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
             "launches": len(record.launches),
             "launched_by": record.last_launch.by if record.last_launch else None,
         },
-        "driver": {"pid": holder.get("pid"), "host": holder.get("host"), "lease_epoch": holder.get("epoch")}
-        if holder
-        else None,
-        "input_lag_records": sum((progress.get("input_lag") or {}).values()) if progress else None,
-        "batch_id": progress.get("batch_id"),
-        "batch_duration_ms": progress.get("batch_duration_ms"),
-        "processed_rows_per_second": progress.get("processed_rows_per_second"),
-        "state_rows": progress.get("state_rows"),
-        "state_memory_bytes": progress.get("state_memory_bytes"),
-        "progress_at": progress.get("progress_at"),
-        "idle_at": status.get("idle_at"),
-        "snapshots": status.get("snapshots") or {},
+        "driver": {"pid": holder.pid, "host": holder.host, "lease_epoch": holder.epoch} if holder else None,
+        "input_lag_records": progress.total_lag if progress else None,
+        "batch_id": progress.batch_id if progress else None,
+        "batch_duration_ms": progress.batch_duration_ms if progress else None,
+        "processed_rows_per_second": progress.processed_rows_per_second if progress else None,
+        "state_rows": progress.state_rows if progress else None,
+        "state_memory_bytes": progress.state_memory_bytes if progress else None,
+        "progress_at": progress.progress_at if progress else None,
+        "idle_at": status.idle_at if status else None,
+        "snapshots": {s: to_json(v) for s, v in status.snapshots.items()} if status else {},
         "standby": {
             "running": standby_alive,
-            "state": standby.get("state") if standby_alive else "NOT_RUNNING",
-            "lag_ms": standby.get("lag_ms") if standby_alive else None,
+            "state": standby.state.value if standby and standby_alive else "NOT_RUNNING",
+            "lag_ms": standby.lag_ms if standby and standby_alive else None,
             "stores": {
-                name: {"batch_id": v.get("batch_id"), "rows": v.get("rows"), "lag_ms": v.get("lag_ms")}
-                for name, v in (standby.get("stores") or {}).items()
+                name: {"batch_id": v.batch_id, "rows": v.rows, "lag_ms": v.lag_ms}
+                for name, v in (standby.stores if standby else {}).items()
             },
         },
         "stores": [{"store": s.name, "kind": s.kind} for s in spec.stores],
-        "restore": status.get("restore") or {},
-        "error": status.get("error"),
+        "restore": {s: to_json(v) for s, v in status.restore.items()} if status else {},
+        "error": status.error if status else None,
         "open_alerts": {**record.open_alerts, **changelog_alerts.get(spec.application_id, {})},
         "changelogs": {m["store"]: m for m in measured.values() if m["application_id"] == spec.application_id},
         "links": {
@@ -120,7 +119,7 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
             "reprocess_dag": "/dags/reprocess_job",
             "promote_dag": "/dags/promote_job_version",
             "tune_dag": "/dags/tune_changelog_compaction",
-            "spark_ui": status.get("spark_ui") if alive else None,
+            "spark_ui": status.spark_ui if status and alive else None,
         },
     }
 

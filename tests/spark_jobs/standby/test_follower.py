@@ -101,7 +101,7 @@ def test_standby_follows_the_changelog_and_shortens_restores(spark, kafka_broker
     purchases.produce(bootstrap, job.source_topic, third)
     report = run(job, settings, available_now=True, spark=spark)
     restore = report.restores["counts"]
-    assert restore["snapshot_version"] == standby.delta_version and restore["changelog_records_read"] == 0
+    assert restore.snapshot_version == standby.delta_version and restore.changelog_records_read == 0
     after = read_changelog(bootstrap, changelog)
     assert {k: v for k, v in after.state.items()} and len(after.state) == len(
         expected_purchase_counts(first + second + third)

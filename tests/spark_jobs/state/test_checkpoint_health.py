@@ -165,7 +165,7 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
     assert reason in report.quarantined_checkpoint["reason"]
     assert Path(report.quarantined_checkpoint["path"]).exists()
     # the last complete batch in the changelog: the second driver's (generation 2) Spark batch 1
-    assert report.restores["counts"]["batch_id"] == 2 * GENERATION_SPAN + 1
+    assert report.restores["counts"].batch_id == 2 * GENERATION_SPAN + 1
     assert report.input_rows == len(rounds[2])
     assert delta_purchase_counts(spark, report.output) == expected_purchase_counts(rounds[0] + rounds[1] + rounds[2])
     assert (

@@ -124,7 +124,7 @@ def test_a_new_version_starts_from_the_old_versions_state_migrated(spark, kafka_
     with pytest.raises(StateFormatChanged, match=f"{v3.application_id}: .*reprocess_job mode migrate"):
         run(dataclasses.replace(v3, entrypoint=tiered.entrypoint), settings, available_now=True, spark=spark)
     report = run(v4, settings, available_now=True, spark=spark)
-    assert report.restores[STORE]["snapshot_batch_id"] == MIGRATED_BATCH_ID and report.input_rows == len(batches[2])
+    assert report.restores[STORE].snapshot_batch_id == MIGRATED_BATCH_ID and report.input_rows == len(batches[2])
     everything = expected_purchase_counts(batches[0] + batches[1] + batches[2])
     assert delta_purchase_counts(spark, report.output) == everything
 

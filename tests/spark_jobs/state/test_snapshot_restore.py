@@ -82,16 +82,16 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     report = run(job, settings, available_now=True, spark=spark)
 
     restore = report.restores["counts"]
-    assert restore["full_replay"] is False and restore["snapshot_batch_id"] == GENERATION_SPAN
-    assert restore["in_spark"] is in_spark and (restore["keys"] is None) is in_spark
+    assert restore.full_replay is False and restore.snapshot_batch_id == GENERATION_SPAN
+    assert restore.in_spark is in_spark and (restore.keys is None) is in_spark
     # only the tail, not the whole changelog (Spark counts offsets, the Python reader records)
-    assert restore["changelog_records_read"] == (tail_records if in_spark else tail_delivered)
+    assert restore.changelog_records_read == (tail_records if in_spark else tail_delivered)
     # the restore recorded its own throughput (restore-time estimates use this deployment's numbers)
     recorded = [m for m in restore_measurements(settings) if m["application_id"] == job.application_id]
     assert len(recorded) == 1 and recorded[0]["mode"] == "snapshot_and_tail"
     assert (recorded[0]["snapshot_rows"], recorded[0]["changelog_records_read"]) == (
         first.rows,
-        restore["changelog_records_read"],
+        restore.changelog_records_read,
     )
     assert 0 < recorded[0]["snapshot_seconds"] < recorded[0]["seconds"]
     assert report.input_rows == 500  # the new query started exactly after the restored state

@@ -69,7 +69,7 @@ def test_a_compatible_change_keeps_the_state_and_an_incompatible_one_is_refused(
     # a restore (checkpoint lost) reads both formats from the snapshot and the changelog
     layout.checkpoint.remove()
     restored = run(tiered, settings, available_now=True, spark=spark)
-    assert restored.restores[STORE]["keys"] == len(so_far)
+    assert restored.restores[STORE].keys == len(so_far)
     assert delta_purchase_counts(spark, restored.output) == expected_purchase_counts(
         batches[0] + batches[1] + batches[2]
     )
@@ -113,8 +113,8 @@ def test_a_store_added_in_place_starts_empty_and_the_other_keeps_its_state(spark
     layout.checkpoint.remove()
     restored = run(with_items, settings, available_now=True, spark=spark)
     assert restored.error is None and restored.input_rows == len(batches[2])
-    assert restored.restores[STORE]["keys"] == len(so_far)
-    assert restored.restores[ITEMS]["keys"] == len(expected_items(batches[1]))
+    assert restored.restores[STORE].keys == len(so_far)
+    assert restored.restores[ITEMS].keys == len(expected_items(batches[1]))
     assert delta_purchase_counts(spark, restored.output) == expected_purchase_counts(sum(batches, []))
     assert {user: v["items"] for user, v in stored(ITEMS).items()} == expected_items(batches[1] + batches[2])
 
