@@ -46,8 +46,9 @@ DIAGRAM_TOKEN = re.compile(r"[A-Za-z_][\w]*(?:[./][\w-]+)*(?:\([\w=, ]*\))?/?")
 
 
 def _source_files() -> list[Path]:
+    """The repository's files but its tests (a name only a test has is not the code the page describes)."""
     found = []
-    for top in TOP_LEVEL:
+    for top in (t for t in TOP_LEVEL if t != "tests"):
         for path in (ROOT / top).rglob("*"):
             if path.is_file() and not SKIPPED_DIRS.intersection(path.relative_to(ROOT).parts):
                 found.append(path)
