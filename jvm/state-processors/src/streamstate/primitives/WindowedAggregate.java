@@ -120,15 +120,20 @@ public final class WindowedAggregate {
     Windows(String store, StructType values, KeyedAggregate.Kind[] kinds, long windowMs, long advanceMs, long graceMs,
             long retentionMs, int outputWidth, String keyColumn, String timeColumn) {
       super(store, values, kinds, outputWidth, keyColumn, timeColumn);
-      StructType open = new StructType().add("starts", DataTypes.createArrayType(DataTypes.LongType));
-      for (StructField field : values.fields()) {
-        open = open.add(field.name(), DataTypes.createArrayType(field.dataType()));
-      }
-      this.openSchema = open;
       this.windowMs = windowMs;
       this.advanceMs = advanceMs;
       this.graceMs = graceMs;
       this.retentionMs = retentionMs;
+      this.openSchema = openSchema(values);
+    }
+
+    /** {@link #openSchema} for the values {@code values}. */
+    private static StructType openSchema(StructType values) {
+      StructType open = new StructType().add("starts", DataTypes.createArrayType(DataTypes.LongType));
+      for (StructField field : values.fields()) {
+        open = open.add(field.name(), DataTypes.createArrayType(field.dataType()));
+      }
+      return open;
     }
 
     @Override
