@@ -95,6 +95,8 @@ class JobHarness:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._broker is not None and self.spark is not None:
+            close_spark_kafka_producers(self.spark)  # before their broker goes: see the function
         if self._own_spark and self.spark is not None:
             self.spark.stop()
         if self._broker is not None:
@@ -147,6 +149,21 @@ class JobHarness:
         finally:
             consumer.close()
         return letters
+
+
+def close_spark_kafka_producers(spark) -> None:
+    """Close the Kafka producers Spark's Kafka sink keeps in this JVM (a pool shared by every query and
+    session; an idle producer stays open for ``spark.kafka.producer.cache.timeout``, 10 minutes, and
+    stopping the session does not close it). Call it before stopping their broker: a producer left open
+    retries the stopped broker with a ``NetworkClient`` warning per attempt until the process exits, a screen
+    of warnings after a test run. A later write opens new producers."""
+    from py4j.protocol import Py4JError
+
+    try:
+        package = spark.sparkContext._jvm.org.apache.spark.sql.kafka010.producer
+        getattr(getattr(package, "InternalKafkaProducerPool$"), "MODULE$").reset()
+    except Py4JError:  # another Spark's connector, or none loaded: nothing of ours to close
+        pass
 
 
 try:

@@ -11,13 +11,11 @@ import java.util.TreeMap;
 
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
-import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TTLConfig;
-import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
@@ -86,44 +84,28 @@ public final class ExpiringAggregate {
                                      String timeColumn) {
     StructType output = StructType.fromDDL(outputDdl);
     StructType values = StructType.fromDDL(valuesDdl);
-    KeyValueGroupedDataset<Long, Row> grouped = PartitionTask.byTask(events, partitionColumn);
     Expiring processor = new Expiring(store, values, KeyedAggregate.Kind.parse(kinds, values.size()), ttlMs,
         output.size(), keyColumn, timeColumn);
-    KeyValueGroupedDataset<Long, Row> seeded = initial == null ? null
-        : PartitionTask.byTask(initial, "source_partition");
-    return DeadLetters.transform(grouped, events.schema(), processor, TimeMode.None(), OutputMode.Update(), output,
-        seeded, initial == null ? null : initial.schema());
+    return PartitionTask.changes(events, partitionColumn, initial, processor, OutputMode.Update(), output);
   }
 
-  static final class Expiring extends PartitionTask {
-    private final String store;
-    private final StructType values;
-    private final KeyedAggregate.Kind[] kinds;
+  static final class Expiring extends AggregateTask {
     /** A stored key: its aggregates, then its event time. */
     private final StructType keySchema;
     private final long ttlMs;
-    private final int outputWidth;
-    private final String keyColumn;
-    private final String timeColumn;
     /** no key of the partition expires before this (it may be earlier than the true earliest expiry) */
     private transient ValueState<Long> nextExpiry;
     private transient MapState<String, Row> keys;
 
     Expiring(String store, StructType values, KeyedAggregate.Kind[] kinds, long ttlMs, int outputWidth,
              String keyColumn, String timeColumn) {
-      this.store = store;
-      this.values = values;
-      this.kinds = kinds;
+      super(store, values, kinds, outputWidth, keyColumn, timeColumn);
       this.keySchema = values.add("event_time_ms", DataTypes.LongType);
       this.ttlMs = ttlMs;
-      this.outputWidth = outputWidth;
-      this.keyColumn = keyColumn;
-      this.timeColumn = timeColumn;
     }
 
     @Override
-    public void init(OutputMode outputMode, TimeMode timeMode) {
-      initStreamTime(store);
+    protected void initStores() {
       nextExpiry = getHandle().getValueState(store + "-next-expiry", Encoders.LONG(), TTLConfig.NONE());
       keys = getHandle().getMapState(store, Encoders.STRING(), Encoders.row(keySchema), TTLConfig.NONE());
     }
@@ -148,9 +130,7 @@ public final class ExpiringAggregate {
           continue;
         }
         Object[] aggregates = current == null ? KeyedAggregate.Kind.fresh(kinds, values) : current.aggregates;
-        for (int i = 0; i < kinds.length; i++) {
-          aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
-        }
+        KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
         batch.put(key, new Entry(aggregates, current == null ? t : Math.max(current.eventTime, t)));
       }
       return CollectionConverters.asScala(batch.finish().iterator());
@@ -217,14 +197,8 @@ public final class ExpiringAggregate {
           return cache.get(key);
         }
         Row row = keys.containsKey(key) ? keys.getValue(key) : null;
-        Entry entry = null;
-        if (row != null) {
-          Object[] aggregates = new Object[kinds.length];
-          for (int i = 0; i < kinds.length; i++) {
-            aggregates[i] = row.get(i);
-          }
-          entry = new Entry(aggregates, row.getLong(kinds.length));
-        }
+        Entry entry = row == null ? null
+            : new Entry(KeyedAggregate.Kind.read(row, kinds.length), row.getLong(kinds.length));
         cache.put(key, entry);
         return entry;
       }
@@ -238,9 +212,7 @@ public final class ExpiringAggregate {
         } else {
           expiry = Math.min(expiry, expiresAt);
         }
-        Object[] value = new Object[kinds.length + 1];
-        System.arraycopy(entry.aggregates, 0, value, 0, kinds.length);
-        value[kinds.length] = entry.eventTime;
+        Object[] value = KeyedAggregate.Kind.stored(entry.aggregates, entry.eventTime);
         changes.put(key, output(CHANGE, false, key, value, null, partition, null, null, null, null));
       }
 
@@ -290,10 +262,8 @@ public final class ExpiringAggregate {
             continue;
           }
           if (changes.containsKey(entry.getKey())) {
-            Object[] stored = new Object[kinds.length + 1];
-            System.arraycopy(value.aggregates, 0, stored, 0, kinds.length);
-            stored[kinds.length] = value.eventTime;
-            keys.updateValue(entry.getKey(), RowFactory.create(stored));
+            keys.updateValue(entry.getKey(),
+                RowFactory.create(KeyedAggregate.Kind.stored(value.aggregates, value.eventTime)));
           }
         }
         if (byExpiry != null) {
@@ -315,10 +285,7 @@ public final class ExpiringAggregate {
     /** An output row (see the class comment): {@code value} is the aggregates and the key's event time. */
     private Row output(String kind, boolean tombstone, String key, Object[] value, Long lateEventTime,
                        Integer partition, Long streamTimeMs, Object offset, Object timestamp, Object raw) {
-      Object[] row = new Object[kinds.length + 9];
-      if (row.length != outputWidth) {
-        throw new IllegalStateException("output DDL has " + outputWidth + " columns, the processor writes " + row.length);
-      }
+      Object[] row = outputFields(kinds.length + 9);
       row[0] = kind;
       row[1] = key;
       row[2] = tombstone;

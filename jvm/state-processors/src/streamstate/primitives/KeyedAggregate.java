@@ -2,22 +2,16 @@ package streamstate.primitives;
 
 import java.math.BigDecimal;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
-import org.apache.spark.sql.Encoders;
-import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
-import org.apache.spark.sql.streaming.OutputMode;
-import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
-import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
-import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.DecimalType;
@@ -62,18 +56,12 @@ public final class KeyedAggregate {
                                      String stateDdl, String changeDdl, long ttlMs, String kinds,
                                      boolean offsetOrdered) {
     StructType state = StructType.fromDDL(stateDdl);
-    StructType change = StructType.fromDDL(changeDdl);
     Kind[] parsed = Kind.parse(kinds, state.size() - 1);
     Dataset<Row> input = offsetOrdered && PartialAggregates.combinable(parsed, state)
         ? PartialAggregates.combine(events, keyColumn, parsed) : events;
-    KeyValueGroupedDataset<String, Row> grouped =
-        input.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
-    Aggregator aggregator = new Aggregator(store, state, parsed, ttlMs);
     TimeMode timeMode = ttlMs > 0 ? TimeMode.ProcessingTime() : TimeMode.None();
-    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null
-        : initial.groupByKey((MapFunction<Row, String>) row -> row.getAs("key"), Encoders.STRING());
-    return DeadLetters.transform(grouped, events.schema(), aggregator, timeMode, OutputMode.Update(), change, seeded,
-        initial == null ? null : initial.schema());
+    return KeyedValueProcessor.changes(input, events.schema(), keyColumn, initial,
+        new Aggregator(store, state, parsed, ttlMs), timeMode, StructType.fromDDL(changeDdl));
   }
 
   /** What an aggregate keeps of its inputs. Null inputs are skipped; a count's input is how many events
@@ -100,6 +88,30 @@ public final class KeyedAggregate {
         aggregates[i] = kinds[i].initial(schema.fields()[i].dataType());
       }
       return aggregates;
+    }
+
+    /** {@code aggregates} with the inputs of {@code event} (at {@code inputs}: {@link Rows#inputIndexes})
+     * applied, in place. */
+    static void applyAll(Kind[] kinds, Object[] aggregates, Row event, int[] inputs) {
+      for (int i = 0; i < kinds.length; i++) {
+        aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
+      }
+    }
+
+    /** The aggregates of a stored value: its first {@code count} fields (a time follows them). */
+    static Object[] read(Row stored, int count) {
+      Object[] aggregates = new Object[count];
+      for (int i = 0; i < count; i++) {
+        aggregates[i] = stored.get(i);
+      }
+      return aggregates;
+    }
+
+    /** A stored value: the aggregates, then {@code timeMs} (the key's processing or event time). */
+    static Object[] stored(Object[] aggregates, long timeMs) {
+      Object[] value = Arrays.copyOf(aggregates, aggregates.length + 1);
+      value[aggregates.length] = timeMs;
+      return value;
     }
 
     /** The value of a key that has no events yet: count and sum start at zero, the others at null. */
@@ -147,32 +159,23 @@ public final class KeyedAggregate {
     }
   }
 
-  static final class Aggregator extends StatefulProcessorWithInitialState<String, Row, Row, Row> {
-    private final String store;
-    private final StructType stateSchema;
+  static final class Aggregator extends KeyedValueProcessor {
     private final Kind[] kinds;
     private final long ttlMs;
-    private transient ValueState<Row> values;
 
     Aggregator(String store, StructType stateSchema, Kind[] kinds, long ttlMs) {
-      this.store = store;
-      this.stateSchema = stateSchema;
+      super(store, stateSchema);
       this.kinds = kinds;
       this.ttlMs = ttlMs;
-    }
-
-    @Override
-    public void init(OutputMode outputMode, TimeMode timeMode) {
-      values = getHandle().getValueState(store, Encoders.row(stateSchema), TTLConfig.NONE());
     }
 
     @Override
     public Iterator<Row> handleInputRows(String key, Iterator<Row> rows, TimerValues timerValues) {
       List<Row> events = Rows.inOffsetOrder(rows);
 
-      Row current = values.exists() ? values.get() : null;
+      Row current = stored.exists() ? stored.get() : null;
       boolean alive = current != null;  // handleInputRows has at least one row: it decides
-      Object[] aggregates = alive ? read(current) : Kind.fresh(kinds, stateSchema);
+      Object[] aggregates = alive ? Kind.read(current, kinds.length) : Kind.fresh(kinds, stateSchema);
       int[] inputs = Rows.inputIndexes(events, kinds.length);
       for (Row event : events) {
         if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
@@ -181,41 +184,29 @@ public final class KeyedAggregate {
           continue;
         }
         alive = true;
-        for (int i = 0; i < kinds.length; i++) {
-          aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
-        }
+        Kind.applyAll(kinds, aggregates, event, inputs);
       }
       if (!alive) {
         return Rows.one(delete(key));
       }
       long now = nowMs(timerValues);
-      Object[] value = new Object[kinds.length + 1];
-      System.arraycopy(aggregates, 0, value, 0, kinds.length);
-      value[kinds.length] = now;
-      values.update(RowFactory.create(value));
+      Object[] value = Kind.stored(aggregates, now);
+      stored.update(RowFactory.create(value));
       restartTtl(now);
       return Rows.one(Rows.change(key, false, value));
     }
 
     @Override
     public Iterator<Row> handleExpiredTimer(String key, TimerValues timerValues, ExpiredTimerInfo info) {
-      return values.exists() ? Rows.one(delete(key)) : Rows.none();
+      return stored.exists() ? Rows.one(delete(key)) : Rows.none();
     }
 
     @Override
     public void handleInitialState(String key, Row initial, TimerValues timerValues) {
-      values.update(Rows.select(initial, stateSchema));
+      super.handleInitialState(key, initial, timerValues);
       if (ttlMs > 0) {
         getHandle().registerTimer(initial.<Long>getAs("touched_at_ms") + ttlMs);
       }
-    }
-
-    private Object[] read(Row current) {
-      Object[] aggregates = new Object[kinds.length];
-      for (int i = 0; i < kinds.length; i++) {
-        aggregates[i] = current.get(i);
-      }
-      return aggregates;
     }
 
     private void restartTtl(long now) {
@@ -227,7 +218,7 @@ public final class KeyedAggregate {
     }
 
     private Row delete(String key) {
-      values.clear();
+      stored.clear();
       if (ttlMs > 0) {
         deleteTimers();
       }

@@ -11,13 +11,18 @@ import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
+import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
 import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.hash.Murmur3_x86_32;
 
 import scala.collection.Iterator;
+
+import streamstate.jobs.DeadLetters;
 
 /**
  * A processor keyed by <b>source partition</b>, the unit a Kafka Streams task is: it sees the partition's
@@ -52,6 +57,22 @@ public abstract class PartitionTask extends StatefulProcessorWithInitialState<Lo
         }
       }
     });
+  }
+
+  /** Initial-state column: the source partition a restored row belongs to. */
+  static final String INITIAL_PARTITION = "source_partition";
+
+  /**
+   * The output rows ({@code output}) of {@code processor} over {@code events} grouped by the task key of
+   * their source partition (column {@code partitionColumn}); {@code initial} (rows with
+   * {@link #INITIAL_PARTITION}, or null) seeds the store after a restore. No time mode: decisions follow
+   * stream time, never timers. Rejected records among {@code events} pass through (see {@link DeadLetters}).
+   */
+  static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial,
+                              PartitionTask processor, OutputMode outputMode, StructType output) {
+    KeyValueGroupedDataset<Long, Row> seeded = initial == null ? null : byTask(initial, INITIAL_PARTITION);
+    return DeadLetters.transform(byTask(events, partitionColumn), events.schema(), processor, TimeMode.None(),
+        outputMode, output, seeded, initial == null ? null : initial.schema());
   }
 
   /** {@code rows} grouped by the task key of their source partition (column {@code partitionColumn}). */

@@ -7,19 +7,12 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
-import org.apache.spark.sql.Encoders;
-import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
-import org.apache.spark.sql.streaming.OutputMode;
-import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
-import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
-import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.StructType;
 
@@ -53,20 +46,12 @@ public final class VersionedLatest {
   public static Dataset<Row> changes(Dataset<Row> events, String keyColumn, Dataset<Row> initial, String store,
                                      String stateDdl, String changeDdl, long retentionMs, String timeField,
                                      String idField) {
-    StructType state = StructType.fromDDL(stateDdl);
-    StructType change = StructType.fromDDL(changeDdl);
-    KeyValueGroupedDataset<String, Row> grouped =
-        events.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
-    Latest latest = new Latest(store, state, retentionMs, timeField, idField);
-    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null
-        : initial.groupByKey((MapFunction<Row, String>) row -> row.getAs("key"), Encoders.STRING());
-    return DeadLetters.transform(grouped, events.schema(), latest, TimeMode.None(), OutputMode.Update(), change,
-        seeded, initial == null ? null : initial.schema());
+    Latest latest = new Latest(store, StructType.fromDDL(stateDdl), retentionMs, timeField, idField);
+    return KeyedValueProcessor.changes(events, events.schema(), keyColumn, initial, latest, TimeMode.None(),
+        StructType.fromDDL(changeDdl));
   }
 
-  static final class Latest extends StatefulProcessorWithInitialState<String, Row, Row, Row> {
-    private final String store;
-    private final StructType stateSchema;
+  static final class Latest extends KeyedValueProcessor {
     private final long retentionMs;
     /** The value's fields (all but history), by stored name; the version struct's field order. */
     private final String[] valueFields;
@@ -75,11 +60,9 @@ public final class VersionedLatest {
     private final int versionId;
     /** Where each value field sits in a version struct. */
     private final int[] valueInVersion;
-    private transient ValueState<Row> latest;
 
     Latest(String store, StructType stateSchema, long retentionMs, String timeField, String idField) {
-      this.store = store;
-      this.stateSchema = stateSchema;
+      super(store, stateSchema);
       this.retentionMs = retentionMs;
       String[] names = stateSchema.fieldNames();
       this.valueFields = java.util.Arrays.copyOf(names, names.length - 1);
@@ -94,13 +77,8 @@ public final class VersionedLatest {
     }
 
     @Override
-    public void init(OutputMode outputMode, TimeMode timeMode) {
-      latest = getHandle().getValueState(store, Encoders.row(stateSchema), TTLConfig.NONE());
-    }
-
-    @Override
     public Iterator<Row> handleInputRows(String key, Iterator<Row> rows, TimerValues timerValues) {
-      Row current = latest.exists() ? latest.get() : null;
+      Row current = stored.exists() ? stored.get() : null;
       Map<String, Row> versions = new LinkedHashMap<>();
       List<String> before = new ArrayList<>();
       if (current != null) {
@@ -134,7 +112,7 @@ public final class VersionedLatest {
         value[i] = newest.get(valueInVersion[i]);
       }
       value[valueFields.length] = CollectionConverters.asScala(history).toSeq();
-      latest.update(RowFactory.create(value));
+      stored.update(RowFactory.create(value));
       return Rows.one(Rows.change(key, false, value));
     }
 
@@ -154,11 +132,6 @@ public final class VersionedLatest {
     @Override
     public Iterator<Row> handleExpiredTimer(String key, TimerValues timerValues, ExpiredTimerInfo info) {
       return Rows.none();
-    }
-
-    @Override
-    public void handleInitialState(String key, Row initial, TimerValues timerValues) {
-      latest.update(Rows.select(initial, stateSchema));
     }
   }
 }

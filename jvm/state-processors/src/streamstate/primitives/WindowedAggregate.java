@@ -11,13 +11,11 @@ import java.util.TreeSet;
 
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
-import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TTLConfig;
-import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -97,21 +95,14 @@ public final class WindowedAggregate {
                                      String timeColumn) {
     StructType output = StructType.fromDDL(outputDdl);
     StructType values = StructType.fromDDL(valuesDdl);
-    KeyValueGroupedDataset<Long, Row> grouped = PartitionTask.byTask(events, partitionColumn);
     Windows windows = new Windows(store, values, KeyedAggregate.Kind.parse(kinds, values.size()), windowMs, advanceMs,
         graceMs, retentionMs, output.size(), keyColumn, timeColumn);
-    KeyValueGroupedDataset<Long, Row> seeded = initial == null ? null
-        : PartitionTask.byTask(initial, "source_partition");
-    return DeadLetters.transform(grouped, events.schema(), windows, TimeMode.None(), OutputMode.Append(), output,
-        seeded, initial == null ? null : initial.schema());
+    return PartitionTask.changes(events, partitionColumn, initial, windows, OutputMode.Append(), output);
   }
 
-  static final class Windows extends PartitionTask {
+  static final class Windows extends AggregateTask {
     private static final StructType CLOSED = StructType.fromDDL("starts ARRAY<BIGINT>");
 
-    private final String store;
-    private final StructType values;
-    private final KeyedAggregate.Kind[] kinds;
     /** A key's open windows: their starts, then one array per value (for a count named {@code beats}, the
      * schema every patient_heart_rate checkpoint since v2 holds). */
     private final StructType openSchema;
@@ -119,9 +110,6 @@ public final class WindowedAggregate {
     private final long advanceMs;
     private final long graceMs;
     private final long retentionMs;
-    private final int outputWidth;
-    private final String keyColumn;
-    private final String timeColumn;
     private transient ValueState<Long> nextCloseAt;
     private transient ValueState<Long> nextEvictAt;
     /** key -> open windows (starts, then each value's array) */
@@ -131,26 +119,25 @@ public final class WindowedAggregate {
 
     Windows(String store, StructType values, KeyedAggregate.Kind[] kinds, long windowMs, long advanceMs, long graceMs,
             long retentionMs, int outputWidth, String keyColumn, String timeColumn) {
-      this.store = store;
-      this.values = values;
-      this.kinds = kinds;
-      StructType open = new StructType().add("starts", DataTypes.createArrayType(DataTypes.LongType));
-      for (StructField field : values.fields()) {
-        open = open.add(field.name(), DataTypes.createArrayType(field.dataType()));
-      }
-      this.openSchema = open;
+      super(store, values, kinds, outputWidth, keyColumn, timeColumn);
       this.windowMs = windowMs;
       this.advanceMs = advanceMs;
       this.graceMs = graceMs;
       this.retentionMs = retentionMs;
-      this.outputWidth = outputWidth;
-      this.keyColumn = keyColumn;
-      this.timeColumn = timeColumn;
+      this.openSchema = openSchema(values);
+    }
+
+    /** {@link #openSchema} for the values {@code values}. */
+    private static StructType openSchema(StructType values) {
+      StructType open = new StructType().add("starts", DataTypes.createArrayType(DataTypes.LongType));
+      for (StructField field : values.fields()) {
+        open = open.add(field.name(), DataTypes.createArrayType(field.dataType()));
+      }
+      return open;
     }
 
     @Override
-    public void init(OutputMode outputMode, TimeMode timeMode) {
-      initStreamTime(store);
+    protected void initStores() {
       nextCloseAt = getHandle().getValueState(store + "-next-close", Encoders.LONG(), TTLConfig.NONE());
       nextEvictAt = getHandle().getValueState(store + "-next-evict", Encoders.LONG(), TTLConfig.NONE());
       open = getHandle().getMapState(store + "-open", Encoders.STRING(), Encoders.row(openSchema), TTLConfig.NONE());
@@ -267,9 +254,7 @@ public final class WindowedAggregate {
 
       void apply(String key, long start, Row event, int[] inputs) {
         Object[] aggregates = openOf(key).computeIfAbsent(start, s -> KeyedAggregate.Kind.fresh(kinds, values));
-        for (int i = 0; i < kinds.length; i++) {
-          aggregates[i] = kinds[i].apply(aggregates[i], event.get(inputs[i]));
-        }
+        KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
         closeAt = Math.min(closeAt, closesAt(start));
         change(key, start, aggregates, false);
       }
@@ -472,10 +457,7 @@ public final class WindowedAggregate {
     private Row output(String kind, boolean tombstone, String key, Long start, Object[] aggregates, Boolean isClosed,
                        Integer partition, Long streamTimeMs, Object offset, Object timestamp, Object raw,
                        Integer openWindows) {
-      Object[] row = new Object[closedIndex() + 7];
-      if (row.length != outputWidth) {
-        throw new IllegalStateException("output DDL has " + outputWidth + " columns, the processor writes " + row.length);
-      }
+      Object[] row = outputFields(closedIndex() + 7);
       row[0] = kind;
       row[1] = tombstone;
       row[2] = key;
