@@ -23,11 +23,12 @@ import json
 from collections.abc import Collection
 from pathlib import Path
 
-from streamstate.alerts import SOURCES, Alert, OpenAlert, Source, reconcile
+from streamstate.alerts import SOURCES, Alert, OpenAlert, Source, dedup_key, reconcile
 from streamstate.notifiers import routing
 from streamstate.supervision import Condition
 
 from runtime.files import exclusive, write_json_atomically
+from spark_jobs.layout import AUDIT_REPORT_DIR, STANDBY_SUFFIX
 
 #: the ledger's folder in the status directory (its file and its locks)
 LEDGER_DIR = "alert_ledger"
@@ -88,6 +89,8 @@ class AlertLedger:
             raise ValueError(f"source {source!r}: expected one of {SOURCES}")
         if scope is not None and (outside := [c.name for c in conditions if c.name not in scope]):
             raise ValueError(f"conditions {outside} are outside the check's scope {sorted(scope)}")
+        if not self.path.exists():
+            self._import_earlier_records()
         with exclusive(self.folder / f"{source}@{application_id}"):
             mine = {
                 a.condition: a
@@ -113,6 +116,50 @@ class AlertLedger:
                             ledger.pop((application_id, source, alert.condition), None)
                     self._write(ledger)
         return Delivery(tuple(fire), tuple(resolve), tuple(undelivered))
+
+    def _import_earlier_records(self) -> None:
+        """Once, before the ledger's first record: the open alerts the checks kept in their own places
+        before it (supervision records' ``open_alerts``, the tuner's and the audit's ``open_alerts.json``),
+        so an upgrade neither repeats an alert on-call has nor forgets to resolve one. The two files go."""
+        status_dir = self.folder.parent
+        earlier: list[tuple[str, Source, dict]] = []
+        for path in status_dir.glob("*.supervision.json"):
+            name = path.name.removesuffix(".supervision.json")
+            try:
+                alerts = json.loads(path.read_text()).get("open_alerts") or {}
+            except (OSError, ValueError):
+                continue
+            if name.endswith(STANDBY_SUFFIX):
+                earlier.append((name.removesuffix(STANDBY_SUFFIX), "standby", alerts))
+            else:
+                earlier.append((name, "supervision", alerts))
+        files = {"changelog_tuning": status_dir / "changelog_tuning", "state_audit": status_dir / AUDIT_REPORT_DIR}
+        for source, folder in files.items():
+            try:
+                by_app = json.loads((folder / "open_alerts.json").read_text())
+            except (OSError, ValueError):
+                continue
+            earlier += [(app, source, alerts) for app, alerts in by_app.items()]
+        with exclusive(self.path):
+            if self.path.exists():
+                return  # another process imported them first
+            ledger = {}
+            for app, source, alerts in earlier:
+                for condition, opened in alerts.items():
+                    alert = OpenAlert(
+                        app,
+                        source,
+                        condition,
+                        app.rsplit("-v", 1)[0],
+                        opened.get("severity", "info"),
+                        opened.get("summary", ""),
+                        opened.get("dedup_key") or dedup_key(app, condition),
+                        opened.get("opened_at", ""),
+                    )
+                    ledger[alert.key] = alert
+            self._write(ledger)
+        for folder in files.values():
+            (folder / "open_alerts.json").unlink(missing_ok=True)
 
     def _read(self) -> dict[tuple[str, str, str], OpenAlert]:
         try:

@@ -160,6 +160,41 @@ def test_a_supervision_record_written_before_the_ledger_still_reads():
     assert record.application_id == APP and "open_alerts" not in json.loads(record.to_json())
 
 
+def test_alerts_open_before_the_ledger_are_taken_over_not_repeated(tmp_path, channels):
+    """An upgrade: the alerts the checks kept in their own places are the ledger's first records, so a
+    condition that still holds is not announced again and one that cleared is resolved (same dedup key)."""
+
+    def opened(condition: str, severity: str = "error") -> dict:
+        return {"opened_at": "2026-01-01T00:00:00+00:00", "dedup_key": dedup_key(APP, condition), "severity": severity}
+
+    record = {"application_id": APP, "launches": [], "open_alerts": {"down": opened("down", "critical")}}
+    (tmp_path / f"{APP}.supervision.json").write_text(json.dumps(record))
+    standby = {
+        "application_id": f"{APP}.standby",
+        "launches": [],
+        "open_alerts": {"standby_down": opened("standby_down")},
+    }
+    (tmp_path / f"{APP}.standby.supervision.json").write_text(json.dumps(standby))
+    for folder, name in (("changelog_tuning", "changelog_replay_counts"), ("state_audit", "state_budget_counts")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "open_alerts.json").write_text(json.dumps({APP: {name: opened(name)}}))
+
+    ledger = AlertLedger(tmp_path)
+    still = check(ledger, [condition("down", "critical")])  # the first check after the upgrade
+    assert still.fired == () and still.resolved == ()
+    assert {(a.source, a.condition, a.job) for a in ledger.open_alerts(APP)} == {
+        ("supervision", "down", "purchase_counts"),
+        ("standby", "standby_down", "purchase_counts"),
+        ("changelog_tuning", "changelog_replay_counts", "purchase_counts"),
+        ("state_audit", "state_budget_counts", "purchase_counts"),
+    }
+    assert not (tmp_path / "changelog_tuning" / "open_alerts.json").exists()
+    assert not (tmp_path / "state_audit" / "open_alerts.json").exists()
+    cleared = check(ledger, [], source="standby")
+    assert [(a.condition, a.dedup_key) for a in cleared.resolved] == [("standby_down", dedup_key(APP, "standby_down"))]
+    assert channels.sent == [("standby_down", RESOLVED)]
+
+
 SOURCES_BY_WORKER = ("supervision", "standby", "changelog_tuning", "state_audit")
 
 
