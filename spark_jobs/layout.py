@@ -122,7 +122,7 @@ class StatusFiles:
 
     @property
     def supervision(self) -> Path:
-        """Airflow's supervision record: launches and open alerts (plugins/streamstate/supervision.py)."""
+        """Airflow's supervision record: launches and decisions (plugins/streamstate/supervision.py)."""
         return self._file(".supervision.json")
 
     @property

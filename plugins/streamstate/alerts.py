@@ -1,20 +1,28 @@
 """Alerts: one per job and condition, opened once, resolved once.
 
-:func:`reconcile` compares the conditions that hold now with the alerts already open (kept in the
-supervision record) and returns only the changes: new alerts to fire and open ones to resolve. A
-condition that persists across checks produces nothing, so repeated checks never spam; the stable
-:func:`dedup_key` lets PagerDuty (and any webhook consumer) correlate a trigger with its resolve.
+:func:`reconcile` compares the conditions that hold now with the alerts already open (an
+:class:`OpenAlert` each, kept in the alert ledger: ``streamstate/alert_ledger.py``) and returns only the
+changes: new alerts to fire and open ones to resolve. A condition that persists across checks produces
+nothing, so repeated checks never spam; the stable :func:`dedup_key` lets PagerDuty (and any webhook
+consumer) correlate a trigger with its resolve.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
+from typing import Literal, get_args
 
 from streamstate.supervision import Condition
 
 FIRING = "firing"
 RESOLVED = "resolved"
+
+#: who decides an alert: the supervise DAG's check of the driver and of its warm standby, the changelog
+#: compaction tuner, the state-size audit
+Source = Literal["supervision", "standby", "changelog_tuning", "state_audit"]
+SOURCES: tuple[Source, ...] = get_args(Source)
 
 
 def dedup_key(application_id: str, condition: str) -> str:
@@ -60,10 +68,49 @@ class Alert:
         return cls(**{f.name: body[f.name] for f in dataclasses.fields(cls) if f.name in body})
 
 
+@dataclasses.dataclass(frozen=True)
+class OpenAlert:
+    """An alert on-call was told about and not yet told is resolved."""
+
+    #: the job version's application id (``<job>-v<version>``)
+    application_id: str
+    source: Source
+    condition: str
+    job: str
+    severity: str
+    summary: str
+    dedup_key: str
+    #: when it fired (ISO 8601, UTC)
+    opened_at: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.application_id, self.source, self.condition)
+
+    @classmethod
+    def of(cls, alert: Alert, source: Source) -> OpenAlert:
+        """The record of ``alert``, fired and delivered."""
+        return cls(
+            alert.application_id,
+            source,
+            alert.condition,
+            alert.job,
+            alert.severity,
+            alert.summary,
+            alert.dedup_key,
+            alert.at,
+        )
+
+
 def reconcile(
-    job: str, application_id: str, open_alerts: dict[str, dict], now_holding: list[Condition], links: dict | None = None
+    job: str,
+    application_id: str,
+    open_alerts: Mapping[str, OpenAlert],
+    now_holding: list[Condition],
+    links: dict | None = None,
 ) -> tuple[list[Alert], list[Alert]]:
-    """(alerts to fire, alerts to resolve). Updates ``open_alerts`` in place to match."""
+    """(alerts to fire, alerts to resolve): the conditions in ``now_holding`` not open yet, and the open
+    alerts (condition -> :class:`OpenAlert`) whose condition no longer holds. Records nothing."""
     at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     holding = {c.name: c for c in now_holding}
     fire = []
@@ -86,26 +133,21 @@ def reconcile(
                 dict(links or {}),
             )
         )
-        open_alerts[name] = {
-            "opened_at": at,
-            "dedup_key": key,
-            "severity": condition.severity,
-            "summary": condition.summary,
-        }
     resolve = []
-    for name in [n for n in open_alerts if n not in holding]:
-        opened = open_alerts.pop(name)
+    for name, opened in open_alerts.items():
+        if name in holding:
+            continue
         resolve.append(
             Alert(
                 job,
                 application_id,
                 name,
                 RESOLVED,
-                opened.get("severity", "info"),
-                f"cleared (open since {opened['opened_at']}): {opened.get('summary', '')}",
+                opened.severity,
+                f"cleared (open since {opened.opened_at}): {opened.summary}",
                 {},
                 "",
-                opened["dedup_key"],
+                opened.dedup_key,
                 at,
                 dict(links or {}),
             )

@@ -56,8 +56,6 @@ class SupervisionRecord:
     crash_loop_since: float | None = None
     #: restarts before this (a manual start) no longer count towards the crash-loop limit
     restarts_reset_at: float | None = None
-    #: condition -> {"opened_at", "dedup_key", "summary"}: what on-call was told and not yet resolved
-    open_alerts: dict[str, dict] = dataclasses.field(default_factory=dict)
     #: dead-letter records at the previous check (growth is measured between checks)
     dead_letters_seen: int | None = None
     last_check_at: float | None = None
@@ -77,6 +75,7 @@ class SupervisionRecord:
     @classmethod
     def from_json(cls, text: str) -> SupervisionRecord:
         data = json.loads(text)
+        data.pop("open_alerts", None)  # kept here before the alert ledger (streamstate/alert_ledger.py)
         data["launches"] = [Launch(**launch) for launch in data.get("launches", [])]
         return cls(**data)
 

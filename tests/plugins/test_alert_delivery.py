@@ -11,7 +11,7 @@ import json
 import socket
 
 import pytest
-from streamstate.alerts import FIRING, RESOLVED, Alert, reconcile
+from streamstate.alerts import FIRING, RESOLVED, Alert, OpenAlert, reconcile
 from streamstate.notifiers.routing import send
 from streamstate.supervision import Condition
 
@@ -30,7 +30,6 @@ CONNECTIONS = ("WEBHOOK", "SLACK", "PAGERDUTY", "SMTP")
 
 def fired_then_resolved() -> tuple[Alert, Alert]:
     """A crash-loop alert as a check fires it, and its resolve at the next check (``reconcile``)."""
-    open_alerts: dict[str, dict] = {}
     condition = Condition(
         "crash_loop",
         "critical",
@@ -38,12 +37,9 @@ def fired_then_resolved() -> tuple[Alert, Alert]:
         {"restarts_in_window": 3, "window_s": 1800},
         "Fix the cause, then trigger start_streaming_job.",
     )
-    (fired,), _ = reconcile(
-        "vote_counts", APP, open_alerts, [condition], {"dag": "http://airflow/dags/supervise__vote_counts"}
-    )
-    _, (resolved,) = reconcile(
-        "vote_counts", APP, open_alerts, [], {"dag": "http://airflow/dags/supervise__vote_counts"}
-    )
+    links = {"dag": "http://airflow/dags/supervise__vote_counts"}
+    (fired,), _ = reconcile("vote_counts", APP, {}, [condition], links)
+    _, (resolved,) = reconcile("vote_counts", APP, {"crash_loop": OpenAlert.of(fired, "supervision")}, [], links)
     assert (fired.status, resolved.status) == (FIRING, RESOLVED)
     return fired, resolved
 

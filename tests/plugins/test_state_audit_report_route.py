@@ -22,7 +22,7 @@ def test_report_page_and_charts_are_served(client):
     folder.mkdir(parents=True)
     (folder / "index.html").write_text("<h2>State size audit</h2>")
     (folder / "a-v1.counts.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    (folder / "open_alerts.json").write_text("{}")
+    (folder / "table_maintenance.json").write_text("{}")
     page = http.get("/state-audit/")
     assert page.status_code == 200 and "State size audit" in page.text
     # a browser asks again every time: a new audit's page replaces the old one at once
@@ -30,7 +30,7 @@ def test_report_page_and_charts_are_served(client):
     (folder / "index.html").write_text("<h2>State size audit</h2> newer")
     assert http.get("/state-audit/", headers={"If-None-Match": page.headers["etag"]}).text.endswith("newer")
     assert http.get("/state-audit/a-v1.counts.png").content.startswith(b"\x89PNG")
-    assert http.get("/state-audit/open_alerts.json").status_code == 404  # only the page and its charts
+    assert http.get("/state-audit/table_maintenance.json").status_code == 404  # only the page and its charts
     assert http.get("/state-audit/..%2F..%2Fsettings.png").status_code == 404
 
 

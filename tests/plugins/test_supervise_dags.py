@@ -15,6 +15,7 @@ import time
 import urllib.request
 
 import pytest
+from streamstate.alert_ledger import AlertLedger
 from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
@@ -231,7 +232,8 @@ def test_stop_dag_stops_cleanly_and_supervision_leaves_it_stopped(settings, airf
     assert read_status(settings.status_dir, app).state == "NOT_RUNNING"  # a clean stop, not a kill
     _ok(airflow_cli(f"supervise__{JOB.name}"))
     record = read_record(settings.status_dir, app)
-    assert lease.holder() is None and record.last_assessment["state"] == "stopped" and record.open_alerts == {}
+    assert lease.holder() is None and record.last_assessment["state"] == "stopped"
+    assert AlertLedger(settings.status_dir).open_alerts(app, "supervision") == []
     assert webhook.of(app)[-1][1] == "resolved"  # a stop on request is not an outage
 
 

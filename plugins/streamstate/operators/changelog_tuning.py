@@ -11,12 +11,10 @@ import json
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
-from streamstate.alerts import reconcile
-from streamstate.notifiers.routing import send
+from streamstate.alert_ledger import AlertLedger
 from streamstate.operators.reprocess import _who
 from streamstate.supervision import Condition
 
-from runtime.files import write_json_atomically
 from runtime.settings import Settings
 from spark_jobs.changelog_tuning import history
 from spark_jobs.changelog_tuning.measure import ChangelogMeasurement, changelog_targets, describe_measurement
@@ -143,10 +141,6 @@ class TuneChangelogsOperator(BaseOperator):
         return result
 
 
-def open_alerts_file(settings: Settings):
-    return settings.status_dir / "changelog_tuning" / "open_alerts.json"
-
-
 def latest_file(settings: Settings):
     """The newest measurement of every changelog, for the jobs page (the Delta table is the history)."""
     return settings.status_dir / "changelog_tuning" / "latest.json"
@@ -180,8 +174,7 @@ class VerifyCompactionOperator(BaseOperator):
     def execute(self, context):
         settings = Settings.from_env()
         policy = settings.compaction
-        path = open_alerts_file(settings)
-        open_alerts: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
+        ledger = AlertLedger(settings.status_dir)
         run_id = context["run_id"]
         summary, undelivered = [], []
         for item, m in _measured(context):
@@ -205,30 +198,25 @@ class VerifyCompactionOperator(BaseOperator):
             if streak >= policy.alert_after_runs:
                 conditions.append(self._condition(m, item["store"], streak, earlier_changes, settings))
             app, name = application_id(item["job"], item["version"]), _condition_name(item["store"])
-            app_alerts = open_alerts.setdefault(app, {})
             # only this store's condition is reconciled here; the job's other stores keep theirs
-            mine = {name: app_alerts[name]} if name in app_alerts else {}
-            fire, resolve = reconcile(item["job"], app, mine, conditions)
-            delivered = True
-            for alert in fire + resolve:
-                if not any(result == "sent" for result in send(alert, context).values()):
-                    undelivered.append(alert.dedup_key)
-                    delivered = False  # leave it as it was: the next run tries again
-            if delivered:
-                if name in mine:
-                    app_alerts[name] = mine[name]
-                else:
-                    app_alerts.pop(name, None)
+            delivery = ledger.reconcile_and_send(
+                context,
+                job=item["job"],
+                application_id=app,
+                source="changelog_tuning",
+                conditions=conditions,
+                scope={name},
+            )
+            undelivered += [alert.dedup_key for alert, _ in delivery.undelivered]
             summary.append(
                 {
                     "topic": m.topic,
                     "replay_ratio": round(m.replay_ratio, 2),
                     "runs_above_target": streak,
                     "effect": effect,
-                    "alerting": name in app_alerts,
+                    "alerting": any(a.condition == name for a in ledger.open_alerts(app, "changelog_tuning")),
                 }
             )
-        write_json_atomically(path, open_alerts)  # the jobs page reads it meanwhile
         if undelivered:
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
         return summary

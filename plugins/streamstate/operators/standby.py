@@ -3,7 +3,8 @@
 Part of ``supervise__<job>``. The follower is supervised like a driver: started when nobody holds its
 lease, restarted with the job's backoff (``SupervisionPolicy.backoff_s``) when it dies, and its alerts
 are its own (``standby_down``, ``standby_lag_<store>`` when a store's lag exceeds
-``STREAMSTATE_STANDBY_MAX_LAG_S``), kept in the follower's supervision record.
+``STREAMSTATE_STANDBY_MAX_LAG_S``), kept in the alert ledger under the job version's application id and
+the source ``standby``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import time
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
-from streamstate.alerts import reconcile
+from streamstate.alert_ledger import AlertLedger
 from streamstate.hooks.standby import StandbyHook
 from streamstate.hooks.streaming_job import exit_code, log_tail, process_alive
-from streamstate.notifiers.routing import send
 from streamstate.operators.streaming_job import job_spec, run_label
 from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_record, read_record
 
@@ -88,19 +88,16 @@ class SuperviseStandbyOperator(BaseOperator):
                                 "check the follower's log and the Kafka broker; a lagging standby makes restores longer",
                             )
                         )
-            before = dict(record.open_alerts)
-            fire, resolve = reconcile(
-                spec.name,
-                spec.application_id,
-                record.open_alerts,
-                conditions,
-                {"dag": f"{hook.settings.airflow_url}/dags/supervise__{spec.name}"},
+            delivery = AlertLedger(hook.status_dir).reconcile_and_send(
+                context,
+                job=spec.name,
+                application_id=spec.application_id,
+                source="standby",
+                conditions=conditions,
+                links={"dag": f"{hook.settings.airflow_url}/dags/supervise__{spec.name}"},
             )
-            undelivered = [
-                a.dedup_key for a in fire + resolve if not any(r == "sent" for r in send(a, context).values())
-            ]
-            if undelivered:
-                record.open_alerts = before  # the next check tries again
+            fire, resolve = delivery.fired, delivery.resolved
+            undelivered = [a.dedup_key for a, _ in delivery.undelivered]
         self.log.info(
             "%s: %s; fired %s, resolved %s",
             hook.application_id,

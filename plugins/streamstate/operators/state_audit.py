@@ -13,12 +13,10 @@ import json
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
-from streamstate.alerts import reconcile
-from streamstate.notifiers.routing import send
+from streamstate.alert_ledger import AlertLedger
 from streamstate.operators.streaming_job import apply_submit
 from streamstate.supervision import Condition
 
-from runtime.files import write_json_atomically
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.changelog_tuning import history as tuning_history
 from spark_jobs.kafka_topics import existing_topics
@@ -28,7 +26,7 @@ from spark_jobs.state.restore_history import restore_measurements
 from spark_jobs.state_audit import trends
 from spark_jobs.state_audit.checkpoint_state import checkpoint_audit_table
 from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
-from spark_jobs.state_audit.report import report_dir, write_report
+from spark_jobs.state_audit.report import write_report
 from spark_jobs.versions import read_rows
 
 UNITS = {"rows": "rows", "bytes": "bytes", "restore_s": "s restore"}
@@ -54,10 +52,6 @@ class ReadCheckpointStateOperator(SparkSubmitOperator):
             ),
         )
         super().execute(context)
-
-
-def open_alerts_file(settings: Settings):
-    return report_dir(settings) / "open_alerts.json"
 
 
 def conditions_for(row: dict) -> list[Condition]:
@@ -148,8 +142,7 @@ class AuditStateSizeOperator(BaseOperator):
         measured = tuning_history.measurements(settings)
         latest_changelog = {m["topic"]: m for m in measured}  # oldest first: the newest wins
         restores = restore_measurements(settings)
-        path = open_alerts_file(settings)
-        open_alerts: dict[str, dict] = json.loads(path.read_text()) if path.exists() else {}
+        ledger = AlertLedger(settings.status_dir)
         audited, by_store, undelivered = [], {}, []
         for versions in registered_versions().values():
             for spec in versions.values():
@@ -193,11 +186,10 @@ class AuditStateSizeOperator(BaseOperator):
                         self.log.info(
                             "%s/%s: %s: %s", spec.application_id, store.name, row["ttl_verdict"], row["ttl_reason"]
                         )
-                    undelivered += self._alert(context, spec, row, open_alerts.setdefault(spec.application_id, {}))
+                    undelivered += self._alert(context, ledger, spec, row)
         record_audit(settings, audited)
         page = write_report(settings, by_store)
         self.log.info("report: %s (%d stores)", page, len(by_store))
-        write_json_atomically(path, open_alerts)  # the jobs page reads it meanwhile
         if undelivered:
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
         return {
@@ -216,25 +208,19 @@ class AuditStateSizeOperator(BaseOperator):
         }
 
     @staticmethod
-    def _alert(context, spec, row: dict, app_alerts: dict) -> list[str]:
+    def _alert(context, ledger: AlertLedger, spec, row: dict) -> list[str]:
         """Fire / resolve this store's budget and TTL alerts; the job's other alerts are left alone."""
         store = row["store"]
-        names = {f"state_budget_{store}", f"state_budget_forecast_{store}", f"state_ttl_not_enforced_{store}"}
-        mine = {k: v for k, v in app_alerts.items() if k in names}
-        before = dict(mine)
-        fire, resolve = reconcile(
-            spec.name, spec.application_id, mine, conditions_for(row), {"report": "/streamstate/state-audit/index.html"}
+        delivery = ledger.reconcile_and_send(
+            context,
+            job=spec.name,
+            application_id=spec.application_id,
+            source="state_audit",
+            conditions=conditions_for(row),
+            links={"report": "/streamstate/state-audit/index.html"},
+            scope={f"state_budget_{store}", f"state_budget_forecast_{store}", f"state_ttl_not_enforced_{store}"},
         )
-        undelivered = []
-        for alert in fire + resolve:
-            if not any(result == "sent" for result in send(alert, context).values()):
-                undelivered.append(alert.dedup_key)
-        if undelivered:
-            mine = before  # the next run tries again
-        for name in names:
-            app_alerts.pop(name, None)
-        app_alerts.update(mine)
-        return undelivered
+        return [alert.dedup_key for alert, _ in delivery.undelivered]
 
 
 def _round(value):

@@ -14,9 +14,8 @@ import time
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook, BaseOperator
-from streamstate.alerts import reconcile
+from streamstate.alert_ledger import AlertLedger
 from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail, process_alive
-from streamstate.notifiers.routing import send
 from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
 from streamstate.triggers.streaming_job import (
     StreamingJobExitedTrigger,
@@ -398,7 +397,6 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
     """Observe the job, decide (:func:`~streamstate.supervision.assess`), fire and resolve its alerts, and
     record it all under the supervision lock. Returns the assessment (``action``: what to do next)."""
     jobs = StreamingJobHook(spec)
-    undelivered = []
     with locked_record(jobs.status_dir, spec.application_id) as record:
         last = record.last_launch
         seen = Observation(
@@ -415,19 +413,15 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         links = {"dag": f"{jobs.settings.airflow_url}/dags/supervise__{spec.name}"}
         if seen.status and seen.status.spark_ui and seen.holder:
             links["spark_ui"] = seen.status.spark_ui
-        before = dict(record.open_alerts)
-        fire, resolve = reconcile(
-            spec.name, spec.application_id, record.open_alerts, list(assessment.conditions), links
+        delivery = AlertLedger(jobs.status_dir).reconcile_and_send(
+            context,
+            job=spec.name,
+            application_id=spec.application_id,
+            source="supervision",
+            conditions=list(assessment.conditions),
+            links=links,
         )
-        for alert in fire + resolve:
-            results = send(alert, context)
-            if not any(result == "sent" for result in results.values()):
-                undelivered.append((alert, results))
-                # not delivered anywhere: leave it as it was, so the next check tries again
-                if alert.condition in before:
-                    record.open_alerts[alert.condition] = before[alert.condition]
-                else:
-                    record.open_alerts.pop(alert.condition, None)
+        fire, resolve, undelivered = delivery.fired, delivery.resolved, delivery.undelivered
         if seen.dead_letters is not None:
             record.dead_letters_seen = seen.dead_letters
         record.last_check_at = seen.now

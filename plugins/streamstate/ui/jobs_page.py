@@ -12,7 +12,7 @@ A FastAPI app mounted by the Airflow API server under ``/streamstate`` (see
 - ``GET /streamstate/lookup``: a key looked up through the state query API (``/state-api``), as a page.
 
 Everything shown comes from the files the drivers and supervision publish (status, lease,
-supervision record), so the page costs no Spark and works while a job is down.
+supervision record, the alert ledger), so the page costs no Spark and works while a job is down.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse
+from streamstate.alert_ledger import AlertLedger
 from streamstate.alerts import RESOLVED, Alert
 from streamstate.supervision import DESIRED_STOPPED, read_record
 
@@ -45,17 +46,28 @@ def _settings() -> Settings:
     return Settings.from_env()
 
 
-def _changelog_tuning(settings: Settings) -> tuple[dict, dict]:
-    """(topic -> newest measurement, application id -> open changelog alerts), written by the
-    tune_changelog_compaction DAG; empty before its first run."""
-    found = []
-    for name in ("latest.json", "open_alerts.json"):
-        path = settings.status_dir / "changelog_tuning" / name
-        try:
-            found.append(json.loads(path.read_text()) if path.exists() else {})
-        except ValueError:
-            found.append({})
-    return found[0], found[1]
+def _changelog_tuning(settings: Settings) -> dict:
+    """topic -> newest measurement, written by the tune_changelog_compaction DAG; empty before its first run."""
+    path = settings.status_dir / "changelog_tuning" / "latest.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        return {}
+
+
+def _open_alerts(settings: Settings, application_id: str) -> list[dict]:
+    """The job version's open alerts of every source (the alert ledger), oldest first."""
+    return [
+        {
+            "source": a.source,
+            "condition": a.condition,
+            "severity": a.severity,
+            "summary": a.summary,
+            "since": a.opened_at,
+            "dedup_key": a.dedup_key,
+        }
+        for a in AlertLedger(settings.status_dir).open_alerts(application_id)
+    ]
 
 
 def job_view(spec: JobSpec, settings: Settings) -> dict:
@@ -64,7 +76,7 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
     status, holder, alive = driver.status, driver.holder, driver.alive
     record = read_record(settings.status_dir, spec.application_id)
     progress = status.progress if status else None
-    measured, changelog_alerts = _changelog_tuning(settings)
+    measured = _changelog_tuning(settings)
     standby = read_standby_status(settings.status_dir, spec.application_id)
     standby_alive = standby_running(settings.status_dir, spec.application_id) is not None
     return {
@@ -108,7 +120,7 @@ def job_view(spec: JobSpec, settings: Settings) -> dict:
         "stores": [{"store": s.name, "kind": s.kind} for s in spec.stores],
         "restore": {s: to_json(v) for s, v in status.restore.items()} if status else {},
         "error": status.error if status else None,
-        "open_alerts": {**record.open_alerts, **changelog_alerts.get(spec.application_id, {})},
+        "open_alerts": _open_alerts(settings, spec.application_id),
         "changelogs": {m["store"]: m for m in measured.values() if m["application_id"] == spec.application_id},
         "links": {
             "supervise_dag": f"/dags/supervise__{spec.name}",
@@ -251,8 +263,10 @@ def _row(job: dict) -> str:
         for s, v in job["restore"].items()
     )
     alerts = "<br>".join(
-        f'<span class="sev-{html.escape(a.get("severity", ""))}">{html.escape(name)}</span>'
-        for name, a in job["open_alerts"].items()
+        f'<span class="sev-{html.escape(a["severity"])}" title="{html.escape(a["summary"])}">'
+        f"{html.escape(a['condition'])}</span> "
+        f'<span class="dim">{html.escape(a["severity"])} · {html.escape(a["source"])} · since {html.escape(a["since"])}</span>'
+        for a in job["open_alerts"]
     )
     others = job.get("other_versions_running") or []
     beside = f'<br><span class="dim">also running: {", ".join(f"v{v}" for v in others)}</span>' if others else ""
