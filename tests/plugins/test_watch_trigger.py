@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 
-from streamstate.triggers.streaming_job import StreamingJobExitedTrigger
+from streamstate.triggers.streaming_job import LeaseTakenTrigger, StreamingJobExitedTrigger
 
 from spark_jobs.lease import JobLease
 
@@ -44,3 +44,31 @@ def test_exits_are_seen_within_a_poll_and_the_carry_comes_back(tmp_path):
     quiet = StreamingJobExitedTrigger(APP, str(tmp_path), epoch + 1, timeout_s=0.3, poll_s=0.1, carry=carry)
     assert _first_event(quiet) == {"state": "timeout", "timeout_s": 0.3, "carry": carry}
     newer.release()
+
+
+def test_a_started_process_is_seen_once_it_takes_the_lease_and_a_dead_launch_fails(tmp_path):
+    """The standby's start: the triggerer waits for the follower's lease (a newer epoch than before the
+    launch), and a launch that ended without it fails at once rather than at the timeout."""
+    import subprocess
+    import sys
+
+    exit_file = tmp_path / "launch.exit"
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        previous = JobLease(tmp_path, APP).last_epoch()
+        carry = {"launch_at": 12.5}
+        trigger = LeaseTakenTrigger(APP, str(tmp_path), launcher.pid, str(exit_file), previous, 30, 0.1, carry)
+        assert trigger.check() is None  # launched, not holding yet
+        kwargs = trigger.serialize()[1]
+        assert LeaseTakenTrigger(**kwargs).carry == carry and kwargs["previous_epoch"] == previous
+        lease = JobLease(tmp_path, APP)
+        threading.Timer(0.3, lease.acquire).start()
+        event = _first_event(trigger)
+        assert (event["state"], event["epoch"], event["carry"]) == ("running", previous + 1, carry)
+        lease.release()
+    finally:
+        launcher.kill()
+        launcher.wait()
+    exit_file.write_text("2")
+    dead = LeaseTakenTrigger(APP, str(tmp_path), launcher.pid, str(exit_file), previous + 1, 30, 0.1)
+    assert dead.check() == {"state": "failed", "exit_code": 2}

@@ -108,6 +108,46 @@ class StreamingJobStartedTrigger(_WaitingTrigger):
         yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version, "carry": self.carry})
 
 
+class LeaseTakenTrigger(_WaitingTrigger):
+    """Fires when a launched process holds its lease (``running``, with ``epoch`` and ``pid``), when its launch
+    ended without it (``failed``, with ``exit_code``), or on timeout: the start of a process that publishes no
+    lifecycle of its own before it holds the lease (the warm standby: it needs no Spark, seconds).
+
+    ``application_id`` is the lease's name (for a standby, ``<application_id>.standby``)."""
+
+    def __init__(
+        self,
+        application_id: str,
+        status_dir: str,
+        launcher_pid: int,
+        exit_file: str,
+        previous_epoch: int,
+        timeout_s: float,
+        poll_s: float = 0.5,
+        carry: dict | None = None,
+    ) -> None:
+        super().__init__()
+        self.application_id, self.status_dir = application_id, status_dir
+        self.launcher_pid, self.exit_file, self.previous_epoch = launcher_pid, exit_file, previous_epoch
+        self.timeout_s, self.poll_s = timeout_s, poll_s
+        #: echoed in the event (see StreamingJobStartedTrigger.carry)
+        self.carry = carry
+
+    def check(self) -> dict | None:
+        from streamstate.hooks.streaming_job import exit_code, process_alive
+
+        holder = JobLease(self.status_dir, self.application_id).holder()
+        if holder is not None and holder.epoch > self.previous_epoch:
+            return {"state": "running", "epoch": holder.epoch, "pid": holder.pid}
+        code = exit_code(self.exit_file)
+        if code is not None or not process_alive(self.launcher_pid):
+            return {"state": "failed", "exit_code": code}
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent({**await _poll(self.check, self.timeout_s, self.poll_s), "carry": self.carry})
+
+
 class StreamingJobStoppedTrigger(_WaitingTrigger):
     """Fires when no driver holds the job's lease any more (``stopped``), or on timeout."""
 
