@@ -4,7 +4,7 @@ The writer builds a frozen dataclass and stores :func:`to_json`; every reader ge
 :func:`from_json` and reads attributes, never string keys. Reading is forgiving in the one way files written by
 another version of the platform need: a field the document lacks takes its default, a field the dataclass does
 not know is ignored. Nested documents are rebuilt by their field's declared type: a dataclass, ``X | None``,
-``Mapping[str, X]`` and enums.
+``Mapping[str, X]``, ``tuple[X, ...]``, ``list[X]`` and enums.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ def _typed(hint: Any, value: Any) -> Any:
     if origin in (dict, Mapping, typing.Mapping) and isinstance(value, Mapping):
         key_type, value_type = typing.get_args(hint) or (Any, Any)
         return {_key(key_type, k): _typed(value_type, v) for k, v in value.items()}
+    if origin in (tuple, list) and isinstance(value, list):
+        item_type = (typing.get_args(hint) or (Any,))[0]
+        return origin(_typed(item_type, v) for v in value)
     return value
 
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
@@ -36,6 +38,7 @@ from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import KafkaTarget
 from runtime.object_store import Location
 from runtime.settings import Settings
+from spark_jobs.documents import from_json
 
 JOB = "purchase_counts"
 console = Console(highlight=False, width=None if Console().is_terminal else 140)
@@ -235,7 +238,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
 
     with console.status(f"waiting for Airflow to launch {spec.application_id} (spark-submit, a JVM start)…"):
         _wait(running, 600, f"{spec.application_id} to run (see {settings.logs_dir / 'jobs'})")
-    launched_by = next(j for j in _jobs_api(settings)["jobs"] if j["job"] == spec.name)["supervision"]["launched_by"]
+    launched_by = _job_row(settings, spec.name).supervision.launched_by
     console.print(f"[green]✓[/green] {spec.application_id} RUNNING, launched by {launched_by}")
 
     seed = _next_seed(settings)
@@ -263,24 +266,24 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     with console.status("waiting for the job to commit every event…"):
         _wait(caught_up, 600, f"{spec.application_id} to catch up")
 
-    view = next(j for j in _jobs_api(settings)["jobs"] if j["job"] == spec.name)
+    view = _job_row(settings, spec.name)
     summary = _read_output(settings, str(layout.output_table))
     in_topic = topic_record_count(settings.kafka, spec.source_topic)
     expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka, spec.source_topic))
     matches = summary.pop("state") == expected
-    snapshot = (view.get("snapshots") or {}).get(spec.stores[0].name) or {}
+    snapshot = view.snapshots.get(spec.stores[0].name)
     rows = [
         (
             "job",
-            f"{view['lifecycle_state']} under {dag_id} (desired {view['supervision']['desired']}); "
-            f"driver pid {(view['driver'] or {}).get('pid')}, launched by {view['supervision']['launched_by']}",
+            f"{view.lifecycle_state} under {dag_id} (desired {view.supervision.desired}); "
+            f"driver pid {view.driver.pid if view.driver else None}, launched by {view.supervision.launched_by}",
         ),
         ("events produced (this run)", f"{len(batch):,}"),
         ("events in topic (all runs)", f"{in_topic:,}"),
-        ("micro-batches", f"latest {view['batch_id']}, input lag {view['input_lag_records']:,} records"),
-        ("keys in state", f"{view['state_rows']:,} users ({view['state_memory_bytes']:,} bytes in RocksDB)"),
-        ("snapshot", f"batch {snapshot.get('batch_id')}, {snapshot.get('rows')} rows" if snapshot else "none yet"),
-        ("warm standby", f"{view['standby']['state']}"),
+        ("micro-batches", f"latest {view.batch_id}, input lag {view.input_lag_records or 0:,} records"),
+        ("keys in state", f"{view.state_rows or 0:,} users ({view.state_memory_bytes or 0:,} bytes in RocksDB)"),
+        ("snapshot", f"batch {snapshot.batch_id}, {snapshot.rows} rows" if snapshot else "none yet"),
+        ("warm standby", view.standby.state),
         ("outputs", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
         (
             "check",
@@ -311,10 +314,14 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     return 0
 
 
-def _jobs_api(settings: Settings) -> dict:
-    """The Streaming jobs page's JSON (what on-call's page shows), served by Airflow's API server."""
+def _job_row(settings: Settings, job: str):
+    """The job's row of the Streaming jobs page (what on-call's page shows), as Airflow's API server serves it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins"))  # as in every Airflow process
+    from streamstate.ui.view_model import JobRow
+
     with urllib.request.urlopen(f"{settings.airflow_url}/streamstate/api/jobs", timeout=30) as response:
-        return json.loads(response.read())
+        rows = [from_json(JobRow, row) for row in json.loads(response.read())["jobs"]]
+    return next(row for row in rows if row.job == job)
 
 
 def _wait(predicate, timeout_s: float, what: str) -> None:

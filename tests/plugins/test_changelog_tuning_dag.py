@@ -14,7 +14,8 @@ import json
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from streamstate.ui.jobs_page import _row, job_view
+from streamstate.ui.jobs_page import render_rows
+from streamstate.ui.view_model import job_row
 
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.changelog_tuning import history, topic_configs
@@ -124,12 +125,10 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     firing = [(a["condition"], a["status"]) for a in webhook.received]
     assert sorted(firing) == sorted((f"changelog_replay_{name}", "firing") for name in stores)
     # the jobs page shows the numbers and the open alert
-    view = job_view(spec, settings)
-    assert view["changelogs"]["counts"]["records"] == records
-    assert ("changelog_tuning", "changelog_replay_counts") in {
-        (a["source"], a["condition"]) for a in view["open_alerts"]
-    }
-    assert f"counts: {records:,} / {KEYS}" in _row(view)
+    row = job_row(spec, settings)
+    assert row.changelogs["counts"].records == records
+    assert ("changelog_tuning", "changelog_replay_counts") in {(a.source, a.condition) for a in row.open_alerts}
+    assert f"counts: {records:,} / {KEYS}" in render_rows([row])
 
     # 3. apply: the recommendations are applied, verified, and the previous values kept
     run_dag({"mode": "apply"})

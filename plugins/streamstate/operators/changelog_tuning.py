@@ -7,8 +7,6 @@ to the next tasks through XCom.
 
 from __future__ import annotations
 
-import json
-
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 from streamstate.alert_ledger import AlertLedger
@@ -17,6 +15,7 @@ from streamstate.supervision import Condition
 
 from runtime.settings import Settings
 from spark_jobs.changelog_tuning import history
+from spark_jobs.changelog_tuning.latest import LatestMeasurement, write_latest
 from spark_jobs.changelog_tuning.measure import ChangelogMeasurement, changelog_targets, describe_measurement
 from spark_jobs.changelog_tuning.recommend import human_ms, recommend
 from spark_jobs.changelog_tuning.tuner import apply_recommendations, measure_all, roll_back
@@ -54,7 +53,7 @@ class MeasureChangelogsOperator(BaseOperator):
         )
         if not results:
             self.log.info("no changelog topic exists yet (no job has run)")
-        write_latest(settings, results)
+        _write_latest(settings, results)
         return [
             {
                 "job": t.spec.name,
@@ -141,29 +140,24 @@ class TuneChangelogsOperator(BaseOperator):
         return result
 
 
-def latest_file(settings: Settings):
-    """The newest measurement of every changelog, for the jobs page (the Delta table is the history)."""
-    return settings.status_dir / "changelog_tuning" / "latest.json"
-
-
-def write_latest(settings: Settings, results) -> None:
-    latest = {
-        m.topic: {
-            "application_id": t.spec.application_id,
-            "store": t.store.name,
-            "records": m.records,
-            "live_keys": m.live_keys,
-            "replay_ratio": round(m.replay_ratio, 2),
-            "excess_replay_ratio": round(m.excess_replay_ratio, 2),
-            "bytes": m.bytes,
-            "measured_at": m.measured_at.isoformat(timespec="seconds"),
-            "target": settings.compaction.target_replay_ratio,
-        }
-        for t, m in results
-    }
-    path = latest_file(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(latest, indent=2, sort_keys=True))
+def _write_latest(settings: Settings, results) -> None:
+    write_latest(
+        settings,
+        {
+            m.topic: LatestMeasurement(
+                application_id=t.spec.application_id,
+                store=t.store.name,
+                records=m.records,
+                live_keys=m.live_keys,
+                replay_ratio=round(m.replay_ratio, 2),
+                excess_replay_ratio=round(m.excess_replay_ratio, 2),
+                bytes=m.bytes,
+                measured_at=m.measured_at.isoformat(timespec="seconds"),
+                target=settings.compaction.target_replay_ratio,
+            )
+            for t, m in results
+        },
+    )
 
 
 class VerifyCompactionOperator(BaseOperator):
