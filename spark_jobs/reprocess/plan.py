@@ -214,6 +214,13 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"newer registered version (registered: {list(registered_versions()[job])}), "
             "or use mode=reset to reprocess in place"
         )
+    if mode == MIGRATE:
+        from spark_jobs.state.migration import MigrationRefused, refuse_rekeyed
+
+        try:
+            refuse_rekeyed(current, target)
+        except MigrationRefused as err:
+            raise BadReprocessRequest(str(err)) from None
     dry_run = bool(params.get("dry_run", True))
     if mode == RESET and not dry_run and params.get("confirm") != job:
         raise BadReprocessRequest(
@@ -228,12 +235,6 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
     bounds = partition_offsets(settings.kafka, target.source_topic)
     end = {p: high for p, (_low, high) in bounds.items()}
     if mode == MIGRATE:
-        from spark_jobs.state.migration import MigrationRefused, refuse_rekeyed
-
-        try:
-            refuse_rekeyed(current, target)
-        except MigrationRefused as err:
-            raise BadReprocessRequest(str(err)) from None
         # the new version starts where the current version's state stands, not at a chosen position
         committed = committed_source_offsets(JobLayout.of(current, settings), settings.kafka)
         start, gap = committed or {}, {}
@@ -397,7 +398,7 @@ def _side_by_side_actions(
     running_old = JobLease(settings.status_dir, current.application_id).holder()
     plan.notes.append(
         f"{current.application_id} keeps running and serving readers "
-        f"({'pid ' + str(running_old.get('pid')) if running_old else 'not running now'}); "
+        f"({'pid ' + str(running_old.pid) if running_old else 'not running now'}); "
         "promote_job_version switches readers after you read the report"
     )
 
