@@ -205,7 +205,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     from spark_jobs.lease import JobLease
     from spark_jobs.lifecycle import observe_driver, read_status
     from spark_jobs.registry import get_job
-    from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+    from spark_jobs.state.source_position import committed_source_offsets
 
     started = time.monotonic()
     spec = get_job(JOB)
@@ -260,7 +260,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     ends = {p: high for p, (_, high) in kafka_topics.partition_offsets(settings.kafka, spec.source_topic).items()}
 
     def caught_up() -> bool:
-        committed = committed_input_offsets(layout.checkpoint, spec.source_topic) or {}
+        committed = committed_source_offsets(layout, settings.kafka) or {}
         return all(committed.get(p, 0) >= end for p, end in ends.items())
 
     with console.status("waiting for the job to commit every event…"):

@@ -20,7 +20,7 @@ import sys
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, get_job
-from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+from spark_jobs.state.source_position import committed_source_offsets
 from spark_jobs.versions import platform_table
 
 EQUAL, DIFFERENT, ONLY_OLD, ONLY_NEW = "equal", "different", "only_old", "only_new"
@@ -36,9 +36,9 @@ def reports_table(settings: Settings):
 
 
 def _position(settings: Settings, spec: JobSpec) -> dict:
+    """How far the version has consumed the source (re-keyed and applied, for a version that re-keys it)."""
     return {
-        str(p): o
-        for p, o in (committed_input_offsets(JobLayout.of(spec, settings).checkpoint, spec.source_topic) or {}).items()
+        str(p): o for p, o in (committed_source_offsets(JobLayout.of(spec, settings), settings.kafka) or {}).items()
     }
 
 

@@ -30,7 +30,8 @@ from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease, LeaseHolder
 from spark_jobs.registry import JobSpec, JobSpecError, get_job, registered_versions
 from spark_jobs.reprocess.positions import BadStartPosition, StartPosition
-from spark_jobs.state.checkpoint_offsets import committed_input_offsets, latest_committed_batch_id
+from spark_jobs.state.checkpoint_offsets import latest_committed_batch_id
+from spark_jobs.state.source_position import committed_source_offsets
 from spark_jobs.versions import JobVersions
 
 SIDE_BY_SIDE, RESET, MIGRATE = "side_by_side", "reset", "migrate"
@@ -175,12 +176,14 @@ def topic_size(bootstrap: KafkaTarget, topic: str, present: set[str]) -> str:
     return f"{sum(high - low for low, high in offsets.values())} records in {len(offsets)} partitions"
 
 
-def checkpoint_size(checkpoint: Location, topic: str) -> str:
+def checkpoint_size(layout: JobLayout, kafka: KafkaTarget) -> str:
+    """The checkpoint's size, newest committed batch and how far the version has consumed its source."""
+    checkpoint = layout.checkpoint
     if not checkpoint.exists():
         return "absent"
     batch = latest_committed_batch_id(checkpoint)
     where = (
-        f"committed batch {batch}, input at {committed_input_offsets(checkpoint, topic)}"
+        f"committed batch {batch}, source at {committed_source_offsets(layout, kafka)}"
         if batch is not None
         else "no committed batch"
     )
@@ -211,6 +214,13 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"newer registered version (registered: {list(registered_versions()[job])}), "
             "or use mode=reset to reprocess in place"
         )
+    if mode == MIGRATE:
+        from spark_jobs.state.migration import MigrationRefused, refuse_rekeyed
+
+        try:
+            refuse_rekeyed(current, target)
+        except MigrationRefused as err:
+            raise BadReprocessRequest(str(err)) from None
     dry_run = bool(params.get("dry_run", True))
     if mode == RESET and not dry_run and params.get("confirm") != job:
         raise BadReprocessRequest(
@@ -226,7 +236,7 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
     end = {p: high for p, (_low, high) in bounds.items()}
     if mode == MIGRATE:
         # the new version starts where the current version's state stands, not at a chosen position
-        committed = committed_input_offsets(JobLayout.of(current, settings).checkpoint, current.source_topic)
+        committed = committed_source_offsets(JobLayout.of(current, settings), settings.kafka)
         start, gap = committed or {}, {}
         start_text = f"v{current.version}'s input position (its last complete batch when the migration runs)"
     else:
@@ -331,8 +341,13 @@ def _side_by_side_actions(
                 "keep" if resumes else "write",
                 "start position",
                 str(art.start_offsets_file),
-                checkpoint_size(art.checkpoint, plan.input_topic),
-                f"{plan.input_topic} from {plan.start_offsets}",
+                checkpoint_size(art, bootstrap),
+                f"{plan.input_topic} from {plan.start_offsets}"
+                + (
+                    f" (its re-keying stage's start; {art.repartition_topic} from its beginning)"
+                    if art.repartition
+                    else ""
+                ),
             )
         )
     for topic in art.changelog_topics:
@@ -365,7 +380,8 @@ def _side_by_side_actions(
             "input position",
             plan.input_topic,
             f"{plan.records_to_process} records",
-            "until v%d has committed the input end at that time" % target.version,
+            f"until v{target.version} has committed the input end at that time"
+            + (f" (re-keyed, and applied from {art.repartition_topic})" if art.repartition else ""),
         )
     )
     old = JobLayout.of(current, settings)
@@ -382,7 +398,7 @@ def _side_by_side_actions(
     running_old = JobLease(settings.status_dir, current.application_id).holder()
     plan.notes.append(
         f"{current.application_id} keeps running and serving readers "
-        f"({'pid ' + str(running_old.get('pid')) if running_old else 'not running now'}); "
+        f"({'pid ' + str(running_old.pid) if running_old else 'not running now'}); "
         "promote_job_version switches readers after you read the report"
     )
 
@@ -418,7 +434,7 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
             "delete",
             "checkpoint",
             str(art.checkpoint),
-            checkpoint_size(art.checkpoint, plan.input_topic),
+            checkpoint_size(art, bootstrap),
             "input positions live here (Spark commits no consumer-group offsets)",
         )
     )

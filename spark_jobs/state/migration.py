@@ -144,17 +144,42 @@ def _migration(new: JobSpec, store: str) -> StoreMigration:
     return next((m for m in new.migrations if m.store == store), StoreMigration(store))
 
 
+def refuse_rekeyed(old: JobSpec, new: JobSpec) -> None:
+    """A migration to or from a version that re-keys its source (``JobSpec.repartition``) is refused.
+
+    A migrated snapshot carries the old version's position in *its* input, and the new version resumes
+    its input there. A re-keyed version's input is its own repartition topic, whose offsets mean nothing in
+    the source or in another version's repartition topic; and where the new version's re-keying stage
+    would have to start in the source (the first record the old state has not applied, per source
+    partition) is not recorded with the state. Recomputing the state from the source (side_by_side from
+    a start position) is what stays exact.
+
+    Raises:
+        MigrationRefused: either version re-keys its source.
+    """
+    rekeyed = [f"v{spec.version}" for spec in (old, new) if spec.repartition]
+    if rekeyed:
+        raise MigrationRefused(
+            f"job {new.name}: migrate v{old.version} -> v{new.version} is not supported: "
+            f"{' and '.join(rekeyed)} re-key{'s' if len(rekeyed) == 1 else ''} the source through a repartition "
+            "topic, whose offsets a migrated state's position cannot carry over to another version's input. "
+            "Reprocess side_by_side from a start position instead (the new state is recomputed from the source)"
+        )
+
+
 def plan_migration(settings: Settings, old: JobSpec, new: JobSpec) -> MigrationPlan:
     """What a migration from ``old`` to ``new`` would read and write (reads sizes; changes nothing).
 
     Raises:
-        MigrationRefused: the new version already runs from its own state, a declared source store does
-            not exist, or the old version has no state to migrate.
+        MigrationRefused: either version re-keys its source (:func:`refuse_rekeyed`), the new version
+            already runs from its own state, a declared source store does not exist, or the old version
+            has no state to migrate.
     """
     if old.name != new.name or old.version == new.version:
         raise MigrationRefused(
             f"a migration goes from one version of a job to another, not {old.application_id} -> {new.application_id}"
         )
+    refuse_rekeyed(old, new)
     old_layout, new_layout = JobLayout.of(old, settings), JobLayout.of(new, settings)
     if latest_committed_batch_id(new_layout.checkpoint) is not None:
         raise MigrationRefused(

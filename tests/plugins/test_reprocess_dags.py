@@ -6,6 +6,9 @@ Delta tables read back with delta-rs, Kafka read back with a consumer.
   and stops v1 and its warm standby.
 - migrate: ``tiered_counts`` v2 keeps a field more in its store than v1; after the source's history is
   deleted, v2 starts from v1's state, migrated, and its outputs equal recomputing everything.
+- re-keyed: ``rekeyed_gift_counts`` re-keys an unkeyed source; v2 reprocesses from a source position beside
+  v1 (its re-keying stage starts there), is waited for through both its stages, compared at aligned source
+  positions and promoted.
 - reset: ``reset_counts`` reset to a date-time reprocesses only what came after it, with a changelog
   holding nothing from before; the dry run before it changes nothing; a bad form is rejected; the
   version's warm standby is stopped first (the reset deletes the snapshots it writes).
@@ -14,6 +17,7 @@ Delta tables read back with delta-rs, Kafka read back with a consumer.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
+from spark_jobs.generators.producer import produce_unkeyed
 from spark_jobs.generators.purchases import expected_counts, generate, produce
 from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets, truncate_topic
 from spark_jobs.layout import JobLayout
@@ -37,14 +42,15 @@ from spark_jobs.reprocess.compare import diffs_table, reports_table
 from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.state.snapshots import SnapshotStore
+from spark_jobs.state.source_position import committed_source_offsets
 from spark_jobs.versions import JobVersions, current_output_path, read_rows
-from tests.fixtures.reprocess_jobs import gift_card_input
+from tests.fixtures.reprocess_jobs import gift_card_input, gift_cards_doubled
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
 
 JOB_MODULES = "tests.fixtures.reprocess_jobs"
-FIXTURE_JOBS = ("gift_card_counts", "reset_counts", "tiered_counts")
+FIXTURE_JOBS = ("gift_card_counts", "reset_counts", "tiered_counts", "rekeyed_gift_counts")
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +104,15 @@ def _caught_up(settings, spec) -> None:
         lambda: committed_input_offsets(checkpoint, spec.source_topic) == end,
         240,
         f"{spec.application_id} to commit {end}",
+    )
+
+
+def _consumed(settings, spec) -> None:
+    """Wait until ``spec``'s version has consumed its whole source (re-keyed and applied, when it re-keys)."""
+    end = {p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()}
+    layout = JobLayout.of(spec, settings)
+    _wait(
+        lambda: committed_source_offsets(layout, settings.kafka) == end, 240, f"{spec.application_id} to consume {end}"
     )
 
 
@@ -196,6 +211,72 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert versions.retired(v1.name) == []  # purged: not a candidate any more
     purge = [r for r in audit_rows(settings) if r["dag_id"] == "purge_retired_versions"]
     assert [r["outcome"] for r in purge] == ["succeeded"] and "gift_card_counts-v1" in purge[0]["plan"]
+
+
+def test_a_rekeyed_version_reprocessed_from_a_position_beside_the_current_one_and_promoted(
+    settings, kafka_broker, run_dag
+):
+    """Both versions re-key a source produced without keys through their own repartition topics. v2 reprocesses
+    from an explicit source position: its re-keying stage starts there, its stateful stage reads its new
+    repartition topic from the beginning; the catch-up wait sees it consume the source through both stages
+    (reading the stateful checkpoint's offsets as source offsets, it would time out); the report compares
+    at aligned source positions; promote switches readers to v2."""
+    v1, v2 = get_job("rekeyed_gift_counts", 1), get_job("rekeyed_gift_counts", 2)
+    bootstrap = settings.kafka_bootstrap_servers
+    ensure_topic(bootstrap, v1.source_topic, v1.source_partitions)
+    # no account closings: the counts do not depend on the order re-keying gives a user's events
+    before, *_ = gift_card_input(150, users=12, seed=41, every=7, close_rate=0.0)
+    after, correct, _, _ = gift_card_input(200, users=12, seed=42, every=7, close_rate=0.0)
+    produce_unkeyed(bootstrap, v1.source_topic, before, v1.source_partitions, seed=1)
+    start = {p: high for p, (_, high) in partition_offsets(bootstrap, v1.source_topic).items()}
+    produce_unkeyed(bootstrap, v1.source_topic, after, v1.source_partitions, seed=2)
+    end = {p: high for p, (_, high) in partition_offsets(bootstrap, v1.source_topic).items()}
+    old = expected_counts(gift_cards_doubled(before + after))
+
+    versions = JobVersions(settings)
+    versions.promote(v1.name, 1, by="test: v1 was deployed first")
+    _ok(run_dag("start_streaming_job", {"job": v1.name}))
+    _consumed(settings, v1)
+    assert _counts(current_output_path(settings, v1.name)) == old
+
+    form = {"job": v1.name, "mode": "side_by_side", "start_from": "offsets", "start_offsets": start}
+    dry = run_dag("reprocess_job", {**form, "dry_run": True})
+    _ok(dry)
+    assert f"{v2.application_id}-repartition from its beginning" in dry.stdout + dry.stderr
+    _ok(run_dag("reprocess_job", {**form, "dry_run": False, "catch_up_timeout_min": 5}))
+    assert committed_source_offsets(JobLayout.of(v2, settings), settings.kafka) == end
+    assert _counts(str(settings.lake / v2.output_table_dir)) == correct  # only what came after the start
+
+    report = next(r for r in read_rows(reports_table(settings)) if r["job"] == v1.name)
+    assert (
+        json.loads(report["old_position"]) == json.loads(report["new_position"]) == {str(p): o for p, o in end.items()}
+    )
+    assert report["aligned"] is True
+    users = set(old) | set(correct)
+    expected = Counter(
+        "only_old"
+        if u not in correct
+        else "only_new"
+        if u not in old
+        else "equal"
+        if old[u] == correct[u]
+        else "different"
+        for u in users
+    )
+    assert {k: report[k] for k in ("equal", "different", "only_old", "only_new")} == {
+        k: expected[k] for k in ("equal", "different", "only_old", "only_new")
+    }
+
+    _ok(
+        run_dag(
+            "promote_job_version",
+            {"job": v1.name, "version": 2, "dry_run": False, "confirm": v1.name, "retain_days": 0},
+        )
+    )
+    assert versions.current(v1.name) == 2
+    assert _counts(current_output_path(settings, v1.name)) == correct
+    assert JobLease(settings.status_dir, v1.application_id).holder() is None
+    assert JobLease(settings.status_dir, v2.application_id).holder() is not None
 
 
 def test_migrate_starts_the_new_version_from_the_current_versions_state(settings, kafka_broker, run_dag):

@@ -115,6 +115,13 @@ def test_bad_requests_are_rejected_with_the_reason(settings, topic_with_two_batc
         make_plan(settings, {"dry_run": True, **params})
 
 
+def test_a_migration_from_a_rekeyed_version_is_refused_by_the_dry_run(settings, fixture_jobs):
+    """The migrated state's position would be in v1's own repartition topic: the plan refuses, saying why."""
+    JobVersions(settings).promote("rekeyed_tiered_counts", 1, by="test: v1 is current")
+    with pytest.raises(BadReprocessRequest, match="migrate v1 -> v2 is not supported: v1 re-keys the source"):
+        make_plan(settings, {"job": "rekeyed_tiered_counts", "mode": "migrate", "version": 2, "dry_run": True})
+
+
 def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_held(settings, topic_with_two_batches):
     spec = topic_with_two_batches[0]
     plan = make_plan(

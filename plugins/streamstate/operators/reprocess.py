@@ -113,8 +113,9 @@ class MigrateStateOperator(SparkSubmitOperator):
 
 
 class WaitForCatchUpOperator(BaseOperator):
-    """Defer until the version has committed the input end as it is now (the old version keeps
-    serving meanwhile). Fails when the driver stops first or the timeout passes."""
+    """Defer until the version has consumed its source up to the source's end as it is now (for a version
+    that re-keys its source: re-keyed and applied by its stateful stage); the old version keeps serving
+    meanwhile. Fails when the driver stops first or the timeout passes."""
 
     template_fields = ("timeout_min",)
 
@@ -128,13 +129,12 @@ class WaitForCatchUpOperator(BaseOperator):
         plan, settings = _plan(context), Settings.from_env()
         spec = plan.spec()
         targets = {p: high for p, (_low, high) in partition_offsets(settings.kafka, plan.input_topic).items()}
-        self.log.info("waiting for %s to commit %s %s", spec.application_id, plan.input_topic, targets)
+        self.log.info("waiting for %s to consume %s up to %s", spec.application_id, plan.input_topic, targets)
         self.defer(
             trigger=StreamingJobCaughtUpTrigger(
-                spec.application_id,
+                spec.name,
+                spec.version,
                 str(settings.status_dir),
-                str(JobLayout.of(spec, settings).checkpoint),
-                plan.input_topic,
                 targets,
                 float(self.timeout_min) * 60,
             ),
@@ -224,7 +224,7 @@ class PromoteJobVersionOperator(BaseOperator):
     def execute(self, context):
         from spark_jobs.lease import JobLease
         from spark_jobs.registry import JobSpecError
-        from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+        from spark_jobs.state.source_position import committed_source_offsets
         from spark_jobs.versions import JobVersions
 
         settings = Settings.from_env()
@@ -240,7 +240,7 @@ class PromoteJobVersionOperator(BaseOperator):
         dry_run = str(self.dry_run).lower() == "true"
         if not dry_run and self.confirm != self.job:
             _reject(context, f"promotion stops {old.application_id}; type {self.job!r} in 'confirm' to run it")
-        committed = committed_input_offsets(JobLayout.of(new, settings).checkpoint, new.source_topic)
+        committed = committed_source_offsets(JobLayout.of(new, settings), settings.kafka)
         if committed is None and new.version != old.version:
             _reject(
                 context, f"{new.application_id} has not committed any batch yet; run reprocess_job side_by_side first"

@@ -173,37 +173,42 @@ class StreamingJobStoppedTrigger(_WaitingTrigger):
 
 
 class StreamingJobCaughtUpTrigger(_WaitingTrigger):
-    """Fires when a job version has committed a batch ending at or after ``targets`` (partition ->
-    offset) of ``topic`` (``caught_up``), when its driver is gone (``stopped``), or on timeout."""
+    """Fires when job ``job`` version ``version`` has consumed its source up to ``targets`` (partition ->
+    offset; :func:`spark_jobs.state.source_position.committed_source_offsets`: for a version that re-keys
+    its source, re-keyed and applied by its stateful stage) (``caught_up``), when its driver is gone
+    (``stopped``), or on timeout."""
 
     def __init__(
         self,
-        application_id: str,
+        job: str,
+        version: int,
         status_dir: str,
-        checkpoint: str,
-        topic: str,
         targets: dict,
         timeout_s: float,
         poll_s: float = 0.5,
     ) -> None:
         super().__init__()
-        self.application_id, self.status_dir, self.checkpoint = application_id, status_dir, checkpoint
-        self.topic, self.targets = topic, {str(p): int(o) for p, o in targets.items()}
+        self.job, self.version, self.status_dir = job, int(version), status_dir
+        self.targets = {str(p): int(o) for p, o in targets.items()}
         self.timeout_s, self.poll_s = timeout_s, poll_s
 
     def check(self) -> dict | None:
-        from runtime.object_store import Location
         from runtime.settings import Settings
-        from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+        from spark_jobs.layout import JobLayout
+        from spark_jobs.registry import get_job
+        from spark_jobs.state.source_position import committed_source_offsets, source_behind
 
-        # the object store's credentials come from this process's settings, never from the trigger's row
-        checkpoint = Location.of(self.checkpoint, Settings.from_env().object_store)
-        committed = {str(p): o for p, o in (committed_input_offsets(checkpoint, self.topic) or {}).items()}
-        behind = {p: target - committed.get(p, 0) for p, target in self.targets.items() if committed.get(p, 0) < target}
+        # names and paths from the registry and this process's settings (the object store's credentials
+        # too), never from the trigger's row
+        settings = Settings.from_env()
+        spec = get_job(self.job, self.version)
+        committed = committed_source_offsets(JobLayout.of(spec, settings), settings.kafka)
+        behind = {str(p): n for p, n in source_behind(committed, self.targets).items()}
+        committed = {str(p): o for p, o in (committed or {}).items()}
         if not behind:
             return {"state": "caught_up", "committed": committed}
-        if JobLease(self.status_dir, self.application_id).holder() is None:
-            status = read_status(self.status_dir, self.application_id)
+        if JobLease(self.status_dir, spec.application_id).holder() is None:
+            status = read_status(self.status_dir, spec.application_id)
             return {"state": "stopped", "committed": committed, "behind": behind, "error": status and status.error}
         return None
 
