@@ -532,7 +532,7 @@ def test_promotion_killed_after_the_switch_the_rerun_stops_and_retires_the_old_v
         retired = [event.version for event in versions.retired(JOB)]
         if old is not None or desired != "stopped" or retired != [1]:
             raise HalfPromoted(
-                f"after the re-run ({said}): v1 {'runs, pid ' + str(old['pid']) if old else 'stopped'}, "
+                f"after the re-run ({said}): v1 {'runs, pid ' + str(old.pid) if old else 'stopped'}, "
                 f"desired {desired!r}, retired versions {retired}"
             )
     finally:  # leave nothing running: the stop DAG stops the current version, the hook the old one

@@ -182,13 +182,13 @@ def test_live_then_standby_then_live_again(private_stack, spark):
             producer.join(30)
         standby = read_standby_status(settings.status_dir, JOB.application_id)
         assert standby.state == "FOLLOWING" and standby.stores["counts"].commits > 0, why()
-        assert max(lags) <= standby["max_lag_ms"] == 15_000, f"lags {lags}\n{why()}"
+        assert max(lags) <= standby.max_lag_ms == 15_000, f"lags {lags}\n{why()}"
         assert sources == {("live", None)}, f"sources {sources}\n{why()}"
 
         # Both processes serve Prometheus metrics on the port their status names; they agree with the status.
         app = (("application_id", JOB.application_id),)
         status = read_status(settings.status_dir, JOB.application_id)
-        driver_metrics = scrape_metrics(settings.host, status["metrics_port"])
+        driver_metrics = scrape_metrics(settings.host, status.metrics_port)
         assert driver_metrics[("streamstate_job_state", (*app, ("state", "RUNNING")))] == 1
         assert driver_metrics[("streamstate_batch_id", app)] >= status.progress.batch_id > 0
         assert driver_metrics[("streamstate_state_rows", app)] > 0
@@ -205,7 +205,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
             )
             >= len(NOT_JSON)
         )
-        standby_metrics = scrape_metrics(settings.host, standby["metrics_port"])
+        standby_metrics = scrape_metrics(settings.host, standby.metrics_port)
         store = (*app, ("store", "counts"))
         assert standby_metrics[("streamstate_standby_commits_total", store)] > 0
         assert ("streamstate_standby_lag_ms", store) in standby_metrics
@@ -265,7 +265,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
             )
             restoring_status = read_status(settings.status_dir, JOB.application_id)
             assert restoring_status.state == "RESTORING"
-            restoring_metrics = scrape_metrics(settings.host, restoring_status["metrics_port"])
+            restoring_metrics = scrape_metrics(settings.host, restoring_status.metrics_port)
             assert restoring_metrics[("streamstate_job_state", (*app, ("state", "RESTORING")))] == 1
             assert ("streamstate_restore_records_read", (*app, ("store", "counts"))) in restoring_metrics
             during = client.get(f"{BASE}/keys/u00007").json()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 from streamstate.alert_ledger import AlertLedger
-from streamstate.operators.reprocess import _who
+from streamstate.operators.streaming_job import who_triggered
 from streamstate.supervision import Condition
 
 from runtime.settings import Settings
@@ -76,7 +76,7 @@ class TuneChangelogsOperator(BaseOperator):
         mode = tuning_mode(context, settings)
         params = context["params"]
         named = set(params.get("topics") or [])
-        by = _who(context)
+        by = who_triggered(context)
         run_id = context["run_id"]
         targets = {t.topic: t for t in changelog_targets()}
         unknown = named - set(targets)

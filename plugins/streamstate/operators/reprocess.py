@@ -13,7 +13,7 @@ import json
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
-from streamstate.operators.streaming_job import StreamingJobFailed, apply_submit, run_label
+from streamstate.operators.streaming_job import StreamingJobFailed, apply_submit, run_label, who_triggered
 from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
@@ -36,11 +36,6 @@ def _reject(context, message: str):
     """Fail the run here, without retries; the audit task records the reason as ``rejected``."""
     context["ti"].xcom_push(key="return_value", value={"rejected": message})
     raise AirflowFailException(f"rejected: {message}")
-
-
-def _who(context) -> str:
-    run = context["dag_run"]
-    return getattr(run, "triggering_user_name", None) or str(getattr(run, "run_type", "") or "unknown")
 
 
 class PlanReprocessingOperator(BaseOperator):
@@ -285,7 +280,7 @@ class PromoteJobVersionOperator(BaseOperator):
             versions.promote(
                 self.job,
                 new.version,
-                by=_who(context),
+                by=who_triggered(context),
                 run_id=context["run_id"],
                 note=f"promoted by {run_label(context)}",
             )
@@ -308,7 +303,11 @@ class RetireJobVersionOperator(BaseOperator):
         promoted = context["ti"].xcom_pull(task_ids="promote")
         until = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=float(self.retain_days))
         JobVersions(Settings.from_env()).retire(
-            self.job, int(promoted["old_version"]), by=_who(context), retain_until=until, run_id=context["run_id"]
+            self.job,
+            int(promoted["old_version"]),
+            by=who_triggered(context),
+            retain_until=until,
+            run_id=context["run_id"],
         )
         self.log.info("%s v%s retired; its data is kept until %s", self.job, promoted["old_version"], until.isoformat())
         return {"retired_version": promoted["old_version"], "retain_until": until.isoformat()}
@@ -350,7 +349,7 @@ class RecordReprocessingOperator(BaseOperator):
             dag_id=ti.dag_id,
             job=params.get("job"),
             mode=mode,
-            triggered_by=_who(context),
+            triggered_by=who_triggered(context),
             started_at=getattr(run, "start_date", None),
             params=params,
             plan=plan,
@@ -391,7 +390,7 @@ class PurgeRetiredVersionsOperator(BaseOperator):
             )
             if c.blocked is None and not dry_run:
                 result["purged"][application_id(c.job, c.version)] = purge_version(
-                    settings, c.job, c.version, by=_who(context), run_id=context["run_id"]
+                    settings, c.job, c.version, by=who_triggered(context), run_id=context["run_id"]
                 )
         if not candidates:
             result["nothing_to_do"] = "no retired versions"

@@ -62,6 +62,12 @@ def run_label(context) -> str:
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}#{ti.try_number}"
 
 
+def who_triggered(context) -> str:
+    """The user who triggered the DAG run, or its run type (``scheduled``, ...) when nobody did."""
+    run = context["dag_run"]
+    return getattr(run, "triggering_user_name", None) or str(getattr(run, "run_type", "") or "unknown")
+
+
 def job_spec(job: str, version: int | str | None = None, *, adopt_by: str | None = None) -> JobSpec:
     """``version`` of ``job``, or (None/empty) the current version from the version pointer."""
     if version not in (None, "", "None"):
