@@ -16,10 +16,10 @@ from spark_jobs.context import JobContext
 from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.generators import pulse, purchases, votes
 from spark_jobs.kafka_topics import ensure_topic, existing_topics
-from spark_jobs.layout import JobLayout
+from spark_jobs.layout import JobLayout, standby_status_file
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.run import report_path, run
-from spark_jobs.standby.follower import SnapshotFollower, standby_id, standby_status_path
+from spark_jobs.standby.follower import SnapshotFollower, standby_id
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.checkpoint_health import RESTORE_RECORD
 from spark_jobs.state.snapshots import snapshot_path
@@ -47,7 +47,7 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
     assert failpoints.marker_path(settings.status_dir, app) == layout.driver.failpoint
     assert report_path(spec, settings) == layout.driver.last_run
     assert standby_id(app) == layout.standby.name
-    assert standby_status_path(settings.status_dir, app) == layout.standby_status
+    assert standby_status_file(settings.status_dir, app) == layout.standby_status
     assert lease.lease_path(settings.status_dir, standby_id(app)) == layout.standby.lease
     assert layout.checkpoint / RESTORE_RECORD == layout.restore_record
     assert report_dir(settings) / chart_name(app, "pulse-counts") == layout.audit_plot("pulse-counts")
