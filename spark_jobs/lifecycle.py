@@ -313,6 +313,16 @@ class JobStatus:
             }
             self._publish_locked()
 
+    def record_restores(self, summaries: Mapping[str, Mapping[str, object]]) -> None:
+        """The restores this run made, store -> ``RestoredState.summary()`` (fields of :class:`StoreRestore`):
+        they replace the progress recorded while reading; a store that restored nothing is not listed."""
+        with self._lock:
+            self.restore = {
+                store: dataclasses.replace(self.restore.get(store, StoreRestore()), **numbers)
+                for store, numbers in summaries.items()
+            }
+            self._publish_locked()
+
     def record_dead_letters(self, counts: Mapping[str, int]) -> None:
         with self._lock:
             self.dead_letters = {

@@ -196,8 +196,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         if spec.stores and latest_batch_id(context.checkpoint) is None:
             status.transition_to(JobState.RESTORING)
         restores = restore_if_needed(context, StatusRestoreListener(status, settings.status_dir))
-        for name, restored in restores.items():
-            status.record_restore_progress(name, **restored.summary())
+        status.record_restores({name: restored.summary() for name, restored in restores.items()})
         set_aside_new_query_leftovers(context)
     except Exception as err:
         status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")

@@ -14,6 +14,8 @@ One owner per artifact, as in Kafka Streams' internals (the names themselves com
   drivers' generations.
 * :mod:`.checkpoint_offsets` — which input offsets a micro-batch consumed, from the query's checkpoint
   (Spark's offset log is the source of truth for input positions).
+* :mod:`.source_position` — how far a job version has consumed its source, a re-keyed one through both
+  of its stages (what reprocessing, the catch-up wait and promotion read).
 * :mod:`.checkpoint_health` — whether a checkpoint can be resumed from; quarantines one that cannot.
 * :mod:`.snapshots` — ``SnapshotStore``, the only reader and writer of a store's Delta snapshot table.
 * :mod:`.snapshotting` — where a snapshot is made: a short tail as a layer, else the rebuilt state.

@@ -124,7 +124,7 @@ def test_kill_9_of_the_driver_then_restart(private_stack, spark, scenario):
         status = None
         while time.monotonic() < deadline:
             status = read_status(settings.status_dir, spec.application_id)
-            if status and status.state == "RUNNING" and (status.progress.batch_id or 0) >= 1:
+            if status and status.state == "RUNNING" and (status.batch_id or 0) >= 1:
                 break
             assert driver.poll() is None, f"driver exited early; see {log.name}"
             time.sleep(1)
