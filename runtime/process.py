@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,10 +29,33 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (for tests and ephemeral stacks)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A port nothing listens on right now (for tests and ephemeral stacks), chosen below the kernel's
+    ephemeral range: a port chosen early stays free until its service starts late (an Airflow stack started
+    forty minutes into a test session), since nothing that binds port 0 (a Spark driver, a metrics server,
+    a client connection) is ever given one of these."""
+    low = _ephemeral_range_start()
+    for _ in range(500):
+        port = _PORTS.randrange(max(1024, low - 12_000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded range: any free port
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+#: not the ``random`` module's state, which tests seed
+_PORTS = random.SystemRandom()
+
+
+def _ephemeral_range_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def free_service_ports(host: str = "127.0.0.1") -> dict[str, int]:
