@@ -192,7 +192,7 @@ class LocalAirflow:
 
 
 #: tries of an idempotent API request the standalone's SQLite database was too busy for
-DATABASE_BUSY_ATTEMPTS = 3
+DATABASE_BUSY_ATTEMPTS = 5
 
 
 class AirflowApi:
@@ -223,8 +223,9 @@ class AirflowApi:
             except urllib.error.HTTPError as err:
                 detail = err.read()[:500]
                 # SQLite (the standalone's database) has one writer: a request that waited out its busy
-                # timeout while the scheduler or DAG processor wrote fails whole, and is safe to repeat
-                retry = err.code == 500 and b"Database error" in detail and method in ("GET", "PATCH")
+                # timeout while the scheduler or DAG processor wrote fails whole (rolled back), and is safe
+                # to repeat; a fresh stack's scheduled housekeeping runs write right when `make run` triggers
+                retry = err.code == 500 and b"Database error" in detail
                 if not retry or attempt == DATABASE_BUSY_ATTEMPTS:
                     raise ServiceError(f"Airflow API {method} {path}: HTTP {err.code} {detail!r}") from err
                 time.sleep(attempt)
