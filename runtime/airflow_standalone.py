@@ -106,15 +106,18 @@ class LocalAirflow:
         env: dict[str, str] | None = None,
         dag_file: Path | None = None,
         timeout_s: float = 900,
+        logical_date: str | None = None,
     ) -> subprocess.CompletedProcess:
         """One run of ``dag_id`` via ``airflow dags test`` (``dag.test()``: tasks and triggers run in that
-        process, no scheduler needed). ``dag_file`` spares parsing the whole folder. ``returncode`` is 0
+        process, no scheduler needed). ``dag_file`` spares parsing the whole folder; ``logical_date`` (ISO 8601)
+        picks the run's data interval as the schedule would. ``returncode`` is 0
         when the run succeeded."""
         args = [
             str(VENV_BIN / "airflow"),
             "dags",
             "test",
             dag_id,
+            *([logical_date] if logical_date else []),
             *(["-c", json.dumps(conf)] if conf else []),
             *(["--dagfile-path", str(dag_file)] if dag_file else []),
         ]

@@ -4,12 +4,13 @@ The writer builds a frozen dataclass and stores :func:`to_json`; every reader ge
 :func:`from_json` and reads attributes, never string keys. Reading is forgiving in the one way files written by
 another version of the platform need: a field the document lacks takes its default, a field the dataclass does
 not know is ignored. Nested documents are rebuilt by their field's declared type: a dataclass, ``X | None``,
-``Mapping[str, X]``, ``tuple[X, ...]``, ``list[X]`` and enums.
+``Mapping[str, X]``, ``tuple[X, ...]``, ``list[X]``, enums and datetimes (ISO 8601).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import types
 import typing
@@ -43,6 +44,8 @@ def _typed(hint: Any, value: Any) -> Any:
         return from_json(hint, value)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return hint(value)
+    if hint is dt.datetime and isinstance(value, str):
+        return dt.datetime.fromisoformat(value)
     if origin in (dict, Mapping, typing.Mapping) and isinstance(value, Mapping):
         key_type, value_type = typing.get_args(hint) or (Any, Any)
         return {_key(key_type, k): _typed(value_type, v) for k, v in value.items()}
@@ -60,6 +63,8 @@ def _key(hint: Any, key: str) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

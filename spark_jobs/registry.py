@@ -440,6 +440,28 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         "of order) and the counts per candidate.",
         companion_outputs=("counts",),
     ),
+    JobSpec(
+        name="stock_price_changes",
+        version=1,
+        source_topic="stock-ticks",
+        key_field="symbol",
+        output_table="stock_price_changes",
+        entrypoint="spark_jobs.jobs.stock_price_changes:DAILY_CHANGES",
+        stores=(
+            StoreSpec(
+                "daily-changes",
+                kind="windowed",
+                window_ms=86_400_000,
+                grace_ms=600_000,
+                retention_ms=3 * 86_400_000,
+                budget=StateBudget(max_rows=1_000_000, max_bytes=1024**3, max_restore_s=600),
+            ),
+        ),
+        description="Daily price change per stock (1-day tumbling windows, 10 min grace), written when the "
+        "day closes: stage 1 of the seeds' top-movers pipeline, whose stage 2 is the batch step "
+        "daily_top_movers.",
+        output_key=("symbol", "window_start"),
+    ),
 )
 
 

@@ -41,11 +41,13 @@ class DagTestRunner:
         env: dict[str, str] | None = None,
         dag_file: Path | None = None,
         timeout_s: float = 900,
+        logical_date: str | None = None,
     ) -> subprocess.CompletedProcess:
         args = [
             "dags",
             "test",
             dag_id,
+            *([logical_date] if logical_date else []),
             *(["-c", json.dumps(conf)] if conf else []),
             *(["--dagfile-path", str(dag_file)] if dag_file else []),
         ]

@@ -1,7 +1,7 @@
 """The alert ledger: every open alert of every source, in one file of the status directory.
 
-Four checks decide alerts: supervision (the driver), the standby check, the changelog compaction tuner
-and the state-size audit (:data:`~streamstate.alerts.Source`). Each calls
+Five checks decide alerts: supervision (the driver), the standby check, the changelog compaction tuner,
+the state-size audit and a batch job's runs (:data:`~streamstate.alerts.Source`). Each calls
 :meth:`AlertLedger.reconcile_and_send` with the conditions that hold now; the ledger compares them with
 the alerts it holds open for that job version and source (:func:`~streamstate.alerts.reconcile`),
 sends what changed through the configured channels (:func:`streamstate.notifiers.routing.send`), and

@@ -20,8 +20,8 @@ FIRING = "firing"
 RESOLVED = "resolved"
 
 #: who decides an alert: the supervise DAG's check of the driver and of its warm standby, the changelog
-#: compaction tuner, the state-size audit
-Source = Literal["supervision", "standby", "changelog_tuning", "state_audit"]
+#: compaction tuner, the state-size audit, a batch job's runs
+Source = Literal["supervision", "standby", "changelog_tuning", "state_audit", "batch"]
 SOURCES: tuple[Source, ...] = get_args(Source)
 
 

@@ -29,6 +29,7 @@ from spark_jobs.kafka_topics import existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease, LeaseHolder
 from spark_jobs.registry import JobSpec, JobSpecError, get_job, registered_versions
+from spark_jobs.reprocess.chain import chain_notes, readers_of
 from spark_jobs.reprocess.positions import BadStartPosition, StartPosition
 from spark_jobs.state.checkpoint_offsets import latest_committed_batch_id
 from spark_jobs.state.source_position import committed_source_offsets
@@ -274,6 +275,7 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
         _migrate_actions(plan, settings, current, target)
     else:
         _reset_actions(plan, settings, current, target)
+    plan.notes += chain_notes(readers_of(current), mode, current, target, plan.truncate_outputs)
     return plan
 
 

@@ -1,7 +1,7 @@
 """The platform's housekeeping DAGs run on their schedules from the start: after the DAG files are parsed
 into a fresh Airflow, the scheduler's own query of the DAGs due a scheduled run (``DagModel.
 dags_needing_dagruns``, what each scheduler loop asks) names the state-size audit, the changelog tuning,
-the table maintenance and the purge of retired versions; nobody has to unpause them. A job's supervision
+the table maintenance, the purge of retired versions and the batch jobs; nobody has to unpause them. A job's supervision
 and the manual DAGs stay as they were (a supervise DAG is unpaused by starting its job)."""
 
 from __future__ import annotations
@@ -18,7 +18,13 @@ from runtime.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-SCHEDULED = {"audit_state_size", "tune_changelog_compaction", "maintain_delta_tables", "purge_retired_versions"}
+SCHEDULED = {
+    "audit_state_size",
+    "tune_changelog_compaction",
+    "maintain_delta_tables",
+    "purge_retired_versions",
+    "batch__daily_top_movers",
+}
 
 DUE = """
 import json
