@@ -156,7 +156,7 @@ def test_sessions_match_kafka_streams_semantics_whatever_the_batching(spark, tmp
     want = _reference(events)
     assert want.late and want.bridges and want.emitted and set(want.updated) - set(want.emitted)
     assert any(e["type"] == sessions.FORGET_ME for e in events)
-    for declaration, cut in ((VISITS, len(events)), (VISITS, 7), (updates, 3)):
+    for declaration, cut in ((VISITS, len(events)), (VISITS, 7), (updates, 20)):
         got = _run(spark, tmp_path, declaration, events, cut, f"gen-{declaration.emit}-{cut}")
         assert _same(got, want, declaration.emit), f"generated, emit={declaration.emit}, micro-batches of {cut}"
 
