@@ -82,6 +82,9 @@ class Sessions:
     bridges: set[str]
     #: source partition -> its stream time (ms)
     stream_times: dict[int, int]
+    #: ids of the events that merged into a session already closed (and emitted): not late, since the
+    #: merged session's end + gap + grace had not passed (Kafka Streams emits the merged session again)
+    reopened: set[str] = dataclasses.field(default_factory=set)
 
 
 def expected(
@@ -120,6 +123,7 @@ def expected(
     updated: dict[tuple[str, int], tuple[int, Values]] = {}
     late: set[str] = set()
     bridges: set[str] = set()
+    reopened: set[str] = set()
     stream_times: dict[int, int] = {}
     partition_of: dict[str, int] = {}
 
@@ -158,6 +162,8 @@ def expected(
             continue
         if len(merged) > 1:
             bridges.add(event[event_id])
+        if any(state[s][2] for s in merged):
+            reopened.add(event[event_id])
         values = None
         for session in merged:
             old = state.pop(session)[1]
@@ -168,7 +174,7 @@ def expected(
         updated[(k, start)] = (end, values)
         close_and_evict(p, now)
     return Sessions(
-        {s: (v[0], v[1], v[2]) for s, v in state.items()}, emitted, updated, late, bridges, stream_times
+        {s: (v[0], v[1], v[2]) for s, v in state.items()}, emitted, updated, late, bridges, stream_times, reopened
     )
 
 
@@ -185,7 +191,10 @@ def merge_visits(earlier: Values, later: Values) -> Values:
 
 
 def expected_visits(
-    events: Iterable[dict], gap_ms: int = 30 * MINUTE, grace_ms: int = 5 * MINUTE, retention_ms: int = 2 * 3600_000,
+    events: Iterable[dict],
+    gap_ms: int = 30 * MINUTE,
+    grace_ms: int = 5 * MINUTE,
+    retention_ms: int = 2 * 3600_000,
     partitions: int = 2,
 ) -> Sessions:
     """user_sessions' answer for ``events`` (:func:`expected` with its values, ``forget_me`` deleting)."""

@@ -80,7 +80,7 @@ def test_the_reference_merges_bridges_re_emits_and_refuses_late_events():
     assert want.emitted[("b", _ms(60))] == (_ms(60), (1, 0, "/"))
     assert want.emitted[("b", _ms(200))] == (_ms(232), (3, 1, "/checkout"))  # the bridge
     assert want.emitted[("a", _ms(465))] == (_ms(465), (1, 0, "/"))  # closed at once, at the boundary
-    assert want.late == {"e7", "e18"} and want.bridges == {"e5", "e11"}
+    assert want.late == {"e7", "e18"} and want.bridges == {"e5", "e11"} and want.reopened == {"e5"}
     assert ("a", _ms(300)) not in want.emitted and ("a", _ms(300)) not in want.updated  # deleted while open
     assert not any(user == "d" for user, _ in want.updated)
     # eviction: what ended by 380 left the store; the outputs keep it
@@ -154,7 +154,7 @@ def test_sessions_match_kafka_streams_semantics_whatever_the_batching(spark, tmp
         assert _same(got, want, declaration.emit), f"named, emit={declaration.emit}, micro-batches of {cut}"
     events = list(sessions.adversarial(240, users=6, seed=5))
     want = _reference(events)
-    assert want.late and want.bridges and want.emitted and set(want.updated) - set(want.emitted)
+    assert want.late and want.bridges and want.reopened and want.emitted and set(want.updated) - set(want.emitted)
     assert any(e["type"] == sessions.FORGET_ME for e in events)
     for declaration, cut in ((VISITS, len(events)), (VISITS, 7), (updates, 20)):
         got = _run(spark, tmp_path, declaration, events, cut, f"gen-{declaration.emit}-{cut}")
@@ -172,7 +172,7 @@ def test_the_job_writes_closed_sessions_dead_letters_late_events_and_survives_a_
     bad = {"event_id": "bad", "type": "click", "user_id": "u001", "page": "/"}  # no event time
     rounds = [events[:110], [*events[110:], bad]]
     want = _reference(events)  # the bad event is a dead letter, not an event
-    assert want.late and want.bridges
+    assert want.late and want.bridges and want.reopened
     with JobHarness(settings=settings, spark=spark) as harness:
         first = harness.run(spec, rounds[0])
         # Lose the checkpoint: the second run restores the sessions and the partitions' stream times from
