@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 import shutil
 
 import pytest
@@ -97,6 +98,44 @@ def test_a_session_closes_at_end_plus_gap_plus_grace_not_before():
     want = _reference(events)
     assert want.late == set() and want.emitted == {("a", _ms(0)): (_ms(0), (1, 0, "/"))}
     assert want.state[("a", _ms(0))] == (_ms(1), (2, 0, "/"), False)
+
+
+def test_a_session_store_is_declared_checked_addressed_and_audited_by_its_sessions_end():
+    from streamstate.state_api.keys import InvalidKey, KeySchema
+
+    from spark_jobs.registry import JobSpecError, StoreSpec
+    from spark_jobs.state.changelog import ChangelogTopic
+    from spark_jobs.state_audit import trends
+    from spark_jobs.state_audit.collect import windows_beyond_retention
+
+    for bad, field in (
+        (dict(gap_ms=0), "gap_ms > 0"),
+        (dict(gap_ms=MINUTE, grace_ms=-1), "grace_ms >= 0"),
+        (dict(gap_ms=MINUTE, grace_ms=MINUTE, retention_ms=MINUTE), "shorter than gap_ms + grace_ms"),
+        (dict(gap_ms=MINUTE, window_ms=MINUTE), "window_ms is for windowed stores"),
+    ):
+        with pytest.raises(JobSpecError, match=re.escape(field)):
+            StoreSpec("visits", kind="session", **{"retention_ms": 3600_000, **bad})
+    with pytest.raises(JobSpecError, match="gap_ms is for session stores"):
+        StoreSpec("visits", kind="windowed", window_ms=MINUTE, retention_ms=3600_000, gap_ms=MINUTE)
+    configs = ChangelogTopic("app", STORE.name, 2, kind="session", retention_ms=STORE.retention_ms).configs()
+    assert configs["cleanup.policy"] == "compact,delete" and int(configs["retention.ms"]) > STORE.retention_ms
+
+    keys = KeySchema.of(SPEC, STORE)
+    assert keys.encode("u001", 1_234_567) == "u001@1234567" and "a session's start" in keys.describe()["window_start"]
+    assert keys.decode("u001@1234567") == {"user_id": "u001", "window_start": 1_234_567}
+    with pytest.raises(InvalidKey, match="needs window_start"):
+        keys.encode("u001")
+
+    horizon = STORE.retention_ms  # counted from a session's end
+    values = [
+        {"session_start_ms": 0, "session_end_ms": horizon, "source_partition": 0},
+        {"session_start_ms": 0, "session_end_ms": 0, "source_partition": 1},
+        {"session_end_ms": None, "source_partition": 0, "stream_time_ms": 2 * horizon - 1},
+        {"session_end_ms": None, "source_partition": 1, "stream_time_ms": horizon + 1},
+    ]
+    assert windows_beyond_retention(STORE, values, stream_time_ms=0) == 1  # partition 1's, by its own time
+    assert trends.unbounded_growth(STORE, [], 1).flagged and "sessions" in trends.unbounded_growth(STORE, [], 1).reason
 
 
 def _run(spark, tmp_path, declaration, events: list[dict], cut: int, name: str) -> sessions.Sessions:
