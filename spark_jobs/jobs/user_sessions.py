@@ -32,8 +32,9 @@ EVENT_SCHEMA = T.StructType(
 
 #: The job, declared: a user's clicks and page views aggregated per visit, deleted on forget_me.
 VISITS = SessionAggregate(
-    store="user-sessions",
-    events=JsonEvents(EVENT_SCHEMA, types=EVENT_TYPES),
+    store="user-sessions",  # StoreSpec(kind="session", gap_ms=30 * 60_000, grace_ms=5 * 60_000,
+    #           retention_ms=2 * 3600 * 1000)
+    events=JsonEvents(EVENT_SCHEMA, types=(CLICK, PAGE_VIEW, FORGET_ME)),
     time="event_time",
     values={
         "events": Aggregate.count(),

@@ -91,6 +91,18 @@ def test_the_reference_merges_bridges_re_emits_and_refuses_late_events():
     assert ("b", _ms(232)) not in want.updated and want.updated[("b", _ms(500))] == (_ms(500), (1, 0, "/"))
 
 
+def test_the_readme_shows_the_whole_declaration_of_the_job():
+    from pathlib import Path
+
+    import spark_jobs.jobs.user_sessions as job
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    declaration = readme[readme.index("VISITS = SessionAggregate(") :]
+    declaration = declaration[: declaration.index("\n)\n") + 3]
+    assert declaration in Path(job.__file__).read_text() and "retention_ms=2 * 3600 * 1000" in declaration
+    assert (STORE.gap_ms, STORE.grace_ms, STORE.retention_ms) == (30 * MINUTE, 5 * MINUTE, 2 * 3600 * 1000)
+
+
 def test_a_session_closes_at_end_plus_gap_plus_grace_not_before():
     events = [_event(1, "a", 0), _event(2, "b", 34.99), _event(3, "a", 1)]
     assert _reference(events).emitted == {} and _reference(events).late == set()
