@@ -35,6 +35,38 @@ def _iso(t: dt.datetime) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def generate(
+    users: int = 10,
+    seconds: int = 86_400,
+    seed: int = 3,
+    start: dt.datetime = START,
+    forget_rate: float = 0.0005,
+    disorder_ms: int = 3000,
+) -> Iterator[dict]:
+    """``seconds`` of visits of ``users`` users, in arrival order: visits of 3-20 events 10 s to 5 min apart,
+    separated by 35 min to 2 h of inactivity (so a 30 min gap splits them), arriving up to ``disorder_ms``
+    out of order; a few ``forget_me``."""
+    rng = random.Random(seed)
+    events = []
+    end = start + dt.timedelta(seconds=seconds)
+    for u in range(users):
+        t = start + dt.timedelta(milliseconds=rng.randint(0, 3_600_000))
+        while t < end:
+            for _ in range(rng.randint(3, 20)):
+                roll = rng.random()
+                kind = FORGET_ME if roll < forget_rate else (CLICK if roll < 0.6 else PAGE_VIEW)
+                arrival = t + dt.timedelta(milliseconds=rng.randint(0, disorder_ms))
+                event = {"type": kind, "user_id": f"u{u:06d}", "page": rng.choice(PAGES), "event_time": _iso(t)}
+                events.append((arrival, event))
+                t += dt.timedelta(milliseconds=rng.randint(10_000, 300_000))
+                if t >= end:
+                    break
+            t += dt.timedelta(milliseconds=rng.randint(35 * MINUTE, 120 * MINUTE))
+    events.sort(key=lambda e: e[0])
+    for n, (_, event) in enumerate(events):
+        yield {"event_id": f"v-{seed}-{n:08d}", **event}
+
+
 def adversarial(
     count: int, users: int = 6, seed: int = 5, start: dt.datetime = START, deletes: bool = True
 ) -> Iterator[dict]:
