@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.PriorityQueue;
 import java.util.TreeMap;
 
 import org.apache.spark.sql.Dataset;
@@ -110,6 +111,10 @@ public final class SessionAggregate {
 
   /** A session of a key, by start: what a change row is about. */
   private record SessionKey(String key, long start) {}
+
+  /** When {@code session} of {@code key} needs a look (its close or eviction): an entry of a batch's queue,
+   * stale once the session was replaced or removed, or its due time moved on. */
+  private record Due(long at, String key, Session session) {}
 
   static final class Sessions extends AggregateTask {
     private final StructType storedSchema;
@@ -217,7 +222,9 @@ public final class SessionAggregate {
       final Map<SessionKey, Session> emits = new LinkedHashMap<>();
       /** the earliest close or eviction of the partition's sessions ({@link Long#MAX_VALUE}: none) */
       private long dueAt;
-      private boolean allLoaded;
+      /** once every key is in the cache ({@link #closeAndEvictDue}): every session's due time, so a close
+       * looks at the sessions due, not at every key (sessions close at any time, not on window bounds) */
+      private PriorityQueue<Due> queue;
 
       Batch(int partition) {
         super(partition);
@@ -269,7 +276,7 @@ public final class SessionAggregate {
         if (emitOnUpdate) {
           emits.put(updated, session);
         }
-        dueAt = Math.min(dueAt, closesAt(session));
+        due(key, session);
         if (dueAt <= now) {  // merged into a session already due (grace 0, or an extension at the boundary)
           closeAndEvictDue();
         }
@@ -288,40 +295,53 @@ public final class SessionAggregate {
         keySessions.clear();
       }
 
+      /** {@code session} of {@code key} is new or closed: when it is next due. */
+      private void due(String key, Session session) {
+        long at = dueAt(session);
+        dueAt = Math.min(dueAt, at);
+        if (queue != null) {
+          queue.add(new Due(at, key, session));
+        }
+      }
+
       /** Close every session of the partition due at the current stream time and evict every closed one
-       * whose retention passed. The first such step of a batch reads every key's sessions into the cache. */
+       * whose retention passed. The first such step of a batch reads every key's sessions into the cache
+       * and queues them by due time; later steps take the due ones off the queue. */
       private void closeAndEvictDue() {
-        if (!allLoaded) {
+        if (queue == null) {
           Iterator<Tuple2<String, Row>> entries = sessions.iterator();
           while (entries.hasNext()) {
             Tuple2<String, Row> entry = entries.next();
             cache.computeIfAbsent(entry._1(), k -> storedSessions(entry._2()));
           }
-          allLoaded = true;
-        }
-        long next = Long.MAX_VALUE;
-        for (Map.Entry<String, TreeMap<Long, Session>> entry : cache.entrySet()) {
-          String key = entry.getKey();
-          java.util.Iterator<Session> keySessions = entry.getValue().values().iterator();
-          while (keySessions.hasNext()) {
-            Session session = keySessions.next();
-            SessionKey id = new SessionKey(key, session.start);
-            if (!session.closed && closesAt(session) <= now) {
-              session.closed = true;
-              changes.put(id, session);
-              if (!emitOnUpdate) {
-                emits.put(id, session);
-              }
+          queue = new PriorityQueue<>((a, b) -> Long.compare(a.at(), b.at()));
+          for (Map.Entry<String, TreeMap<Long, Session>> entry : cache.entrySet()) {
+            for (Session session : entry.getValue().values()) {
+              queue.add(new Due(dueAt(session), entry.getKey(), session));
             }
-            if (session.closed && evictedAt(session) <= now) {
-              keySessions.remove();
-              changes.put(id, null);
-              continue;
-            }
-            next = Math.min(next, dueAt(session));
           }
         }
-        dueAt = next;
+        while (!queue.isEmpty() && queue.peek().at() <= now) {
+          Due due = queue.poll();
+          Session session = due.session();
+          TreeMap<Long, Session> keySessions = cache.get(due.key());
+          if (keySessions.get(session.start) != session || dueAt(session) != due.at()) {
+            continue;  // stale: merged away or deleted, or already closed by an earlier entry
+          }
+          SessionKey id = new SessionKey(due.key(), session.start);
+          if (!session.closed) {
+            session.closed = true;
+            changes.put(id, session);
+            if (!emitOnUpdate) {
+              emits.put(id, session);
+            }
+            queue.add(new Due(evictedAt(session), due.key(), session));
+          } else {
+            keySessions.remove(session.start);
+            changes.put(id, null);
+          }
+        }
+        dueAt = queue.isEmpty() ? Long.MAX_VALUE : queue.peek().at();
       }
 
       private TreeMap<Long, Session> sessionsOf(String key) {
