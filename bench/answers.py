@@ -119,6 +119,43 @@ def table_temperatures(path: str) -> dict[tuple[str, int], tuple]:
     return {window: temperature_window(*values) for window, values in rows.items()}
 
 
+def kafka_streams_sessions(connection: KafkaTarget, topic: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(user, session start ms) -> (end ms, events, page views) of the Kafka Streams app's closed sessions."""
+    answer = {}
+    for key, value in latest_per_key(connection, topic).items():
+        user, _, start_ms = key.rpartition("@")
+        session = json.loads(value)
+        answer[(user, int(start_ms))] = (int(session["session_end_ms"]), session["events"], session["page_views"])
+    return answer
+
+
+def table_sessions(path: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(user, session start ms) -> (end ms, events, page views) of a user-sessions Delta table (the platform's,
+    plain Spark's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path).to_pyarrow_table(
+        columns=["user_id", "session_start", "session_end", "events", "page_views"]
+    )
+
+    def millis(column: str) -> list[int]:
+        return pc.cast(pc.cast(table[column], pa.timestamp("ms", tz="UTC")), pa.int64()).to_pylist()
+
+    return {
+        (user, start): (end, int(events), int(views))
+        for user, start, end, events, views in zip(
+            table["user_id"].to_pylist(),
+            millis("session_start"),
+            millis("session_end"),
+            table["events"].to_pylist(),
+            table["page_views"].to_pylist(),
+            strict=True,
+        )
+    }
+
+
 def temperature_window(readings, average: float, low: float, high: float) -> tuple:
     return int(readings), Approximately(average), low, high
 

@@ -1,9 +1,11 @@
 """The platform against its peers: Kafka Streams and plain Spark, same broker, same data, one run.
 
-Three workloads, each the same computation in all three peers: *purchases* (count and amount per user;
+Four workloads, each the same computation in all three peers: *purchases* (count and amount per user;
 ``account_closed`` deletes the user), *pulses* (heartbeats per patient per 60 s event-time window,
-5 s grace, emitted when the window closes) and *temperatures* (readings, average, minimum and maximum
-temperature per sensor in 5-minute windows starting every minute, 30 s grace, emitted when they close). For every size the input is generated once onto a private
+5 s grace, emitted when the window closes), *temperatures* (readings, average, minimum and maximum
+temperature per sensor in 5-minute windows starting every minute, 30 s grace, emitted when they close) and
+*sessions* (events and page views per user per session, 30 min inactivity gap, 5 min grace, emitted when
+a session closes). For every size the input is generated once onto a private
 local broker; then, for REPEATS rounds, each peer processes the whole pre-loaded topic from a cold
 start, one after the other:
 
@@ -64,7 +66,7 @@ from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.process import free_port  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
-from spark_jobs.generators import pulse, purchases, temperatures  # noqa: E402
+from spark_jobs.generators import pulse, purchases, sessions, temperatures  # noqa: E402
 from spark_jobs.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
 from spark_jobs.layout import changelog_topic_name  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
@@ -130,6 +132,17 @@ def readings(events: int, sensors: int) -> list[dict]:
     return read
 
 
+def visits(events: int, users: int) -> list[dict]:
+    """Exactly ``events`` clicks and page views of ``users`` users in visits separated by 35 min to 2 h of
+    inactivity (a few seconds of disorder, 0.05% forget_me), ending before the generator's START, as
+    :func:`heartbeats`."""
+    seconds = int(events / users * 600 * 2) + 3600  # about one event per 10 min per user; twice that
+    start = sessions.START - dt.timedelta(seconds=seconds)
+    generated = list(itertools.islice(sessions.generate(users, seconds=seconds, seed=3, start=start), events))
+    assert len(generated) == events, f"generated {len(generated)} of {events} visit events"
+    return generated
+
+
 WORKLOADS = {
     "purchases": Workload(
         "purchases",
@@ -171,6 +184,20 @@ WORKLOADS = {
         temperatures.produce,
         answers.kafka_streams_temperatures,
         answers.table_temperatures,
+        windowed=True,
+    ),
+    "sessions": Workload(
+        "sessions",
+        "user_sessions",
+        "user-sessions",
+        "user_sessions",
+        "users",
+        "user_id",
+        "forget_me",
+        visits,
+        sessions.produce,
+        answers.kafka_streams_sessions,
+        answers.table_sessions,
         windowed=True,
     ),
 }
@@ -479,6 +506,7 @@ PLAIN_SPARK_QUERY = {
     "purchases": "groupBy().agg()",
     "pulses": "window() count, append",
     "temperatures": "hopping window() aggregates, append",
+    "sessions": "session_window() aggregates, append",
 }
 
 
@@ -579,7 +607,9 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
         "(deletes); *pulses*: heartbeats of the patients (55-110 bpm, up to 3 s out of order, 0.1% check-outs) "
         "counted per 60 s event-time window with 5 s grace, emitted when the window closes; *temperatures*: readings "
         "of the sensors (every 4-6 s, up to 3 s out of order, about 5% of the sensors removed) aggregated (count, average, min, max) "
-        "in 5-minute windows starting every minute, 30 s grace, emitted when they close. Spark: "
+        "in 5-minute windows starting every minute, 30 s grace, emitted when they close; *sessions*: clicks and "
+        "page views of the users in visits 35 min to 2 h apart (up to 3 s out of order, 0.05% forget_me) "
+        "aggregated (events, page views) per session, 30 min inactivity gap, 5 min grace, emitted when it closes. Spark: "
         "local[*], 2 shuffle partitions, RocksDB state store, at most events/batches records per micro-batch. "
         "Every figure: median (min-max) of the rounds; ratios are of medians from the same invocation. "
         "Since 2026-11-26 a round counts only once the peers' outputs were equal key by key (bench/answers.py: "
@@ -799,6 +829,13 @@ def main() -> None:
         default=[1_000],
         help="temperatures: sensors (1e6 events of 1,000 sensors = ~83 min of readings each)",
     )
+    parser.add_argument(
+        "--visitors",
+        type=int,
+        nargs="+",
+        default=[10_000],
+        help="sessions: users (1e6 events of 10,000 users = ~100 events each, ~10 visits)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--batches", type=int, default=12, help="micro-batches per run: max offsets per trigger = events / this"
@@ -824,7 +861,7 @@ def main() -> None:
     bench.broker.start()
     measured = []
     try:
-        option = {"purchases": "keys", "pulses": "patients", "temperatures": "sensors"}
+        option = {"purchases": "keys", "pulses": "patients", "temperatures": "sensors", "sessions": "visitors"}
         sizes = [
             (w, events, keys) for w in args.workloads for events in args.events for keys in getattr(args, option[w])
         ]

@@ -18,11 +18,17 @@ ignored: what the platform's job does about them (dead letters, deletes) is what
 windows starting every minute (``window(event_time, "5 minutes", "1 minute")``), ``withWatermark(30 s)``,
 append mode, appended to a Delta table, the same way.
 
+``--workload sessions``: events and page views per user per session of activity, Spark's built-in
+``session_window(event_time, "30 minutes")`` with ``withWatermark(5 min)`` in append mode (a session is
+written once the watermark passes its last event + 30 min), the session's start and end its first and last
+event times, appended to a Delta table. Late events are dropped silently and ``forget_me`` is ignored; the
+watermark is the query's, not each partition's stream time.
+
 Run by bench/compare.py in its own process (its memory is measured per process tree); prints one JSON
 line: ``{"seconds": ..., "input_rows": ..., "batches": ..., "batch_seconds": ...}`` where seconds run from the
 process start and batch_seconds is what its micro-batches took.
 
-    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures]
+    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures|sessions]
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ def main() -> None:
     parser.add_argument("topic")
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    parser.add_argument("--workload", choices=("purchases", "pulses", "temperatures"), default="purchases")
+    parser.add_argument("--workload", choices=("purchases", "pulses", "temperatures", "sessions"), default="purchases")
     args = parser.parse_args()
 
     settings = Settings.from_env()
@@ -58,9 +64,12 @@ def main() -> None:
     )
     if args.max_offsets_per_trigger:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-    query_of = {"purchases": purchase_counts, "pulses": pulse_windows, "temperatures": temperature_windows}[
-        args.workload
-    ]
+    query_of = {
+        "purchases": purchase_counts,
+        "pulses": pulse_windows,
+        "temperatures": temperature_windows,
+        "sessions": user_sessions,
+    }[args.workload]
     batches = {"n": 0, "seconds": 0.0}  # micro-batches, and the seconds their foreachBatch took (see _timed)
     query = (
         query_of(source.load(), str(args.work_dir / "output"), batches)
@@ -159,6 +168,27 @@ def temperature_windows(raw, output: str, batches: dict):
         )
     )
     return windows.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
+
+
+def user_sessions(raw, output: str, batches: dict):
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.user_sessions import EVENT_SCHEMA
+
+    events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+    visits = (
+        events.where("type IN ('click', 'page_view') AND user_id IS NOT NULL AND event_time IS NOT NULL")
+        .withWatermark("event_time", "5 minutes")
+        .groupBy("user_id", F.session_window("event_time", "30 minutes"))
+        .agg(
+            F.min("event_time").alias("session_start"),
+            F.max("event_time").alias("session_end"),
+            F.count("*").alias("events"),
+            F.count(F.when(F.col("type") == "page_view", 1)).alias("page_views"),
+        )
+        .select("user_id", "session_start", "session_end", "events", "page_views")
+    )
+    return visits.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
 
 
 def _timed(batches: dict):

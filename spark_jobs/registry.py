@@ -18,7 +18,7 @@ from typing import Literal, get_args
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 
-StoreKind = Literal["key_value", "windowed", "versioned"]
+StoreKind = Literal["key_value", "windowed", "versioned", "session"]
 #: what a store's TTL counts: the wall clock of the driver, or the events' own times (see StoreSpec.ttl_clock)
 TtlClock = Literal["processing_time", "event_time"]
 
@@ -77,7 +77,11 @@ class StoreSpec:
         advance_ms: windowed stores: how far apart windows start (hopping windows, Kafka Streams'
             ``advanceBy``: each event belongs to ``window_ms / advance_ms`` windows); None: ``window_ms``
             (tumbling windows).
-        grace_ms: windowed stores: how long after its end a window still accepts late events.
+        grace_ms: windowed stores: how long after its end a window still accepts late events; session
+            stores: how long after its end + ``gap_ms`` a session still accepts them.
+        gap_ms: session stores: the inactivity gap (Kafka Streams' ``SessionWindows``): events of a key
+            less than ``gap_ms`` apart are one session; ``retention_ms`` (at least ``gap_ms + grace_ms``)
+            counts from a session's end.
         budget: the limits the state-size audit holds the store to.
     """
 
@@ -91,6 +95,7 @@ class StoreSpec:
     grace_ms: int = 0
     advance_ms: int | None = None
     budget: StateBudget = StateBudget()
+    gap_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", self.name):
@@ -111,6 +116,10 @@ class StoreSpec:
                     f"windowed store {self.name!r}: retention_ms {self.retention_ms} is shorter "
                     f"than window_ms + grace_ms = {self.window_ms + self.grace_ms}"
                 )
+        if self.kind == "session":
+            self._check_session()
+        elif self.gap_ms is not None:
+            raise JobSpecError(f"store {self.name!r}: gap_ms is for session stores")
         if self.advance_ms is not None and self.kind != "windowed":
             raise JobSpecError(f"store {self.name!r}: advance_ms is for windowed stores")
         if self.ttl_ms is not None and (self.kind != "key_value" or self.ttl_ms <= 0):
@@ -122,6 +131,19 @@ class StoreSpec:
             raise JobSpecError(f"store {self.name!r}: ttl_clock {self.ttl_clock!r} is not one of {get_args(TtlClock)}")
         if self.ttl_clock != "processing_time" and self.ttl_ms is None:
             raise JobSpecError(f"store {self.name!r}: ttl_clock is for a store with ttl_ms")
+
+    def _check_session(self) -> None:
+        """A session store: a positive gap, no negative grace, and a retention (from a session's end)
+        covering gap + grace, as Kafka Streams' ``SessionStoreMaterializer`` demands."""
+        if not self.gap_ms or self.gap_ms <= 0 or self.grace_ms < 0:
+            raise JobSpecError(f"session store {self.name!r} needs gap_ms > 0 and grace_ms >= 0")
+        if self.window_ms is not None:
+            raise JobSpecError(f"session store {self.name!r}: window_ms is for windowed stores (sessions have gap_ms)")
+        if self.retention_ms < self.gap_ms + self.grace_ms:
+            raise JobSpecError(
+                f"session store {self.name!r}: retention_ms {self.retention_ms} is shorter "
+                f"than gap_ms + grace_ms = {self.gap_ms + self.grace_ms}"
+            )
 
     @property
     def window_advance_ms(self) -> int | None:
@@ -420,6 +442,28 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         "minute (hopping windows, 30 s grace, 2 h retention), emitted when a window closes; sensor_removed "
         "deletes the sensor's windows (the seeds' hopping-window example).",
         output_key=("sensor_id", "window_start"),
+    ),
+    JobSpec(
+        name="user_sessions",
+        version=1,
+        source_topic="user-activity",
+        key_field="user_id",
+        output_table="user_sessions",
+        entrypoint="spark_jobs.jobs.user_sessions:VISITS",
+        stores=(
+            StoreSpec(
+                "user-sessions",
+                kind="session",
+                gap_ms=30 * 60_000,
+                grace_ms=5 * 60_000,
+                retention_ms=2 * 3600 * 1000,
+                budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600),
+            ),
+        ),
+        description="Visits per user: clicks and page views in sessions of activity separated by 30 minutes "
+        "of inactivity (5 min grace, 2 h retention), emitted when a session closes; forget_me deletes the "
+        "user's sessions (Kafka Streams' session windows).",
+        output_key=("user_id", "session_start"),
     ),
     JobSpec(
         name="vote_counts",

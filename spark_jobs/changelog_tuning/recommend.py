@@ -28,7 +28,11 @@ import math
 from runtime.settings import CompactionPolicy
 from spark_jobs.changelog_tuning.measure import ChangelogMeasurement
 from spark_jobs.registry import JobSpec, StoreSpec
-from spark_jobs.state.changelog import WINDOWED_CHANGELOG_EXTRA_RETENTION_MS, windowed_changelog_retention_ms
+from spark_jobs.state.changelog import (
+    TIME_DELETED_KINDS,
+    WINDOWED_CHANGELOG_EXTRA_RETENTION_MS,
+    windowed_changelog_retention_ms,
+)
 
 #: how many snapshot intervals a tombstone must outlive (see the delete.retention.ms rule)
 SNAPSHOT_INTERVALS_FOR_TOMBSTONES = 4
@@ -84,7 +88,7 @@ def recommend(
 
     # cleanup.policy and retention.ms: what leaves the log by time
     policies = set((cfg.get("cleanup.policy") or "compact").replace(" ", "").split(","))
-    if store.kind == "windowed":
+    if store.kind in TIME_DELETED_KINDS:
         if policies != {"compact", "delete"}:
             propose(
                 "cleanup.policy",

@@ -36,7 +36,9 @@ if TYPE_CHECKING:  # fencing builds writers: imported there, typed here
 MARKER_KEY = b"__streamstate.batch__"
 BATCH_HEADER = "streamstate.batch"
 
-StoreKind = Literal["key_value", "windowed", "versioned"]
+StoreKind = Literal["key_value", "windowed", "versioned", "session"]
+#: store kinds whose entries expire by time: their changelogs also delete by time (``compact,delete``)
+TIME_DELETED_KINDS = ("windowed", "session")
 
 #: Kafka Streams' ``windowstore.changelog.additional.retention.ms`` (its default): a windowed store's
 #: changelog keeps records this much longer than the store keeps windows. Records carry the write's
@@ -70,7 +72,7 @@ class ChangelogTopic:
         store: the state store name.
         partitions: the source topic's partition count (same key, same partition number).
         replication_factor: from the deployment settings.
-        kind: ``windowed`` stores also delete by time (``compact,delete``); the others only compact.
+        kind: ``windowed`` and ``session`` stores also delete by time (``compact,delete``); the others only compact.
         retention_ms: windowed stores: how long a window is kept after its start (the topic keeps
             records a day longer: :func:`windowed_changelog_retention_ms`); versioned: the history kept.
         overrides: any topic config, applied last.
@@ -85,7 +87,7 @@ class ChangelogTopic:
     overrides: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind in ("windowed", "versioned") and not self.retention_ms:
+        if self.kind in (*TIME_DELETED_KINDS, "versioned") and not self.retention_ms:
             raise ValueError(f"changelog of {self.kind} store {self.store!r} needs retention_ms")
 
     @property
@@ -94,12 +96,12 @@ class ChangelogTopic:
 
     def configs(self) -> dict[str, str]:
         configs = {
-            "cleanup.policy": "compact,delete" if self.kind == "windowed" else "compact",
+            "cleanup.policy": "compact,delete" if self.kind in TIME_DELETED_KINDS else "compact",
             # An acknowledged state change survives one broker loss where there are brokers to lose.
             "min.insync.replicas": str(min(2, self.replication_factor)),
             "message.timestamp.type": "CreateTime",
         }
-        if self.kind == "windowed":
+        if self.kind in TIME_DELETED_KINDS:
             configs["retention.ms"] = str(windowed_changelog_retention_ms(self.retention_ms))
         if self.kind == "versioned":
             # Compaction must not remove history a versioned store still answers for.

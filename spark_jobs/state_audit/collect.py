@@ -148,7 +148,7 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
         "snapshot_freed_bytes": read_record(settings).freed_from(snapshots.path).bytes,
     }
     values = []
-    if latest is not None and (store.kind == "windowed" or store.ttl_clock == "event_time"):
+    if latest is not None and (store.kind in ("windowed", "session") or store.ttl_clock == "event_time"):
         values = [json.loads(v) for v in snapshots.values(latest)]
     return numbers, infos, values
 
@@ -156,13 +156,15 @@ def snapshot_numbers(settings: Settings, spec: JobSpec, store: StoreSpec) -> tup
 def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_ms: int) -> int | None:
     """Windows in the state that should have been evicted: their start + the store's retention is before
     stream time (the store keeps a window ``retention_ms`` from its start). Stream time is the store's own per-partition entry (``stream_time_ms`` with a
-    ``source_partition``) where it keeps one, else ``stream_time_ms`` (the snapshot's watermark)."""
-    if store.kind != "windowed":
+    ``source_partition``) where it keeps one, else ``stream_time_ms`` (the snapshot's watermark). A session
+    store keeps a session ``retention_ms`` from its end: counted from ``session_end_ms``."""
+    if store.kind not in ("windowed", "session"):
         return None
+    since = "window_start_ms" if store.kind == "windowed" else "session_end_ms"
     per_partition = {
         v.get("source_partition"): v["stream_time_ms"]
         for v in values
-        if v.get("window_start_ms") is None and isinstance(v.get("stream_time_ms"), int)
+        if v.get(since) is None and isinstance(v.get("stream_time_ms"), int)
     }
     if not stream_time_ms and not per_partition:
         return None
@@ -170,8 +172,8 @@ def windows_beyond_retention(store: StoreSpec, values: list[dict], stream_time_m
     return sum(
         1
         for v in values
-        if isinstance(v.get("window_start_ms"), int)
-        and v["window_start_ms"] + horizon < per_partition.get(v.get("source_partition"), stream_time_ms)
+        if isinstance(v.get(since), int)
+        and v[since] + horizon < per_partition.get(v.get("source_partition"), stream_time_ms)
     )
 
 

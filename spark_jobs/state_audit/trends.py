@@ -68,15 +68,16 @@ def unbounded_growth(
 ) -> Unbounded:
     """``history``: this store's audit rows, oldest first, the current one last (``state_rows`` and
     ``changelog_tombstones`` are read); ``ttl``: the measured eviction of a store with ``ttl_ms``."""
-    if store.kind == "windowed":
+    if store.kind in ("windowed", "session"):
+        things, since = ("windows", "start") if store.kind == "windowed" else ("sessions", "end")
         if windows_beyond_retention:
             return Unbounded(
                 True,
-                f"{windows_beyond_retention:,} windows older than the store's retention "
-                f"({store.retention_ms or 0:,} ms from their start) are still in the state: "
+                f"{windows_beyond_retention:,} {things} older than the store's retention "
+                f"({store.retention_ms or 0:,} ms from their {since}) are still in the state: "
                 "expiry is not deleting them",
             )
-        return Unbounded(False, "windows expire with the retention")
+        return Unbounded(False, f"{things} expire with the retention")
     if store.ttl_ms:
         if ttl is not None and ttl.verdict == "ttl_verified":
             return Unbounded(False, f"keys idle for {store.ttl_ms:,} ms are evicted (measured: {ttl.reason})")

@@ -171,3 +171,39 @@ def test_peer_expires_the_same_keys_by_event_time_as_the_platform_reference(
         peer.stop()
     got = {user: (v["clicks"], v["qty"], v["event_time_ms"]) for user, v in _compacted_view(settings, output).items()}
     assert got == {user: (clicks, qty, t) for user, (clicks, qty, _, t) in want.state.items()}
+
+
+def test_peer_computes_the_same_sessions_as_the_platform_reference(kafka_broker, settings, classpath, tmp_path, unique):
+    """Kafka Streams' session windows (30 min inactivity gap, 5 min grace, 2 h retention; a merger adding
+    counts) on adversarial clicks, emitted on close (suppress) and on every update (merged sessions as
+    tombstones), equal spark_jobs.generators.sessions.expected: the reference user_sessions' processor is held
+    to under any micro-batching (tests/spark_jobs/test_user_sessions.py). The peer has no deletes."""
+    from spark_jobs.generators import sessions
+
+    start = sessions.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
+    events = list(sessions.adversarial(400, users=8, seed=21, start=start, deletes=False))
+    topic, app, output = f"clicks-{unique}", f"kssessions-{unique}", f"kssessions-{unique}-out"
+    ensure_topic(settings.kafka, topic, 2)
+    for sink in (output, f"{output}-updates"):
+        ensure_topic(settings.kafka, sink, 2, config=OUTPUT_TOPIC_CONFIG)
+    sessions.produce(settings.kafka, topic, events)
+    peer = KafkaStreamsPeer(classpath, settings, "user_sessions", app, tmp_path / app, topic, output, threads=1)
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0
+    finally:
+        peer.stop()
+
+    def sessions_of(sink: str) -> dict:
+        return {
+            (key.rpartition("@")[0], v["session_start_ms"]): (
+                v["session_end_ms"],
+                (v["events"], v["page_views"], v["last_page"]),
+            )
+            for key, v in _compacted_view(settings, sink).items()
+        }
+
+    want = sessions.expected_visits(events, partitions=2)
+    assert want.late and want.bridges and want.reopened and len(want.emitted) > 20
+    assert any(end > start for (_, start), (end, _) in want.emitted.items())
+    assert sessions_of(output) == want.emitted
+    assert sessions_of(f"{output}-updates") == want.updated

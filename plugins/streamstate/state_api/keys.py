@@ -2,7 +2,8 @@
 
 A store is addressed by its job's key field (``user_id``, ``voter_id``, ``patient_id``); a windowed
 store also by the window's start (epoch ms, aligned to the window size), because its changelog key is
-``<key>@<window_start_ms>`` (spark_jobs/jobs/patient_heart_rate.py). Anything else is refused with a
+``<key>@<window_start_ms>`` (spark_jobs/jobs/patient_heart_rate.py); a session store by the session's start
+(epoch ms, any), its changelog key ``<key>@<session_start_ms>`` (spark_jobs/jobs/user_sessions.py). Anything else is refused with a
 message that says what was expected, before any state is touched.
 """
 
@@ -31,12 +32,20 @@ class KeySchema:
 
     @classmethod
     def of(cls, spec: JobSpec, store: StoreSpec) -> KeySchema:
+        """A session store is addressed like a windowed one (``window_start``: the session's start), whose
+        starts are aligned to nothing."""
+        if store.kind == "session":
+            return cls(spec.key_field, True, None)
         return cls(spec.key_field, store.kind == "windowed", store.window_advance_ms)
+
+    @property
+    def _start_rule(self) -> str:
+        return f"a multiple of {self.window_advance_ms}" if self.window_advance_ms else "a session's start"
 
     def describe(self) -> dict:
         parts = {self.field: f"string, 1-{MAX_KEY_LENGTH} printable characters"}
         if self.windowed:
-            parts["window_start"] = f"integer epoch milliseconds, a multiple of {self.window_advance_ms}"
+            parts["window_start"] = f"integer epoch milliseconds, {self._start_rule}"
         return parts
 
     def validate_text(self, value: str, what: str) -> str:
@@ -56,7 +65,7 @@ class KeySchema:
                 raise InvalidKey("window_start applies to windowed stores only")
             return key
         if window_start is None:
-            raise InvalidKey(f"a windowed store needs window_start (epoch ms, a multiple of {self.window_advance_ms})")
+            raise InvalidKey(f"a windowed store needs window_start (epoch ms, {self._start_rule})")
         if window_start < 0 or (self.window_advance_ms and window_start % self.window_advance_ms):
             raise InvalidKey(
                 f"window_start {window_start} is not a window start (a multiple of {self.window_advance_ms} ms)"

@@ -6,7 +6,7 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * A {@link PartitionTask} that aggregates its partition's events per key ({@link WindowedAggregate},
- * {@link ExpiringAggregate}): what those processors share of their declaration (the store's name, the
+ * {@link SessionAggregate}, {@link ExpiringAggregate}): what those processors share of their declaration (the store's name, the
  * aggregates' names, types and {@link KeyedAggregate.Kind kinds}, the key and event-time columns, how wide
  * an output row is) and of their set-up (the stream time's state, then their own). Like a Kafka Streams
  * processor's {@code init}, a subclass only names the state it keeps ({@link #initStores}).

@@ -28,6 +28,7 @@ import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
@@ -57,7 +58,10 @@ import org.apache.kafka.streams.state.Stores;
  *       its latest click (the platform's keyed aggregate with an event-time TTL);
  *   <li>{@code vote_counts}: votes per candidate over each voter's latest vote by event time (a
  *       versioned table with 24 h of history, whose aggregation ignores out-of-order votes); the output
- *       topic gets {@code candidate -> {"votes": n}}.
+ *       topic gets {@code candidate -> {"votes": n}};
+ *   <li>{@code user_sessions}: events, page views and the last page per user per session (30 min
+ *       inactivity gap, 5 min grace, 2 h retention), emitted when a session closes; every update (merged
+ *       sessions as tombstones) also goes to {@code <output topic>-updates}.
  * </ul>
  *
  * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
@@ -66,7 +70,7 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -77,7 +81,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -103,6 +107,7 @@ public final class BenchApp {
       case "temperature_averages" -> temperatureAverages(builder, args[4], args[5]);
       case "activity_ttl" -> activityTtl(builder, args[4], args[5]);
       case "vote_counts" -> voteCounts(builder, args[4], args[5]);
+      case "user_sessions" -> userSessions(builder, args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
         System.exit(2);
@@ -360,6 +365,68 @@ public final class BenchApp {
         .toStream()
         .mapValues(votes -> JSON.createObjectNode().put("votes", votes).toString())
         .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * Visits per user: clicks and page views in session windows (30 min inactivity gap, 5 min grace, 2 h
+   * retention), emitted when a session closes to {@code output} and every update to {@code output-updates}
+   * (the sessions a merge replaced as tombstones). A session's value is JSON: events, page_views, last_page;
+   * two sessions merge by adding their counts, the later one's page kept unless it had none.
+   */
+  static void userSessions(StreamsBuilder builder, String input, String output) {
+    KTable<Windowed<String>, String> sessions = builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+        .filter((user, value) -> user != null && List.of("click", "page_view").contains(field(value, "type")))
+        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+        .windowedBy(SessionWindows.ofInactivityGapAndGrace(Duration.ofMinutes(30), Duration.ofMinutes(5)))
+        .aggregate(
+            () -> null,
+            (user, value, current) -> {
+              JsonNode event = parse(value);
+              JsonNode session = parse(current);
+              ObjectNode next = JSON.createObjectNode();
+              next.put("events", (session == null ? 0 : session.path("events").asLong()) + 1);
+              next.put("page_views", (session == null ? 0 : session.path("page_views").asLong())
+                  + ("page_view".equals(event.path("type").asText()) ? 1 : 0));
+              String page = event.hasNonNull("page") ? event.get("page").asText()
+                  : session == null || !session.hasNonNull("last_page") ? null : session.get("last_page").asText();
+              next.put("last_page", page);
+              return next.toString();
+            },
+            (user, earlier, later) -> {
+              JsonNode one = parse(earlier);
+              JsonNode two = parse(later);
+              if (one == null || two == null) {
+                return one == null ? later : earlier;
+              }
+              ObjectNode merged = JSON.createObjectNode();
+              merged.put("events", one.path("events").asLong() + two.path("events").asLong());
+              merged.put("page_views", one.path("page_views").asLong() + two.path("page_views").asLong());
+              merged.put("last_page", two.hasNonNull("last_page") ? two.get("last_page").asText()
+                  : one.hasNonNull("last_page") ? one.get("last_page").asText() : null);
+              return merged.toString();
+            },
+            Materialized.<String, String>as(Stores.persistentSessionStore("user-sessions", Duration.ofHours(2)))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String()));
+    sessions.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .map(BenchApp::sessionRecord)
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    sessions.toStream()
+        .map(BenchApp::sessionRecord)
+        .to(output + "-updates", Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /** {@code <key>@<session start>} -> the session's value with its start and end, or a tombstone. */
+  static KeyValue<String, String> sessionRecord(Windowed<String> session, String value) {
+    String key = session.key() + "@" + session.window().start();
+    if (value == null) {
+      return KeyValue.pair(key, null);
+    }
+    ObjectNode record = (ObjectNode) parse(value);
+    record.put("session_start_ms", session.window().start());
+    record.put("session_end_ms", session.window().end());
+    return KeyValue.pair(key, record.toString());
   }
 
   static String field(String json, String name) {

@@ -1,0 +1,452 @@
+package streamstate.primitives;
+
+import java.sql.Timestamp;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.PriorityQueue;
+import java.util.TreeMap;
+
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.MapState;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+import scala.Tuple2;
+import scala.collection.Iterator;
+import scala.jdk.javaapi.CollectionConverters;
+
+import streamstate.jobs.DeadLetters;
+
+/**
+ * The session windows primitive: per key, aggregates ({@link KeyedAggregate.Kind}: count, sum, min, max,
+ * latest) of the events of each of its sessions, with Kafka Streams' {@code SessionWindows
+ * .ofInactivityGapAndGrace(gap, grace)} semantics ({@code KStreamSessionWindowAggregate}) record by record,
+ * and {@code suppress(untilWindowCloses)} or every update. A job declares it in Python
+ * (spark_jobs/primitives/sessions.py; user_sessions is one).
+ *
+ * <p>Like {@link WindowedAggregate} the processor is keyed by source partition ({@link PartitionTask}) and
+ * <b>stream time</b> is the partition's largest event time so far, advanced by each record before it is
+ * applied. The rules, per record:
+ *
+ * <ul>
+ *   <li>a session is [start, end], its first and last event times (both inclusive);
+ *   <li>stream time moves to the record's time; every session of the partition whose end + gap + grace it
+ *       reached <b>closes</b> (with {@code emit=close} it is emitted: Kafka Streams' suppress buffer
+ *       emits a session once its end is at most stream time - (gap + grace)); a closed session whose end +
+ *       retention it reached is <b>evicted</b> (a tombstone);
+ *   <li>an event at t <b>merges</b> every session of its key still in the store whose [start - gap, end +
+ *       gap] holds t, closed ones included (Kafka Streams' {@code findSessions(key, t - gap, t + gap)}):
+ *       the merged session spans them all and t, its values are theirs merged (in start order, with
+ *       {@link KeyedAggregate.Kind#apply}) then the event applied; the sessions it replaces leave the store
+ *       (with {@code emit=update}, their rows leave the outputs: Kafka Streams forwards tombstones);
+ *   <li>an event whose merged session's end + gap + grace is before stream time is <b>late</b>
+ *       ({@code mergedEnd < streamTime - grace - gap}, Kafka Streams' expired-window rule): nothing changes
+ *       and a late row says so (the job dead-letters it);
+ *   <li>a merged session already due to close closes at once;
+ *   <li>a deleting event ({@link Rows#DELETE_COLUMN}) removes every session of its key: with
+ *       {@code emit=update} the open ones leave the outputs, closed ones stay (as windows do).
+ * </ul>
+ *
+ * <p>Output rows: {@code change} rows are the store's changes (a session's latest state in the batch, or a
+ * tombstone; one row per partition whose stream time moved, key null), for the changelog; {@code emit} rows
+ * are the outputs' changes in the order they happened, the last per session in the batch ({@code tombstone}:
+ * the session's row leaves the outputs); {@code late} rows are refused events.
+ */
+public final class SessionAggregate {
+  private SessionAggregate() {}
+
+  static final String CHANGE = "change";
+  static final String EMIT = "emit";
+  static final String LATE = "late";
+
+  /** The restored-state row schema {@link #changes} expects: one row per key (its sessions) and one per
+   * partition's stream time (key null), for the values {@code valuesDdl}. */
+  public static String initialDdl(String valuesDdl) {
+    return "source_partition INT, key STRING, sessions ARRAY<STRUCT<session_start_ms BIGINT, "
+        + "session_end_ms BIGINT, closed BOOLEAN, " + valuesDdl + ">>, stream_time_ms BIGINT";
+  }
+
+  /**
+   * The processor's rows ({@code outputDdl}: store changes, output changes, stream times, late events) for
+   * {@code events} grouped by {@code partitionColumn}; {@code initial} ({@link #initialDdl}, or null) seeds
+   * the store. {@code emitOnUpdate}: outputs change on every update (else once per session, on close).
+   * Rejected records among {@code events} pass through (see {@link DeadLetters}).
+   */
+  public static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial,
+                                     String store, String outputDdl, String valuesDdl, String kinds, long gapMs,
+                                     long graceMs, long retentionMs, boolean emitOnUpdate, String keyColumn,
+                                     String timeColumn) {
+    StructType output = StructType.fromDDL(outputDdl);
+    StructType values = StructType.fromDDL(valuesDdl);
+    Sessions sessions = new Sessions(store, values, KeyedAggregate.Kind.parse(kinds, values.size()), gapMs, graceMs,
+        retentionMs, emitOnUpdate, output.size(), keyColumn, timeColumn);
+    return PartitionTask.changes(events, partitionColumn, initial, sessions, OutputMode.Append(), output);
+  }
+
+  /** A session of a key: [start, end] inclusive, its values (never changed in place: a merge makes a new
+   * session) and whether it closed. */
+  private static final class Session {
+    final long start;
+    final long end;
+    final Object[] aggregates;
+    boolean closed;
+
+    Session(long start, long end, Object[] aggregates, boolean closed) {
+      this.start = start;
+      this.end = end;
+      this.aggregates = aggregates;
+      this.closed = closed;
+    }
+  }
+
+  /** A session of a key, by start: what a change row is about. */
+  private record SessionKey(String key, long start) {}
+
+  /** When {@code session} of {@code key} needs a look (its close or eviction): an entry of a batch's queue,
+   * stale once the session was replaced or removed, or its due time moved on. */
+  private record Due(long at, String key, Session session) {}
+
+  static final class Sessions extends AggregateTask {
+    private final StructType storedSchema;
+    private final long gapMs;
+    private final long graceMs;
+    private final long retentionMs;
+    private final boolean emitOnUpdate;
+    private transient ValueState<Long> nextDueAt;
+    /** key -> its sessions (starts, ends, closed flags, then each value's array) */
+    private transient MapState<String, Row> sessions;
+
+    Sessions(String store, StructType values, KeyedAggregate.Kind[] kinds, long gapMs, long graceMs,
+             long retentionMs, boolean emitOnUpdate, int outputWidth, String keyColumn, String timeColumn) {
+      super(store, values, kinds, outputWidth, keyColumn, timeColumn);
+      this.gapMs = gapMs;
+      this.graceMs = graceMs;
+      this.retentionMs = retentionMs;
+      this.emitOnUpdate = emitOnUpdate;
+      StructType stored = new StructType()
+          .add("starts", DataTypes.createArrayType(DataTypes.LongType))
+          .add("ends", DataTypes.createArrayType(DataTypes.LongType))
+          .add("closed", DataTypes.createArrayType(DataTypes.BooleanType));
+      for (StructField field : values.fields()) {
+        stored = stored.add(field.name(), DataTypes.createArrayType(field.dataType()));
+      }
+      this.storedSchema = stored;
+    }
+
+    @Override
+    protected void initStores() {
+      nextDueAt = getHandle().getValueState(store + "-next-due", Encoders.LONG(), TTLConfig.NONE());
+      sessions = getHandle().getMapState(store + "-sessions", Encoders.STRING(), Encoders.row(storedSchema),
+          TTLConfig.NONE());
+    }
+
+    // -- the session rules ---------------------------------------------------------------------
+    long closesAt(Session session) {
+      return session.end + gapMs + graceMs;
+    }
+
+    long evictedAt(Session session) {
+      return session.end + retentionMs;
+    }
+
+    /** When {@code session} next needs a look: its close, or once closed its eviction. */
+    long dueAt(Session session) {
+      return session.closed ? evictedAt(session) : closesAt(session);
+    }
+
+    // -- Spark's callbacks ---------------------------------------------------------------------
+    @Override
+    protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
+      List<Row> events = Rows.inOffsetOrder(rows);
+      int[] inputs = Rows.inputIndexes(events, kinds.length);
+      Batch batch = new Batch(partition);
+      if (events.isEmpty()) {
+        return CollectionConverters.asScala(batch.finish().iterator());
+      }
+      StructType schema = events.get(0).schema();
+      int timeIndex = schema.fieldIndex(timeColumn);
+      int keyIndex = schema.fieldIndex(keyColumn);
+      int deleteIndex = schema.fieldIndex(Rows.DELETE_COLUMN);
+      for (Row event : events) {
+        long t = ((Timestamp) event.get(timeIndex)).getTime();
+        batch.advance(t);
+        String key = event.getString(keyIndex);
+        if (Boolean.TRUE.equals(event.get(deleteIndex))) {
+          batch.delete(key);
+        } else {
+          batch.apply(key, t, event, inputs);
+        }
+      }
+      return CollectionConverters.asScala(batch.finish().iterator());
+    }
+
+    @Override
+    protected void handlePartitionState(int partition, Row initial) {
+      if (restoredStreamTime(initial)) {
+        return;
+      }
+      String key = initial.getAs("key");
+      TreeMap<Long, Session> restored = new TreeMap<>();
+      long due = nextDueAt.exists() ? nextDueAt.get() : Long.MAX_VALUE;
+      for (Row row : initial.<Row>getList(initial.fieldIndex("sessions"))) {
+        Object[] aggregates = new Object[kinds.length];
+        for (int i = 0; i < kinds.length; i++) {
+          aggregates[i] = row.get(i + 3);
+        }
+        Session session = new Session(row.getLong(0), row.getLong(1), aggregates, row.getBoolean(2));
+        restored.put(session.start, session);
+        due = Math.min(due, dueAt(session));
+      }
+      if (!restored.isEmpty()) {
+        sessions.updateValue(key, storedRow(restored));
+        nextDueAt.update(due);
+      }
+    }
+
+    /** One micro-batch of one partition: the keys it touched cached, written back once at its end. */
+    private final class Batch extends TaskBatch {
+      final Map<String, TreeMap<Long, Session>> cache = new HashMap<>();
+      /** each changed session's latest state in the store (null: removed), in the order first changed */
+      final Map<SessionKey, Session> changes = new LinkedHashMap<>();
+      /** each session's latest change of the outputs (null: its row leaves them), in the order first changed */
+      final Map<SessionKey, Session> emits = new LinkedHashMap<>();
+      /** the earliest close or eviction of the partition's sessions ({@link Long#MAX_VALUE}: none) */
+      private long dueAt;
+      /** once every key is in the cache ({@link #closeAndEvictDue}): every session's due time, so a close
+       * looks at the sessions due, not at every key (sessions close at any time, not on window bounds) */
+      private PriorityQueue<Due> queue;
+
+      Batch(int partition) {
+        super(partition);
+        dueAt = nextDueAt.exists() ? nextDueAt.get() : Long.MAX_VALUE;
+      }
+
+      @Override
+      protected void onAdvance() {
+        if (dueAt <= now) {
+          closeAndEvictDue();
+        }
+      }
+
+      /** The event at {@code t} merged with its key's sessions within the gap, or refused as late. */
+      void apply(String key, long t, Row event, int[] inputs) {
+        TreeMap<Long, Session> keySessions = sessionsOf(key);
+        List<Session> merged = new ArrayList<>();
+        long start = t;
+        long end = t;
+        for (Session session : keySessions.values()) {  // in start order
+          if (session.end >= t - gapMs && session.start <= t + gapMs) {
+            merged.add(session);
+            start = Math.min(start, session.start);
+            end = Math.max(end, session.end);
+          }
+        }
+        if (end + gapMs + graceMs < now) {
+          out.add(output(LATE, false, key, start, end, null, null, partition, now, event.getAs("offset"),
+              event.getAs("timestamp"), event.getAs("value")));
+          return;
+        }
+        Object[] aggregates = KeyedAggregate.Kind.fresh(kinds, values);
+        for (Session session : merged) {
+          for (int i = 0; i < kinds.length; i++) {
+            aggregates[i] = kinds[i].apply(aggregates[i], session.aggregates[i]);
+          }
+          keySessions.remove(session.start);
+          SessionKey gone = new SessionKey(key, session.start);
+          changes.put(gone, null);
+          if (emitOnUpdate) {
+            emits.put(gone, null);
+          }
+        }
+        KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
+        Session session = new Session(start, end, aggregates, false);
+        keySessions.put(start, session);
+        SessionKey updated = new SessionKey(key, start);
+        changes.put(updated, session);
+        if (emitOnUpdate) {
+          emits.put(updated, session);
+        }
+        due(key, session);
+        if (dueAt <= now) {  // merged into a session already due (grace 0, or an extension at the boundary)
+          closeAndEvictDue();
+        }
+      }
+
+      /** Remove every session of {@code key}; with emit=update the open ones' rows leave the outputs. */
+      void delete(String key) {
+        TreeMap<Long, Session> keySessions = sessionsOf(key);
+        for (Session session : keySessions.values()) {
+          SessionKey gone = new SessionKey(key, session.start);
+          changes.put(gone, null);
+          if (emitOnUpdate && !session.closed) {
+            emits.put(gone, null);
+          }
+        }
+        keySessions.clear();
+      }
+
+      /** {@code session} of {@code key} is new or closed: when it is next due. */
+      private void due(String key, Session session) {
+        long at = dueAt(session);
+        dueAt = Math.min(dueAt, at);
+        if (queue != null) {
+          queue.add(new Due(at, key, session));
+        }
+      }
+
+      /** Close every session of the partition due at the current stream time and evict every closed one
+       * whose retention passed. The first such step of a batch reads every key's sessions into the cache
+       * and queues them by due time; later steps take the due ones off the queue. */
+      private void closeAndEvictDue() {
+        if (queue == null) {
+          Iterator<Tuple2<String, Row>> entries = sessions.iterator();
+          while (entries.hasNext()) {
+            Tuple2<String, Row> entry = entries.next();
+            cache.computeIfAbsent(entry._1(), k -> storedSessions(entry._2()));
+          }
+          queue = new PriorityQueue<>((a, b) -> Long.compare(a.at(), b.at()));
+          for (Map.Entry<String, TreeMap<Long, Session>> entry : cache.entrySet()) {
+            for (Session session : entry.getValue().values()) {
+              queue.add(new Due(dueAt(session), entry.getKey(), session));
+            }
+          }
+        }
+        while (!queue.isEmpty() && queue.peek().at() <= now) {
+          Due due = queue.poll();
+          Session session = due.session();
+          TreeMap<Long, Session> keySessions = cache.get(due.key());
+          if (keySessions.get(session.start) != session || dueAt(session) != due.at()) {
+            continue;  // stale: merged away or deleted, or already closed by an earlier entry
+          }
+          SessionKey id = new SessionKey(due.key(), session.start);
+          if (!session.closed) {
+            session.closed = true;
+            changes.put(id, session);
+            if (!emitOnUpdate) {
+              emits.put(id, session);
+            }
+            queue.add(new Due(evictedAt(session), due.key(), session));
+          } else {
+            keySessions.remove(session.start);
+            changes.put(id, null);
+          }
+        }
+        dueAt = queue.isEmpty() ? Long.MAX_VALUE : queue.peek().at();
+      }
+
+      private TreeMap<Long, Session> sessionsOf(String key) {
+        return cache.computeIfAbsent(key, k -> storedSessions(sessions.containsKey(k) ? sessions.getValue(k) : null));
+      }
+
+      List<Row> finish() {
+        for (Map.Entry<String, TreeMap<Long, Session>> entry : cache.entrySet()) {
+          if (entry.getValue().isEmpty()) {
+            sessions.removeKey(entry.getKey());
+          } else {
+            sessions.updateValue(entry.getKey(), storedRow(entry.getValue()));
+          }
+        }
+        cache.clear();
+        if (dueAt == Long.MAX_VALUE) {
+          nextDueAt.clear();
+        } else {
+          nextDueAt.update(dueAt);
+        }
+        for (Map.Entry<SessionKey, Session> entry : changes.entrySet()) {
+          out.add(changeRow(CHANGE, entry.getKey(), entry.getValue()));
+        }
+        for (Map.Entry<SessionKey, Session> entry : emits.entrySet()) {
+          out.add(changeRow(EMIT, entry.getKey(), entry.getValue()));
+        }
+        if (saveStreamTime()) {
+          out.add(output(CHANGE, false, null, null, null, null, null, partition, now, null, null, null));
+        }
+        return out;
+      }
+
+      private Row changeRow(String kind, SessionKey id, Session session) {
+        return session == null
+            ? output(kind, true, id.key(), id.start(), null, null, null, partition, null, null, null, null)
+            : output(kind, false, id.key(), id.start(), session.end, session.aggregates, session.closed, partition,
+                null, null, null, null);
+      }
+    }
+
+    /** A key's sessions as its stored row ({@link #storedSchema}, or null: none) holds them. */
+    private TreeMap<Long, Session> storedSessions(Row row) {
+      TreeMap<Long, Session> restored = new TreeMap<>();
+      if (row != null) {
+        List<Long> starts = row.getList(0);
+        List<Long> ends = row.getList(1);
+        List<Boolean> closed = row.getList(2);
+        for (int s = 0; s < starts.size(); s++) {
+          Object[] aggregates = new Object[kinds.length];
+          for (int i = 0; i < kinds.length; i++) {
+            aggregates[i] = row.getList(i + 3).get(s);
+          }
+          restored.put(starts.get(s), new Session(starts.get(s), ends.get(s), aggregates, closed.get(s)));
+        }
+      }
+      return restored;
+    }
+
+    private Row storedRow(TreeMap<Long, Session> keySessions) {
+      Object[] columns = new Object[kinds.length + 3];
+      List<Object> starts = new ArrayList<>();
+      List<Object> ends = new ArrayList<>();
+      List<Object> closed = new ArrayList<>();
+      List<List<Object>> valueColumns = new ArrayList<>();
+      for (int i = 0; i < kinds.length; i++) {
+        valueColumns.add(new ArrayList<>());
+      }
+      for (Session session : keySessions.values()) {
+        starts.add(session.start);
+        ends.add(session.end);
+        closed.add(session.closed);
+        for (int i = 0; i < kinds.length; i++) {
+          valueColumns.get(i).add(session.aggregates[i]);
+        }
+      }
+      columns[0] = seq(starts);
+      columns[1] = seq(ends);
+      columns[2] = seq(closed);
+      for (int i = 0; i < kinds.length; i++) {
+        columns[i + 3] = seq(valueColumns.get(i));
+      }
+      return RowFactory.create(columns);
+    }
+
+    private static scala.collection.immutable.Seq<Object> seq(List<Object> values) {
+      return CollectionConverters.asScala(values).toList();
+    }
+
+    /** An output row: kind, tombstone, key, session_start_ms, session_end_ms, the values, closed,
+     * source_partition, stream_time_ms, source_offset, source_timestamp, raw. */
+    private Row output(String kind, boolean tombstone, String key, Long start, Long end, Object[] aggregates,
+                       Boolean isClosed, Integer partition, Long streamTimeMs, Object offset, Object timestamp,
+                       Object raw) {
+      Object[] row = outputFields(5 + kinds.length + 6);
+      row[0] = kind;
+      row[1] = tombstone;
+      row[2] = key;
+      row[3] = start;
+      row[4] = end;
+      if (aggregates != null) {
+        System.arraycopy(aggregates, 0, row, 5, kinds.length);
+      }
+      Object[] rest = {isClosed, partition, streamTimeMs, offset, timestamp, raw};
+      System.arraycopy(rest, 0, row, 5 + kinds.length, rest.length);
+      return RowFactory.create(row);
+    }
+  }
+}

@@ -1,0 +1,351 @@
+"""The session windows primitive: per key, aggregates of the events of each of its sessions, with Kafka
+Streams' ``SessionWindows.ofInactivityGapAndGrace(gap, grace)``, ``withRetention`` and
+``suppress(untilWindowCloses)`` semantics (or, with ``emit="update"``, every update as a table without
+``suppress``), decided record by record as a Kafka Streams task decides them
+(``streamstate.primitives.SessionAggregate``, after ``KStreamSessionWindowAggregate``):
+
+* **stream time** is per source partition: the largest event time of the events read so far from that
+  partition, advanced by each record before it is applied;
+* a **session** is ``[session_start, session_end]``, its first and last event times, both inclusive; events
+  of a key less than the gap apart are one session;
+* an event at t **merges** every session of its key whose ``[start - gap, end + gap]`` holds t, closed
+  sessions still in the store included (``findSessions(key, t - gap, t + gap)``): so a late event within
+  grace can **bridge** two sessions into one. The merged session's values are the old sessions' merged in
+  start order (count and sum add, min and max, latest: the later session's unless it had none), then the
+  event applied; the sessions it replaces leave the store, and with ``emit="update"`` the outputs (Kafka
+  Streams forwards tombstones for them);
+* a session **closes** when stream time reaches its end + gap + grace (Kafka Streams' suppress duration for
+  session windows is gap + grace, counted from the session's end). With ``emit="close"`` it is then written
+  to the outputs; a closed session may still be extended by an event within gap of its end that is not late,
+  and the extended session is written again when it closes (same start: the row is replaced; Kafka Streams
+  emits it again too);
+* an event whose merged session's end + gap + grace is before stream time is **late**: a dead letter (reason
+  ``late``), never dropped silently;
+* a closed session is **evicted** from the store when stream time reaches its end + retention (a tombstone;
+  the outputs keep it). A retention of at least 2 x gap + grace keeps every session an event could still
+  extend;
+* an event for which ``delete_when`` holds deletes all of its key's sessions (open ones are never emitted,
+  and ``emit="update"`` removes them from the outputs; closed sessions stay in the outputs).
+
+None of this depends on how the input is cut into micro-batches. The gap, grace and retention are the
+store's (``StoreSpec(kind="session", gap_ms=..., grace_ms=..., retention_ms=...)``). The changelog is
+keyed ``<key>@<session start ms>``, plus one ``~stream-time@<partition>`` entry per partition so a restore
+continues stream time exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar, Literal, get_args
+
+from spark_jobs import dead_letter
+from spark_jobs.primitives.events import JsonEvents
+from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
+from spark_jobs.primitives.pipeline import (
+    DELETE_COLUMN,
+    StoreDeclaration,
+    iso_time,
+    late_letters,
+    processor_input,
+    resolved,
+    stream_time_key,
+)
+from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
+from spark_jobs.registry import store as store_spec
+from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+
+#: the processor's row kinds: a store change, a change of the outputs, a late event
+CHANGE, EMIT, LATE = "change", "emit", "late"
+EmitMode = Literal["close", "update"]
+#: columns of the processor's rows and of the outputs that a value or an output may not be named
+_TAKEN = (
+    "key",
+    "kind",
+    TOMBSTONE,
+    "session_start",
+    "session_end",
+    "session_start_ms",
+    "session_end_ms",
+    "closed",
+    "source_partition",
+    "stream_time_ms",
+    "source_offset",
+    "source_timestamp",
+    "raw",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionAggregate(StoreDeclaration):
+    """A job that aggregates each key's events per session (see the module docstring). Callable: it is the
+    job's ``build(ctx)``.
+
+    Attributes:
+        store: a ``session`` ``StoreSpec``: its ``gap_ms``, ``grace_ms`` and ``retention_ms``.
+        events: the job's input.
+        time: the event field that is the event's time (a TIMESTAMP; records without one are dead letters).
+        values: a session's stored values, in order: name -> :class:`Aggregate` (count, sum, min, max, latest;
+            types as in :class:`~spark_jobs.primitives.KeyedAggregate`). Default: ``count``.
+        outputs: the outputs' columns after the key, ``session_start`` and ``session_end``: name -> a Spark
+            SQL expression over the values. Default: the values.
+        emit: ``"close"`` (a session is written when it closes) or ``"update"`` (every change).
+        where: a Spark SQL condition over the event's fields: the events aggregated (default: all).
+        delete_when: a Spark SQL condition over the event's fields: the events that delete their key's sessions.
+        summaries: companion outputs recomputed from the outputs after every batch that changed them.
+
+    Example, visits per user with a 30 minute inactivity gap::
+
+        VISITS = SessionAggregate(
+            store="user-sessions",  # StoreSpec(kind="session", gap_ms=1_800_000, grace_ms=300_000, ...)
+            events=JsonEvents(SCHEMA, types=("click", "page_view")),
+            time="event_time",
+            values={"events": Aggregate.count()},
+        )
+    """
+
+    store: str
+    events: JsonEvents
+    time: str
+    values: Mapping[str, Aggregate] = dataclasses.field(default_factory=lambda: {"count": Aggregate.count()})
+    outputs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    emit: EmitMode = "close"
+    where: str | None = None
+    delete_when: str | None = None
+    summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    store_kinds: ClassVar[tuple[str, ...]] = ("session",)
+
+    @property
+    def values_ddl(self) -> str:
+        return ", ".join(f"{name} {agg.stored_type(self.events.schema, name)}" for name, agg in self.values.items())
+
+    @property
+    def output_expressions(self) -> Mapping[str, str]:
+        """Output column -> Spark SQL over the values (the values themselves when ``outputs`` is empty)."""
+        return self.outputs or {name: f"`{name}`" for name in self.values}
+
+    def state_ddl_for(self, key_field: str) -> str:
+        """A store entry: a session (key, start, end, values, closed, its source partition), or a
+        partition's stream time (key and start null)."""
+        return (
+            f"{key_field} STRING, session_start_ms BIGINT, session_end_ms BIGINT, {self.values_ddl}, "
+            "closed BOOLEAN, source_partition INT, stream_time_ms BIGINT"
+        )
+
+    def output_ddl_for(self, key_field: str) -> str:
+        """The processor's rows: store changes (kind = change), changes of the outputs (kind = emit) and
+        late events (kind = late, with their source coordinates, raw bytes and the stream time that made
+        them late, for the dead letter)."""
+        return (
+            f"kind STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, source_offset BIGINT, "
+            "source_timestamp TIMESTAMP, raw BINARY"
+        )
+
+    def store_changes_for(self, key_field: str) -> StoreChanges:
+        from pyspark.sql import functions as F
+
+        def changelog_key():
+            session_key = F.concat_ws("@", key_field, F.col("session_start_ms").cast("string"))
+            return F.when(F.col(key_field).isNull(), stream_time_key()).otherwise(session_key)
+
+        return StoreChanges(self.store, self.state_ddl_for(key_field), key=changelog_key, rows=f"kind = '{CHANGE}'")
+
+    def output_schema(self, key_field: str):
+        """The outputs: the key, ``session_start``, ``session_end``, then :attr:`output_expressions` with
+        the types Spark gives them over the values (an active Spark session is needed)."""
+        from pyspark.sql import SparkSession
+        from pyspark.sql import types as T
+
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        values = spark.createDataFrame([], self.values_ddl)
+        computed = values.select(*self._output_columns(values))
+        return T.StructType(
+            [
+                T.StructField(key_field, T.StringType(), nullable=False),
+                T.StructField("session_start", T.TimestampType(), nullable=False),
+                T.StructField("session_end", T.TimestampType()),
+                *computed.schema.fields,
+            ]
+        )
+
+    def _output_columns(self, values, job: str = "?"):
+        from pyspark.sql import functions as F
+
+        return [
+            resolved(values, job, f"outputs.{name}", F.expr(expression)).alias(name)
+            for name, expression in self.output_expressions.items()
+        ]
+
+    def output_key(self, key_field: str) -> tuple[str, ...]:
+        return (key_field, "session_start")
+
+    def check_primitive(self, spec: JobSpec) -> None:
+        if spec.output_topic:
+            raise JobSpecError("output_topic: a session aggregate writes its sessions to Delta only (not yet to Kafka)")
+        if self.time not in self.events.schema.fieldNames():
+            raise JobSpecError(f"time: {self.time!r} is not a field of the event schema")
+        if self.events.schema[self.time].dataType.simpleString() != "timestamp":
+            raise JobSpecError(f"time: {self.time!r} must be a TIMESTAMP field")
+        if not self.values:
+            raise JobSpecError("values: declare at least one aggregate")
+        for role, names in (("values", self.values), ("outputs", self.output_expressions)):
+            for name in names:
+                if not _NAME.match(name) or name in (*_TAKEN, spec.key_field):
+                    raise JobSpecError(
+                        f"{role}.{name}: use lower-case letters, digits and _, and not the key "
+                        f"or a session column ({', '.join(_TAKEN)})"
+                    )
+        self.values_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
+        if self.emit not in get_args(EmitMode):
+            raise JobSpecError(f"emit: {self.emit!r} is not one of {get_args(EmitMode)}")
+
+    def classify(self, source, key_field: str):
+        rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
+        return self.events.classify(source, key_field, extra_rules=rules)
+
+    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
+        """The processor's rows (:meth:`output_ddl_for`) for ``events`` (the processor's input, with the
+        source's ``partition``, ``offset``, ``timestamp`` and ``value``), seeded with ``initial`` (restored
+        ``key`` + state rows) after a restore."""
+        from pyspark.sql import DataFrame
+
+        delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
+        inputs = [
+            resolved(events, job, f"values.{name}", agg.input_column(agg.stored_type(self.events.schema, name))).alias(
+                f"{INPUT_PREFIX}{i}"
+            )
+            for i, (name, agg) in enumerate(self.values.items())
+        ]
+        needed = events.where(kept).select(
+            key_field,
+            self.time,
+            delete.alias(DELETE_COLUMN),
+            "partition",
+            "offset",
+            "timestamp",
+            "value",
+            *inputs,
+            *letter,
+        )
+        spark = events.sparkSession
+        seeded = None if initial is None else self._initial_sessions(initial, key_field)._jdf
+        jdf = spark._jvm.streamstate.primitives.SessionAggregate.changes(
+            needed._jdf,
+            "partition",
+            seeded,
+            self.store,
+            self.output_ddl_for(key_field),
+            self.values_ddl,
+            ",".join(agg.kind for agg in self.values.values()),
+            store.gap_ms,
+            store.grace_ms,
+            store.retention_ms,
+            self.emit == "update",
+            key_field,
+            self.time,
+        )
+        return DataFrame(jdf, spark)
+
+    def build(self, ctx, processor=None):
+        """The job's query: :class:`StoreDeclaration`'s pipeline, with the sessions' sink (the processor's
+        changes of the outputs merged in; late events to dead letters); no Python processor."""
+
+        if processor is not None:
+            raise JobSpecError(f"job {ctx.spec.name}: sessions run their Java processor only")
+        spec = ctx.spec
+        self.check(spec)
+        key_field, store = spec.key_field, store_spec(spec, self.store)
+        ctx.ensure_output_table(self.output_schema(key_field))
+        events = ctx.with_dead_letters(
+            self.classify(ctx.kafka_source(), key_field), "partition", "offset", "timestamp", "value", key=key_field
+        )
+        changes = self.store_changes_for(key_field)
+        rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
+        write_sessions = self._session_writer(ctx.output_path, key_field, spec.name)
+        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
+        source_topic = ctx.input_topic
+
+        def write_outputs(batch, batch_id: int) -> None:
+            if write_sessions(batch):
+                write_summaries(batch.sparkSession)
+            ctx.write_rejected(
+                late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
+            )
+
+        return rows.writeStream.outputMode("append").foreachBatch(ctx.state_change_sink(changes, write_outputs))
+
+    def _session_writer(self, output_path: str, key_field: str, job: str):
+        """What a batch's emit rows do to the outputs: one MERGE by (key, ``session_start``), a tombstone
+        deleting the row, any other row upserted. The processor emits at most one row per session and
+        batch, its last change: with ``emit="close"`` each session as it closed (a session extended after
+        it closed is emitted again, replacing its row), with ``emit="update"`` every change (merged-away
+        and deleted open sessions as tombstones). A MERGE is idempotent, so a replayed batch (after a crash
+        or a restore) writes the same rows again. It returns whether it wrote to the outputs."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        on = f"t.`{key_field}` = s.`{key_field}` AND t.session_start = s.session_start"
+
+        def write(batch) -> bool:
+            emitted = batch.where(f"kind = '{EMIT}'")
+            if emitted.isEmpty():  # most batches close no session (a write costs about a second even then)
+                return False
+            rows = emitted.select(
+                key_field,
+                F.timestamp_millis("session_start_ms").alias("session_start"),
+                F.timestamp_millis("session_end_ms").alias("session_end"),
+                *self._output_columns(emitted, job),
+                F.col(TOMBSTONE).alias("_gone"),
+            )
+            columns = [c for c in rows.columns if c != "_gone"]
+            (
+                DeltaTable.forPath(batch.sparkSession, output_path)
+                .alias("t")
+                .merge(rows.alias("s"), on)
+                .whenMatchedDelete(condition="s._gone")
+                .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
+                .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
+                .execute()
+            )
+            return True
+
+        return write
+
+    def _initial_sessions(self, restored, key_field: str):
+        """The restored store (``key`` + state rows) in the processor's initial-state shape
+        (``SessionAggregate.initialDdl``): one row per key and one per partition's stream time."""
+        from pyspark.sql import functions as F
+
+        session = F.struct("session_start_ms", "session_end_ms", "closed", *self.values)
+        sessions = (
+            restored.where(F.col(key_field).isNotNull())
+            .groupBy("source_partition", key_field)
+            .agg(F.sort_array(F.collect_list(session)).alias("sessions"))
+            .select(
+                "source_partition",
+                F.col(key_field).alias("key"),
+                "sessions",
+                F.lit(None).cast("bigint").alias("stream_time_ms"),
+            )
+        )
+        times = restored.where(F.col(key_field).isNull()).select(
+            "source_partition", F.lit(None).cast("string").alias("key"), "stream_time_ms"
+        )
+        return sessions.unionByName(times, allowMissingColumns=True)
+
+
+def _late_message():
+    """Why a late event was refused, for the dead letter: the session it would have made and the stream
+    time it had closed by."""
+    from pyspark.sql import functions as F
+
+    return F.concat(
+        F.lit("session ["),
+        iso_time(F.col("session_start_ms")),
+        F.lit(", "),
+        iso_time(F.col("session_end_ms")),
+        F.lit("] had closed (end + gap + grace before stream time): stream time of partition "),
+        F.col("source_partition").cast("string"),
+        F.lit(" was "),
+        iso_time(F.col("stream_time_ms")),
+    )
