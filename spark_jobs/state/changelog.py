@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # fencing builds writers: imported there, typed here
 MARKER_KEY = b"__streamstate.batch__"
 BATCH_HEADER = "streamstate.batch"
 
-StoreKind = Literal["key_value", "windowed", "versioned"]
+StoreKind = Literal["key_value", "windowed", "versioned", "lru"]
 
 #: Kafka Streams' ``windowstore.changelog.additional.retention.ms`` (its default): a windowed store's
 #: changelog keeps records this much longer than the store keeps windows. Records carry the write's
