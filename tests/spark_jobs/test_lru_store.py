@@ -20,6 +20,7 @@ import json
 import shutil
 import time
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 
@@ -195,3 +196,11 @@ def test_an_lru_store_and_its_declaration_are_checked():
         COUNTS.check(dataclasses.replace(counts, stores=(StoreSpec("counts", kind="lru", max_entries=5),)))
     RECENT.check(spec)
     assert RECENT.state_ddl.endswith("recency BIGINT, source_partition INT")
+
+
+def test_an_lru_store_refuses_a_python_processor():
+    class Counter:  # a Python processor keeping the declaration's store (it would not evict)
+        changes = RECENT.store_changes
+
+    with pytest.raises(JobSpecError, match="job recent_buyers: an lru store runs the primitive's Java processor only"):
+        RECENT.build(SimpleNamespace(spec=get_job("recent_buyers")), processor=Counter)
