@@ -36,10 +36,12 @@ class Outcome:
     evicted: int
 
 
-def expected(events: Iterable[dict], max_entries: int, partitions: int) -> Outcome:
+def expected(events: Iterable[dict], max_entries: int, partitions: int, start: Outcome | None = None) -> Outcome:
     """The store an LRU of ``max_entries`` per partition holds after ``events`` (invalid ones are dead
-    letters and touch nothing)."""
+    letters and touch nothing), starting from ``start``'s users in its order (default: empty)."""
     lrus: dict[int, OrderedDict[str, tuple[int, Decimal]]] = defaultdict(OrderedDict)
+    for partition, users in (start.order if start else {}).items():
+        lrus[partition].update((user, start.state[user]) for user in users)
     evicted = 0
     for event in events:
         if not is_valid(event):

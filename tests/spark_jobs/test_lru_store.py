@@ -142,15 +142,22 @@ def test_an_lru_of_10_over_1000_users_equals_the_reference_and_kafka_streams_lru
         assert set(changelog) - {MARKER_KEY.decode()} == set(want.state)
 
     # across a lost checkpoint: values and recency come back from the changelog, and the evictions after
-    # the restore follow the restored order
+    # the restore follow the restored order (a few events after it, so that order decides what they evict)
+    restored = recent_buyers.expected(events[:700], MAX_ENTRIES, PARTITIONS)
+    after = recent_buyers.expected(events[700:720], MAX_ENTRIES, PARTITIONS, start=restored)
+    in_another_order = dataclasses.replace(restored, order={p: users[::-1] for p, users in restored.order.items()})
+    assert recent_buyers.expected(events[700:720], MAX_ENTRIES, PARTITIONS, start=in_another_order).state != after.state
+    assert after.state == recent_buyers.expected(events[:720], MAX_ENTRIES, PARTITIONS).state
     spec = _spec(f"recent_{unique}_lost", f"recent-lost-{unique}")
     with JobHarness(settings=settings, spark=spark) as harness:
         first = harness.run(spec, events[:700])
-        assert _outputs(first.outputs) == recent_buyers.expected(events[:700], MAX_ENTRIES, PARTITIONS).state
+        assert _outputs(first.outputs) == restored.state
         shutil.rmtree(first.report.checkpoint)
-        second = harness.run(spec, events[700:])
-    assert second.report.restores[RECENT.store].keys == 2 * MAX_ENTRIES
-    assert _outputs(second.outputs) == want.state
+        second = harness.run(spec, events[700:720])
+        assert second.report.restores[RECENT.store].keys == 2 * MAX_ENTRIES
+        assert _outputs(second.outputs) == after.state
+        third = harness.run(spec, events[720:])  # from the second run's checkpoint
+    assert _outputs(third.outputs) == want.state
 
     # Kafka Streams: groupByKey().aggregate() in Stores.lruMap("recent-buyers", 10), its store read on exit
     app, output = f"ksrecent-{unique}", f"ksrecent-{unique}-out"
