@@ -38,9 +38,10 @@ import streamstate.jobs.DeadLetters;
  *   <li>an aggregated event makes its key the partition's <b>most recently used</b> (the get and the put
  *       both touch it; the put is the later, so the key's recency is that of its latest event);
  *   <li>a put of a key the store did not hold that makes the store exceed {@code maxEntries} <b>evicts the
- *       least recently used key</b>: a tombstone (the changelog's delete, which Kafka Streams' change-logging
- *       layer writes from the cache's eviction listener), and here also a delete in the outputs, which are
- *       the store projected to a table (Kafka Streams forwards nothing downstream for an eviction);
+ *       least recently used key</b>: a tombstone, in the changelog (what Kafka Streams' change-logging layer
+ *       writes from an LRU's eviction listener; behind an aggregate's timestamped store it installs none, see
+ *       README "Known differences") and in the outputs, which are the store projected to a table (Kafka
+ *       Streams forwards nothing downstream for an eviction);
  *   <li>a deleting event ({@link Rows#DELETE_COLUMN}) removes the key, a tombstone even when the store did
  *       not hold it (as {@link KeyedAggregate} does); it makes no other key more or less recent;
  *   <li>an evicted key's next event starts it afresh.
