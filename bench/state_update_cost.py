@@ -37,20 +37,25 @@ from bench.private_stack import append_section, private_broker  # noqa: E402
 from runtime.settings import Settings  # noqa: E402
 from spark_jobs.generators import purchases  # noqa: E402
 from spark_jobs.jobs.purchase_counts import EVENT_SCHEMA, PurchaseCounter, state_changes  # noqa: E402
+from spark_jobs.jobs.recent_buyers import RECENT  # noqa: E402
 from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
+from spark_jobs.registry import StoreSpec  # noqa: E402
 from spark_jobs.session import build_spark_session, session_conf  # noqa: E402
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF  # noqa: E402
 
 console = Console()
 TOPIC = "bench-purchases"
-BUILTIN, JAVA, PYTHON = (
+BUILTIN, JAVA, PYTHON, LRU = (
     "built-in groupBy().agg()",
     "transformWithState (Java processor)",
     "transformWithState (Python processor)",
+    "transformWithState (Java LRU processor)",
 )
 
 
-OPERATORS = {"built-in": BUILTIN, "java": JAVA, "python": PYTHON}
+OPERATORS = {"built-in": BUILTIN, "java": JAVA, "python": PYTHON, "lru": LRU}
+#: ``--lru-entries``: the lru store's max_entries per source partition (recent_buyers' processor)
+LRU_ENTRIES = {"value": 1000}
 ENCODINGS = ["unsaferow", "avro"]
 
 
@@ -76,13 +81,16 @@ def measure(spark, settings: Settings, variant: tuple[str, str], checkpoint: Pat
         .option("maxOffsetsPerTrigger", per_batch)
         .load()
     )
-    events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"), "offset").select(
-        "e.*", "offset"
-    )
+    events = raw.select(
+        F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"), "offset", "partition"
+    ).select("e.*", "offset", "partition")
     if operator == BUILTIN:
         state = events.groupBy("user_id").agg(
             F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"), F.max("event_time").alias("last")
         )
+    elif operator == LRU:  # the same aggregates in an lru store: evicts once the store is full
+        store = StoreSpec(RECENT.store, kind="lru", max_entries=LRU_ENTRIES["value"])
+        state = RECENT.changes(events, "user_id", None, store, job="bench")
     elif operator == PYTHON:
         state = state_changes(events, None, None, PurchaseCounter)
     else:
@@ -115,7 +123,9 @@ def main() -> None:
         help="state encodings of the processors (the built-in aggregation has UnsafeRow only)",
     )
     parser.add_argument("--batches", type=int, default=1, help="micro-batches the input is cut into")
+    parser.add_argument("--lru-entries", type=int, default=1000, help="the lru operator's max_entries per partition")
     args = parser.parse_args()
+    LRU_ENTRIES["value"] = args.lru_entries
 
     with private_broker("bench-state-") as settings:
         ensure_topic(settings.kafka, TOPIC, 2)
@@ -160,6 +170,8 @@ def report(args, seconds: dict[tuple[str, str], list[float]], events: int, users
     )
     if args.encodings != ["unsaferow"] or args.batches != 1:
         command += f" --encodings {' '.join(args.encodings)} --batches {args.batches}"
+    if LRU in (OPERATORS[name] for name in args.operators):
+        command += f" --lru-entries {args.lru_entries}"
     builtin = median.get((BUILTIN, "unsaferow"))
     ratios = [f"{short(v)} {m / builtin:.1f}" for v, m in median.items() if builtin and v[0] != BUILTIN]
     avro = [

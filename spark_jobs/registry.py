@@ -18,7 +18,7 @@ from typing import Literal, get_args
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 
-StoreKind = Literal["key_value", "windowed", "versioned", "session"]
+StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru"]
 #: what a store's TTL counts: the wall clock of the driver, or the events' own times (see StoreSpec.ttl_clock)
 TtlClock = Literal["processing_time", "event_time"]
 
@@ -62,7 +62,9 @@ class StoreSpec:
 
     Attributes:
         name: store name (letters, digits, ``-``/``_``).
-        kind: ``windowed`` changelogs also delete by time; ``versioned`` keep ``retention_ms`` of history.
+        kind: ``windowed`` changelogs also delete by time; ``versioned`` keep ``retention_ms`` of history;
+            ``lru`` keeps the ``max_entries`` most recently used keys per source partition (Kafka Streams'
+            ``Stores.lruMap``, one per task), evicting the least recently used with a tombstone.
         retention_ms: windowed: how long a window is kept, counted from its start (Kafka Streams'
             ``Materialized.withRetention``; at least ``window_ms + grace_ms``, so a window is never dropped
             while it still accepts events); versioned: history kept.
@@ -83,6 +85,8 @@ class StoreSpec:
             less than ``gap_ms`` apart are one session; ``retention_ms`` (at least ``gap_ms + grace_ms``)
             counts from a session's end.
         budget: the limits the state-size audit holds the store to.
+        max_entries: ``lru`` stores: the keys kept per source partition (N entries per partition, as
+            Kafka Streams keeps N per task).
     """
 
     name: str
@@ -96,11 +100,18 @@ class StoreSpec:
     advance_ms: int | None = None
     budget: StateBudget = StateBudget()
     gap_ms: int | None = None
+    max_entries: int | None = None
 
     def __post_init__(self) -> None:
         if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", self.name):
             raise JobSpecError(f"store name {self.name!r}: use lower-case letters, digits, - and _")
-        if self.kind != "key_value" and not self.retention_ms:
+        if self.kind not in get_args(StoreKind):
+            raise JobSpecError(f"store {self.name!r}: kind {self.kind!r} is not one of {get_args(StoreKind)}")
+        if (self.kind == "lru") != (self.max_entries is not None):
+            raise JobSpecError(f"store {self.name!r}: max_entries is for, and needed by, an lru store")
+        if self.kind == "lru" and self.max_entries < 1:
+            raise JobSpecError(f"lru store {self.name!r}: max_entries must be >= 1, got {self.max_entries}")
+        if self.kind not in ("key_value", "lru") and not self.retention_ms:
             raise JobSpecError(f"{self.kind} store {self.name!r} needs retention_ms")
         if self.kind == "windowed":
             if not self.window_ms or self.window_ms <= 0 or self.grace_ms < 0:
@@ -505,6 +516,24 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         "day closes: stage 1 of the seeds' top-movers pipeline, whose stage 2 is the batch step "
         "daily_top_movers.",
         output_key=("symbol", "window_start"),
+    ),
+    JobSpec(
+        name="recent_buyers",
+        version=1,
+        source_topic="purchases",
+        key_field="user_id",
+        output_table="recent_buyers",
+        entrypoint="spark_jobs.jobs.recent_buyers:RECENT",
+        stores=(
+            StoreSpec(
+                "recent-buyers",
+                kind="lru",
+                max_entries=10_000,
+                budget=StateBudget(max_rows=1_000_000, max_bytes=512 * 1024**2, max_restore_s=300),
+            ),
+        ),
+        description="Purchases and amount spent of the 10,000 most recently active users per source partition "
+        "(an lru store, Kafka Streams' Stores.lruMap); account_closed deletes the user, an eviction too.",
     ),
 )
 

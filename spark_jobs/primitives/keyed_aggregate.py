@@ -28,7 +28,15 @@ Semantics, as a Kafka Streams ``groupByKey().aggregate()`` with a delete:
   event time + ``ttl_ms``. An event for a key the store does not hold that is already that old would
   expire on arrival: it is **late**, a dead letter (reason ``late``), not applied. None of this depends on
   how the input is cut into micro-batches. The changelog then also holds one ``~stream-time@<partition>``
-  entry per partition, so a restore continues stream time exactly.
+  entry per partition, so a restore continues stream time exactly;
+- a store of kind ``lru`` (``StoreSpec(kind="lru", max_entries=N)``; the declaration says ``lru=True``)
+  keeps the N most recently used keys **per source partition**, as Kafka Streams' ``Stores.lruMap(name, N)``
+  keeps N per task (``streamstate.primitives.LruAggregate``), record by record in offset order: an
+  aggregated event makes its key the most recently used; a new key that makes the partition hold more than
+  N evicts the least recently used one with a tombstone (in the changelog and in the outputs, which are
+  the store; Kafka Streams forwards no eviction downstream, README "Known differences"); a deleting event removes its key and touches no other. The stored
+  value carries the key's ``recency`` (a per-partition sequence number) and ``source_partition``, so a
+  restore rebuilds the exact order. None of this depends on how the input is cut into micro-batches.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 from pyspark.sql import types as T
 
@@ -60,6 +68,8 @@ AggregateKind = Literal["count", "sum", "min", "max", "latest"]
 TOUCHED_AT = "touched_at_ms"
 #: an event-time TTL's stored fields after the aggregates (``streamstate.primitives.ExpiringAggregate``)
 EVENT_TIME_FIELDS = "event_time_ms BIGINT, source_partition INT, stream_time_ms BIGINT"
+#: an lru store's stored fields after the aggregates (``streamstate.primitives.LruAggregate``)
+LRU_FIELDS = "recency BIGINT, source_partition INT"
 CHANGE, LATE = "change", "late"
 #: the Java processor's input columns (``streamstate.primitives.KeyedAggregate``: the two must stay equal)
 INPUT_PREFIX = "_in_"
@@ -158,6 +168,8 @@ class KeyedAggregate(StoreDeclaration):
         delete_when: a Spark SQL condition over the event's fields: the events that delete their key.
         summaries: companion outputs recomputed from the outputs after every batch (see
             :class:`~spark_jobs.primitives.pipeline.StoreDeclaration`).
+        lru: the store is of kind ``lru`` (checked against the spec): the stored value also carries each
+            key's recency and source partition, which the declaration must know without the spec.
 
     Example::
 
@@ -177,6 +189,8 @@ class KeyedAggregate(StoreDeclaration):
     delete_when: str | None = None
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     time: str | None = None
+    lru: bool = False
+    store_kinds: ClassVar[tuple[str, ...]] = ("key_value", "lru")
 
     @property
     def values_ddl(self) -> str:
@@ -185,7 +199,10 @@ class KeyedAggregate(StoreDeclaration):
     @property
     def state_ddl(self) -> str:
         """The stored value's schema (DDL): the aggregates, then ``touched_at_ms``; with an event-time TTL
-        (``time``) the key's event time, its source partition and a partition's stream time instead."""
+        (``time``) the key's event time, its source partition and a partition's stream time instead; in an
+        lru store (``lru``) the key's recency and source partition instead."""
+        if self.lru:
+            return f"{self.values_ddl}, {LRU_FIELDS}"
         return f"{self.values_ddl}, {EVENT_TIME_FIELDS}" if self.time else f"{self.values_ddl}, {TOUCHED_AT} BIGINT"
 
     @property
@@ -201,7 +218,9 @@ class KeyedAggregate(StoreDeclaration):
 
     @property
     def source_columns(self) -> tuple[str, ...]:
-        return ("partition", "offset", "timestamp", "value") if self.time else ("offset",)
+        if self.time:
+            return ("partition", "offset", "timestamp", "value")
+        return ("partition", "offset") if self.lru else ("offset",)
 
     def store_rows(self, rows):
         # an event-time TTL's rows also carry partitions' stream times and late events
@@ -221,7 +240,16 @@ class KeyedAggregate(StoreDeclaration):
                     f"{TOUCHED_AT} or the key field"
                 )
         self.state_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
-        event_time_ttl = store_spec(spec, self.store).ttl_clock == "event_time"
+        store = store_spec(spec, self.store)
+        if store.kind == "lru" and not self.lru:
+            raise JobSpecError(f"lru: store {self.store!r} is of kind lru: declare lru=True")
+        if self.lru and store.kind != "lru":
+            raise JobSpecError(
+                f"lru: store {self.store!r} is of kind {store.kind}; lru=True is for a store of kind lru"
+            )
+        if self.lru and self.time:
+            raise JobSpecError("time: an lru store evicts by recency, not by time")
+        event_time_ttl = store.ttl_clock == "event_time"
         if event_time_ttl and not self.time:
             raise JobSpecError(f"time: store {self.store!r} counts its TTL in event time: name the event's time field")
         if self.time and not event_time_ttl:
@@ -247,7 +275,8 @@ class KeyedAggregate(StoreDeclaration):
         ``offset_ordered`` (each input partition's events in offset order, as a Kafka source reads them):
         a key's events are combined per input partition before the shuffle, as Spark's partial aggregation
         would, in offset order (``streamstate.primitives.PartialAggregates``); not with an event-time TTL
-        (decided record by record) nor a DOUBLE sum (the order of additions changes its last bits)."""
+        nor in an lru store (both decided record by record) nor a DOUBLE sum (the order of additions
+        changes its last bits). An lru store's events also carry the source's ``partition``."""
         from pyspark.sql import DataFrame
         from pyspark.sql import functions as F
 
@@ -260,6 +289,27 @@ class KeyedAggregate(StoreDeclaration):
         kinds = ",".join(agg.kind for agg in self.values.values())
         ttl_ms = (store.ttl_ms if store else None) or 0
         spark = events.sparkSession
+        if self.lru:
+            if store is None or store.max_entries is None:
+                raise JobSpecError(f"job {job}: lru: the store's max_entries is needed")
+            needed = events.where(kept).select(
+                key_field, "partition", "offset", delete.alias(DELETE_COLUMN), *inputs, *letter
+            )
+            seeded = (
+                None if initial is None else initial.select("source_partition", "key", *self.values, "recency")._jdf
+            )
+            jdf = spark._jvm.streamstate.primitives.LruAggregate.changes(
+                needed._jdf,
+                "partition",
+                seeded,
+                self.store,
+                self.change_ddl,
+                self.values_ddl,
+                kinds,
+                store.max_entries,
+                key_field,
+            )
+            return DataFrame(jdf, spark)
         if self.time:
             needed = events.where(kept).select(
                 key_field, self.time, delete.alias(DELETE_COLUMN), *self.source_columns, *inputs, *letter

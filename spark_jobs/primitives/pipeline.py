@@ -151,6 +151,8 @@ class StoreDeclaration:
         stores = self.kept_stores(spec, changes, tuple(getattr(processor, "more_stores", ())))
         if processor is not None and store.ttl_clock == "event_time":
             raise JobSpecError(f"job {spec.name}: an event-time TTL runs the primitive's Java processor only")
+        if processor is not None and store.kind == "lru":
+            raise JobSpecError(f"job {spec.name}: an lru store runs the primitive's Java processor only")
         if store.ttl_ms and store.ttl_clock == "processing_time":
             # With processing-time timers pending, Spark would run empty micro-batches back to back
             # (and an available-now run would never end); expired keys are evicted by the next batch

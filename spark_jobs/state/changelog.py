@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # fencing builds writers: imported there, typed here
 MARKER_KEY = b"__streamstate.batch__"
 BATCH_HEADER = "streamstate.batch"
 
-StoreKind = Literal["key_value", "windowed", "versioned", "session"]
+StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru"]
 #: store kinds whose entries expire by time: their changelogs also delete by time (``compact,delete``)
 TIME_DELETED_KINDS = ("windowed", "session")
 

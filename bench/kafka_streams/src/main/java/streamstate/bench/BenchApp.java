@@ -19,6 +19,7 @@ import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StoreQueryParameters;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
@@ -39,6 +40,8 @@ import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.QueryableStoreTypes;
+import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
 import org.apache.kafka.streams.state.Stores;
 
 /**
@@ -61,7 +64,12 @@ import org.apache.kafka.streams.state.Stores;
  *       topic gets {@code candidate -> {"votes": n}};
  *   <li>{@code user_sessions}: events, page views and the last page per user per session (30 min
  *       inactivity gap, 5 min grace, 2 h retention), emitted when a session closes; every update (merged
- *       sessions as tombstones) also goes to {@code <output topic>-updates}.
+ *       sessions as tombstones) also goes to {@code <output topic>-updates};
+ *   <li>{@code recent_buyers}: purchase_counts' aggregate in {@code Stores.lruMap("recent-buyers", 10)}
+ *       (caching disabled: the record cache would delay the puts, hence the evictions, to its flushes);
+ *       on exit the app prints the store's content, one {@code {"event": "store_entry", ...}} line per key
+ *       (an eviction reaches neither the output topic nor, behind an aggregate's timestamped store, the
+ *       changelog: the store itself is the answer).
  * </ul>
  *
  * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
@@ -70,18 +78,20 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
   private static final ObjectMapper JSON = new ObjectMapper();
+  /** the store whose content the app prints on exit (recent_buyers), or null */
+  private static String printedOnExit;
 
   private BenchApp() {}
 
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -108,6 +118,7 @@ public final class BenchApp {
       case "activity_ttl" -> activityTtl(builder, args[4], args[5]);
       case "vote_counts" -> voteCounts(builder, args[4], args[5]);
       case "user_sessions" -> userSessions(builder, args[4], args[5]);
+      case "recent_buyers" -> recentBuyers(builder, args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
         System.exit(2);
@@ -137,6 +148,9 @@ public final class BenchApp {
         .addShutdownHook(
             new Thread(
                 () -> {
+                  if (printedOnExit != null) {
+                    printStore(streams, printedOnExit);
+                  }
                   streams.close(Duration.ofSeconds(30));
                   stopped.countDown();
                 }));
@@ -166,32 +180,74 @@ public final class BenchApp {
     grouped
         .aggregate(
             () -> null,
-            (user, value, current) -> {
-              JsonNode event = parse(value);
-              if (event == null) {
-                return current;
-              }
-              if ("account_closed".equals(event.path("type").asText())) {
-                return null; // deletes the key: the store and its changelog get a tombstone
-              }
-              long purchases = 0;
-              BigDecimal spent = BigDecimal.ZERO;
-              if (current != null) {
-                JsonNode state = parse(current);
-                purchases = state.path("purchases").asLong();
-                spent = new BigDecimal(state.path("amount_spent").asText("0"));
-              }
-              ObjectNode next = JSON.createObjectNode();
-              next.put("purchases", purchases + 1);
-              next.put("amount_spent", spent.add(new BigDecimal(event.path("amount").asText("0"))).toPlainString());
-              next.put("last_purchase_at", event.path("event_time").asText());
-              return next.toString();
-            },
+            BenchApp::countPurchase,
             Materialized.<String, String>as(Stores.persistentKeyValueStore("counts"))
                 .withKeySerde(Serdes.String())
                 .withValueSerde(Serdes.String()))
         .toStream()
         .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /** purchase_counts' aggregator: a purchase counts and adds its amount; account_closed deletes the user. */
+  static String countPurchase(String user, String value, String current) {
+    JsonNode event = parse(value);
+    if (event == null) {
+      return current;
+    }
+    if ("account_closed".equals(event.path("type").asText())) {
+      return null; // deletes the key: the store and its changelog get a tombstone
+    }
+    long purchases = 0;
+    BigDecimal spent = BigDecimal.ZERO;
+    if (current != null) {
+      JsonNode state = parse(current);
+      purchases = state.path("purchases").asLong();
+      spent = new BigDecimal(state.path("amount_spent").asText("0"));
+    }
+    ObjectNode next = JSON.createObjectNode();
+    next.put("purchases", purchases + 1);
+    next.put("amount_spent", spent.add(new BigDecimal(event.path("amount").asText("0"))).toPlainString());
+    next.put("last_purchase_at", event.path("event_time").asText());
+    return next.toString();
+  }
+
+  /**
+   * purchase_counts' aggregate kept for the 10 most recently used users per task: {@code Stores.lruMap}
+   * behind {@code groupByKey().aggregate()} (the platform's {@code StoreSpec(kind="lru", max_entries=10)}).
+   * The record cache is disabled: with it, puts (and so evictions) would reach the LRU only when the cache
+   * flushes, and a key evicted from the LRU but still cached would go on counting.
+   */
+  static void recentBuyers(StreamsBuilder builder, String input, String output) {
+    builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+        .filter((user, value) -> user != null)
+        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+        .aggregate(
+            () -> null,
+            BenchApp::countPurchase,
+            Materialized.<String, String>as(Stores.lruMap("recent-buyers", 10))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String())
+                .withCachingDisabled())
+        .toStream()
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    printedOnExit = "recent-buyers";
+  }
+
+  /** Print every entry of key-value store {@code store} (interactive query), one line each. */
+  static void printStore(KafkaStreams streams, String store) {
+    try {
+      ReadOnlyKeyValueStore<String, String> entries =
+          streams.store(StoreQueryParameters.fromNameAndType(store, QueryableStoreTypes.<String, String>keyValueStore()));
+      try (KeyValueIterator<String, String> all = entries.all()) {
+        while (all.hasNext()) {
+          KeyValue<String, String> entry = all.next();
+          emit(Map.of("event", "store_entry", "store", store, "key", entry.key, "value", entry.value));
+        }
+      }
+      emit(Map.of("event", "store_printed", "store", store));
+    } catch (RuntimeException e) {
+      emit(Map.of("event", "error", "error", "printing store " + store + ": " + e, "cause", e.toString()));
+    }
   }
 
   /** Beats per patient per 60 s event-time window (5 s grace, 6 h retention), emitted when it closes. */
