@@ -36,28 +36,18 @@ continues stream time exactly.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import ClassVar, Literal, get_args
+from typing import ClassVar
 
-from spark_jobs import dead_letter
-from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
+from spark_jobs.primitives.event_time import EventTimeAggregate
 from spark_jobs.primitives.pipeline import (
-    DELETE_COLUMN,
-    StoreDeclaration,
     iso_time,
     late_letters,
-    processor_input,
-    resolved,
-    stream_time_key,
 )
-from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
-from spark_jobs.registry import store as store_spec
-from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+from spark_jobs.registry import StoreSpec
+from spark_jobs.state.store_changes import TOMBSTONE
 
 #: the processor's row kinds: a store change, a change of the outputs, a late event
-CHANGE, EMIT, LATE = "change", "emit", "late"
-EmitMode = Literal["close", "update"]
+EMIT, LATE = "emit", "late"
 #: columns of the processor's rows and of the outputs that a value or an output may not be named
 _TAKEN = (
     "key",
@@ -77,7 +67,7 @@ _TAKEN = (
 
 
 @dataclasses.dataclass(frozen=True)
-class SessionAggregate(StoreDeclaration):
+class SessionAggregate(EventTimeAggregate):
     """A job that aggregates each key's events per session (see the module docstring). Callable: it is the
     job's ``build(ctx)``.
 
@@ -104,25 +94,10 @@ class SessionAggregate(StoreDeclaration):
         )
     """
 
-    store: str
-    events: JsonEvents
-    time: str
-    values: Mapping[str, Aggregate] = dataclasses.field(default_factory=lambda: {"count": Aggregate.count()})
-    outputs: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    emit: EmitMode = "close"
-    where: str | None = None
-    delete_when: str | None = None
-    summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("session",)
-
-    @property
-    def values_ddl(self) -> str:
-        return ", ".join(f"{name} {agg.stored_type(self.events.schema, name)}" for name, agg in self.values.items())
-
-    @property
-    def output_expressions(self) -> Mapping[str, str]:
-        """Output column -> Spark SQL over the values (the values themselves when ``outputs`` is empty)."""
-        return self.outputs or {name: f"`{name}`" for name in self.values}
+    span: ClassVar[str] = "session"
+    span_columns: ClassVar[tuple[str, str]] = ("session_start", "session_end")
+    taken_columns: ClassVar[tuple[str, ...]] = _TAKEN
 
     def state_ddl_for(self, key_field: str) -> str:
         """A store entry: a session (key, start, end, values, closed, its source partition), or a
@@ -141,92 +116,13 @@ class SessionAggregate(StoreDeclaration):
             "source_timestamp TIMESTAMP, raw BINARY"
         )
 
-    def store_changes_for(self, key_field: str) -> StoreChanges:
-        from pyspark.sql import functions as F
-
-        def changelog_key():
-            session_key = F.concat_ws("@", key_field, F.col("session_start_ms").cast("string"))
-            return F.when(F.col(key_field).isNull(), stream_time_key()).otherwise(session_key)
-
-        return StoreChanges(self.store, self.state_ddl_for(key_field), key=changelog_key, rows=f"kind = '{CHANGE}'")
-
-    def output_schema(self, key_field: str):
-        """The outputs: the key, ``session_start``, ``session_end``, then :attr:`output_expressions` with
-        the types Spark gives them over the values (an active Spark session is needed)."""
-        from pyspark.sql import SparkSession
-        from pyspark.sql import types as T
-
-        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        values = spark.createDataFrame([], self.values_ddl)
-        computed = values.select(*self._output_columns(values))
-        return T.StructType(
-            [
-                T.StructField(key_field, T.StringType(), nullable=False),
-                T.StructField("session_start", T.TimestampType(), nullable=False),
-                T.StructField("session_end", T.TimestampType()),
-                *computed.schema.fields,
-            ]
-        )
-
-    def _output_columns(self, values, job: str = "?"):
-        from pyspark.sql import functions as F
-
-        return [
-            resolved(values, job, f"outputs.{name}", F.expr(expression)).alias(name)
-            for name, expression in self.output_expressions.items()
-        ]
-
-    def output_key(self, key_field: str) -> tuple[str, ...]:
-        return (key_field, "session_start")
-
-    def check_primitive(self, spec: JobSpec) -> None:
-        if spec.output_topic:
-            raise JobSpecError("output_topic: a session aggregate writes its sessions to Delta only (not yet to Kafka)")
-        if self.time not in self.events.schema.fieldNames():
-            raise JobSpecError(f"time: {self.time!r} is not a field of the event schema")
-        if self.events.schema[self.time].dataType.simpleString() != "timestamp":
-            raise JobSpecError(f"time: {self.time!r} must be a TIMESTAMP field")
-        if not self.values:
-            raise JobSpecError("values: declare at least one aggregate")
-        for role, names in (("values", self.values), ("outputs", self.output_expressions)):
-            for name in names:
-                if not _NAME.match(name) or name in (*_TAKEN, spec.key_field):
-                    raise JobSpecError(
-                        f"{role}.{name}: use lower-case letters, digits and _, and not the key "
-                        f"or a session column ({', '.join(_TAKEN)})"
-                    )
-        self.values_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
-        if self.emit not in get_args(EmitMode):
-            raise JobSpecError(f"emit: {self.emit!r} is not one of {get_args(EmitMode)}")
-
-    def classify(self, source, key_field: str):
-        rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
-        return self.events.classify(source, key_field, extra_rules=rules)
-
     def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
         """The processor's rows (:meth:`output_ddl_for`) for ``events`` (the processor's input, with the
         source's ``partition``, ``offset``, ``timestamp`` and ``value``), seeded with ``initial`` (restored
         ``key`` + state rows) after a restore."""
         from pyspark.sql import DataFrame
 
-        delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
-        inputs = [
-            resolved(events, job, f"values.{name}", agg.input_column(agg.stored_type(self.events.schema, name))).alias(
-                f"{INPUT_PREFIX}{i}"
-            )
-            for i, (name, agg) in enumerate(self.values.items())
-        ]
-        needed = events.where(kept).select(
-            key_field,
-            self.time,
-            delete.alias(DELETE_COLUMN),
-            "partition",
-            "offset",
-            "timestamp",
-            "value",
-            *inputs,
-            *letter,
-        )
+        needed = self.processor_events(events, key_field, job)
         spark = events.sparkSession
         seeded = None if initial is None else self._initial_sessions(initial, key_field)._jdf
         jdf = spark._jvm.streamstate.primitives.SessionAggregate.changes(
@@ -250,17 +146,8 @@ class SessionAggregate(StoreDeclaration):
         """The job's query: :class:`StoreDeclaration`'s pipeline, with the sessions' sink (the processor's
         changes of the outputs merged in; late events to dead letters); no Python processor."""
 
-        if processor is not None:
-            raise JobSpecError(f"job {ctx.spec.name}: sessions run their Java processor only")
-        spec = ctx.spec
-        self.check(spec)
-        key_field, store = spec.key_field, store_spec(spec, self.store)
-        ctx.ensure_output_table(self.output_schema(key_field))
-        events = ctx.with_dead_letters(
-            self.classify(ctx.kafka_source(), key_field), "partition", "offset", "timestamp", "value", key=key_field
-        )
-        changes = self.store_changes_for(key_field)
-        rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
+        store, changes, rows = self.processed(ctx, processor)
+        spec, key_field = ctx.spec, ctx.spec.key_field
         write_sessions = self._session_writer(ctx.output_path, key_field, spec.name)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         source_topic = ctx.input_topic

@@ -30,27 +30,17 @@ grace_ms=..., retention_ms=...)``). The changelog is keyed ``<key>@<window start
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import ClassVar, Literal, get_args
+from typing import ClassVar
 
-from spark_jobs import dead_letter
-from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
+from spark_jobs.primitives.event_time import CHANGE, EventTimeAggregate
 from spark_jobs.primitives.pipeline import (
-    DELETE_COLUMN,
-    StoreDeclaration,
     iso_time,
     late_letters,
-    processor_input,
-    resolved,
-    stream_time_key,
 )
-from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
-from spark_jobs.registry import store as store_spec
-from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+from spark_jobs.registry import StoreSpec
+from spark_jobs.state.store_changes import TOMBSTONE
 
-CHANGE, LATE = "change", "late"
-EmitMode = Literal["close", "update"]
+LATE = "late"
 #: columns of the processor's rows and of the outputs that a value or an output may not be named
 _TAKEN = (
     "key",
@@ -70,7 +60,7 @@ _TAKEN = (
 
 
 @dataclasses.dataclass(frozen=True)
-class WindowedAggregate(StoreDeclaration):
+class WindowedAggregate(EventTimeAggregate):
     """A job that aggregates each key's events per event-time window (see the module docstring). Callable:
     it is the job's ``build(ctx)``.
 
@@ -99,25 +89,10 @@ class WindowedAggregate(StoreDeclaration):
         )
     """
 
-    store: str
-    events: JsonEvents
-    time: str
-    values: Mapping[str, Aggregate] = dataclasses.field(default_factory=lambda: {"count": Aggregate.count()})
-    outputs: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    emit: EmitMode = "close"
-    where: str | None = None
-    delete_when: str | None = None
-    summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("windowed",)
-
-    @property
-    def values_ddl(self) -> str:
-        return ", ".join(f"{name} {agg.stored_type(self.events.schema, name)}" for name, agg in self.values.items())
-
-    @property
-    def output_expressions(self) -> Mapping[str, str]:
-        """Output column -> Spark SQL over the values (the values themselves when ``outputs`` is empty)."""
-        return self.outputs or {name: f"`{name}`" for name in self.values}
+    span: ClassVar[str] = "window"
+    span_columns: ClassVar[tuple[str, str]] = ("window_start", "window_end")
+    taken_columns: ClassVar[tuple[str, ...]] = _TAKEN
 
     def state_ddl_for(self, key_field: str) -> str:
         """A store entry: a window (key, start, values, closed, its source partition), or a partition's
@@ -136,92 +111,13 @@ class WindowedAggregate(StoreDeclaration):
             "source_timestamp TIMESTAMP, raw BINARY, open_windows INT"
         )
 
-    def store_changes_for(self, key_field: str) -> StoreChanges:
-        from pyspark.sql import functions as F
-
-        def changelog_key():
-            window_key = F.concat_ws("@", key_field, F.col("window_start_ms").cast("string"))
-            return F.when(F.col(key_field).isNull(), stream_time_key()).otherwise(window_key)
-
-        return StoreChanges(self.store, self.state_ddl_for(key_field), key=changelog_key, rows=f"kind = '{CHANGE}'")
-
-    def output_schema(self, key_field: str):
-        """The outputs: the key, ``window_start``, ``window_end``, then :attr:`output_expressions` with the
-        types Spark gives them over the values (an active Spark session is needed)."""
-        from pyspark.sql import SparkSession
-        from pyspark.sql import types as T
-
-        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        values = spark.createDataFrame([], self.values_ddl)
-        computed = values.select(*self._output_columns(values))
-        return T.StructType(
-            [
-                T.StructField(key_field, T.StringType(), nullable=False),
-                T.StructField("window_start", T.TimestampType(), nullable=False),
-                T.StructField("window_end", T.TimestampType()),
-                *computed.schema.fields,
-            ]
-        )
-
-    def _output_columns(self, values, job: str = "?"):
-        from pyspark.sql import functions as F
-
-        return [
-            resolved(values, job, f"outputs.{name}", F.expr(expression)).alias(name)
-            for name, expression in self.output_expressions.items()
-        ]
-
-    def output_key(self, key_field: str) -> tuple[str, ...]:
-        return (key_field, "window_start")
-
-    def check_primitive(self, spec: JobSpec) -> None:
-        if spec.output_topic:
-            raise JobSpecError("output_topic: a windowed aggregate writes its windows to Delta only (not yet to Kafka)")
-        if self.time not in self.events.schema.fieldNames():
-            raise JobSpecError(f"time: {self.time!r} is not a field of the event schema")
-        if self.events.schema[self.time].dataType.simpleString() != "timestamp":
-            raise JobSpecError(f"time: {self.time!r} must be a TIMESTAMP field")
-        if not self.values:
-            raise JobSpecError("values: declare at least one aggregate")
-        for role, names in (("values", self.values), ("outputs", self.output_expressions)):
-            for name in names:
-                if not _NAME.match(name) or name in (*_TAKEN, spec.key_field):
-                    raise JobSpecError(
-                        f"{role}.{name}: use lower-case letters, digits and _, and not the key "
-                        f"or a window column ({', '.join(_TAKEN)})"
-                    )
-        self.values_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
-        if self.emit not in get_args(EmitMode):
-            raise JobSpecError(f"emit: {self.emit!r} is not one of {get_args(EmitMode)}")
-
-    def classify(self, source, key_field: str):
-        rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
-        return self.events.classify(source, key_field, extra_rules=rules)
-
     def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
         """The processor's rows (:meth:`output_ddl_for`) for ``events`` (the processor's input, with the
         source's ``partition``, ``offset``, ``timestamp`` and ``value``), seeded with ``initial`` (restored
         ``key`` + state rows) after a restore."""
         from pyspark.sql import DataFrame
 
-        delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
-        inputs = [
-            resolved(events, job, f"values.{name}", agg.input_column(agg.stored_type(self.events.schema, name))).alias(
-                f"{INPUT_PREFIX}{i}"
-            )
-            for i, (name, agg) in enumerate(self.values.items())
-        ]
-        needed = events.where(kept).select(
-            key_field,
-            self.time,
-            delete.alias(DELETE_COLUMN),
-            "partition",
-            "offset",
-            "timestamp",
-            "value",
-            *inputs,
-            *letter,
-        )
+        needed = self.processor_events(events, key_field, job)
         spark = events.sparkSession
         seeded = None if initial is None else self._initial_windows(initial, key_field)._jdf
         jdf = spark._jvm.streamstate.primitives.WindowedAggregate.changes(
@@ -245,17 +141,8 @@ class WindowedAggregate(StoreDeclaration):
         """The job's query: :class:`StoreDeclaration`'s pipeline, with the windows' sink (closed windows
         inserted once, or every change upserted; late events to dead letters); no Python processor."""
 
-        if processor is not None:
-            raise JobSpecError(f"job {ctx.spec.name}: windows run their Java processor only")
-        spec = ctx.spec
-        self.check(spec)
-        key_field, store = spec.key_field, store_spec(spec, self.store)
-        ctx.ensure_output_table(self.output_schema(key_field))
-        events = ctx.with_dead_letters(
-            self.classify(ctx.kafka_source(), key_field), "partition", "offset", "timestamp", "value", key=key_field
-        )
-        changes = self.store_changes_for(key_field)
-        rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
+        store, changes, rows = self.processed(ctx, processor)
+        spec, key_field = ctx.spec, ctx.spec.key_field
         write_windows = self._window_writer(
             ctx.output_path, key_field, store.window_ms, spec.name, ctx.outputs_may_repeat
         )

@@ -23,7 +23,8 @@ import pytest
 
 from spark_jobs.generators import sessions
 from spark_jobs.jobs.user_sessions import EVENT_SCHEMA, VISITS
-from spark_jobs.primitives.sessions import CHANGE, EMIT, LATE
+from spark_jobs.primitives.event_time import CHANGE
+from spark_jobs.primitives.sessions import EMIT, LATE
 from spark_jobs.registry import get_job
 from spark_jobs.registry import store as store_spec
 from spark_jobs.testing import JobHarness

@@ -1,0 +1,164 @@
+"""What the event-time aggregates share: per key, aggregates of the events of each of its time spans (a
+window, :class:`~spark_jobs.primitives.WindowedAggregate`; a session,
+:class:`~spark_jobs.primitives.SessionAggregate`), decided by a Java processor keyed by source partition.
+
+Their declarations are the same (store, events, the event-time field, values, outputs, emit mode, where,
+delete_when, summaries); so are their checks, their outputs' schema (the key, the span's start and end,
+then the outputs), the classification (a record without a valid event time is a dead letter) and the
+processor's input. Each primitive names its span's columns and keeps its own store rows and sink.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar, Literal, get_args
+
+from spark_jobs import dead_letter
+from spark_jobs.primitives.events import JsonEvents
+from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
+from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input, resolved, stream_time_key
+from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.registry import store as store_spec
+from spark_jobs.state.store_changes import StoreChanges
+
+#: the processor's row kind of a store change
+CHANGE = "change"
+
+EmitMode = Literal["close", "update"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EventTimeAggregate(StoreDeclaration):
+    """The declaration of an event-time aggregate (attributes as :class:`WindowedAggregate` documents them)."""
+
+    store: str
+    events: JsonEvents
+    time: str
+    values: Mapping[str, Aggregate] = dataclasses.field(default_factory=lambda: {"count": Aggregate.count()})
+    outputs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    emit: EmitMode = "close"
+    where: str | None = None
+    delete_when: str | None = None
+    summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: what one span is called ("window", "session") and its output columns
+    span: ClassVar[str] = ""
+    span_columns: ClassVar[tuple[str, str]] = ("", "")
+    #: columns of the processor's rows and of the outputs that a value or an output may not be named
+    taken_columns: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def values_ddl(self) -> str:
+        return ", ".join(f"{name} {agg.stored_type(self.events.schema, name)}" for name, agg in self.values.items())
+
+    @property
+    def output_expressions(self) -> Mapping[str, str]:
+        """Output column -> Spark SQL over the values (the values themselves when ``outputs`` is empty)."""
+        return self.outputs or {name: f"`{name}`" for name in self.values}
+
+    def output_schema(self, key_field: str):
+        """The outputs: the key, the span's start and end, then :attr:`output_expressions` with the types
+        Spark gives them over the values (an active Spark session is needed)."""
+        from pyspark.sql import SparkSession
+        from pyspark.sql import types as T
+
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        values = spark.createDataFrame([], self.values_ddl)
+        computed = values.select(*self._output_columns(values))
+        start, end = self.span_columns
+        return T.StructType(
+            [
+                T.StructField(key_field, T.StringType(), nullable=False),
+                T.StructField(start, T.TimestampType(), nullable=False),
+                T.StructField(end, T.TimestampType()),
+                *computed.schema.fields,
+            ]
+        )
+
+    def _output_columns(self, values, job: str = "?"):
+        from pyspark.sql import functions as F
+
+        return [
+            resolved(values, job, f"outputs.{name}", F.expr(expression)).alias(name)
+            for name, expression in self.output_expressions.items()
+        ]
+
+    def output_key(self, key_field: str) -> tuple[str, ...]:
+        return (key_field, self.span_columns[0])
+
+    def check_primitive(self, spec: JobSpec) -> None:
+        if spec.output_topic:
+            raise JobSpecError(
+                f"output_topic: {type(self).__name__} writes its {self.span}s to Delta only (not yet to Kafka)"
+            )
+        if self.time not in self.events.schema.fieldNames():
+            raise JobSpecError(f"time: {self.time!r} is not a field of the event schema")
+        if self.events.schema[self.time].dataType.simpleString() != "timestamp":
+            raise JobSpecError(f"time: {self.time!r} must be a TIMESTAMP field")
+        if not self.values:
+            raise JobSpecError("values: declare at least one aggregate")
+        for role, names in (("values", self.values), ("outputs", self.output_expressions)):
+            for name in names:
+                if not _NAME.match(name) or name in (*self.taken_columns, spec.key_field):
+                    raise JobSpecError(
+                        f"{role}.{name}: use lower-case letters, digits and _, and not the key "
+                        f"or a {self.span} column ({', '.join(self.taken_columns)})"
+                    )
+        self.values_ddl  # noqa: B018 - raises on an aggregate that cannot be stored
+        if self.emit not in get_args(EmitMode):
+            raise JobSpecError(f"emit: {self.emit!r} is not one of {get_args(EmitMode)}")
+
+    def classify(self, source, key_field: str):
+        rules = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
+        return self.events.classify(source, key_field, extra_rules=rules)
+
+    def store_changes_for(self, key_field: str) -> StoreChanges:
+        """The changelog: a span's entry keyed ``<key>@<span start ms>``, a partition's stream time
+        ``~stream-time@<partition>``."""
+        from pyspark.sql import functions as F
+
+        start_ms = f"{self.span_columns[0]}_ms"
+
+        def changelog_key():
+            span_key = F.concat_ws("@", key_field, F.col(start_ms).cast("string"))
+            return F.when(F.col(key_field).isNull(), stream_time_key()).otherwise(span_key)
+
+        return StoreChanges(self.store, self.state_ddl_for(key_field), key=changelog_key, rows=f"kind = '{CHANGE}'")
+
+    def processed(self, ctx, processor=None):
+        """The first steps of the job's query (:class:`StoreDeclaration`'s pipeline): the checks, the output
+        table, the input classified with its dead letters riding along, the processor's rows seeded with
+        the restored store. Returns (the store's spec, its changes, the processor's rows)."""
+        if processor is not None:
+            raise JobSpecError(f"job {ctx.spec.name}: {self.span}s run their Java processor only")
+        spec = ctx.spec
+        self.check(spec)
+        key_field, store = spec.key_field, store_spec(spec, self.store)
+        ctx.ensure_output_table(self.output_schema(key_field))
+        events = ctx.with_dead_letters(
+            self.classify(ctx.kafka_source(), key_field), "partition", "offset", "timestamp", "value", key=key_field
+        )
+        changes = self.store_changes_for(key_field)
+        return store, changes, self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
+
+    def processor_events(self, events, key_field: str, job: str):
+        """The processor's input: the events it reads (``where`` or ``delete_when``), with their key, event
+        time, whether they delete, their source coordinates and raw value, and each aggregate's input."""
+        delete, kept, letter = processor_input(events, job, self.where, self.delete_when)
+        inputs = [
+            resolved(events, job, f"values.{name}", agg.input_column(agg.stored_type(self.events.schema, name))).alias(
+                f"{INPUT_PREFIX}{i}"
+            )
+            for i, (name, agg) in enumerate(self.values.items())
+        ]
+        return events.where(kept).select(
+            key_field,
+            self.time,
+            delete.alias(DELETE_COLUMN),
+            "partition",
+            "offset",
+            "timestamp",
+            "value",
+            *inputs,
+            *letter,
+        )
