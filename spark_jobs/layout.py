@@ -246,7 +246,7 @@ class JobLayout:
         their own, as their output tables), None when the job writes Delta only."""
         if self.output_topic_stem is None:
             return None
-        return f"{self.output_topic_stem}-v{self.version}"
+        return output_topic_name(self.output_topic_stem, self.version)
 
     @property
     def state_input_topic(self) -> str:
@@ -357,6 +357,17 @@ def launch_files(logs_dir: Path, name: str, stamp: str) -> tuple[Path, Path]:
     standby's name) at ``stamp``: what :meth:`JobLayout.log_files` finds."""
     jobs = Path(logs_dir) / "jobs"
     return jobs / f"{name}-{stamp}.log", jobs / f"{name}-{stamp}.exit"
+
+
+def output_topic_name(stem: str, version: int) -> str:
+    """The upsert output topic of version ``version`` of a job with ``JobSpec.output_topic`` = ``stem``."""
+    return f"{stem}-v{version}"
+
+
+def output_topic_version(stem: str, topic: str) -> int | None:
+    """Which version's upsert output topic ``topic`` is, for a job with output topic ``stem`` (None: none)."""
+    number = topic.removeprefix(f"{stem}-v") if topic.startswith(f"{stem}-v") else ""
+    return int(number) if number.isdigit() else None
 
 
 def changelog_topic_name(application_id: str, store: str) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from spark_jobs.layout import output_topic_name, output_topic_version
 from spark_jobs.registry import JobSpec, latest_jobs
 
 
@@ -41,11 +42,10 @@ def readers_of(spec: JobSpec) -> Readers:
     batch = tuple(name for name, job in batch_jobs().items() if spec.name in job.inputs)
     streaming = ()
     if spec.output_topic:
-        stem = f"{spec.output_topic}-v"
         streaming = tuple(
             (reader.name, reader.source_topic)
             for reader in latest_jobs().values()
-            if reader.source_topic.startswith(stem) and reader.source_topic.removeprefix(stem).isdigit()
+            if output_topic_version(spec.output_topic, reader.source_topic) is not None
         )
     return Readers(spec.name, batch, streaming)
 
@@ -72,11 +72,11 @@ def chain_notes(readers: Readers, mode: str, current: JobSpec, target: JobSpec, 
         if beside:
             notes.append(
                 f"streaming job {name} reads {topic}; v{target.version} writes "
-                f"{target.output_topic}-v{target.version}, which {name} does not read until one of its versions "
+                f"{output_topic_name(target.output_topic, target.version)}, which {name} does not read until one of its versions "
                 f"names it as source_topic: register that version and reprocess {name} side by side from it "
                 "(plan it with dry_run first)"
             )
-        elif truncate_outputs and topic == f"{current.output_topic}-v{current.version}":
+        elif truncate_outputs and topic == output_topic_name(current.output_topic, current.version):
             notes.append(
                 f"streaming job {name} reads {topic}, which the reset empties and rewrites from the start "
                 f"position: {name} sees the rewritten records as new upserts (reset {name} as well to "
