@@ -207,3 +207,58 @@ def test_peer_computes_the_same_sessions_as_the_platform_reference(kafka_broker,
     assert any(end > start for (_, start), (end, _) in want.emitted.items())
     assert sessions_of(output) == want.emitted
     assert sessions_of(f"{output}-updates") == want.updated
+
+
+def test_peer_computes_the_same_daily_top_movers_as_the_platform_reference(
+    kafka_broker, settings, classpath, tmp_path, unique
+):
+    """The seeds' two-stage pattern in Kafka Streams: change and ticks per symbol per day (1-day windows,
+    10 min grace, suppress until close) to an intermediate topic, read back as a table regrouped by day
+    (adder and subtractor) into the day's top 10, equal spark_jobs.generators.ticks' references
+    (daily_changes, then top_movers): what the platform's streaming job and the batch step
+    daily_top_movers are held to. The generator's late ticks (change 100 on the first day) must not count."""
+    from spark_jobs.generators import ticks
+    from spark_jobs.generators.producer import kafka_partition, produce_keyed
+    from spark_jobs.generators.windows import millis
+    from spark_jobs.kafka_topics import partition_offsets
+
+    start = ticks.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
+    events = ticks.generate(days=3, symbols=24, seed=7, start=start)
+    assert {kafka_partition(e["symbol"], 2) for e in events} == {0, 1}
+    daily = ticks.daily_changes(events, partitions=2)
+    days = sorted({day for _, day in daily})
+    want = {day: ticks.top_movers(daily, day) for day in days}
+    assert len(days) == 3 and all(len(top) == 10 for top in want.values())
+    assert not any(change >= 100 for change, _ in daily.values())  # the late ticks are left out
+
+    topic, app, output = f"ticks-{unique}", f"ksmovers-{unique}", f"ksmovers-{unique}-out"
+    ensure_topic(settings.kafka, topic, 2)
+    ensure_topic(settings.kafka, f"{output}-daily", 1, config=OUTPUT_TOPIC_CONFIG)  # the stage-1 hand-over
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
+    produce_keyed(settings.kafka, topic, events, "symbol")
+    peer = KafkaStreamsPeer(classpath, settings, "top_movers", app, tmp_path / app, topic, output, threads=1)
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0
+        # Stage 1's answer is in the hand-over topic once the input is committed (a commit flushes the
+        # producer); stage 2 has read it once the group's offsets reach the end of that topic and of its
+        # groupBy's repartition topic, in that order.
+        for stage_2_input in (f"{output}-daily", f"{app}-movers-by-day-repartition"):
+            assert partition_offsets(settings.kafka, stage_2_input), f"no topic {stage_2_input}"
+            peer.input_topic = stage_2_input
+            peer.wait_caught_up(timeout_s=300)
+    finally:
+        peer.stop()
+
+    handed_over = {
+        (v["symbol"], millis(v["window_start"])): (v["change"], v["ticks"])
+        for v in _compacted_view(settings, f"{output}-daily").values()
+    }
+    assert handed_over == daily
+    got = {
+        millis(day): [(row["rank"], row["symbol"], row["change"], row["ticks"]) for row in v["top"]]
+        for day, v in _compacted_view(settings, output).items()
+    }
+    assert got == {
+        day: [(rank, symbol, change, daily[symbol, day][1]) for rank, (symbol, change) in enumerate(top, 1)]
+        for day, top in want.items()
+    }

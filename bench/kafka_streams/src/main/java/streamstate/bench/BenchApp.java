@@ -2,11 +2,13 @@ package streamstate.bench;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.math.BigDecimal;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -69,7 +71,15 @@ import org.apache.kafka.streams.state.Stores;
  *       (caching disabled: the record cache would delay the puts, hence the evictions, to its flushes);
  *       on exit the app prints the store's content, one {@code {"event": "store_entry", ...}} line per key
  *       (an eviction reaches neither the output topic nor, behind an aggregate's timestamped store, the
- *       changelog: the store itself is the answer).
+ *       changelog: the store itself is the answer);
+ *   <li>{@code top_movers}: the seeds' two-stage daily top movers over stock ticks keyed by symbol. Stage 1:
+ *       change (sum) and ticks (count) per symbol per UTC day (1-day event-time windows, 10 min grace, 3 days
+ *       retention), emitted once when the day closes to {@code <output topic>-daily} (one partition, created
+ *       by the caller) as {@code {"symbol", "window_start"} -> {"symbol", "window_start", "window_end",
+ *       "change", "ticks"}} (ISO-8601 UTC instants, {@code Instant.toString()}). Stage 2: that topic as a
+ *       table, regrouped by day, its members aggregated (adder and subtractor), the day's 10 largest changes
+ *       (a tie to the smaller symbol) to {@code <output topic>} as {@code window_start -> {"window_start",
+ *       "top": [{"rank", "symbol", "change", "ticks"}, ...]}}.
  * </ul>
  *
  * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
@@ -78,7 +88,7 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -91,7 +101,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -119,6 +129,7 @@ public final class BenchApp {
       case "vote_counts" -> voteCounts(builder, args[4], args[5]);
       case "user_sessions" -> userSessions(builder, args[4], args[5]);
       case "recent_buyers" -> recentBuyers(builder, args[4], args[5]);
+      case "top_movers" -> topMovers(builder, args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
         System.exit(2);
@@ -483,6 +494,113 @@ public final class BenchApp {
     record.put("session_start_ms", session.window().start());
     record.put("session_end_ms", session.window().end());
     return KeyValue.pair(key, record.toString());
+  }
+
+  /** How many movers a day's answer lists. */
+  static final int TOP_N = 10;
+
+  /**
+   * The daily top movers in two stages (see the class comment for the topics and their records).
+   *
+   * <p>The intermediate topic {@code <output>-daily} is a plain sink and source with one partition, not a
+   * {@code repartition()}: it is the seeds' two-stage pattern's visible hand-over (another app may read the
+   * daily changes), and its partitioning does not matter to stage 2, whose {@code groupBy} re-keys by day
+   * through its own repartition topic anyway. One partition keeps that topic (and so the repartition topic,
+   * which takes its source's partition count) to a single task: the few records a day has need no more.
+   */
+  static void topMovers(StreamsBuilder builder, String input, String output) {
+    String daily = output + "-daily";
+    builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+        .filter((symbol, value) -> symbol != null && parse(value) != null && parse(value).path("change").isNumber())
+        .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+        .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofDays(1), Duration.ofMinutes(10)))
+        .aggregate(
+            () -> null,
+            (symbol, value, current) -> {
+              double change = parse(value).path("change").asDouble();
+              JsonNode day = parse(current);
+              ObjectNode next = JSON.createObjectNode();
+              next.put("change", (day == null ? 0.0 : day.path("change").asDouble()) + change);
+              next.put("ticks", (day == null ? 0L : day.path("ticks").asLong()) + 1);
+              return next.toString();
+            },
+            Materialized.<String, String>as(
+                    Stores.persistentWindowStore("daily-changes", Duration.ofDays(3), Duration.ofDays(1), false))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String()))
+        .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .map(
+            (window, value) -> {
+              String start = Instant.ofEpochMilli(window.window().start()).toString();
+              ObjectNode key = JSON.createObjectNode();
+              key.put("symbol", window.key());
+              key.put("window_start", start);
+              JsonNode day = parse(value);
+              ObjectNode record = JSON.createObjectNode();
+              record.put("symbol", window.key());
+              record.put("window_start", start);
+              record.put("window_end", Instant.ofEpochMilli(window.window().end()).toString());
+              record.put("change", day.path("change").asDouble());
+              record.put("ticks", day.path("ticks").asLong());
+              return KeyValue.pair(key.toString(), record.toString());
+            })
+        .to(daily, Produced.with(Serdes.String(), Serdes.String()));
+
+    builder.table(
+            daily,
+            Consumed.with(Serdes.String(), Serdes.String()),
+            Materialized.<String, String>as(Stores.persistentKeyValueStore("daily-changes-table"))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String()))
+        .groupBy(
+            (key, value) -> KeyValue.pair(field(value, "window_start"), value),
+            Grouped.with("movers-by-day", Serdes.String(), Serdes.String()))
+        .aggregate(
+            () -> "{}",
+            (day, value, members) -> {
+              JsonNode row = parse(value);
+              ObjectNode next = (ObjectNode) parse(members);
+              next.set(row.path("symbol").asText(), JSON.createObjectNode()
+                  .put("change", row.path("change").asDouble())
+                  .put("ticks", row.path("ticks").asLong()));
+              return next.toString();
+            },
+            (day, value, members) -> {
+              ObjectNode next = (ObjectNode) parse(members);
+              next.remove(parse(value).path("symbol").asText());
+              return next.toString();
+            },
+            Materialized.<String, String>as(Stores.persistentKeyValueStore("day-members"))
+                .withKeySerde(Serdes.String())
+                .withValueSerde(Serdes.String()))
+        .toStream()
+        .mapValues(BenchApp::topOfDay)
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /** A day's members ({@code symbol -> {"change", "ticks"}}) -> its top {@link #TOP_N} by change. */
+  static String topOfDay(String day, String members) {
+    if (members == null) {
+      return null;
+    }
+    List<Map.Entry<String, JsonNode>> rows = new ArrayList<>();
+    parse(members).fields().forEachRemaining(rows::add);
+    rows.sort(
+        Comparator.<Map.Entry<String, JsonNode>>comparingDouble(row -> -row.getValue().path("change").asDouble())
+            .thenComparing(Map.Entry::getKey));
+    ObjectNode answer = JSON.createObjectNode();
+    answer.put("window_start", day);
+    ArrayNode top = answer.putArray("top");
+    for (int i = 0; i < Math.min(TOP_N, rows.size()); i++) {
+      Map.Entry<String, JsonNode> row = rows.get(i);
+      top.addObject()
+          .put("rank", i + 1)
+          .put("symbol", row.getKey())
+          .put("change", row.getValue().path("change").asDouble())
+          .put("ticks", row.getValue().path("ticks").asLong());
+    }
+    return answer.toString();
   }
 
   static String field(String json, String name) {
