@@ -48,10 +48,12 @@ class JobContext:
         """Every name and path this job version owns."""
         return JobLayout.of(self.spec, self.settings)
 
-    def kafka_source(self):
+    def kafka_source(self, committed_only: bool = False):
         """The stateful stage's input as a streaming DataFrame, starting where the restored state ends: the
         job's source topic, or its repartition topic when the job re-keys its source (``JobSpec.repartition``,
-        :mod:`spark_jobs.repartition`), read committed: only what the re-keying stage's transactions wrote."""
+        :mod:`spark_jobs.repartition`), read committed: only what the re-keying stage's transactions wrote.
+        ``committed_only``: read the source committed too (another job's output topic, whose batches are
+        transactions: an aborted one must never be read)."""
         reader = (
             self.spark.readStream.format("kafka")
             .options(**self.settings.kafka.spark_options())
@@ -60,7 +62,7 @@ class JobContext:
             # Consumer groups named after the version (Kafka Streams: application.id is the group).
             .option("groupIdPrefix", self.spec.application_id)
         )
-        if self.spec.repartition:
+        if self.spec.repartition or committed_only:
             reader = reader.option("kafka.isolation.level", "read_committed")
         if self.settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
@@ -445,7 +447,7 @@ class JobContext:
         if topic is not None:
             replication = self.settings.kafka_replication_factor
             configs = {"cleanup.policy": "compact", "min.insync.replicas": str(min(2, replication))}
-            ensure_topic(self.settings.kafka, topic, self.spec.state_partitions, replication, configs)
+            ensure_topic(self.settings.kafka, topic, self.spec.output_partitions, replication, configs)
         return topic
 
     def ensure_changelog_topics(self) -> list[str]:

@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Literal, get_args
 
+from spark_jobs.layout import output_topic_name
+
 _NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 
 StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru"]
@@ -299,6 +301,8 @@ class JobSpec:
             topic ``<output_topic>-v<version>`` (per version, as the output tables are), keyed by the job's
             key, the output row as a JSON value, a tombstone for a deleted key, compacted; written in the
             batch's transaction with its changelog markers (:meth:`JobContext.state_change_sink`).
+        output_topic_partitions: the upsert topic's partitions (default: the stateful stage's); 1 to finish
+            in one place, as the seeds' two-stage pattern does (a reader sees every key in one task).
     """
 
     name: str
@@ -319,6 +323,7 @@ class JobSpec:
     repartition: bool = False
     repartition_partitions: int | None = None
     output_topic: str | None = None
+    output_topic_partitions: int | None = None
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
@@ -330,6 +335,8 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: snapshot_every_batches must be >= 0")
         if self.repartition_partitions is not None and (not self.repartition or self.repartition_partitions < 1):
             raise JobSpecError(f"job {self.name}: repartition_partitions must be >= 1 and needs repartition=True")
+        if self.output_topic_partitions is not None and (not self.output_topic or self.output_topic_partitions < 1):
+            raise JobSpecError(f"job {self.name}: output_topic_partitions must be >= 1 and needs an output_topic")
         if len({store.name for store in self.stores}) != len(self.stores):
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:
@@ -360,6 +367,11 @@ class JobSpec:
         if self.repartition:
             return self.repartition_partitions or self.source_partitions
         return self.source_partitions
+
+    @property
+    def output_partitions(self) -> int:
+        """The partitions of the upsert output topic (``output_topic_partitions``, default the stateful stage's)."""
+        return self.output_topic_partitions or self.state_partitions
 
     @property
     def output_table_dir(self) -> str:
@@ -513,9 +525,30 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
             ),
         ),
         description="Daily price change per stock (1-day tumbling windows, 10 min grace), written when the "
-        "day closes: stage 1 of the seeds' top-movers pipeline, whose stage 2 is the batch step "
+        "day closes, to Delta and to the one-partition upsert topic stock-daily-changes-v1: stage 1 of the "
+        "seeds' top-movers pipeline, whose stage 2 is the streaming job top_movers and the batch step "
         "daily_top_movers.",
         output_key=("symbol", "window_start"),
+        output_topic="stock-daily-changes",
+        output_topic_partitions=1,
+    ),
+    JobSpec(
+        name="top_movers",
+        version=1,
+        source_topic=output_topic_name("stock-daily-changes", 1),
+        source_partitions=1,
+        key_field="window_start",
+        output_table="top_movers",
+        entrypoint="spark_jobs.jobs.top_movers:TOP_MOVERS",
+        stores=(
+            StoreSpec(
+                "day-members", budget=StateBudget(max_rows=1_000_000, max_bytes=512 * 1024**2, max_restore_s=300)
+            ),
+        ),
+        description="The day's ten largest price moves, streaming: stock_price_changes' upsert topic read as a "
+        "table, ranked per day (stage 2 of the seeds' top-movers pipeline; the batch step daily_top_movers is "
+        "its twin for closed days).",
+        output_key=("window_start", "rank"),
     ),
     JobSpec(
         name="recent_buyers",

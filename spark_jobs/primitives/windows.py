@@ -93,6 +93,7 @@ class WindowedAggregate(EventTimeAggregate):
     span: ClassVar[str] = "window"
     span_columns: ClassVar[tuple[str, str]] = ("window_start", "window_end")
     taken_columns: ClassVar[tuple[str, ...]] = _TAKEN
+    publishes: ClassVar[bool] = True
 
     def state_ddl_for(self, key_field: str) -> str:
         """A store entry: a window (key, start, values, closed, its source partition), or a partition's
@@ -156,7 +157,14 @@ class WindowedAggregate(EventTimeAggregate):
                 late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
             )
 
-        return rows.writeStream.outputMode("append").foreachBatch(ctx.state_change_sink(changes, write_outputs))
+        output_records = None
+        if ctx.ensure_output_topic():
+
+            def output_records(batch):
+                return self.output_records(batch, key_field, store.window_ms, spec.name)
+
+        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
+        return rows.writeStream.outputMode("append").foreachBatch(sink)
 
     def _window_writer(self, output_path: str, key_field: str, window_ms: int, job: str, may_repeat):
         """What a batch's change rows do to the outputs. ``emit="close"``: append the windows that closed (a
@@ -167,25 +175,13 @@ class WindowedAggregate(EventTimeAggregate):
         false``; evictions leave the outputs alone, as Kafka Streams' emitted updates stay). It returns
         whether it wrote to the outputs (then the summaries are recomputed)."""
         from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
 
         on = f"t.`{key_field}` = s.`{key_field}` AND t.window_start = s.window_start"
-        gone = f"{TOMBSTONE} AND closed = false"
-
-        def output_rows(rows):
-            return rows.select(
-                key_field,
-                F.timestamp_millis("window_start_ms").alias("window_start"),
-                F.timestamp_millis(F.col("window_start_ms") + window_ms).alias("window_end"),
-                *self._output_columns(rows, job),
-                F.expr(gone).alias("_gone"),
-            )
 
         def write(batch, batch_id: int) -> bool:
-            windows = batch.where(f"kind = '{CHANGE}' AND `{key_field}` IS NOT NULL")
             if self.emit == "close":
                 # Most batches close no window (a write costs about a second even then).
-                closed = output_rows(windows.where("closed")).drop("_gone")
+                closed = self._emitted(batch, key_field, window_ms, job).drop("_gone")
                 if closed.isEmpty():
                     return False
                 if may_repeat(batch_id):
@@ -195,9 +191,7 @@ class WindowedAggregate(EventTimeAggregate):
                 else:  # a MERGE joins the whole table; an append writes just the batch's windows
                     closed.write.format("delta").mode("append").save(output_path)
                 return True
-            # A tombstone that is not a delete is an eviction, unless the window closed in this batch (it
-            # then carries its final values).
-            changed = output_rows(windows.where(f"NOT {TOMBSTONE} OR closed IS NOT NULL"))
+            changed = self._emitted(batch, key_field, window_ms, job)
             columns = [c for c in changed.columns if c != "_gone"]
             (
                 DeltaTable.forPath(batch.sparkSession, output_path)
@@ -211,6 +205,38 @@ class WindowedAggregate(EventTimeAggregate):
             return True
 
         return write
+
+    def _emitted(self, batch, key_field: str, window_ms: int, job: str):
+        """A batch's windows as the outputs get them (key, ``window_start``, ``window_end``, the outputs and
+        ``_gone``: the window was deleted): with ``emit="close"`` the windows that closed; with
+        ``emit="update"`` every changed window and every open window a delete removed (a tombstone that is not
+        a delete is an eviction, unless the window closed in this batch: it then carries its final values)."""
+        from pyspark.sql import functions as F
+
+        windows = batch.where(f"kind = '{CHANGE}' AND `{key_field}` IS NOT NULL")
+        windows = (
+            windows.where("closed") if self.emit == "close" else windows.where(f"NOT {TOMBSTONE} OR closed IS NOT NULL")
+        )
+        return windows.select(
+            key_field,
+            F.timestamp_millis("window_start_ms").alias("window_start"),
+            F.timestamp_millis(F.col("window_start_ms") + window_ms).alias("window_end"),
+            *self._output_columns(windows, job),
+            F.expr(f"{TOMBSTONE} AND closed = false").alias("_gone"),
+        )
+
+    def output_records(self, batch, key_field: str, window_ms: int = 0, job: str = "?"):
+        """A batch's emitted windows (:meth:`_emitted`) as upsert records for the job's output topic: the key
+        the JSON object of the key field and ``window_start`` (``{"patient_id": "p1", "window_start":
+        "2026-03-02T00:00:00.000Z"}``), the value the output row as JSON, null for a deleted window."""
+        from pyspark.sql import functions as F
+
+        rows = self._emitted(batch, key_field, window_ms, job)
+        values = [c for c in rows.columns if c != "_gone"]
+        return rows.select(
+            F.to_json(F.struct(key_field, "window_start")).cast("binary").alias("key"),
+            F.when(~F.col("_gone"), F.to_json(F.struct(*values))).cast("binary").alias("value"),
+        )
 
     def _initial_windows(self, restored, key_field: str):
         """The restored store (``key`` + state rows) in the processor's initial-state shape

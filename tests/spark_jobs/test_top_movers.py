@@ -1,0 +1,118 @@
+"""Jobs that feed jobs: the seeds' two-stage top movers, streaming. ``stock_price_changes`` writes each closed
+day to its one-partition upsert topic in the transaction of its batch's markers; ``top_movers`` reads that
+topic as a table and ranks each day's changes (:class:`spark_jobs.primitives.TopN`). Both held to the
+plain-Python reference (:mod:`spark_jobs.generators.ticks`), which the batch step ``daily_top_movers``
+(tests/spark_jobs/test_batch_jobs.py) and the Kafka Streams twin (tests/bench/test_kafka_streams_peer.py) are
+held to as well; the table's own semantics (updates, tombstones, ties, refused records, any cut of the input,
+1 or 3 partitions, a lost checkpoint) against :mod:`spark_jobs.generators.upserts`."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from spark_jobs.generators import ticks, upserts
+from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.layout import JobLayout, output_topic_name
+from spark_jobs.registry import JobSpecError, get_job
+from spark_jobs.testing import JobHarness
+
+pytestmark = pytest.mark.integration
+
+TICKS = ticks.generate(days=3)
+
+
+def _stages(unique: str):
+    one = dataclasses.replace(
+        get_job("stock_price_changes"),
+        name=f"changes_{unique}",
+        source_topic=f"ticks-{unique}",
+        output_table=f"changes_{unique}",
+        output_topic=f"daily-{unique}",
+    )
+    two = dataclasses.replace(
+        get_job("top_movers"),
+        name=f"movers_{unique}",
+        source_topic=output_topic_name(one.output_topic, one.version),
+        output_table=f"movers_{unique}",
+    )
+    return one, two
+
+
+def _ranking(outputs) -> dict[tuple[int, int], tuple[str, float, int]]:
+    return {
+        (int(r["window_start"].timestamp() * 1000), r["rank"]): (r["symbol"], r["change"], r["ticks"]) for r in outputs
+    }
+
+
+def _reference_movers(events) -> dict[tuple[int, int], tuple[str, float, int]]:
+    daily = ticks.daily_changes(events)
+    days = sorted({start for _, start in daily})
+    return {
+        (day, rank): (symbol, change, daily[(symbol, day)][1])
+        for day in days
+        for rank, (symbol, change) in enumerate(ticks.top_movers(daily, day), start=1)
+    }
+
+
+def test_stage_two_ranks_what_stage_one_publishes_as_the_days_close(settings, kafka_broker, spark, unique):
+    one, two = _stages(unique)
+    harness = JobHarness(settings=settings, spark=spark)
+    first_half, rest = TICKS[: len(TICKS) // 2], TICKS[len(TICKS) // 2 :]
+    harness.run(one, first_half)
+    early = harness.run(two, [])
+    harness.run(one, rest)
+    cut = JobHarness(settings=settings.replace(max_offsets_per_trigger=7), spark=spark)
+    final = cut.run(two, [])
+
+    want = _reference_movers(TICKS)
+    assert len(want) == 30 and len({day for day, _ in want}) == 3
+    assert _ranking(final.outputs) == want
+    assert set(_ranking(early.outputs)) < set(want), "a day is ranked once stage 1 has closed it"
+    topic = JobLayout.of(one, settings).output_topic
+    assert len(partition_offsets(settings.kafka, topic)) == 1, "stage 1's upsert topic has one partition"
+    assert not final.dead_letters
+
+
+@pytest.mark.parametrize(("partitions", "cut"), [(1, 0), (3, 25)])
+def test_a_table_is_ranked_by_its_rows_latest_values_whatever_the_cut(
+    settings, kafka_broker, spark, unique, partitions, cut
+):
+    """Updates that drop a leader out of the top, tombstones, rows deleted and brought back, tied and missing
+    scores, refused records: the ranking is the reference's, however the input is cut and partitioned, and
+    after a lost checkpoint (restored from the changelog) the run goes on as if nothing had happened."""
+    _, two = _stages(unique)
+    spec = dataclasses.replace(two, source_topic=f"table-{unique}", source_partitions=partitions)
+    ensure_topic(settings.kafka, spec.source_topic, partitions)
+    records = upserts.adversarial(count=150)
+    halves = records[:100], records[100:]
+    harness = JobHarness(settings=settings.replace(max_offsets_per_trigger=cut or None), spark=spark)
+
+    upserts.produce(settings.kafka, spec.source_topic, halves[0])
+    first = harness.run(spec, [])
+    assert _ranking(first.outputs) == upserts.top_n(halves[0])
+    shutil.rmtree(first.report.checkpoint)
+    upserts.produce(settings.kafka, spec.source_topic, halves[1])
+    second = harness.run(spec, [])
+
+    assert second.report.restores["day-members"].keys > 0
+    assert _ranking(second.outputs) == upserts.top_n(records)
+    reasons = {}
+    for letter in second.dead_letters:
+        reasons[letter.reason] = reasons.get(letter.reason, 0) + 1
+    assert reasons == upserts.refused(records) == {"wrong_key": 2, "missing_key": 2, "undecodable": 1}
+
+
+def test_a_top_n_is_declared_and_checked():
+    from spark_jobs.jobs.top_movers import TOP_MOVERS
+
+    spec = get_job("top_movers")
+    TOP_MOVERS.check(spec)
+    with pytest.raises(JobSpecError, match="job top_movers: key_field 'rank'"):
+        TOP_MOVERS.check(dataclasses.replace(spec, key_field="rank", output_key=()))
+    with pytest.raises(JobSpecError, match="output_topic"):
+        TOP_MOVERS.check(dataclasses.replace(spec, output_topic="x"))
+    with pytest.raises(JobSpecError, match="n: rank at least one"):
+        dataclasses.replace(TOP_MOVERS, n=0).check(spec)
