@@ -173,6 +173,9 @@ class Settings:
     state_api_max_page_size: int = 1000
     #: a live answer that takes longer falls back to the standby
     state_api_timeout_s: float = 2.0
+    #: ... but the first query of a store waits this long for its live view's first load (the snapshot read,
+    #: the changelog caught up: seconds on a loaded machine), not to answer from a stale standby then
+    state_api_first_load_s: float = 20.0
     #: every driver and standby serves Prometheus metrics on this port (spark_jobs/metrics.py); 0 takes
     #: a free port (several processes on one host), published in the process's status file
     metrics_port: int = 0
@@ -308,7 +311,12 @@ class Settings:
                 f"{ENV_PREFIX}STANDBY_COMMIT_INTERVAL_S must be > 0 and below STANDBY_MAX_LAG_S "
                 f"({self.standby_commit_interval_s} vs {self.standby_max_lag_s})"
             )
-        if not 1 <= self.state_api_port <= 65535 or self.state_api_max_page_size < 1 or self.state_api_timeout_s <= 0:
+        if (
+            not 1 <= self.state_api_port <= 65535
+            or self.state_api_max_page_size < 1
+            or self.state_api_timeout_s <= 0
+            or self.state_api_first_load_s <= 0
+        ):
             raise SettingsError(f"{ENV_PREFIX}STATE_API_*: need a TCP port, a page size >= 1 and a timeout > 0")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"{ENV_PREFIX}METRICS_PORT={self.metrics_port} is not a TCP port (0: a free one)")

@@ -350,7 +350,7 @@ def test_a_live_view_that_is_not_ready_in_time_falls_back_to_the_standby(tmp_pat
     from runtime.process import free_port
 
     # The job holds its lease and says RUNNING, but the live view cannot load (no broker answers).
-    settings = Settings(data_dir=tmp_path, kafka_port=free_port(), state_api_timeout_s=0.2)
+    settings = Settings(data_dir=tmp_path, kafka_port=free_port(), state_api_timeout_s=0.2, state_api_first_load_s=0.3)
     lease = JobLease(settings.status_dir, JOB.application_id)
     epoch = lease.acquire()
     client = TestClient(create_app(settings))

@@ -18,10 +18,15 @@ def chain(monkeypatch):
 def test_a_batch_step_reading_a_job_is_named_with_the_backfill_it_needs():
     spec = get_job("stock_price_changes")
     readers = readers_of(spec)
-    assert readers == Readers("stock_price_changes", batch_jobs=("daily_top_movers",))
-    (beside,) = chain_notes(readers, "side_by_side", spec, spec, truncate_outputs=False)
+    assert readers == Readers(
+        "stock_price_changes",
+        batch_jobs=("daily_top_movers",),
+        streaming_jobs=(("top_movers", "stock-daily-changes-v1"),),  # stage 2 over its upsert topic
+    )
+    beside, reader = chain_notes(readers, "side_by_side", spec, spec, truncate_outputs=False)
     assert "once v1 is promoted its next runs read it" in beside and "--dag-id batch__daily_top_movers" in beside
-    (reset,) = chain_notes(readers, "reset", spec, spec, truncate_outputs=False)
+    assert "top_movers" in reader
+    (reset, _) = chain_notes(readers, "reset", spec, spec, truncate_outputs=True)
     assert "which the reset rewrites" in reset and "backfill the intervals it recomputed" in reset
     assert readers_of(get_job("purchase_counts")) == Readers("purchase_counts")
 

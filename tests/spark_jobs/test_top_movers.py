@@ -18,6 +18,7 @@ from spark_jobs.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.layout import JobLayout, output_topic_name
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
+from spark_jobs.versions import read_rows
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +117,48 @@ def test_a_top_n_is_declared_and_checked():
         TOP_MOVERS.check(dataclasses.replace(spec, output_topic="x"))
     with pytest.raises(JobSpecError, match="n: rank at least one"):
         dataclasses.replace(TOP_MOVERS, n=0).check(spec)
+
+
+def test_the_readme_shows_the_whole_declaration_of_the_job():
+    from pathlib import Path
+
+    import spark_jobs.jobs.top_movers as job
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    source = Path(job.__file__).read_text()
+    for start in ("DAILY_CHANGE_SCHEMA = T.StructType(", "TOP_MOVERS = TopN("):
+        declaration = readme[readme.index(start) :]
+        declaration = declaration[: declaration.index("\n)\n") + 3]
+        assert declaration in source, start
+    spec, one = get_job("top_movers"), get_job("stock_price_changes")
+    assert spec.source_topic == output_topic_name(one.output_topic, one.version)
+    assert f'source_topic="{spec.source_topic}"' in readme and one.output_partitions == 1
+
+
+@pytest.mark.faults
+def test_either_stage_killed_9_mid_batch_leaves_the_top_movers_equal_to_the_reference(private_stack, spark):
+    """kill -9 of stage 1 after its Delta write, before its markers: its batch's records are never committed,
+    so stage 2 (reading committed) sees none of them; kill -9 of stage 2 at the same point with its checkpoint
+    lost: the restart restores an empty store, removes the rows its killed batch wrote, replays, and the top
+    movers equal the reference."""
+    from bench.answers import latest_per_key
+    from spark_jobs.generators.producer import produce_keyed
+    from spark_jobs.run import run
+    from tests.faults.test_driver_kills import Kill, kill_at
+
+    stack = private_stack
+    one, two = get_job("stock_price_changes"), get_job("top_movers")
+    ensure_topic(stack.kafka, one.source_topic, one.source_partitions)
+    produce_keyed(stack.kafka, one.source_topic, TICKS, one.key_field)
+
+    kill_at(stack, one, Kill("between_outputs_and_markers", 1), "stage-one-kill.log")
+    published = JobLayout.of(one, stack).output_topic
+    assert latest_per_key(stack.kafka, published) == {}, "a batch without markers published results"
+    assert run(one, stack, available_now=True, spark=spark).error is None
+    assert len(latest_per_key(stack.kafka, published)) == 3 * 24
+
+    stopped = kill_at(stack, two, Kill("between_outputs_and_markers", 1, lose_checkpoint=True), "stage-two-kill.log")
+    assert stopped["lifecycle_state"] == "RUNNING"
+    report = run(two, stack, available_now=True, spark=spark)
+    assert report.error is None
+    assert _ranking(read_rows(report.output)) == _reference_movers(TICKS)

@@ -3,7 +3,9 @@
 The choice, per query (Kafka Streams 2.5+: query the active, fall back to a standby while it restores):
 
 1. the job version's driver holds its lease and reports RUNNING -> the live view, if it is ready
-   within ``state_api_timeout_s``;
+   within ``state_api_timeout_s`` (the first query of a store waits up to ``state_api_first_load_s``:
+   its view is being built, the snapshot read and the changelog caught up, which takes seconds on a
+   loaded machine; a stale standby answer would be the wrong one to give then);
 2. otherwise (job down, restoring, live view loading or failed) -> the standby snapshot, with the
    reason in ``fallback_reason``.
 
@@ -127,7 +129,8 @@ class StateQueryService:
         state = current_state(self.settings.status_dir, spec.application_id)
         if state == "RUNNING":
             view = self._live_view(spec, store_spec)
-            if view.wait_ready(self.settings.state_api_timeout_s):
+            timeout_s = self.settings.state_api_timeout_s
+            if view.wait_ready(timeout_s if view.loaded_once else max(timeout_s, self.settings.state_api_first_load_s)):
                 with view.lock:
                     table, batch_id, as_of = view.table, view.batch_id, view.as_of_ms
                 return Source("live", None, state, batch_id, None, as_of, max(0, _now_ms() - as_of), table)

@@ -136,6 +136,11 @@ class LiveView:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def loaded_once(self) -> bool:
+        """Whether the first load ended (ready, or failed)."""
+        return self._ready.is_set()
+
     def stop(self, wait_s: float = 0.0) -> None:
         self._stop.set()
         if wait_s:
