@@ -185,10 +185,14 @@ class SessionAggregate(EventTimeAggregate):
                 F.col(TOMBSTONE).alias("_gone"),
             )
             columns = [c for c in rows.columns if c != "_gone"]
+            # Only rows of the batch's sessions can match, all starting at or after its earliest start: said
+            # in the condition, Delta skips every file whose session_start stats end before it (the outputs
+            # grow with time; without it each MERGE read the whole table).
+            earliest = rows.agg(F.min(F.unix_micros("session_start"))).first()[0]
             (
                 DeltaTable.forPath(batch.sparkSession, output_path)
                 .alias("t")
-                .merge(rows.alias("s"), on)
+                .merge(rows.alias("s"), f"{on} AND t.session_start >= timestamp_micros({earliest})")
                 .whenMatchedDelete(condition="s._gone")
                 .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
                 .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
