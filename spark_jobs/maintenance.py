@@ -16,7 +16,9 @@ module plans and runs, with delta-rs (no Spark session), per table:
 
 Tables (:func:`tables_to_maintain`): every registered, not purged, version's snapshot and output
 tables (named by :class:`~spark_jobs.layout.JobLayout`; snapshot tables through
-:class:`~spark_jobs.state.snapshots.SnapshotStore`) and the platform's own tables (``_streamstate``).
+:class:`~spark_jobs.state.snapshots.SnapshotStore`), every batch job's output (a run replaces its
+interval's files: a compaction committing meanwhile fails that run's commit, and Airflow retries the run)
+and the platform's own tables (``_streamstate``).
 
 A run is a dry run unless told otherwise: the plan lists, per table, the files a compaction would
 rewrite and the files and bytes a vacuum would delete. Each run is added to the
@@ -54,7 +56,7 @@ TARGET_FILE_BYTES = 128 * 1024 * 1024
 #: the table properties that bound how long a table keeps what time travel reads
 RETENTION_PROPERTIES = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
 
-TableKind = Literal["snapshot", "output", "platform"]
+TableKind = Literal["snapshot", "output", "batch", "platform"]
 
 _INTERVAL_PART = re.compile(r"(\d+)\s*([a-z]+)")
 _UNIT_SECONDS = {
@@ -206,9 +208,12 @@ def purged_versions(settings: Settings) -> set[tuple[str, int]]:
 
 
 def tables_to_maintain(settings: Settings) -> list[MaintainedTable]:
-    """Every existing snapshot and output table of a registered, not purged, version, and the platform's tables."""
+    """Every existing snapshot and output table of a registered, not purged, version, every batch job's output,
+    and the platform's tables."""
     from deltalake import DeltaTable
 
+    from spark_jobs.batch.runner import output_location
+    from spark_jobs.batch.spec import batch_jobs
     from spark_jobs.layout import JobLayout
     from spark_jobs.registry import registered_versions
     from spark_jobs.versions import platform_table
@@ -222,6 +227,10 @@ def tables_to_maintain(settings: Settings) -> list[MaintainedTable]:
             layout = JobLayout.of(spec, settings)
             found += [MaintainedTable("snapshot", layout.snapshot_table(s), layout, s) for s in layout.store_names]
             found += [MaintainedTable("output", t, layout) for t in layout.output_tables]
+    found += [
+        MaintainedTable("batch", output_location(settings, job))
+        for job in batch_jobs(settings.job_modules or "").values()
+    ]
     found += [MaintainedTable("platform", t) for t in platform_table(settings, "job_versions").parent.children()]
     return [t for t in found if DeltaTable.is_deltatable(str(t.path), storage_options=t.path.storage_options())]
 

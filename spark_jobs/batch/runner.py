@@ -39,8 +39,13 @@ class BatchRun:
     reads: Mapping[str, InputRead]
 
 
+def output_location(settings: Settings, job: BatchJob):
+    """The batch job's output table (``<lake>/<name>``)."""
+    return settings.lake / job.output_table_dir
+
+
 def output_path(settings: Settings, job: BatchJob) -> str:
-    return str(settings.lake / job.output_table_dir)
+    return str(output_location(settings, job))
 
 
 def input_paths(settings: Settings, job: BatchJob) -> dict[str, str]:

@@ -25,6 +25,7 @@ from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_standby_status, read_status
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import standby_id
+from tests.fixtures import two_stage_jobs
 from tests.helpers import STACK_JOB_MODULES, driver_diagnosis, driver_pids
 from tests.helpers import wait_for as _wait
 
@@ -49,6 +50,7 @@ def airflow_cli(airflow, dag_runner, settings, webhook):
         get_job("patient_heart_rate").application_id,
         get_job("vote_counts").application_id,
         "crash_looping_votes-v1",
+        *(spec.application_id for spec in two_stage_jobs.JOBS),
     ):
         for launch in (
             read_record(settings.status_dir, app).launches + read_record(settings.status_dir, standby_id(app)).launches
@@ -277,3 +279,54 @@ def test_crash_looping_job_stops_being_restarted_after_k_tries(
     crash = next(a for a in webhook.received if a["application_id"] == app and a["condition"] == "crash_loop")
     assert crash["severity"] == "critical" and "start_streaming_job" in crash["next_step"]
     assert crash["numbers"]["restarts_in_window"] == policy.crash_loop_restarts
+
+
+def test_the_two_stage_top_movers_run_under_supervision_and_both_come_back_after_kill_9(
+    settings, airflow_cli, kafka_broker, monkeypatch
+):
+    """Stage 1 (daily changes, to its one-partition upsert topic) and stage 2 (the day's top 10 over that
+    topic), each started by its supervision DAG: stage 2's outputs reach the reference for the closed days;
+    both drivers killed with kill -9 and restarted by supervision, the next day's ticks close it and the
+    outputs equal the reference over everything."""
+    from spark_jobs.generators.producer import produce_keyed
+    from spark_jobs.versions import read_rows
+    from tests.spark_jobs.test_batch_jobs import LATER, TICKS
+    from tests.spark_jobs.test_top_movers import _ranking, _reference_movers
+
+    modules = "tests.fixtures.two_stage_jobs"
+    monkeypatch.setenv("STREAMSTATE_JOB_MODULES", modules)
+    env = {"STREAMSTATE_JOB_MODULES": modules, "PYTHONPATH": str(PROJECT_ROOT)}
+    one, two = two_stage_jobs.STAGE_ONE, two_stage_jobs.STAGE_TWO
+    ensure_topic(settings.kafka, one.source_topic, one.source_partitions)
+    leases = [JobLease(settings.status_dir, spec.application_id) for spec in (one, two)]
+
+    def top_movers():
+        try:
+            return _ranking(read_rows(str(settings.lake / two.output_table_dir)))
+        except Exception:  # not written yet
+            return {}
+
+    def supervise_both() -> list:
+        for spec in (one, two):
+            _ok(airflow_cli(f"supervise__{spec.name}", **env))
+        for spec in (one, two):
+            _wait(lambda s=spec: read_status(settings.status_dir, s.application_id).state == "RUNNING", 180, "RUNNING")
+        return [lease.holder() for lease in leases]
+
+    first = supervise_both()
+    produce_keyed(settings.kafka, one.source_topic, TICKS, one.key_field)
+    want = _reference_movers(TICKS)
+    _wait(lambda: top_movers() == want, 300, "stage 2's top movers of the three closed days", lambda: top_movers())
+
+    for holder in first:
+        os.kill(holder.pid, signal.SIGKILL)
+    for lease, spec in zip(leases, (one, two), strict=True):
+        _wait(lambda lease=lease: lease.holder() is None, 60, "the kernel to drop the killed driver's lease")
+        _wait_out_the_backoff(settings, spec.application_id)
+    second = supervise_both()
+    assert [h.epoch for h in second] == [h.epoch + 1 for h in first], "each stage restarted once, fenced"
+
+    produce_keyed(settings.kafka, one.source_topic, LATER, one.key_field)
+    everything = _reference_movers([*TICKS, *LATER])
+    assert len({day for day, _ in everything}) == 4
+    _wait(lambda: top_movers() == everything, 300, "the fourth day ranked after the restarts", lambda: top_movers())

@@ -183,6 +183,18 @@ def test_purged_versions_are_left_alone_platform_tables_are_maintained(tmp_path)
     assert listed == {versions.path: "platform"}
 
 
+def test_a_batch_jobs_output_is_maintained_too(tmp_path):
+    from spark_jobs.batch.runner import output_location
+    from spark_jobs.batch.spec import get_batch_job
+
+    settings = Settings(data_dir=tmp_path)
+    table = output_location(settings, get_batch_job("daily_top_movers"))
+    _many_small_commits(table, MIN_FILES_TO_COMPACT)
+    assert {t.path: t.kind for t in tables_to_maintain(settings)} == {table: "batch"}
+    (result,) = maintain(settings, dry_run=False)
+    assert result.compacted_files_removed == MIN_FILES_TO_COMPACT
+
+
 def test_the_record_adds_what_applied_runs_freed_dry_runs_add_nothing(tmp_path):
     settings = Settings(data_dir=tmp_path)
     table = tmp_path / "out"
