@@ -119,6 +119,35 @@ def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, un
     ]
 
 
+def test_user_sessions_re_keyed_through_the_repartition_topic(harness, settings, unique):
+    """Unkeyed clicks over 3 partitions: one row per user and session, equal to the session rules applied in
+    the repartition topic's order (stream time per repartition partition: the reference's partition of a user
+    is its repartition partition, both murmur2 of the key), late events dead-lettered."""
+    from spark_jobs.generators import sessions
+
+    spec = _spec("user_sessions", unique, repartition=True)
+    events = list(sessions.adversarial(300, users=7, seed=23))
+    result = harness.run(spec, events, keyed=False)
+
+    by_partition = _repartitioned(settings, spec)
+    assert sorted(e["event_id"] for part in by_partition for e in part) == sorted(e["event_id"] for e in events)
+    want = sessions.expected_visits([e for part in by_partition for e in part], partitions=PARTITIONS)
+    assert want.late and len(want.emitted) > 10
+
+    def ms(t: dt.datetime) -> int:
+        return int(t.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+    rows = result.outputs
+    got = {
+        (r["user_id"], ms(r["session_start"])): (ms(r["session_end"]), (r["events"], r["page_views"], r["last_page"]))
+        for r in rows
+    }
+    assert len(got) == len(rows), "a session was written twice"
+    assert got == want.emitted
+    late = {json.loads(letter.value)["event_id"] for letter in result.dead_letters if letter.reason == dead_letter.LATE}
+    assert late == want.late
+
+
 def test_purchase_counts_re_keyed_equal_the_keyed_answer(harness, settings, unique):
     """Re-keyed from an unkeyed source, purchase_counts equals its reference applied in the repartition
     topic's order; for users never closed (order-free sums) it equals the answer over the events as produced.
