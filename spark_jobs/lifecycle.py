@@ -122,12 +122,7 @@ class BatchProgress:
     @classmethod
     def of(cls, progress: Mapping) -> BatchProgress:
         """From Spark's StreamingQueryProgress as JSON (``json.loads(event.progress.json)``)."""
-        lag: dict[str, int] = {}
-        for source in progress.get("sources") or []:
-            end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
-            for topic, parts in latest.items():
-                for partition, offset in parts.items():
-                    lag[f"{topic}-{partition}"] = max(0, int(offset) - int(end.get(topic, {}).get(partition, 0)))
+        lag = input_lag_of(progress)
         operators = progress.get("stateOperators") or []
         rocksdb: dict[str, float] = {}
         for op in operators:
@@ -151,6 +146,17 @@ class BatchProgress:
     @property
     def total_lag(self) -> int:
         return sum(self.input_lag.values())
+
+
+def input_lag_of(progress: Mapping) -> dict[str, int]:
+    """Records a query has not read yet, per ``<topic>-<partition>``, from its StreamingQueryProgress (as JSON)."""
+    lag: dict[str, int] = {}
+    for source in progress.get("sources") or []:
+        end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+        for topic, parts in latest.items():
+            for partition, offset in parts.items():
+                lag[f"{topic}-{partition}"] = max(0, int(offset) - int(end.get(topic, {}).get(partition, 0)))
+    return lag
 
 
 def _offsets(value) -> dict:
@@ -247,11 +253,26 @@ class PublishedStatus:
     metrics_port: int | None = None
     #: dead letters this run wrote, by reason (spark_jobs/dead_letter.py)
     dead_letters: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: a job that re-keys its source (``JobSpec.repartition``): source records its re-keying stage has not
+    #: read yet, per ``<topic>-<partition>`` (the progress's lag is the stateful stage's, in its repartition topic)
+    rekeying_lag: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def batch_id(self) -> int | None:
         """The latest micro-batch's id (None: none finished in this run yet)."""
         return self.progress.batch_id if self.progress else None
+
+    @property
+    def input_lag(self) -> dict[str, int]:
+        """Records not read yet per ``<topic>-<partition>``: the stateful stage's, and the re-keying stage's."""
+        return {**(self.progress.input_lag if self.progress else {}), **self.rekeying_lag}
+
+    @property
+    def input_lag_records(self) -> int | None:
+        """Every record of the job's input not read yet (None: no micro-batch reported yet)."""
+        if self.progress is None and not self.rekeying_lag:
+            return None
+        return sum(self.input_lag.values())
 
 
 @dataclasses.dataclass
@@ -271,6 +292,7 @@ class JobStatus:
     first_batch_id: int | None = None
     metrics_port: int | None = None
     dead_letters: dict[str, int] = dataclasses.field(default_factory=dict)
+    rekeying_lag: dict[str, int] = dataclasses.field(default_factory=dict)
     listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
     #: called with every document published, under the status lock (the driver's metrics follow it)
     publish_listeners: list[Callable[[PublishedStatus], None]] = dataclasses.field(default_factory=list)
@@ -297,6 +319,12 @@ class JobStatus:
             self.progress = BatchProgress.of(progress)
             if self.first_batch_id is None:
                 self.first_batch_id = self.progress.batch_id
+            self._publish_locked()
+
+    def record_rekeying_progress(self, progress: Mapping) -> None:
+        """The re-keying stage's StreamingQueryProgress (as JSON): its lag in the source."""
+        with self._lock:
+            self.rekeying_lag = input_lag_of(progress)
             self._publish_locked()
 
     def record_idle(self, timestamp: str) -> None:
@@ -357,6 +385,7 @@ class JobStatus:
             first_batch_id=self.first_batch_id,
             metrics_port=self.metrics_port,
             dead_letters=dict(self.dead_letters),
+            rekeying_lag=dict(self.rekeying_lag),
         )
 
     def _publish_locked(self) -> None:

@@ -138,7 +138,7 @@ class DriverMetrics:
         _set(BATCH_SECONDS.labels(app), duration_ms / 1000 if duration_ms is not None else None)
         _set(INPUT_RATE.labels(app), progress.input_rows_per_second)
         _set(PROCESSED_RATE.labels(app), progress.processed_rows_per_second)
-        lag = progress.input_lag
+        lag = status.input_lag  # a re-keyed job's source partitions too
         for partition in self._lag_partitions - set(lag):
             INPUT_LAG.remove(app, partition)
         for partition, records in lag.items():

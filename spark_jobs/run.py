@@ -93,7 +93,7 @@ def _logged(method):
     return wrapper
 
 
-def _progress_collector(report: RunReport, status: JobStatus):
+def _progress_collector(report: RunReport, status: JobStatus, rekeying_query: str | None = None):
     from pyspark.sql.streaming import StreamingQueryListener
 
     class ProgressCollector(StreamingQueryListener):
@@ -110,6 +110,9 @@ def _progress_collector(report: RunReport, status: JobStatus):
         @_logged
         def onQueryProgress(self, event) -> None:  # noqa: N802
             progress = json.loads(event.progress.json)
+            if rekeying_query is not None and progress.get("name") == rekeying_query:
+                status.record_rekeying_progress(progress)
+                return
             if progress.get("name") != report.application_id:
                 return  # another query of this session (e.g. a test's)
             status.record_progress(progress)
@@ -213,7 +216,8 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         lease_epoch=epoch,
         generation=generation,
     )
-    collector = _progress_collector(report, status)
+    rekeying_query = context.layout.repartition_topic if context.repartitioner is not None else None
+    collector = _progress_collector(report, status, rekeying_query)
     spark.streams.addListener(collector)
     try:
 
@@ -226,7 +230,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
                 # the source re-keyed into the repartition topic by a query of its own
                 # (spark_jobs/repartition.py); drained first when the run drains, so that the stateful
                 # stage then finds every record there
-                rekeying_writer = context.repartitioner.writer().queryName(context.layout.repartition_topic)
+                rekeying_writer = context.repartitioner.writer().queryName(rekeying_query)
                 rekeying = with_trigger(rekeying_writer).start()
                 if available_now:
                     _await_stoppable(rekeying)

@@ -282,7 +282,7 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
         )
     if state is not JobState.RUNNING:
         return state.value.lower(), conditions
-    lag = progress.total_lag
+    lag = status.input_lag_records or 0  # a re-keyed job's re-keying stage's lag included
     if lag > policy.max_input_lag_records:
         conditions.append(
             Condition(

@@ -104,6 +104,18 @@ def test_batch_progress_has_lag_per_partition_and_state_numbers(tmp_path):
     assert read_status(tmp_path, "app-v1").progress == summary
 
 
+def test_a_rekeyed_jobs_input_lag_counts_its_rekeying_stage_too(tmp_path):
+    status = JobStatus("app-v1", tmp_path / "app-v1.status.json")
+    assert status.document().input_lag_records is None
+    rekeying = {"sources": [{"endOffset": {"src": {"0": 5, "1": 9}}, "latestOffset": {"src": {"0": 12, "1": 9}}}]}
+    status.record_rekeying_progress(rekeying)
+    assert read_status(tmp_path, "app-v1").input_lag_records == 7
+    status.record_progress(PROGRESS)  # the stateful stage: 30 behind in its own input
+    published = read_status(tmp_path, "app-v1")
+    assert published.input_lag == {"t-0": 30, "t-1": 0, "src-0": 7, "src-1": 0}
+    assert published.input_lag_records == 37 and published.progress.total_lag == 30
+
+
 def test_the_published_status_reads_back_as_written(tmp_path):
     """The typed contract between the driver and Airflow: what one writes, the other reads, field for field."""
     status = JobStatus("app-v1", tmp_path / "app-v1.status.json", lease_epoch=3, metrics_port=9100)

@@ -146,6 +146,10 @@ def test_user_sessions_re_keyed_through_the_repartition_topic(harness, settings,
     assert got == want.emitted
     late = {json.loads(letter.value)["event_id"] for letter in result.dead_letters if letter.reason == dead_letter.LATE}
     assert late == want.late
+    # the re-keying stage's lag in the source is published beside the stateful stage's (drained: none)
+    status = read_status(settings.status_dir, spec.application_id)
+    assert set(status.rekeying_lag) == {f"{spec.source_topic}-{p}" for p in range(PARTITIONS)}
+    assert status.input_lag_records == 0
 
 
 def test_purchase_counts_re_keyed_equal_the_keyed_answer(harness, settings, unique):

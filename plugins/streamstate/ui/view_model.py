@@ -180,7 +180,7 @@ def job_row(
             tune_dag="/dags/tune_changelog_compaction",
             spark_ui=status.spark_ui if status and driver.alive else None,
         ),
-        input_lag_records=progress.total_lag if progress else None,
+        input_lag_records=status.input_lag_records if status else None,
         batch_id=progress.batch_id if progress else None,
         batch_duration_ms=progress.batch_duration_ms if progress else None,
         processed_rows_per_second=progress.processed_rows_per_second if progress else None,
