@@ -468,7 +468,9 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
     ),
     JobSpec(
         name="user_sessions",
-        version=1,
+        # v2: each stored session says whether it is reopened (it merged a closed, emitted one), so the job
+        # appends the other sessions it emits instead of merging them; the state's schema differs from v1's.
+        version=2,
         source_topic="user-activity",
         key_field="user_id",
         output_table="user_sessions",

@@ -58,6 +58,7 @@ _TAKEN = (
     "session_start_ms",
     "session_end_ms",
     "closed",
+    "reopened",
     "source_partition",
     "stream_time_ms",
     "source_offset",
@@ -100,11 +101,12 @@ class SessionAggregate(EventTimeAggregate):
     taken_columns: ClassVar[tuple[str, ...]] = _TAKEN
 
     def state_ddl_for(self, key_field: str) -> str:
-        """A store entry: a session (key, start, end, values, closed, its source partition), or a
-        partition's stream time (key and start null)."""
+        """A store entry: a session (key, start, end, values, closed, reopened: it merged a closed session,
+        so its start may be in the outputs already; its source partition), or a partition's stream time (key
+        and start null)."""
         return (
             f"{key_field} STRING, session_start_ms BIGINT, session_end_ms BIGINT, {self.values_ddl}, "
-            "closed BOOLEAN, source_partition INT, stream_time_ms BIGINT"
+            "closed BOOLEAN, reopened BOOLEAN, source_partition INT, stream_time_ms BIGINT"
         )
 
     def output_ddl_for(self, key_field: str) -> str:
@@ -148,12 +150,12 @@ class SessionAggregate(EventTimeAggregate):
 
         store, changes, rows = self.processed(ctx, processor)
         spec, key_field = ctx.spec, ctx.spec.key_field
-        write_sessions = self._session_writer(ctx.output_path, key_field, spec.name)
+        write_sessions = self._session_writer(ctx.output_path, key_field, spec.name, ctx.outputs_may_repeat)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         source_topic = ctx.input_topic
 
         def write_outputs(batch, batch_id: int) -> None:
-            if write_sessions(batch):
+            if write_sessions(batch, batch_id):
                 write_summaries(batch.sparkSession)
             ctx.write_rejected(
                 late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
@@ -161,36 +163,29 @@ class SessionAggregate(EventTimeAggregate):
 
         return rows.writeStream.outputMode("append").foreachBatch(ctx.state_change_sink(changes, write_outputs))
 
-    def _session_writer(self, output_path: str, key_field: str, job: str):
-        """What a batch's emit rows do to the outputs: one MERGE by (key, ``session_start``), a tombstone
-        deleting the row, any other row upserted. The processor emits at most one row per session and
-        batch, its last change: with ``emit="close"`` each session as it closed (a session extended after
-        it closed is emitted again, replacing its row), with ``emit="update"`` every change (merged-away
-        and deleted open sessions as tombstones). A MERGE is idempotent, so a replayed batch (after a crash
-        or a restore) writes the same rows again. It returns whether it wrote to the outputs."""
+    def _session_writer(self, output_path: str, key_field: str, job: str, may_repeat):
+        """What a batch's emit rows do to the outputs. The processor emits at most one row per session and
+        batch, its last change: with ``emit="close"`` each session as it closed, with ``emit="update"`` every
+        change (merged-away and deleted open sessions as tombstones). With ``emit="close"`` a session is a new
+        row of the outputs unless it is *reopened* (it merged a closed session, whose row may have its start):
+        a batch without a reopened session appends its sessions (inserts them if absent when the batch may
+        repeat written outputs: a replay, see ``spark_jobs/state/output_marks.py``); one with a reopened
+        session MERGEs them all by (key, ``session_start``), replacing that row (one write per batch: the
+        sink's idempotent-write id skips a second). With ``emit="update"`` one MERGE takes every row, a
+        tombstone deleting the row. Either is idempotent, so a replayed batch writes the same rows again. It
+        returns whether it wrote."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
         on = f"t.`{key_field}` = s.`{key_field}` AND t.session_start = s.session_start"
 
-        def write(batch) -> bool:
-            emitted = batch.where(f"kind = '{EMIT}'")
-            if emitted.isEmpty():  # most batches close no session (a write costs about a second even then)
-                return False
-            rows = emitted.select(
-                key_field,
-                F.timestamp_millis("session_start_ms").alias("session_start"),
-                F.timestamp_millis("session_end_ms").alias("session_end"),
-                *self._output_columns(emitted, job),
-                F.col(TOMBSTONE).alias("_gone"),
-            )
-            columns = [c for c in rows.columns if c != "_gone"]
-            # Only rows of the batch's sessions can match, all starting at or after its earliest start: said
-            # in the condition, Delta can skip every file whose session_start stats end before it. (At 1e7
-            # events in 12 batches it did not shorten the MERGEs, 3.4 s each: BENCHMARKS.md, sessions.)
+        def merge(rows) -> None:
+            columns = [c for c in rows.columns if c not in ("_gone", "reopened")]
+            # Only rows of these sessions can match, all starting at or after the earliest: said in the
+            # condition, Delta can skip every file whose session_start stats end before it.
             earliest = rows.agg(F.min(F.unix_micros("session_start"))).first()[0]
             (
-                DeltaTable.forPath(batch.sparkSession, output_path)
+                DeltaTable.forPath(rows.sparkSession, output_path)
                 .alias("t")
                 .merge(rows.alias("s"), f"{on} AND t.session_start >= timestamp_micros({earliest})")
                 .whenMatchedDelete(condition="s._gone")
@@ -198,6 +193,35 @@ class SessionAggregate(EventTimeAggregate):
                 .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
                 .execute()
             )
+
+        def write(batch, batch_id: int) -> bool:
+            emitted = batch.where(f"kind = '{EMIT}'")
+            rows = emitted.select(
+                key_field,
+                F.timestamp_millis("session_start_ms").alias("session_start"),
+                F.timestamp_millis("session_end_ms").alias("session_end"),
+                *self._output_columns(emitted, job),
+                F.col(TOMBSTONE).alias("_gone"),
+                F.coalesce(F.col("reopened"), F.lit(False)).alias("reopened"),
+            )
+            if self.emit == "update":
+                if emitted.isEmpty():  # most batches change no session (a write costs about a second even then)
+                    return False
+                merge(rows)
+                return True
+            counts = rows.agg(F.count(F.lit(1)).alias("all"), F.count_if("reopened").alias("reopened")).first()
+            if not counts["all"]:  # most batches close no session
+                return False
+            # One write per batch (the sink's idempotent-write id would skip a second one)
+            if counts["reopened"]:
+                merge(rows)
+            elif may_repeat(batch_id):
+                new_rows = rows.drop("_gone", "reopened")
+                DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
+                    new_rows.alias("s"), on
+                ).whenNotMatchedInsertAll().execute()
+            else:  # a MERGE joins the table; an append writes just the batch's sessions
+                rows.drop("_gone", "reopened").write.format("delta").mode("append").save(output_path)
             return True
 
         return write
@@ -207,7 +231,7 @@ class SessionAggregate(EventTimeAggregate):
         (``SessionAggregate.initialDdl``): one row per key and one per partition's stream time."""
         from pyspark.sql import functions as F
 
-        session = F.struct("session_start_ms", "session_end_ms", "closed", *self.values)
+        session = F.struct("session_start_ms", "session_end_ms", "closed", "reopened", *self.values)
         sessions = (
             restored.where(F.col(key_field).isNotNull())
             .groupBy("source_partition", key_field)

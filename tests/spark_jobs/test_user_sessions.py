@@ -181,6 +181,8 @@ def _run(spark, tmp_path, declaration, events: list[dict], cut: int, name: str) 
             if row["tombstone"]:
                 outputs.pop(session, None)
             else:
+                # what the sink relies on to append: a session emitted again on close is flagged reopened
+                assert declaration.emit == "update" or row["reopened"] or session not in outputs, session
                 outputs[session] = (row["session_end_ms"], values)
         elif row["tombstone"]:
             got.state.pop(session, None)

@@ -73,7 +73,7 @@ public final class SessionAggregate {
    * partition's stream time (key null), for the values {@code valuesDdl}. */
   public static String initialDdl(String valuesDdl) {
     return "source_partition INT, key STRING, sessions ARRAY<STRUCT<session_start_ms BIGINT, "
-        + "session_end_ms BIGINT, closed BOOLEAN, " + valuesDdl + ">>, stream_time_ms BIGINT";
+        + "session_end_ms BIGINT, closed BOOLEAN, reopened BOOLEAN, " + valuesDdl + ">>, stream_time_ms BIGINT";
   }
 
   /**
@@ -94,18 +94,22 @@ public final class SessionAggregate {
   }
 
   /** A session of a key: [start, end] inclusive, its values (never changed in place: a merge makes a new
-   * session) and whether it closed. */
+   * session), whether it closed, and whether it is <b>reopened</b>: it merged a session that had closed (and,
+   * on close, was emitted), or a reopened one. Only a reopened session can be emitted at a start the outputs
+   * already hold; the others are new rows there (the job appends them instead of merging). */
   private static final class Session {
     final long start;
     final long end;
     final Object[] aggregates;
     boolean closed;
+    final boolean reopened;
 
-    Session(long start, long end, Object[] aggregates, boolean closed) {
+    Session(long start, long end, Object[] aggregates, boolean closed, boolean reopened) {
       this.start = start;
       this.end = end;
       this.aggregates = aggregates;
       this.closed = closed;
+      this.reopened = reopened;
     }
   }
 
@@ -136,7 +140,8 @@ public final class SessionAggregate {
       StructType stored = new StructType()
           .add("starts", DataTypes.createArrayType(DataTypes.LongType))
           .add("ends", DataTypes.createArrayType(DataTypes.LongType))
-          .add("closed", DataTypes.createArrayType(DataTypes.BooleanType));
+          .add("closed", DataTypes.createArrayType(DataTypes.BooleanType))
+          .add("reopened", DataTypes.createArrayType(DataTypes.BooleanType));
       for (StructField field : values.fields()) {
         stored = stored.add(field.name(), DataTypes.createArrayType(field.dataType()));
       }
@@ -201,9 +206,10 @@ public final class SessionAggregate {
       for (Row row : initial.<Row>getList(initial.fieldIndex("sessions"))) {
         Object[] aggregates = new Object[kinds.length];
         for (int i = 0; i < kinds.length; i++) {
-          aggregates[i] = row.get(i + 3);
+          aggregates[i] = row.get(i + 4);
         }
-        Session session = new Session(row.getLong(0), row.getLong(1), aggregates, row.getBoolean(2));
+        Session session = new Session(row.getLong(0), row.getLong(1), aggregates, row.getBoolean(2),
+            Boolean.TRUE.equals(row.get(3)));
         restored.put(session.start, session);
         due = Math.min(due, dueAt(session));
       }
@@ -244,15 +250,17 @@ public final class SessionAggregate {
         List<Session> merged = new ArrayList<>();
         long start = t;
         long end = t;
+        boolean reopened = false;
         for (Session session : keySessions.values()) {  // in start order
           if (session.end >= t - gapMs && session.start <= t + gapMs) {
             merged.add(session);
             start = Math.min(start, session.start);
             end = Math.max(end, session.end);
+            reopened |= session.closed || session.reopened;
           }
         }
         if (end + gapMs + graceMs < now) {
-          out.add(output(LATE, false, key, start, end, null, null, partition, now, event.getAs("offset"),
+          out.add(output(LATE, false, key, start, end, null, null, null, partition, now, event.getAs("offset"),
               event.getAs("timestamp"), event.getAs("value")));
           return;
         }
@@ -269,7 +277,7 @@ public final class SessionAggregate {
           }
         }
         KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
-        Session session = new Session(start, end, aggregates, false);
+        Session session = new Session(start, end, aggregates, false, reopened);
         keySessions.put(start, session);
         SessionKey updated = new SessionKey(key, start);
         changes.put(updated, session);
@@ -369,16 +377,16 @@ public final class SessionAggregate {
           out.add(changeRow(EMIT, entry.getKey(), entry.getValue()));
         }
         if (saveStreamTime()) {
-          out.add(output(CHANGE, false, null, null, null, null, null, partition, now, null, null, null));
+          out.add(output(CHANGE, false, null, null, null, null, null, null, partition, now, null, null, null));
         }
         return out;
       }
 
       private Row changeRow(String kind, SessionKey id, Session session) {
         return session == null
-            ? output(kind, true, id.key(), id.start(), null, null, null, partition, null, null, null, null)
-            : output(kind, false, id.key(), id.start(), session.end, session.aggregates, session.closed, partition,
-                null, null, null, null);
+            ? output(kind, true, id.key(), id.start(), null, null, null, null, partition, null, null, null, null)
+            : output(kind, false, id.key(), id.start(), session.end, session.aggregates, session.closed,
+                session.reopened, partition, null, null, null, null);
       }
     }
 
@@ -389,22 +397,25 @@ public final class SessionAggregate {
         List<Long> starts = row.getList(0);
         List<Long> ends = row.getList(1);
         List<Boolean> closed = row.getList(2);
+        List<Boolean> reopened = row.getList(3);
         for (int s = 0; s < starts.size(); s++) {
           Object[] aggregates = new Object[kinds.length];
           for (int i = 0; i < kinds.length; i++) {
-            aggregates[i] = row.getList(i + 3).get(s);
+            aggregates[i] = row.getList(i + 4).get(s);
           }
-          restored.put(starts.get(s), new Session(starts.get(s), ends.get(s), aggregates, closed.get(s)));
+          restored.put(starts.get(s),
+              new Session(starts.get(s), ends.get(s), aggregates, closed.get(s), reopened.get(s)));
         }
       }
       return restored;
     }
 
     private Row storedRow(TreeMap<Long, Session> keySessions) {
-      Object[] columns = new Object[kinds.length + 3];
+      Object[] columns = new Object[kinds.length + 4];
       List<Object> starts = new ArrayList<>();
       List<Object> ends = new ArrayList<>();
       List<Object> closed = new ArrayList<>();
+      List<Object> reopened = new ArrayList<>();
       List<List<Object>> valueColumns = new ArrayList<>();
       for (int i = 0; i < kinds.length; i++) {
         valueColumns.add(new ArrayList<>());
@@ -413,6 +424,7 @@ public final class SessionAggregate {
         starts.add(session.start);
         ends.add(session.end);
         closed.add(session.closed);
+        reopened.add(session.reopened);
         for (int i = 0; i < kinds.length; i++) {
           valueColumns.get(i).add(session.aggregates[i]);
         }
@@ -420,8 +432,9 @@ public final class SessionAggregate {
       columns[0] = seq(starts);
       columns[1] = seq(ends);
       columns[2] = seq(closed);
+      columns[3] = seq(reopened);
       for (int i = 0; i < kinds.length; i++) {
-        columns[i + 3] = seq(valueColumns.get(i));
+        columns[i + 4] = seq(valueColumns.get(i));
       }
       return RowFactory.create(columns);
     }
@@ -430,12 +443,12 @@ public final class SessionAggregate {
       return CollectionConverters.asScala(values).toList();
     }
 
-    /** An output row: kind, tombstone, key, session_start_ms, session_end_ms, the values, closed,
+    /** An output row: kind, tombstone, key, session_start_ms, session_end_ms, the values, closed, reopened,
      * source_partition, stream_time_ms, source_offset, source_timestamp, raw. */
     private Row output(String kind, boolean tombstone, String key, Long start, Long end, Object[] aggregates,
-                       Boolean isClosed, Integer partition, Long streamTimeMs, Object offset, Object timestamp,
-                       Object raw) {
-      Object[] row = outputFields(5 + kinds.length + 6);
+                       Boolean isClosed, Boolean reopened, Integer partition, Long streamTimeMs, Object offset,
+                       Object timestamp, Object raw) {
+      Object[] row = outputFields(5 + kinds.length + 7);
       row[0] = kind;
       row[1] = tombstone;
       row[2] = key;
@@ -444,7 +457,7 @@ public final class SessionAggregate {
       if (aggregates != null) {
         System.arraycopy(aggregates, 0, row, 5, kinds.length);
       }
-      Object[] rest = {isClosed, partition, streamTimeMs, offset, timestamp, raw};
+      Object[] rest = {isClosed, reopened, partition, streamTimeMs, offset, timestamp, raw};
       System.arraycopy(rest, 0, row, 5 + kinds.length, rest.length);
       return RowFactory.create(row);
     }
