@@ -48,12 +48,12 @@ class JobContext:
         """Every name and path this job version owns."""
         return JobLayout.of(self.spec, self.settings)
 
-    def kafka_source(self, committed_only: bool = False):
+    def kafka_source(self):
         """The stateful stage's input as a streaming DataFrame, starting where the restored state ends: the
         job's source topic, or its repartition topic when the job re-keys its source (``JobSpec.repartition``,
-        :mod:`spark_jobs.repartition`), read committed: only what the re-keying stage's transactions wrote.
-        ``committed_only``: read the source committed too (another job's output topic, whose batches are
-        transactions: an aborted one must never be read)."""
+        :mod:`spark_jobs.repartition`). Read committed, as Kafka Streams reads under exactly-once: a
+        repartition topic and another job's output topic are written in transactions, and a batch a killed
+        writer aborted must never be read (a source of plain producers reads the same either way)."""
         reader = (
             self.spark.readStream.format("kafka")
             .options(**self.settings.kafka.spark_options())
@@ -61,9 +61,8 @@ class JobContext:
             .option("startingOffsets", self.starting_offsets)
             # Consumer groups named after the version (Kafka Streams: application.id is the group).
             .option("groupIdPrefix", self.spec.application_id)
+            .option("kafka.isolation.level", "read_committed")
         )
-        if self.spec.repartition or committed_only:
-            reader = reader.option("kafka.isolation.level", "read_committed")
         if self.settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
         return reader.load()

@@ -163,6 +163,7 @@ class Repartitioner:
             .option("subscribe", self.spec.source_topic)
             .option("startingOffsets", self.starting_offsets(self._progress))
             .option("groupIdPrefix", self.layout.repartition_transactional_id)
+            .option("kafka.isolation.level", "read_committed")  # the source may be another job's output topic
             .option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger or MAX_RECORDS_PER_BATCH))
         )
         # the key field decoded as the job decodes it; the record's other fields are the stateful stage's

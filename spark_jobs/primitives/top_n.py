@@ -245,7 +245,7 @@ class TopN(StoreDeclaration):
         self.check(spec)
         key_field, store = spec.key_field, store_spec(spec, self.store)
         ctx.ensure_output_table(self.output_schema(key_field))
-        classified = self.classify(ctx.kafka_source(committed_only=True), key_field)
+        classified = self.classify(ctx.kafka_source(), key_field)
         events = ctx.with_dead_letters(classified, "partition", "offset", key=GROUP)
         changes = self.store_changes_for(key_field)
         rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
