@@ -181,13 +181,10 @@ class SessionAggregate(EventTimeAggregate):
 
         def merge(rows) -> None:
             columns = [c for c in rows.columns if c not in ("_gone", "reopened")]
-            # Only rows of these sessions can match, all starting at or after the earliest: said in the
-            # condition, Delta can skip every file whose session_start stats end before it.
-            earliest = rows.agg(F.min(F.unix_micros("session_start"))).first()[0]
             (
                 DeltaTable.forPath(rows.sparkSession, output_path)
                 .alias("t")
-                .merge(rows.alias("s"), f"{on} AND t.session_start >= timestamp_micros({earliest})")
+                .merge(rows.alias("s"), on)
                 .whenMatchedDelete(condition="s._gone")
                 .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
                 .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})

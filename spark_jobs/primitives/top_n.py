@@ -167,10 +167,6 @@ class TopN(StoreDeclaration):
     def store_changes_for(self, key_field: str) -> StoreChanges:
         return StoreChanges(self.store, self.state_ddl_for(key_field), rows=f"kind = '{CHANGE}'")
 
-    @property
-    def output_values(self) -> tuple[str, ...]:
-        return ("rank", *self.fields)
-
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return (key_field, "rank")
 

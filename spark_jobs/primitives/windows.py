@@ -161,7 +161,7 @@ class WindowedAggregate(EventTimeAggregate):
         if ctx.ensure_output_topic():
 
             def output_records(batch):
-                return self.output_records(batch, key_field, store.window_ms, spec.name)
+                return self.output_records(batch, key_field, window_ms=store.window_ms, job=spec.name)
 
         sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)
@@ -225,7 +225,7 @@ class WindowedAggregate(EventTimeAggregate):
             F.expr(f"{TOMBSTONE} AND closed = false").alias("_gone"),
         )
 
-    def output_records(self, batch, key_field: str, window_ms: int = 0, job: str = "?"):
+    def output_records(self, batch, key_field: str, *, window_ms: int, job: str):
         """A batch's emitted windows (:meth:`_emitted`) as upsert records for the job's output topic: the key
         the JSON object of the key field and ``window_start`` (``{"patient_id": "p1", "window_start":
         "2026-03-02T00:00:00.000Z"}``), the value the output row as JSON, null for a deleted window."""
