@@ -20,7 +20,7 @@ from spark_jobs.layout import output_topic_name
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 
-StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru"]
+StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru", "in_memory"]
 #: what a store's TTL counts: the wall clock of the driver, or the events' own times (see StoreSpec.ttl_clock)
 TtlClock = Literal["processing_time", "event_time"]
 
@@ -66,7 +66,9 @@ class StoreSpec:
         name: store name (letters, digits, ``-``/``_``).
         kind: ``windowed`` changelogs also delete by time; ``versioned`` keep ``retention_ms`` of history;
             ``lru`` keeps the ``max_entries`` most recently used keys per source partition (Kafka Streams'
-            ``Stores.lruMap``, one per task), evicting the least recently used with a tombstone.
+            ``Stores.lruMap``, one per task), evicting the least recently used with a tombstone; ``in_memory``
+            is a key-value store in Spark's in-memory state store (Kafka Streams' ``inMemoryKeyValueStore``:
+            each partition's keys in a JVM map, loaded in full at every start; no TTL).
         retention_ms: windowed: how long a window is kept, counted from its start (Kafka Streams'
             ``Materialized.withRetention``; at least ``window_ms + grace_ms``, so a window is never dropped
             while it still accepts events); versioned: history kept.
@@ -113,7 +115,7 @@ class StoreSpec:
             raise JobSpecError(f"store {self.name!r}: max_entries is for, and needed by, an lru store")
         if self.kind == "lru" and self.max_entries < 1:
             raise JobSpecError(f"lru store {self.name!r}: max_entries must be >= 1, got {self.max_entries}")
-        if self.kind not in ("key_value", "lru") and not self.retention_ms:
+        if self.kind not in ("key_value", "lru", "in_memory") and not self.retention_ms:
             raise JobSpecError(f"{self.kind} store {self.name!r} needs retention_ms")
         if self.kind == "windowed":
             if not self.window_ms or self.window_ms <= 0 or self.grace_ms < 0:
@@ -569,6 +571,24 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         ),
         description="Purchases and amount spent of the 10,000 most recently active users per source partition "
         "(an lru store, Kafka Streams' Stores.lruMap); account_closed deletes the user, an eviction too.",
+    ),
+    JobSpec(
+        name="purchase_counts_in_memory",
+        version=1,
+        source_topic="purchases",
+        key_field="user_id",
+        output_table="purchase_counts_in_memory",
+        # purchase_counts' declaration as it is: the store's kind is the spec's choice, not the declaration's
+        entrypoint="spark_jobs.jobs.purchase_counts:COUNTS",
+        stores=(
+            StoreSpec(
+                "counts",
+                kind="in_memory",
+                budget=StateBudget(max_rows=1_000_000, max_bytes=512 * 1024**2, max_restore_s=120),
+            ),
+        ),
+        description="purchase_counts in an in_memory store (Kafka Streams' Stores.inMemoryKeyValueStore): each "
+        "partition's users in a JVM map, loaded in full at every start; no local database.",
     ),
 )
 

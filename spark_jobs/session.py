@@ -5,7 +5,8 @@ What it guarantees, whatever the master:
 * the Kafka connector and Delta jars come from the local, set-up-resolved ``spark.jars`` (never
   ``spark.jars.packages``/Ivy at start);
 * keyed state lives in the RocksDB state store provider with changelog checkpointing on (needed by
-  ``transformWithState`` and by the state data source's change feed);
+  ``transformWithState`` and by the state data source's change feed); a job with an ``in_memory`` store
+  runs its query with :data:`IN_MEMORY_PROVIDER` instead;
 * Delta's SQL extension and catalog are installed;
 * the master is ``Settings.spark_master`` (``local[*]`` embedded, ``spark://…`` on a cluster).
 
@@ -24,7 +25,11 @@ from pathlib import Path
 from runtime import class_archive, jvm
 from runtime.settings import Settings
 
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: Spark's in-memory state store (a JVM map per partition; ``streamstate.primitives.InMemoryAggregate``):
+#: the queries of jobs with an ``in_memory`` store run with it
+IN_MEMORY_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
 
 
@@ -39,7 +44,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.jars": jars,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        PROVIDER_CONF: ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",

@@ -36,7 +36,10 @@ Semantics, as a Kafka Streams ``groupByKey().aggregate()`` with a delete:
   N evicts the least recently used one with a tombstone (in the changelog and in the outputs, which are
   the store; Kafka Streams forwards no eviction downstream, README "Known differences"); a deleting event removes its key and touches no other. The stored
   value carries the key's ``recency`` (a per-partition sequence number) and ``source_partition``, so a
-  restore rebuilds the exact order. None of this depends on how the input is cut into micro-batches.
+  restore rebuilds the exact order. None of this depends on how the input is cut into micro-batches;
+- a store of kind ``in_memory`` keeps the same values by the same rules in Spark's in-memory state store
+  (``streamstate.primitives.InMemoryAggregate``, over ``flatMapGroupsWithState``: Spark runs
+  ``transformWithState`` on RocksDB only), the query running with that store's provider; no TTL.
 """
 
 from __future__ import annotations
@@ -190,7 +193,7 @@ class KeyedAggregate(StoreDeclaration):
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     time: str | None = None
     lru: bool = False
-    store_kinds: ClassVar[tuple[str, ...]] = ("key_value", "lru")
+    store_kinds: ClassVar[tuple[str, ...]] = ("key_value", "lru", "in_memory")
 
     @property
     def values_ddl(self) -> str:
@@ -335,6 +338,17 @@ class KeyedAggregate(StoreDeclaration):
             )
             return DataFrame(jdf, spark)
         needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
+        if store is not None and store.kind == "in_memory":
+            jdf = spark._jvm.streamstate.primitives.InMemoryAggregate.changes(
+                needed._jdf,
+                key_field,
+                None if initial is None else initial._jdf,
+                self.state_ddl,
+                self.change_ddl,
+                kinds,
+                offset_ordered,
+            )
+            return DataFrame(jdf, spark)
         jdf = spark._jvm.streamstate.primitives.KeyedAggregate.changes(
             needed._jdf,
             key_field,

@@ -18,6 +18,8 @@ from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
+from spark_jobs.session import IN_MEMORY_PROVIDER, PROVIDER_CONF
+from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF
 from spark_jobs.state.store_changes import STORE_COLUMN, TOMBSTONE, StoreChanges, several_stores
 
 #: The primitives' Java processors' input column: true when the event deletes its key (``streamstate.primitives.Rows``)
@@ -25,6 +27,9 @@ DELETE_COLUMN = "_delete"
 #: The changelog key of a source partition's stream time, for primitives that keep one (windows, an
 #: event-time TTL); a key's entries have keys of their own.
 STREAM_TIME_KEY_PREFIX = "~stream-time@"
+#: The query of a job whose store is ``in_memory``: Spark's in-memory state store, whose operator
+#: (``flatMapGroupsWithState``) keeps UnsafeRow state only
+IN_MEMORY_QUERY_CONF = {PROVIDER_CONF: IN_MEMORY_PROVIDER, STATE_ENCODING_CONF: "unsaferow"}
 
 
 class StoreDeclaration:
@@ -153,6 +158,12 @@ class StoreDeclaration:
             raise JobSpecError(f"job {spec.name}: an event-time TTL runs the primitive's Java processor only")
         if processor is not None and store.kind == "lru":
             raise JobSpecError(f"job {spec.name}: an lru store runs the primitive's Java processor only")
+        if store.kind == "in_memory":
+            if processor is not None:
+                raise JobSpecError(f"job {spec.name}: an in_memory store runs the primitive's Java processor only")
+            # the query's state in Spark's in-memory state store (a new checkpoint records it; an existing
+            # one keeps its own), whose operator keeps UnsafeRow state only
+            ctx.query_conf.update(IN_MEMORY_QUERY_CONF)
         if store.ttl_ms and store.ttl_clock == "processing_time":
             # With processing-time timers pending, Spark would run empty micro-batches back to back
             # (and an available-now run would never end); expired keys are evicted by the next batch

@@ -21,7 +21,7 @@ import sys
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
-from spark_jobs.registry import JobSpec, registered_versions
+from spark_jobs.registry import JobSpec, StoreSpec, registered_versions
 from spark_jobs.state.checkpoint_offsets import latest_batch_id
 from spark_jobs.versions import append_rows, platform_table
 
@@ -53,16 +53,16 @@ def disk_bytes_per_partition(checkpoint: Location, operator_id: int) -> dict[int
     return sizes
 
 
-def read_store(spark, checkpoint: Location, store: str, operator_id: int) -> dict[int, tuple[int, int]]:
+def read_store(spark, checkpoint: Location, store: StoreSpec, operator_id: int) -> dict[int, tuple[int, int]]:
     """partition -> (rows, bytes) of ``store`` in ``checkpoint`` at its latest committed batch."""
     from pyspark.sql import functions as F
 
-    df = (
-        spark.read.format("statestore")
-        .option("operatorId", operator_id)
-        .option("stateVarName", store)
-        .load(str(checkpoint))
-    )
+    reader = spark.read.format("statestore").option("operatorId", operator_id)
+    if (
+        store.kind != "in_memory"
+    ):  # a transformWithState processor's variable; an in_memory store is its operator's only state
+        reader = reader.option("stateVarName", store.name)
+    df = reader.load(str(checkpoint))
     payload = [c for c in df.columns if c != "partition_id"]
     sized = df.select("partition_id", F.length(F.to_json(F.struct(*[F.col(c) for c in payload]))).alias("size"))
     return {
@@ -95,7 +95,7 @@ def audit_checkpoint(spark, settings: Settings, spec: JobSpec, run_id: str) -> l
     rows, read = [], {}
     for store in spec.stores:
         try:
-            read[store.name] = read_store(spark, checkpoint, store.name, operator_id)
+            read[store.name] = read_store(spark, checkpoint, store, operator_id)
         except Exception as err:  # noqa: BLE001
             rows.append(
                 {**base, "store": store.name, "operator_id": operator_id, "error": str(err).splitlines()[0][:500]}

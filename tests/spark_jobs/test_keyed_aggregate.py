@@ -16,7 +16,9 @@ from pyspark.sql import types as T
 
 from spark_jobs.jobs import purchase_counts
 from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
+from spark_jobs.primitives.pipeline import IN_MEMORY_QUERY_CONF
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, registered_versions
+from spark_jobs.session import session_conf
 from tests.helpers import collect_available_now, file_stream
 
 SCHEMA = T.StructType(
@@ -232,7 +234,9 @@ def _reference(batches: list[list[Row]], fields: list[str] = FIELDS) -> set[tupl
 EVENT_COLUMNS = T.StructType([*SCHEMA.fields, T.StructField("offset", T.LongType())])
 
 
-def _changes(spark, tmp_path, name: str, batches, declaration=EVERY_KIND, events=None, **options) -> set[tuple]:
+def _changes(
+    spark, tmp_path, name: str, batches, declaration=EVERY_KIND, events=None, store=None, **options
+) -> set[tuple]:
     events = events if events is not None else file_stream(spark, batches, EVENT_COLUMNS, tmp_path / f"events-{name}")
     fields = list(declaration.values)
     restored = [Row(key=k, **{f: v[f] for f in fields}, touched_at_ms=1) for k, v in RESTORED.items()]
@@ -242,7 +246,7 @@ def _changes(spark, tmp_path, name: str, batches, declaration=EVERY_KIND, events
         assert row.tombstone or row.touched_at_ms > 0, row
         return (batch_id, row.key, row.tombstone, *(row[f] for f in fields))
 
-    changes = declaration.changes(events, "user", initial, None, job=SPEC.name, **options)
+    changes = declaration.changes(events, "user", initial, store, job=SPEC.name, **options)
     return collect_available_now(changes, "update", tmp_path / f"checkpoint-{name}", row_of)
 
 
@@ -313,6 +317,25 @@ def test_events_combined_before_the_shuffle_give_the_same_changes_as_one_by_one(
     doubles = EVERY_KIND.changes(stream, "user", None, None, job=SPEC.name, offset_ordered=True)
     assert "MapPartitions" not in doubles._jdf.queryExecution().analyzed().toString()
     assert _changes(spark, tmp_path, "doubles", batches, events=stream, offset_ordered=True) == _reference(batches)
+
+
+@pytest.mark.integration
+def test_an_in_memory_store_gives_the_same_changes_from_spark_s_in_memory_state_store(spark, tmp_path):
+    """``kind="in_memory"``: the same rules through ``flatMapGroupsWithState`` in Spark's in-memory state store
+    (``InMemoryAggregate``), seeded by the same restored rows, its events combined or not."""
+    in_memory = StoreSpec("totals", kind="in_memory")
+    with session_conf(spark, IN_MEMORY_QUERY_CONF):
+        for name, batches in {"one": [EVENTS], "rows": [[e] for e in EVENTS[:6]]}.items():
+            assert _changes(spark, tmp_path, f"in-memory-{name}", batches, store=in_memory) == _reference(batches)
+        events = _random_events(seed=21, count=240)
+        batches = [events[:70], events[70:71], events[71:200], events[200:]]
+        stream = _two_partitions(spark, batches, tmp_path / "in-memory-events", seed=5)
+        combined = _changes(
+            spark, tmp_path, "in-memory-combined", batches, COMBINABLE, stream, in_memory, offset_ordered=True
+        )
+        assert combined == _reference(batches, list(COMBINABLE.values))
+    state = {p.suffix for p in (tmp_path / "checkpoint-in-memory-combined" / "state").rglob("*") if p.is_file()}
+    assert ".delta" in state and ".changelog" not in state, state  # Spark's in-memory store, not RocksDB
 
 
 @pytest.mark.integration

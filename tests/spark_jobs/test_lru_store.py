@@ -191,8 +191,6 @@ def test_an_lru_store_and_its_declaration_are_checked():
         StoreSpec("s", max_entries=3)
     with pytest.raises(JobSpecError, match="lru store 's': max_entries must be >= 1, got 0"):
         StoreSpec("s", kind="lru", max_entries=0)
-    with pytest.raises(JobSpecError, match="store 's': kind 'in_memory' is not one of"):
-        StoreSpec("s", kind="in_memory")  # README: not supported, and why
     spec = get_job("recent_buyers")
     with pytest.raises(
         JobSpecError, match="job recent_buyers: lru: store 'recent-buyers' is of kind key_value; lru=True"

@@ -112,14 +112,18 @@ public final class DeadLetters {
       inner.close();
     }
 
-    /** The processor's row (or all nulls) followed by the dead letter (or null). */
     private Row widen(Row change, Object letter) {
-      Object[] values = new Object[width + 1];
-      for (int i = 0; change != null && i < width; i++) {
-        values[i] = change.get(i);
-      }
-      values[width] = letter;
-      return RowFactory.create(values);
+      return DeadLetters.widen(change, letter, width);
     }
+  }
+
+  /** A processor's row of {@code width} columns (or all nulls) followed by the dead letter (or null). */
+  public static Row widen(Row change, Object letter, int width) {
+    Object[] values = new Object[width + 1];
+    for (int i = 0; change != null && i < width; i++) {
+      values[i] = change.get(i);
+    }
+    values[width] = letter;
+    return RowFactory.create(values);
   }
 }

@@ -64,6 +64,27 @@ public final class KeyedAggregate {
         new Aggregator(store, state, parsed, ttlMs), timeMode, StructType.fromDDL(changeDdl));
   }
 
+  /**
+   * The rules of a key, record by record: the aggregates of {@code current} (a stored value, or null when
+   * the store does not hold the key) with {@code events} (at least one, in offset order) applied; null when
+   * the last of them deleted the key (a delete resets what came before it; a later event starts afresh).
+   */
+  static Object[] aggregate(Kind[] kinds, StructType stateSchema, Row current, List<Row> events) {
+    boolean alive = current != null;
+    Object[] aggregates = alive ? Kind.read(current, kinds.length) : Kind.fresh(kinds, stateSchema);
+    int[] inputs = Rows.inputIndexes(events, kinds.length);
+    for (Row event : events) {
+      if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
+        alive = false;
+        aggregates = Kind.fresh(kinds, stateSchema);
+        continue;
+      }
+      alive = true;
+      Kind.applyAll(kinds, aggregates, event, inputs);
+    }
+    return alive ? aggregates : null;
+  }
+
   /** What an aggregate keeps of its inputs. Null inputs are skipped; a count's input is how many events
    * it counts (0 or 1 for one event, more for {@link PartialAggregates}' combined events). */
   enum Kind {
@@ -171,22 +192,9 @@ public final class KeyedAggregate {
 
     @Override
     public Iterator<Row> handleInputRows(String key, Iterator<Row> rows, TimerValues timerValues) {
-      List<Row> events = Rows.inOffsetOrder(rows);
-
-      Row current = stored.exists() ? stored.get() : null;
-      boolean alive = current != null;  // handleInputRows has at least one row: it decides
-      Object[] aggregates = alive ? Kind.read(current, kinds.length) : Kind.fresh(kinds, stateSchema);
-      int[] inputs = Rows.inputIndexes(events, kinds.length);
-      for (Row event : events) {
-        if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
-          alive = false;
-          aggregates = Kind.fresh(kinds, stateSchema);
-          continue;
-        }
-        alive = true;
-        Kind.applyAll(kinds, aggregates, event, inputs);
-      }
-      if (!alive) {
+      Object[] aggregates = aggregate(kinds, stateSchema, stored.exists() ? stored.get() : null,
+          Rows.inOffsetOrder(rows));
+      if (aggregates == null) {
         return Rows.one(delete(key));
       }
       long now = nowMs(timerValues);

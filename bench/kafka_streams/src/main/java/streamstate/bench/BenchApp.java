@@ -40,6 +40,7 @@ import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.processor.api.Processor;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.KeyValueBytesStoreSupplier;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
@@ -52,7 +53,8 @@ import org.apache.kafka.streams.state.Stores;
  *
  * <ul>
  *   <li>{@code purchase_counts}: purchases and amount spent per user; {@code account_closed} deletes the
- *       user (the aggregator returns null, which deletes the key and logs a tombstone);
+ *       user (the aggregator returns null, which deletes the key and logs a tombstone); {@code
+ *       purchase_counts_in_memory} the same in {@code Stores.inMemoryKeyValueStore("counts")};
  *   <li>{@code pulse_counts}: heart beats per patient per 60 s event-time window, 5 s grace, 6 h
  *       retention, emitted once when the window closes;
  *   <li>{@code temperature_averages}: readings, average, minimum and maximum temperature per sensor in
@@ -88,7 +90,7 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -101,7 +103,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -121,8 +123,9 @@ public final class BenchApp {
 
     StreamsBuilder builder = new StreamsBuilder();
     switch (job) {
-      case "purchase_counts" -> purchaseCounts(builder, args[4], args[5], false);
-      case "purchase_counts_rekeyed" -> purchaseCounts(builder, args[4], args[5], true);
+      case "purchase_counts" -> purchaseCounts(builder, args[4], args[5], false, Stores.persistentKeyValueStore("counts"));
+      case "purchase_counts_rekeyed" -> purchaseCounts(builder, args[4], args[5], true, Stores.persistentKeyValueStore("counts"));
+      case "purchase_counts_in_memory" -> purchaseCounts(builder, args[4], args[5], false, Stores.inMemoryKeyValueStore("counts"));
       case "pulse_counts" -> pulseCounts(builder, args[4], args[5]);
       case "temperature_averages" -> temperatureAverages(builder, args[4], args[5]);
       case "activity_ttl" -> activityTtl(builder, args[4], args[5]);
@@ -178,8 +181,11 @@ public final class BenchApp {
    * by user_id (producers without a key), so the records are grouped by the field: Kafka Streams writes them
    * to its repartition topic keyed by it and aggregates what it reads back (the platform's {@code
    * repartition=True}); otherwise the input is keyed by user_id (as the platform's generators write it).
+   * {@code store}: RocksDB ({@code persistentKeyValueStore}), or {@code inMemoryKeyValueStore} for the
+   * platform's {@code purchase_counts_in_memory}.
    */
-  static void purchaseCounts(StreamsBuilder builder, String input, String output, boolean rekeyed) {
+  static void purchaseCounts(StreamsBuilder builder, String input, String output, boolean rekeyed,
+                             KeyValueBytesStoreSupplier store) {
     KStream<String, String> events = builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()));
     KGroupedStream<String, String> grouped = rekeyed
         ? events
@@ -192,7 +198,7 @@ public final class BenchApp {
         .aggregate(
             () -> null,
             BenchApp::countPurchase,
-            Materialized.<String, String>as(Stores.persistentKeyValueStore("counts"))
+            Materialized.<String, String>as(store)
                 .withKeySerde(Serdes.String())
                 .withValueSerde(Serdes.String()))
         .toStream()

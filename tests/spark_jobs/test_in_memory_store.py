@@ -1,0 +1,141 @@
+"""A keyed aggregate in an ``in_memory`` store (``StoreSpec(kind="in_memory")``;
+``streamstate.primitives.InMemoryAggregate`` in Spark's in-memory state store), the reference job
+``purchase_counts_in_memory`` (purchase_counts' declaration as it is) end to end on the real broker, Spark
+and Delta:
+
+* on adversarial input (users created and closed in one batch, closes of unknown users, duplicates,
+  out-of-order times, amounts past the declared type) its outputs equal the plain-Python reference and its
+  dead letters do not depend on the batching, in one batch and in batches of 40 records;
+* its state lives in Spark's in-memory state store (the checkpoint holds that provider's delta files, no
+  RocksDB), a restart loads it back from the checkpoint, and a lost checkpoint restores it from the
+  changelog; the state audit reads it;
+* the Kafka Streams app with ``Stores.inMemoryKeyValueStore`` computes the same counts (its changelog's
+  compacted view);
+* a declaration that cannot run in such a store is refused, naming the job and the field.
+
+The processor itself, every aggregate kind whatever the batching, is in test_keyed_aggregate.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from spark_jobs.dead_letter import dead_letter_topic
+from spark_jobs.generators import purchases
+from spark_jobs.jobs.purchase_counts import COUNTS
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.registry import JobSpecError, StoreSpec, get_job
+from spark_jobs.run import run
+from spark_jobs.state_audit.checkpoint_state import audit_checkpoint
+from spark_jobs.testing import JobHarness
+from tests.helpers import delta_purchase_counts
+from tests.spark_jobs.test_dead_letter import read_with_headers
+
+PARTITIONS = 2
+
+
+def _spec(name: str, topic: str):
+    return dataclasses.replace(get_job("purchase_counts_in_memory"), name=name, source_topic=topic, output_table=name)
+
+
+def _state_files(checkpoint: str) -> set[str]:
+    """The suffixes of the files in the checkpoint's state directory (``delta``/``snapshot``: Spark's
+    in-memory store; ``changelog``/``zip``/``sst``: RocksDB)."""
+    return {p.suffix for p in (Path(checkpoint) / "state").rglob("*") if p.is_file() and p.suffix != ".crc"}
+
+
+@pytest.mark.integration
+def test_an_in_memory_store_gives_purchase_counts_answers_whatever_the_batching_and_across_restarts(
+    spark, kafka_broker, settings, unique
+):
+    events = list(purchases.adversarial(240, users=12, seed=11))
+    valid = [e for e in events if purchases.is_valid(e)]
+    want = purchases.expected_counts(valid)
+    topic = f"in-memory-{unique}"
+    ensure_topic(settings.kafka, topic, PARTITIONS)
+    purchases.produce(settings.kafka, topic, events)
+
+    letters = {}
+    for cut in (None, 40):
+        spec = _spec(f"mem_{unique}_{cut or 'all'}", topic)
+        report = run(spec, settings.replace(max_offsets_per_trigger=cut), available_now=True, spark=spark)
+        assert report.error is None and report.input_rows == len(events)
+        assert delta_purchase_counts(spark, report.output) == want, f"maxOffsetsPerTrigger={cut}"
+        letters[cut] = sorted(
+            (int(d["headers"]["source.partition"]), int(d["headers"]["source.offset"]), d["headers"]["reason"])
+            for d in read_with_headers(settings.kafka_bootstrap_servers, dead_letter_topic(spec.application_id))
+        )
+        # Spark's in-memory store kept the state: its delta files, no RocksDB file
+        assert ".delta" in _state_files(report.checkpoint) and not _state_files(report.checkpoint) & {
+            ".changelog",
+            ".zip",
+            ".sst",
+        }
+    assert len(letters[None]) == len(events) - len(valid) and letters[40] == letters[None]
+    # the input holds what the test is for: closes, users closed before they bought, rejected records
+    assert any(e["type"] == "account_closed" for e in valid) and sum(n for n, _ in want.values()) < len(valid)
+
+    # the audit reads the store (one row per live user)
+    audited = audit_checkpoint(spark, settings, spec, f"audit-{unique}")
+    assert [r for r in audited if r.get("error")] == []
+    assert sum(r["rows"] for r in audited) == len(want)
+
+    # a restart loads the map from the checkpoint; a lost checkpoint restores it from the changelog
+    first, second, rest = events[:100], events[100:160], events[160:]
+    spec = _spec(f"mem_{unique}_restarts", f"in-memory-restarts-{unique}")
+    with JobHarness(settings=settings, spark=spark) as harness:
+        harness.run(spec, first)
+        resumed = harness.run(spec, second)
+        assert not resumed.report.restores
+        shutil.rmtree(resumed.report.checkpoint)
+        restored = harness.run(spec, rest)
+    so_far = purchases.expected_counts([e for e in first + second if purchases.is_valid(e)])
+    assert restored.report.restores[COUNTS.store].keys == len(so_far)
+    assert {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in restored.outputs} == want
+
+
+@pytest.mark.integration
+def test_kafka_streams_in_memory_store_computes_the_same_counts(kafka_broker, settings, tmp_path, unique):
+    from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
+    from tests.bench.test_kafka_streams_peer import _compacted_view
+
+    start = purchases.start_ending_by(240 * 10)  # in the past: Kafka Streams stamps records with event time
+    valid = [e for e in purchases.adversarial(240, users=12, seed=11, start=start) if purchases.is_valid(e)]
+    topic, app = f"in-memory-ks-{unique}", f"ksmem-{unique}"
+    ensure_topic(settings.kafka, topic, PARTITIONS)
+    purchases.produce(settings.kafka, topic, valid)
+    ensure_topic(settings.kafka, f"{app}-out", PARTITIONS, config=OUTPUT_TOPIC_CONFIG)
+    peer = KafkaStreamsPeer(
+        build(), settings, "purchase_counts_in_memory", app, tmp_path / app, topic, f"{app}-out", threads=1
+    )
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0
+    finally:
+        peer.stop()
+    counts = {
+        user: (state["purchases"], Decimal(state["amount_spent"]))
+        for user, state in _compacted_view(settings, f"{app}-counts-changelog").items()
+    }
+    assert counts == purchases.expected_counts(valid)
+
+
+def test_an_in_memory_store_and_its_declarations_are_checked():
+    with pytest.raises(JobSpecError, match="store 's': ttl_ms must be positive and is for key_value stores"):
+        StoreSpec("s", kind="in_memory", ttl_ms=1000)  # Kafka Streams' in-memory store has no TTL either
+    spec = get_job("purchase_counts_in_memory")
+    COUNTS.check(spec)
+    assert spec.stores[0].kind == "in_memory" and spec.entrypoint.endswith("purchase_counts:COUNTS")
+
+    class Counter:  # a Python processor keeping the declaration's store (transformWithState: RocksDB only)
+        changes = COUNTS.store_changes
+
+    with pytest.raises(
+        JobSpecError, match="job purchase_counts_in_memory: an in_memory store runs the primitive's Java processor only"
+    ):
+        COUNTS.build(SimpleNamespace(spec=spec, query_conf={}), processor=Counter)
