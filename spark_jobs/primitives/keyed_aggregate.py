@@ -338,18 +338,9 @@ class KeyedAggregate(StoreDeclaration):
             )
             return DataFrame(jdf, spark)
         needed = events.where(kept).select(key_field, "offset", delete.alias(DELETE_COLUMN), *inputs, *letter)
-        if store is not None and store.kind == "in_memory":
-            jdf = spark._jvm.streamstate.primitives.InMemoryAggregate.changes(
-                needed._jdf,
-                key_field,
-                None if initial is None else initial._jdf,
-                self.state_ddl,
-                self.change_ddl,
-                kinds,
-                offset_ordered,
-            )
-            return DataFrame(jdf, spark)
-        jdf = spark._jvm.streamstate.primitives.KeyedAggregate.changes(
+        primitives = spark._jvm.streamstate.primitives
+        in_memory = store is not None and store.kind == "in_memory"
+        jdf = (primitives.InMemoryAggregate if in_memory else primitives.KeyedAggregate).changes(
             needed._jdf,
             key_field,
             None if initial is None else initial._jdf,

@@ -108,10 +108,9 @@ class StoreDeclaration:
             self.events.check(spec.name, spec.key_field)
             store = store_spec(spec, self.store)
             if store.kind not in self.store_kinds:
-                raise JobSpecError(
-                    f"store {self.store!r}: this primitive keeps a {' or '.join(self.store_kinds)} "
-                    f"store, not {store.kind}"
-                )
+                *others, last = self.store_kinds
+                kinds = f"{', '.join(others)} or {last}" if others else last
+                raise JobSpecError(f"store {self.store!r}: this primitive keeps a {kinds} store, not {store.kind}")
             if spec.output_key and tuple(spec.output_key) != self.output_key(spec.key_field):
                 raise JobSpecError(f"output_key: the outputs are keyed by {self.output_key(spec.key_field)}")
             if set(self.summaries) != set(spec.companion_outputs):

@@ -19,7 +19,9 @@ sorted set (``streamstate.primitives.TopN``):
 - the outputs are the ranking: one row per group and rank (``rank`` 1..n) with the ranked row's
   ``fields``, updated after every micro-batch that changed the ranking, a rank deleted when no row holds it
   any more. They are a function of the rows' latest values only, so they do not depend on how the input
-  is cut into micro-batches; its order across partitions does not matter either.
+  is cut into micro-batches; its order across partitions does not matter either. With the spec's
+  ``output_topic`` the ranking also goes to that upsert topic, in the transaction of the batch's markers:
+  the key ``{"<group>": ..., "rank": n}``, the value the output row as JSON, a tombstone for a vacated rank.
 
 The changelog is keyed by the row's Kafka key, its value the group, the score and the fields: a restore
 rebuilds every group's rows, and the outputs are recomputed from them.
@@ -182,8 +184,6 @@ class TopN(StoreDeclaration):
         )
 
     def check_primitive(self, spec: JobSpec) -> None:
-        if spec.output_topic:
-            raise JobSpecError("output_topic: a TopN writes its ranking to Delta only (not yet to Kafka)")
         if spec.repartition:
             raise JobSpecError("repartition: a TopN groups its table's rows itself; the table is keyed by its key")
         if self.n < 1:
@@ -246,8 +246,36 @@ class TopN(StoreDeclaration):
         changes = self.store_changes_for(key_field)
         rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
         write_outputs, reconcile_outputs = self._ranking_writers(ctx.output_path, key_field)
-        sink = ctx.state_change_sink(changes, write_outputs, reconcile_outputs)
+        output_records = None
+        if ctx.ensure_output_topic():
+
+            def output_records(batch):
+                return self.output_records(batch, key_field)
+
+        sink = ctx.state_change_sink(changes, write_outputs, reconcile_outputs, output_records)
         return rows.writeStream.outputMode("update").foreachBatch(sink)
+
+    def _ranked(self, rows, key_field: str):
+        """Rank rows (or a recomputed ranking) as output rows: the group typed as in the table, ``rank``, the
+        shown fields, and whether the rank is vacated (``tombstone``)."""
+        from pyspark.sql import functions as F
+
+        group = F.col(GROUP).cast(self.table.schema[key_field].dataType).alias(key_field)
+        return rows.select(group, "rank", *(F.col(f"`{f}`") for f in self.shown_fields(key_field)), TOMBSTONE)
+
+    def output_records(self, batch, key_field: str):
+        """A batch's rank changes as upsert records for the job's output topic: the key the JSON object of the
+        group and ``rank`` (``{"window_start": "2026-03-02T00:00:00.000Z", "rank": 1}``), the value the output
+        row as JSON, null for a vacated rank. A restore's recomputed ranking needs no records: the topic holds
+        the ranking of the last committed batch, which is what the changelog restores."""
+        from pyspark.sql import functions as F
+
+        rows = self._ranked(batch.where(f"kind = '{RANK}'"), key_field)
+        columns = [F.col(f"`{c}`") for c in rows.columns if c != TOMBSTONE]
+        return rows.select(
+            F.to_json(F.struct(key_field, "rank")).cast("binary").alias("key"),
+            F.when(~F.col(TOMBSTONE), F.to_json(F.struct(*columns))).cast("binary").alias("value"),
+        )
 
     def _ranking_writers(self, output_path: str, key_field: str):
         """A batch's rank rows MERGEd into the outputs (a vacated rank deleted); after a restore, the ranking
@@ -256,16 +284,12 @@ class TopN(StoreDeclaration):
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        group_type = self.table.schema[key_field].dataType
-        shown = self.shown_fields(key_field)
-        columns = (key_field, "rank", *shown)
+        columns = (key_field, "rank", *self.shown_fields(key_field))
         on = f"t.`{key_field}` = s.`{key_field}` AND t.rank = s.rank"
         assign = {f"`{c}`": f"s.`{c}`" for c in columns}
 
         def ranked(rows):
-            return rows.select(
-                F.col(GROUP).cast(group_type).alias(key_field), "rank", *(F.col(f"`{f}`") for f in shown), TOMBSTONE
-            )
+            return self._ranked(rows, key_field)
 
         def write_outputs(batch, _batch_id: int) -> None:
             (

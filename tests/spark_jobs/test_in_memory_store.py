@@ -10,7 +10,7 @@ and Delta:
   RocksDB), a restart loads it back from the checkpoint, and a lost checkpoint restores it from the
   changelog; the state audit reads it;
 * the Kafka Streams app with ``Stores.inMemoryKeyValueStore`` computes the same counts (its changelog's
-  compacted view);
+  compacted view): test_same_input_same_outputs.py, ``purchase_counts_in_memory``;
 * a declaration that cannot run in such a store is refused, naming the job and the field.
 
 The processor itself, every aggregate kind whatever the batching, is in test_keyed_aggregate.py.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -98,31 +97,6 @@ def test_an_in_memory_store_gives_purchase_counts_answers_whatever_the_batching_
     so_far = purchases.expected_counts([e for e in first + second if purchases.is_valid(e)])
     assert restored.report.restores[COUNTS.store].keys == len(so_far)
     assert {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in restored.outputs} == want
-
-
-@pytest.mark.integration
-def test_kafka_streams_in_memory_store_computes_the_same_counts(kafka_broker, settings, tmp_path, unique):
-    from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
-    from tests.bench.test_kafka_streams_peer import _compacted_view
-
-    start = purchases.start_ending_by(240 * 10)  # in the past: Kafka Streams stamps records with event time
-    valid = [e for e in purchases.adversarial(240, users=12, seed=11, start=start) if purchases.is_valid(e)]
-    topic, app = f"in-memory-ks-{unique}", f"ksmem-{unique}"
-    ensure_topic(settings.kafka, topic, PARTITIONS)
-    purchases.produce(settings.kafka, topic, valid)
-    ensure_topic(settings.kafka, f"{app}-out", PARTITIONS, config=OUTPUT_TOPIC_CONFIG)
-    peer = KafkaStreamsPeer(
-        build(), settings, "purchase_counts_in_memory", app, tmp_path / app, topic, f"{app}-out", threads=1
-    )
-    try:
-        assert peer.wait_caught_up(timeout_s=300) > 0
-    finally:
-        peer.stop()
-    counts = {
-        user: (state["purchases"], Decimal(state["amount_spent"]))
-        for user, state in _compacted_view(settings, f"{app}-counts-changelog").items()
-    }
-    assert counts == purchases.expected_counts(valid)
 
 
 def test_an_in_memory_store_and_its_declarations_are_checked():

@@ -111,7 +111,7 @@ def test_a_spec_that_does_not_fit_the_declaration_is_refused():
     windowed = StoreSpec("totals", kind="windowed", retention_ms=60_000, window_ms=10_000)
     with pytest.raises(
         JobSpecError,
-        match="job every_kind: store 'totals': this primitive keeps a key_value or lru store, not windowed",
+        match="job every_kind: store 'totals': this primitive keeps a key_value, lru or in_memory store, not windowed",
     ):
         EVERY_KIND.check(dataclasses.replace(SPEC, stores=(windowed,)))
 

@@ -70,8 +70,15 @@ def test_outputs_and_dead_letters_do_not_depend_on_batching(spark, kafka_broker,
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "app",
+    [
+        "purchase_counts",  # Stores.persistentKeyValueStore (RocksDB)
+        "purchase_counts_in_memory",  # Stores.inMemoryKeyValueStore, the twin of test_in_memory_store.py's job
+    ],
+)
 def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(
-    kafka_broker, settings, tmp_path, unique, seed
+    kafka_broker, settings, tmp_path, unique, seed, app
 ):
     from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
     from tests.bench.test_kafka_streams_peer import _compacted_view
@@ -82,16 +89,16 @@ def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(
     topic = f"adversarial-ks-{unique}"
     ensure_topic(settings.kafka, topic, 2)
     purchases.produce(settings.kafka, topic, valid)
-    app, output = f"ks-{unique}", f"ks-{unique}-out"
+    application, output = f"ks-{unique}", f"ks-{unique}-out"
     ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
-    peer = KafkaStreamsPeer(build(), settings, "purchase_counts", app, tmp_path / app, topic, output, threads=1)
+    peer = KafkaStreamsPeer(build(), settings, app, application, tmp_path / application, topic, output, threads=1)
     try:
         assert peer.wait_caught_up(timeout_s=300) > 0
     finally:
         peer.stop()
     counts = {
         user: (state["purchases"], Decimal(state["amount_spent"]))
-        for user, state in _compacted_view(settings, f"{app}-counts-changelog").items()
+        for user, state in _compacted_view(settings, f"{application}-counts-changelog").items()
     }
     assert counts == purchases.expected_counts(valid)
 

@@ -48,12 +48,17 @@ public final class InMemoryAggregate {
   private InMemoryAggregate() {}
 
   /**
-   * The change stream of {@code events} grouped by {@code keyColumn} through the aggregate {@code kinds}
-   * (as {@link KeyedAggregate#changes}, without a TTL); {@code initial} (key + value columns, or null) seeds
+   * The change stream of {@code events} grouped by {@code keyColumn} through the aggregate {@code kinds},
+   * as {@link KeyedAggregate#changes} (the same arguments: a declaration picks the class by its store's
+   * kind) but without a TTL ({@code ttlMs} must be 0); {@code initial} (key + value columns, or null) seeds
    * the store after a restore. Rejected records among {@code events} pass through (see {@link DeadLetters}).
    */
-  public static Dataset<Row> changes(Dataset<Row> events, String keyColumn, Dataset<Row> initial, String stateDdl,
-                                     String changeDdl, String kinds, boolean offsetOrdered) {
+  public static Dataset<Row> changes(Dataset<Row> events, String keyColumn, Dataset<Row> initial, String store,
+                                     String stateDdl, String changeDdl, long ttlMs, String kinds,
+                                     boolean offsetOrdered) {
+    if (ttlMs != 0) {
+      throw new IllegalArgumentException("store " + store + ": an in-memory store has no TTL, got " + ttlMs + " ms");
+    }
     StructType state = StructType.fromDDL(stateDdl);
     KeyedAggregate.Kind[] parsed = KeyedAggregate.Kind.parse(kinds, state.size() - 1);
     Dataset<Row> input = offsetOrdered && PartialAggregates.combinable(parsed, state)
