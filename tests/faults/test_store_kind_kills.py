@@ -25,6 +25,7 @@ import pytest
 from runtime.settings import Settings
 from spark_jobs.generators import purchases, recent_buyers, sessions, upserts
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec, registered_versions
 from spark_jobs.run import run
@@ -154,6 +155,20 @@ CASES = (
     Case("user_sessions", 30, _produce_sessions, _check_sessions),
     Case("top_movers", 20, _produce_top_movers, _check_top_movers),
 )
+
+
+def _assert_outputs_ahead_of_the_changelog(settings: Settings, spec: JobSpec) -> None:
+    """The kill landed where it matters: the killed batch wrote outputs (Delta's idempotent-write version is its
+    changelog batch id) past the last batch the changelog has complete."""
+    from deltalake import DeltaTable
+
+    written = DeltaTable(str(settings.lake / spec.output_table_dir)).transaction_version(
+        JobLayout.of(spec, settings).output_transaction_app_id
+    )
+    marked = read_changelog(settings.kafka, changelog_topic_name(spec.application_id, spec.stores[0].name))
+    assert written is not None and (marked.cut_batch_id is None or written > marked.cut_batch_id), (
+        f"outputs written through batch {written}, changelog complete through {marked.cut_batch_id}"
+    )
 
 
 def kills_of(job: str) -> tuple[Kill, ...]:
