@@ -1,0 +1,198 @@
+"""kill -9 of the Spark driver at the named phases of the job (:mod:`spark_jobs.failpoints`), for the reference
+job of each store kind beside purchase_counts' key-value store (tests/faults/test_driver_kills.py): an ``lru``
+store (``recent_buyers``, 10 users per partition: it evicts), Spark's ``in_memory`` store
+(``purchase_counts_in_memory``), a ``session`` store (``user_sessions``) and a TopN over an upsert topic
+(``top_movers``). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
+its input is produced first and read in small micro-batches; after the kills a last run drains it, and the
+outputs (and, where cheap, the changelog's compacted view) must equal the job's plain-Python reference.
+
+CI kills each job once, where it hurts most: between a batch's outputs and its changelog markers, the checkpoint
+lost with it (the outputs are ahead of what the restore trusts); ``recent_buyers`` is also killed while it
+restores. ``FAULT_TRIALS=4`` (or more) kills every job at every phase::
+
+    FAULT_TRIALS=4 .venv/bin/python -m pytest tests/faults/test_store_kind_kills.py -s
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+
+from runtime.settings import Settings
+from spark_jobs.generators import purchases, recent_buyers, sessions, upserts
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import JobLayout
+from spark_jobs.lease import JobLease
+from spark_jobs.registry import JobSpec, registered_versions
+from spark_jobs.run import run
+from spark_jobs.state.changelog import changelog_topic_name
+from spark_jobs.state.changelog_reader import read_changelog
+from spark_jobs.versions import read_rows
+from tests.faults.test_driver_kills import TRIALS, Kill, kill_at
+from tests.spark_jobs.test_purchase_counts import decode_counts
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+JOB_MODULES = "tests.fixtures.store_kind_jobs"
+
+# Every phase, in an order where each kill leaves the next something to trip on: a snapshot due and not taken
+# (the checkpoint kept: the next driver resumes from it), outputs ahead of the markers with the checkpoint lost,
+# a restore (from the snapshot and the changelog's tail) killed half-way, then a batch killed before its
+# outputs after that restore (the checkpoint kept: the last run resumes from it). nth=2: the driver has
+# committed a batch of its own first.
+EVERY_PHASE = (
+    Kill("before_snapshot", 2),
+    Kill("between_outputs_and_markers", 2, lose_checkpoint=True),
+    Kill("restoring", lose_checkpoint=True),
+    Kill("before_outputs", 2),
+)
+RISKIEST = Kill("between_outputs_and_markers", 2, lose_checkpoint=True)
+#: the job CI also kills while it restores (after RISKIEST: a store of evicting users and their recency order)
+ALSO_KILLED_RESTORING = "recent_buyers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A reference job: its fixture copy, how its input is made and produced, and the check of its outputs."""
+
+    job: str
+    #: ``max_offsets_per_trigger``: about a dozen micro-batches for the input, so every kill finds batches to run
+    cut: int
+    #: produces the job's input to its source topic; returns what ``check`` compares with
+    produce: Callable[[Settings, JobSpec], object]
+    #: (settings, spec, the last run's output rows, produce's result): asserts the outputs equal the reference
+    check: Callable[[Settings, JobSpec, list[dict], object], None]
+
+    def __str__(self) -> str:
+        return self.job
+
+
+def _unique(rows: list[dict], key: Callable[[dict], object]) -> dict:
+    """The rows by their output key: a row written twice (by a killed batch and its replay) fails here."""
+    by_key = {key(r): r for r in rows}
+    assert len(by_key) == len(rows), f"{len(rows) - len(by_key)} output rows share their output key"
+    return by_key
+
+
+def _ms(t) -> int:
+    return int(t.timestamp() * 1000)
+
+
+# --- recent_buyers: an lru store -------------------------------------------------------------------------------
+MAX_ENTRIES = 10
+
+
+def _produce_recent_buyers(settings: Settings, spec: JobSpec):
+    events = list(purchases.generate(600, users=150, seed=71, close_rate=0.03))
+    purchases.produce(settings.kafka, spec.source_topic, events)
+    want = recent_buyers.expected(events, MAX_ENTRIES, spec.source_partitions)
+    assert want.evicted > 200 and len(want.state) == MAX_ENTRIES * spec.source_partitions, want.evicted
+    return want.state
+
+
+def _check_recent_buyers(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    outputs = {user: (r["purchases"], r["amount_spent"]) for user, r in _unique(rows, lambda r: r["user_id"]).items()}
+    assert outputs == want  # evicted and closed users gone, nothing counted twice
+    # every eviction is a tombstone in the changelog: its compacted view is the store
+    store = spec.stores[0].name
+    changelog = read_changelog(settings.kafka, changelog_topic_name(spec.application_id, store))
+    assert decode_counts(changelog.state) == want
+
+
+# --- purchase_counts_in_memory: Spark's in-memory state store ------------------------------------------------------
+def _produce_counts(settings: Settings, spec: JobSpec):
+    # users created and closed in one batch, closes of unknown users, duplicates, records refused
+    events = list(purchases.adversarial(480, users=24, seed=72))
+    purchases.produce(settings.kafka, spec.source_topic, events)
+    return purchases.expected_counts([e for e in events if purchases.is_valid(e)])
+
+
+def _check_counts(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    outputs = {user: (r["purchases"], r["amount_spent"]) for user, r in _unique(rows, lambda r: r["user_id"]).items()}
+    assert outputs == want
+    changelog = read_changelog(settings.kafka, changelog_topic_name(spec.application_id, spec.stores[0].name))
+    assert decode_counts(changelog.state) == want
+
+
+# --- user_sessions: a session store ------------------------------------------------------------------------------
+def _produce_sessions(settings: Settings, spec: JobSpec):
+    events = list(sessions.adversarial(360, users=6, seed=73))
+    sessions.produce(settings.kafka, spec.source_topic, events)
+    store = spec.stores[0]
+    want = sessions.expected_visits(events, store.gap_ms, store.grace_ms, store.retention_ms, spec.source_partitions)
+    assert want.late and want.bridges and want.reopened  # the input holds what a session store gets wrong
+    return want.emitted
+
+
+def _check_sessions(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    from spark_jobs.jobs.user_sessions import VISITS
+
+    by_key = _unique(rows, lambda r: (r["user_id"], _ms(r["session_start"])))
+    outputs = {key: (_ms(r["session_end"]), tuple(r[v] for v in VISITS.values)) for key, r in by_key.items()}
+    assert outputs == want
+
+
+# --- top_movers: a TopN over an upsert topic (a key-value store of each day's members) -------------------------------
+def _produce_top_movers(settings: Settings, spec: JobSpec):
+    # updates dropping a leader out of the top, tombstones, rows back after a delete, ties, refused records
+    records = upserts.adversarial(count=240, seed=74)
+    upserts.produce(settings.kafka, spec.source_topic, records)
+    return upserts.top_n(records)
+
+
+def _check_top_movers(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    by_key = _unique(rows, lambda r: (_ms(r["window_start"]), r["rank"]))
+    assert {key: (r["symbol"], r["change"], r["ticks"]) for key, r in by_key.items()} == want
+
+
+CASES = (
+    Case("recent_buyers", 50, _produce_recent_buyers, _check_recent_buyers),
+    Case("purchase_counts_in_memory", 40, _produce_counts, _check_counts),
+    Case("user_sessions", 30, _produce_sessions, _check_sessions),
+    Case("top_movers", 20, _produce_top_movers, _check_top_movers),
+)
+
+
+def _assert_outputs_ahead_of_the_changelog(settings: Settings, spec: JobSpec) -> None:
+    """The kill landed where it matters: the killed batch wrote outputs (Delta's idempotent-write version is its
+    changelog batch id) past the last batch the changelog has complete."""
+    from deltalake import DeltaTable
+
+    written = DeltaTable(str(settings.lake / spec.output_table_dir)).transaction_version(
+        JobLayout.of(spec, settings).output_transaction_app_id
+    )
+    marked = read_changelog(settings.kafka, changelog_topic_name(spec.application_id, spec.stores[0].name))
+    assert written is not None and (marked.cut_batch_id is None or written > marked.cut_batch_id), (
+        f"outputs written through batch {written}, changelog complete through {marked.cut_batch_id}"
+    )
+
+
+def kills_of(job: str) -> tuple[Kill, ...]:
+    if TRIALS >= len(EVERY_PHASE):
+        return EVERY_PHASE
+    return (RISKIEST, Kill("restoring", lose_checkpoint=True)) if job == ALSO_KILLED_RESTORING else (RISKIEST,)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_a_store_kinds_reference_job_killed_9_at_each_phase_ends_equal_to_its_reference(private_stack, spark, case):
+    settings = private_stack.replace(job_modules=JOB_MODULES, max_offsets_per_trigger=case.cut)
+    spec = registered_versions(JOB_MODULES)[f"kills_{case.job}"][1]
+    ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
+    want = case.produce(settings, spec)
+
+    kills = kills_of(case.job)
+    for trial, kill in enumerate(kills, start=1):
+        started = time.monotonic()
+        stopped = kill_at(settings, spec, kill, f"driver-{trial}.log")
+        print(
+            f"{case.job} trial {trial}: killed at {kill} ({json.dumps(stopped)}) after {time.monotonic() - started:.1f} s"
+        )
+
+    report = run(spec, settings, available_now=True, spark=spark)  # restores or resumes, and drains the rest
+    assert report.error is None, report.error
+    assert report.lease_epoch == JobLease(settings.status_dir, spec.application_id).last_epoch() == len(kills) + 1
+    case.check(settings, spec, read_rows(report.output), want)
