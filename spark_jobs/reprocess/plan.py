@@ -453,8 +453,32 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
                 "re-created empty by the restart",
             )
         )
+    for topic in art.repartition_topics:
+        add(
+            Action(
+                "reset",
+                "delete",
+                "repartition topic" if topic == art.repartition_topic else "repartition progress topic",
+                topic,
+                topic_size(bootstrap, topic, present),
+                "the re-keying stage writes it again from the start position",
+            )
+        )
     for table in art.snapshot_tables:
         add(Action("reset", "delete", "snapshot table", str(table), delta_size(table)))
+    if art.output_topic:
+        add(
+            Action(
+                "reset",
+                "truncate" if plan.truncate_outputs else "keep",
+                "output topic",
+                art.output_topic,
+                topic_size(bootstrap, art.output_topic, present),
+                "jobs reading it see the results recomputed from the start position"
+                if plan.truncate_outputs
+                else "reprocessed keys are written over the existing records",
+            )
+        )
     for table in art.output_tables:
         add(
             Action(

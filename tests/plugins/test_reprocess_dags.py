@@ -9,9 +9,10 @@ Delta tables read back with delta-rs, Kafka read back with a consumer.
 - re-keyed: ``rekeyed_gift_counts`` re-keys an unkeyed source; v2 reprocesses from a source position beside
   v1 (its re-keying stage starts there), is waited for through both its stages, compared at aligned source
   positions and promoted.
-- reset: ``reset_counts`` reset to a date-time reprocesses only what came after it, with a changelog
-  holding nothing from before; the dry run before it changes nothing; a bad form is rejected; the
-  version's warm standby is stopped first (the reset deletes the snapshots it writes).
+- reset: ``reset_counts`` (re-keyed) reset to a date-time reprocesses only what came after it, with a
+  changelog and a repartition topic holding nothing from before; the dry run before it changes nothing; a
+  bad form is rejected; the version's warm standby is stopped first (the reset deletes the snapshots it
+  writes).
 """
 
 from __future__ import annotations
@@ -346,6 +347,7 @@ def _state_of_the_world(settings, spec) -> dict:
         spec.source_topic,
         changelog_topic_name(spec.application_id, "counts"),
         f"{spec.application_id}-dead-letter",
+        *JobLayout.of(spec, settings).repartition_topics,
     ]
     checkpoint = (settings.checkpoints / spec.application_id).path
     tables = [settings.lake / spec.output_table_dir, settings.lake / "_state" / spec.application_id / "counts"]
@@ -381,8 +383,9 @@ def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
     assert only_before
 
     _ok(run_dag("start_streaming_job", {"job": spec.name}))
-    _caught_up(settings, spec)
+    _consumed(settings, spec)
     assert _counts(current_output_path(settings, spec.name)) == expected_counts(before + after)
+    repartition_topic = JobLayout.of(spec, settings).repartition_topic
 
     conf = {
         "job": spec.name,
@@ -394,7 +397,10 @@ def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
     world = _state_of_the_world(settings, spec)
     dry = run_dag("reprocess_job", conf)  # dry_run defaults to true
     _ok(dry)
-    assert "DRY RUN" in dry.stdout + dry.stderr and f"{spec.application_id}-counts-changelog" in dry.stdout + dry.stderr
+    printed = dry.stdout + dry.stderr
+    assert (
+        "DRY RUN" in printed and f"{spec.application_id}-counts-changelog" in printed and repartition_topic in printed
+    )
     assert _state_of_the_world(settings, spec) == world
 
     bad = run_dag("reprocess_job", {**conf, "start_from": "offsets", "start_offsets": {"5": 0}})
@@ -404,8 +410,11 @@ def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
     standby = _start_standby(settings, spec)
     _ok(run_dag("reprocess_job", {**conf, "dry_run": False, "confirm": spec.name}))
     assert standby.wait(30) == 0  # stopped before the reset deleted the snapshots it writes
-    _caught_up(settings, spec)
+    _consumed(settings, spec)
     assert _counts(current_output_path(settings, spec.name)) == expected_counts(after)
+    # the repartition topic was deleted with the state it fed: the re-keying stage wrote it anew from the cut
+    written = sum(high for _low, high in partition_offsets(bootstrap, repartition_topic).values())
+    assert len(after) <= written <= len(after) + 20, written  # the records after the cut, and commit markers
     changelog = _read_changelog(bootstrap, changelog_topic_name(spec.application_id, "counts"))
     keys = {key.decode() for key, _value in changelog if key != MARKER_KEY}
     assert keys == set(expected_counts(after)) and not keys & only_before  # nothing from before the reset
