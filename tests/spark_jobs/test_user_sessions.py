@@ -216,6 +216,14 @@ def test_sessions_match_kafka_streams_semantics_whatever_the_batching(spark, tmp
     for declaration, cut in ((VISITS, len(events)), (VISITS, 7), (updates, 20)):
         got = _run(spark, tmp_path, declaration, events, cut, f"gen-{declaration.emit}-{cut}")
         assert _same(got, want, declaration.emit), f"generated, emit={declaration.emit}, micro-batches of {cut}"
+    # A clickstream in a few large micro-batches: within one batch many sessions are extended (in place),
+    # come due, are put back extended, close and are evicted, by the processor's queue of due sessions
+    events = list(sessions.generate(40, seconds=8 * 3600, seed=11))
+    want = _reference(events)
+    assert len(want.emitted) > 100
+    for declaration, cut in ((VISITS, 500), (updates, 700)):
+        got = _run(spark, tmp_path, declaration, events, cut, f"visits-{declaration.emit}-{cut}")
+        assert _same(got, want, declaration.emit), f"visits, emit={declaration.emit}, micro-batches of {cut}"
 
 
 @pytest.mark.integration

@@ -4,6 +4,7 @@ import java.sql.Timestamp;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.PriorityQueue;
@@ -93,16 +94,22 @@ public final class SessionAggregate {
     return PartitionTask.changes(events, partitionColumn, initial, sessions, OutputMode.Append(), output);
   }
 
-  /** A session of a key: [start, end] inclusive, its values (never changed in place: a merge makes a new
-   * session), whether it closed, and whether it is <b>reopened</b>: it merged a session that had closed (and,
+  /** A session of a key: [start, end] inclusive, its values (changed in place only while the session is
+   * open and extended from its own start; a merge or the extension of a closed one makes a new session),
+   * whether it closed, and whether it is <b>reopened</b>: it merged a session that had closed (and,
    * on close, was emitted), or a reopened one. Only a reopened session can be emitted at a start the outputs
    * already hold; the others are new rows there (the job appends them instead of merging). */
   private static final class Session {
     final long start;
-    final long end;
+    long end;
     final Object[] aggregates;
     boolean closed;
     final boolean reopened;
+    /** the time of the batch queue's live entry for this session's key and start ({@link Long#MAX_VALUE}:
+     * none): a session replacing one of the same start takes its entry over */
+    long queuedAt = Long.MAX_VALUE;
+    /** whether the batch's changes hold this session's key and start already */
+    boolean recorded;
 
     Session(long start, long end, Object[] aggregates, boolean closed, boolean reopened) {
       this.start = start;
@@ -113,15 +120,39 @@ public final class SessionAggregate {
     }
   }
 
+  /** A key's sessions in a batch's cache, by start; whether the store held the key when the batch read it,
+   * and whether the batch changed them (only changed keys are written back). */
+  private static final class KeySessions {
+    final String key;
+    final TreeMap<Long, Session> byStart;
+    final boolean stored;
+    boolean changed;
+
+    KeySessions(String key, TreeMap<Long, Session> byStart, boolean stored) {
+      this.key = key;
+      this.byStart = byStart;
+      this.stored = stored;
+    }
+  }
+
   /** A session of a key, by start: what a change row is about. */
   private record SessionKey(String key, long start) {}
 
-  /** When {@code session} of {@code key} needs a look (its close or eviction): an entry of a batch's queue,
-   * stale once the session was replaced or removed, or its due time moved on. */
-  private record Due(long at, String key, Session session) {}
+  /** When the session of {@code keySessions} starting at {@code start} needs a look (its close or eviction):
+   * an entry of a batch's queue, live while that session's {@link Session#queuedAt} is {@code at}. A
+   * session extended in place (same start) keeps the entry: when it comes due before the session does, it
+   * is put back at the session's due time (one entry per session and step, not one per event). */
+  private record Due(long at, KeySessions keySessions, long start) implements Comparable<Due> {
+    @Override
+    public int compareTo(Due other) {
+      return Long.compare(at, other.at);
+    }
+  }
 
   static final class Sessions extends AggregateTask {
     private final StructType storedSchema;
+    /** a fresh session's values ({@link KeyedAggregate.Kind#fresh}: immutable, copied per session) */
+    private final Object[] freshValues;
     private final long gapMs;
     private final long graceMs;
     private final long retentionMs;
@@ -146,6 +177,7 @@ public final class SessionAggregate {
         stored = stored.add(field.name(), DataTypes.createArrayType(field.dataType()));
       }
       this.storedSchema = stored;
+      this.freshValues = KeyedAggregate.Kind.fresh(kinds, values);
     }
 
     @Override
@@ -219,16 +251,19 @@ public final class SessionAggregate {
       }
     }
 
-    /** One micro-batch of one partition: the keys it touched cached, written back once at its end. */
+    /** One micro-batch of one partition: the keys it touched cached, the changed ones written back once at
+     * its end. */
     private final class Batch extends TaskBatch {
-      final Map<String, TreeMap<Long, Session>> cache = new HashMap<>();
-      /** each changed session's latest state in the store (null: removed), in the order first changed */
-      final Map<SessionKey, Session> changes = new LinkedHashMap<>();
+      final Map<String, KeySessions> cache = new HashMap<>();
+      /** each changed session, in the order first changed (its latest state in the store is the cache's at
+       * the batch's end: every change of a key's sessions is recorded here) */
+      final LinkedHashSet<SessionKey> changes = new LinkedHashSet<>();
       /** each session's latest change of the outputs (null: its row leaves them), in the order first changed */
       final Map<SessionKey, Session> emits = new LinkedHashMap<>();
-      /** the earliest close or eviction of the partition's sessions ({@link Long#MAX_VALUE}: none) */
+      /** the earliest close or eviction of the partition's sessions ({@link Long#MAX_VALUE}: none); at most
+       * that (a queue entry put back later may be earlier than any session's due time) */
       private long dueAt;
-      /** once every key is in the cache ({@link #closeAndEvictDue}): every session's due time, so a close
+      /** once every key is in the cache ({@link #closeAndEvictDue}): the sessions' due times, so a close
        * looks at the sessions due, not at every key (sessions close at any time, not on window bounds) */
       private PriorityQueue<Due> queue;
 
@@ -246,14 +281,26 @@ public final class SessionAggregate {
 
       /** The event at {@code t} merged with its key's sessions within the gap, or refused as late. */
       void apply(String key, long t, Row event, int[] inputs) {
-        TreeMap<Long, Session> keySessions = sessionsOf(key);
-        List<Session> merged = new ArrayList<>();
+        KeySessions keySessions = sessionsOf(key);
+        Session first = null;
+        List<Session> merged = null;
         long start = t;
         long end = t;
         boolean reopened = false;
-        for (Session session : keySessions.values()) {  // in start order
-          if (session.end >= t - gapMs && session.start <= t + gapMs) {
-            merged.add(session);
+        for (Session session : keySessions.byStart.values()) {  // in start order
+          if (session.start > t + gapMs) {
+            break;
+          }
+          if (session.end >= t - gapMs) {
+            if (first == null) {
+              first = session;
+            } else {
+              if (merged == null) {
+                merged = new ArrayList<>(4);
+                merged.add(first);
+              }
+              merged.add(session);
+            }
             start = Math.min(start, session.start);
             end = Math.max(end, session.end);
             reopened |= session.closed || session.reopened;
@@ -264,51 +311,84 @@ public final class SessionAggregate {
               event.getAs("timestamp"), event.getAs("value")));
           return;
         }
-        Object[] aggregates = KeyedAggregate.Kind.fresh(kinds, values);
-        for (Session session : merged) {
+        keySessions.changed = true;
+        if (first != null && merged == null && first.start == start && !first.closed) {
+          // an open session extended from its own start: changed in place (no output holds it as it was)
+          Object[] aggregates = first.aggregates;
           for (int i = 0; i < kinds.length; i++) {
-            aggregates[i] = kinds[i].apply(aggregates[i], session.aggregates[i]);
+            if (aggregates[i] == null) {
+              aggregates[i] = freshValues[i];  // as merging it into fresh values would
+            }
           }
-          keySessions.remove(session.start);
-          SessionKey gone = new SessionKey(key, session.start);
-          changes.put(gone, null);
+          KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
+          first.end = end;
+          changed(key, first);
           if (emitOnUpdate) {
-            emits.put(gone, null);
+            emits.put(new SessionKey(key, start), first);
           }
+          due(keySessions, first);
+        } else {
+          Object[] aggregates = freshValues.clone();
+          long queuedAt = Long.MAX_VALUE;
+          for (Session session : merged != null ? merged : first != null ? List.of(first) : List.<Session>of()) {
+            for (int i = 0; i < kinds.length; i++) {
+              aggregates[i] = kinds[i].apply(aggregates[i], session.aggregates[i]);
+            }
+            keySessions.byStart.remove(session.start);
+            if (session.start == start) {
+              queuedAt = session.queuedAt;  // the merged session starts there: it takes the queue entry over
+            }
+            changed(key, session);
+            if (emitOnUpdate) {
+              emits.put(new SessionKey(key, session.start), null);
+            }
+          }
+          KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
+          Session session = new Session(start, end, aggregates, false, reopened);
+          session.queuedAt = queuedAt;
+          keySessions.byStart.put(start, session);
+          changed(key, session);
+          if (emitOnUpdate) {
+            emits.put(new SessionKey(key, start), session);
+          }
+          due(keySessions, session);
         }
-        KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
-        Session session = new Session(start, end, aggregates, false, reopened);
-        keySessions.put(start, session);
-        SessionKey updated = new SessionKey(key, start);
-        changes.put(updated, session);
-        if (emitOnUpdate) {
-          emits.put(updated, session);
-        }
-        due(key, session);
         if (dueAt <= now) {  // merged into a session already due (grace 0, or an extension at the boundary)
           closeAndEvictDue();
         }
       }
 
-      /** Remove every session of {@code key}; with emit=update the open ones' rows leave the outputs. */
-      void delete(String key) {
-        TreeMap<Long, Session> keySessions = sessionsOf(key);
-        for (Session session : keySessions.values()) {
-          SessionKey gone = new SessionKey(key, session.start);
-          changes.put(gone, null);
-          if (emitOnUpdate && !session.closed) {
-            emits.put(gone, null);
-          }
+      /** The session of {@code key} at {@code session}'s start changed (or left the store). */
+      private void changed(String key, Session session) {
+        if (!session.recorded) {
+          changes.add(new SessionKey(key, session.start));
+          session.recorded = true;
         }
-        keySessions.clear();
       }
 
-      /** {@code session} of {@code key} is new or closed: when it is next due. */
-      private void due(String key, Session session) {
+      /** Remove every session of {@code key}; with emit=update the open ones' rows leave the outputs. */
+      void delete(String key) {
+        KeySessions keySessions = sessionsOf(key);
+        for (Session session : keySessions.byStart.values()) {
+          changed(key, session);
+          if (emitOnUpdate && !session.closed) {
+            emits.put(new SessionKey(key, session.start), null);
+          }
+        }
+        if (!keySessions.byStart.isEmpty()) {
+          keySessions.byStart.clear();
+          keySessions.changed = true;
+        }
+      }
+
+      /** {@code session} of {@code keySessions} is new or closed: when it is next due (queued unless an
+       * entry for its start comes no later). */
+      private void due(KeySessions keySessions, Session session) {
         long at = dueAt(session);
         dueAt = Math.min(dueAt, at);
-        if (queue != null) {
-          queue.add(new Due(at, key, session));
+        if (queue != null && session.queuedAt > at) {
+          queue.add(new Due(at, keySessions, session.start));
+          session.queuedAt = at;
         }
       }
 
@@ -320,48 +400,66 @@ public final class SessionAggregate {
           Iterator<Tuple2<String, Row>> entries = sessions.iterator();
           while (entries.hasNext()) {
             Tuple2<String, Row> entry = entries.next();
-            cache.computeIfAbsent(entry._1(), k -> storedSessions(entry._2()));
+            cache.computeIfAbsent(entry._1(), k -> new KeySessions(k, storedSessions(entry._2()), true));
           }
-          queue = new PriorityQueue<>((a, b) -> Long.compare(a.at(), b.at()));
-          for (Map.Entry<String, TreeMap<Long, Session>> entry : cache.entrySet()) {
-            for (Session session : entry.getValue().values()) {
-              queue.add(new Due(dueAt(session), entry.getKey(), session));
+          List<Due> all = new ArrayList<>();
+          for (KeySessions keySessions : cache.values()) {
+            for (Session session : keySessions.byStart.values()) {
+              session.queuedAt = dueAt(session);
+              all.add(new Due(session.queuedAt, keySessions, session.start));
             }
           }
+          queue = new PriorityQueue<>(all);  // heapified at once
         }
         while (!queue.isEmpty() && queue.peek().at() <= now) {
           Due due = queue.poll();
-          Session session = due.session();
-          TreeMap<Long, Session> keySessions = cache.get(due.key());
-          if (keySessions.get(session.start) != session || dueAt(session) != due.at()) {
-            continue;  // stale: merged away or deleted, or already closed by an earlier entry
+          KeySessions keySessions = due.keySessions();
+          Session session = keySessions.byStart.get(due.start());
+          if (session == null || session.queuedAt != due.at()) {
+            continue;  // stale: merged away or deleted, or queued again
           }
-          SessionKey id = new SessionKey(due.key(), session.start);
+          session.queuedAt = Long.MAX_VALUE;
+          if (dueAt(session) > now) {
+            due(keySessions, session);  // extended since it was queued: put back at its due time
+            continue;
+          }
+          keySessions.changed = true;
+          changed(keySessions.key, session);
           if (!session.closed) {
             session.closed = true;
-            changes.put(id, session);
             if (!emitOnUpdate) {
-              emits.put(id, session);
+              emits.put(new SessionKey(keySessions.key, session.start), session);
             }
-            queue.add(new Due(evictedAt(session), due.key(), session));
+            due(keySessions, session);
           } else {
-            keySessions.remove(session.start);
-            changes.put(id, null);
+            keySessions.byStart.remove(session.start);
           }
         }
         dueAt = queue.isEmpty() ? Long.MAX_VALUE : queue.peek().at();
       }
 
-      private TreeMap<Long, Session> sessionsOf(String key) {
-        return cache.computeIfAbsent(key, k -> storedSessions(sessions.containsKey(k) ? sessions.getValue(k) : null));
+      private KeySessions sessionsOf(String key) {
+        KeySessions keySessions = cache.get(key);
+        if (keySessions == null) {
+          Row stored = sessions.getValue(key);  // null: no sessions
+          keySessions = new KeySessions(key, storedSessions(stored), stored != null);
+          cache.put(key, keySessions);
+        }
+        return keySessions;
       }
 
       List<Row> finish() {
-        for (Map.Entry<String, TreeMap<Long, Session>> entry : cache.entrySet()) {
-          if (entry.getValue().isEmpty()) {
-            sessions.removeKey(entry.getKey());
-          } else {
-            sessions.updateValue(entry.getKey(), storedRow(entry.getValue()));
+        for (SessionKey id : changes) {
+          out.add(changeRow(CHANGE, id, cache.get(id.key()).byStart.get(id.start())));
+        }
+        for (KeySessions keySessions : cache.values()) {
+          if (!keySessions.changed) {
+            continue;  // read (every key is, once a close is due) but unchanged: the store has it
+          }
+          if (!keySessions.byStart.isEmpty()) {
+            sessions.updateValue(keySessions.key, storedRow(keySessions.byStart));
+          } else if (keySessions.stored) {
+            sessions.removeKey(keySessions.key);
           }
         }
         cache.clear();
@@ -369,9 +467,6 @@ public final class SessionAggregate {
           nextDueAt.clear();
         } else {
           nextDueAt.update(dueAt);
-        }
-        for (Map.Entry<SessionKey, Session> entry : changes.entrySet()) {
-          out.add(changeRow(CHANGE, entry.getKey(), entry.getValue()));
         }
         for (Map.Entry<SessionKey, Session> entry : emits.entrySet()) {
           out.add(changeRow(EMIT, entry.getKey(), entry.getValue()));
@@ -398,10 +493,14 @@ public final class SessionAggregate {
         List<Long> ends = row.getList(1);
         List<Boolean> closed = row.getList(2);
         List<Boolean> reopened = row.getList(3);
+        List<List<Object>> valueColumns = new ArrayList<>(kinds.length);
+        for (int i = 0; i < kinds.length; i++) {
+          valueColumns.add(row.getList(i + 4));
+        }
         for (int s = 0; s < starts.size(); s++) {
           Object[] aggregates = new Object[kinds.length];
           for (int i = 0; i < kinds.length; i++) {
-            aggregates[i] = row.getList(i + 4).get(s);
+            aggregates[i] = valueColumns.get(i).get(s);
           }
           restored.put(starts.get(s),
               new Session(starts.get(s), ends.get(s), aggregates, closed.get(s), reopened.get(s)));
