@@ -46,8 +46,6 @@ class EventTimeAggregate(StoreDeclaration):
     span_columns: ClassVar[tuple[str, str]] = ("", "")
     #: columns of the processor's rows and of the outputs that a value or an output may not be named
     taken_columns: ClassVar[tuple[str, ...]] = ()
-    #: whether its spans also go to the job's upsert output topic (``JobSpec.output_topic``)
-    publishes: ClassVar[bool] = False
 
     @property
     def values_ddl(self) -> str:
@@ -89,10 +87,6 @@ class EventTimeAggregate(StoreDeclaration):
         return (key_field, self.span_columns[0])
 
     def check_primitive(self, spec: JobSpec) -> None:
-        if spec.output_topic and not self.publishes:
-            raise JobSpecError(
-                f"output_topic: {type(self).__name__} writes its {self.span}s to Delta only (not yet to Kafka)"
-            )
         if self.time not in self.events.schema.fieldNames():
             raise JobSpecError(f"time: {self.time!r} is not a field of the event schema")
         if self.events.schema[self.time].dataType.simpleString() != "timestamp":

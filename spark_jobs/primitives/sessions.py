@@ -161,7 +161,43 @@ class SessionAggregate(EventTimeAggregate):
                 late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
             )
 
-        return rows.writeStream.outputMode("append").foreachBatch(ctx.state_change_sink(changes, write_outputs))
+        output_records = None
+        if ctx.ensure_output_topic():
+
+            def output_records(batch):
+                return self.output_records(batch, key_field, job=spec.name)
+
+        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
+        return rows.writeStream.outputMode("append").foreachBatch(sink)
+
+    def _emitted(self, batch, key_field: str, job: str):
+        """A batch's changes of the outputs (the processor's emit rows): the output row, whether it leaves the
+        outputs (``_gone``) and whether it is a session that merged a closed one (``reopened``)."""
+        from pyspark.sql import functions as F
+
+        emitted = batch.where(f"kind = '{EMIT}'")
+        return emitted.select(
+            key_field,
+            F.timestamp_millis("session_start_ms").alias("session_start"),
+            F.timestamp_millis("session_end_ms").alias("session_end"),
+            *self._output_columns(emitted, job),
+            F.col(TOMBSTONE).alias("_gone"),
+            F.coalesce(F.col("reopened"), F.lit(False)).alias("reopened"),
+        )
+
+    def output_records(self, batch, key_field: str, *, job: str):
+        """A batch's changes of the outputs as upsert records for the job's output topic: the key the JSON
+        object of the key field and ``session_start`` (``{"user_id": "u1", "session_start":
+        "2026-03-02T09:00:00.000Z"}``), the value the output row as JSON, null when the session leaves the
+        outputs (``emit="update"``: merged away or deleted), as Kafka Streams forwards a windowed key's tombstone."""
+        from pyspark.sql import functions as F
+
+        rows = self._emitted(batch, key_field, job)
+        values = [F.col(f"`{c}`") for c in rows.columns if c not in ("_gone", "reopened")]
+        return rows.select(
+            F.to_json(F.struct(key_field, "session_start")).cast("binary").alias("key"),
+            F.when(~F.col("_gone"), F.to_json(F.struct(*values))).cast("binary").alias("value"),
+        )
 
     def _session_writer(self, output_path: str, key_field: str, job: str, may_repeat):
         """What a batch's emit rows do to the outputs. The processor emits at most one row per session and
@@ -192,17 +228,9 @@ class SessionAggregate(EventTimeAggregate):
             )
 
         def write(batch, batch_id: int) -> bool:
-            emitted = batch.where(f"kind = '{EMIT}'")
-            rows = emitted.select(
-                key_field,
-                F.timestamp_millis("session_start_ms").alias("session_start"),
-                F.timestamp_millis("session_end_ms").alias("session_end"),
-                *self._output_columns(emitted, job),
-                F.col(TOMBSTONE).alias("_gone"),
-                F.coalesce(F.col("reopened"), F.lit(False)).alias("reopened"),
-            )
+            rows = self._emitted(batch, key_field, job)
             if self.emit == "update":
-                if emitted.isEmpty():  # most batches change no session (a write costs about a second even then)
+                if rows.isEmpty():  # most batches change no session (a write costs about a second even then)
                     return False
                 merge(rows)
                 return True

@@ -93,7 +93,6 @@ class WindowedAggregate(EventTimeAggregate):
     span: ClassVar[str] = "window"
     span_columns: ClassVar[tuple[str, str]] = ("window_start", "window_end")
     taken_columns: ClassVar[tuple[str, ...]] = _TAKEN
-    publishes: ClassVar[bool] = True
 
     def state_ddl_for(self, key_field: str) -> str:
         """A store entry: a window (key, start, values, closed, its source partition), or a partition's

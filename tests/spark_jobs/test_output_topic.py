@@ -48,12 +48,11 @@ def test_the_upsert_topic_holds_what_the_outputs_hold(settings, kafka_broker, sp
     assert layout.output_topic == f"counts-{unique}-v{spec.version}" and layout.output_topic in layout.topics
 
 
-def test_a_session_job_refuses_an_output_topic_a_windowed_one_takes_it():
+def test_windowed_and_session_jobs_take_an_output_topic_and_its_partitions_need_one():
     from spark_jobs.jobs.patient_heart_rate import HEART_RATE
     from spark_jobs.jobs.user_sessions import VISITS
 
-    with pytest.raises(JobSpecError, match="output_topic: SessionAggregate"):
-        VISITS.check(dataclasses.replace(get_job("user_sessions"), output_topic="sessions"))
+    VISITS.check(dataclasses.replace(get_job("user_sessions"), output_topic="sessions"))
     HEART_RATE.check(dataclasses.replace(get_job("patient_heart_rate"), output_topic="windows"))
     with pytest.raises(JobSpecError, match="output_topic_partitions"):
         dataclasses.replace(get_job("patient_heart_rate"), output_topic_partitions=1)
