@@ -113,3 +113,32 @@ def test_an_in_memory_store_and_its_declarations_are_checked():
         JobSpecError, match="job purchase_counts_in_memory: an in_memory store runs the primitive's Java processor only"
     ):
         COUNTS.build(SimpleNamespace(spec=spec, query_conf={}), processor=Counter)
+
+
+@pytest.mark.integration
+def test_the_state_api_serves_an_in_memory_store_like_a_key_value_one(settings, kafka_broker, tmp_path):
+    """Its changelog and snapshots are a key-value store's: the state API lists the store with its kind and
+    answers a key (here from the snapshot: the job never ran)."""
+    import json
+
+    from fastapi.testclient import TestClient
+    from streamstate.state_api.app import create_app
+
+    from spark_jobs.layout import JobLayout
+    from spark_jobs.state.snapshots import SnapshotStore
+
+    settings = settings.replace(data_dir=tmp_path)  # a lake of its own, on the suite's broker
+    spec = get_job("purchase_counts_in_memory")
+    value = {"purchases": 3, "amount_spent": "12.50", "last_purchase_at": "2026-11-01T09:00:00.000Z"}
+    SnapshotStore.of(JobLayout.of(spec, settings), COUNTS.store).write(
+        {b"u7": json.dumps(value).encode()}, 0, {spec.source_topic: {0: 3}}, {0: 3}
+    )
+    client = TestClient(create_app(settings))
+    try:
+        (listed,) = [job for job in client.get("/jobs").json()["jobs"] if job["job"] == spec.name]
+        assert [(s["store"], s["kind"]) for s in listed["stores"]] == [(COUNTS.store, "in_memory")]
+        assert client.get(f"/jobs/{spec.name}/stores/{COUNTS.store}").json()["kind"] == "in_memory"
+        answer = client.get(f"/jobs/{spec.name}/stores/{COUNTS.store}/keys/u7").json()
+        assert (answer["found"], answer["value"], answer["source"]) == (True, value, "standby")
+    finally:
+        client.app.state.service.close()
