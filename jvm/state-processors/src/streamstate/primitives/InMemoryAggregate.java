@@ -27,13 +27,13 @@ import streamstate.jobs.DeadLetters;
  * a store with {@code kind="in_memory"}).
  *
  * <p>Spark runs {@code transformWithState} on RocksDB only; its other state store,
- * {@link #PROVIDER HDFSBackedStateStoreProvider}, keeps each partition's keys in a JVM hash map, writes each
+ * {@code HDFSBackedStateStoreProvider}, keeps each partition's keys in a JVM hash map, writes each
  * micro-batch's changes to a delta file in the checkpoint (its changelog) and, now and then, the whole map
  * (its snapshot), and on a start or on another executor loads the map in full from those files: Kafka
  * Streams' in-memory store ({@code Stores.inMemoryKeyValueStore}: no local database, a full restore on every
  * start). That store serves Spark's older stateful API, {@code flatMapGroupsWithState}, with one value per
- * key: this processor. The job's query must run with {@link #PROVIDER} (the driver sets it for the query;
- * an existing checkpoint keeps the provider it was started with).
+ * key: this processor. The job's query must run with that provider (the pipeline sets it for the query:
+ * spark_jobs/session.py {@code IN_MEMORY_PROVIDER}; an existing checkpoint keeps the provider it was started with).
  *
  * <p>Input columns: those of {@link KeyedAggregate}. The stored value and the change rows are
  * {@link KeyedAggregate}'s ({@code touched_at_ms} is the micro-batch's processing time), so the changelog,
@@ -41,10 +41,6 @@ import streamstate.jobs.DeadLetters;
  * store has none either.
  */
 public final class InMemoryAggregate {
-  /** Spark's in-memory state store provider. */
-  public static final String PROVIDER =
-      "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider";
-
   private InMemoryAggregate() {}
 
   /**
