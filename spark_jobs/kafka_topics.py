@@ -170,11 +170,14 @@ def existing_topics(kafka: KafkaTarget, names: list[str], timeout_s: float = 30.
 
 def offsets_for_time(kafka: KafkaTarget, topic: str, at_ms: int, timeout_s: float = 30.0) -> dict[int, int]:
     """partition -> the first offset whose record timestamp is at or after ``at_ms`` (the high watermark
-    when there is none: nothing to read yet). Kafka's ListOffsets by timestamp."""
+    when there is none: nothing to read yet). Kafka's ListOffsets by timestamp. A time before 1970 asks for
+    1970: record timestamps are not negative, and a negative one in ListOffsets is a sentinel (-1 latest, -2
+    earliest, -3 the largest timestamp...), which a broker refuses with UNSUPPORTED_VERSION for other values."""
     consumer = Consumer(client_config(kafka, {"group.id": "streamstate-offsets", "log_level": 3}))
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
-        found = consumer.offsets_for_times([TopicPartition(topic, p, at_ms) for p in partitions], timeout=timeout_s)
+        wanted = [TopicPartition(topic, p, max(at_ms, 0)) for p in partitions]
+        found = consumer.offsets_for_times(wanted, timeout=timeout_s)
         result = {}
         for tp in found:
             if tp.error:
