@@ -150,8 +150,12 @@ class StartPosition:
         if self.kind == EARLIEST:  # everything the topic holds, by definition: a deleted head is a plan note
             return {p: low for p, (low, _high) in bounds.items()}, {}
         if self.kind in (DATETIME, DURATION):
-            at = parse_datetime(self.datetime) if self.kind == DATETIME else now - parse_duration(self.duration)
-            found = offsets_for_time(kafka, topic, int(at.timestamp() * 1000))
+            at_ms = (
+                int(parse_datetime(self.datetime).timestamp() * 1000)
+                if self.kind == DATETIME
+                else int(now.timestamp() * 1000) - int(parse_duration(self.duration).total_seconds() * 1000)
+            )  # in milliseconds: a duration longer than the calendar's years (before year 1) is still a time
+            found = offsets_for_time(kafka, topic, at_ms)  # before 1970: from the first record
             start = {p: max(found[p], bounds[p][0]) for p in bounds}
             # Every record still held is at or after the date-time, and some were deleted: those may
             # have been too (Kafka cannot say when deleted records were written).

@@ -92,9 +92,9 @@ def test_any_reprocessing_form_is_planned_or_refused_with_a_reason(kafka_broker,
     @example({"job": "purchase_counts", "mode": "reset", "start_from": "earliest", "dry_run": True})
     @example({"job": "purchase_counts", "mode": "reset", "start_from": "offsets", "dry_run": True})
     @example({"job": "purchase_counts", "mode": "sideways"})
-    # a draw that asked Kafka's ListOffsets for a time in year 1 (UNSUPPORTED_VERSION) before offsets_for_time
-    # read a time before 1970 as 1970
-    @example({"job": "vote_counts"})
+    # starts before 1970 (ListOffsets took a negative time for a sentinel: UNSUPPORTED_VERSION) and before year 1
+    @example({"job": "vote_counts", "start_from": "datetime", "start_datetime": "0001-01-01T10:00:00Z"})
+    @example({"job": "vote_counts", "start_from": "duration", "start_duration": "99999999d"})
     def check(form):
         try:  # what the task runner does with the trigger form's conf before the plan task runs
             values = process_params(reprocess_dag, reprocess_dag.get_task("plan"), form, suppress_exception=False)
