@@ -288,14 +288,11 @@ class TopN(StoreDeclaration):
         on = f"t.`{key_field}` = s.`{key_field}` AND t.rank = s.rank"
         assign = {f"`{c}`": f"s.`{c}`" for c in columns}
 
-        def ranked(rows):
-            return self._ranked(rows, key_field)
-
         def write_outputs(batch, _batch_id: int) -> None:
             (
                 DeltaTable.forPath(batch.sparkSession, output_path)
                 .alias("t")
-                .merge(ranked(batch.where(f"kind = '{RANK}'")).alias("s"), on)
+                .merge(self._ranked(batch.where(f"kind = '{RANK}'"), key_field).alias("s"), on)
                 .whenMatchedDelete(condition=f"s.{TOMBSTONE}")
                 .whenMatchedUpdate(set=assign)
                 .whenNotMatchedInsert(condition=f"NOT s.{TOMBSTONE}", values=assign)
@@ -314,7 +311,7 @@ class TopN(StoreDeclaration):
             (
                 DeltaTable.forPath(restored.sparkSession, output_path)
                 .alias("t")
-                .merge(ranked(ranking).drop(TOMBSTONE).alias("s"), on)
+                .merge(self._ranked(ranking, key_field).drop(TOMBSTONE).alias("s"), on)
                 .whenMatchedUpdate(set=assign)
                 .whenNotMatchedInsert(values=assign)
                 .whenNotMatchedBySourceDelete()

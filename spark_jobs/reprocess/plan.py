@@ -466,41 +466,29 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
         )
     for table in art.snapshot_tables:
         add(Action("reset", "delete", "snapshot table", str(table), delta_size(table)))
+
+    def outputs(kind: str, target: str, size: str, truncated: str = "", kept: str = "") -> None:
+        """What the reset does to an output (``truncate_outputs``: emptied; else kept, and written over)."""
+        verb = "truncate" if plan.truncate_outputs else "keep"
+        add(Action("reset", verb, kind, target, size, truncated if plan.truncate_outputs else kept))
+
     if art.output_topic:
-        add(
-            Action(
-                "reset",
-                "truncate" if plan.truncate_outputs else "keep",
-                "output topic",
-                art.output_topic,
-                topic_size(bootstrap, art.output_topic, present),
-                "jobs reading it see the results recomputed from the start position"
-                if plan.truncate_outputs
-                else "reprocessed keys are written over the existing records",
-            )
+        outputs(
+            "output topic",
+            art.output_topic,
+            topic_size(bootstrap, art.output_topic, present),
+            "jobs reading it see the results recomputed from the start position",
+            "reprocessed keys are written over the existing records",
         )
     for table in art.output_tables:
-        add(
-            Action(
-                "reset",
-                "truncate" if plan.truncate_outputs else "keep",
-                "output table",
-                str(table),
-                delta_size(table),
-                "rows deleted, history kept (time travel)"
-                if plan.truncate_outputs
-                else "reprocessed keys are merged over the existing rows",
-            )
+        outputs(
+            "output table",
+            str(table),
+            delta_size(table),
+            "rows deleted, history kept (time travel)",
+            "reprocessed keys are merged over the existing rows",
         )
-    add(
-        Action(
-            "reset",
-            "truncate" if plan.truncate_outputs else "keep",
-            "dead-letter topic",
-            art.dead_letter_topic,
-            topic_size(bootstrap, art.dead_letter_topic, present),
-        )
-    )
+    outputs("dead-letter topic", art.dead_letter_topic, topic_size(bootstrap, art.dead_letter_topic, present))
     add(
         Action(
             "reset",
