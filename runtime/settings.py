@@ -151,6 +151,10 @@ class Settings:
     #: catching up on a long backlog works in bounded batches (snapshots, changelog flushes, batch
     #: durations within budget) instead of one batch of everything; unset = no limit
     max_offsets_per_trigger: int | None = None
+    #: a micro-batch that changed at most this many output rows is committed to the output table by delta-rs
+    #: from the driver (tens of milliseconds); a larger one by a Spark MERGE on the executors (a second or
+    #: more, but its rows never enter the driver). 0: always Spark (spark_jobs/output_table.py)
+    driver_output_max_rows: int = 1_000_000
     #: a store whose restore reads at least this many records (snapshot rows + changelog tail) is
     #: restored by Spark's executors, never entering the driver process; a smaller one is restored in
     #: the driver, which is faster for it (no Spark jobs to plan). 0: always in Spark
@@ -304,6 +308,8 @@ class Settings:
             raise SettingsError("kafka_replication_factor must be at least 1")
         if self.restore_in_spark_min_records < 0:
             raise SettingsError(f"{ENV_PREFIX}RESTORE_IN_SPARK_MIN_RECORDS must be >= 0 (0: every store in Spark)")
+        if self.driver_output_max_rows < 0:
+            raise SettingsError(f"{ENV_PREFIX}DRIVER_OUTPUT_MAX_ROWS must be >= 0 (0: every output write by Spark)")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise SettingsError(f"{ENV_PREFIX}MAX_OFFSETS_PER_TRIGGER must be >= 1 (or unset: no limit)")
         if not 0 < self.standby_commit_interval_s < self.standby_max_lag_s:

@@ -12,6 +12,7 @@ from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.output_table import OutputCommit, OutputTable
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.session import session_conf
 from spark_jobs.state import output_marks
@@ -163,6 +164,10 @@ class JobContext:
     def output_path(self) -> str:
         return str(self.layout.output_table)
 
+    def output_table(self, keys: tuple[str, ...]) -> OutputTable:
+        """The version's main output table, its rows identified by ``keys`` (see :mod:`spark_jobs.output_table`)."""
+        return OutputTable(self.layout.output_table, keys)
+
     def ensure_output_table(self, schema) -> None:
         """Create the main output table of this version with ``schema`` (a StructType),
         or add the columns of ``schema`` it lacks (nullable). A version whose outputs gained a column may
@@ -278,8 +283,10 @@ class JobContext:
         a key whose later history no longer reaches the outputs.
 
         Per micro-batch: the batch's dead letters (rows with ``dead_letter.LETTER_COLUMN`` set, see
-        :meth:`with_dead_letters`) go to the dead-letter topic; ``write_outputs(batch, batch_id)`` updates
-        the job's outputs from the other rows (not called when there are none: nothing changed); then the changes
+        :meth:`with_dead_letters`) go to the dead-letter topic; ``write_outputs(batch, batch_id, commit)`` updates
+        the job's outputs from the other rows (not called when there are none: nothing changed), each of its
+        table writes carrying ``commit`` (:class:`spark_jobs.output_table.OutputCommit`; a Spark write in the
+        call carries it too, through the session's conf); then the changes
         go to each store's changelog, then every store's batch markers, in one transaction; then a snapshot
         of each store when due. Both writes are
         full values or tombstones, so a batch replayed after a crash rewrites the same results
@@ -293,7 +300,7 @@ class JobContext:
         transaction of the batch's markers: a consumer reading committed sees a batch's results whole, and
         only once its changelog is complete (a driver killed before the markers leaves none of them).
 
-        ``write_outputs`` runs as a Delta idempotent write whose version is the changelog batch id, so it
+        ``write_outputs``'s writes are Delta idempotent writes whose version is the changelog batch id, so it
         writes each output table at most once per batch (a second write to the same table in the batch
         would be skipped), and a driver fenced by a newer one has its late writes skipped.
         """
@@ -308,29 +315,32 @@ class JobContext:
         checkpoint = self.checkpoint
 
         def write_batch(batch, batch_id: int) -> None:
+            from spark_jobs.dead_letter import count_by_letter_reason
+
             clock = _PhaseClock(self.phase_seconds)
             cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
-                batch.count()  # materialise it now, so the state phase is timed apart from the writes
+                # one Spark job materialises it (so the state phase is timed apart from the writes) and
+                # counts the processor's rows and the dead letters it passed on, by reason
+                counts = count_by_letter_reason(batch)
+                changed = counts.pop(None, 0)
                 clock.lap("state")
-                batch = self._write_dead_letters(batch)
+                batch = self._write_dead_letters(batch, counts)
                 clock.lap("dead_letters")
-                changed = batch.count()
                 self.failpoint("before_outputs")
                 end_offsets = batch_end_offsets(checkpoint, batch_id)
                 # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
                 # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
                 # input position they reached (spark_jobs/state/output_marks.py)
-                transaction = {
-                    "spark.databricks.delta.write.txnAppId": self.layout.output_transaction_app_id,
-                    "spark.databricks.delta.write.txnVersion": str(batch_base + batch_id),
-                    "spark.databricks.delta.commitInfo.userMetadata": output_marks.commit_metadata(
-                        end_offsets.get(self.input_topic, {})
-                    ),
-                }
+                commit = OutputCommit(
+                    self.layout.output_transaction_app_id,
+                    batch_base + batch_id,
+                    end_offsets.get(self.input_topic, {}),
+                    through_driver=changed <= self.settings.driver_output_max_rows,
+                )
                 if changed:  # a batch that changed nothing (e.g. only moved the watermark) has nothing to write
-                    with session_conf(batch.sparkSession, transaction):
-                        write_outputs(batch, batch_id)
+                    with session_conf(batch.sparkSession, commit.spark_conf()):
+                        write_outputs(batch, batch_id, commit)
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
                 records = ()
@@ -378,16 +388,18 @@ class JobContext:
             return None
         return {int(p): int(o) for p, o in offsets.items()}
 
-    def _write_dead_letters(self, batch):
-        """Send the batch's dead letters to the job's dead-letter topic; returns the batch's other rows."""
+    def _write_dead_letters(self, batch, counts: dict[str, int]):
+        """Send the batch's dead letters (``counts`` of them by reason) to the job's dead-letter topic; returns
+        the batch's other rows."""
         from pyspark.sql import functions as F
 
         from spark_jobs import dead_letter
 
         if dead_letter.LETTER_COLUMN not in batch.columns:
             return batch
-        letters = batch.where(F.col(dead_letter.LETTER_COLUMN).isNotNull()).select(f"{dead_letter.LETTER_COLUMN}.*")
-        self.write_letters(letters)
+        if counts:
+            letters = batch.where(F.col(dead_letter.LETTER_COLUMN).isNotNull())
+            self._send_letters(letters.select(f"{dead_letter.LETTER_COLUMN}.*"), counts)
         return batch.where(F.col(dead_letter.LETTER_COLUMN).isNull()).drop(dead_letter.LETTER_COLUMN)
 
     def write_letters(self, letters) -> None:
@@ -395,9 +407,12 @@ class JobContext:
         reason for :attr:`dead_letter_listeners` (the count is the one Spark job that finds there are none)."""
         from spark_jobs import dead_letter
 
-        counts = dead_letter.count_by_reason(letters)
-        if not counts:
-            return
+        if counts := dead_letter.count_by_reason(letters):
+            self._send_letters(letters, counts)
+
+    def _send_letters(self, letters, counts: dict[str, int]) -> None:
+        from spark_jobs import dead_letter
+
         dead_letter.write_letters(letters, self.spec.application_id, self.settings.kafka)
         for listener in self.dead_letter_listeners:
             listener(counts)

@@ -325,9 +325,23 @@ def write_letters(letters: DataFrame, application_id: str, kafka: KafkaTarget) -
 def count_by_reason(letters: DataFrame) -> dict[str, int]:
     """Dead-letter records (key, value, headers) counted by their reason header: one Spark job, empty when
     there are none (what a caller asks before writing them)."""
-    reason = F.element_at(F.filter("headers", lambda h: h["key"] == HEADER_PREFIX + "reason"), 1)["value"]
-    rows = letters.groupBy(reason.cast("string").alias("reason")).count().collect()
+    rows = letters.groupBy(_reason(F.col("headers")).alias("reason")).count().collect()
     return {row["reason"]: int(row["count"]) for row in rows}
+
+
+def count_by_letter_reason(batch: DataFrame) -> dict[str | None, int]:
+    """A processor's output rows counted by the reason of the dead letter they carry (:data:`LETTER_COLUMN`,
+    see :func:`with_dead_letters`), None counting the rows that carry none: one Spark job."""
+    if LETTER_COLUMN not in batch.columns:
+        return {None: batch.count()}
+    reason = F.when(F.col(LETTER_COLUMN).isNotNull(), _reason(F.col(f"{LETTER_COLUMN}.headers")))
+    rows = batch.groupBy(reason.alias("reason")).count().collect()
+    return {row["reason"]: int(row["count"]) for row in rows}
+
+
+def _reason(headers: Column) -> Column:
+    """The reason header of a dead letter's ``headers``."""
+    return F.element_at(F.filter(headers, lambda h: h["key"] == HEADER_PREFIX + "reason"), 1)["value"].cast("string")
 
 
 def write_dead_letters(rejected: DataFrame, application_id: str, kafka: KafkaTarget) -> None:

@@ -177,13 +177,13 @@ class StoreDeclaration:
         else:
             logic = processor(store.ttl_ms)
             rows = processor_changes(events, spec.key_field, initial, logic, stores, timed=bool(store.ttl_ms))
-        write_store, reconcile_outputs = self._output_writers(ctx.output_path, spec.key_field, self.summary_paths(ctx))
+        write_store, reconcile_outputs = self._output_writers(ctx, spec.key_field)
         source_topic = ctx.input_topic
 
-        def write_outputs(batch, batch_id: int) -> None:
+        def write_outputs(batch, _batch_id: int, commit) -> None:
             if len(stores) > 1:  # the outputs show the declaration's store; the others are the processor's own
                 batch = batch.where(stores[0].rows)
-            write_store(batch, batch_id)
+            write_store(batch, commit)
             late = self.late_rows(batch, spec.key_field, source_topic)
             if late is not None:
                 ctx.write_rejected(late)
@@ -243,30 +243,23 @@ class StoreDeclaration:
 
         return write_summaries
 
-    def _output_writers(self, output_path: str, key_field: str, summary_paths: Mapping[str, str]):
-        """The outputs are the store, projected: a MERGE of each batch's changes, and after a restore one
-        that makes them equal to the restored store (see ``JobContext.state_change_sink``); then each
-        summary is recomputed from them."""
+    def _output_writers(self, ctx, key_field: str):
+        """The outputs are the store, projected: each batch's changes upserted (a tombstone deleting the key's
+        row), and after a restore a MERGE that makes them equal to the restored store (see
+        ``JobContext.state_change_sink``); then each summary is recomputed from them."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
         values = self.output_values
+        output_path, outputs = ctx.output_path, ctx.output_table((key_field,))
         on = f"t.`{key_field}` = s.`{key_field}`"
         assign = {f"`{c}`": f"s.`{c}`" for c in values}
         insert = {f"`{c}`": f"s.`{c}`" for c in (key_field, *values)}
-        write_summaries = self.summary_writer(output_path, summary_paths)
+        write_summaries = self.summary_writer(output_path, self.summary_paths(ctx))
 
-        def write_outputs(batch, _batch_id: int) -> None:
+        def write_outputs(batch, commit) -> None:
             source = self.store_rows(batch).select(F.col("key").alias(key_field), TOMBSTONE, *values)
-            (
-                DeltaTable.forPath(batch.sparkSession, output_path)
-                .alias("t")
-                .merge(source.alias("s"), on)
-                .whenMatchedDelete(condition=f"s.{TOMBSTONE}")
-                .whenMatchedUpdate(set=assign)
-                .whenNotMatchedInsert(condition=f"NOT s.{TOMBSTONE}", values=insert)
-                .execute()
-            )
+            outputs.upsert(source, commit, gone=TOMBSTONE)
             write_summaries(batch.sparkSession)
 
         def reconcile_outputs(restored) -> None:

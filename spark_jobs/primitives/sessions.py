@@ -150,12 +150,13 @@ class SessionAggregate(EventTimeAggregate):
 
         store, changes, rows = self.processed(ctx, processor)
         spec, key_field = ctx.spec, ctx.spec.key_field
-        write_sessions = self._session_writer(ctx.output_path, key_field, spec.name, ctx.outputs_may_repeat)
+        outputs = ctx.output_table((key_field, "session_start"))
+        write_sessions = self._session_writer(outputs, key_field, spec.name, ctx.outputs_may_repeat)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         source_topic = ctx.input_topic
 
-        def write_outputs(batch, batch_id: int) -> None:
-            if write_sessions(batch, batch_id):
+        def write_outputs(batch, batch_id: int, commit) -> None:
+            if write_sessions(batch, batch_id, commit):
                 write_summaries(batch.sparkSession)
             ctx.write_rejected(
                 late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
@@ -199,55 +200,29 @@ class SessionAggregate(EventTimeAggregate):
             F.when(~F.col("_gone"), F.to_json(F.struct(*values))).cast("binary").alias("value"),
         )
 
-    def _session_writer(self, output_path: str, key_field: str, job: str, may_repeat):
-        """What a batch's emit rows do to the outputs. The processor emits at most one row per session and
-        batch, its last change: with ``emit="close"`` each session as it closed, with ``emit="update"`` every
-        change (merged-away and deleted open sessions as tombstones). With ``emit="close"`` a session is a new
-        row of the outputs unless it is *reopened* (it merged a closed session, whose row may have its start):
-        a batch without a reopened session appends its sessions (inserts them if absent when the batch may
-        repeat written outputs: a replay, see ``spark_jobs/state/output_marks.py``); one with a reopened
-        session MERGEs them all by (key, ``session_start``), replacing that row (one write per batch: the
-        sink's idempotent-write id skips a second). With ``emit="update"`` one MERGE takes every row, a
-        tombstone deleting the row. Either is idempotent, so a replayed batch writes the same rows again. It
-        returns whether it wrote."""
-        from delta.tables import DeltaTable
+    def _session_writer(self, outputs, key_field: str, job: str, may_repeat):
+        """What a batch's emit rows do to the outputs (an :class:`spark_jobs.output_table.OutputTable`). The
+        processor emits at most one row per session and batch, its last change: with ``emit="close"`` each
+        session as it closed, with ``emit="update"`` every change (merged-away and deleted open sessions as
+        tombstones). With ``emit="close"`` a session is a new row of the outputs unless it is *reopened* (it
+        merged a closed session, whose row may have its start): a batch without a reopened session appends its
+        sessions (inserts them if absent when the batch may repeat written outputs: a replay, see
+        ``spark_jobs/state/output_marks.py``); one with a reopened session upserts them all by (key,
+        ``session_start``), replacing that row (one write per batch: the sink's idempotent-write id skips a
+        second). With ``emit="update"`` one upsert takes every row, a tombstone deleting the row. Either is
+        idempotent, so a replayed batch writes the same rows again. It returns whether it wrote."""
         from pyspark.sql import functions as F
 
-        on = f"t.`{key_field}` = s.`{key_field}` AND t.session_start = s.session_start"
-
-        def merge(rows) -> None:
-            columns = [c for c in rows.columns if c not in ("_gone", "reopened")]
-            (
-                DeltaTable.forPath(rows.sparkSession, output_path)
-                .alias("t")
-                .merge(rows.alias("s"), on)
-                .whenMatchedDelete(condition="s._gone")
-                .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
-                .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
-                .execute()
-            )
-
-        def write(batch, batch_id: int) -> bool:
+        def write(batch, batch_id: int, commit) -> bool:
             rows = self._emitted(batch, key_field, job)
-            if self.emit == "update":
-                if rows.isEmpty():  # most batches change no session (a write costs about a second even then)
-                    return False
-                merge(rows)
-                return True
-            counts = rows.agg(F.count(F.lit(1)).alias("all"), F.count_if("reopened").alias("reopened")).first()
-            if not counts["all"]:  # most batches close no session
-                return False
-            # One write per batch (the sink's idempotent-write id would skip a second one)
-            if counts["reopened"]:
-                merge(rows)
-            elif may_repeat(batch_id):
+            if self.emit == "update":  # most batches change no session: nothing is committed then
+                return outputs.upsert(rows.drop("reopened"), commit, gone="_gone")
+            if rows.where(F.col("reopened")).isEmpty():
                 new_rows = rows.drop("_gone", "reopened")
-                DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
-                    new_rows.alias("s"), on
-                ).whenNotMatchedInsertAll().execute()
-            else:  # a MERGE joins the table; an append writes just the batch's sessions
-                rows.drop("_gone", "reopened").write.format("delta").mode("append").save(output_path)
-            return True
+                if may_repeat(batch_id):
+                    return outputs.insert_absent(new_rows, commit)
+                return outputs.append(new_rows, commit)  # a MERGE joins the table; an append writes the batch
+            return outputs.upsert(rows.drop("reopened"), commit, gone="_gone")
 
         return write
 

@@ -245,7 +245,7 @@ class TopN(StoreDeclaration):
         events = ctx.with_dead_letters(classified, "partition", "offset", key=GROUP)
         changes = self.store_changes_for(key_field)
         rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
-        write_outputs, reconcile_outputs = self._ranking_writers(ctx.output_path, key_field)
+        write_outputs, reconcile_outputs = self._ranking_writers(ctx, key_field)
         output_records = None
         if ctx.ensure_output_topic():
 
@@ -277,27 +277,20 @@ class TopN(StoreDeclaration):
             F.when(~F.col(TOMBSTONE), F.to_json(F.struct(*columns))).cast("binary").alias("value"),
         )
 
-    def _ranking_writers(self, output_path: str, key_field: str):
-        """A batch's rank rows MERGEd into the outputs (a vacated rank deleted); after a restore, the ranking
+    def _ranking_writers(self, ctx, key_field: str):
+        """A batch's rank rows upserted into the outputs (a vacated rank deleted); after a restore, the ranking
         recomputed from the restored rows (see ``JobContext.state_change_sink``)."""
         from delta.tables import DeltaTable
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
+        output_path, outputs = ctx.output_path, ctx.output_table((key_field, "rank"))
         columns = (key_field, "rank", *self.shown_fields(key_field))
         on = f"t.`{key_field}` = s.`{key_field}` AND t.rank = s.rank"
         assign = {f"`{c}`": f"s.`{c}`" for c in columns}
 
-        def write_outputs(batch, _batch_id: int) -> None:
-            (
-                DeltaTable.forPath(batch.sparkSession, output_path)
-                .alias("t")
-                .merge(self._ranked(batch.where(f"kind = '{RANK}'"), key_field).alias("s"), on)
-                .whenMatchedDelete(condition=f"s.{TOMBSTONE}")
-                .whenMatchedUpdate(set=assign)
-                .whenNotMatchedInsert(condition=f"NOT s.{TOMBSTONE}", values=assign)
-                .execute()
-            )
+        def write_outputs(batch, _batch_id: int, commit) -> None:
+            outputs.upsert(self._ranked(batch.where(f"kind = '{RANK}'"), key_field), commit, gone=TOMBSTONE)
 
         def reconcile_outputs(restored) -> None:
             order = F.col("score").desc() if self.descending else F.col("score").asc()

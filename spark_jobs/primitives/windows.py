@@ -143,14 +143,13 @@ class WindowedAggregate(EventTimeAggregate):
 
         store, changes, rows = self.processed(ctx, processor)
         spec, key_field = ctx.spec, ctx.spec.key_field
-        write_windows = self._window_writer(
-            ctx.output_path, key_field, store.window_ms, spec.name, ctx.outputs_may_repeat
-        )
+        outputs = ctx.output_table((key_field, "window_start"))
+        write_windows = self._window_writer(outputs, key_field, store.window_ms, spec.name, ctx.outputs_may_repeat)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         source_topic = ctx.input_topic
 
-        def write_outputs(batch, batch_id: int) -> None:
-            if write_windows(batch, batch_id):
+        def write_outputs(batch, batch_id: int, commit) -> None:
+            if write_windows(batch, batch_id, commit):
                 write_summaries(batch.sparkSession)
             ctx.write_rejected(
                 late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
@@ -165,43 +164,23 @@ class WindowedAggregate(EventTimeAggregate):
         sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)
 
-    def _window_writer(self, output_path: str, key_field: str, window_ms: int, job: str, may_repeat):
-        """What a batch's change rows do to the outputs. ``emit="close"``: append the windows that closed (a
-        closed window never changes); a batch that may repeat written outputs (``may_repeat(batch_id)``: a
-        replay after a crash or a restore, see ``spark_jobs/state/output_marks.py``) inserts them only if
-        absent instead, so a replayed window is not written twice. ``emit="update"``: upsert
-        every changed window and delete the open windows a delete removed (tombstones with ``closed =
-        false``; evictions leave the outputs alone, as Kafka Streams' emitted updates stay). It returns
-        whether it wrote to the outputs (then the summaries are recomputed)."""
-        from delta.tables import DeltaTable
+    def _window_writer(self, outputs, key_field: str, window_ms: int, job: str, may_repeat):
+        """What a batch's change rows do to the outputs (an :class:`spark_jobs.output_table.OutputTable`).
+        ``emit="close"``: append the windows that closed (a closed window never changes); a batch that may
+        repeat written outputs (``may_repeat(batch_id)``: a replay after a crash or a restore, see
+        ``spark_jobs/state/output_marks.py``) inserts them only if absent instead, so a replayed window is not
+        written twice. ``emit="update"``: upsert every changed window and delete the open windows a delete
+        removed (tombstones with ``closed = false``; evictions leave the outputs alone, as Kafka Streams'
+        emitted updates stay). It returns whether it wrote to the outputs (then the summaries are recomputed)."""
 
-        on = f"t.`{key_field}` = s.`{key_field}` AND t.window_start = s.window_start"
-
-        def write(batch, batch_id: int) -> bool:
+        def write(batch, batch_id: int, commit) -> bool:
             if self.emit == "close":
-                # Most batches close no window (a write costs about a second even then).
+                # most batches close no window: nothing is committed then
                 closed = self._emitted(batch, key_field, window_ms, job).drop("_gone")
-                if closed.isEmpty():
-                    return False
                 if may_repeat(batch_id):
-                    DeltaTable.forPath(batch.sparkSession, output_path).alias("t").merge(
-                        closed.alias("s"), on
-                    ).whenNotMatchedInsertAll().execute()
-                else:  # a MERGE joins the whole table; an append writes just the batch's windows
-                    closed.write.format("delta").mode("append").save(output_path)
-                return True
-            changed = self._emitted(batch, key_field, window_ms, job)
-            columns = [c for c in changed.columns if c != "_gone"]
-            (
-                DeltaTable.forPath(batch.sparkSession, output_path)
-                .alias("t")
-                .merge(changed.alias("s"), on)
-                .whenMatchedDelete(condition="s._gone")
-                .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
-                .whenNotMatchedInsert(condition="NOT s._gone", values={f"`{c}`": f"s.`{c}`" for c in columns})
-                .execute()
-            )
-            return True
+                    return outputs.insert_absent(closed, commit)
+                return outputs.append(closed, commit)  # a MERGE joins the whole table; an append writes the batch
+            return outputs.upsert(self._emitted(batch, key_field, window_ms, job), commit, gone="_gone")
 
         return write
 
