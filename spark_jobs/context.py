@@ -137,6 +137,27 @@ class JobContext:
             listener(store_name, snapshot)
         return snapshot
 
+    def start_snapshots_if_due(self, store_names: list[str], changelog_batch_id: int) -> bool:
+        """The stores' snapshots when the job's cadence says so, taken off the micro-batch's path by
+        :attr:`snapshot_worker` (skipped while one runs); returns whether they started."""
+        if not self._due(changelog_batch_id):
+            return False
+
+        def take() -> None:
+            clock = _PhaseClock(self.phase_seconds)
+            for name in store_names:
+                self.snapshot_if_due(name, changelog_batch_id)
+            clock.lap("snapshot_background")
+
+        return self.snapshot_worker.start(take)
+
+    @functools.cached_property
+    def snapshot_worker(self):
+        """The thread this driver's snapshots are taken in (:class:`spark_jobs.state.snapshotting.SnapshotWorker`)."""
+        from spark_jobs.state.snapshotting import SnapshotWorker
+
+        return SnapshotWorker(self.spark)
+
     def _due(self, changelog_batch_id: int) -> bool:
         """Whether the job's snapshot cadence (``snapshot_every_batches``) falls on this batch: counted within
         the driver's generation, after every N Spark batches, not at its first one."""
@@ -287,8 +308,8 @@ class JobContext:
         the job's outputs from the other rows (not called when there are none: nothing changed), each of its
         table writes carrying ``commit`` (:class:`spark_jobs.output_table.OutputCommit`; a Spark write in the
         call carries it too, through the session's conf); then the changes
-        go to each store's changelog, then every store's batch markers, in one transaction; then a snapshot
-        of each store when due. Both writes are
+        go to each store's changelog, then every store's batch markers, in one transaction; then, when due, a
+        snapshot of each store is started in the background (:meth:`start_snapshots_if_due`). Both writes are
         full values or tombstones, so a batch replayed after a crash rewrites the same results
         (idempotent). The markers come last because they are what a restore trusts: a batch complete in
         the changelog has its outputs written. (Changelog first lost outputs when a driver died between
@@ -358,8 +379,7 @@ class JobContext:
                 clock.lap("changelog")
             finally:
                 cached.unpersist()
-            for kept in stores:
-                self.snapshot_if_due(kept.store, batch_base + batch_id)
+            self.start_snapshots_if_due([kept.store for kept in stores], batch_base + batch_id)
             if self.repartitioner is not None and self._due(batch_base + batch_id):
                 # the batch is complete in the changelog: a restore never reads the input below its end again
                 self.repartitioner.purge_below(end_offsets.get(self.input_topic, {}))
@@ -446,7 +466,10 @@ class JobContext:
         failpoints.reached(name, self.settings.status_dir, self.spec.application_id)
 
     def close(self) -> None:
-        """Flush and close what the job opened (the changelog marker producers, the fence's producer)."""
+        """Flush and close what the job opened (the changelog marker producers, the fence's producer), once
+        a snapshot being taken is committed."""
+        if "snapshot_worker" in self.__dict__:  # started
+            self.snapshot_worker.wait()
         while self.open_writers:
             self.open_writers.pop().close()
         if self.__dict__.get("repartitioner") is not None:

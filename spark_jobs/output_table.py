@@ -12,6 +12,8 @@ Rules:
   about a second and a half of planning and five Spark jobs, delta-rs's some tens of milliseconds. A
   larger batch is written by Spark's executors, never entering the driver. Both commit the same rows, the
   same ``txn`` and the same metadata, so readers, restores and output marks do not know which one wrote.
+* **Every batch's write is a commit**, even one that changes no row (a replayed batch's), as Spark's are:
+  the batch's ``txn`` and input mark are in the table's log.
 * **Three kinds of write**, each what a primitive's outputs need: :meth:`OutputTable.upsert` (rows matched by
   the table's keys are replaced, or deleted when a ``gone`` column says so; the others inserted unless
   gone), :meth:`OutputTable.insert_absent` (rows inserted unless the key is there: a replayed batch of
@@ -114,8 +116,13 @@ class OutputTable:
             return True
         if merge is None:
             write_deltalake(table, arrow, mode="append", commit_properties=commit.commit_properties())
-        else:
-            merge.in_delta_rs(table, arrow, commit.commit_properties())
+            return True
+        version = table.version()
+        merge.in_delta_rs(table, arrow, commit.commit_properties())
+        if DeltaTable(str(self.location), storage_options=options).version() == version:
+            # delta-rs commits nothing for a MERGE that changes no row (a replay of rows written already),
+            # where Spark commits one: the batch's txn and input mark are committed all the same
+            table.create_write_transaction([], "append", table.schema(), commit_properties=commit.commit_properties())
         return True
 
 

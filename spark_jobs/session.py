@@ -65,6 +65,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.driver.bindAddress": settings.host,
         # Small local state: keep the UI and the event log quiet but available.
         "spark.ui.showConsoleProgress": "false",
+        # a running job's snapshots take their Spark jobs in a pool of their own (SnapshotWorker): their
+        # tasks share the cores with the micro-batches' rather than queueing ahead of them
+        "spark.scheduler.mode": "FAIR",
         "spark.sql.adaptive.enabled": "false",
         # A secured Kafka source/sink carries the SASL password in its JAAS option
         # (runtime/kafka_connection.py); redact it from plans, the UI and logs like other secrets.

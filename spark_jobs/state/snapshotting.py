@@ -12,9 +12,16 @@ A snapshot is taken in three steps, in this order:
    by Spark's executors when given ``spark``), written as a layer of its changes, or whole.
 
 If another snapshot landed meanwhile (:class:`~.snapshots.SnapshotConflict`), the state is written whole.
+
+A running job takes its snapshots off the micro-batch's path (:class:`SnapshotWorker`): a snapshot reads the
+changelog's complete batches, never the batch in hand, so batches go on while it is taken.
 """
 
 from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
 
 from runtime.kafka_connection import KafkaTarget
 from spark_jobs.state.changelog_reader import read_changelog
@@ -80,3 +87,55 @@ def snapshot_from_rebuilt_state(
         except SnapshotConflict:
             pass
     return snapshots.write_frame(restored.frame, *position)
+
+
+log = logging.getLogger("streamstate.snapshots")
+
+#: the Spark scheduler pool of a running job's snapshot jobs (the session runs the FAIR scheduler: a
+#: snapshot's tasks share the cores with the micro-batches' instead of queueing ahead of them)
+SNAPSHOT_POOL = "snapshots"
+
+
+class SnapshotWorker:
+    """A job's snapshots, taken by a thread of their own while the micro-batches go on: at most one at a
+    time (a snapshot due while one runs is skipped: the next due batch takes it, and a restore reads the
+    longer tail meanwhile). A snapshot that failed is raised in the micro-batch's thread at the next
+    :meth:`start`, failing the query as a snapshot taken in the batch did."""
+
+    def __init__(self, spark=None) -> None:
+        self._spark = spark
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, take: Callable[[], None]) -> bool:
+        """Run ``take`` in the worker's thread unless a snapshot is running; returns whether it started.
+
+        Raises:
+            the exception of the previous snapshot, if it failed.
+        """
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise RuntimeError(f"the job's last snapshot failed: {failure}") from failure
+        if self.running:
+            return False
+        self._thread = threading.Thread(target=self._run, args=(take,), name="streamstate-snapshot", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self, take: Callable[[], None]) -> None:
+        if self._spark is not None:  # this thread's Spark jobs in the snapshots' pool
+            self._spark.sparkContext.setLocalProperty("spark.scheduler.pool", SNAPSHOT_POOL)
+        try:
+            take()
+        except BaseException as err:  # noqa: BLE001 - kept for the batch thread, which fails the query with it
+            log.exception("snapshot failed")
+            self._failure = err
+
+    def wait(self) -> None:
+        """Until the running snapshot (if any) is committed or failed (a driver's run ends after it)."""
+        if self._thread is not None:
+            self._thread.join()

@@ -220,6 +220,12 @@ def test_closed_windows_replayed_after_kills_are_written_once(private_stack, spa
 
     changelog = read_changelog(bootstrap, changelog_topic_name(spec.application_id, spec.stores[0].name))
     check_heart_rate(spark, report.output, changelog.state, read_topic(bootstrap, spec.source_topic))
-    writes = [c["operation"] for c in reversed(DeltaTable(report.output).history()) if c["operation"] != "CREATE TABLE"]
-    # appended while nothing was written, merged by the two replays, appended past them
-    assert writes == ["WRITE", "MERGE", "MERGE", "WRITE"], writes
+    # appended while nothing was written, merged by the two replays, appended past them. A replay that
+    # re-derives only windows written already changes no row: a Spark MERGE commits that as a MERGE, delta-rs
+    # (a small batch's writer, spark_jobs/output_table.py) as an empty commit ("EMPTY": a WRITE without metrics)
+    writes = [
+        "EMPTY" if c["operation"] == "WRITE" and not c.get("operationMetrics") else c["operation"]
+        for c in reversed(DeltaTable(report.output).history())
+        if c["operation"] != "CREATE TABLE"
+    ]
+    assert len(writes) == 4 and writes[0] == writes[3] == "WRITE" and {*writes[1:3]} <= {"MERGE", "EMPTY"}, writes
