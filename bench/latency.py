@@ -156,7 +156,8 @@ class SteadyProducer:
         return f"u{self._queue.pop():05d}"
 
     def run(self, seconds: float) -> tuple[float, float]:
-        """Produce for ``seconds`` at the rate (in this thread); returns (first, last) produce time."""
+        """Produce for ``seconds`` at the rate (in this thread); returns the window's (start, end) times. Not
+        flushed: :meth:`flush` after the last window."""
         started = time.time()
         sent = 0
         while (now := time.time()) < started + seconds:
@@ -182,8 +183,11 @@ class SteadyProducer:
             self.producer.poll(0)
             # until the next event is due, but at least 2 ms: at 10,000/s a few events per round
             time.sleep(max(0.002, started + sent / self.rate - time.time()))
-        self.producer.flush(30)
-        return started, time.time()
+        return started, started + seconds
+
+    def flush(self) -> None:
+        if self.producer.flush(30):
+            raise RuntimeError("the producer could not deliver its last events within 30 s")
 
     def _acked(self, err, _msg) -> None:
         if err is not None:
@@ -442,6 +446,7 @@ def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_
             try:
                 outcome["warm_up"] = producer.run(args.warm_up)
                 outcome["measured"] = producer.run(args.seconds)
+                producer.flush()
             except BaseException as err:  # noqa: BLE001 - reported below
                 producer.error = err
 
