@@ -389,7 +389,7 @@ def start_kafka_streams(settings: Settings, work: Path, classpath: str, topic: s
     from spark_jobs.kafka_topics import ensure_topic
 
     output = f"{topic}-out"
-    ensure_topic(settings.kafka, output, PARTITIONS, configs=OUTPUT_TOPIC_CONFIG)
+    ensure_topic(settings.kafka, output, PARTITIONS, config=OUTPUT_TOPIC_CONFIG)
     peer = KafkaStreamsPeer(
         classpath,
         settings,
