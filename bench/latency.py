@@ -276,6 +276,8 @@ class Running:
     stop: Callable[[], None]
     check: Callable[[], None]  # raises when the peer died
     log: Path
+    #: after the stop: what its micro-batches took (seconds per batch, by phase), where the peer says
+    batches: Callable[[], dict] = dict
 
 
 def _process_check(proc: subprocess.Popen, log: Path, what: str):
@@ -335,12 +337,23 @@ def start_platform(settings: Settings, work: Path, run: str, trigger_s: float) -
         start_new_session=True,
     )
     check = _process_check(proc, log, "the platform's driver")
+
+    def batches() -> dict:
+        """The run report's seconds per phase (state, dead letters, outputs, changelog, snapshot), per batch."""
+        from spark_jobs.run import report_path
+
+        report = json.loads(report_path(spec, peer_settings).read_text())
+        n = max(1, report.get("batches") or 0)
+        phases = {name: round(seconds / n, 3) for name, seconds in report.get("phase_seconds", {}).items()}
+        return {"batches": report.get("batches"), "seconds_per_batch": phases}
+
     running = Running(
         work / "lake" / spec.output_table_dir,
         output_topic_name(spec.output_topic, spec.version),
         _process_stop(proc),
         check,
         log,
+        batches,
     )
     try:
         _wait(
@@ -358,6 +371,7 @@ def start_platform(settings: Settings, work: Path, run: str, trigger_s: float) -
 def start_plain_spark(settings: Settings, work: Path, topic: str, trigger_s: float) -> Running:
     log = work / "peer.log"
     started = threading.Event()
+    answer: dict = {}
     proc = subprocess.Popen(
         [PYTHON, "bench/plain_spark_peer.py", topic, str(work), "--trigger", f"{trigger_s:g}"],
         env={**os.environ, **settings.replace(data_dir=work).to_env()},
@@ -372,10 +386,18 @@ def start_plain_spark(settings: Settings, work: Path, topic: str, trigger_s: flo
         for line in proc.stdout:
             if line.startswith('{"event": "started"'):
                 started.set()
+            elif line.startswith("{"):
+                answer.update(json.loads(line))  # after the stop: its batches and their seconds
 
-    threading.Thread(target=read, daemon=True).start()
+    def batches() -> dict:
+        reader.join(10)  # the process has ended: its last line is on its way
+        n = max(1, answer.get("batches") or 0)
+        return {"batches": answer.get("batches"), "seconds_per_batch": {"batch": round(answer["batch_seconds"] / n, 3)}}
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     check = _process_check(proc, log, "the plain Spark peer")
-    running = Running(work / "output", None, _process_stop(proc), check, log)
+    running = Running(work / "output", None, _process_stop(proc), check, log, batches)
     try:
         _wait(started.is_set, check, 600, "the plain Spark peer to start its query")
     except BaseException:
@@ -483,6 +505,10 @@ def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_
         "delivery_failures": producer.failed,
         "sinks": {},
     }
+    try:
+        row.update(running.batches())
+    except Exception as err:  # noqa: BLE001 - a figure of context, not the measurement
+        console.print(f"[yellow]{run}: no batch figures ({err})[/]")
     for sink, answers in readers.items():
         values, unanswered = latencies(producer.produced, answers.answered_at, start, end)
         row["sinks"][sink] = {"events": len(values), "unanswered": unanswered, **summarize(values)}
@@ -572,6 +598,15 @@ def report_lines(rows: list[dict], command: str, args) -> list[str]:
             f"Rates reached (measured events / s): {rates_reached}. Kafka Streams is measured once per rate (it has "
             "no trigger); its figures stand beside every trigger's.",
         ]
+    profiled = [r for r in rows if r.get("seconds_per_batch")]
+    if profiled:
+        lines += ["", "Where a micro-batch's time goes (seconds per batch over the run, warm-up included):", ""]
+        for r in profiled:
+            phases = ", ".join(f"{name} {seconds:.3f}" for name, seconds in r["seconds_per_batch"].items() if seconds)
+            lines.append(
+                f"- {PEER_NAMES[r['peer']]}, {r['rate']:,}/s, trigger {_trigger_label(r['trigger_s'])}: "
+                f"{r['batches']:,} batches; {phases or 'nothing measured'}"
+            )
     lines += ["", *goal_lines(rows), ""]
     return lines
 
