@@ -302,6 +302,11 @@ def _process_stop(proc: subprocess.Popen):
     return stop
 
 
+def _pythonpath() -> str:
+    """This checkout first, for the peer and its Python workers (the virtualenv may be another checkout's)."""
+    return os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def _wait(predicate, check, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -325,7 +330,7 @@ def start_platform(settings: Settings, work: Path, run: str, trigger_s: float) -
         **peer_settings.to_env(),
         "BENCH_LATENCY_RUN": run,
         "BENCH_LATENCY_TRIGGER_S": f"{trigger_s:g}",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": _pythonpath(),
     }
     log = work / "peer.log"
     proc = subprocess.Popen(
@@ -374,7 +379,7 @@ def start_plain_spark(settings: Settings, work: Path, topic: str, trigger_s: flo
     answer: dict = {}
     proc = subprocess.Popen(
         [PYTHON, "bench/plain_spark_peer.py", topic, str(work), "--trigger", f"{trigger_s:g}"],
-        env={**os.environ, **settings.replace(data_dir=work).to_env()},
+        env={**os.environ, **settings.replace(data_dir=work).to_env(), "PYTHONPATH": _pythonpath()},
         cwd=PROJECT_ROOT,
         stdout=subprocess.PIPE,
         stderr=log.open("wb"),
