@@ -34,7 +34,8 @@ Trigger 0 is Spark's ``processingTime`` 0: the next micro-batch starts as soon a
 A measurement takes about its start (a Spark driver: 30-90 s on 2 cores) + warm-up + seconds + the drain and
 stop: 2-3 minutes with the defaults; the full matrix (2 rates x (3 triggers x 2 Spark peers + Kafka Streams))
 14 of them. Each measured row is added to ``bench/results/latency-<UTC time>.json`` as soon as it is done (a
-failed peer is recorded with its error and the run goes on); the BENCHMARKS.md section comes at the end.
+failed peer is recorded with its error and the run goes on); the BENCHMARKS.md section comes at the end, or
+from a saved file (a run stopped part way): ``bench/latency.py --from-results bench/results/latency-<time>.json``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from bench.private_stack import append_section, private_broker  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 
 console = Console()
@@ -682,7 +684,20 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--poll-ms", type=int, default=50, help="how often the Delta reader polls the table")
     parser.add_argument("--no-report", action="store_true", help="do not append a section to BENCHMARKS.md")
+    parser.add_argument(
+        "--from-results", type=Path, help="measure nothing: report the rows of a saved bench/results/latency-*.json"
+    )
     args = parser.parse_args()
+    if args.from_results:  # e.g. a run stopped part way: its finished rows, with its own command and settings
+        saved = json.loads(args.from_results.read_text())
+        print_table(saved["rows"])
+        measured_with = {"users": 10_000, "warm_up": 15, "seconds": 60, "poll_ms": 50, **saved.get("args", {})}
+        lines = report_lines(saved["rows"], saved["command"], argparse.Namespace(**measured_with))
+        if args.no_report:
+            console.print("\n".join(lines))
+        else:
+            append_section(lines, console)
+        return
     rates = [int(r) for r in args.rates.split(",")]
     triggers = [float(t) for t in args.triggers.split(",")]
     peers = [p for p in args.peers.split(",") if p]
@@ -691,14 +706,13 @@ def main() -> None:
         parser.error(f"unknown peers {sorted(unknown)}")
     command = "python bench/latency.py " + shlex.join(sys.argv[1:])
 
-    from bench.private_stack import append_section, private_broker
-
     results = PROJECT_ROOT / "bench" / "results" / f"latency-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%MZ}.json"
     rows: list[dict] = []
 
     def save() -> None:
         results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+        measured_with = {k: getattr(args, k) for k in ("users", "warm_up", "seconds", "poll_ms")}
+        results.write_text(json.dumps({"command": command, "args": measured_with, "rows": rows}, indent=1) + "\n")
 
     classpath = None
     if "kafka_streams" in peers:
