@@ -642,6 +642,46 @@ def goal_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+def plot_latency(rows: list[dict], path: Path) -> None:
+    """Per rate, bars of p50 with whiskers up to p99 for each trigger: the platform's two sinks and plain Spark's
+    Delta; Kafka Streams' p50 and p99 as lines (it has no trigger)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = sorted({r["rate"] for r in rows})
+    triggers = sorted({r["trigger_s"] for r in rows if r.get("trigger_s") is not None})
+    series = [("platform", "delta"), ("platform", "kafka"), ("plain_spark", "delta")]
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False, sharey=True)
+    width = 0.8 / len(series)
+    for ax, rate in zip(axes[0], rates, strict=True):
+        for i, (peer, sink) in enumerate(series):
+            xs, p50s, whiskers = [], [], []
+            for x, trigger in enumerate(triggers):
+                figures = _find(rows, peer, rate, trigger, sink)
+                if figures and figures.get("events"):
+                    xs.append(x + (i - (len(series) - 1) / 2) * width)
+                    p50s.append(figures["p50"])
+                    whiskers.append(figures["p99"] - figures["p50"])
+            ax.bar(xs, p50s, width, yerr=[[0] * len(xs), whiskers], capsize=3, label=f"{PEER_NAMES[peer]}, {sink}")
+        kafka_streams = _find(rows, "kafka_streams", rate, None, "kafka")
+        if kafka_streams and kafka_streams.get("events"):
+            ax.axhline(kafka_streams["p50"], color="black", linestyle="--", linewidth=1, label="Kafka Streams p50")
+            ax.axhline(kafka_streams["p99"], color="black", linestyle=":", linewidth=1, label="Kafka Streams p99")
+        ax.set_xticks(range(len(triggers)), [f"trigger {t:g} s" for t in triggers])
+        ax.set_title(f"{rate:,} events/s")
+    axes[0][0].set_ylabel("seconds, produce to answer (p50, whisker to p99)")
+    legend = {}
+    for ax in axes[0]:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))  # label -> handle, once each
+    axes[0][-1].legend(list(legend.values()), list(legend), fontsize=8)
+    fig.suptitle("End-to-end latency, purchase_counts (2 cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def print_table(rows: list[dict]) -> None:
     table = Table(title="end-to-end latency, s: p50 / p99 / max")
     for column in ("peer", "rate", "trigger", "sink", "events", "p50 / p99 / max", "unanswered", "start s"):
@@ -673,6 +713,14 @@ def print_table(rows: list[dict]) -> None:
     console.print(table, width=160)
 
 
+def _plot(rows: list[dict], path: Path) -> None:
+    try:
+        plot_latency([r for r in rows if "sinks" in r], path)
+        console.print(f"chart: {path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path}")
+    except ImportError:  # matplotlib is optional
+        pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60, help="measured seconds of steady input")
@@ -691,6 +739,7 @@ def main() -> None:
     if args.from_results:  # e.g. a run stopped part way: its finished rows, with its own command and settings
         saved = json.loads(args.from_results.read_text())
         print_table(saved["rows"])
+        _plot(saved["rows"], args.from_results.with_suffix(".png"))
         measured_with = {"users": 10_000, "warm_up": 15, "seconds": 60, "poll_ms": 50, **saved.get("args", {})}
         lines = report_lines(saved["rows"], saved["command"], argparse.Namespace(**measured_with))
         if args.no_report:
@@ -740,6 +789,7 @@ def main() -> None:
             console.print(json.dumps(row))
     print_table(rows)
     console.print(f"rows saved to {results.relative_to(PROJECT_ROOT)}")
+    _plot(rows, results.with_suffix(".png"))
     lines = report_lines(rows, command, args)
     if args.no_report:
         console.print("\n".join(lines))
