@@ -257,9 +257,13 @@ class KafkaReader(threading.Thread):
         consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         try:
             while not self.stop.is_set():
-                messages = consumer.consume(num_messages=10_000, timeout=0.1)
+                # poll() returns as soon as a record is there; consume(timeout=0) then takes what else has
+                # arrived, without waiting (consume(n, timeout) waits for n records or the whole timeout)
+                first = consumer.poll(0.1)
+                if first is None:
+                    continue
                 at = time.time()
-                for message in messages:
+                for message in [first, *consumer.consume(num_messages=10_000, timeout=0)]:
                     if message.error() or message.value() is None:  # a tombstone deletes; none expected here
                         continue
                     self.records += 1
@@ -753,7 +757,7 @@ def main() -> None:
     unknown = set(peers) - set(PEERS)
     if unknown:
         parser.error(f"unknown peers {sorted(unknown)}")
-    command = "python bench/latency.py " + shlex.join(sys.argv[1:])
+    command = " ".join(["python bench/latency.py", shlex.join(sys.argv[1:])]).rstrip()
 
     results = PROJECT_ROOT / "bench" / "results" / f"latency-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%MZ}.json"
     rows: list[dict] = []
