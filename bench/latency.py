@@ -28,11 +28,11 @@ Peers:
 
 Trigger 0 is Spark's ``processingTime`` 0: the next micro-batch starts as soon as the last one ends.
 
-    .venv/bin/python bench/latency.py                                  # the full matrix: about 45 min
+    .venv/bin/python bench/latency.py                                  # the full matrix: about 20 min
     .venv/bin/python bench/latency.py --seconds 20 --rates 1000 --triggers 1 --peers platform,plain_spark
 
-A measurement takes about its start (a Spark driver: 30-90 s on 2 cores) + warm-up + seconds + the drain and
-stop: 2-3 minutes with the defaults; the full matrix (2 rates x (3 triggers x 2 Spark peers + Kafka Streams))
+A measurement takes about its start (a Spark driver: about 10 s here) + warm-up + seconds + the drain and
+stop: about 1.5 minutes with the defaults; the full matrix (2 rates x (3 triggers x 2 Spark peers + Kafka Streams))
 14 of them. Each measured row is added to ``bench/results/latency-<UTC time>.json`` as soon as it is done (a
 failed peer is recorded with its error and the run goes on); the BENCHMARKS.md section comes at the end, or
 from a saved file (a run stopped part way): ``bench/latency.py --from-results bench/results/latency-<time>.json``.
