@@ -491,6 +491,7 @@ def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_
         if producer.error:
             raise producer.error
         start, end = outcome["measured"]
+        load = os.getloadavg()[0]  # the machine's, as the measured window ends (another process's work shows)
         # drain: until every measured event is answered in every sink (or the drain timeout)
         deadline = time.monotonic() + args.drain
         while time.monotonic() < deadline:
@@ -514,6 +515,7 @@ def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_
             sum(1 for times in producer.produced.values() for t in times if start <= t < end) / (end - start)
         ),
         "delivery_failures": producer.failed,
+        "load_1m": round(load, 1),
         "sinks": {},
     }
     try:
@@ -609,6 +611,18 @@ def report_lines(rows: list[dict], command: str, args) -> list[str]:
             f"Rates reached (measured events / s): {rates_reached}. Kafka Streams is measured once per rate (it has "
             "no trigger); its figures stand beside every trigger's.",
         ]
+        loads = [r for r in produced if "load_1m" in r]
+        if loads:
+            lines += [
+                "",
+                "The machine's 1-minute load average as each measured window ended (2 cores; above 2, something "
+                "waited for a core): "
+                + ", ".join(
+                    f"{PEER_NAMES[r['peer']]} {r['rate']:,}/s {_trigger_label(r['trigger_s'])}: {r['load_1m']}"
+                    for r in loads
+                )
+                + ".",
+            ]
     profiled = [r for r in rows if r.get("seconds_per_batch")]
     if profiled:
         lines += ["", "Where a micro-batch's time goes (seconds per batch over the run, warm-up included):", ""]
