@@ -49,6 +49,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -805,6 +806,8 @@ def main() -> None:
             rows.append(row)
             save()
             console.print(json.dumps(row))
+        shutil.rmtree(root, ignore_errors=True)  # the peers' checkpoints, tables and state
+    shutil.rmtree(settings.data_dir, ignore_errors=True)  # the broker's log (over a GB at 10,000/s), once it stopped
     print_table(rows)
     console.print(f"rows saved to {results.relative_to(PROJECT_ROOT)}")
     _plot(rows, results.with_suffix(".png"))
