@@ -74,7 +74,10 @@ class KafkaStreamsPeer:
         input_topic: str,
         output_topic: str,
         threads: int = 2,
+        jvm_options: tuple[str, ...] = (),
     ) -> None:
+        """``jvm_options``: more JVM flags, e.g. ``-Dstreams.commit.interval.ms=100`` (BenchApp reads every
+        ``streams.<config>`` system property as a Kafka Streams config)."""
         self.settings, self.application_id, self.input_topic = settings, application_id, input_topic
         self.events: list[dict] = []
         self.peak_rss_bytes = 0
@@ -88,6 +91,7 @@ class KafkaStreamsPeer:
                 [
                     jvm.java_binary(settings),
                     "-Xmx2g",
+                    *jvm_options,
                     "-cp",
                     classpath,
                     "streamstate.bench.BenchApp",

@@ -28,14 +28,20 @@ Run by bench/compare.py in its own process (its memory is measured per process t
 line: ``{"seconds": ..., "input_rows": ..., "batches": ..., "batch_seconds": ...}`` where seconds run from the
 process start and batch_seconds is what its micro-batches took.
 
-    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures|sessions]
+``--trigger SECONDS`` (bench/latency.py): instead of processing what the topic holds (available-now), run
+until SIGTERM with a micro-batch every SECONDS (Spark's processingTime trigger; 0: as fast as possible),
+printing ``{"event": "started"}`` once the query runs; the JSON line above follows the stop.
+
+    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures|sessions] [--trigger SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +58,9 @@ def main() -> None:
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--workload", choices=("purchases", "pulses", "temperatures", "sessions"), default="purchases")
+    parser.add_argument(
+        "--trigger", type=float, default=None, help="run until SIGTERM, a batch every SECONDS (0: as fast as possible)"
+    )
     args = parser.parse_args()
 
     settings = Settings.from_env()
@@ -71,13 +80,21 @@ def main() -> None:
         "sessions": user_sessions,
     }[args.workload]
     batches = {"n": 0, "seconds": 0.0}  # micro-batches, and the seconds their foreachBatch took (see _timed)
-    query = (
-        query_of(source.load(), str(args.work_dir / "output"), batches)
-        .option("checkpointLocation", str(args.work_dir / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    writer = query_of(source.load(), str(args.work_dir / "output"), batches).option(
+        "checkpointLocation", str(args.work_dir / "checkpoint")
     )
-    query.awaitTermination()
+    if args.trigger is None:
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+    else:
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        query = writer.trigger(processingTime=f"{args.trigger:g} seconds").start()
+        print(json.dumps({"event": "started"}), flush=True)
+        while not stop.is_set() and not query.awaitTermination(0.5):  # short waits: SIGTERM is seen between them
+            pass
+        if query.isActive:
+            query.stop()
     input_rows = sum(p["numInputRows"] for p in query.recentProgress)
     report = {"seconds": time.monotonic() - STARTED, "input_rows": input_rows}
     print(json.dumps({**report, "batches": batches["n"], "batch_seconds": batches["seconds"]}))

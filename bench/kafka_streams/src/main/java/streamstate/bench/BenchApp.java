@@ -90,6 +90,10 @@ import org.apache.kafka.streams.state.Stores;
  * {@code {"event": "error", "error": ..., "cause": ..., "at_ms": ...}}. A failed stream thread shuts the
  * client down and the process exits with 1.
  *
+ * <p>Any JVM system property {@code streams.<config>} overrides that Kafka Streams config (e.g. {@code
+ * -Dstreams.processing.guarantee=exactly_once_v2 -Dstreams.commit.interval.ms=100}); without one the app runs
+ * at-least-once with a 1 s commit interval.
+ *
  * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir>
  * <input topic> <output topic> [stream threads]}
  */
@@ -120,6 +124,14 @@ public final class BenchApp {
     // the benchmark's wall time down; the restore itself is timed by the restore listener either way.
     props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), "10000");
     props.put(StreamsConfig.DEFAULT_TIMESTAMP_EXTRACTOR_CLASS_CONFIG, EventTime.class);
+    // Overrides from the command line: every JVM system property "streams.<config>" sets <config>, e.g.
+    // -Dstreams.processing.guarantee=exactly_once_v2 -Dstreams.commit.interval.ms=100 (bench/latency.py).
+    // None given: the settings above, which the other benchmarks measure with.
+    for (String name : System.getProperties().stringPropertyNames()) {
+      if (name.startsWith("streams.")) {
+        props.put(name.substring("streams.".length()), System.getProperty(name));
+      }
+    }
 
     StreamsBuilder builder = new StreamsBuilder();
     switch (job) {
