@@ -36,7 +36,7 @@ Failpoint = Literal[
     "restoring",
     # a micro-batch's state changes are computed; nothing of the batch is written yet
     "before_outputs",
-    # the batch's outputs are written (Delta MERGE committed); its changelog and markers are not
+    # the batch's outputs are written (their Delta commit done); its changelog and markers are not
     "between_outputs_and_markers",
     # the batch's changelog and markers are written; a due snapshot is not taken yet
     "before_snapshot",
