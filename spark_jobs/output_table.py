@@ -110,8 +110,7 @@ class OutputTable:
 
         if not arrow.num_rows:
             return False
-        options = self.location.storage_options()
-        table = DeltaTable(str(self.location), storage_options=options)
+        table = DeltaTable(str(self.location), storage_options=self.location.storage_options())
         if commit.written_in(table):
             return True
         if merge is None:
@@ -119,7 +118,7 @@ class OutputTable:
             return True
         version = table.version()
         merge.in_delta_rs(table, arrow, commit.commit_properties())
-        if DeltaTable(str(self.location), storage_options=options).version() == version:
+        if table.version() == version:  # the table object follows its own merge's commit
             # delta-rs commits nothing for a MERGE that changes no row (a replay of rows written already),
             # where Spark commits one: the batch's txn and input mark are committed all the same
             table.create_write_transaction([], "append", table.schema(), commit_properties=commit.commit_properties())
