@@ -1,6 +1,7 @@
-"""Recovery after kill -9 of a running driver: the supervise DAG's watch task vs the scheduled check.
+"""Recovery after kill -9 of a running driver: the spare driver vs the supervise DAG's watch task vs the
+scheduled check.
 
-A private stack: a Kafka broker, Airflow standalone (scheduler, triggerer, API server; SQLite) and two
+A private stack: a Kafka broker, Airflow standalone (scheduler, triggerer, API server; SQLite) and three
 copies of purchase_counts (bench/recovery_jobs.py) with steady input, 200 events/s. For each path in
 turn its ``supervise__<job>`` DAG is unpaused (scheduled every ``--check-every`` s, as in production)
 and starts the driver; then ``--kills`` times: wait a random 10-40 s, kill -9 the driver (the Python
@@ -11,11 +12,13 @@ window and the backoff, so every kill is a first crash)
 * **to a batch**: that driver has completed a micro-batch after the kill (the backlog of the outage
   in it: the input lag falls).
 
-``watched``: the watch task restarts the driver (``SupervisionPolicy.watch``, the default);
-``scheduled``: only the next scheduled check does (``watch=False``). Medians (min-max) go to
-BENCHMARKS.md.
+``spare``: the job's spare driver (spark_jobs/spare.py, warm, waiting) takes over; each kill waits until a
+spare is READY again (the supervise DAG's next run starts it after a takeover); ``watched``: no spare, the
+watch task restarts the driver (``SupervisionPolicy.watch``); ``scheduled``: only the next scheduled check
+does (``watch=False``). Medians (min-max) go to BENCHMARKS.md, with the spare's memory (RSS of its process
+tree while READY).
 
-    .venv/bin/python bench/recovery.py [--kills 5] [--check-every 120] [--paths watched,scheduled]
+    .venv/bin/python bench/recovery.py [--kills 5] [--check-every 120] [--paths spare,watched,scheduled]
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import spare_name
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import BatchProgress, observe_driver, read_status
+from spark_jobs.lifecycle import BatchProgress, SpareState, SpareStatus, observe_driver, read_spare_status, read_status
 from streamstate_cli.cli import stop_job_processes
 
 console = Console()
@@ -61,6 +65,23 @@ def steady_input(settings: Settings, topic: str, stop: threading.Event) -> threa
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
     return thread
+
+
+def spare_ready(settings: Settings, app: str) -> SpareStatus | None:
+    """The job's spare driver, when it is READY and watching the running driver."""
+    spare = read_spare_status(settings.status_dir, app)
+    holder = JobLease(settings.status_dir, app).holder()
+    ready = spare is not None and spare.state is SpareState.READY and holder is not None
+    alive = JobLease(settings.status_dir, spare_name(app)).holder() is not None
+    return spare if ready and alive and spare.watching_epoch == holder.epoch else None
+
+
+def process_tree_rss_mib(pid: int) -> float:
+    """The resident memory of ``pid`` and its descendants (the spare: its Python process and Spark's JVM)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
 
 
 def wait_for(predicate, timeout_s: float, what: str):
@@ -83,10 +104,14 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
     producer = steady_input(settings, spec.source_topic, stop)
     api.trigger(f"supervise__{job}")  # unpauses it: scheduled runs follow
     results = []
+    results_memory: list[float] = []
     try:
         wait_for(lambda: observe_driver(settings.status_dir, app).state == "RUNNING", 600, f"{job} to run")
         for i in range(kills):
             time.sleep(random.uniform(10, 40))
+            if spec.supervision.spare_driver:
+                spare = wait_for(lambda: spare_ready(settings, app), check_every_s + 600, f"{job}'s spare driver READY")
+                results_memory.append(process_tree_rss_mib(spare.pid))
             holder = lease.holder()
             killed_at = time.time()
             os.kill(holder.pid, signal.SIGKILL)
@@ -107,7 +132,12 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
             to_batch = time.time() - killed_at
             # the profile of the restart: where the first batch's time went (Spark's durationMs phases)
             phases = {name: ms for name, ms in first.phase_ms.items() if ms}
-            results.append({"to_running_s": to_running, "to_batch_s": to_batch, "first_batch_ms": phases})
+            took_over = read_status(settings.status_dir, app).pid == (
+                spare.pid if spec.supervision.spare_driver else None
+            )
+            results.append(
+                {"to_running_s": to_running, "to_batch_s": to_batch, "first_batch_ms": phases, "took_over": took_over}
+            )
             console.print(
                 f"{job} kill {i + 1}/{kills}: RUNNING after {to_running:.1f}s, a batch after {to_batch:.1f}s "
                 f"(first batch {first.batch_id}: {phases})"
@@ -115,6 +145,8 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
             # Each kill measures a first crash: a manual start (what on-call does after a fix) resets the
             # crash-loop window and the backoff, which three kills in 30 minutes would otherwise trip.
             api.wait_for_run("start_streaming_job", api.trigger("start_streaming_job", {"job": job}), 300)
+        if results_memory:
+            results[0]["spare_rss_mib"] = statistics.median(results_memory)
     finally:
         api.set_paused(f"supervise__{job}", True)
         stop.set()
@@ -129,7 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--check-every", type=int, default=120, help="the supervise DAGs' schedule, seconds")
-    parser.add_argument("--paths", default="watched,scheduled", help="which paths to measure, comma-separated")
+    parser.add_argument("--paths", default="spare,watched,scheduled", help="which paths to measure, comma-separated")
     args = parser.parse_args()
     chosen = args.paths.split(",")
     os.environ["BENCH_RECOVERY_CHECK_EVERY_S"] = str(args.check_every)
@@ -151,18 +183,18 @@ def main() -> None:
         api = AirflowApi(settings.airflow_url)
         try:
             wait_for(
-                lambda: {"supervise__recovery_watched", "supervise__recovery_scheduled"} <= set(api.dag_ids()),
+                lambda: {f"supervise__recovery_{name}" for name in chosen} <= set(api.dag_ids()),
                 300,
                 "the supervise DAGs to be parsed",
             )
             paths = {
                 name: measure_path(settings, api, f"recovery_{name}", args.kills, args.check_every)
-                for name in ("watched", "scheduled")
+                for name in ("spare", "watched", "scheduled")
                 if name in chosen
             }
         finally:
             airflow.stop()
-            stop_job_processes(settings)  # the warm standbys the supervise DAGs started
+            stop_job_processes(settings)  # the warm standbys and spares the supervise DAGs started
 
     def fmt(values: list[float]) -> str:
         return f"{statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
@@ -181,10 +213,21 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     for name, results in paths.items():
+        if not results:
+            continue
         lines.append(
             f"| {name} | {len(results)} | {fmt([r['to_running_s'] for r in results])} | "
             f"{fmt([r['to_batch_s'] for r in results])} |"
         )
+    spare_results = paths.get("spare") or []
+    if spare_results:
+        took = sum(r["took_over"] for r in spare_results)
+        lines += [
+            "",
+            f"spare: the spare driver took over in {took} of {len(spare_results)} kills (else a restart was "
+            f"quicker); its memory while READY (Python + Spark JVM, RSS): "
+            f"{spare_results[0].get('spare_rss_mib', 0):,.0f} MiB median.",
+        ]
     profiled = [r["first_batch_ms"] for results in paths.values() for r in results if r.get("first_batch_ms")]
     if profiled:
         phases = sorted(

@@ -4,9 +4,9 @@
 backoff, give up on a crash loop, which alerts open and resolve); the launch task runs only when the
 check says so and returns as soon as the driver is RUNNING; the watch task then stays deferred until
 shortly before the next run, and when the driver exits meanwhile (kill -9, OOM, a lost node) runs the
-same check and restarts it within seconds instead of at the next run. Beside them, the job's warm
-standby (the snapshot follower behind state queries and short restores) is kept running and watched
-for lag.
+same check and restarts it within seconds instead of at the next run. Beside them, the job's spare
+driver (warm, it takes over within seconds when the driver dies) and its warm standby (the snapshot
+follower behind state queries and short restores) are kept running; the standby is watched for lag.
 Logic lives in plugins/streamstate.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import Param, dag, task
+from streamstate.operators.spare import SuperviseSpareOperator
 from streamstate.operators.standby import SuperviseStandbyOperator
 from streamstate.operators.streaming_job import (
     CheckStreamingJobOperator,
@@ -63,6 +64,7 @@ def supervise_dag(job: JobSpec) -> None:
         launch >> WatchStreamingJobOperator(
             task_id="watch", job=job.name, watch_s="{{ params.watch_s }}", trigger_rule="none_failed"
         )
+        SuperviseSpareOperator(task_id="spare", job=job.name)  # whether it is wanted is decided when it runs
         if job.stores:
             SuperviseStandbyOperator(task_id="standby", job=job.name)
 

@@ -166,6 +166,10 @@ class Settings:
     extra_jars: str | None = None
     #: bounds and targets of the changelog tuning DAG
     compaction: CompactionPolicy = CompactionPolicy()
+    #: keep a spare driver per supervised job version (spark_jobs/spare.py) where the job's
+    #: ``SupervisionPolicy.spare_driver`` asks for one; off: none anywhere on this deployment (it costs a
+    #: second driver's memory per job)
+    spare_drivers: bool = True
     #: warm standby (spark_jobs/standby): commit the followed changes to the Delta snapshot this often
     standby_commit_interval_s: float = 5.0
     #: the standby's bound: a change reaches the snapshot within this (a lag metric above it alerts)
@@ -338,6 +342,15 @@ class Settings:
         self.compaction.validate()
 
 
+def _boolean(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false (1/0, yes/no, on/off)")
+
+
 def _convert(key: str, raw: str, type_name: object) -> object:
     type_text = str(type_name)
     if "None" in type_text:
@@ -345,6 +358,8 @@ def _convert(key: str, raw: str, type_name: object) -> object:
             return None
         type_text = type_text.replace("| None", "").strip()
     try:
+        if type_text == "bool":
+            return _boolean(raw)
         if type_text == "int":
             return int(raw)
         if type_text == "float":

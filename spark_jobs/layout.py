@@ -16,8 +16,9 @@ over four systems, and this module is the only place that spells any of it:
   tables (``<lake>/<output_table>_v<version>`` and its companions);
 * **status directory**: the lifecycle status, the last run's report, the lease, the supervision record
   and its lock, a failpoint marker (tests only), the warm standby's own status, lease and supervision
-  record (the standby runs under the name ``<application_id>.standby``), and the state-size audit's
-  plots; driver and follower logs go to ``<logs>/jobs/<application_id>[.standby]-<stamp>.log|.exit``.
+  record (the standby runs under the name ``<application_id>.standby``), the spare driver's (under
+  ``<application_id>.spare``), and the state-size audit's plots; driver, spare and follower logs go to
+  ``<logs>/jobs/<application_id>[.spare|.standby]-<stamp>.log|.exit``.
 
 Reset, purge, the reprocessing plan and the state-size audit work from :meth:`JobLayout.artifacts`,
 and a test runs each reference job with its standby and checks that what exists equals that list.
@@ -50,6 +51,8 @@ QUARANTINE_SUFFIX = ".corrupt-"
 AUDIT_REPORT_DIR = "state_audit"
 #: the name suffix of a job version's warm standby (its lease, status and supervision record)
 STANDBY_SUFFIX = ".standby"
+#: the name suffix of a job version's spare driver (its lease, status and supervision record)
+SPARE_SUFFIX = ".spare"
 
 ArtifactKind = Literal[
     "checkpoint",
@@ -96,10 +99,11 @@ class Artifact:
 
 @dataclasses.dataclass(frozen=True)
 class StatusFiles:
-    """The files one process name (a driver's application id, or its standby's) keeps in the status directory."""
+    """The files one process name (a driver's application id, its spare's or its standby's) keeps in the status
+    directory."""
 
     status_dir: Path
-    #: the driver's application id, or the standby's ``<application_id>.standby``
+    #: the driver's application id, the spare's ``<application_id>.spare`` or the standby's ``<application_id>.standby``
     name: str
 
     def _file(self, suffix: str) -> Path:
@@ -300,6 +304,15 @@ class JobLayout:
         return StatusFiles(self.status_dir, standby_name(self.application_id))
 
     @property
+    def spare(self) -> StatusFiles:
+        return StatusFiles(self.status_dir, spare_name(self.application_id))
+
+    @property
+    def spare_status(self) -> Path:
+        """The spare driver's status: warming, ready, taking over (spark_jobs/spare.py)."""
+        return spare_status_file(self.status_dir, self.application_id)
+
+    @property
     def standby_status(self) -> Path:
         """The warm standby's status: its stores, lags and snapshot versions (spark_jobs/standby)."""
         return standby_status_file(self.status_dir, self.application_id)
@@ -309,9 +322,10 @@ class JobLayout:
         return audit_plot_file(self.status_dir, self.application_id, store)
 
     def log_files(self) -> tuple[Path, ...]:
-        """The logs and exit-code files of the driver's and the standby's detached launches."""
+        """The logs and exit-code files of the driver's, the spare's and the standby's detached launches."""
         jobs = self.logs_dir / "jobs"
-        found = [*jobs.glob(f"{self.application_id}-*"), *jobs.glob(f"{standby_name(self.application_id)}-*")]
+        names = (self.application_id, spare_name(self.application_id), standby_name(self.application_id))
+        found = [path for name in names for path in jobs.glob(f"{name}-*")]
         return tuple(sorted(found))
 
     # ----- everything --------------------------------------------------------------------------------
@@ -337,6 +351,8 @@ class JobLayout:
             yield Artifact("output_table", str(table))
         driver = self.driver
         for path in (driver.lifecycle, driver.last_run, driver.failpoint, *driver.supervised()):
+            yield Artifact("status_file", str(path))
+        for path in (self.spare_status, *self.spare.supervised()):
             yield Artifact("status_file", str(path))
         for path in (self.standby_status, *self.standby.supervised()):
             yield Artifact("status_file", str(path))
@@ -383,12 +399,22 @@ def standby_status_file(status_dir: Path, application_id: str) -> Path:
     return Path(status_dir) / f"{standby_name(application_id)}.json"
 
 
+def spare_status_file(status_dir: Path, application_id: str) -> Path:
+    return Path(status_dir) / f"{spare_name(application_id)}.json"
+
+
 def audit_plot_file(status_dir: Path, application_id: str, store: str) -> Path:
     return Path(status_dir) / AUDIT_REPORT_DIR / f"{application_id}.{store}.png"
 
 
 def snapshot_table_path(lake: Location | Path | str, application_id: str, store: str) -> Location:
     return Location.of(lake) / "_state" / application_id / store
+
+
+def spare_name(application_id: str) -> str:
+    """The name the spare driver of ``application_id`` runs under (its lease, status, supervision) until it takes
+    over; then it is the driver and holds the driver's lease."""
+    return f"{application_id}{SPARE_SUFFIX}"
 
 
 def standby_name(application_id: str) -> str:

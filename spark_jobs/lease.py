@@ -151,14 +151,14 @@ def _read(fd: int) -> LeaseHolder:
 
 @contextlib.contextmanager
 def holding_version(layout: JobLayout) -> Iterator[None]:
-    """Hold a job version's driver lease *and* its standby's: nothing of the version can start or keep
-    writing while the block runs (reset and purge delete what both write).
+    """Hold a job version's driver lease *and* its spare's and its standby's: nothing of the version can start
+    or keep writing while the block runs (reset and purge delete what they write).
 
     Raises:
-        JobAlreadyRunning: the driver or the standby runs (its ``application_id`` says which);
+        JobAlreadyRunning: the driver, the spare or the standby runs (its ``application_id`` says which);
             nothing is held then.
     """
     with contextlib.ExitStack() as held:
-        for name in (layout.driver.name, layout.standby.name):
+        for name in (layout.spare.name, layout.driver.name, layout.standby.name):
             held.enter_context(JobLease(layout.status_dir, name))
         yield

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from runtime.files import write_json_atomically
 from spark_jobs.documents import from_json, to_json
-from spark_jobs.layout import StatusFiles, standby_status_file
+from spark_jobs.layout import StatusFiles, spare_status_file, standby_status_file
 
 if TYPE_CHECKING:
     from spark_jobs.lease import LeaseHolder
@@ -93,6 +93,32 @@ FOLLOWER_LIFECYCLE: StateMachine[FollowerState] = StateMachine(
         FollowerState.PENDING_SHUTDOWN: {FollowerState.NOT_RUNNING, FollowerState.ERROR},
         FollowerState.ERROR: {FollowerState.NOT_RUNNING},
         FollowerState.NOT_RUNNING: set(),
+    },
+)
+
+
+class SpareState(str, enum.Enum):
+    """The spare driver's states (spark_jobs/spare.py): it warms its JVM up, then waits to take over."""
+
+    CREATED = "CREATED"
+    WARMING = "WARMING"  # starting Spark and running the warm-up queries
+    READY = "READY"  # warm, watching the driver's lease
+    TAKING_OVER = "TAKING_OVER"  # holds the driver's lease: from here on it is the driver (its own status)
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
+
+
+SPARE_LIFECYCLE: StateMachine[SpareState] = StateMachine(
+    "spare",
+    {
+        SpareState.CREATED: {SpareState.WARMING, SpareState.PENDING_SHUTDOWN, SpareState.ERROR},
+        SpareState.WARMING: {SpareState.READY, SpareState.PENDING_SHUTDOWN, SpareState.ERROR},
+        SpareState.READY: {SpareState.TAKING_OVER, SpareState.PENDING_SHUTDOWN, SpareState.ERROR},
+        SpareState.TAKING_OVER: set(),
+        SpareState.PENDING_SHUTDOWN: {SpareState.NOT_RUNNING, SpareState.ERROR},
+        SpareState.ERROR: {SpareState.NOT_RUNNING},
+        SpareState.NOT_RUNNING: set(),
     },
 )
 
@@ -245,6 +271,8 @@ class PublishedStatus:
     snapshots: Mapping[str, SnapshotTaken] = dataclasses.field(default_factory=dict)
     #: the driver's Spark UI, linked from the Airflow page
     spark_ui: str | None = None
+    #: the pid of the driver's Spark JVM (a spare driver ends a dead driver's orphaned JVM: spark_jobs/spare.py)
+    jvm_pid: int | None = None
     #: the last time Spark reported the query idle (no new input): alive without progress events
     idle_at: str | None = None
     #: the first micro-batch of this run (it catches up after a start: supervision does not hold it to the budget)
@@ -288,6 +316,7 @@ class JobStatus:
     lease_epoch: int | None = None
     snapshots: dict[str, SnapshotTaken] = dataclasses.field(default_factory=dict)
     spark_ui: str | None = None
+    jvm_pid: int | None = None
     idle_at: str | None = None
     first_batch_id: int | None = None
     metrics_port: int | None = None
@@ -381,6 +410,7 @@ class JobStatus:
             lease_epoch=self.lease_epoch,
             snapshots=dict(self.snapshots),
             spark_ui=self.spark_ui,
+            jvm_pid=self.jvm_pid,
             idle_at=self.idle_at,
             first_batch_id=self.first_batch_id,
             metrics_port=self.metrics_port,
@@ -458,6 +488,44 @@ def read_standby_status(status_dir: Path, application_id: str) -> StandbyStatus 
     """The standby's last published status, or None when no standby of ``application_id`` ever ran here."""
     try:
         return from_json(StandbyStatus, json.loads(standby_status_file(status_dir, application_id).read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+# -- what the spare driver publishes -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SpareStatus:
+    """What the spare driver publishes (``<application_id>.spare.json``) and Airflow and the benchmarks read
+    (:func:`read_spare_status`)."""
+
+    application_id: str
+    state: SpareState = SpareState.CREATED
+    error: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    #: the epoch of the spare's own lease
+    lease_epoch: int | None = None
+    started_at: str | None = None
+    updated_at: str | None = None
+    #: how long the Spark session's start and the warm-up queries took
+    warm_up_s: float | None = None
+    #: the driver lease epoch it watches (None: no driver is running yet)
+    watching_epoch: int | None = None
+    #: the driver lease epoch it took over from, and the one it took (TAKING_OVER)
+    took_over_from: int | None = None
+    took_over_epoch: int | None = None
+
+
+def write_spare_status(status_dir: Path, status: SpareStatus) -> None:
+    write_json_atomically(spare_status_file(status_dir, status.application_id), to_json(status))
+
+
+def read_spare_status(status_dir: Path, application_id: str) -> SpareStatus | None:
+    """The spare's last published status, or None when no spare of ``application_id`` ever ran here."""
+    try:
+        return from_json(SpareStatus, json.loads(spare_status_file(status_dir, application_id).read_text()))
     except (FileNotFoundError, ValueError):
         return None
 

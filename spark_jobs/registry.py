@@ -236,6 +236,9 @@ class SupervisionPolicy:
         watch: between checks, the supervise DAG's watch task restarts a driver that exits within
             seconds (with the same check: backoff, crash loop, alerts); False: only the scheduled
             checks restart it.
+        spare_driver: keep a spare driver of the job warm beside its driver (spark_jobs/spare.py): it takes
+            over within seconds when the driver dies, at the cost of a second driver's memory. The
+            deployment's ``STREAMSTATE_SPARE_DRIVERS=false`` turns every job's off.
     """
 
     check_every_s: int = 120
@@ -251,10 +254,11 @@ class SupervisionPolicy:
     restore_budget_s: float = 600.0
     dead_letter_growth_records: int = 1_000
     watch: bool = True
+    spare_driver: bool = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            if field.name != "watch" and getattr(self, field.name) <= 0:
+            if field.name not in ("watch", "spare_driver") and getattr(self, field.name) <= 0:
                 raise JobSpecError(f"supervision policy: {field.name} must be > 0, got {getattr(self, field.name)}")
         if self.restart_backoff_max_s < self.restart_backoff_s:
             raise JobSpecError("supervision policy: restart_backoff_max_s must be >= restart_backoff_s")

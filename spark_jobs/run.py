@@ -31,6 +31,7 @@ from spark_jobs.lifecycle import JobState, JobStatus, SnapshotTaken, StoreRestor
 from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session, session_conf
+from spark_jobs.spare import SpareDriver
 from spark_jobs.state.checkpoint_health import NEW_QUERY_DIRS, checkpoint_problem, new_query_leftovers, quarantine
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF, StateEncoding, latest_batch_id, state_encoding
 from spark_jobs.state.fencing import WriterFenced
@@ -69,6 +70,8 @@ class RunReport:
     fenced_by: dict | None = None
     #: the checkpoint's state encoding: "avro" evolves in place, "unsaferow" refuses any change of a store
     state_encoding: StateEncoding | None = None
+    #: the driver lease epoch this run took over from, when it was the version's spare driver (spark_jobs/spare.py)
+    took_over_from_epoch: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -160,7 +163,29 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
         lease.release()
 
 
-def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, epoch: int) -> RunReport:
+def run_spare(spec: JobSpec, settings: Settings) -> RunReport | None:
+    """Run as ``spec``'s spare driver (:mod:`spark_jobs.spare`): start Spark and warm it up, wait, and when the
+    running driver dies take its lease and run the job in its place until it stops. None: stopped while still a
+    spare.
+
+    Raises:
+        JobAlreadyRunning: another spare of this job version is running (nothing was started).
+    """
+    spare = SpareDriver(spec, settings, STOP_REQUEST.requested)
+    spark = spare.prepare(lambda: build_spark_session(settings, spec.application_id))
+    try:
+        takeover = spare.wait_for_takeover()
+    except KeyboardInterrupt:
+        return None
+    try:
+        return _run_leased(spec, settings, False, spark, takeover.epoch, took_over_from_epoch=takeover.from_epoch)
+    finally:
+        takeover.lease.release()
+
+
+def _run_leased(
+    spec: JobSpec, settings: Settings, available_now: bool, spark, epoch: int, took_over_from_epoch: int | None = None
+) -> RunReport:
     metrics = DriverMetrics(spec.application_id, JobLayout.of(spec, settings).dead_letter_topic, settings.kafka)
     metrics_server = MetricsServer(settings)
     try:
@@ -171,13 +196,20 @@ def _run_leased(spec: JobSpec, settings: Settings, available_now: bool, spark, e
             metrics_port=metrics_server.port,
             publish_listeners=[metrics.update],
         )
-        return _run_published(spec, settings, available_now, spark, status)
+        return _run_published(spec, settings, available_now, spark, status, took_over_from_epoch)
     finally:
         metrics_server.close()
         metrics.close()
 
 
-def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark, status: JobStatus) -> RunReport:
+def _run_published(
+    spec: JobSpec,
+    settings: Settings,
+    available_now: bool,
+    spark,
+    status: JobStatus,
+    took_over_from_epoch: int | None = None,
+) -> RunReport:
     """The run, with its lifecycle published to ``status`` (and from there to its metrics)."""
     epoch = status.lease_epoch
     try:
@@ -187,6 +219,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         if check := getattr(build, "check", None):  # a declaration: refused before anything is touched
             check(spec)
         status.spark_ui = spark.sparkContext.uiWebUrl
+        status.jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
         context = JobContext(spark, spec, settings)
         context.snapshot_listeners.append(lambda store, snap: status.record_snapshot(store, SnapshotTaken.of(snap)))
         context.dead_letter_listeners.append(status.record_dead_letters)
@@ -215,6 +248,7 @@ def _run_published(spec: JobSpec, settings: Settings, available_now: bool, spark
         quarantined_checkpoint=quarantined,
         lease_epoch=epoch,
         generation=generation,
+        took_over_from_epoch=took_over_from_epoch,
     )
     rekeying_query = context.layout.repartition_topic if context.repartitioner is not None else None
     collector = _progress_collector(report, status, rekeying_query)
@@ -470,11 +504,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("job", help="registered job name")
     parser.add_argument("--version", type=int, default=None, help="job version (default: the newest registered)")
     parser.add_argument("--available-now", action="store_true", help="process all available input, then stop")
+    parser.add_argument(
+        "--spare",
+        action="store_true",
+        help="run as the version's spare driver: warm up, and take over when the running driver dies",
+    )
     args = parser.parse_args(argv)
+    if args.spare and args.available_now:
+        parser.error("--spare and --available-now exclude each other")
     # SIGTERM (Airflow's on_kill, a supervisor) stops the queries cleanly, like Ctrl-C.
     signal.signal(signal.SIGTERM, STOP_REQUEST)
+    spec, settings = get_job(args.job, args.version), Settings.from_env()
     try:
-        report = run(get_job(args.job, args.version), Settings.from_env(), available_now=args.available_now)
+        if args.spare:
+            report = run_spare(spec, settings)
+            if report is None:
+                print(f"streamstate: the spare driver of {spec.application_id} stopped")
+                return 0
+        else:
+            report = run(spec, settings, available_now=args.available_now)
     except JobAlreadyRunning as err:
         print(f"streamstate: {err}", file=sys.stderr)
         return ALREADY_RUNNING

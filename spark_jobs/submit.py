@@ -101,12 +101,11 @@ def _module_files(module: str) -> dict[str, Path]:
     return {Path(found.origin).name: Path(found.origin)}
 
 
-def submit_spec(spec: JobSpec, settings: Settings, *, available_now: bool = False) -> SubmitSpec:
+def submit_spec(spec: JobSpec, settings: Settings, *, available_now: bool = False, spare: bool = False) -> SubmitSpec:
+    """The spark-submit of ``spec``'s driver (``available_now``: drain and stop; ``spare``: its spare driver)."""
+    mode = ["--available-now"] if available_now else ["--spare"] if spare else []
     return application_submit_spec(
-        settings,
-        spec.application_id,
-        ENTRY_FILE,
-        (spec.name, "--version", str(spec.version), *(["--available-now"] if available_now else [])),
+        settings, spec.application_id, ENTRY_FILE, (spec.name, "--version", str(spec.version), *mode)
     )
 
 

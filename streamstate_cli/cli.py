@@ -59,7 +59,7 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def stop_job_processes(settings: Settings, timeout_s: float = 90.0) -> list[str]:
-    """Stop every driver and warm standby of a registered job version that runs on this host: SIGTERM
+    """Stop every driver, spare driver and warm standby of a registered job version that runs on this host: SIGTERM
     (a driver stops its queries cleanly), SIGKILL what still holds its lease after ``timeout_s``.
     Their supervision records are left as they are: started again, Airflow resumes supervising them.
     Returns the names stopped."""
@@ -68,7 +68,7 @@ def stop_job_processes(settings: Settings, timeout_s: float = 90.0) -> list[str]
     import socket
     import time
 
-    from spark_jobs.layout import standby_name
+    from spark_jobs.layout import spare_name, standby_name
     from spark_jobs.lease import JobLease
     from spark_jobs.registry import registered_versions
 
@@ -76,7 +76,8 @@ def stop_job_processes(settings: Settings, timeout_s: float = 90.0) -> list[str]
         name
         for versions in registered_versions().values()
         for spec in versions.values()
-        for name in (spec.application_id, standby_name(spec.application_id))
+        # the spares first: a spare that outlived its driver's stop would stand down anyway, but never race it
+        for name in (spare_name(spec.application_id), spec.application_id, standby_name(spec.application_id))
     ]
     running = {}
     for name in names:

@@ -283,6 +283,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
         ("micro-batches", f"latest {view.batch_id}, input lag {view.input_lag_records or 0:,} records"),
         ("keys in state", f"{view.state_rows or 0:,} users ({view.state_memory_bytes or 0:,} bytes in RocksDB)"),
         ("snapshot", f"batch {snapshot.batch_id}, {snapshot.rows} rows" if snapshot else "none yet"),
+        ("spare driver", view.spare or "not running"),
         ("warm standby", view.standby.state),
         ("outputs", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
         (

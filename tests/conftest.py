@@ -36,7 +36,10 @@ fresh_ports = free_service_ports
 @pytest.fixture(scope="session")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     data_dir = tmp_path_factory.mktemp("stack")
-    return Settings(data_dir=Path(data_dir), **fresh_ports())
+    # No spare drivers under the shared stack's supervision DAGs: each would be a second Spark driver per job
+    # on a 2-core machine, and the tests of restarts after kill -9 mean the restart. The spare's own tests
+    # turn it on (tests/spark_jobs/test_spare_driver.py, tests/plugins/test_supervise_dags.py).
+    return Settings(data_dir=Path(data_dir), spare_drivers=False, **fresh_ports())
 
 
 @pytest.fixture(scope="session")

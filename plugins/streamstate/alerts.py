@@ -19,9 +19,9 @@ from streamstate.supervision import Condition
 FIRING = "firing"
 RESOLVED = "resolved"
 
-#: who decides an alert: the supervise DAG's check of the driver and of its warm standby, the changelog
-#: compaction tuner, the state-size audit, a batch job's runs
-Source = Literal["supervision", "standby", "changelog_tuning", "state_audit", "batch"]
+#: who decides an alert: the supervise DAG's check of the driver, of its spare driver and of its warm standby,
+#: the changelog compaction tuner, the state-size audit, a batch job's runs
+Source = Literal["supervision", "spare", "standby", "changelog_tuning", "state_audit", "batch"]
 SOURCES: tuple[Source, ...] = get_args(Source)
 
 

@@ -408,6 +408,17 @@ def _side_by_side_actions(
 def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
     art, bootstrap, present = _sizes(settings, target)
     add = plan.actions.append
+    spare = JobLease(settings.status_dir, art.spare.name).holder()
+    add(
+        Action(
+            "stop",
+            "stop" if spare else "keep",
+            "spare driver",
+            art.spare.name,
+            _holder_text(spare),
+            "first: it would take over the driver; the reset holds its lease, supervision restarts it after",
+        )
+    )
     holder = JobLease(settings.status_dir, target.application_id).holder()
     add(
         Action(

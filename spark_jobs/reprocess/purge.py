@@ -69,6 +69,8 @@ def purge_candidates(settings: Settings, now: dt.datetime | None = None) -> list
             blocked = "its driver is running"
         elif JobLease(settings.status_dir, layout.standby.name).holder() is not None:
             blocked = "its warm standby is running"
+        elif JobLease(settings.status_dir, layout.spare.name).holder() is not None:
+            blocked = "its spare driver is running"
         candidates.append(
             PurgeCandidate(event.job, event.version, event.retain_until, owned_targets(settings, layout), blocked)
         )
@@ -89,14 +91,14 @@ def purge_version(settings: Settings, job: str, version: int, *, by: str, run_id
     except JobAlreadyRunning as err:
         raise RuntimeError(f"{err.holder.application_id} runs (pid {err.holder.pid}); stop it before purging") from None
     # The lease files go last, once released: while held they kept the version from starting.
-    for status_files in (layout.driver, layout.standby):
+    for status_files in (layout.driver, layout.spare, layout.standby):
         status_files.lease.unlink(missing_ok=True)
     return deleted
 
 
 def _delete_everything(settings: Settings, layout: JobLayout) -> list[str]:
     """Every artifact of the version's layout except its lease files; returns what was deleted."""
-    leases = {str(layout.driver.lease), str(layout.standby.lease)}
+    leases = {str(files.lease) for files in (layout.driver, layout.spare, layout.standby)}
     deleted = []
     for artifact in layout.artifacts():
         if artifact.system == "kafka" or artifact.location in leases:

@@ -29,7 +29,7 @@ def reset_in_place(settings: Settings, plan: ReprocessPlan) -> dict:
     plan says so, and leave the start position for the restart. Returns what was done.
 
     Raises:
-        ResetRefused: the version's driver or its warm standby runs (nothing was touched).
+        ResetRefused: the version's driver, its spare driver or its warm standby runs (nothing was touched).
     """
     spec = plan.spec()
     layout = JobLayout.of(spec, settings)

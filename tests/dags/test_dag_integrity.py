@@ -60,13 +60,14 @@ def test_every_registered_job_is_supervised_and_controllable(dagbag_for):
         dag = bag.dags[f"supervise__{name}"]
         assert dag.max_active_runs == 1
         tasks = {t.task_id for t in dag.topological_sort()}
-        assert tasks == {"check", "should_start", "launch", "watch"} | ({"standby"} if spec.stores else set())
+        assert tasks == {"check", "should_start", "launch", "watch", "spare"} | ({"standby"} if spec.stores else set())
         assert dag.task_dict["launch"].upstream_task_ids == {"should_start"}
         # the watch runs after a launch, or when none was needed (skipped); not after a failed one
         watch = dag.task_dict["watch"]
         assert watch.upstream_task_ids == {"launch"} and watch.trigger_rule == "none_failed"
         assert dag.task_dict["should_start"].ignore_downstream_trigger_rules is False
         assert not dag.task_dict["standby"].upstream_task_ids  # the standby is kept whatever the job's check says
+        assert not dag.task_dict["spare"].upstream_task_ids  # the spare too
         launch = dag.task_dict["launch"]
         assert launch.job == name and launch._conn_id == "spark_default"
     for control in ("start_streaming_job", "stop_streaming_job"):

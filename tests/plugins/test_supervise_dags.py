@@ -21,8 +21,9 @@ from streamstate.supervision import read_record
 from runtime.settings import PROJECT_ROOT
 from spark_jobs.generators import pulse
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import spare_name
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_standby_status, read_status
+from spark_jobs.lifecycle import JobState, SpareState, read_spare_status, read_standby_status, read_status
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import standby_id
 from tests.fixtures import two_stage_jobs
@@ -53,7 +54,9 @@ def airflow_cli(airflow, dag_runner, settings, webhook):
         *(spec.application_id for spec in two_stage_jobs.JOBS),
     ):
         for launch in (
-            read_record(settings.status_dir, app).launches + read_record(settings.status_dir, standby_id(app)).launches
+            read_record(settings.status_dir, app).launches
+            + read_record(settings.status_dir, standby_id(app)).launches
+            + read_record(settings.status_dir, spare_name(app)).launches
         ):
             try:
                 os.killpg(launch.launcher_pid, signal.SIGKILL)
@@ -237,6 +240,52 @@ def test_stop_dag_stops_cleanly_and_supervision_leaves_it_stopped(settings, airf
     assert lease.holder() is None and record.last_assessment["state"] == "stopped"
     assert AlertLedger(settings.status_dir).open_alerts(app, "supervision") == []
     assert webhook.of(app)[-1][1] == "resolved"  # a stop on request is not an outage
+
+
+def test_a_spare_driver_takes_over_a_killed_driver_and_supervision_keeps_one(
+    settings, airflow_cli, webhook, heart_rate_input
+):
+    """With spare drivers on (``STREAMSTATE_SPARE_DRIVERS``; off elsewhere in this stack): the supervise DAG keeps a
+    warm spare beside the driver; a kill -9 of the driver is a takeover, not an outage (no ``down`` alert, no
+    launch); the next check starts a new spare; a stop, even a forced one, stops the spare first."""
+    app = JOB.application_id
+    spares = {"STREAMSTATE_SPARE_DRIVERS": "true"}
+    lease, spare_lease = JobLease(settings.status_dir, app), JobLease(settings.status_dir, spare_name(app))
+    _ok(airflow_cli("start_streaming_job", {"job": JOB.name}, **spares))  # (the previous test stopped it)
+    _ok(airflow_cli(f"supervise__{JOB.name}", **spares))  # the spare task starts the spare
+    driver, spare = lease.holder(), spare_lease.holder()
+    assert driver is not None and spare is not None
+    _wait(
+        lambda: (
+            (s := read_spare_status(settings.status_dir, app))
+            and s.state is SpareState.READY
+            and s.watching_epoch == driver.epoch
+        ),
+        300,
+        "the spare READY, watching the driver",
+    )
+    launches, alerts = len(read_record(settings.status_dir, app).launches), webhook.of(app)
+
+    os.kill(driver.pid, signal.SIGKILL)
+    _wait(
+        lambda: (
+            (h := lease.holder())
+            and h.epoch == driver.epoch + 1
+            and read_status(settings.status_dir, app).state is JobState.RUNNING
+        ),
+        120,
+        "the spare RUNNING as the driver",
+    )
+    assert lease.holder().pid == spare.pid
+    _ok(airflow_cli(f"supervise__{JOB.name}", **spares))  # a takeover is no outage; the next spare starts
+    assert webhook.of(app) == alerts and len(read_record(settings.status_dir, app).launches) == launches
+    assert spare_lease.holder() is not None and spare_lease.holder().epoch == spare.epoch + 1
+
+    stop = {"job": JOB.name, "reason": "test done", "force": True}  # SIGKILL: only a stopped spare stays out
+    _ok(airflow_cli("stop_streaming_job", stop, **spares))
+    assert lease.holder() is None and spare_lease.holder() is None
+    time.sleep(1)  # (a spare left running would have taken the lease within a poll)
+    assert lease.holder() is None
 
 
 def test_crash_looping_job_stops_being_restarted_after_k_tries(

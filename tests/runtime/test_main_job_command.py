@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.layout import standby_name
+from spark_jobs.layout import spare_name, standby_name
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
 from tests.conftest import fresh_ports
@@ -60,6 +60,7 @@ def test_make_run_is_the_platform_running_until_make_down(tmp_path):
     assert down.returncode == 0 and "kafka: stopped" in down.stdout, down.stdout + down.stderr
     assert f"{app}: stopped" in down.stdout
     assert JobLease(status_dir, app).holder() is None and JobLease(status_dir, standby_name(app)).holder() is None
+    assert JobLease(status_dir, spare_name(app)).holder() is None  # make run keeps a spare driver; down stops it
 
     try:  # without Airflow: the stopped job drains the new events from its checkpoint
         drained = _cli(env, "demo", "--no-airflow", "--events", "3000", "--users", "250")

@@ -150,10 +150,11 @@ def test_reset_plan_names_every_artifact_and_reset_refuses_while_the_lease_is_he
     (checkpoint / "marker").write_text("still here")
     layout = JobLayout.of(spec, settings)
     assert [(a.kind, a.target) for a in plan.actions if a.step == "stop"] == [
+        ("spare driver", layout.spare.name),
         ("driver", spec.application_id),
         ("warm standby", layout.standby.name),
     ]
-    for running in (layout.driver.name, layout.standby.name):  # a driver, a standby that still runs
+    for running in (layout.spare.name, layout.driver.name, layout.standby.name):  # a spare, a driver, a standby
         with JobLease(settings.status_dir, running):
             with pytest.raises(ResetRefused, match=f"{running} is held .* stop it first - nothing was touched"):
                 reset_in_place(settings, plan)
@@ -219,6 +220,8 @@ def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_
         assert purge_candidates(own, later)[0].blocked == "its warm standby is running"
         with pytest.raises(RuntimeError, match="standby runs"):
             purge_version(own, "retired_counts", 1, by="test")
+    with JobLease(own.status_dir, art.spare.name):  # its spare driver still runs: it would take over
+        assert purge_candidates(own, later)[0].blocked == "its spare driver is running"
     art.standby_status.write_text("{}")
     [due] = purge_candidates(own, later)
     owned = [
@@ -226,6 +229,7 @@ def test_retired_versions_are_purged_after_their_retention_only(settings, kafka_
         art.output_tables[0],
         art.snapshot_tables[0],
         art.driver.lease,
+        art.spare.lease,
         art.standby.lease,
         art.standby_status,
     ]

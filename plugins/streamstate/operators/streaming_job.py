@@ -279,6 +279,9 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
 
     def _restart(self, context, spec: JobSpec, deadline: float, restarts: int):
         assessment = check_job(self, context, spec)
+        if assessment["action"] == "none" and StreamingJobHook(spec).running_instance() is not None:
+            # another driver holds the lease already (the spare took over, or a launch was quicker): watch it
+            return self._watch(context, deadline, restarts)
         if assessment["action"] not in ("start", "restart"):
             self.log.info("not restarting %s: %s (%s)", spec.application_id, assessment["action"], assessment["reason"])
             return {"state": assessment["state"], "action": assessment["action"], "restarts": restarts}
@@ -313,9 +316,10 @@ class DrainStreamingJobOperator(SparkSubmitOperator):
 
 class StopStreamingJobOperator(BaseOperator):
     """Stop a job on request and keep it stopped (supervision will not restart it, nor its warm
-    standby, until it is started again). SIGTERM lets the driver finish its batch and stop its queries;
-    ``force`` kills. With ``stop_standby`` the version's warm standby is stopped first (a reset deletes
-    the snapshots it writes; a retired version's standby has nothing left to follow)."""
+    standby and spare driver, until it is started again). SIGTERM lets the driver finish its batch and stop
+    its queries; ``force`` kills. The version's spare driver is stopped first, always (it would take over a
+    driver killed by ``force``). With ``stop_standby`` the version's warm standby is stopped first too (a
+    reset deletes the snapshots it writes; a retired version's standby has nothing left to follow)."""
 
     template_fields = ("job", "version", "reason", "force", "timeout_s", "stop_standby")
 
@@ -339,8 +343,13 @@ class StopStreamingJobOperator(BaseOperator):
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
             record.desired, record.stop_reason = DESIRED_STOPPED, f"{self.reason} ({run_label(context)})"
+        from streamstate.hooks.spare import SpareDriverHook
+
+        self._stop_companion(SpareDriverHook(spec))
         if str(self.stop_standby).lower() == "true":
-            self._stop_standby(spec)
+            from streamstate.hooks.standby import StandbyHook
+
+            self._stop_companion(StandbyHook(spec))
         holder = jobs.stop(force=str(self.force).lower() == "true")
         if holder is None:
             self.log.info("%s is not running; it stays stopped", spec.application_id)
@@ -357,22 +366,20 @@ class StopStreamingJobOperator(BaseOperator):
             method_name="execute_complete",
         )
 
-    def _stop_standby(self, spec) -> None:
-        """SIGTERM the standby and wait for its lease (a follower needs no Spark: it stops in seconds)."""
-        from streamstate.hooks.standby import StandbyHook
-
-        standby = StandbyHook(spec)
-        holder = standby.stop(force=str(self.force).lower() == "true")
+    def _stop_companion(self, companion: StreamingJobHook) -> None:
+        """SIGTERM a companion of the driver (its spare, its standby) and wait for its lease (neither holds a
+        running query: they stop in seconds)."""
+        holder = companion.stop(force=str(self.force).lower() == "true")
         if holder is None:
             return
         deadline = time.monotonic() + float(self.timeout_s)
-        while standby.running_instance() is not None:
+        while companion.running_instance() is not None:
             if time.monotonic() > deadline:
                 raise StreamingJobFailed(
-                    f"{standby.application_id} still runs after {self.timeout_s}s; run again with force=true"
+                    f"{companion.application_id} still runs after {self.timeout_s}s; run again with force=true"
                 )
             time.sleep(0.5)
-        self.log.info("stopped the warm standby %s (pid %s)", standby.application_id, holder.pid)
+        self.log.info("stopped %s (pid %s)", companion.application_id, holder.pid)
 
     def execute_complete(self, context, event: dict):
         if event["state"] != "stopped":

@@ -17,8 +17,9 @@ from streamstate.supervision import DESIRED_STOPPED, read_record
 
 from runtime.settings import Settings
 from spark_jobs.changelog_tuning.latest import LatestMeasurement, read_latest
+from spark_jobs.layout import spare_name
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import SnapshotTaken, StoreRestore, observe_driver, read_standby_status
+from spark_jobs.lifecycle import SnapshotTaken, StoreRestore, observe_driver, read_spare_status, read_standby_status
 from spark_jobs.registry import JobSpec, registered_versions
 from spark_jobs.standby.follower import standby_running
 from spark_jobs.versions import JobVersions
@@ -126,6 +127,8 @@ class JobRow:
     error: str | None = None
     snapshots: Mapping[str, SnapshotTaken] = dataclasses.field(default_factory=dict)
     standby: StandbyView = StandbyView()
+    #: the spare driver's state while it runs (WARMING, READY: it takes over when the driver dies), else None
+    spare: str | None = None
     stores: tuple[StoreRef, ...] = ()
     restore: Mapping[str, StoreRestore] = dataclasses.field(default_factory=dict)
     open_alerts: tuple[AlertRow, ...] = ()
@@ -150,6 +153,8 @@ def job_row(
     standby = read_standby_status(settings.status_dir, spec.application_id)
     standby_alive = standby is not None and standby_running(settings.status_dir, spec.application_id) is not None
     measured = read_latest(settings) if measured is None else measured
+    spare = read_spare_status(settings.status_dir, spec.application_id)
+    spare_alive = spare is not None and JobLease(settings.status_dir, spare_name(spec.application_id)).holder()
     return JobRow(
         job=spec.name,
         application_id=spec.application_id,
@@ -198,6 +203,7 @@ def job_row(
         )
         if standby_alive
         else StandbyView(),
+        spare=spare.state.value if spare_alive and spare.lease_epoch == spare_alive.epoch else None,
         stores=tuple(StoreRef(s.name, s.kind) for s in spec.stores),
         restore=dict(status.restore) if status else {},
         open_alerts=tuple(

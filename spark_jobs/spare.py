@@ -1,0 +1,361 @@
+"""The spare driver: a second driver of a job version, warm and waiting, that takes over when the running one dies.
+
+Kafka Streams keeps standby replicas so that a failover does not wait for a restore. For a Spark driver most of a
+restart is not the state but the driver itself: a JVM to start, a Spark session, the first query's classes loaded
+and compiled (BENCHMARKS.md "Recovery after kill -9"). The spare pays for that in advance:
+
+1. it takes its own lease (``<application_id>.spare.lease``, :attr:`~spark_jobs.layout.JobLayout.spare`): one spare
+   per job version;
+2. it starts its Spark session and runs :func:`warm_up` (the code paths of a micro-batch and of a restore, on
+   scratch data in a temporary directory: nothing of the job's is written);
+3. READY, it watches the driver's lease every :data:`POLL_S`. When the driver it watched lets the lease go without
+   having said that it stopped (:func:`driver_died`: kill -9, the OOM killer, a lost node), it takes the driver's
+   lease (the next epoch, fenced like any new driver: :mod:`spark_jobs.state.fencing`), ends the dead driver's
+   Spark JVM if it outlived its Python process (:func:`end_orphaned_jvm`), gives its own lease up (supervision
+   starts the next spare) and runs the job as a freshly launched driver would: it resumes from the checkpoint,
+   or restores from snapshot + changelog when the checkpoint is lost.
+
+A driver that stopped on request (its last state NOT_RUNNING or PENDING_SHUTDOWN) or failed (ERROR) is not taken
+over: a stop stays a stop, and a failure goes through supervision's check (backoff, crash loop, alerts) as before.
+A spare never starts a job that is not running; a stop request stops the spare before the driver.
+
+Its cost is a second driver's memory (a JVM and a Python process; BENCHMARKS.md measures it), so it is on where
+the job's ``SupervisionPolicy.spare_driver`` and the deployment's ``STREAMSTATE_SPARE_DRIVERS`` say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from runtime.settings import Settings
+from spark_jobs.layout import JobLayout
+from spark_jobs.lease import JobAlreadyRunning, JobLease
+from spark_jobs.lifecycle import (
+    SPARE_LIFECYCLE,
+    JobState,
+    PublishedStatus,
+    SpareState,
+    SpareStatus,
+    read_status,
+    write_spare_status,
+)
+from spark_jobs.registry import JobSpec
+
+log = logging.getLogger("streamstate.spare")
+
+#: how often the spare looks at the driver's lease (the kernel frees it the moment the driver dies)
+POLL_S = 0.1
+
+#: a driver whose last published state is one of these was still at work when its lease went: it died
+WORKING_STATES = frozenset({JobState.CREATED, JobState.RESTORING, JobState.RUNNING})
+
+
+def driver_died(watched_epoch: int, status: PublishedStatus | None) -> bool:
+    """Whether the driver that held lease epoch ``watched_epoch``, whose lease is free now, died (take over) rather
+    than ended (stand down), from the status it last published (``status``).
+
+    A driver that ends says so before it lets its lease go: NOT_RUNNING after a stop, PENDING_SHUTDOWN while one
+    (a stop forced after its timeout), ERROR when it failed. One that published nothing for its epoch died while
+    starting. The rule reads only the driver's own word for its own epoch: a status left by an earlier epoch
+    says nothing about this one.
+    """
+    if status is None or status.lease_epoch != watched_epoch:
+        return True
+    return status.state in WORKING_STATES
+
+
+@dataclasses.dataclass
+class Takeover:
+    """The driver lease a spare took, and whose it was."""
+
+    lease: JobLease
+    epoch: int
+    from_epoch: int
+
+
+class SpareDriver:
+    """One job version's spare driver: warm up, watch the driver's lease, take over when the driver dies."""
+
+    def __init__(self, spec: JobSpec, settings: Settings, stop_requested: threading.Event | None = None) -> None:
+        self.spec, self.settings = spec, settings
+        #: set by the process's SIGTERM handler (spark_jobs/run.py): a stop noticed between py4j calls
+        self.stop_requested = stop_requested or threading.Event()
+        self.layout = JobLayout.of(spec, settings)
+        self.own_lease = JobLease(settings.status_dir, self.layout.spare.name)
+        self.driver_lease = JobLease(settings.status_dir, spec.application_id)
+        self.name = self.layout.spare.name
+        self.status = SpareStatus(spec.application_id, pid=os.getpid(), host=socket.gethostname())
+
+    # ----- lifecycle -------------------------------------------------------------------------------------------
+    def transition_to(self, state: SpareState, **fields) -> None:
+        """The one way the spare's state changes (:data:`~spark_jobs.lifecycle.SPARE_LIFECYCLE`), published."""
+        SPARE_LIFECYCLE.check(self.name, self.status.state, state)
+        self._publish(state=state, **fields)
+
+    def _publish(self, **fields) -> None:
+        self.status = dataclasses.replace(self.status, **fields, updated_at=_now())
+        write_spare_status(self.settings.status_dir, self.status)
+
+    # ----- the spare's life ------------------------------------------------------------------------------------
+    def prepare(self, spark_factory) -> object:
+        """Take the spare's lease, start Spark (``spark_factory()``) and warm it up; returns the session.
+
+        Raises:
+            JobAlreadyRunning: another spare of this job version runs (nothing was started).
+        """
+        epoch = self.own_lease.acquire()
+        self._publish(lease_epoch=epoch, started_at=_now())
+        self.transition_to(SpareState.WARMING)
+        started = time.monotonic()
+        try:
+            spark = spark_factory()
+            warm_up(spark, self.spec, self.settings)
+            if self.stop_requested.is_set():
+                raise KeyboardInterrupt
+        except BaseException as err:
+            self._fail(err)
+            raise
+        self.transition_to(SpareState.READY, warm_up_s=round(time.monotonic() - started, 3))
+        log.info(json.dumps({"event": "spare_ready", "name": self.name, **self._times()}))
+        return spark
+
+    def wait_for_takeover(self, timeout_s: float | None = None) -> Takeover | None:
+        """Watch the driver's lease until its driver dies, then take the lease; None after ``timeout_s`` (None:
+        wait for ever). A stop request raises KeyboardInterrupt (the caller's signal handler) and stops the spare."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                if self.stop_requested.is_set():
+                    raise KeyboardInterrupt
+                holder = self.driver_lease.holder()
+                watched = self.status.watching_epoch
+                if holder is not None:
+                    if holder.epoch != watched:
+                        self._publish(watching_epoch=holder.epoch)
+                elif watched is not None:
+                    last = read_status(self.settings.status_dir, self.spec.application_id)
+                    if not driver_died(watched, last):
+                        log.info(
+                            json.dumps(
+                                {
+                                    "event": "spare_stands_down",
+                                    "name": self.name,
+                                    "driver_epoch": watched,
+                                    "driver_state": last.state.value if last else None,
+                                }
+                            )
+                        )
+                        # it ended on its own: the next driver supervision starts is the one to watch
+                        self._publish(watching_epoch=None)
+                    elif (taken := self._take(watched, last)) is not None:
+                        return taken
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        return None
+
+    def _take(self, from_epoch: int, last: PublishedStatus | None) -> Takeover | None:
+        lease = JobLease(self.settings.status_dir, self.spec.application_id)
+        try:
+            epoch = lease.acquire()
+        except JobAlreadyRunning:
+            return None  # supervision's own restart was quicker: watch that driver instead
+        ended = end_orphaned_jvm(from_epoch, last)
+        self.transition_to(SpareState.TAKING_OVER, took_over_from=from_epoch, took_over_epoch=epoch)
+        self.own_lease.release()  # supervision may start the next spare while this one runs the job
+        log.warning(
+            json.dumps(
+                {
+                    "event": "spare_took_over",
+                    "application_id": self.spec.application_id,
+                    "from_epoch": from_epoch,
+                    "epoch": epoch,
+                    "orphaned_jvm_ended": ended,
+                }
+            )
+        )
+        return Takeover(lease, epoch, from_epoch)
+
+    def stop(self) -> None:
+        if self.status.state in (SpareState.CREATED, SpareState.WARMING, SpareState.READY):
+            self.transition_to(SpareState.PENDING_SHUTDOWN)
+        if self.status.state in (SpareState.PENDING_SHUTDOWN, SpareState.ERROR):
+            self.transition_to(SpareState.NOT_RUNNING)
+        self.own_lease.release()
+
+    def _fail(self, err: BaseException) -> None:
+        if isinstance(err, KeyboardInterrupt):
+            self.stop()
+            return
+        self.transition_to(
+            SpareState.ERROR, error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        )
+        self.transition_to(SpareState.NOT_RUNNING)
+        self.own_lease.release()
+
+    def _times(self) -> dict:
+        return {"warm_up_s": self.status.warm_up_s}
+
+
+def end_orphaned_jvm(epoch: int, status: PublishedStatus | None, wait_s: float = 10.0) -> int | None:
+    """SIGKILL the dead driver's Spark JVM when it outlived the driver's Python process; returns its pid (None:
+    nothing to end).
+
+    Under spark-submit the Python driver is the JVM's child: killed alone, it leaves its JVM running until the JVM
+    notices, and meanwhile the JVM's query thread may still write the next batch's offsets to the checkpoint the
+    spare is about to resume (two writers of one offset log). The JVM of a dead Python driver can do nothing
+    useful, so the new lease holder ends it first (what a cluster manager's fencing of a lost node does). The pid
+    comes from the dead driver's own status for its own epoch, on this host, and must still be a Java process (a
+    reused pid is left alone)."""
+    if status is None or status.lease_epoch != epoch or not status.jvm_pid or status.host != socket.gethostname():
+        return None
+    pid = status.jvm_pid
+    if pid in (os.getpid(), os.getppid()):
+        return None
+    try:
+        if b"java" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+        os.kill(pid, signal.SIGKILL)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    deadline = time.monotonic() + wait_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, killed and not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def warm_up(spark, spec: JobSpec, settings: Settings) -> None:
+    """Run what a driver's first micro-batch and restore run, so that their classes are loaded and their plans
+    compiled before the spare is needed: :func:`rehearse` (the job itself, on a scratch copy), then, on scratch
+    data, the paths a rehearsal's few records do not take (a Spark Delta MERGE of a large batch), a Kafka read of
+    the job's input, and the job's own Delta logs read as the driver's first batch and a restore read them.
+    Nothing the job owns is written."""
+    from delta.tables import DeltaTable
+
+    importlib.import_module(spec.entrypoint.split(":")[0])  # the job's own code, and the primitives it declares
+    rehearse(spark, spec, settings)
+    layout = JobLayout.of(spec, settings)
+    with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-warm-up-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        (scratch / "input").mkdir()
+        for batch in range(2):
+            lines = [json.dumps({"key": f"k{i % 7}", "value": i}) for i in range(batch * 50, batch * 50 + 50)]
+            (scratch / "input" / f"{batch}.json").write_text("\n".join(lines))
+
+        def write(batch_df, batch_id: int) -> None:
+            import deltalake
+
+            rows = batch_df.toArrow()
+            deltalake.write_deltalake(str(scratch / "by_delta_rs"), rows, mode="append")
+            target = str(scratch / "by_spark")
+            if batch_id == 0:
+                batch_df.write.format("delta").save(target)
+            else:
+                merge = DeltaTable.forPath(spark, target).alias("t").merge(batch_df.alias("s"), "t.key = s.key")
+                merge.whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+        query = (
+            spark.readStream.schema("key string, value long")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(scratch / "input"))
+            .groupBy("key")
+            .count()
+            .writeStream.outputMode("update")
+            .foreachBatch(write)
+            .option("checkpointLocation", str(scratch / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    reads = [
+        lambda: (
+            spark.read.format("kafka")
+            .options(**settings.kafka.spark_options())
+            .option("subscribe", layout.state_input_topic)
+            .option("startingOffsets", "latest")
+            .option("endingOffsets", "latest")
+            .load()
+            .count()
+        ),
+        *(
+            lambda table=table: spark.read.format("delta").load(str(table)).limit(1).collect()
+            for table in (*layout.output_tables, *layout.snapshot_tables)
+        ),
+    ]
+    for read in reads:
+        try:
+            read()
+        except Exception as err:  # noqa: BLE001 - a topic or table the job has not made yet: nothing to read
+            log.info("warm-up read skipped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
+
+
+#: the suffix of a rehearsal's job name (its application id, topics and tables are all its own)
+REHEARSAL_SUFFIX = "_spare_rehearsal"
+#: records per source partition a rehearsal processes (the newest ones)
+REHEARSAL_RECORDS = 32
+
+
+def rehearse(spark, spec: JobSpec, settings: Settings) -> None:
+    """Run the job itself, once, on a scratch copy, in this Spark session: its own plan compiled, its processor
+    started, a restore (there is no checkpoint), a micro-batch of the newest :data:`REHEARSAL_RECORDS` records of
+    each source partition through every sink. The copy is the job under another name (``<job>_spare_rehearsal``:
+    its own application id, changelog, dead-letter and generations topics, output topic) with its checkpoint,
+    tables and status in a temporary directory; it only reads the job's source. Its topics are deleted after.
+
+    Best effort: a rehearsal that fails (a broker that refuses to create topics, say) is logged, and the spare is
+    still warm from the rest of :func:`warm_up`."""
+    from spark_jobs.kafka_topics import delete_topics, partition_offsets
+    from spark_jobs.run import run
+
+    try:
+        ends = partition_offsets(settings.kafka, spec.source_topic, 10)
+    except Exception as err:  # noqa: BLE001 - no source yet: nothing to rehearse on
+        log.info("spare rehearsal skipped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
+        return
+    copy = dataclasses.replace(
+        spec,
+        name=spec.name + REHEARSAL_SUFFIX,
+        output_topic=spec.output_topic + REHEARSAL_SUFFIX if spec.output_topic else None,
+    )
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-rehearsal-") as scratch_dir:
+        scratch = settings.replace(data_dir=Path(scratch_dir), lake_uri=None, checkpoint_uri=None, metrics_port=0)
+        layout = JobLayout.of(copy, scratch)
+        newest = {str(p): max(low, high - REHEARSAL_RECORDS) for p, (low, high) in ends.items()}
+        layout.start_offsets_file.write_text(json.dumps({spec.source_topic: newest}))
+        try:
+            report = run(copy, scratch, available_now=True, spark=spark)
+            outcome = report.error or f"{report.input_rows} records in {report.batches} batches"
+        except Exception as err:  # noqa: BLE001 - best effort (see the docstring)
+            outcome = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        finally:
+            try:
+                delete_topics(settings.kafka, list(layout.topics))
+            except Exception as err:  # noqa: BLE001 - a leftover, said in the log
+                log.warning("spare rehearsal: its topics %s were not deleted: %s", layout.topics, err)
+    event = {"event": "spare_rehearsal", "application_id": spec.application_id, "outcome": outcome}
+    log.info(json.dumps({**event, "seconds": round(time.monotonic() - started, 1)}))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
