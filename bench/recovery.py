@@ -76,12 +76,20 @@ def spare_ready(settings: Settings, app: str) -> SpareStatus | None:
     return spare if ready and alive and spare.watching_epoch == holder.epoch else None
 
 
-def process_tree_rss_mib(pid: int) -> float:
-    """The resident memory of ``pid`` and its descendants (the spare: its Python process and Spark's JVM)."""
+def process_group_rss_mib(pid: int) -> float:
+    """The resident memory of every process in ``pid``'s process group: for a spare launched by supervision (its
+    own session), the launch's shell, spark-submit's JVM and the Python driver, the JVM's parent's child."""
     import psutil
 
-    root = psutil.Process(pid)
-    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+    group = os.getpgid(pid)
+    total = 0
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == group:
+                total += proc.memory_info().rss
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total / 2**20
 
 
 def wait_for(predicate, timeout_s: float, what: str):
@@ -111,7 +119,7 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
             time.sleep(random.uniform(10, 40))
             if spec.supervision.spare_driver:
                 spare = wait_for(lambda: spare_ready(settings, app), check_every_s + 600, f"{job}'s spare driver READY")
-                results_memory.append(process_tree_rss_mib(spare.pid))
+                results_memory.append(process_group_rss_mib(spare.pid))
             holder = lease.holder()
             killed_at = time.time()
             os.kill(holder.pid, signal.SIGKILL)

@@ -408,39 +408,23 @@ def _side_by_side_actions(
 def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, target: JobSpec) -> None:
     art, bootstrap, present = _sizes(settings, target)
     add = plan.actions.append
-    spare = JobLease(settings.status_dir, art.spare.name).holder()
-    add(
-        Action(
-            "stop",
-            "stop" if spare else "keep",
+    # the spare first: it would take over a stopped driver's lease (spark_jobs/spare.py)
+    stops = (
+        (
             "spare driver",
             art.spare.name,
-            _holder_text(spare),
             "first: it would take over the driver; the reset holds its lease, supervision restarts it after",
-        )
-    )
-    holder = JobLease(settings.status_dir, target.application_id).holder()
-    add(
-        Action(
-            "stop",
-            "stop" if holder else "keep",
-            "driver",
-            target.application_id,
-            _holder_text(holder),
-            "clean shutdown (SIGTERM), kept stopped until the restart",
-        )
-    )
-    standby = JobLease(settings.status_dir, art.standby.name).holder()
-    add(
-        Action(
-            "stop",
-            "stop" if standby else "keep",
+        ),
+        ("driver", target.application_id, "clean shutdown (SIGTERM), kept stopped until the restart"),
+        (
             "warm standby",
             art.standby.name,
-            _holder_text(standby),
             "it writes the snapshot tables deleted below; the reset holds its lease, supervision restarts it after",
-        )
+        ),
     )
+    for kind, name, why in stops:
+        holder = JobLease(settings.status_dir, name).holder()
+        add(Action("stop", "stop" if holder else "keep", kind, name, _holder_text(holder), why))
     add(
         Action(
             "reset",
