@@ -1,6 +1,6 @@
-"""The watch task's trigger on a real lease (flock): silent while the watched driver holds the lease,
-``exited`` once it lets go (or a newer epoch holds it), ``timeout`` at the end of the window; the
-operator's state rides in the event."""
+"""The watch task's trigger on a real lease (flock): silent while the watched driver holds the lease (or a newer
+one took it over: it watches that one), ``exited`` once the lease is free, ``timeout`` at the end of the window;
+the operator's state rides in the event."""
 
 from __future__ import annotations
 
@@ -39,9 +39,13 @@ def test_exits_are_seen_within_a_poll_and_the_carry_comes_back(tmp_path):
     assert time.monotonic() - released_at < 5
 
     newer = JobLease(tmp_path, APP)
-    assert newer.acquire() == epoch + 1  # another driver took over: the watched one is gone too
-    assert StreamingJobExitedTrigger(APP, str(tmp_path), epoch, timeout_s=30).check()["state"] == "exited"
-    quiet = StreamingJobExitedTrigger(APP, str(tmp_path), epoch + 1, timeout_s=0.3, poll_s=0.1, carry=carry)
+    assert newer.acquire() == epoch + 1  # another driver took over (a spare driver): nothing to restart
+    follows = StreamingJobExitedTrigger(APP, str(tmp_path), epoch, timeout_s=30, poll_s=0.1, carry=carry)
+    assert follows.check() is None and follows.epoch == epoch + 1  # it watches the new driver
+    threading.Timer(0.3, newer.release).start()
+    assert _first_event(follows)["epoch"] == epoch + 1  # and sees it exit
+    newer.acquire()
+    quiet = StreamingJobExitedTrigger(APP, str(tmp_path), epoch + 2, timeout_s=0.3, poll_s=0.1, carry=carry)
     assert _first_event(quiet) == {"state": "timeout", "timeout_s": 0.3, "carry": carry}
     newer.release()
 

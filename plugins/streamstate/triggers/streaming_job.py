@@ -217,8 +217,11 @@ class StreamingJobCaughtUpTrigger(_WaitingTrigger):
 
 
 class StreamingJobExitedTrigger(_WaitingTrigger):
-    """Fires when the driver holding lease ``epoch`` no longer holds it (``exited``: it stopped, or died
-    and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``)."""
+    """Fires when the driver holding lease ``epoch`` no longer holds it and no newer driver does (``exited``: it
+    stopped, or died and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``). A newer
+    driver holding the lease (the job's spare driver took over, spark_jobs/spare.py) is watched in its place:
+    there is nothing to restart, and the task is not resumed (its worker would compete with the new driver's
+    first batch for the machine)."""
 
     def __init__(
         self,
@@ -237,6 +240,15 @@ class StreamingJobExitedTrigger(_WaitingTrigger):
 
     def check(self) -> dict | None:
         holder = JobLease(self.status_dir, self.application_id).holder()
+        if holder is not None and holder.epoch > self.epoch:
+            self.log.info(
+                "%s: lease epoch %s taken over by epoch %s (pid %s)",
+                self.application_id,
+                self.epoch,
+                holder.epoch,
+                holder.pid,
+            )
+            self.epoch = holder.epoch
         if holder is not None and holder.epoch == self.epoch:
             return None
         status = read_status(self.status_dir, self.application_id)
