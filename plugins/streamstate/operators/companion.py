@@ -40,6 +40,8 @@ class SuperviseCompanionOperator(BaseOperator):
     #: the condition that fires while it is down
     down_condition: str
     down_severity: str = "error"  # critical | error | warning (Condition.severity)
+    #: the log the alert's hint points to ("the follower log")
+    log_title: str
     #: what on-call loses while it is down (the alert's hint)
     down_consequence: str
 
@@ -161,7 +163,7 @@ class SuperviseCompanionOperator(BaseOperator):
                         ),
                         "exit_code": exit_code(last.exit_file) if last else None,
                     },
-                    f"see its log {last.log if last else ''}; {self.down_consequence}",
+                    f"see {self.log_title} {last.log if last else ''}; {self.down_consequence}",
                 )
             ]
         return self.running_conditions(spec, hook)

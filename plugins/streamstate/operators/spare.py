@@ -25,6 +25,7 @@ class SuperviseSpareOperator(SuperviseCompanionOperator):
     title = "spare driver"
     down_condition = "spare_down"
     down_severity = "warning"
+    log_title = "the spare's log"
     down_consequence = "the job runs; if its driver dies, supervision restarts it (tens of seconds) instead of the spare taking over (seconds)"
 
     def __init__(self, *, job: str, conn_id: str = "spark_default", **kwargs) -> None:

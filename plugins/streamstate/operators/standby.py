@@ -23,6 +23,7 @@ class SuperviseStandbyOperator(SuperviseCompanionOperator):
     source = "standby"
     title = "warm standby"
     down_condition = "standby_down"
+    log_title = "the follower log"
     down_consequence = "queries fall back to older snapshots and restores replay a longer tail until it runs"
 
     def hook(self, spec: JobSpec) -> StandbyHook:
