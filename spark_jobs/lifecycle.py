@@ -101,7 +101,7 @@ class SpareState(str, enum.Enum):
     """The spare driver's states (spark_jobs/spare.py): it warms its JVM up, then waits to take over."""
 
     CREATED = "CREATED"
-    WARMING = "WARMING"  # starting Spark and running the warm-up queries
+    WARMING = "WARMING"  # waiting for the driver to settle, then starting Spark and running the warm-up
     READY = "READY"  # warm, watching the driver's lease
     TAKING_OVER = "TAKING_OVER"  # holds the driver's lease: from here on it is the driver (its own status)
     PENDING_SHUTDOWN = "PENDING_SHUTDOWN"

@@ -6,7 +6,8 @@ and compiled (BENCHMARKS.md "Recovery after kill -9"). The spare pays for that i
 
 1. it takes its own lease (``<application_id>.spare.lease``, :attr:`~spark_jobs.layout.JobLayout.spare`): one spare
    per job version;
-2. it starts its Spark session and runs :func:`warm_up` (the code paths of a micro-batch and of a restore, on
+2. once the running driver is past its first batches (:func:`driver_settled`: a new spare must not compete with
+   a driver that just started or just took over), it starts its Spark session and runs :func:`warm_up` (the code paths of a micro-batch and of a restore, on
    scratch data in a temporary directory: nothing of the job's is written);
 3. READY, it watches the driver's lease every :data:`POLL_S`. When the driver it watched lets the lease go without
    having said that it stopped (:func:`driver_died`: kill -9, the OOM killer, a lost node), it takes the driver's
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobAlreadyRunning, JobLease
+from spark_jobs.lease import JobAlreadyRunning, JobLease, LeaseHolder
 from spark_jobs.lifecycle import (
     SPARE_LIFECYCLE,
     JobState,
@@ -59,6 +60,24 @@ POLL_S = 0.1
 
 #: a driver whose last published state is one of these was still at work when its lease went: it died
 WORKING_STATES = frozenset({JobState.CREATED, JobState.RESTORING, JobState.RUNNING})
+#: how long a new spare waits for the running driver to settle before it starts Spark (see :func:`driver_settled`)
+SETTLE_MAX_S = 120.0
+
+
+def driver_settled(status: PublishedStatus | None, holder: LeaseHolder | None) -> bool:
+    """Whether a spare may warm up now: no driver runs, or the running driver (``holder``, whose own status
+    ``status`` is) is past its first micro-batches (two batches done in this run, or idle: no input).
+
+    A spare's Spark start and warm-up take seconds of both cores; a driver that just started, or just took over,
+    is running its first batch then (the catch-up of an outage): they would compete for the machine exactly when
+    recovery time is counted."""
+    if holder is None:
+        return True
+    if status is None or status.lease_epoch != holder.epoch or status.state is not JobState.RUNNING:
+        return False
+    progress = status.progress
+    two_batches = progress is not None and status.first_batch_id is not None and progress.batch_id is not None
+    return status.idle_at is not None or (two_batches and progress.batch_id > status.first_batch_id)
 
 
 def driver_died(watched_epoch: int, status: PublishedStatus | None) -> bool:
@@ -119,6 +138,7 @@ class SpareDriver:
         self.transition_to(SpareState.WARMING)
         started = time.monotonic()
         try:
+            self._wait_for_a_settled_driver()
             spark = spark_factory()
             warm_up(spark, self.spec, self.settings)
             if self.stop_requested.is_set():
@@ -129,6 +149,16 @@ class SpareDriver:
         self.transition_to(SpareState.READY, warm_up_s=round(time.monotonic() - started, 3))
         log.info(json.dumps({"event": "spare_ready", "name": self.name, **self._times()}))
         return spark
+
+    def _wait_for_a_settled_driver(self) -> None:
+        """Hold the warm-up back (at most :data:`SETTLE_MAX_S`) while the driver runs its first batches."""
+        deadline = time.monotonic() + SETTLE_MAX_S
+        while time.monotonic() < deadline and not self.stop_requested.is_set():
+            if driver_settled(
+                read_status(self.settings.status_dir, self.spec.application_id), self.driver_lease.holder()
+            ):
+                return
+            time.sleep(0.5)
 
     def wait_for_takeover(self, timeout_s: float | None = None) -> Takeover | None:
         """Watch the driver's lease until its driver dies, then take the lease; None after ``timeout_s`` (None:

@@ -16,10 +16,10 @@ import time
 import pytest
 
 from spark_jobs import spare as spare_module
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import JobState, PublishedStatus, SpareState, read_spare_status, read_status
+from spark_jobs.lease import JobLease, LeaseHolder
+from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, SpareState, read_spare_status, read_status
 from spark_jobs.registry import JobSpec
-from spark_jobs.spare import SpareDriver, driver_died
+from spark_jobs.spare import SpareDriver, driver_died, driver_settled
 
 DRIVER = textwrap.dedent(
     """
@@ -194,3 +194,21 @@ def test_the_dead_drivers_orphaned_jvm_is_ended_and_nothing_else(tmp_path):
         for proc in (orphan, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_spare_warms_up_once_the_driver_is_past_its_first_batches():
+    holder = LeaseHolder("job-v1", epoch=4, pid=1)
+
+    def status(state=JobState.RUNNING, epoch=4, first=10, batch=None, idle_at=None):
+        progress = BatchProgress(batch_id=batch) if batch is not None else None
+        return PublishedStatus(
+            "job-v1", state=state, lease_epoch=epoch, first_batch_id=first, progress=progress, idle_at=idle_at
+        )
+
+    assert driver_settled(None, None)  # no driver: nothing to compete with
+    assert not driver_settled(None, holder)  # started, not published yet
+    assert not driver_settled(status(JobState.RESTORING), holder)
+    assert not driver_settled(status(batch=10), holder)  # its first batch (a catch-up) just ended
+    assert driver_settled(status(batch=11), holder)
+    assert driver_settled(status(first=None, idle_at="2026-11-29T00:00:00+00:00"), holder)  # no input: idle
+    assert not driver_settled(status(batch=11, epoch=3), holder)  # an earlier driver's word
