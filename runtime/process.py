@@ -204,3 +204,14 @@ def _is_zombie(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return fields[0] == "Z"
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether ``pid`` runs (a zombie does not count: its exit code is all that is left)."""
+    if not pid:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")

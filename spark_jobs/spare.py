@@ -39,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 
+from runtime.process import process_alive
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobAlreadyRunning, JobLease, LeaseHolder
@@ -147,7 +148,7 @@ class SpareDriver:
             self._fail(err)
             raise
         self.transition_to(SpareState.READY, warm_up_s=round(time.monotonic() - started, 3))
-        log.info(json.dumps({"event": "spare_ready", "name": self.name, **self._times()}))
+        log.info(json.dumps({"event": "spare_ready", "name": self.name, "warm_up_s": self.status.warm_up_s}))
         return spark
 
     def _wait_for_a_settled_driver(self) -> None:
@@ -235,9 +236,6 @@ class SpareDriver:
         self.transition_to(SpareState.NOT_RUNNING)
         self.own_lease.release()
 
-    def _times(self) -> dict:
-        return {"warm_up_s": self.status.warm_up_s}
-
 
 def end_orphaned_jvm(epoch: int, status: PublishedStatus | None, wait_s: float = 10.0) -> int | None:
     """SIGKILL the dead driver's Spark JVM when it outlived the driver's Python process; returns its pid (None:
@@ -261,17 +259,9 @@ def end_orphaned_jvm(epoch: int, status: PublishedStatus | None, wait_s: float =
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     deadline = time.monotonic() + wait_s
-    while _running(pid) and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return pid
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie, killed and not yet reaped by its parent, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def warm_up(spark, spec: JobSpec, settings: Settings) -> None:

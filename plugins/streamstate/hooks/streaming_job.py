@@ -21,6 +21,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from runtime.process import process_alive  # noqa: F401 - its home is runtime; callers import it from here
 from runtime.settings import Settings
 from spark_jobs.dead_letter import dead_letter_topic
 from spark_jobs.layout import launch_files
@@ -110,17 +111,6 @@ class StreamingJobHook:
             os.killpg(launcher_pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def process_alive(pid: int | None) -> bool:
-    """Whether ``pid`` runs (a zombie does not count: its exit code is all that is left)."""
-    if not pid:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def exit_code(exit_file: str | None) -> int | None:
