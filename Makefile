@@ -8,8 +8,13 @@ PY := .venv/bin/python
 run: setup
 	$(PY) -m streamstate_cli demo
 
+# The suite on TEST_WORKERS workers (pytest-xdist; most of a test's time is waiting for a JVM, a broker or
+# Airflow, so two workers keep the two cores busier): one module per worker at a time, the modules that run
+# an Airflow standalone as one unit (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The formatter and linter over the whole tree (pyproject.toml [tool.ruff]): a badly formatted change fails in seconds.
 lint: setup

@@ -32,10 +32,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (for tests and ephemeral stacks), chosen below the kernel's
     ephemeral range: a port chosen early stays free until its service starts late (an Airflow stack started
     forty minutes into a test session), since nothing that binds port 0 (a Spark driver, a metrics server,
-    a client connection) is ever given one of these."""
-    low = _ephemeral_range_start()
+    a client connection) is ever given one of these. Within ``STREAMSTATE_PORT_SLICE`` (``"i/n"``), when set."""
+    high = _ephemeral_range_start()
+    start, stop = _port_slice(max(1024, high - 12_000), high)
     for _ in range(500):
-        port = _PORTS.randrange(max(1024, low - 12_000), low)
+        port = _PORTS.randrange(start, stop)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
@@ -49,6 +50,17 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 #: not the ``random`` module's state, which tests seed
 _PORTS = random.SystemRandom()
+
+#: ``"i/n"``: this process chooses ports in the i-th of n equal slices of the range only. Test runs on several
+#: workers set it per worker (tests/conftest.py): a port one worker chose for a service it starts later
+#: (its Airflow) is then never chosen by another
+PORT_SLICE_ENV = "STREAMSTATE_PORT_SLICE"
+
+
+def _port_slice(low: int, high: int) -> tuple[int, int]:
+    index, _, count = os.environ.get(PORT_SLICE_ENV, "0/1").partition("/")
+    width = (high - low) // int(count)
+    return low + int(index) * width, low + (int(index) + 1) * width
 
 
 def _ephemeral_range_start() -> int:

@@ -20,14 +20,74 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from runtime.airflow_standalone import AirflowApi, LocalAirflow  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
-from runtime.process import free_service_ports  # noqa: E402
+from runtime.process import PORT_SLICE_ENV, free_service_ports  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
+
+# `make test` runs the suite on several workers (pytest-xdist): each has a session stack of its own (broker,
+# Spark session, Airflow) and chooses free ports in a slice of the range no other worker chooses from.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ[PORT_SLICE_ENV] = f"{worker.removeprefix('gw')}/{os.environ['PYTEST_XDIST_WORKER_COUNT']}"
+
+#: the modules whose tests run an Airflow standalone: the session's (the ``airflow`` fixture) or, the last one,
+#: their own. One worker takes them as one unit, the "Airflow lane" (:func:`pytest_xdist_make_scheduler`)
+AIRFLOW_LANE = (
+    "tests/plugins/test_jobs_page_browser.py",
+    "tests/plugins/test_on_call_in_browser.py",
+    "tests/plugins/test_supervise_dags.py",
+    "tests/runtime/test_airflow_standalone.py",
+    "tests/runtime/test_main_job_command.py",
+)
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that need Airflow run last: the standalone Airflow (scheduler, DAG processor, triggerer,
-    API server) keeps both cores busy while it is up, and the session fixture keeps it up to the end."""
-    items.sort(key=lambda item: "airflow" in getattr(item, "fixturenames", ()))
+    """The order the tests run in, and the units of work the workers take (one module each, except the lane).
+
+    An Airflow standalone (scheduler, DAG processor, triggerer, API server) keeps both cores busy while it
+    is up, so the tests that run one come first, one after another in one lane, and the session's standalone
+    stops after the lane's last test that uses it (:func:`pytest_runtest_teardown`). The other modules
+    follow, the integration modules before the unit tests, which fill the gaps at the end."""
+    if strays := sorted({_module(i) for i in items if "airflow" in i.fixturenames} - set(AIRFLOW_LANE)):
+        raise pytest.UsageError(f"{', '.join(strays)}: uses the airflow fixture, so it belongs in AIRFLOW_LANE")
+    items.sort(
+        key=lambda item: (
+            _module(item) not in AIRFLOW_LANE,
+            "airflow" not in item.fixturenames,
+            item.get_closest_marker("integration") is None,
+        )
+    )
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the Airflow lane's modules as one unit: only one worker starts a standalone."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModulesAndAirflowLane(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return "airflow lane" if module in AIRFLOW_LANE else module
+
+    return ModulesAndAirflowLane(config, log)
+
+
+_session_airflow: list[LocalAirflow] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Stop the session's Airflow standalone once no test after this one needs it (its fixture's own
+    teardown, at the session's end, then finds it stopped)."""
+    result = yield
+    needs_airflow = "airflow" in getattr(nextitem, "fixturenames", ())
+    if "airflow" in getattr(item, "fixturenames", ()) and not needs_airflow:
+        while _session_airflow:
+            _session_airflow.pop().stop()
+    return result
 
 
 fresh_ports = free_service_ports
@@ -100,6 +160,7 @@ def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
     with pytest.MonkeyPatch.context() as patch:  # the job modules are importable from this checkout
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))))
         local.start()
+    _session_airflow.append(local)
     yield AirflowApi(settings.airflow_url)
     local.stop()
 
