@@ -23,8 +23,9 @@ from runtime.object_store import Location, ObjectStoreConnection, ObjectStoreErr
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "STREAMSTATE_"
-#: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.failpoints)
-NOT_SETTINGS = frozenset({"STREAMSTATE_FAILPOINTS"})
+#: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.failpoints), the
+#: slice of the free ports a test worker chooses from (runtime.process.free_port)
+NOT_SETTINGS = frozenset({"STREAMSTATE_FAILPOINTS", "STREAMSTATE_PORT_SLICE"})
 # local, local[N], local[*], local[N,F], spark://host:port[,host:port], k8s://https://…, yarn
 _SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|k8s://\S+|yarn)$")
 
