@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import json
@@ -231,8 +232,31 @@ class JobContext:
 
     @functools.cached_property
     def writer_fence(self) -> WriterFence:
-        """This driver's claim of the job version (claimed on first use): every older driver of the version,
-        on any host, is fenced from then on (:mod:`spark_jobs.state.fencing`)."""
+        """This driver's claim of the job version (claimed on first use, or by :meth:`claim_in_background`):
+        every older driver of the version, on any host, is fenced from then on (:mod:`spark_jobs.state.fencing`).
+
+        Raises:
+            WriterFenced: a newer driver claimed the version while this one was claiming it.
+        """
+        claim = self.__dict__.get("_fence_claim")
+        return claim.result() if claim is not None else self._claim_fence()
+
+    def claim_in_background(self) -> None:
+        """Start claiming the job version in a thread of its own, beside what comes next (Spark's start of the
+        query and the first batch's state phase: over a second, when a spare driver takes over). Whatever
+        writes uses :attr:`writer_fence`, which waits for the claim."""
+        if "writer_fence" not in self.__dict__ and "_fence_claim" not in self.__dict__:
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="writer-fence")
+            self.__dict__["_fence_claim"] = pool.submit(self._claim_fence)
+            pool.shutdown(wait=False)
+
+    @property
+    def claim_refused(self) -> Exception | None:
+        """Why the claim of the job version failed, if it was claimed in the background and failed."""
+        claim = self.__dict__.get("_fence_claim")
+        return claim.exception() if claim is not None else None
+
+    def _claim_fence(self) -> WriterFence:
         layout = self.layout
         fence = WriterFence(
             self.settings.kafka,
@@ -331,8 +355,9 @@ class JobContext:
             clock = _PhaseClock(self.phase_seconds)
             reconcile_outputs(self.restored_store(shown))
             clock.lap("reconcile")
-        writers = [(self.changelog_writer(s.store), s) for s in stores]
-        batch_base = writers[0][0].batch_base
+        # Made at the first batch, after its state phase: the claim of the version they write under (the
+        # batch base, from its generation) may still be under way in the background until then.
+        writers: list[tuple[ChangelogWriter, StoreChanges]] = []
         checkpoint = self.checkpoint
 
         def write_batch(batch, batch_id: int) -> None:
@@ -346,6 +371,9 @@ class JobContext:
                 counts = count_by_letter_reason(batch)
                 changed = counts.pop(None, 0)
                 clock.lap("state")
+                if not writers:
+                    writers.extend((self.changelog_writer(s.store), s) for s in stores)
+                batch_base = writers[0][0].batch_base
                 batch = self._write_dead_letters(batch, counts)
                 clock.lap("dead_letters")
                 self.failpoint("before_outputs")
@@ -474,7 +502,8 @@ class JobContext:
             self.open_writers.pop().close()
         if self.__dict__.get("repartitioner") is not None:
             self.repartitioner.close()
-        if "writer_fence" in self.__dict__:  # claimed
+        claim = self.__dict__.get("_fence_claim")
+        if "writer_fence" in self.__dict__ or (claim is not None and claim.exception() is None):  # claimed
             self.writer_fence.close()
 
     def ensure_output_topic(self) -> str | None:

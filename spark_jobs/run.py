@@ -226,10 +226,13 @@ def _run_published(
         context.ensure_changelog_topics()
         if context.repartitioner is not None:
             context.repartitioner.ensure_topics()
-        # claim the version (fence older drivers, on any host) before reading its state
-        generation = context.writer_fence.generation if spec.stores else None
+        if spec.stores:
+            # claim the version (fence older drivers, on any host) beside the query's start; its first write,
+            # and any read of the state to restore, waits for the claim
+            context.claim_in_background()
         quarantined = quarantine_if_unusable(context)
         if spec.stores and latest_batch_id(context.checkpoint) is None:
+            _ = context.writer_fence  # claimed before the state is read
             status.transition_to(JobState.RESTORING)
         restores = restore_if_needed(context, StatusRestoreListener(status, settings.status_dir))
         status.record_restores({name: restored.summary() for name, restored in restores.items()})
@@ -247,7 +250,6 @@ def _run_published(
         restores=status.restore,
         quarantined_checkpoint=quarantined,
         lease_epoch=epoch,
-        generation=generation,
         took_over_from_epoch=took_over_from_epoch,
     )
     rekeying_query = context.layout.repartition_topic if context.repartitioner is not None else None
@@ -299,8 +301,10 @@ def _run_published(
     finally:
         spark.streams.removeListener(collector)
         report.phase_seconds = dict(context.phase_seconds)
-        if spec.stores and context.writer_fence.fenced_by is not None:
-            report.fenced_by = dataclasses.asdict(context.writer_fence.fenced_by)
+        if spec.stores and context.claim_refused is None:
+            report.generation = context.writer_fence.generation
+            if context.writer_fence.fenced_by is not None:
+                report.fenced_by = dataclasses.asdict(context.writer_fence.fenced_by)
         context.close()
         report.finished_at = _now()
         settings.status_dir.mkdir(parents=True, exist_ok=True)
@@ -328,8 +332,11 @@ def taken_over(context: JobContext, err: Exception) -> WriterFenced | None:
     """Why the query failed, when it was because another driver took the job version over: a write the
     fence refused (its error crosses the JVM wrapped in a query failure), or a batch Spark's offset log
     refused because another driver wrote the shared checkpoint first."""
-    if context.spec.stores and context.writer_fence.refusal is not None:
-        return context.writer_fence.refusal
+    if context.spec.stores:
+        if (refused := context.claim_refused) is not None:  # the claim itself (in the background) failed
+            return refused if isinstance(refused, WriterFenced) else None
+        if context.writer_fence.refusal is not None:
+            return context.writer_fence.refusal
     if "CONCURRENT_STREAM_LOG_UPDATE" in str(err):
         return WriterFenced(
             f"{context.spec.application_id}: another driver wrote this job version's checkpoint {context.checkpoint} "
