@@ -36,6 +36,8 @@ class JobContext:
     query_conf: dict = dataclasses.field(default_factory=dict)
     #: changelog writers handed out, closed (their producers flushed) when the run ends
     open_writers: list = dataclasses.field(default_factory=list)
+    #: store -> its changelog writer, made beside the query's start by :meth:`claim_in_background`
+    prepared_writers: dict = dataclasses.field(default_factory=dict)
     #: called with (store, SnapshotInfo) after every snapshot (the runner publishes it in the status)
     snapshot_listeners: list = dataclasses.field(default_factory=list)
     #: called with {reason: records} after every batch that wrote dead letters (the runner publishes the
@@ -242,12 +244,15 @@ class JobContext:
         return claim.result() if claim is not None else self._claim_fence()
 
     def claim_in_background(self) -> None:
-        """Start claiming the job version in a thread of its own, beside what comes next (Spark's start of the
-        query and the first batch's state phase: over a second, when a spare driver takes over). Whatever
-        writes uses :attr:`writer_fence`, which waits for the claim."""
+        """Claim the job version, then make each store's changelog writer (it reads where the changelog's last
+        complete batch is), in a thread of their own, beside what comes next (Spark's start of the query and
+        the first batch's state phase: over a second, when a spare driver takes over). Whatever writes uses
+        :attr:`writer_fence`, which waits for the claim."""
         if "writer_fence" not in self.__dict__ and "_fence_claim" not in self.__dict__:
             pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="writer-fence")
             self.__dict__["_fence_claim"] = pool.submit(self._claim_fence)
+            for s in self.spec.stores:
+                self.prepared_writers[s.name] = pool.submit(self._open_writer, s.name)
             pool.shutdown(wait=False)
 
     @property
@@ -271,6 +276,10 @@ class JobContext:
     def changelog_writer(self, store_name: str) -> ChangelogWriter:
         """The store's changelog writer: batch ids of this driver's generation, markers in its transactions,
         and every id between the last complete batch and its own declared void."""
+        prepared = self.prepared_writers.pop(store_name, None)
+        return prepared.result() if prepared is not None else self._open_writer(store_name)
+
+    def _open_writer(self, store_name: str) -> ChangelogWriter:
         writer = fenced_writer(self.changelog_topic(store_name), self.settings.kafka, self.writer_fence)
         self.open_writers.append(writer)
         return writer
@@ -498,6 +507,8 @@ class JobContext:
         a snapshot being taken is committed."""
         if "snapshot_worker" in self.__dict__:  # started
             self.snapshot_worker.wait()
+        for prepared in self.prepared_writers.values():  # made, or failed, before their producers are closed
+            prepared.exception()
         while self.open_writers:
             self.open_writers.pop().close()
         if self.__dict__.get("repartitioner") is not None:
