@@ -124,8 +124,8 @@ def spark(settings: Settings):
 @pytest.fixture(scope="session")
 def airflow_db(settings: Settings) -> LocalAirflow:
     """Airflow's metadata DB and connections, without the services: enough for ``airflow dags test``
-    (tasks and triggers run in that process). Tests that only run DAGs use this and run early, on
-    cores the standalone Airflow does not keep busy."""
+    (tasks and triggers run in that process). Tests that only run DAGs use this, not the standalone
+    (whose services keep both cores busy while they are up)."""
     local = LocalAirflow(settings)
     local.prepare()
     return local
