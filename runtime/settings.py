@@ -20,12 +20,13 @@ from pathlib import Path
 
 from runtime.kafka_connection import KafkaConnection, KafkaSecurityError
 from runtime.object_store import Location, ObjectStoreConnection, ObjectStoreError
+from runtime.process import PORT_SLICE_ENV
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "STREAMSTATE_"
 #: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.failpoints), the
 #: slice of the free ports a test worker chooses from (runtime.process.free_port)
-NOT_SETTINGS = frozenset({"STREAMSTATE_FAILPOINTS", "STREAMSTATE_PORT_SLICE"})
+NOT_SETTINGS = frozenset({"STREAMSTATE_FAILPOINTS", PORT_SLICE_ENV})
 # local, local[N], local[*], local[N,F], spark://host:port[,host:port], k8s://https://…, yarn
 _SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|k8s://\S+|yarn)$")
 

@@ -43,6 +43,11 @@ def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::")[0]
 
 
+def _uses_airflow(item: pytest.Item | None) -> bool:
+    """Whether ``item`` runs on the session's Airflow standalone (the ``airflow`` fixture)."""
+    return "airflow" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config, items):
     """The order the tests run in, and the units of work the workers take (one module each, except the lane).
 
@@ -50,12 +55,12 @@ def pytest_collection_modifyitems(config, items):
     is up, so the tests that run one come first, one after another in one lane, and the session's standalone
     stops after the lane's last test that uses it (:func:`pytest_runtest_teardown`). The other modules
     follow, the integration modules before the unit tests, which fill the gaps at the end."""
-    if strays := sorted({_module(i) for i in items if "airflow" in i.fixturenames} - set(AIRFLOW_LANE)):
+    if strays := sorted({_module(i) for i in items if _uses_airflow(i)} - set(AIRFLOW_LANE)):
         raise pytest.UsageError(f"{', '.join(strays)}: uses the airflow fixture, so it belongs in AIRFLOW_LANE")
     items.sort(
         key=lambda item: (
             _module(item) not in AIRFLOW_LANE,
-            "airflow" not in item.fixturenames,
+            not _uses_airflow(item),
             item.get_closest_marker("integration") is None,
         )
     )
@@ -83,8 +88,7 @@ def pytest_runtest_teardown(item, nextitem):
     """Stop the session's Airflow standalone once no test after this one needs it (its fixture's own
     teardown, at the session's end, then finds it stopped)."""
     result = yield
-    needs_airflow = "airflow" in getattr(nextitem, "fixturenames", ())
-    if "airflow" in getattr(item, "fixturenames", ()) and not needs_airflow:
+    if _uses_airflow(item) and not _uses_airflow(nextitem):
         while _session_airflow:
             _session_airflow.pop().stop()
     return result
