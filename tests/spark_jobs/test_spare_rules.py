@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -177,6 +178,12 @@ def test_the_dead_drivers_orphaned_jvm_is_ended_and_nothing_else(tmp_path):
     java.symlink_to("/bin/sleep")
     orphan, other = subprocess.Popen([str(java), "60"]), subprocess.Popen(["/bin/sleep", "60"])
     try:
+        # Popen returns once the child's exec began; its /proc command line is empty until the kernel has set up
+        # the new program's arguments, a window a loaded machine can stretch (this test failed in CI once so).
+        deadline = time.monotonic() + 10
+        while not all(Path(f"/proc/{p.pid}/cmdline").read_bytes() for p in (orphan, other)):
+            assert time.monotonic() < deadline, "the children never showed their command lines"
+            time.sleep(0.01)
         here = socket.gethostname()
 
         def status(pid, epoch=3, host=here):
