@@ -1,8 +1,8 @@
 """kill -9 of the Spark driver at the named phases of the job (:mod:`spark_jobs.failpoints`), for the reference
 job of each store kind beside purchase_counts' key-value store (tests/faults/test_driver_kills.py): an ``lru``
 store (``recent_buyers``, 10 users per partition: it evicts), Spark's ``in_memory`` store
-(``purchase_counts_in_memory``), a ``session`` store (``user_sessions``) and a TopN over an upsert topic
-(``top_movers``). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
+(``purchase_counts_in_memory``), a ``session`` store (``user_sessions``), a TopN over an upsert topic
+(``top_movers``) and a table-table join of two topics (``customer_accounts``). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
 its input is produced first and read in small micro-batches; after the kills a last run drains it, and the
 outputs (and, where cheap, the changelog's compacted view) must equal the job's plain-Python reference.
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import pytest
 
 from runtime.settings import Settings
-from spark_jobs.generators import purchases, recent_buyers, sessions, upserts
+from spark_jobs.generators import customer_accounts, purchases, recent_buyers, sessions, upserts
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
@@ -154,11 +154,27 @@ def _check_top_movers(settings: Settings, spec: JobSpec, rows: list[dict], want)
     assert {key: (r["symbol"], r["change"], r["ticks"]) for key, r in by_key.items()} == want
 
 
+# --- customer_accounts: a table-table join (one key-value store of both sides) --------------------------------
+def _produce_customer_accounts(settings: Settings, spec: JobSpec):
+    # updates and deletes on both sides, keys on one side only, refused records in both topics
+    customers, accounts = customer_accounts.adversarial(count=300, seed=75)
+    ensure_topic(settings.kafka, spec.join_topic, spec.source_partitions)
+    customer_accounts.produce(settings.kafka, spec.source_topic, customers)
+    customer_accounts.produce(settings.kafka, spec.join_topic, accounts)
+    return customer_accounts.expected_join(customers, accounts, "left")
+
+
+def _check_customer_accounts(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    by_key = _unique(rows, lambda r: r["customer_id"])
+    assert {key: tuple(r[f] for f in customer_accounts.FIELDS) for key, r in by_key.items()} == want
+
+
 CASES = (
     Case("recent_buyers", 50, _produce_recent_buyers, _check_recent_buyers),
     Case("purchase_counts_in_memory", 40, _produce_counts, _check_counts),
     Case("user_sessions", 30, _produce_sessions, _check_sessions),
     Case("top_movers", 20, _produce_top_movers, _check_top_movers),
+    Case("customer_accounts", 40, _produce_customer_accounts, _check_customer_accounts),
 )
 
 
