@@ -42,7 +42,8 @@ class Record:
     arrival_ms: int
 
 
-def _iso(ms: int) -> str:
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds as the events write a time: ISO-8601 UTC with milliseconds."""
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -86,7 +87,7 @@ def adversarial(
             times = [r.time_ms for r in table if r.key == customer]
             t = rng.choice(times) if times else t
         amount = Decimal(rng.randint(100, 500_000)) / 100
-        value = {"order_id": f"o{n:04d}", "customer_id": customer, "amount": float(amount), "event_time": _iso(t)}
+        value = {"order_id": f"o{n:04d}", "customer_id": customer, "amount": float(amount), "event_time": iso_time(t)}
         delay = rng.randrange(max_delay_ms)
         stream.append(Record(customer, value, t, t + delay))
         if customer != ids[-1] and rng.random() < 0.1:
@@ -98,7 +99,7 @@ def adversarial(
     for n in range(late_orders):
         customer = rng.choice(buyers)
         t = start_ms + rng.randrange(span_ms // 2)
-        value = {"order_id": f"late{n}", "customer_id": customer, "amount": 1.0, "event_time": _iso(t)}
+        value = {"order_id": f"late{n}", "customer_id": customer, "amount": 1.0, "event_time": iso_time(t)}
         stream.append(Record(customer, value, t, t + span_ms // 2 + rng.randrange(60_000)))
     by_arrival = lambda r: (r.arrival_ms, r.time_ms)  # noqa: E731
     return sorted(stream, key=by_arrival), sorted(table, key=by_arrival)
