@@ -136,10 +136,14 @@ class KafkaStreamsPeer:
         )
 
     def wait_caught_up(self, timeout_s: float = 1800) -> float:
-        """Seconds from start until the committed offsets reach the input's end."""
+        """Seconds from start until the committed offsets reach the input's end (every topic of a
+        comma-separated input, e.g. a join's ``customers,accounts``)."""
         # (an empty partition has nothing to commit: Kafka Streams never commits an offset for it)
         end = {
-            p: high for p, (low, high) in partition_offsets(self.settings.kafka, self.input_topic).items() if high > low
+            (topic, p): high
+            for topic in self.input_topic.split(",")
+            for p, (low, high) in partition_offsets(self.settings.kafka, topic).items()
+            if high > low
         }
         # A consumer of the app's group that never subscribes: it only reads the group's committed offsets.
         # (AdminClient.list_consumer_group_offsets crashed the interpreter here: confluent-kafka 2.16.1.)
@@ -155,8 +159,8 @@ class KafkaStreamsPeer:
                 self.check_running()
                 try:
                     committed = {
-                        tp.partition: tp.offset
-                        for tp in watcher.committed([TopicPartition(self.input_topic, p) for p in end], timeout=10)
+                        (tp.topic, tp.partition): tp.offset
+                        for tp in watcher.committed([TopicPartition(t, p) for t, p in end], timeout=10)
                     }
                 except KafkaException:  # the group coordinator is still loading (NOT_COORDINATOR): ask again
                     committed = {}

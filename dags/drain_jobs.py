@@ -19,7 +19,8 @@ def drain_dag(job: JobSpec) -> None:
         catchup=False,
         tags=["streamstate", "drain", job.name],
         default_args={"retries": 0},
-        doc_md=f"Process every record available in `{job.source_topic}` with **{job.application_id}**, then stop."
+        doc_md=f"Process every record available in `{'`, `'.join(job.input_topics)}` with **{job.application_id}**, "
+        "then stop."
         f"\n\n{job.description}",
     )
     def drain() -> None:

@@ -55,13 +55,17 @@ class JobContext:
     def kafka_source(self):
         """The stateful stage's input as a streaming DataFrame, starting where the restored state ends: the
         job's source topic, or its repartition topic when the job re-keys its source (``JobSpec.repartition``,
-        :mod:`spark_jobs.repartition`). Read committed, as Kafka Streams reads under exactly-once: a
-        repartition topic and another job's output topic are written in transactions, and a batch a killed
-        writer aborted must never be read (a source of plain producers reads the same either way)."""
+        :mod:`spark_jobs.repartition`), and a join's second input (``JobSpec.join_topic``: one source reads
+        both, so one checkpoint offset, one changelog marker and one restore position cover both; refused
+        unless co-partitioned, :meth:`check_co_partitioned`). Read committed, as Kafka Streams reads under
+        exactly-once: a repartition topic and another job's output topic are written in transactions, and a
+        batch a killed writer aborted must never be read (a source of plain producers reads the same either way)."""
+        if self.spec.join_topic:
+            self.check_co_partitioned()
         reader = (
             self.spark.readStream.format("kafka")
             .options(**self.settings.kafka.spark_options())
-            .option("subscribe", self.input_topic)
+            .option("subscribe", ",".join(self.input_topics))
             .option("startingOffsets", self.starting_offsets)
             # Consumer groups named after the version (Kafka Streams: application.id is the group).
             .option("groupIdPrefix", self.spec.application_id)
@@ -73,8 +77,30 @@ class JobContext:
 
     @property
     def input_topic(self) -> str:
-        """The topic the stateful stage reads (:attr:`JobLayout.state_input_topic`)."""
+        """The topic the stateful stage reads (:attr:`JobLayout.state_input_topic`); a join's left side."""
         return self.layout.state_input_topic
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        """Every topic the stateful stage reads (:attr:`JobLayout.state_input_topics`)."""
+        return self.layout.state_input_topics
+
+    def check_co_partitioned(self) -> None:
+        """A join's inputs must have ``source_partitions`` partitions each (Kafka Streams' co-partitioning
+        rule: a key's records of both sides in the same task); raises :class:`JobSpecError` naming both
+        topics and their counts otherwise."""
+        from spark_jobs.kafka_topics import partition_counts
+        from spark_jobs.registry import JobSpecError
+
+        counts = partition_counts(self.settings.kafka, list(self.input_topics))
+        if set(counts.values()) != {self.spec.source_partitions}:
+            shown = ", ".join(
+                f"{topic} has {n if n is not None else 'no topic, no'} partitions" for topic, n in counts.items()
+            )
+            raise JobSpecError(
+                f"job {self.spec.name}: a join's inputs must be co-partitioned, {self.spec.source_partitions} "
+                f"partitions each (source_partitions), keyed by {self.spec.key_field}: {shown}"
+            )
 
     @functools.cached_property
     def repartitioner(self):
@@ -98,7 +124,9 @@ class JobContext:
         if len(positions) > 1:
             raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
         offsets = json.loads(positions.pop())
-        return json.dumps({self.input_topic: offsets.get(self.input_topic, {})})
+        # a topic the restored batches never read from (a join's side without records yet): its earliest
+        earliest = {str(p): -2 for p in range(self.spec.state_partitions)}
+        return json.dumps({topic: offsets.get(topic) or earliest for topic in self.input_topics})
 
     def with_dead_letters(self, classified, *source_columns: str, key: str | None = None):
         """The processor's input: every record of ``classified`` (see spark_jobs.dead_letter.classify) with

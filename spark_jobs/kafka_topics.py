@@ -168,6 +168,14 @@ def existing_topics(kafka: KafkaTarget, names: list[str], timeout_s: float = 30.
     return {name for name in names if name in topics and topics[name].error is None}
 
 
+def partition_counts(kafka: KafkaTarget, names: list[str], timeout_s: float = 30.0) -> dict[str, int | None]:
+    """Each of ``names``' partition count (None: the topic does not exist)."""
+    topics = AdminClient(client_config(kafka)).list_topics(timeout=timeout_s).topics
+    return {
+        name: len(topics[name].partitions) if name in topics and topics[name].error is None else None for name in names
+    }
+
+
 def offsets_for_time(kafka: KafkaTarget, topic: str, at_ms: int, timeout_s: float = 30.0) -> dict[int, int]:
     """partition -> the first offset whose record timestamp is at or after ``at_ms`` (the high watermark
     when there is none: nothing to read yet). Kafka's ListOffsets by timestamp. A time before 1970 asks for

@@ -162,6 +162,8 @@ class JobLayout:
     #: the stem of the job's upsert output topic (``JobSpec.output_topic``), None without one
     output_topic_stem: str | None = None
     version: int | None = None
+    #: a join's second input (``JobSpec.join_topic``), read beside the source; None without one
+    join_topic: str | None = None
 
     @classmethod
     def of(cls, spec: JobSpec, settings: Settings) -> JobLayout:
@@ -177,6 +179,7 @@ class JobLayout:
             repartition=spec.repartition,
             output_topic_stem=spec.output_topic,
             version=spec.version,
+            join_topic=spec.join_topic,
         )
 
     # ----- checkpoint ------------------------------------------------------------------------------
@@ -257,6 +260,11 @@ class JobLayout:
         """The topic the stateful stage reads: the repartition topic when the job re-keys, else the source.
         Its offsets are the ones the changelog markers, snapshots and output marks record."""
         return self.repartition_topic if self.repartition else self.source_topic
+
+    @property
+    def state_input_topics(self) -> tuple[str, ...]:
+        """Every topic the stateful stage reads: :attr:`state_input_topic`, then a join's second input."""
+        return (self.state_input_topic, self.join_topic) if self.join_topic else (self.state_input_topic,)
 
     @property
     def topics(self) -> tuple[str, ...]:

@@ -309,6 +309,10 @@ class JobSpec:
             batch's transaction with its changelog markers (:meth:`JobContext.state_change_sink`).
         output_topic_partitions: the upsert topic's partitions (default: the stateful stage's); 1 to finish
             in one place, as the seeds' two-stage pattern does (a reader sees every key in one task).
+        join_topic: a join's second input (its right side; ``source_topic`` is the left), read by the same
+            query as the source. Both are keyed by the join key, ``key_field``, and **co-partitioned**, as Kafka
+            Streams requires of a join's inputs: the same number of partitions (``source_partitions``), a
+            key in the same partition of both; a topic with another count is refused at start, naming both.
     """
 
     name: str
@@ -330,6 +334,7 @@ class JobSpec:
     repartition_partitions: int | None = None
     output_topic: str | None = None
     output_topic_partitions: int | None = None
+    join_topic: str | None = None
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
@@ -343,6 +348,14 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: repartition_partitions must be >= 1 and needs repartition=True")
         if self.output_topic_partitions is not None and (not self.output_topic or self.output_topic_partitions < 1):
             raise JobSpecError(f"job {self.name}: output_topic_partitions must be >= 1 and needs an output_topic")
+        if self.join_topic is not None and self.join_topic == self.source_topic:
+            raise JobSpecError(f"job {self.name}: join_topic must differ from source_topic {self.source_topic!r}")
+        if self.join_topic is not None and self.repartition:
+            # Kafka Streams re-keys each side of a join through its own repartition topic: not built here yet.
+            raise JobSpecError(
+                f"job {self.name}: join_topic: a join's inputs must be keyed by {self.key_field} "
+                "already (repartition=True is not supported with a join_topic)"
+            )
         if len({store.name for store in self.stores}) != len(self.stores):
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:
@@ -373,6 +386,11 @@ class JobSpec:
         if self.repartition:
             return self.repartition_partitions or self.source_partitions
         return self.source_partitions
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        """The topics the job reads from producers: ``source_topic``, then the ``join_topic`` if any."""
+        return (self.source_topic, self.join_topic) if self.join_topic else (self.source_topic,)
 
     @property
     def output_partitions(self) -> int:
@@ -495,6 +513,43 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         "of inactivity (5 min grace, 2 h retention), emitted when a session closes; forget_me deletes the "
         "user's sessions (Kafka Streams' session windows).",
         output_key=("user_id", "session_start"),
+    ),
+    JobSpec(
+        name="customer_accounts",
+        version=1,
+        source_topic="customers",
+        join_topic="accounts",
+        key_field="customer_id",
+        output_table="customer_accounts",
+        entrypoint="spark_jobs.jobs.customer_accounts:CUSTOMER_ACCOUNTS",
+        stores=(
+            StoreSpec(
+                "customer-accounts",
+                budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600),
+            ),
+        ),
+        description="Every customer with their account's fields: the customers and accounts CDC topics joined "
+        "on customer_id (a table-table left join; a change on either side updates the row).",
+    ),
+    JobSpec(
+        name="order_enrichment",
+        version=1,
+        source_topic="orders",
+        join_topic="customer-profiles",
+        key_field="customer_id",
+        output_table="order_enrichment",
+        entrypoint="spark_jobs.jobs.order_enrichment:ORDER_ENRICHMENT",
+        stores=(
+            StoreSpec(
+                "customer-profiles",
+                kind="versioned",
+                retention_ms=24 * 3600 * 1000,
+                budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600),
+            ),
+        ),
+        output_key=("source_partition", "source_offset"),
+        description="Each order with its customer's name and tier as they were at the order's time: orders "
+        "joined with the customers' change stream (a stream-table left join over a versioned table, 1 min grace).",
     ),
     JobSpec(
         name="vote_counts",

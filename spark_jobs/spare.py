@@ -311,7 +311,7 @@ def warm_up(spark, spec: JobSpec, settings: Settings) -> None:
         lambda: (
             spark.read.format("kafka")
             .options(**settings.kafka.spark_options())
-            .option("subscribe", layout.state_input_topic)
+            .option("subscribe", ",".join(layout.state_input_topics))
             .option("startingOffsets", "latest")
             .option("endingOffsets", "latest")
             .load()
@@ -338,7 +338,7 @@ REHEARSAL_RECORDS = 32
 def rehearse(spark, spec: JobSpec, settings: Settings) -> None:
     """Run the job itself, once, on a scratch copy, in this Spark session: its own plan compiled, its processor
     started, a restore (there is no checkpoint), a micro-batch of the newest :data:`REHEARSAL_RECORDS` records of
-    each source partition through every sink. The copy is the job under another name (``<job>_spare_rehearsal``:
+    each source partition (of each input, for a join) through every sink. The copy is the job under another name (``<job>_spare_rehearsal``:
     its own application id, changelog, dead-letter and generations topics, output topic) with its checkpoint,
     tables and status in a temporary directory; it only reads the job's source. Its topics are deleted after.
 
@@ -348,7 +348,7 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> None:
     from spark_jobs.run import run
 
     try:
-        ends = partition_offsets(settings.kafka, spec.source_topic, 10)
+        ends = {topic: partition_offsets(settings.kafka, topic, 10) for topic in spec.input_topics}
     except Exception as err:  # noqa: BLE001 - no source yet: nothing to rehearse on
         log.info("spare rehearsal skipped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
         return
@@ -361,8 +361,11 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> None:
     with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-rehearsal-") as scratch_dir:
         scratch = settings.replace(data_dir=Path(scratch_dir), lake_uri=None, checkpoint_uri=None, metrics_port=0)
         layout = JobLayout.of(copy, scratch)
-        newest = {str(p): max(low, high - REHEARSAL_RECORDS) for p, (low, high) in ends.items()}
-        layout.start_offsets_file.write_text(json.dumps({spec.source_topic: newest}))
+        newest = {
+            topic: {str(p): max(low, high - REHEARSAL_RECORDS) for p, (low, high) in bounds.items()}
+            for topic, bounds in ends.items()
+        }
+        layout.start_offsets_file.write_text(json.dumps(newest))
         try:
             report = run(copy, scratch, available_now=True, spark=spark)
             outcome = report.error or f"{report.input_rows} records in {report.batches} batches"

@@ -113,7 +113,8 @@ class JobHarness:
         and the dead letters of this run."""
         spec = job if isinstance(job, JobSpec) else get_job(job, version)
         kafka = self.settings.kafka
-        ensure_topic(kafka, spec.source_topic, spec.source_partitions)
+        for topic in spec.input_topics:
+            ensure_topic(kafka, topic, spec.source_partitions)
         letters_topic = dead_letter_topic(spec.application_id)
         ensure_topic(kafka, letters_topic, spec.source_partitions)
         letters_from = {p: high for p, (_, high) in partition_offsets(kafka, letters_topic).items()}

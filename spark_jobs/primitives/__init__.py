@@ -5,7 +5,9 @@ store's semantics (:class:`KeyedAggregate`: aggregates per key, delete-on-event,
 :class:`VersionedLatest`: the latest version by event time, with history; :class:`WindowedAggregate`:
 aggregates per key in tumbling or hopping event-time windows, emitted on close or on every update;
 :class:`SessionAggregate`: aggregates per key per session of activity, Kafka Streams' session windows;
-:class:`TopN`: another job's upsert topic read as a table (:class:`UpsertTable`), its top rows per group). It is the
+:class:`TopN`: another job's upsert topic read as a table (:class:`UpsertTable`), its top rows per group;
+:class:`TableJoin`: two upsert topics read as tables, joined on their key; :class:`StreamTableJoin`: each event
+of a stream joined with a table's row, as of its time). It is the
 job's ``build``: the platform builds the whole query from it (source at the restored position, decode and
 classify once, dead letters from the same micro-batch, the processor seeded with the restored state,
 outputs, changelog and markers, snapshots), so a job cannot skip a step. The processor is generic Java
@@ -15,6 +17,8 @@ outputs, changelog and markers, snapshots), so a job cannot skip a step. The pro
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import Aggregate, KeyedAggregate
 from spark_jobs.primitives.sessions import SessionAggregate
+from spark_jobs.primitives.stream_table_join import StreamTableJoin
+from spark_jobs.primitives.table_join import TableJoin
 from spark_jobs.primitives.top_n import TopN, UpsertTable
 from spark_jobs.primitives.versioned import VersionedLatest
 from spark_jobs.primitives.windows import WindowedAggregate
@@ -24,6 +28,8 @@ __all__ = [
     "JsonEvents",
     "KeyedAggregate",
     "SessionAggregate",
+    "StreamTableJoin",
+    "TableJoin",
     "TopN",
     "UpsertTable",
     "VersionedLatest",

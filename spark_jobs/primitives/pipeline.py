@@ -77,6 +77,12 @@ class StoreDeclaration:
         """The job's input decoded and classified (a primitive may add rules of its own)."""
         return self.events.classify(source, key_field)
 
+    def input_rows(self, ctx):
+        """The processor's input: the job's source decoded and classified (:meth:`classify`), every record with
+        its fields and :attr:`source_columns`, a rejected one with its dead letter (``JobContext.with_dead_letters``)."""
+        key_field = ctx.spec.key_field
+        return ctx.with_dead_letters(self.classify(ctx.kafka_source(), key_field), *self.source_columns, key=key_field)
+
     def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
         """The store's change rows (``key``, ``tombstone``, the stored value) for the processor's input.
 
@@ -169,8 +175,7 @@ class StoreDeclaration:
             # that has input instead.
             ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
         ctx.ensure_output_table(self.output_schema(spec.key_field))
-        classified = self.classify(ctx.kafka_source(), spec.key_field)
-        events = ctx.with_dead_letters(classified, *self.source_columns, key=spec.key_field)
+        events = self.input_rows(ctx)
         initial = ctx.initial_state(changes) if len(stores) == 1 else ctx.initial_states(stores)
         if processor is None:
             rows = self.changes(events, spec.key_field, initial, store, job=spec.name, offset_ordered=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 from pyspark.sql import types as T
 
@@ -49,13 +49,19 @@ MEMBER = "member"
 CHANGE, RANK = "change", "rank"
 
 
+#: how an upsert topic's Kafka key holds the row's key: the JSON object of the key fields, or (one key field) the
+#: field's value as UTF-8 text, as a stream keyed by that field has it (what a join's co-partitioning needs)
+KeyFormat = Literal["json", "plain"]
+
+
 @dataclasses.dataclass(frozen=True)
 class UpsertTable:
     """An upsert topic read as a table (see the module docstring): ``schema`` the row's fields (its JSON
-    value), ``key`` the fields its Kafka key is the JSON object of."""
+    value), ``key`` the fields its Kafka key is made of, ``key_format`` how (:data:`KeyFormat`)."""
 
     schema: T.StructType
     key: tuple[str, ...]
+    key_format: KeyFormat = "json"
 
     @property
     def key_schema(self) -> T.StructType:
@@ -66,6 +72,12 @@ class UpsertTable:
         missing = [name for name in self.key if name not in self.schema.fieldNames()]
         if not self.key or missing:
             raise JobSpecError(f"job {job}: table.key: name the key's fields, all fields of the schema ({missing})")
+        if self.key_format not in get_args(KeyFormat):
+            raise JobSpecError(f"job {job}: table.key_format {self.key_format!r} is not one of {get_args(KeyFormat)}")
+        if self.key_format == "plain" and (
+            len(self.key) != 1 or not isinstance(self.schema[self.key[0]].dataType, T.StringType)
+        ):
+            raise JobSpecError(f"job {job}: table.key_format 'plain' is for a key of one STRING field, not {self.key}")
         if key_field not in self.key:
             raise JobSpecError(
                 f"job {job}: key_field {key_field!r} (the group) must be one of the table's key fields {self.key}: "
@@ -78,7 +90,10 @@ class UpsertTable:
         row whose value's key fields differ from its Kafka key's is ``wrong_key``. Adds :data:`MEMBER`."""
         from pyspark.sql import functions as F
 
-        key = F.from_json(F.col("key").cast("string"), self.key_schema)
+        if self.key_format == "plain":
+            key = F.struct(F.nullif(F.col("key").cast("string"), F.lit("")).alias(self.key[0]))
+        else:
+            key = F.from_json(F.col("key").cast("string"), self.key_schema)
         decoded = dead_letter.decode_json(source, self.schema).withColumn("_table_key", key)
         tombstone = F.col("value").isNull()
         has_key = F.lit(True)
@@ -94,7 +109,9 @@ class UpsertTable:
             (
                 dead_letter.MISSING_KEY,
                 ~F.coalesce(has_key, F.lit(False)),
-                f"the record's Kafka key is not a JSON object of the table's key fields ({key_names})",
+                f"the record's Kafka key is not a JSON object of the table's key fields ({key_names})"
+                if self.key_format == "json"
+                else f"the record has no Kafka key (the table's key is its {key_names})",
             ),
             (
                 dead_letter.WRONG_KEY,

@@ -228,6 +228,12 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
             "(or run with dry_run to see the plan)"
         )
+    if target.join_topic or current.join_topic:
+        # A plan holds one input's start and end; a join's second input would start nowhere in particular.
+        raise BadReprocessRequest(
+            f"{job} joins two topics ({', '.join(target.input_topics)}): reprocessing, resetting and migrating a "
+            "join job are not supported yet (stop it, and start a new version to rebuild its state from earliest)"
+        )
     if not existing_topics(settings.kafka, [target.source_topic]):
         raise BadReprocessRequest(
             f"{job} v{target.version}'s source topic {target.source_topic!r} does not exist on "

@@ -262,3 +262,238 @@ def test_peer_computes_the_same_daily_top_movers_as_the_platform_reference(
         day: [(rank, symbol, change, daily[symbol, day][1]) for rank, (symbol, change) in enumerate(top, 1)]
         for day, top in want.items()
     }
+
+
+def _customer_key(customer_id: str) -> str:
+    """The upsert topics' Kafka key: the key field as canonical JSON, identical bytes in both topics."""
+    return json.dumps({"customer_id": customer_id}, separators=(",", ":"))
+
+
+def _customer(customer_id: str, name: str, tier: str | None) -> str:
+    return json.dumps({"customer_id": customer_id, "name": name, "tier": tier})
+
+
+def _account(customer_id: str, account_id: str, status: str, balance: str) -> str:
+    """``balance`` as written: a JSON number with up to 2 decimals (json.dumps has no exact decimal)."""
+    return json.dumps({"customer_id": customer_id, "account_id": account_id, "status": status})[:-1] + (
+        f', "balance": {balance}}}'
+    )
+
+
+_ROW_FIELDS = ("customer_id", "name", "tier", "account_id", "status", "balance")
+
+
+def _joined_rows(customers: dict[str, dict], accounts: dict[str, dict], how: str) -> dict[str, dict]:
+    """The reference table-table join of two final tables (key -> row): inner has both sides, left the
+    customer, outer either; an absent side's fields are None."""
+    keys = {
+        "inner": customers.keys() & accounts.keys(),
+        "left": customers.keys(),
+        "outer": customers.keys() | accounts.keys(),
+    }[how]
+    rows = {}
+    for key in keys:
+        c, a = customers.get(key), accounts.get(key)
+        rows[key] = {
+            "customer_id": (c or a)["customer_id"],
+            "name": c and c["name"],
+            "tier": c and c["tier"],
+            "account_id": a and a["account_id"],
+            "status": a and a["status"],
+            "balance": a and a["balance"],
+        }
+    return rows
+
+
+def test_the_table_join_twin_joins_customers_and_accounts(kafka_broker, settings, classpath, tmp_path, unique):
+    """Kafka Streams' KTable join, leftJoin and outerJoin of two co-partitioned upsert topics (JSON keys,
+    tombstones deleting rows) hold the rows a plain-Python join of the two tables computes after each of
+    three rounds of input: keys on one side only, a customer and an account deleted, a customer updated twice,
+    an account re-created after its delete, a tombstone for a key never written, balances kept exact. Each
+    round is committed before the next is written, so its deletes reach the join (within one commit interval
+    the record cache would fold a row's create and delete into nothing) and the output's tombstones count."""
+    from decimal import Decimal
+
+    from confluent_kafka import Producer
+
+    from runtime.kafka_connection import client_config
+    from spark_jobs.generators.producer import kafka_partition
+    from spark_jobs.kafka_topics import partition_offsets
+
+    customers_topic, accounts_topic = f"customers-{unique}", f"accounts-{unique}"
+
+    def customer(c: str, name: str, tier: str | None) -> tuple[str, str, str]:
+        return customers_topic, _customer_key(c), _customer(c, name, tier)
+
+    def account(c: str, a: str, status: str, balance: str) -> tuple[str, str, str]:
+        return accounts_topic, _customer_key(c), _account(c, a, status, balance)
+
+    def deleted(topic: str, c: str) -> tuple[str, str, None]:
+        return topic, _customer_key(c), None
+
+    # (topic, key, value or None for a tombstone), each round in the order it is written
+    rounds = [
+        [
+            customer("c01", "Ann", "gold"),
+            customer("c02", "Bob", None),
+            customer("c03", "Cid", "silver"),
+            customer("c04", "Dee", "gold"),
+            customer("c05", "Eve", "bronze"),
+            customer("c06", "Fay", None),
+            customer("c07", "Gus", "silver"),
+            customer("c08", "Hal", "gold"),
+            account("c03", "a-03", "open", "12.50"),
+            account("c04", "a-04", "open", "0.10"),
+            account("c05", "a-05", "frozen", "1234567.89"),
+            account("c06", "a-06", "open", "7"),
+            account("c09", "a-09", "open", "0.07"),  # accounts without a customer: c09, c10
+            account("c10", "a-10", "open", "99.99"),
+            customer("c03", "Cid", None),  # c03 updated twice: here and in the last round
+        ],
+        [
+            account("c04", "a-04", "closed", "-3.30"),
+            deleted(customers_topic, "c02"),  # a customer without an account
+            deleted(customers_topic, "c05"),  # a customer with an account
+            deleted(accounts_topic, "c06"),  # an account with a customer
+            deleted(accounts_topic, "c10"),  # an account without a customer, written again next round
+            deleted(accounts_topic, "c11"),  # a key never written
+        ],
+        [
+            customer("c03", "Cyd", "platinum"),
+            account("c10", "a-10b", "open", "100.01"),
+        ],
+    ]
+    assert {kafka_partition(key, 2) for records in rounds for _, key, _ in records} == {0, 1}
+
+    for topic in (customers_topic, accounts_topic):
+        ensure_topic(settings.kafka, topic, 2)
+    # murmur2, as the Java client's default partitioner: one customer's key in the same partition of both topics
+    producer = Producer(
+        client_config(settings.kafka, {"enable.idempotence": True, "partitioner": "murmur2_random", "log_level": 3})
+    )
+    peers = {}
+    try:
+        for how in ("inner", "left", "outer"):
+            app, output = f"ksjoin-{how}-{unique}", f"ksjoin-{how}-{unique}-out"
+            ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
+            peers[how, output] = KafkaStreamsPeer(
+                classpath,
+                settings,
+                f"customer_accounts_{how}",
+                app,
+                tmp_path / app,
+                f"{customers_topic},{accounts_topic}",
+                output,
+                threads=1,
+            )
+        tables: dict[str, dict[str, dict]] = {customers_topic: {}, accounts_topic: {}}
+        for n, records in enumerate(rounds, 1):
+            for topic, key, value in records:
+                producer.produce(topic, key=key.encode(), value=None if value is None else value.encode())
+                if value is None:
+                    tables[topic].pop(key, None)
+                else:
+                    tables[topic][key] = json.loads(value, parse_float=Decimal)
+            assert producer.flush(60) == 0
+            customers, accounts = tables[customers_topic], tables[accounts_topic]
+            for (how, output), peer in peers.items():
+                assert peer.wait_caught_up(timeout_s=300) > 0  # a commit flushes the caches and the producer
+                got = {
+                    key: json.loads(value, parse_float=Decimal)
+                    for key, value in answers.latest_per_key(settings.kafka, output).items()
+                }
+                assert got == _joined_rows(customers, accounts, how), f"{how} join after round {n}"
+                assert all(list(row) == list(_ROW_FIELDS) for row in got.values())
+                # balances as written, trailing zeros kept (Decimal("12.5") == Decimal("12.50"), not as text)
+                assert [str(row["balance"]) for row in got.values()] == [
+                    str(accounts.get(key, {}).get("balance")) for key in got
+                ]
+        assert len(customers) == 6 and len(accounts) == 5 and customers.keys() ^ accounts.keys()
+    finally:
+        for peer in peers.values():
+            peer.stop()
+    for store in ("customers", "accounts"):  # the tables' RocksDB stores, by name
+        assert all(
+            partition_offsets(settings.kafka, f"{peer.application_id}-{store}-changelog") for peer in peers.values()
+        )
+
+
+def test_the_stream_table_join_twin_enriches_orders_as_of_their_time(
+    kafka_broker, settings, classpath, tmp_path, unique
+):
+    """Kafka Streams' stream-table join (``leftJoin`` with a 1 min grace period over a versioned table with 24 h
+    of history, KIP-923) of adversarial orders with a customers change stream equals
+    spark_jobs.generators.orders.expected_enrichment, the reference the platform's order_enrichment is held to:
+    each order joined once with the customer row valid at its time (updates and deletes within seconds of an
+    order, orders at the time of an update, retried orders, late orders, a customer that never exists),
+    the orders of each partition's last minute of stream time still held at the end, amounts as written."""
+    from decimal import Decimal
+
+    from confluent_kafka import Consumer
+
+    from runtime.kafka_connection import client_config
+    from spark_jobs.generators import orders as generator
+    from spark_jobs.generators.producer import kafka_partition
+    from spark_jobs.kafka_topics import partition_offsets, read_partition
+
+    orders, customers = generator.adversarial()
+    assert {kafka_partition(r.key, 2) for r in orders} == {0, 1}
+    want = generator.expected_enrichment(orders, customers, 2, 60_000, 24 * 3600 * 1000)
+    assert sum(row[4] is None for row in want.values()) > 5 and sum(row[4] is not None for row in want.values()) > 100
+    assert len({row[1] for row in want.values()}) < len(want)  # retried orders are joined twice
+
+    orders_topic, customers_topic = f"orders-{unique}", f"customer-profiles-{unique}"
+    app, output = f"ksorders-{unique}", f"ksorders-{unique}-out"
+    for topic in (orders_topic, customers_topic):
+        ensure_topic(settings.kafka, topic, 2)
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)  # not compacted: one record per order
+    generator.produce(settings.kafka, customers_topic, customers, partitions=2)
+    generator.produce(settings.kafka, orders_topic, orders, partitions=2)
+    peer = KafkaStreamsPeer(
+        classpath,
+        settings,
+        "order_enrichment",
+        app,
+        tmp_path / app,
+        f"{orders_topic},{customers_topic}",
+        output,
+        threads=1,
+    )
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0  # a commit flushes the producer: the output is complete
+    finally:
+        peer.stop()
+
+    consumer = Consumer(
+        client_config(
+            settings.kafka,
+            {
+                "group.id": f"readback-{unique}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "log_level": 3,
+            },
+        )
+    )
+    try:
+        emitted = [
+            (msg.key().decode(), json.loads(msg.value(), parse_float=Decimal))
+            for p in (0, 1)
+            for msg in read_partition(consumer, output, p)
+        ]
+    finally:
+        consumer.close()
+    assert all(key == row["customer_id"] for key, row in emitted)
+    assert all(list(row) == [*generator.FIELDS, "source_partition", "source_offset"] for _, row in emitted)
+    got = {
+        (row["source_partition"], row["source_offset"]): tuple(row[field] for field in generator.FIELDS)
+        for _, row in emitted
+    }
+    assert len(got) == len(emitted), "an order joined more than once"
+    assert 0.8 * len(orders) < len(got) < len(orders)  # each partition's last minute is still held
+    assert got == want
+    # amounts as written (Decimal("12.5") == Decimal("12.50"): compare the text)
+    assert {k: str(row[2]) for k, row in got.items()} == {k: str(row[2]) for k, row in want.items()}
+    # the versioned table's and the join buffer's (Joined "order-enrichment") RocksDB stores, by name
+    for store in ("customer-profiles", "order-enrichment-Buffer"):
+        assert any(high > 0 for _, high in partition_offsets(settings.kafka, f"{app}-{store}-changelog").values())

@@ -1,8 +1,9 @@
 """kill -9 of the Spark driver at the named phases of the job (:mod:`spark_jobs.failpoints`), for the reference
 job of each store kind beside purchase_counts' key-value store (tests/faults/test_driver_kills.py): an ``lru``
 store (``recent_buyers``, 10 users per partition: it evicts), Spark's ``in_memory`` store
-(``purchase_counts_in_memory``), a ``session`` store (``user_sessions``) and a TopN over an upsert topic
-(``top_movers``). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
+(``purchase_counts_in_memory``), a ``session`` store (``user_sessions``), a TopN over an upsert topic
+(``top_movers``), a table-table join of two topics (``customer_accounts``) and a stream-table join
+(``order_enrichment``, with a grace longer than a small micro-batch's skew between its topics). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
 its input is produced first and read in small micro-batches; after the kills a last run drains it, and the
 outputs (and, where cheap, the changelog's compacted view) must equal the job's plain-Python reference.
 
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import pytest
 
 from runtime.settings import Settings
-from spark_jobs.generators import purchases, recent_buyers, sessions, upserts
+from spark_jobs.generators import customer_accounts, orders, purchases, recent_buyers, sessions, upserts
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
@@ -154,11 +155,48 @@ def _check_top_movers(settings: Settings, spec: JobSpec, rows: list[dict], want)
     assert {key: (r["symbol"], r["change"], r["ticks"]) for key, r in by_key.items()} == want
 
 
+# --- customer_accounts: a table-table join (one key-value store of both sides) --------------------------------
+def _produce_customer_accounts(settings: Settings, spec: JobSpec):
+    # updates and deletes on both sides, keys on one side only, refused records in both topics
+    customers, accounts = customer_accounts.adversarial(count=300, seed=75)
+    ensure_topic(settings.kafka, spec.join_topic, spec.source_partitions)
+    customer_accounts.produce(settings.kafka, spec.source_topic, customers)
+    customer_accounts.produce(settings.kafka, spec.join_topic, accounts)
+    return customer_accounts.expected_join(customers, accounts, "left")
+
+
+def _check_customer_accounts(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    by_key = _unique(rows, lambda r: r["customer_id"])
+    assert {key: tuple(r[f] for f in customer_accounts.FIELDS) for key, r in by_key.items()} == want
+
+
+# --- order_enrichment: a stream-table join (a versioned table, events waiting out their grace, appended outputs) ---
+ENRICHMENT_GRACE_MS = 3_600_000  # tests.fixtures.join_jobs.LONG_GRACE_ENRICHMENT
+
+
+def _produce_order_enrichment(settings: Settings, spec: JobSpec):
+    stream, table = orders.adversarial(orders=300, customers=10, seed=76, span_ms=3 * 3600_000)
+    ensure_topic(settings.kafka, spec.join_topic, spec.source_partitions)
+    orders.produce(settings.kafka, spec.source_topic, stream, spec.source_partitions)
+    orders.produce(settings.kafka, spec.join_topic, table, spec.source_partitions)
+    retention = spec.stores[0].retention_ms
+    return orders.expected_enrichment(stream, table, spec.source_partitions, ENRICHMENT_GRACE_MS, retention)
+
+
+def _check_order_enrichment(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    by_key = _unique(rows, lambda r: (r["source_partition"], r["source_offset"]))  # a replayed order joined once
+    iso = {key: orders.iso_time(_ms(r["event_time"])) for key, r in by_key.items()}
+    got = {key: tuple(iso[key] if f == "event_time" else r[f] for f in orders.FIELDS) for key, r in by_key.items()}
+    assert got == want
+
+
 CASES = (
     Case("recent_buyers", 50, _produce_recent_buyers, _check_recent_buyers),
     Case("purchase_counts_in_memory", 40, _produce_counts, _check_counts),
     Case("user_sessions", 30, _produce_sessions, _check_sessions),
     Case("top_movers", 20, _produce_top_movers, _check_top_movers),
+    Case("customer_accounts", 40, _produce_customer_accounts, _check_customer_accounts),
+    Case("order_enrichment", 40, _produce_order_enrichment, _check_order_enrichment),
 )
 
 

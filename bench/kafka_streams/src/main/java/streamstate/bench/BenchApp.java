@@ -1,7 +1,9 @@
 package streamstate.bench;
 
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.cfg.JsonNodeFeature;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.math.BigDecimal;
@@ -26,6 +28,7 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
@@ -34,12 +37,18 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.processor.FailOnInvalidTimestamp;
 import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.processor.api.ProcessorContext;
 import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.processor.api.RecordMetadata;
 import org.apache.kafka.streams.state.KeyValueBytesStoreSupplier;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
@@ -82,6 +91,24 @@ import org.apache.kafka.streams.state.Stores;
  *       table, regrouped by day, its members aggregated (adder and subtractor), the day's 10 largest changes
  *       (a tie to the smaller symbol) to {@code <output topic>} as {@code window_start -> {"window_start",
  *       "top": [{"rank", "symbol", "change", "ticks"}, ...]}}.
+ *   <li>{@code customer_accounts_inner}, {@code customer_accounts_left}, {@code customer_accounts_outer}: the
+ *       table-table join ({@code KTable#join}, {@code leftJoin}, {@code outerJoin}) of customers and accounts;
+ *       {@code <input topic>} is the two upsert topics, {@code <customers topic>,<accounts topic>}, co-partitioned
+ *       and keyed by the same canonical JSON key string (e.g. {@code {"customer_id":"c01"}}), a null value
+ *       deleting the row. Each is a table in a RocksDB store ({@code customers}, {@code accounts}) stamped with
+ *       the record's own timestamp; the output topic gets {@code key -> {"customer_id", "name", "tier",
+ *       "account_id", "status", "balance"}} (an absent side's fields null, the balance's decimal as written), or
+ *       a tombstone when the key's joined row is deleted.
+ *   <li>{@code order_enrichment}: the stream-table join of orders with the customer as it was at the order's
+ *       time; {@code <input topic>} is {@code <orders topic>,<customers topic>}, co-partitioned and keyed by the
+ *       customer id's text (e.g. {@code c03}). Orders are stamped with their {@code event_time}; customers
+ *       (a JSON row or a tombstone) with the record's own timestamp, in a versioned RocksDB store ({@code
+ *       customer-profiles}, 24 h history retention). Each order gets its source partition and offset, then
+ *       {@code leftJoin} with a 1 min grace period (KIP-923: held until stream time passes its time + grace,
+ *       then joined with the row valid at its time). The output topic (not compacted: one record per order)
+ *       gets {@code customer_id -> {"customer_id", "order_id", "amount", "event_time", "name", "tier",
+ *       "source_partition", "source_offset"}} (the amount's decimal as written, name and tier null without a
+ *       valid customer row).
  * </ul>
  *
  * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
@@ -94,8 +121,8 @@ import org.apache.kafka.streams.state.Stores;
  * -Dstreams.processing.guarantee=exactly_once_v2 -Dstreams.commit.interval.ms=100}); without one the app runs
  * at-least-once with a 1 s commit interval.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir>
- * <input topic> <output topic> [stream threads]}
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment> <bootstrap> <application.id> <state.dir>
+ * <input topic[,second input topic]> <output topic> [stream threads]}
  */
 public final class BenchApp {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -107,7 +134,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers> <bootstrap> <application.id> <state.dir> <input> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -145,6 +172,9 @@ public final class BenchApp {
       case "user_sessions" -> userSessions(builder, args[4], args[5]);
       case "recent_buyers" -> recentBuyers(builder, args[4], args[5]);
       case "top_movers" -> topMovers(builder, args[4], args[5]);
+      case "customer_accounts_inner", "customer_accounts_left", "customer_accounts_outer" ->
+          customerAccounts(builder, job.substring("customer_accounts_".length()), args[4], args[5]);
+      case "order_enrichment" -> orderEnrichment(builder, args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
         System.exit(2);
@@ -595,6 +625,152 @@ public final class BenchApp {
         .toStream()
         .mapValues(BenchApp::topOfDay)
         .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * Balances as written: floats parse to BigDecimal, never through a double, their trailing zeros kept
+   * ({@code 12.50} stays {@code 12.50}; Jackson strips them from a tree's decimals by default).
+   */
+  static final ObjectMapper EXACT_JSON = new ObjectMapper()
+      .enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
+      .configure(JsonNodeFeature.STRIP_TRAILING_BIGDECIMAL_ZEROES, false);
+
+  /**
+   * The table-table join of customers and accounts ({@code kind}: inner, left or outer), see the class
+   * comment. {@code inputs} is {@code <customers topic>,<accounts topic>}. The tables are stamped with the
+   * records' own timestamps (the records have no event time field), and Kafka Streams joins them as they
+   * are: same key string, same partition of both topics.
+   */
+  static void customerAccounts(StreamsBuilder builder, String kind, String inputs, String output) {
+    String[] topics = inputs.split(",");
+    if (topics.length != 2) {
+      System.err.println("customer_accounts_" + kind + ": the input must be <customers topic>,<accounts topic>");
+      System.exit(2);
+    }
+    KTable<String, String> customers = upsertTable(builder, topics[0], "customers");
+    KTable<String, String> accounts = upsertTable(builder, topics[1], "accounts");
+    ValueJoiner<String, String, String> joiner = BenchApp::customerAccount;
+    KTable<String, String> joined = switch (kind) {
+      case "inner" -> customers.join(accounts, joiner);
+      case "left" -> customers.leftJoin(accounts, joiner);
+      case "outer" -> customers.outerJoin(accounts, joiner);
+      default -> throw new IllegalArgumentException("unknown join " + kind);
+    };
+    joined.toStream().to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /** An upsert topic as a table in RocksDB store {@code store}, stamped with each record's own timestamp. */
+  static KTable<String, String> upsertTable(StreamsBuilder builder, String topic, String store) {
+    return builder.table(
+        topic,
+        Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new FailOnInvalidTimestamp()),
+        Materialized.<String, String>as(Stores.persistentKeyValueStore(store))
+            .withKeySerde(Serdes.String())
+            .withValueSerde(Serdes.String()));
+  }
+
+  /**
+   * A customer and its account (either may be null: left and outer joins) -> the joined row: customer_id,
+   * name, tier from the customer, account_id, status, balance from the account, an absent side's fields null
+   * (customer_id from whichever side is present). Null (a deleted row) when neither side parses.
+   */
+  static String customerAccount(String customer, String account) {
+    JsonNode c = parseExact(customer);
+    JsonNode a = parseExact(account);
+    if (c == null && a == null) {
+      return null;
+    }
+    ObjectNode row = JSON.createObjectNode();
+    row.set("customer_id", (c != null ? c : a).get("customer_id")); // a missing field (null) is set as JSON null
+    row.set("name", c == null ? null : c.get("name"));
+    row.set("tier", c == null ? null : c.get("tier"));
+    row.set("account_id", a == null ? null : a.get("account_id"));
+    row.set("status", a == null ? null : a.get("status"));
+    row.set("balance", a == null ? null : a.get("balance"));
+    return row.toString();
+  }
+
+  /**
+   * Orders joined with the customer valid at each order's time (see the class comment). {@code inputs} is
+   * {@code <orders topic>,<customers topic>}.
+   */
+  static void orderEnrichment(StreamsBuilder builder, String inputs, String output) {
+    String[] topics = inputs.split(",");
+    if (topics.length != 2) {
+      System.err.println("order_enrichment: the input must be <orders topic>,<customers topic>");
+      System.exit(2);
+    }
+    KStream<String, String> orders = builder
+        .stream(topics[0], Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new EventTime()))
+        .processValues(WithSource::new);
+    KTable<String, String> customers = builder.table(
+        topics[1],
+        Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new FailOnInvalidTimestamp()),
+        Materialized.<String, String>as(
+                Stores.persistentVersionedKeyValueStore("customer-profiles", Duration.ofHours(24)))
+            .withKeySerde(Serdes.String())
+            .withValueSerde(Serdes.String()));
+    orders
+        .leftJoin(
+            customers,
+            BenchApp::enrichedOrder,
+            Joined.with(Serdes.String(), Serdes.String(), Serdes.String())
+                .withName("order-enrichment")
+                .withGracePeriod(Duration.ofMinutes(1)))
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * An order's value with its source {@code partition} and {@code offset} added (the join may emit it from
+   * its buffer later, while another record is processed): what the output is matched with the platform's
+   * rows by. A value that is not a JSON object is dropped.
+   */
+  static final class WithSource implements FixedKeyProcessor<String, String, String> {
+    private FixedKeyProcessorContext<String, String> context;
+
+    @Override
+    public void init(FixedKeyProcessorContext<String, String> context) {
+      this.context = context;
+    }
+
+    @Override
+    public void process(FixedKeyRecord<String, String> record) {
+      if (!(parseExact(record.value()) instanceof ObjectNode order)) {
+        return;
+      }
+      RecordMetadata source = context.recordMetadata().orElseThrow();
+      order.put("partition", source.partition());
+      order.put("offset", source.offset());
+      context.forward(record.withValue(order.toString()));
+    }
+  }
+
+  /**
+   * An order (with its source partition and offset) and its customer's row valid at the order's time (null:
+   * none) -> customer_id, order_id, amount (as written), event_time from the order, name, tier from the
+   * customer, source_partition, source_offset.
+   */
+  static String enrichedOrder(String order, String customer) {
+    JsonNode o = parseExact(order);
+    JsonNode c = parseExact(customer);
+    ObjectNode row = JSON.createObjectNode();
+    row.set("customer_id", o.get("customer_id"));
+    row.set("order_id", o.get("order_id"));
+    row.set("amount", o.get("amount"));
+    row.set("event_time", o.get("event_time"));
+    row.set("name", c == null ? null : c.get("name"));
+    row.set("tier", c == null ? null : c.get("tier"));
+    row.set("source_partition", o.get("partition"));
+    row.set("source_offset", o.get("offset"));
+    return row.toString();
+  }
+
+  static JsonNode parseExact(String json) {
+    try {
+      return json == null ? null : EXACT_JSON.readTree(json);
+    } catch (Exception e) {
+      return null;
+    }
   }
 
   /** A day's members ({@code symbol -> {"change", "ticks"}}) -> its top {@link #TOP_N} by change. */

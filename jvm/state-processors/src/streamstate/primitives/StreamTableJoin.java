@@ -1,0 +1,406 @@
+package streamstate.primitives;
+
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.MapState;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.StructType;
+
+import scala.Tuple2;
+import scala.collection.Iterator;
+import scala.jdk.javaapi.CollectionConverters;
+
+import streamstate.jobs.DeadLetters;
+
+/**
+ * The stream-table join primitive: each record of a stream joined with a table's row for its key, as Kafka
+ * Streams' {@code KStream#join / leftJoin(KTable)} does. A job declares it in Python
+ * (spark_jobs/primitives/stream_table_join.py), which decodes both topics and says which side a record is.
+ *
+ * <p>Like Kafka Streams' task, the processor is keyed by <b>source partition</b> ({@link PartitionTask}): the
+ * partition of both topics (they are co-partitioned). Rules, per partition:
+ * <ul>
+ *   <li><b>Order.</b> A micro-batch's records of both sides are taken in timestamp order, each side's in
+ *       offset order: the next record is the side's whose head has the smaller time (the table's on a tie),
+ *       as a Kafka Streams task picks among its partitions' heads. A side with no records in the batch is
+ *       idle and does not hold the other back ({@code max.task.idle.ms = 0}: Kafka Streams waits for records
+ *       fetched, not for records not yet written). A stream record's time is its event time; a table
+ *       record's, its Kafka timestamp.
+ *   <li><b>The table.</b> A {@code versioned} store keeps each key's versions (valid from their record's
+ *       time; a tombstone is a version without a row) for {@code retention} of table time (the largest table
+ *       record time seen): a record older than that is dropped, as a versioned store's expired put is. A
+ *       {@code key_value} store keeps each key's latest row, in arrival order.
+ *   <li><b>The join.</b> A stream record is joined with the row valid at its own time (versioned) or the
+ *       current row ({@code key_value}); an inner join emits only when there is one, a left join always
+ *       (the table's fields null). A versioned lookup older than the retention finds nothing.
+ *   <li><b>Grace</b> ({@code grace > 0}, versioned only): a stream record is held in the partition's buffer
+ *       until the stream time (the largest stream record time buffered, Kafka Streams' buffer's observed
+ *       stream time) reaches its time + grace, then joined, the due ones in (time, key, offset) order; so a
+ *       table update up to {@code grace} late still counts. A record already older than stream time - grace
+ *       when it arrives is joined at once (Kafka Streams' {@code KStreamKTableJoinProcessor} does the same).
+ * </ul>
+ *
+ * <p>Input columns: {@code partition}, {@code offset}, the key ({@code keyColumn}), {@code _right} (a table
+ * record), {@code _time_ms}, {@link Rows#DELETE_COLUMN} (a table tombstone), {@code _stream_row} and
+ * {@code _table_row} (the record's fields, a struct of its side's). Output rows ({@code outputDdl}):
+ * {@code kind}, {@code key}, {@code tombstone}, {@code source_partition}, {@code versions},
+ * {@code buffered}, {@code stream_time_ms}, {@code table_time_ms} (a {@code change} row: one per changed
+ * store entry, keyed as its changelog is: a table key, {@code ~buffer@<partition>@<offset>} for a held
+ * stream record, {@code ~stream-time@<partition>} for the partition's times), then {@code source_offset},
+ * {@code event_time_ms}, {@code stream_row}, {@code table_row} (a {@code joined} row: the stream record's
+ * result).
+ */
+public final class StreamTableJoin {
+  static final String CHANGE = "change";
+  static final String JOINED = "joined";
+  static final String BUFFER_PREFIX = "~buffer@";
+  static final String TIMES_PREFIX = "~stream-time@";
+  private static final int WIDTH = 12;
+
+  private StreamTableJoin() {}
+
+  /**
+   * The processor's rows (see the class comment) for {@code events} grouped by {@code partitionColumn};
+   * {@code initial} (the restored store: {@code source_partition}, {@code key} and the value columns, or null)
+   * seeds it. {@code versioned}: a versioned table ({@code retentionMs} of history), else the latest row.
+   * Rejected records among {@code events} pass through.
+   */
+  public static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial, String store,
+                                     String outputDdl, boolean versioned, long retentionMs, long graceMs,
+                                     boolean leftJoin, String keyColumn) {
+    StructType output = StructType.fromDDL(outputDdl);
+    Joiner joiner = new Joiner(store, output, versioned, retentionMs, graceMs, leftJoin, keyColumn);
+    return PartitionTask.changes(events, partitionColumn, initial, joiner, OutputMode.Append(), output);
+  }
+
+  /** A table version: valid from {@code validFrom}; {@code row} null for a tombstone. */
+  record Version(long validFrom, Row row) {
+    Row stored() {
+      return RowFactory.create(validFrom, row != null, row);
+    }
+
+    static Version of(Row stored) {
+      return new Version(stored.getLong(0), stored.getBoolean(1) ? stored.getStruct(2) : null);
+    }
+  }
+
+  /** A stream record held for its grace period. */
+  record Held(long time, long offset, String key, Row row) {
+    static final Comparator<Held> DUE_ORDER =
+        Comparator.comparingLong(Held::time).thenComparing(Held::key).thenComparingLong(Held::offset);
+
+    Row stored() {
+      return RowFactory.create(time, offset, key, row);
+    }
+
+    static Held of(Row stored) {
+      return new Held(stored.getLong(0), stored.getLong(1), stored.getString(2), stored.getStruct(3));
+    }
+  }
+
+  static final class Joiner extends PartitionTask {
+    private final String store;
+    private final boolean versioned;
+    private final long retentionMs;
+    private final long graceMs;
+    private final boolean leftJoin;
+    private final String keyColumn;
+    private final StructType versionsSchema;
+    private final StructType heldSchema;
+    /** table key -> its versions (oldest first) */
+    private transient MapState<String, Row> table;
+    /** offset -> a stream record held for its grace period */
+    private transient MapState<Long, Row> buffer;
+    /** the largest table record time seen (the versioned store's observed stream time) */
+    private transient ValueState<Long> tableTime;
+
+    Joiner(String store, StructType output, boolean versioned, long retentionMs, long graceMs, boolean leftJoin,
+           String keyColumn) {
+      if (output.size() != WIDTH) {
+        throw new IllegalStateException("output DDL has " + output.size() + " columns, the processor writes " + WIDTH);
+      }
+      this.store = store;
+      this.versioned = versioned;
+      this.retentionMs = retentionMs;
+      this.graceMs = graceMs;
+      this.leftJoin = leftJoin;
+      this.keyColumn = keyColumn;
+      this.versionsSchema = new StructType().add("versions", output.apply("versions").dataType());
+      this.heldSchema = (StructType) output.apply("buffered").dataType();
+    }
+
+    @Override
+    public void init(OutputMode outputMode, TimeMode timeMode) {
+      initStreamTime(store);
+      table = getHandle().getMapState(store, Encoders.STRING(), Encoders.row(versionsSchema), TTLConfig.NONE());
+      buffer = getHandle().getMapState(store + "-buffer", Encoders.LONG(), Encoders.row(heldSchema), TTLConfig.NONE());
+      tableTime = getHandle().getValueState(store + "-table-time", Encoders.LONG(), TTLConfig.NONE());
+    }
+
+    @Override
+    protected void handlePartitionState(int partition, Row initial) {
+      String key = initial.getAs("key");
+      if (key.startsWith(TIMES_PREFIX)) {
+        Long stream = initial.getAs("stream_time_ms");
+        Long tableAt = initial.getAs("table_time_ms");
+        if (stream != null) {
+          streamTime.update(stream);
+        }
+        if (tableAt != null) {
+          tableTime.update(tableAt);
+        }
+      } else if (key.startsWith(BUFFER_PREFIX)) {
+        Row held = initial.getAs("buffered");
+        buffer.updateValue(held.getLong(1), held);
+      } else {
+        table.updateValue(key, RowFactory.create((Object) initial.getAs("versions")));
+      }
+    }
+
+    @Override
+    protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
+      List<Row> stream = new ArrayList<>();
+      List<Row> updates = new ArrayList<>();
+      for (Row row : Rows.inOffsetOrder(rows)) {
+        (row.<Boolean>getAs("_right") ? updates : stream).add(row);
+      }
+      Batch batch = new Batch(partition);
+      int s = 0;
+      int u = 0;
+      while (s < stream.size() || u < updates.size()) {
+        boolean tableNext = s == stream.size()
+            || (u < updates.size() && time(updates.get(u)) <= time(stream.get(s)));
+        if (tableNext) {
+          batch.update(updates.get(u++));
+        } else {
+          batch.arrive(stream.get(s++));
+        }
+      }
+      return CollectionConverters.asScala(batch.finish().iterator());
+    }
+
+    private static long time(Row row) {
+      return row.<Long>getAs("_time_ms");
+    }
+
+    /** One micro-batch of one partition: the table keys and the buffer it touched, written back at the end. */
+    private final class Batch {
+      final int partition;
+      final long streamTimeBefore;
+      long streamNow;
+      final long tableTimeBefore;
+      long tableNow;
+      /** table key -> its versions, oldest first (read once, written back at the end) */
+      final Map<String, List<Version>> versions = new HashMap<>();
+      final LinkedHashMap<String, Boolean> changedKeys = new LinkedHashMap<>();
+      /** the held records, read once when a record is first held or one may be due */
+      List<Held> held;
+      final Map<Long, Held> heldAdded = new LinkedHashMap<>();
+      final List<Long> heldRemoved = new ArrayList<>();
+      final List<Row> out = new ArrayList<>();
+
+      Batch(int partition) {
+        this.partition = partition;
+        this.streamTimeBefore = streamTimeOrMin();
+        this.streamNow = streamTimeBefore;
+        this.tableTimeBefore = tableTime.exists() ? tableTime.get() : Long.MIN_VALUE;
+        this.tableNow = tableTimeBefore;
+      }
+
+      List<Version> versionsOf(String key) {
+        return versions.computeIfAbsent(key, k -> {
+          List<Version> list = new ArrayList<>();
+          if (table.containsKey(k)) {
+            for (Row stored : table.getValue(k).<Row>getList(0)) {
+              list.add(Version.of(stored));
+            }
+          }
+          return list;
+        });
+      }
+
+      /** A table record: a new version of its key (versioned), or its key's row replaced (latest). */
+      void update(Row record) {
+        String key = record.getAs(keyColumn);
+        long at = time(record);
+        boolean delete = Boolean.TRUE.equals(record.getAs(Rows.DELETE_COLUMN));
+        Row row = delete ? null : record.getAs("_table_row");
+        List<Version> list = versionsOf(key);
+        if (!versioned) {
+          list.clear();
+          if (row != null) {
+            list.add(new Version(at, row));
+          }
+          changedKeys.put(key, true);
+          return;
+        }
+        if (tableNow != Long.MIN_VALUE && at < tableNow - retentionMs) {
+          return;  // older than the history kept: a versioned store drops an expired put
+        }
+        tableNow = Math.max(tableNow, at);
+        int i = 0;
+        while (i < list.size() && list.get(i).validFrom() < at) {
+          i++;
+        }
+        if (i < list.size() && list.get(i).validFrom() == at) {
+          list.set(i, new Version(at, row));  // the same time again: the later record replaces it
+        } else {
+          list.add(i, new Version(at, row));
+        }
+        changedKeys.put(key, true);
+      }
+
+      /** A stream record arrives: joined now, or held for its grace period (then the due ones are joined). */
+      void arrive(Row record) {
+        Held incoming = new Held(time(record), record.<Long>getAs("offset"), record.getAs(keyColumn),
+            record.getAs("_stream_row"));
+        if (graceMs == 0 || (streamNow != Long.MIN_VALUE && incoming.time() < streamNow - graceMs)) {
+          join(incoming);
+          return;
+        }
+        heldRecords().add(incoming);
+        heldAdded.put(incoming.offset(), incoming);
+        streamNow = Math.max(streamNow, incoming.time());
+        long deadline = streamNow - graceMs;
+        held.sort(Held.DUE_ORDER);
+        while (!held.isEmpty() && held.get(0).time() <= deadline) {
+          Held due = held.remove(0);
+          if (heldAdded.remove(due.offset()) == null) {
+            heldRemoved.add(due.offset());
+          }
+          join(due);
+        }
+      }
+
+      List<Held> heldRecords() {
+        if (held == null) {
+          held = new ArrayList<>();
+          Iterator<Tuple2<Long, Row>> stored = buffer.iterator();
+          while (stored.hasNext()) {
+            held.add(Held.of(stored.next()._2()));
+          }
+        }
+        return held;
+      }
+
+      void join(Held record) {
+        Row found = lookup(record.key(), record.time());
+        if (found == null && !leftJoin) {
+          return;
+        }
+        Object[] row = new Object[WIDTH];
+        row[0] = JOINED;
+        row[1] = record.key();
+        row[2] = false;
+        row[3] = partition;
+        row[8] = record.offset();
+        row[9] = record.time();
+        row[10] = record.row();
+        row[11] = found;
+        out.add(RowFactory.create(row));
+      }
+
+      /** The table's row for {@code key} valid at {@code at} (versioned), or its current row; null: none. */
+      Row lookup(String key, long at) {
+        List<Version> list = versionsOf(key);
+        if (!versioned) {
+          return list.isEmpty() ? null : list.get(0).row();
+        }
+        if (tableNow != Long.MIN_VALUE && at < tableNow - retentionMs) {
+          return null;  // older than the history kept
+        }
+        Row found = null;
+        for (Version version : list) {
+          if (version.validFrom() > at) {
+            break;
+          }
+          found = version.row();
+        }
+        return found;
+      }
+
+      List<Row> finish() {
+        for (String key : changedKeys.keySet()) {
+          List<Version> list = retained(versions.get(key));
+          if (list.isEmpty()) {
+            table.removeKey(key);
+            out.add(change(key, true, null, null));
+            continue;
+          }
+          List<Row> stored = new ArrayList<>();
+          for (Version version : list) {
+            stored.add(version.stored());
+          }
+          Object seq = CollectionConverters.asScala(stored).toSeq();
+          table.updateValue(key, RowFactory.create(seq));
+          out.add(change(key, false, seq, null));
+        }
+        for (Long offset : heldRemoved) {
+          buffer.removeKey(offset);
+          out.add(change(BUFFER_PREFIX + partition + "@" + offset, true, null, null));
+        }
+        for (Held held : heldAdded.values()) {
+          buffer.updateValue(held.offset(), held.stored());
+          out.add(change(BUFFER_PREFIX + partition + "@" + held.offset(), false, null, held.stored()));
+        }
+        if (streamNow != streamTimeBefore || tableNow != tableTimeBefore) {
+          Object[] row = new Object[WIDTH];
+          row[0] = CHANGE;
+          row[1] = TIMES_PREFIX + partition;
+          row[2] = false;
+          row[3] = partition;
+          if (streamNow != Long.MIN_VALUE) {
+            streamTime.update(streamNow);
+            row[6] = streamNow;
+          }
+          if (tableNow != Long.MIN_VALUE) {
+            tableTime.update(tableNow);
+            row[7] = tableNow;
+          }
+          out.add(RowFactory.create(row));
+        }
+        return out;
+      }
+
+      /** The versions a lookup may still read: those valid at some time within the retention (all, for a
+       * store of the latest row); none when the only one left is a tombstone. */
+      List<Version> retained(List<Version> list) {
+        int first = 0;
+        if (versioned && tableNow != Long.MIN_VALUE) {
+          long cutoff = tableNow - retentionMs;
+          while (first + 1 < list.size() && list.get(first + 1).validFrom() <= cutoff) {
+            first++;
+          }
+        }
+        List<Version> kept = new ArrayList<>(list.subList(first, list.size()));
+        if (kept.size() == 1 && kept.get(0).row() == null) {
+          kept.clear();
+        }
+        return kept;
+      }
+
+      Row change(String key, boolean tombstone, Object versionsSeq, Row held) {
+        Object[] row = new Object[WIDTH];
+        row[0] = CHANGE;
+        row[1] = key;
+        row[2] = tombstone;
+        row[3] = partition;
+        row[4] = versionsSeq;
+        row[5] = held;
+        return RowFactory.create(row);
+      }
+    }
+  }
+}

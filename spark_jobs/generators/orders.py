@@ -1,0 +1,200 @@
+"""Orders and a customers change stream for ``order_enrichment`` (a stream-table join,
+:class:`~spark_jobs.primitives.StreamTableJoin`), and the plain-Python reference of the join.
+
+Both topics are keyed by the customer's id as text (``c01``): an order's Kafka key is its ``customer_id``, a
+customer record's key the same id (a CDC connector configured to key by the id), so a customer's orders and rows
+share a partition number (co-partitioned, as a join needs). An order's time is its ``event_time``; a customer
+record's time is its Kafka timestamp (the database's commit time), set explicitly here.
+
+Every record has an **arrival** time: its own time plus a delay up to ``max_delay_ms`` (or, for a few late
+orders, far more); each topic is written in arrival order, so both arrive out of order. The reference
+(:func:`expected_enrichment`) is Kafka Streams' task, record by record: per partition, both topics' records in
+timestamp order (each topic's in offset order, the table's first on a tie); the versioned table's versions;
+each order held until stream time passes its time + grace, then joined with the row valid at its time; an order
+already later than that joined at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import random
+from decimal import Decimal
+
+from confluent_kafka import Producer
+
+from runtime.kafka_connection import KafkaTarget, client_config
+from spark_jobs.generators.producer import kafka_partition
+
+#: an output row's fields, in order (spark_jobs/jobs/order_enrichment.py): the order's, then the customer's
+FIELDS = ("customer_id", "order_id", "amount", "event_time", "name", "tier")
+TIERS = ("bronze", "silver", "gold")
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A record of either topic: its key, JSON value (None: a tombstone), time (ms) and arrival (ms)."""
+
+    key: str
+    value: dict | None
+    time_ms: int
+    arrival_ms: int
+
+
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds as the events write a time: ISO-8601 UTC with milliseconds."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def adversarial(
+    orders: int = 300,
+    customers: int = 10,
+    seed: int = 11,
+    start_ms: int | None = None,
+    span_ms: int = 30 * 60_000,
+    max_delay_ms: int = 20_000,
+    late_orders: int = 6,
+) -> tuple[list[Record], list[Record]]:
+    """``(orders, customer records)`` over ``span_ms`` from ``start_ms`` (default: two hours ago), each list in
+    arrival order: customers created, updated (some several times within seconds of an order), deleted and
+    brought back, a few customers that never order and orders of a customer that never exists, duplicated
+    orders (a producer's retry), orders at the same time as their customer's update, changes seconds before an
+    order written after it, and ``late_orders`` orders arriving minutes after their time."""
+    rng = random.Random(seed)
+    start_ms = start_ms if start_ms is not None else (int(dt.datetime.now(dt.UTC).timestamp()) - 2 * 3600) * 1000
+    ids = [f"c{n:02d}" for n in range(customers)]
+    table: list[Record] = []
+    for customer in ids[:-1]:  # the last id never exists as a customer
+        t = start_ms + rng.randrange(span_ms // 4)
+        while t < start_ms + span_ms:
+            if rng.random() < 0.12:
+                value = None
+            else:
+                value = {
+                    "customer_id": customer,
+                    "name": f"{customer}-{rng.randrange(1000)}",
+                    "tier": rng.choice(TIERS),
+                }
+            table.append(Record(customer, value, t, t + rng.randrange(max_delay_ms)))
+            t += rng.randrange(30_000, span_ms // 3)
+    stream: list[Record] = []
+    buyers = ids[2:]  # the first two customers never order
+    for n in range(orders):
+        customer = rng.choice(buyers)
+        t = start_ms + rng.randrange(span_ms)
+        if rng.random() < 0.08:  # at the time of one of the customer's updates exactly
+            times = [r.time_ms for r in table if r.key == customer]
+            t = rng.choice(times) if times else t
+        amount = Decimal(rng.randint(100, 500_000)) / 100
+        value = {"order_id": f"o{n:04d}", "customer_id": customer, "amount": float(amount), "event_time": iso_time(t)}
+        delay = rng.randrange(max_delay_ms)
+        stream.append(Record(customer, value, t, t + delay))
+        if customer != ids[-1] and rng.random() < 0.1:
+            # a change of the customer just before the order, written after the order (within the grace)
+            changed = {"customer_id": customer, "name": f"{customer}-{rng.randrange(1000)}", "tier": rng.choice(TIERS)}
+            table.append(Record(customer, changed, t - rng.randrange(1, 5_000), t + delay + rng.randrange(1, 10_000)))
+        if rng.random() < 0.04:  # a retry: the same order again, a little later
+            stream.append(Record(customer, value, t, t + delay + rng.randrange(1, 2_000)))
+    for n in range(late_orders):
+        customer = rng.choice(buyers)
+        t = start_ms + rng.randrange(span_ms // 2)
+        value = {"order_id": f"late{n}", "customer_id": customer, "amount": 1.0, "event_time": iso_time(t)}
+        stream.append(Record(customer, value, t, t + span_ms // 2 + rng.randrange(60_000)))
+    by_arrival = lambda r: (r.arrival_ms, r.time_ms)  # noqa: E731
+    return sorted(stream, key=by_arrival), sorted(table, key=by_arrival)
+
+
+def produce(kafka: KafkaTarget, topic: str, records: list[Record], partitions: int) -> None:
+    """Write ``records`` to ``topic`` in list order, each to its key's partition (murmur2, as the Java client's
+    default partitioner puts it), with its time as the Kafka timestamp."""
+    producer = Producer(client_config(kafka, {"linger.ms": 20, "enable.idempotence": True, "log_level": 3}))
+    for r in records:
+        value = None if r.value is None else json.dumps(r.value).encode()
+        partition = kafka_partition(r.key, partitions)
+        producer.produce(topic, key=r.key.encode(), value=value, partition=partition, timestamp=r.time_ms)
+    if producer.flush(30):
+        raise RuntimeError(f"records to {topic} were not acknowledged")
+
+
+class _Task:
+    """One partition of the join, as Kafka Streams' task runs it (see the module docstring)."""
+
+    def __init__(self, partition: int, grace_ms: int, retention_ms: int, join: str) -> None:
+        self.partition, self.grace_ms, self.retention_ms, self.join = partition, grace_ms, retention_ms, join
+        self.versions: dict[str, list[tuple[int, dict | None]]] = {}
+        self.table_time: int | None = None
+        self.stream_time: int | None = None
+        self.held: list[tuple[int, str, int, Record]] = []
+        self.results: dict[tuple[int, int], tuple] = {}
+
+    def update(self, record: Record) -> None:
+        if self.table_time is not None and record.time_ms < self.table_time - self.retention_ms:
+            return  # older than the history kept
+        self.table_time = record.time_ms if self.table_time is None else max(self.table_time, record.time_ms)
+        history = [v for v in self.versions.get(record.key, []) if v[0] != record.time_ms]
+        self.versions[record.key] = sorted([*history, (record.time_ms, record.value)], key=lambda v: v[0])
+
+    def arrive(self, offset: int, record: Record) -> None:
+        late = self.stream_time is not None and record.time_ms < self.stream_time - self.grace_ms
+        if self.grace_ms == 0 or late:
+            self.emit(offset, record)
+            return
+        self.held.append((record.time_ms, record.key, offset, record))
+        self.stream_time = record.time_ms if self.stream_time is None else max(self.stream_time, record.time_ms)
+        self.held.sort(key=lambda h: h[:3])
+        while self.held and self.held[0][0] <= self.stream_time - self.grace_ms:
+            _, _, due_offset, due = self.held.pop(0)
+            self.emit(due_offset, due)
+
+    def lookup(self, key: str, at: int) -> dict | None:
+        if self.table_time is not None and at < self.table_time - self.retention_ms:
+            return None
+        found = None
+        for valid_from, row in self.versions.get(key, []):
+            if valid_from > at:
+                break
+            found = row
+        return found
+
+    def emit(self, offset: int, record: Record) -> None:
+        row = self.lookup(record.key, record.time_ms)
+        if row is None and self.join == "inner":
+            return
+        order = record.value
+        self.results[(self.partition, offset)] = (
+            record.key,
+            order["order_id"],
+            Decimal(str(order["amount"])),
+            order["event_time"],
+            row["name"] if row else None,
+            row["tier"] if row else None,
+        )
+
+
+def expected_enrichment(
+    orders: list[Record],
+    customers: list[Record],
+    partitions: int,
+    grace_ms: int,
+    retention_ms: int,
+    join: str = "left",
+) -> dict[tuple[int, int], tuple]:
+    """(partition, offset of the order) -> the output row (:data:`FIELDS`; a Decimal amount, an ISO time) of
+    each joined order, both lists written in their order to fresh topics of ``partitions`` partitions (see the
+    module docstring for the rules)."""
+    results: dict[tuple[int, int], tuple] = {}
+    for p in range(partitions):
+        stream = list(enumerate(r for r in orders if kafka_partition(r.key, partitions) == p))
+        table = [r for r in customers if kafka_partition(r.key, partitions) == p]
+        task = _Task(p, grace_ms, retention_ms, join)
+        s = u = 0
+        while s < len(stream) or u < len(table):
+            if s == len(stream) or (u < len(table) and table[u].time_ms <= stream[s][1].time_ms):
+                task.update(table[u])
+                u += 1
+            else:
+                task.arrive(*stream[s])
+                s += 1
+        results.update(task.results)
+    return results

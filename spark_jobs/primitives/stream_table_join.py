@@ -1,0 +1,285 @@
+"""The stream-table join primitive: each event of a stream enriched with a table's row for its key, Kafka
+Streams' ``KStream#join`` and ``leftJoin(KTable)`` (the seeds' stream-table join, 004 §3.4: clicks joined with
+user profiles kept locally from a database's change stream).
+
+Semantics (``streamstate.primitives.StreamTableJoin``, Java), per task (a partition of both topics, which are
+co-partitioned):
+
+- the stream is the spec's ``source_topic`` (:class:`JsonEvents`, keyed by ``key_field`` as every job's source
+  is, with an event-time field ``time``); the table is its ``join_topic``, an upsert topic
+  (:class:`UpsertTable`, the change-data-capture shape: a JSON-object key, the row or a tombstone), whose
+  records' times are their Kafka timestamps (a CDC connector's commit time);
+- a micro-batch's records of both topics are taken in timestamp order (each topic's in offset order; the table's
+  first on a tie), as a Kafka Streams task takes its partitions' records; a topic without records in the batch
+  holds nothing back (``max.task.idle.ms = 0``);
+- a ``versioned`` store (the default to choose: Kafka Streams' versioned table, KIP-914) keeps each key's
+  versions for the store's ``retention_ms`` of table time, and a stream event joins the row valid **at the
+  event's time**; a ``key_value`` store keeps the latest row, and an event joins the row current when it is
+  processed (a plain ``KTable``);
+- with ``grace_ms`` (versioned only; Kafka Streams' ``Joined.withGracePeriod``, KIP-923) an event waits until
+  the task's stream time (its largest event time) passes its time + grace, then joins as of its time: a table
+  update up to ``grace_ms`` late still counts, whatever the micro-batch held. An event later than that joins
+  at once (Kafka Streams joins it too, it drops none);
+- ``inner`` emits an event only when its key has a row (at its time); ``left`` emits every event, the table's
+  fields null without a row. The outputs are the joined events, appended: the key, the event's fields, the
+  table's (``right_prefix`` before each), and the event's ``source_partition`` and ``source_offset``, which
+  identify an output row (a replayed batch inserts only the rows not written yet).
+
+The store's changelog holds the table's versions per key, the events waiting out their grace
+(``~buffer@<partition>@<offset>``) and each partition's stream and table times (``~stream-time@<partition>``):
+a restore continues all three exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar, Literal, get_args
+
+from pyspark.sql import types as T
+
+from spark_jobs import dead_letter
+from spark_jobs.primitives.events import JsonEvents
+from spark_jobs.primitives.keyed_aggregate import _NAME
+from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
+from spark_jobs.primitives.table_join import RIGHT, side_classified
+from spark_jobs.primitives.top_n import UpsertTable
+from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.registry import store as store_spec
+from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+
+StreamJoinKind = Literal["inner", "left"]
+CHANGE, JOINED = "change", "joined"
+#: the processor's input columns (``streamstate.primitives.StreamTableJoin``)
+TIME_MS, STREAM_ROW, TABLE_ROW = "_time_ms", "_stream_row", "_table_row"
+#: the columns that identify an output row: the joined event's place in the stream
+EVENT_COORDINATES = ("source_partition", "source_offset")
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamTableJoin(StoreDeclaration):
+    """A job whose outputs are the events of ``stream`` joined with ``table``'s row for their key (see the
+    module docstring). Callable: the job's ``build(ctx)``.
+
+    Attributes:
+        store: the table's ``StoreSpec``: ``versioned`` (rows as of the event's time; ``retention_ms`` of
+            history) or ``key_value`` (the latest row).
+        stream: the spec's ``source_topic`` events.
+        table: the spec's ``join_topic`` read as a table, keyed by ``(key_field,)``.
+        time: the stream event's time field (a TIMESTAMP; an event without one is a dead letter).
+        join: ``inner`` (``KStream#join``) or ``left`` (``leftJoin``).
+        grace_ms: how long an event waits for late table updates (versioned stores only; at most the store's
+            ``retention_ms``, as Kafka Streams demands). 0: joined on arrival.
+        right_prefix: put before each of the table's field names in the outputs.
+        summaries: companion outputs recomputed from the outputs after every batch that wrote some.
+    """
+
+    store: str
+    stream: JsonEvents
+    table: UpsertTable
+    time: str
+    join: StreamJoinKind = "inner"
+    grace_ms: int = 0
+    right_prefix: str = ""
+    summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    store_kinds: ClassVar[tuple[str, ...]] = ("versioned", "key_value")
+
+    @property
+    def events(self) -> JsonEvents:
+        return self.stream
+
+    def _stream_fields(self, key_field: str) -> list[T.StructField]:
+        return [T.StructField(f.name, f.dataType) for f in self.stream.schema.fields if f.name != key_field]
+
+    def _table_fields(self) -> list[T.StructField]:
+        return [
+            T.StructField(self.right_prefix + f.name, f.dataType)
+            for f in self.table.schema.fields
+            if f.name not in self.table.key
+        ]
+
+    def _row_ddl(self, fields: list[T.StructField]) -> str:
+        return "STRUCT<" + ", ".join(f"`{f.name}`: {f.dataType.simpleString()}" for f in fields) + ">"
+
+    def state_ddl_for(self, key_field: str) -> str:
+        """A store entry: a table key's versions, a held event, or a partition's times (see the module docstring)."""
+        version = f"STRUCT<valid_from: BIGINT, present: BOOLEAN, row: {self._row_ddl(self._table_fields())}>"
+        held = f"STRUCT<time_ms: BIGINT, offset: BIGINT, key: STRING, row: {self._row_ddl(self._stream_fields(key_field))}>"
+        return (
+            f"source_partition INT, versions ARRAY<{version}>, buffered {held}, stream_time_ms BIGINT, "
+            "table_time_ms BIGINT"
+        )
+
+    def output_ddl_for(self, key_field: str) -> str:
+        """The processor's rows: store changes (kind = change) and joined events (kind = joined)."""
+        return (
+            f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, source_offset BIGINT, "
+            f"event_time_ms BIGINT, stream_row {self._row_ddl(self._stream_fields(key_field))}, "
+            f"table_row {self._row_ddl(self._table_fields())}"
+        )
+
+    def store_changes_for(self, key_field: str) -> StoreChanges:
+        return StoreChanges(self.store, self.state_ddl_for(key_field), rows=f"kind = '{CHANGE}'")
+
+    def output_key(self, key_field: str) -> tuple[str, ...]:
+        return EVENT_COORDINATES
+
+    def output_schema(self, key_field: str) -> T.StructType:
+        """The outputs: the key, the event's fields, the table's, then the event's coordinates."""
+        return T.StructType(
+            [
+                T.StructField(key_field, T.StringType(), nullable=False),
+                *self._stream_fields(key_field),
+                *self._table_fields(),
+                T.StructField("source_partition", T.IntegerType(), nullable=False),
+                T.StructField("source_offset", T.LongType(), nullable=False),
+            ]
+        )
+
+    def check_primitive(self, spec: JobSpec) -> None:
+        if self.join not in get_args(StreamJoinKind):
+            raise JobSpecError(f"join: {self.join!r} is not one of {get_args(StreamJoinKind)}")
+        if not spec.join_topic:
+            raise JobSpecError("join_topic: a StreamTableJoin reads its table from the spec's join_topic")
+        if spec.output_topic:
+            raise JobSpecError("output_topic: a stream-table join's results are events; not published to Kafka yet")
+        self.table.check(spec.name, spec.key_field)
+        if tuple(self.table.key) != (spec.key_field,):
+            raise JobSpecError(
+                f"table.key: a stream-table join looks the table up by the job's key, so the table's key must be "
+                f"({spec.key_field!r},), not {tuple(self.table.key)}"
+            )
+        if self.time not in self.stream.schema.fieldNames() or not isinstance(
+            self.stream.schema[self.time].dataType, T.TimestampType
+        ):
+            raise JobSpecError(f"time: {self.time!r} must be a TIMESTAMP field of the stream's events")
+        store = store_spec(spec, self.store)
+        if self.grace_ms < 0:
+            raise JobSpecError(f"grace_ms must be >= 0, got {self.grace_ms}")
+        if self.grace_ms and store.kind != "versioned":
+            raise JobSpecError(
+                f"grace_ms: a grace period needs a versioned store (the event joins the row valid at its time), "
+                f"not {store.kind} (Kafka Streams refuses it too)"
+            )
+        if self.grace_ms and self.grace_ms > store.retention_ms:
+            raise JobSpecError(
+                f"grace_ms {self.grace_ms} is longer than the store's retention_ms {store.retention_ms}: an event "
+                "would wait for versions the store no longer keeps"
+            )
+        if self.right_prefix and not _NAME.match(self.right_prefix + "x"):
+            raise JobSpecError(f"right_prefix: {self.right_prefix!r}: use lower-case letters, digits and _")
+        seen = {"key", "kind", TOMBSTONE}
+        for field in self.output_schema(spec.key_field).fields:
+            if field.name in seen:
+                raise JobSpecError(
+                    f"fields: {field.name!r} is a reserved name or a field of both the stream and the table: give "
+                    "the table's fields a right_prefix"
+                )
+            seen.add(field.name)
+
+    def input_rows(self, ctx):
+        """Both topics decoded and classified, each by its own rules, in one pass over the source."""
+        from pyspark.sql import functions as F
+
+        spec, key_field = ctx.spec, ctx.spec.key_field
+        source = ctx.kafka_source()
+        is_table = F.col("topic") == F.lit(spec.join_topic)
+        raw, kept = "_raw_value", [f"`{c}`" for c in source.columns]
+        source = source.withColumn(raw, F.col("value"))
+        time_rule = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
+
+        def stream_rules(frame):
+            return self.stream.classify(frame, key_field, extra_rules=time_rule)
+
+        both = side_classified(source, stream_rules, ~is_table, "_s", raw)
+        both = side_classified(both, self.table.classify, is_table, "_t", raw)
+        stream_struct = T.StructType(self._stream_fields(key_field))
+        table_struct = T.StructType(self._table_fields())
+
+        def event(tag: str, table: bool):
+            decoded = F.col(f"{tag}{dead_letter.EVENT_COLUMN}")
+            if table:
+                delete = decoded.getField(DELETE_COLUMN)
+                names = [f.name[len(self.right_prefix) :] for f in table_struct.fields]
+                row = F.struct(
+                    *(decoded.getField(n).alias(f.name) for n, f in zip(names, table_struct.fields, strict=True))
+                )
+                rows = (F.lit(None).cast(stream_struct), F.when(~delete, row).cast(table_struct))
+                time, deletes = F.unix_millis(F.col("timestamp")), delete
+            else:
+                row = F.struct(*(decoded.getField(f.name).alias(f.name) for f in stream_struct.fields))
+                rows = (row.cast(stream_struct), F.lit(None).cast(table_struct))
+                time, deletes = F.unix_millis(decoded.getField(self.time)), F.lit(False)
+            return F.struct(
+                decoded.getField(key_field).cast("string").alias(key_field),
+                F.lit(table).alias(RIGHT),
+                time.alias(TIME_MS),
+                deletes.alias(DELETE_COLUMN),
+                rows[0].alias(STREAM_ROW),
+                rows[1].alias(TABLE_ROW),
+            )
+
+        def pick(column: str):
+            return F.when(is_table, F.col(f"_t{column}")).otherwise(F.col(f"_s{column}")).alias(column)
+
+        classified = both.select(
+            *(c for c in kept if c != "`value`"),
+            F.col(raw).alias("value"),
+            F.when(is_table, event("_t", True)).otherwise(event("_s", False)).alias(dead_letter.EVENT_COLUMN),
+            pick(dead_letter.ERROR_COLUMN),
+            pick(dead_letter.MESSAGE_COLUMN),
+        )
+        return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
+
+    def changes(self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False):
+        """The processor's rows (:meth:`output_ddl_for`), seeded with ``initial`` (the restored store)."""
+        from pyspark.sql import DataFrame
+
+        spark = events.sparkSession
+        jdf = spark._jvm.streamstate.primitives.StreamTableJoin.changes(
+            events._jdf,
+            "partition",
+            None if initial is None else initial._jdf,
+            self.store,
+            self.output_ddl_for(key_field),
+            store.kind == "versioned",
+            store.retention_ms or 0,
+            self.grace_ms,
+            self.join == "left",
+            key_field,
+        )
+        return DataFrame(jdf, spark)
+
+    def joined_rows(self, batch, key_field: str):
+        """A batch's joined events as output rows (:meth:`output_schema`)."""
+        from pyspark.sql import functions as F
+
+        stream = [F.col("stream_row").getField(f.name).alias(f.name) for f in self._stream_fields(key_field)]
+        table = [F.col("table_row").getField(f.name).alias(f.name) for f in self._table_fields()]
+        return batch.where(f"kind = '{JOINED}'").select(
+            F.col("key").alias(key_field), *stream, *table, "source_partition", "source_offset"
+        )
+
+    def build(self, ctx, processor=None):
+        """The job's query: both topics classified, the Java processor, the joined events appended (inserted
+        only if absent when a batch may repeat written outputs), store changes to the changelog."""
+        spec = ctx.spec
+        if processor is not None:
+            raise JobSpecError(f"job {spec.name}: a StreamTableJoin runs its Java processor only")
+        self.check(spec)
+        key_field, store = spec.key_field, store_spec(spec, self.store)
+        ctx.ensure_output_table(self.output_schema(key_field))
+        changes = self.store_changes_for(key_field)
+        rows = self.changes(self.input_rows(ctx), key_field, ctx.initial_state(changes), store, job=spec.name)
+        outputs = ctx.output_table(EVENT_COORDINATES)
+        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
+
+        def write_outputs(batch, batch_id: int, commit) -> None:
+            joined = self.joined_rows(batch, key_field)
+            # a replay may repeat rows written already; else appending writes the batch alone (no MERGE)
+            write = outputs.insert_absent if ctx.outputs_may_repeat(batch_id) else outputs.append
+            if write(joined, commit):
+                write_summaries(batch.sparkSession)
+
+        sink = ctx.state_change_sink(changes, write_outputs)
+        return rows.writeStream.outputMode("append").foreachBatch(sink)

@@ -1,0 +1,155 @@
+"""The stream-table join (:class:`spark_jobs.primitives.StreamTableJoin`, ``order_enrichment``): orders joined with
+their customer's row valid at the order's time (a versioned table, a minute of grace), held to the plain-Python
+reference (:func:`spark_jobs.generators.orders.expected_enrichment`, Kafka Streams' task record by record) over
+adversarial input: both topics out of order, customers updated at, before and after an order's time, deleted and
+brought back, customers without orders and orders without customers, retried (duplicate) orders, orders arriving
+minutes late; the input arriving in chunks, with a lost checkpoint between them (the table's versions, the orders
+waiting out their grace and both times restored from the changelog)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import shutil
+
+import pytest
+
+from spark_jobs.generators import orders
+from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.registry import JobSpecError, get_job
+from spark_jobs.testing import JobHarness
+
+pytestmark = pytest.mark.integration
+
+GRACE_MS, RETENTION_MS = 60_000, 24 * 3600 * 1000
+
+
+def _spec(unique: str, partitions: int = 2, **changes):
+    return dataclasses.replace(
+        get_job("order_enrichment"),
+        name=f"enriched_{unique}",
+        source_topic=f"orders-{unique}",
+        join_topic=f"profiles-{unique}",
+        output_table=f"enriched_{unique}",
+        source_partitions=partitions,
+        **changes,
+    )
+
+
+def _iso(value: dt.datetime) -> str:
+    moment = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _enriched(rows) -> dict[tuple[int, int], tuple]:
+    by_place = {}
+    for r in rows:
+        place = (r["source_partition"], r["source_offset"])
+        assert place not in by_place, f"order at {place} written twice"
+        by_place[place] = (r["customer_id"], r["order_id"], r["amount"], _iso(r["event_time"]), r["name"], r["tier"])
+    return by_place
+
+
+def test_orders_join_their_customer_as_of_their_time_whatever_the_arrival(settings, kafka_broker, spark, unique):
+    """The input arrives in three chunks (by arrival time, both topics), a run after each; the checkpoint is lost
+    before the last. The outputs are the reference's: every order whose time is a minute behind the stream time
+    joined with the row valid at its time (a customer's update that arrived after the order, within the grace,
+    counts), the orders of the last minute still waiting. Refused orders are dead letters."""
+    spec = _spec(unique)
+    stream, table = orders.adversarial(orders=300, customers=10, seed=5)
+    for topic in spec.input_topics:
+        ensure_topic(settings.kafka, topic, spec.source_partitions)
+    harness = JobHarness(settings=settings, spark=spark)
+    arrivals = sorted(r.arrival_ms for r in stream + table)
+    bounds = [arrivals[len(arrivals) // 3], arrivals[2 * len(arrivals) // 3], arrivals[-1] + 1]
+    written, results, letters = (0, 0), {}, []
+    for n, bound in enumerate(bounds):
+        chunk = (
+            [r for r in stream[written[0] :] if r.arrival_ms < bound],
+            [r for r in table[written[1] :] if r.arrival_ms < bound],
+        )
+        orders.produce(settings.kafka, spec.source_topic, chunk[0], spec.source_partitions)
+        orders.produce(settings.kafka, spec.join_topic, chunk[1], spec.source_partitions)
+        written = (written[0] + len(chunk[0]), written[1] + len(chunk[1]))
+        bad = [b'{"customer_id": "c05", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
+        result = harness.run(spec, [] if n < 2 else bad, keyed=False)
+        results.update(_enriched(result.outputs))
+        letters += [letter.reason for letter in result.dead_letters]
+        if n == 1:
+            shutil.rmtree(result.report.checkpoint)
+    assert written == (len(stream), len(table))
+
+    want = orders.expected_enrichment(stream, table, spec.source_partitions, GRACE_MS, RETENTION_MS)
+    assert results == want
+    assert result.report.restores["customer-profiles"].keys > 0
+    # the situations this test is for: orders joined with a row, orders of unknown or deleted customers,
+    # orders still waiting out their grace at the end
+    assert sum(1 for row in want.values() if row[4] is None) > 10 and len(want) > 0.8 * len(stream) > 0
+    assert len(want) < len(stream)
+    assert sorted(letters) == ["undecodable", "wrong_key"], letters  # no Kafka key; not JSON
+
+
+def test_an_inner_join_over_three_partitions_in_one_batch(settings, kafka_broker, spark, unique):
+    """Everything in one micro-batch, three partitions: an order joins only when its customer has a row at its
+    time; the order of both topics' records in a task is their timestamps' (each topic's in offset order)."""
+    spec = _spec(unique, partitions=3, entrypoint="tests.fixtures.join_jobs:INNER_ENRICHMENT")
+    stream, table = orders.adversarial(orders=240, customers=12, seed=9)
+    for topic in spec.input_topics:
+        ensure_topic(settings.kafka, topic, 3)
+    orders.produce(settings.kafka, spec.source_topic, stream, 3)
+    orders.produce(settings.kafka, spec.join_topic, table, 3)
+    result = JobHarness(settings=settings, spark=spark).run(spec, [])
+    want = orders.expected_enrichment(stream, table, 3, GRACE_MS, RETENTION_MS, join="inner")
+    assert _enriched(result.outputs) == want
+    assert all(row[4] is not None for row in want.values())
+    left = orders.expected_enrichment(stream, table, 3, GRACE_MS, RETENTION_MS, join="left")
+    assert len(left) > len(want) > 0
+
+
+def test_a_stream_table_join_is_declared_and_checked():
+    from spark_jobs.jobs.order_enrichment import ORDER_ENRICHMENT
+
+    spec = get_job("order_enrichment")
+    ORDER_ENRICHMENT.check(spec)
+    assert spec.output_keys == ("source_partition", "source_offset")
+    with pytest.raises(JobSpecError, match="join_topic: a StreamTableJoin reads its table"):
+        ORDER_ENRICHMENT.check(dataclasses.replace(spec, join_topic=None))
+    with pytest.raises(JobSpecError, match="join: 'outer' is not one of"):
+        dataclasses.replace(ORDER_ENRICHMENT, join="outer").check(spec)
+    latest = dataclasses.replace(spec.stores[0], kind="key_value", retention_ms=None)
+    with pytest.raises(JobSpecError, match="grace_ms: a grace period needs a versioned store"):
+        ORDER_ENRICHMENT.check(dataclasses.replace(spec, stores=(latest,)))
+    dataclasses.replace(ORDER_ENRICHMENT, grace_ms=0).check(dataclasses.replace(spec, stores=(latest,)))
+    with pytest.raises(JobSpecError, match="grace_ms 90000000 is longer than the store's retention_ms"):
+        dataclasses.replace(ORDER_ENRICHMENT, grace_ms=90_000_000).check(spec)
+    with pytest.raises(JobSpecError, match="time: 'order_id' must be a TIMESTAMP field"):
+        dataclasses.replace(ORDER_ENRICHMENT, time="order_id").check(spec)
+    from pyspark.sql import types as T
+
+    from spark_jobs.jobs.order_enrichment import CUSTOMER_SCHEMA
+    from spark_jobs.primitives import UpsertTable
+
+    with_amount = T.StructType([*CUSTOMER_SCHEMA.fields, T.StructField("amount", T.DoubleType())])
+    clash = dataclasses.replace(ORDER_ENRICHMENT, table=UpsertTable(with_amount, ("customer_id",), "plain"))
+    with pytest.raises(JobSpecError, match="'amount' is a reserved name or a field of both the stream and the table"):
+        clash.check(spec)
+    dataclasses.replace(clash, right_prefix="customer_").check(spec)
+    with pytest.raises(JobSpecError, match="key_format 'plain' is for a key of one STRING field"):
+        dataclasses.replace(ORDER_ENRICHMENT, table=UpsertTable(with_amount, ("customer_id", "name"), "plain")).check(
+            spec
+        )
+
+
+def test_the_readme_shows_the_declaration_of_the_job():
+    from pathlib import Path
+
+    import spark_jobs.jobs.order_enrichment as job
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    start = "ORDER_ENRICHMENT = StreamTableJoin("
+    declaration = readme[readme.index(start) :]
+    declaration = declaration[: declaration.index("\n)\n") + 3]
+    assert declaration in Path(job.__file__).read_text()
+    spec = get_job("order_enrichment")
+    assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in readme
+    assert 'kind="versioned", retention_ms=24 * 3600 * 1000' in readme and spec.stores[0].retention_ms == RETENTION_MS
