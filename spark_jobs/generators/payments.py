@@ -90,7 +90,18 @@ from decimal import Decimal
 from spark_jobs.generators.orders import Record, produce
 from spark_jobs.generators.producer import kafka_partition
 
-__all__ = ["FIELDS", "ORDER", "PAYMENT", "SOURCE", "Record", "adversarial", "expected_join", "produce", "task_order"]
+__all__ = [
+    "FIELDS",
+    "ORDER",
+    "PAYMENT",
+    "SOURCE",
+    "Record",
+    "adversarial",
+    "expected_join",
+    "expected_join_in_batches",
+    "produce",
+    "task_order",
+]
 
 #: an output row's fields, in order (BenchApp.orderPayment): the order's, then the payment's
 FIELDS = ("order_id", "customer_id", "amount", "order_time", "payment_id", "paid", "payment_time")
@@ -356,5 +367,42 @@ def expected_join(
         task = _Task(window_ms, grace_ms, join)
         for side, offset in task_order(queues[ORDER], queues[PAYMENT]):
             task.process(_Stored(side, p, offset, queues[side][offset]))
+        results.update(task.results)
+    return results
+
+
+def expected_join_in_batches(
+    orders: list[Record],
+    payments: list[Record],
+    partitions: int,
+    arrival_bounds: list[int],
+    window_ms: int = 10 * MINUTE,
+    grace_ms: int = MINUTE,
+    join: str = "outer",
+) -> dict[tuple, tuple]:
+    """:func:`expected_join` for an input that arrives in micro-batches: batch n holds the records (of both
+    topics) that arrived before ``arrival_bounds[n]`` and after the previous bound; a task takes each batch's
+    records by rule 1 among themselves (the side taken last carried over), its state carried over too. What the
+    platform's processor computes when each micro-batch reads both topics to their ends."""
+    results: dict[tuple, tuple] = {}
+    for p in range(partitions):
+        queues = {
+            side: [r for r in records if kafka_partition(r.key, partitions) == p]
+            for side, records in ((ORDER, orders), (PAYMENT, payments))
+        }
+        task = _Task(window_ms, grace_ms, join)
+        heads, last = {ORDER: 0, PAYMENT: 0}, None
+        for bound in arrival_bounds:
+            ends = {side: heads[side] for side in queues}
+            for side, queue in queues.items():
+                while ends[side] < len(queue) and queue[ends[side]].arrival_ms < bound:
+                    ends[side] += 1
+            while heads[ORDER] < ends[ORDER] or heads[PAYMENT] < ends[PAYMENT]:
+                o = queues[ORDER][heads[ORDER]].time_ms if heads[ORDER] < ends[ORDER] else None
+                y = queues[PAYMENT][heads[PAYMENT]].time_ms if heads[PAYMENT] < ends[PAYMENT] else None
+                side = ORDER if y is None or (o is not None and (o < y or (o == y and last != ORDER))) else PAYMENT
+                task.process(_Stored(side, p, heads[side], queues[side][heads[side]]))
+                heads[side] += 1
+                last = side
         results.update(task.results)
     return results
