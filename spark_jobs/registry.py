@@ -552,6 +552,24 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         "joined with the customers' change stream (a stream-table left join over a versioned table, 1 min grace).",
     ),
     JobSpec(
+        name="order_payments",
+        version=1,
+        source_topic="placed-orders",
+        join_topic="payments",
+        key_field="order_id",
+        output_table="order_payments",
+        entrypoint="spark_jobs.jobs.order_payments:ORDER_PAYMENTS",
+        stores=(
+            StoreSpec(
+                "order-payments",
+                budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600),
+            ),
+        ),
+        output_key=("source_partition", "left_offset", "right_offset"),
+        description="Orders matched with their payments within 10 minutes (a windowed stream-stream outer join, "
+        "1 min grace): every match, and each order or payment left unmatched once its window closed.",
+    ),
+    JobSpec(
         name="vote_counts",
         version=1,
         source_topic="votes",

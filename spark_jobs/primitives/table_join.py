@@ -21,8 +21,7 @@ Semantics (``streamstate.primitives.TableJoin``, Java):
   depend on the sides' latest rows only, so they do not depend on how the input is cut into micro-batches,
   nor on how the two topics' records interleave. With the spec's ``output_topic`` the results also go to
   that upsert topic (the key, the row as JSON, a tombstone for a deleted result), as ``toStream().to(...)``
-  of the join does; a key without a result that changes (an inner join's one-sided key) also gets a tombstone
-  there, which Kafka Streams does not send (the compacted views are equal).
+  of the join does; a key that had no result and still has none publishes nothing, as in Kafka Streams.
 
 One store holds both sides (Kafka Streams materializes each table in its own store): its changelog is
 keyed by the key, its value both sides' rows and which are present; a restore rebuilds both sides.
@@ -48,8 +47,10 @@ JoinKind = Literal["inner", "left", "outer"]
 HAS_LEFT, HAS_RIGHT = "has_left", "has_right"
 #: the processor's input columns (``streamstate.primitives.TableJoin``)
 RIGHT, LEFT_ROW, RIGHT_ROW = "_right", "_left_row", "_right_row"
-#: which stored keys are a join's results
-_RESULT = {"inner": f"{HAS_LEFT} AND {HAS_RIGHT}", "left": HAS_LEFT, "outer": f"{HAS_LEFT} OR {HAS_RIGHT}"}
+#: which sides held a key before the batch (the processor's change rows: a result a batch removed is published)
+HAD_LEFT, HAD_RIGHT = "had_left", "had_right"
+#: which stored keys are a join's results, given which sides hold them
+_RESULT = {"inner": "{left} AND {right}", "left": "{left}", "outer": "{left} OR {right}"}
 
 
 def side_classified(frame, classify, mine, tag: str, raw: str):
@@ -156,10 +157,29 @@ class TableJoin(StoreDeclaration):
         key without a result (its output row goes), or the restored keys with one."""
         from pyspark.sql import functions as F
 
-        result = F.coalesce(F.expr(_RESULT[self.join]), F.lit(False))
+        result = F.coalesce(self._result(HAS_LEFT, HAS_RIGHT), F.lit(False))
         if TOMBSTONE in rows.columns:
             return rows.withColumn(TOMBSTONE, F.col(TOMBSTONE) | ~result)
         return rows.where(result)
+
+    def _result(self, left: str, right: str):
+        from pyspark.sql import functions as F
+
+        return F.expr(_RESULT[self.join].format(left=left, right=right))
+
+    @property
+    def change_ddl(self) -> str:
+        return f"{super().change_ddl}, {HAD_LEFT} BOOLEAN, {HAD_RIGHT} BOOLEAN"
+
+    def output_records(self, batch, key_field: str):
+        """The batch's changed results as upsert records (see :meth:`StoreDeclaration.output_records`), but for
+        keys that had no result before the batch and have none after it (an inner join's one-sided key
+        changing): Kafka Streams publishes nothing for them, and neither does this."""
+        from pyspark.sql import functions as F
+
+        had = F.coalesce(self._result(HAD_LEFT, HAD_RIGHT), F.lit(False))
+        has = F.coalesce(self._result(HAS_LEFT, HAS_RIGHT), F.lit(False)) & ~F.col(TOMBSTONE)
+        return super().output_records(batch.where(had | has), key_field)
 
     def input_rows(self, ctx):
         """Both topics decoded and classified, each by its own table's rules, in one pass over the source."""

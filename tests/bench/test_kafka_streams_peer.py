@@ -497,3 +497,143 @@ def test_the_stream_table_join_twin_enriches_orders_as_of_their_time(
     # the versioned table's and the join buffer's (Joined "order-enrichment") RocksDB stores, by name
     for store in ("customer-profiles", "order-enrichment-Buffer"):
         assert any(high > 0 for _, high in partition_offsets(settings.kafka, f"{app}-{store}-changelog").values())
+
+
+def test_the_stream_stream_join_twin_matches_orders_and_payments(kafka_broker, settings, classpath, tmp_path, unique):
+    """Kafka Streams' windowed stream-stream joins (``join``, ``leftJoin``, ``outerJoin`` of orders with payments,
+    10 min before and after, 1 min grace, KS 3.1+ semantics) of adversarial input over 2 partitions emit exactly
+    what spark_jobs.generators.payments.expected_join computes, result by result (matched by the sides' source
+    partitions and offsets), with the timestamps it implies: payments at the window's bounds, unpaid orders,
+    payments of no order, orders paid twice, retried records, late records (joined while the other side still
+    holds their partner, else emitted unmatched at once), unmatched records emitted once their window has closed
+    but held back while the join's ``minTime`` says so, and the records still pending at the end never emitted.
+    The twin runs with the wall-clock throttle of those emissions off (its emit interval 0): its output then
+    depends on the input alone."""
+    from decimal import Decimal
+
+    from confluent_kafka import Consumer
+
+    from runtime.kafka_connection import client_config
+    from spark_jobs.generators import payments as generator
+    from spark_jobs.generators.producer import kafka_partition
+    from spark_jobs.kafka_topics import read_partition
+
+    window, grace = 10 * 60_000, 60_000
+    orders, payments = generator.adversarial(window_ms=window, grace_ms=grace)
+    # each side's records per partition in offset order: (partition, offset) -> record
+    written = {
+        side: {
+            (p, offset): r
+            for p in (0, 1)
+            for offset, r in enumerate(r for r in records if kafka_partition(r.key, 2) == p)
+        }
+        for side, records in (("order", orders), ("payment", payments))
+    }
+    firsts = {side: {p: at[p, 0].time_ms for p in (0, 1)} for side, at in written.items()}
+    assert all(firsts["order"][p] != firsts["payment"][p] for p in (0, 1)), "a tie at a task's first record"
+    joins = ("inner", "left", "outer")
+    want = {how: generator.expected_join(orders, payments, 2, window, grace, how) for how in joins}
+
+    # the input covers the rules (spark_jobs/generators/payments.py)
+    def gap(coordinates) -> int:
+        op, oo, pp, po = coordinates
+        return written["payment"][pp, po].time_ms - written["order"][op, oo].time_ms
+
+    pairs = list(want["inner"])
+    assert {-window, window, -window + 1, window - 1} <= {gap(k) for k in pairs}  # the bounds are in
+    assert all(abs(gap(k)) <= window for k in pairs)
+    assert any(
+        abs(p.time_ms - o.time_ms) == window + 1 for o in orders for p in payments if o.key == p.key
+    )  # and some pairs just outside
+    joined_orders = [k[:2] for k in pairs]
+    assert len(set(joined_orders)) < len(joined_orders)  # orders paid twice, retried payments
+    assert len({row[0] for row in want["inner"].values()}) < len({k[:2] for k in pairs})  # retried orders
+    unmatched_orders = {k[:2] for k in want["left"] if k[2] is None}
+    assert unmatched_orders & set(joined_orders), "no order emitted unmatched and then joined by a late payment"
+    assert len(unmatched_orders) > 10 and sum(k[0] is None for k in want["outer"]) > 10
+    assert set(written["order"]) - {k[:2] for k in want["left"]}, "no order still pending at the end"
+    held_back = {  # joined only by payments that arrived well after the order's window closed, never unmatched
+        k[:2]
+        for k in want["left"]
+        if k[2] is not None
+        and k[:2] not in unmatched_orders
+        and all(
+            written["payment"][j[2:]].arrival_ms > written["order"][k[:2]].time_ms + window + grace + 60_000
+            for j in pairs
+            if j[:2] == k[:2]
+        )
+    }
+    assert held_back, "no order whose unmatched result minTime held back until a late payment joined it"
+    assert set(want["inner"]) <= set(want["left"]) & set(want["outer"])  # the same pairs: the same fetches
+
+    orders_topic, payments_topic = f"orders-{unique}", f"payments-{unique}"
+    for topic in (orders_topic, payments_topic):
+        ensure_topic(settings.kafka, topic, 2)
+    generator.produce(settings.kafka, orders_topic, orders, partitions=2)
+    generator.produce(settings.kafka, payments_topic, payments, partitions=2)
+    peers = {}
+    try:
+        for how in joins:
+            app, output = f"kspayments-{how}-{unique}", f"kspayments-{how}-{unique}-out"
+            ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)  # not compacted: one per result
+            peers[how] = KafkaStreamsPeer(
+                classpath,
+                settings,
+                f"order_payments_{how}",
+                app,
+                tmp_path / app,
+                f"{orders_topic},{payments_topic}",
+                output,
+                threads=1,
+                jvm_options=("-Dstreams.__emit.interval.ms.kstreams.outer.join.spurious.results.fix__=0",),
+            )
+        for peer in peers.values():
+            assert peer.wait_caught_up(timeout_s=300) > 0  # a commit flushes the producer: the output is complete
+    finally:
+        for peer in peers.values():
+            peer.stop()
+
+    consumer = Consumer(
+        client_config(
+            settings.kafka,
+            {
+                "group.id": f"readback-{unique}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "log_level": 3,
+            },
+        )
+    )
+    try:
+        for how in joins:
+            emitted = [
+                (msg.key().decode(), msg.timestamp()[1], json.loads(msg.value(), parse_float=Decimal))
+                for p in (0, 1)
+                for msg in read_partition(consumer, f"kspayments-{how}-{unique}-out", p)
+            ]
+            assert all(key == row["order_id"] for key, _, row in emitted)
+            assert all(list(row) == [*generator.FIELDS, *generator.SOURCE] for _, _, row in emitted)
+            got = {
+                tuple(row[f] for f in generator.SOURCE): tuple(row[f] for f in generator.FIELDS)
+                for _, _, row in emitted
+            }
+            assert len(got) == len(emitted), f"{how}: a result emitted more than once"
+            missing, extra = set(want[how]) - set(got), set(got) - set(want[how])
+            assert not missing and not extra, f"{how}: missing {sorted(missing)[:10]}, extra {sorted(extra)[:10]}"
+            assert got == want[how], how
+            # decimals as written (Decimal("12.5") == Decimal("12.50"): compare the text)
+            assert {k: (str(r[2]), str(r[5])) for k, r in got.items()} == {
+                k: (str(r[2]), str(r[5])) for k, r in want[how].items()
+            }
+            # an inner result carries the later of its two times, an unmatched record its own
+            times = {
+                k: max(
+                    written[side][k[i], k[i + 1]].time_ms
+                    for side, i in (("order", 0), ("payment", 2))
+                    if k[i] is not None
+                )
+                for k in got
+            }
+            assert {tuple(row[f] for f in generator.SOURCE): t for _, t, row in emitted} == times, how
+    finally:
+        consumer.close()

@@ -52,6 +52,23 @@ def _published(value: bytes) -> tuple:
     return tuple(row.get(f) for f in customer_accounts.FIELDS)
 
 
+def _every_record(settings, topic: str) -> list[tuple[str, bytes | None]]:
+    from confluent_kafka import Consumer
+
+    from runtime.kafka_connection import client_config
+    from spark_jobs.kafka_topics import partition_offsets, read_partition
+
+    consumer = Consumer(client_config(settings.kafka, {"group.id": f"read-{topic}", "enable.partition.eof": True}))
+    try:
+        return [
+            (msg.key().decode(), msg.value())
+            for partition in partition_offsets(settings.kafka, topic)
+            for msg in read_partition(consumer, topic, partition)
+        ]
+    finally:
+        consumer.close()
+
+
 def _refused(customers, accounts) -> dict[str, int]:
     reasons = customer_accounts.refused(customers)
     for reason, n in customer_accounts.refused(accounts).items():
@@ -86,8 +103,11 @@ def test_the_left_join_follows_both_tables_whatever_the_cut_and_after_a_lost_che
     assert _joined(second.outputs) == want
     # the situations this test is for: customers without accounts and with, deleted rows
     assert any(row[3] is None for row in want.values()) and any(row[3] is not None for row in want.values())
-    published = latest_per_key(settings.kafka, JobLayout.of(spec, settings).output_topic)  # keyed by the key's text
+    topic = JobLayout.of(spec, settings).output_topic
+    published = latest_per_key(settings.kafka, topic)  # keyed by the key's text
     assert {key: _published(value) for key, value in published.items()} == want
+    # a key that never had a result (accounts of unknown customers) is never published, not even a tombstone
+    assert {key for key, _value in _every_record(settings, topic)}.isdisjoint({"c02", "c03"})
     reasons = {}
     for letter in first.dead_letters + second.dead_letters:
         reasons[letter.reason] = reasons.get(letter.reason, 0) + 1

@@ -24,7 +24,8 @@ import scala.collection.Iterator;
  *   <li>per micro-batch: one change row per key the batch touched, with both sides as they now are (the
  *       {@code has_left} and {@code has_right} flags say which are present), or a tombstone once neither is.
  *       Which rows are the join's result (both sides, the left one, either) is the declaration's to say;
- *       the store is the same for every kind of join. The stored value depends only on each side's latest
+ *       the store is the same for every kind of join. Each change row also says which sides held the key
+ *       before the batch, so that a key that had no result and still has none is not published. The stored value depends only on each side's latest
  *       row, so it does not depend on how the input was cut into micro-batches, nor on how the two topics'
  *       records interleave.
  * </ul>
@@ -33,7 +34,8 @@ import scala.collection.Iterator;
  * {@code offset}, {@link Rows#DELETE_COLUMN}, {@code _left_row} and {@code _right_row} (the record's row, a
  * struct of its side's stored fields; null on the other side and on a tombstone). The store's value
  * ({@code stateDdl}): {@code has_left}, {@code has_right}, the left side's fields ({@code leftWidth} of
- * them), then the right side's.
+ * them), then the right side's. Output rows ({@code changeDdl}): key, tombstone, the value, {@code had_left},
+ * {@code had_right}.
  */
 public final class TableJoin {
   static final String RIGHT_COLUMN = "_right";
@@ -75,6 +77,8 @@ public final class TableJoin {
         }
       }
       boolean existed = stored.exists();
+      boolean hadLeft = (Boolean) value[0];
+      boolean hadRight = (Boolean) value[1];
       for (Row record : records) {
         boolean right = record.<Boolean>getAs(RIGHT_COLUMN);
         boolean delete = Boolean.TRUE.equals(record.getAs(Rows.DELETE_COLUMN));
@@ -91,10 +95,21 @@ public final class TableJoin {
           return Rows.none();  // a delete of a key neither table holds: nothing changed
         }
         stored.clear();
-        return Rows.one(Rows.change(key, true, new Object[value.length]));
+        return Rows.one(withSidesBefore(Rows.change(key, true, new Object[value.length]), hadLeft, hadRight));
       }
       stored.update(RowFactory.create(value));
-      return Rows.one(Rows.change(key, false, value));
+      return Rows.one(withSidesBefore(Rows.change(key, false, value), hadLeft, hadRight));
+    }
+
+    /** The change row, then which sides held the key before the batch ({@code had_left}, {@code had_right}). */
+    private static Row withSidesBefore(Row change, boolean hadLeft, boolean hadRight) {
+      Object[] row = new Object[change.size() + 2];
+      for (int i = 0; i < change.size(); i++) {
+        row[i] = change.get(i);
+      }
+      row[change.size()] = hadLeft;
+      row[change.size() + 1] = hadRight;
+      return RowFactory.create(row);
     }
   }
 }

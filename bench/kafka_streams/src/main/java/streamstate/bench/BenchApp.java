@@ -28,6 +28,7 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KStream;
@@ -35,6 +36,7 @@ import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueJoiner;
@@ -109,6 +111,21 @@ import org.apache.kafka.streams.state.Stores;
  *       gets {@code customer_id -> {"customer_id", "order_id", "amount", "event_time", "name", "tier",
  *       "source_partition", "source_offset"}} (the amount's decimal as written, name and tier null without a
  *       valid customer row).
+ *   <li>{@code order_payments_inner}, {@code order_payments_left}, {@code order_payments_outer}: the windowed
+ *       stream-stream join ({@code KStream#join}, {@code leftJoin}, {@code outerJoin}) of orders with their
+ *       payments; {@code <input topic>} is {@code <orders topic>,<payments topic>}, co-partitioned and keyed by
+ *       the order id's text (e.g. {@code o0007}), each record stamped with its {@code event_time}. Each record
+ *       gets its source partition and offset ({@code order_partition}/{@code order_offset}, {@code
+ *       payment_partition}/{@code payment_offset}), then the join: a payment within 10 minutes before or after
+ *       its order ({@code JoinWindows.ofTimeDifferenceAndGrace(10 min, 1 min)}, KS 3.1+ semantics: an unmatched
+ *       order or payment is held and emitted only after its window has closed, unless it is already more than
+ *       10 min behind stream time), window stores {@code order-payments-*}. The output topic (not compacted: one record per result) gets {@code order_id ->
+ *       {"order_id", "customer_id", "amount", "order_time", "payment_id", "paid", "payment_time",
+ *       "order_partition", "order_offset", "payment_partition", "payment_offset"}} (an absent side's fields null,
+ *       decimals as written). Kafka Streams throttles the emission of unmatched records by wall-clock time
+ *       (internal config {@code __emit.interval.ms.kstreams.outer.join.spurious.results.fix__}, 1000 ms): with
+ *       {@code -Dstreams.__emit.interval.ms.kstreams.outer.join.spurious.results.fix__=0} the output depends on
+ *       the input alone (spark_jobs/generators/payments.py states the rules).
  * </ul>
  *
  * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
@@ -121,7 +138,7 @@ import org.apache.kafka.streams.state.Stores;
  * -Dstreams.processing.guarantee=exactly_once_v2 -Dstreams.commit.interval.ms=100}); without one the app runs
  * at-least-once with a 1 s commit interval.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir>
  * <input topic[,second input topic]> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -134,7 +151,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -175,6 +192,8 @@ public final class BenchApp {
       case "customer_accounts_inner", "customer_accounts_left", "customer_accounts_outer" ->
           customerAccounts(builder, job.substring("customer_accounts_".length()), args[4], args[5]);
       case "order_enrichment" -> orderEnrichment(builder, args[4], args[5]);
+      case "order_payments_inner", "order_payments_left", "order_payments_outer" ->
+          orderPayments(builder, job.substring("order_payments_".length()), args[4], args[5]);
       default -> {
         System.err.println("unknown job " + job);
         System.exit(2);
@@ -721,12 +740,24 @@ public final class BenchApp {
   }
 
   /**
-   * An order's value with its source {@code partition} and {@code offset} added (the join may emit it from
-   * its buffer later, while another record is processed): what the output is matched with the platform's
-   * rows by. A value that is not a JSON object is dropped.
+   * A record's value with its source partition and offset added as fields {@code partitionField} and {@code
+   * offsetField} ({@code partition} and {@code offset} by default; the join may emit it from its buffer later,
+   * while another record is processed): what the output is matched with the platform's rows by. A value that
+   * is not a JSON object is dropped.
    */
   static final class WithSource implements FixedKeyProcessor<String, String, String> {
+    private final String partitionField;
+    private final String offsetField;
     private FixedKeyProcessorContext<String, String> context;
+
+    WithSource() {
+      this("partition", "offset");
+    }
+
+    WithSource(String partitionField, String offsetField) {
+      this.partitionField = partitionField;
+      this.offsetField = offsetField;
+    }
 
     @Override
     public void init(FixedKeyProcessorContext<String, String> context) {
@@ -739,8 +770,8 @@ public final class BenchApp {
         return;
       }
       RecordMetadata source = context.recordMetadata().orElseThrow();
-      order.put("partition", source.partition());
-      order.put("offset", source.offset());
+      order.put(partitionField, source.partition());
+      order.put(offsetField, source.offset());
       context.forward(record.withValue(order.toString()));
     }
   }
@@ -762,6 +793,59 @@ public final class BenchApp {
     row.set("tier", c == null ? null : c.get("tier"));
     row.set("source_partition", o.get("partition"));
     row.set("source_offset", o.get("offset"));
+    return row.toString();
+  }
+
+  /**
+   * Orders joined with their payments within 10 minutes before or after the order, 1 min grace ({@code kind}:
+   * inner, left or outer; see the class comment). {@code inputs} is {@code <orders topic>,<payments topic>}.
+   */
+  static void orderPayments(StreamsBuilder builder, String kind, String inputs, String output) {
+    String[] topics = inputs.split(",");
+    if (topics.length != 2) {
+      System.err.println("order_payments_" + kind + ": the input must be <orders topic>,<payments topic>");
+      System.exit(2);
+    }
+    KStream<String, String> orders = builder
+        .stream(topics[0], Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new EventTime()))
+        .processValues(() -> new WithSource("order_partition", "order_offset"));
+    KStream<String, String> payments = builder
+        .stream(topics[1], Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new EventTime()))
+        .processValues(() -> new WithSource("payment_partition", "payment_offset"));
+    JoinWindows window = JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMinutes(10), Duration.ofMinutes(1));
+    StreamJoined<String, String, String> stores =
+        StreamJoined.with(Serdes.String(), Serdes.String(), Serdes.String()).withStoreName("order-payments");
+    ValueJoiner<String, String, String> joiner = BenchApp::orderPayment;
+    KStream<String, String> joined = switch (kind) {
+      case "inner" -> orders.join(payments, joiner, window, stores);
+      case "left" -> orders.leftJoin(payments, joiner, window, stores);
+      case "outer" -> orders.outerJoin(payments, joiner, window, stores);
+      default -> throw new IllegalArgumentException("unknown join " + kind);
+    };
+    joined.to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * An order and a payment (with their source partitions and offsets; either null for an unmatched one in
+   * left and outer joins) -> order_id (from whichever side is present), customer_id, amount, order_time
+   * (its {@code event_time}) from the order, payment_id, paid, payment_time from the payment, then both sides'
+   * source partition and offset; an absent side's fields null, decimals as written.
+   */
+  static String orderPayment(String order, String payment) {
+    JsonNode o = parseExact(order);
+    JsonNode p = parseExact(payment);
+    ObjectNode row = JSON.createObjectNode();
+    row.set("order_id", (o != null ? o : p).get("order_id")); // a missing field (null) is set as JSON null
+    row.set("customer_id", o == null ? null : o.get("customer_id"));
+    row.set("amount", o == null ? null : o.get("amount"));
+    row.set("order_time", o == null ? null : o.get("event_time"));
+    row.set("payment_id", p == null ? null : p.get("payment_id"));
+    row.set("paid", p == null ? null : p.get("paid"));
+    row.set("payment_time", p == null ? null : p.get("event_time"));
+    row.set("order_partition", o == null ? null : o.get("order_partition"));
+    row.set("order_offset", o == null ? null : o.get("order_offset"));
+    row.set("payment_partition", p == null ? null : p.get("payment_partition"));
+    row.set("payment_offset", p == null ? null : p.get("payment_offset"));
     return row.toString();
   }
 

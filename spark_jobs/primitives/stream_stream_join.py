@@ -1,0 +1,271 @@
+"""The windowed stream-stream join primitive: records of two streams with the same key at most ``window_ms`` apart,
+joined, Kafka Streams' ``KStream#join``, ``leftJoin`` and ``outerJoin(KStream, joiner,
+JoinWindows.ofTimeDifferenceAndGrace(window, grace))`` (the seeds' stream-stream join, 004 §3.6: payments matched
+to orders within 10 minutes).
+
+Semantics (``streamstate.primitives.StreamStreamJoin``, Java): Kafka Streams 4.3.1's, rule by rule, as
+:mod:`spark_jobs.generators.payments` states them with the Kafka Streams class each comes from, per task (a
+partition of both topics, which are co-partitioned):
+
+- records are taken in timestamp order (each topic's in offset order; on a tie, the topic not taken last); a
+  record's time is its ``time`` field;
+- **inner results**: a record joins every record of the other topic with its key whose time is within
+  ``window_ms`` of its own (both bounds included) and that the other side's window still holds (each side keeps
+  its records for 2 x window + grace of that side's time); the pair is emitted once, by the later of the two to
+  arrive;
+- **left and outer results**: a record of an outer side (``left``: the left topic; ``outer``: both) that found no
+  match waits until its window closes (its time + window + grace is before the task's stream time, the largest
+  time of either topic), then is emitted alone, unless a record of the other side joins it first; one already
+  more than ``window_ms`` behind stream time is emitted alone at once. No early (spurious) left or outer results,
+  as Kafka Streams 3.1+. Kafka Streams scans its waiting records only when a record at stream time arrives and
+  stream time has passed the previous scan's last time + window + grace; records whose window closed may wait
+  longer than that, and a late match can still join them: kept as it is, since it is what Kafka Streams emits;
+- nothing is dropped: a late record still joins what the other side holds (Kafka Streams drops none either).
+  Records still waiting when the input ends are emitted by the record that closes their window, as in Kafka
+  Streams (there is no wall-clock timer).
+
+The outputs are the results, appended: the key, the declared ``fields`` (by default every field of both sides),
+and the results' place: ``source_partition``, ``left_offset`` and ``right_offset`` (-1 for an absent side),
+which identify an output row (a batch inserts only the rows not written yet: a replay repeats none). The store's changelog
+holds each key's records of each side, the waiting records and the task's times: a restore continues all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar, Literal, get_args
+
+from pyspark.sql import types as T
+
+from spark_jobs import dead_letter
+from spark_jobs.primitives.events import JsonEvents
+from spark_jobs.primitives.keyed_aggregate import _NAME
+from spark_jobs.primitives.pipeline import StoreDeclaration
+from spark_jobs.primitives.table_join import RIGHT, side_classified
+from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.registry import store as store_spec
+from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+
+StreamsJoinKind = Literal["inner", "left", "outer"]
+CHANGE, JOINED = "change", "joined"
+TIME_MS, LEFT_ROW, RIGHT_ROW = "_time_ms", "_left_row", "_right_row"
+#: the columns that identify an output row: the result's place in both topics
+RESULT_COORDINATES = ("source_partition", "left_offset", "right_offset")
+_SIDES = ("left", "right")
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStreamJoin(StoreDeclaration):
+    """A job whose outputs are the records of ``left`` (the spec's ``source_topic``) and ``right`` (its
+    ``join_topic``) joined within ``window_ms`` of each other (see the module docstring). Callable: the job's
+    ``build(ctx)``.
+
+    Attributes:
+        store: the ``key_value`` ``StoreSpec`` of the join's windows, waiting records and times.
+        left, right: the two streams' events, both keyed by the job's ``key_field``.
+        left_time, right_time: each side's event-time field (a TIMESTAMP; an event without one is a dead letter).
+        window_ms: the largest time difference of a joined pair (``JoinWindows.ofTimeDifferenceAndGrace``).
+        grace_ms: how long after its window a record still accepts a match (and an unmatched one waits).
+        join: ``inner``, ``left`` (every left record, alone when unmatched) or ``outer`` (every record).
+        fields: the outputs' columns after the key: name -> ``"left.<field>"`` or ``"right.<field>"``. Default:
+            every field of both sides but the key, as named (a name both sides have is refused: declare fields).
+        summaries: companion outputs recomputed from the outputs after every batch that wrote some.
+    """
+
+    store: str
+    left: JsonEvents
+    right: JsonEvents
+    left_time: str
+    right_time: str
+    window_ms: int
+    grace_ms: int
+    join: StreamsJoinKind = "inner"
+    fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
+
+    @property
+    def events(self) -> JsonEvents:
+        return self.left
+
+    def _side(self, side: str) -> JsonEvents:
+        return self.left if side == "left" else self.right
+
+    def _row_fields(self, side: str, key_field: str) -> list[T.StructField]:
+        """A side's stored row: every field but the key."""
+        return [T.StructField(f.name, f.dataType) for f in self._side(side).schema.fields if f.name != key_field]
+
+    def _row_ddl(self, side: str, key_field: str) -> str:
+        fields = self._row_fields(side, key_field)
+        return "STRUCT<" + ", ".join(f"`{f.name}`: {f.dataType.simpleString()}" for f in fields) + ">"
+
+    def output_fields(self, key_field: str) -> list[tuple[str, str, str]]:
+        """The outputs' columns after the key, in order: (name, side, field)."""
+        if self.fields:
+            return [(name, *source.split(".", 1)) for name, source in self.fields.items()]
+        return [(f.name, side, f.name) for side in _SIDES for f in self._row_fields(side, key_field)]
+
+    def state_ddl_for(self, key_field: str) -> str:
+        """A store entry: a side's records of a key (or a waiting entry's), or a partition's times."""
+        record = (
+            f"STRUCT<time_ms: BIGINT, offset: BIGINT, left_row: {self._row_ddl('left', key_field)}, "
+            f"right_row: {self._row_ddl('right', key_field)}>"
+        )
+        return (
+            f"source_partition INT, side STRING, records ARRAY<{record}>, stream_time_ms BIGINT, min_time_ms BIGINT, "
+            "left_time_ms BIGINT, right_time_ms BIGINT, last_side STRING"
+        )
+
+    def output_ddl_for(self, key_field: str) -> str:
+        """The processor's rows: store changes (kind = change) and results (kind = joined)."""
+        return (
+            f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, left_offset BIGINT, "
+            f"right_offset BIGINT, left_row {self._row_ddl('left', key_field)}, "
+            f"right_row {self._row_ddl('right', key_field)}, result_time_ms BIGINT"
+        )
+
+    def store_changes_for(self, key_field: str) -> StoreChanges:
+        return StoreChanges(self.store, self.state_ddl_for(key_field), rows=f"kind = '{CHANGE}'")
+
+    def output_key(self, key_field: str) -> tuple[str, ...]:
+        return RESULT_COORDINATES
+
+    def output_schema(self, key_field: str) -> T.StructType:
+        """The outputs: the key, the declared fields, then the result's place."""
+        types = {side: {f.name: f.dataType for f in self._side(side).schema.fields} for side in _SIDES}
+        return T.StructType(
+            [
+                T.StructField(key_field, T.StringType(), nullable=False),
+                *(T.StructField(name, types[side][field]) for name, side, field in self.output_fields(key_field)),
+                T.StructField("source_partition", T.IntegerType(), nullable=False),
+                T.StructField("left_offset", T.LongType(), nullable=False),
+                T.StructField("right_offset", T.LongType(), nullable=False),
+            ]
+        )
+
+    def check_primitive(self, spec: JobSpec) -> None:
+        if self.join not in get_args(StreamsJoinKind):
+            raise JobSpecError(f"join: {self.join!r} is not one of {get_args(StreamsJoinKind)}")
+        if not spec.join_topic:
+            raise JobSpecError("join_topic: a StreamStreamJoin reads its right stream from the spec's join_topic")
+        if spec.output_topic:
+            raise JobSpecError("output_topic: a stream-stream join's results are events; not published to Kafka yet")
+        if self.window_ms <= 0 or self.grace_ms < 0:
+            raise JobSpecError(f"window_ms must be > 0 and grace_ms >= 0, got {self.window_ms} and {self.grace_ms}")
+        self.right.check(spec.name, spec.key_field)
+        for side, time in (("left", self.left_time), ("right", self.right_time)):
+            schema = self._side(side).schema
+            if time not in schema.fieldNames() or not isinstance(schema[time].dataType, T.TimestampType):
+                raise JobSpecError(f"{side}_time: {time!r} must be a TIMESTAMP field of the {side} stream's events")
+        for name, source in self.fields.items():
+            side, _, field = source.partition(".")
+            if side not in _SIDES or field not in self._side(side).schema.fieldNames() or field == spec.key_field:
+                raise JobSpecError(f"fields.{name}: {source!r} is not 'left.<field>' or 'right.<field>' (not the key)")
+            if not _NAME.match(name):
+                raise JobSpecError(f"fields.{name}: use lower-case letters, digits and _")
+        store_spec(spec, self.store)
+        seen = {"key", "kind", TOMBSTONE}
+        for field in self.output_schema(spec.key_field).fields:
+            if field.name in seen:
+                raise JobSpecError(
+                    f"fields: {field.name!r} is a reserved name or a field of both streams: declare the outputs' fields"
+                )
+            seen.add(field.name)
+
+    def input_rows(self, ctx):
+        """Both topics decoded and classified, each by its own rules, in one pass over the source."""
+        from pyspark.sql import functions as F
+
+        spec, key_field = ctx.spec, ctx.spec.key_field
+        source = ctx.kafka_source()
+        is_right = F.col("topic") == F.lit(spec.join_topic)
+        raw, kept = "_raw_value", [f"`{c}`" for c in source.columns]
+        source = source.withColumn(raw, F.col("value"))
+
+        def rules(side: str, time: str):
+            message = f"{time} is not a time between 1970 and 2200"
+            return lambda frame: self._side(side).classify(
+                frame, key_field, extra_rules=[(dead_letter.bad_event_time(time), message)]
+            )
+
+        both = side_classified(source, rules("left", self.left_time), ~is_right, "_l", raw)
+        both = side_classified(both, rules("right", self.right_time), is_right, "_r", raw)
+        structs = {side: T.StructType(self._row_fields(side, key_field)) for side in _SIDES}
+
+        def event(tag: str, side: str, time: str):
+            decoded = F.col(f"{tag}{dead_letter.EVENT_COLUMN}")
+            row = F.struct(*(decoded.getField(f.name).alias(f.name) for f in structs[side].fields))
+            rows = {name: F.lit(None).cast(structs[name]) for name in _SIDES}
+            rows[side] = row.cast(structs[side])
+            return F.struct(
+                decoded.getField(key_field).cast("string").alias(key_field),
+                F.lit(side == "right").alias(RIGHT),
+                F.unix_millis(decoded.getField(time)).alias(TIME_MS),
+                rows["left"].alias(LEFT_ROW),
+                rows["right"].alias(RIGHT_ROW),
+            )
+
+        def pick(column: str):
+            return F.when(is_right, F.col(f"_r{column}")).otherwise(F.col(f"_l{column}")).alias(column)
+
+        classified = both.select(
+            *(c for c in kept if c != "`value`"),
+            F.col(raw).alias("value"),
+            F.when(is_right, event("_r", "right", self.right_time))
+            .otherwise(event("_l", "left", self.left_time))
+            .alias(dead_letter.EVENT_COLUMN),
+            pick(dead_letter.ERROR_COLUMN),
+            pick(dead_letter.MESSAGE_COLUMN),
+        )
+        return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
+
+    def changes(self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False):
+        """The processor's rows (:meth:`output_ddl_for`), seeded with ``initial`` (the restored store)."""
+        from pyspark.sql import DataFrame
+
+        spark = events.sparkSession
+        jdf = spark._jvm.streamstate.primitives.StreamStreamJoin.changes(
+            events._jdf,
+            "partition",
+            None if initial is None else initial._jdf,
+            self.store,
+            self.output_ddl_for(key_field),
+            self.window_ms,
+            self.grace_ms,
+            self.join,
+            key_field,
+        )
+        return DataFrame(jdf, spark)
+
+    def joined_rows(self, batch, key_field: str):
+        """A batch's results as output rows (:meth:`output_schema`)."""
+        from pyspark.sql import functions as F
+
+        columns = [
+            F.col(f"{side}_row").getField(field).alias(name) for name, side, field in self.output_fields(key_field)
+        ]
+        return batch.where(f"kind = '{JOINED}'").select(F.col("key").alias(key_field), *columns, *RESULT_COORDINATES)
+
+    def build(self, ctx, processor=None):
+        """The job's query: both topics classified, the Java processor, the results inserted if absent, store
+        changes to the changelog."""
+        spec = ctx.spec
+        if processor is not None:
+            raise JobSpecError(f"job {spec.name}: a StreamStreamJoin runs its Java processor only")
+        self.check(spec)
+        key_field, store = spec.key_field, store_spec(spec, self.store)
+        ctx.ensure_output_table(self.output_schema(key_field))
+        changes = self.store_changes_for(key_field)
+        rows = self.changes(self.input_rows(ctx), key_field, ctx.initial_state(changes), store, job=spec.name)
+        outputs = ctx.output_table(RESULT_COORDINATES)
+        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
+
+        def write_outputs(batch, _batch_id: int, commit) -> None:
+            # Always insert-if-absent: a batch of the right topic alone emits results too, and the output marks
+            # that let a batch append (spark_jobs/state/output_marks.py) follow the left topic only.
+            if outputs.insert_absent(self.joined_rows(batch, key_field), commit):
+                write_summaries(batch.sparkSession)
+
+        sink = ctx.state_change_sink(changes, write_outputs)
+        return rows.writeStream.outputMode("append").foreachBatch(sink)
