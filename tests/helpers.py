@@ -216,3 +216,11 @@ def age_delta_removals(path: Path, days: float) -> None:
                 action["remove"]["deletionTimestamp"] -= shift
             lines.append(json.dumps(action))
         commit.write_text("\n".join(lines) + "\n")
+
+
+def readme_declaration(start: str) -> str:
+    """The README's Python block from the line starting with ``start`` to its closing ``)`` line: what a test holds
+    to the job module's own source (the README shows a declaration whole, and it must stay the real one)."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    declaration = readme[readme.index(start) :]
+    return declaration[: declaration.index("\n)\n") + 3]

@@ -15,7 +15,7 @@ import json
 import random
 from decimal import Decimal
 
-from spark_jobs.generators.upserts import produce
+from spark_jobs.generators.upserts import produce, verdict
 
 __all__ = ["adversarial", "expected_join", "produce", "refused"]
 
@@ -73,23 +73,7 @@ def adversarial(
 
 def _verdict(key: bytes | None, value: bytes | None) -> str | None:
     """Why a table refuses a record (the reason of its dead letter), or None: it applies."""
-    try:
-        member = json.loads(key) if key is not None else None
-    except ValueError:
-        member = None
-    if not isinstance(member, dict) or not isinstance(member.get("customer_id"), str):
-        return "missing_key"
-    if value is None:
-        return None
-    try:
-        row = json.loads(value)
-    except ValueError:
-        return "undecodable"
-    if not isinstance(row, dict):
-        return "undecodable"
-    if row.get("customer_id") != member["customer_id"]:
-        return "wrong_key"
-    return None
+    return verdict(key, value, ("customer_id",))
 
 
 def refused(records) -> dict[str, int]:

@@ -105,6 +105,25 @@ def adversarial(
     return sorted(stream, key=by_arrival), sorted(table, key=by_arrival)
 
 
+def arrival_chunks(
+    left: list[Record], right: list[Record], chunks: int
+) -> list[tuple[int, list[Record], list[Record]]]:
+    """Two topics' records (each list in arrival order) as they arrive in ``chunks`` chunks of about the same
+    number of records: ``(bound, left's, right's)``, each chunk the records that arrived before ``bound`` and
+    after the previous one, each list's order kept."""
+    arrivals = sorted(r.arrival_ms for r in left + right)
+    bounds = [arrivals[n * len(arrivals) // chunks] for n in range(1, chunks)] + [arrivals[-1] + 1]
+    cut, lower = [], None
+    for bound in bounds:
+        in_chunk = [
+            [r for r in records if r.arrival_ms < bound and (lower is None or r.arrival_ms >= lower)]
+            for records in (left, right)
+        ]
+        cut.append((bound, *in_chunk))
+        lower = bound
+    return cut
+
+
 def produce(kafka: KafkaTarget, topic: str, records: list[Record], partitions: int) -> None:
     """Write ``records`` to ``topic`` in list order, each to its key's partition (murmur2, as the Java client's
     default partitioner puts it), with its time as the Kafka timestamp."""

@@ -87,7 +87,7 @@ import datetime as dt
 import random
 from decimal import Decimal
 
-from spark_jobs.generators.orders import Record, produce
+from spark_jobs.generators.orders import Record, arrival_chunks, produce
 from spark_jobs.generators.producer import kafka_partition
 
 __all__ = [
@@ -97,6 +97,7 @@ __all__ = [
     "SOURCE",
     "Record",
     "adversarial",
+    "arrival_chunks",
     "expected_join",
     "expected_join_in_batches",
     "produce",

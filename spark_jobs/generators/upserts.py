@@ -65,13 +65,16 @@ def adversarial(
     return records
 
 
-def _verdict(key: bytes | None, value: bytes | None) -> str | None:
-    """Why a table refuses a record (the reason of its dead letter), or None: it applies."""
+def verdict(
+    key: bytes | None, value: bytes | None, key_fields: tuple[str, ...] = ("symbol", "window_start")
+) -> str | None:
+    """Why an upsert table keyed by the JSON object of ``key_fields`` refuses a record (the reason of its dead
+    letter), or None: it applies."""
     try:
         member = json.loads(key) if key is not None else None
     except ValueError:
         member = None
-    if not isinstance(member, dict) or member.get("symbol") is None or member.get("window_start") is None:
+    if not isinstance(member, dict) or any(member.get(field) is None for field in key_fields):
         return "missing_key"
     if value is None:
         return None
@@ -79,7 +82,9 @@ def _verdict(key: bytes | None, value: bytes | None) -> str | None:
         row = json.loads(value)
     except ValueError:
         return "undecodable"
-    if (row.get("symbol"), row.get("window_start")) != (member["symbol"], member["window_start"]):
+    if not isinstance(row, dict):
+        return "undecodable"
+    if any(row.get(field) != member[field] for field in key_fields):
         return "wrong_key"
     return None
 
@@ -88,7 +93,7 @@ def refused(records) -> dict[str, int]:
     """How many of ``records`` a table refuses, by reason."""
     counts: dict[str, int] = {}
     for key, value in records:
-        if reason := _verdict(key, value):
+        if reason := verdict(key, value):
             counts[reason] = counts.get(reason, 0) + 1
     return counts
 
@@ -98,7 +103,7 @@ def top_n(records, n: int = 10) -> dict[tuple[int, int], tuple[str, float, int]]
     latest values (ties to the smaller symbol; a row without a change is not ranked; refused records skipped)."""
     table: dict[tuple[str, str], dict] = {}
     for key, value in records:
-        if _verdict(key, value):
+        if verdict(key, value):
             continue
         member = json.loads(key)
         ident = (member["symbol"], member["window_start"])

@@ -42,7 +42,7 @@ from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import StoreDeclaration
-from spark_jobs.primitives.table_join import RIGHT, side_classified
+from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.registry import JobSpec, JobSpecError
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
@@ -178,46 +178,28 @@ class StreamStreamJoin(StoreDeclaration):
         from pyspark.sql import functions as F
 
         spec, key_field = ctx.spec, ctx.spec.key_field
-        source = ctx.kafka_source()
-        is_right = F.col("topic") == F.lit(spec.join_topic)
-        raw, kept = "_raw_value", [f"`{c}`" for c in source.columns]
-        source = source.withColumn(raw, F.col("value"))
+        structs = {side: T.StructType(self._row_fields(side, key_field)) for side in _SIDES}
+        times = {"left": self.left_time, "right": self.right_time}
 
-        def rules(side: str, time: str):
-            message = f"{time} is not a time between 1970 and 2200"
+        def rules(side: str):
+            message = f"{times[side]} is not a time between 1970 and 2200"
             return lambda frame: self._side(side).classify(
-                frame, key_field, extra_rules=[(dead_letter.bad_event_time(time), message)]
+                frame, key_field, extra_rules=[(dead_letter.bad_event_time(times[side]), message)]
             )
 
-        both = side_classified(source, rules("left", self.left_time), ~is_right, "_l", raw)
-        both = side_classified(both, rules("right", self.right_time), is_right, "_r", raw)
-        structs = {side: T.StructType(self._row_fields(side, key_field)) for side in _SIDES}
-
-        def event(tag: str, side: str, time: str):
-            decoded = F.col(f"{tag}{dead_letter.EVENT_COLUMN}")
-            row = F.struct(*(decoded.getField(f.name).alias(f.name) for f in structs[side].fields))
+        def event(decoded, right: bool):
+            side = "right" if right else "left"
             rows = {name: F.lit(None).cast(structs[name]) for name in _SIDES}
-            rows[side] = row.cast(structs[side])
+            rows[side] = F.struct(*(decoded.getField(f.name).alias(f.name) for f in structs[side].fields))
             return F.struct(
                 decoded.getField(key_field).cast("string").alias(key_field),
-                F.lit(side == "right").alias(RIGHT),
-                F.unix_millis(decoded.getField(time)).alias(TIME_MS),
-                rows["left"].alias(LEFT_ROW),
-                rows["right"].alias(RIGHT_ROW),
+                F.lit(right).alias(RIGHT),
+                F.unix_millis(decoded.getField(times[side])).alias(TIME_MS),
+                rows["left"].cast(structs["left"]).alias(LEFT_ROW),
+                rows["right"].cast(structs["right"]).alias(RIGHT_ROW),
             )
 
-        def pick(column: str):
-            return F.when(is_right, F.col(f"_r{column}")).otherwise(F.col(f"_l{column}")).alias(column)
-
-        classified = both.select(
-            *(c for c in kept if c != "`value`"),
-            F.col(raw).alias("value"),
-            F.when(is_right, event("_r", "right", self.right_time))
-            .otherwise(event("_l", "left", self.left_time))
-            .alias(dead_letter.EVENT_COLUMN),
-            pick(dead_letter.ERROR_COLUMN),
-            pick(dead_letter.MESSAGE_COLUMN),
-        )
+        classified = classify_two_topics(ctx.kafka_source(), spec.join_topic, rules("left"), rules("right"), event)
         return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
 
     def changes(self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False):

@@ -42,7 +42,7 @@ from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
-from spark_jobs.primitives.table_join import RIGHT, side_classified
+from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.primitives.top_n import UpsertTable
 from spark_jobs.registry import JobSpec, JobSpecError
 from spark_jobs.registry import store as store_spec
@@ -182,22 +182,14 @@ class StreamTableJoin(StoreDeclaration):
         from pyspark.sql import functions as F
 
         spec, key_field = ctx.spec, ctx.spec.key_field
-        source = ctx.kafka_source()
-        is_table = F.col("topic") == F.lit(spec.join_topic)
-        raw, kept = "_raw_value", [f"`{c}`" for c in source.columns]
-        source = source.withColumn(raw, F.col("value"))
         time_rule = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
+        stream_struct = T.StructType(self._stream_fields(key_field))
+        table_struct = T.StructType(self._table_fields())
 
         def stream_rules(frame):
             return self.stream.classify(frame, key_field, extra_rules=time_rule)
 
-        both = side_classified(source, stream_rules, ~is_table, "_s", raw)
-        both = side_classified(both, self.table.classify, is_table, "_t", raw)
-        stream_struct = T.StructType(self._stream_fields(key_field))
-        table_struct = T.StructType(self._table_fields())
-
-        def event(tag: str, table: bool):
-            decoded = F.col(f"{tag}{dead_letter.EVENT_COLUMN}")
+        def event(decoded, table: bool):
             if table:
                 delete = decoded.getField(DELETE_COLUMN)
                 names = [f.name[len(self.right_prefix) :] for f in table_struct.fields]
@@ -219,16 +211,7 @@ class StreamTableJoin(StoreDeclaration):
                 rows[1].alias(TABLE_ROW),
             )
 
-        def pick(column: str):
-            return F.when(is_table, F.col(f"_t{column}")).otherwise(F.col(f"_s{column}")).alias(column)
-
-        classified = both.select(
-            *(c for c in kept if c != "`value`"),
-            F.col(raw).alias("value"),
-            F.when(is_table, event("_t", True)).otherwise(event("_s", False)).alias(dead_letter.EVENT_COLUMN),
-            pick(dead_letter.ERROR_COLUMN),
-            pick(dead_letter.MESSAGE_COLUMN),
-        )
+        classified = classify_two_topics(ctx.kafka_source(), spec.join_topic, stream_rules, self.table.classify, event)
         return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
 
     def changes(self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False):

@@ -53,11 +53,38 @@ HAD_LEFT, HAD_RIGHT = "had_left", "had_right"
 _RESULT = {"inner": "{left} AND {right}", "left": "{left}", "outer": "{left} OR {right}"}
 
 
-def side_classified(frame, classify, mine, tag: str, raw: str):
-    """``frame`` (a join's source, both topics' records, the value also in column ``raw``) with ``classify``'s
-    columns for the records where ``mine`` holds, each named with ``tag`` before it: one side's decoding and
-    rules, in the same pass as the other side's. The other side's records are classified as a null value
-    (cheap: nothing to decode), and not this side's to judge."""
+def classify_two_topics(source, right_topic: str, classify_left, classify_right, event):
+    """A join's source (both topics' records) decoded and classified in one pass: a left record by
+    ``classify_left``, a right one (from ``right_topic``) by ``classify_right`` (each takes a frame and returns it
+    with :func:`dead_letter.classify`'s columns). ``event(decoded, right)`` makes the processor's event from a
+    side's decoded event column (``right``: the right side's). Returns the source's columns (the value as it was
+    read) with the event, the reason and the message of the record's own side."""
+    from pyspark.sql import functions as F
+
+    is_right = F.col("topic") == F.lit(right_topic)
+    raw, kept = "_raw_value", [f"`{c}`" for c in source.columns if c != "value"]
+    both = _side_classified(source.withColumn(raw, F.col("value")), classify_left, ~is_right, "_l", raw)
+    both = _side_classified(both, classify_right, is_right, "_r", raw)
+
+    def pick(column: str):
+        return F.when(is_right, F.col(f"_r{column}")).otherwise(F.col(f"_l{column}")).alias(column)
+
+    decoded = dead_letter.EVENT_COLUMN
+    return both.select(
+        *kept,
+        F.col(raw).alias("value"),
+        F.when(is_right, event(F.col(f"_r{decoded}"), True))
+        .otherwise(event(F.col(f"_l{decoded}"), False))
+        .alias(decoded),
+        pick(dead_letter.ERROR_COLUMN),
+        pick(dead_letter.MESSAGE_COLUMN),
+    )
+
+
+def _side_classified(frame, classify, mine, tag: str, raw: str):
+    """``frame`` with ``classify``'s columns for the records where ``mine`` holds, each named with ``tag`` before
+    it. The other side's records are classified as a null value (cheap: nothing to decode), and not this side's
+    to judge."""
     from pyspark.sql import functions as F
 
     masked = frame.withColumn("value", F.when(mine, F.col(raw)))
@@ -193,14 +220,7 @@ class TableJoin(StoreDeclaration):
         row, and the row's stored fields as a struct of its side (:data:`LEFT_ROW` or :data:`RIGHT_ROW`)."""
         from pyspark.sql import functions as F
 
-        is_right = F.col("topic") == F.lit(right_topic)
-        raw, kept = "_raw_value", [f"`{c}`" for c in source.columns]
-        source = source.withColumn(raw, F.col("value"))
-        both = side_classified(source, self.left.classify, ~is_right, "_l", raw)
-        both = side_classified(both, self.right.classify, is_right, "_r", raw)
-
-        def event(tag: str, right: bool):
-            decoded = F.col(f"{tag}{dead_letter.EVENT_COLUMN}")
+        def event(decoded, right: bool):
             rows = {}
             for name, prefix, fields in (
                 (LEFT_ROW, "", self._left_fields),
@@ -220,16 +240,7 @@ class TableJoin(StoreDeclaration):
                 rows[RIGHT_ROW].alias(RIGHT_ROW),
             )
 
-        def pick(column: str):
-            return F.when(is_right, F.col(f"_r{column}")).otherwise(F.col(f"_l{column}")).alias(column)
-
-        return both.select(
-            *(c for c in kept if c != "`value`"),
-            F.col(raw).alias("value"),
-            F.when(is_right, event("_r", True)).otherwise(event("_l", False)).alias(dead_letter.EVENT_COLUMN),
-            pick(dead_letter.ERROR_COLUMN),
-            pick(dead_letter.MESSAGE_COLUMN),
-        )
+        return classify_two_topics(source, right_topic, self.left.classify, self.right.classify, event)
 
     def changes(self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False):
         """The store's change rows (``key``, ``tombstone``, :attr:`state_ddl`) for the processor's input,

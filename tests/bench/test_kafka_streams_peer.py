@@ -26,6 +26,16 @@ def classpath() -> str:
     return build()
 
 
+def _readback_consumer(settings, unique: str):
+    """A consumer for reading an output topic back whole (``read_partition``: it needs partition EOF)."""
+    from confluent_kafka import Consumer
+
+    from runtime.kafka_connection import client_config
+
+    settings_ = {"group.id": f"readback-{unique}", "enable.auto.commit": False, "enable.partition.eof": True}
+    return Consumer(client_config(settings.kafka, {**settings_, "log_level": 3}))
+
+
 def _compacted_view(settings, topic: str) -> dict[str, dict]:
     """Latest value per key of ``topic`` as JSON, tombstoned keys absent (what compaction converges to)."""
     return {key: json.loads(value) for key, value in answers.latest_per_key(settings.kafka, topic).items()}
@@ -429,9 +439,6 @@ def test_the_stream_table_join_twin_enriches_orders_as_of_their_time(
     the orders of each partition's last minute of stream time still held at the end, amounts as written."""
     from decimal import Decimal
 
-    from confluent_kafka import Consumer
-
-    from runtime.kafka_connection import client_config
     from spark_jobs.generators import orders as generator
     from spark_jobs.generators.producer import kafka_partition
     from spark_jobs.kafka_topics import partition_offsets, read_partition
@@ -464,17 +471,7 @@ def test_the_stream_table_join_twin_enriches_orders_as_of_their_time(
     finally:
         peer.stop()
 
-    consumer = Consumer(
-        client_config(
-            settings.kafka,
-            {
-                "group.id": f"readback-{unique}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "log_level": 3,
-            },
-        )
-    )
+    consumer = _readback_consumer(settings, unique)
     try:
         emitted = [
             (msg.key().decode(), json.loads(msg.value(), parse_float=Decimal))
@@ -511,9 +508,6 @@ def test_the_stream_stream_join_twin_matches_orders_and_payments(kafka_broker, s
     depends on the input alone."""
     from decimal import Decimal
 
-    from confluent_kafka import Consumer
-
-    from runtime.kafka_connection import client_config
     from spark_jobs.generators import payments as generator
     from spark_jobs.generators.producer import kafka_partition
     from spark_jobs.kafka_topics import read_partition
@@ -593,17 +587,7 @@ def test_the_stream_stream_join_twin_matches_orders_and_payments(kafka_broker, s
         for peer in peers.values():
             peer.stop()
 
-    consumer = Consumer(
-        client_config(
-            settings.kafka,
-            {
-                "group.id": f"readback-{unique}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "log_level": 3,
-            },
-        )
-    )
+    consumer = _readback_consumer(settings, unique)
     try:
         for how in joins:
             emitted = [

@@ -86,26 +86,19 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
     orders, paid = payments.adversarial(seed=7)
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, spec.source_partitions)
-    arrivals = sorted(r.arrival_ms for r in orders + paid)
-    bounds = [arrivals[len(arrivals) // 3], arrivals[2 * len(arrivals) // 3], arrivals[-1] + 1]
     harness = JobHarness(settings=settings, spark=spark)
-    written, results, letters = (0, 0), {}, []
-    for n, bound in enumerate(bounds):
-        chunk = (
-            [r for r in orders[written[0] :] if r.arrival_ms < bound],
-            [r for r in paid[written[1] :] if r.arrival_ms < bound],
-        )
-        payments.produce(settings.kafka, spec.source_topic, chunk[0], spec.source_partitions)
-        payments.produce(settings.kafka, spec.join_topic, chunk[1], spec.source_partitions)
-        written = (written[0] + len(chunk[0]), written[1] + len(chunk[1]))
+    chunks, results, letters = payments.arrival_chunks(orders, paid, 3), {}, []
+    for n, (_bound, order_chunk, payment_chunk) in enumerate(chunks):
+        payments.produce(settings.kafka, spec.source_topic, order_chunk, spec.source_partitions)
+        payments.produce(settings.kafka, spec.join_topic, payment_chunk, spec.source_partitions)
         bad = [b'{"order_id": "o9999", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
         result = harness.run(spec, [] if n < 2 else bad, keyed=False)
         results.update(_results(result.outputs))
         letters += [letter.reason for letter in result.dead_letters]
         if n == 1:
             shutil.rmtree(result.report.checkpoint)
-    assert written == (len(orders), len(paid))
 
+    bounds = [bound for bound, *_ in chunks]
     want = payments.expected_join_in_batches(orders, paid, 2, bounds, WINDOW_MS, GRACE_MS, "outer")
     assert results == want
     assert result.report.restores["order-payments"].keys > 0
@@ -148,9 +141,6 @@ def test_the_readme_shows_the_declaration_of_the_job():
     from pathlib import Path
 
     import spark_jobs.jobs.order_payments as job
+    from tests.helpers import readme_declaration
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    start = "ORDER_PAYMENTS = StreamStreamJoin("
-    declaration = readme[readme.index(start) :]
-    declaration = declaration[: declaration.index("\n)\n") + 3]
-    assert declaration in Path(job.__file__).read_text()
+    assert readme_declaration("ORDER_PAYMENTS = StreamStreamJoin(") in Path(job.__file__).read_text()

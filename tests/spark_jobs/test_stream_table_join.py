@@ -60,24 +60,16 @@ def test_orders_join_their_customer_as_of_their_time_whatever_the_arrival(settin
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, spec.source_partitions)
     harness = JobHarness(settings=settings, spark=spark)
-    arrivals = sorted(r.arrival_ms for r in stream + table)
-    bounds = [arrivals[len(arrivals) // 3], arrivals[2 * len(arrivals) // 3], arrivals[-1] + 1]
-    written, results, letters = (0, 0), {}, []
-    for n, bound in enumerate(bounds):
-        chunk = (
-            [r for r in stream[written[0] :] if r.arrival_ms < bound],
-            [r for r in table[written[1] :] if r.arrival_ms < bound],
-        )
-        orders.produce(settings.kafka, spec.source_topic, chunk[0], spec.source_partitions)
-        orders.produce(settings.kafka, spec.join_topic, chunk[1], spec.source_partitions)
-        written = (written[0] + len(chunk[0]), written[1] + len(chunk[1]))
+    results, letters = {}, []
+    for n, (_bound, stream_chunk, table_chunk) in enumerate(orders.arrival_chunks(stream, table, 3)):
+        orders.produce(settings.kafka, spec.source_topic, stream_chunk, spec.source_partitions)
+        orders.produce(settings.kafka, spec.join_topic, table_chunk, spec.source_partitions)
         bad = [b'{"customer_id": "c05", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
         result = harness.run(spec, [] if n < 2 else bad, keyed=False)
         results.update(_enriched(result.outputs))
         letters += [letter.reason for letter in result.dead_letters]
         if n == 1:
             shutil.rmtree(result.report.checkpoint)
-    assert written == (len(stream), len(table))
 
     want = orders.expected_enrichment(stream, table, spec.source_partitions, GRACE_MS, RETENTION_MS)
     assert results == want
@@ -144,12 +136,9 @@ def test_the_readme_shows_the_declaration_of_the_job():
     from pathlib import Path
 
     import spark_jobs.jobs.order_enrichment as job
+    from tests.helpers import readme_declaration
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    start = "ORDER_ENRICHMENT = StreamTableJoin("
-    declaration = readme[readme.index(start) :]
-    declaration = declaration[: declaration.index("\n)\n") + 3]
-    assert declaration in Path(job.__file__).read_text()
-    spec = get_job("order_enrichment")
+    assert readme_declaration("ORDER_ENRICHMENT = StreamTableJoin(") in Path(job.__file__).read_text()
+    readme, spec = (Path(__file__).parents[2] / "README.md").read_text(), get_job("order_enrichment")
     assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in readme
     assert 'kind="versioned", retention_ms=24 * 3600 * 1000' in readme and spec.stores[0].retention_ms == RETENTION_MS

@@ -173,18 +173,16 @@ def test_the_readme_shows_the_whole_declaration_of_the_job():
     from pathlib import Path
 
     import spark_jobs.jobs.customer_accounts as job
+    from tests.helpers import readme_declaration
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
     source = Path(job.__file__).read_text()
     for start in (
         "CUSTOMER_SCHEMA = T.StructType(",
         "ACCOUNT_SCHEMA = T.StructType(",
         "CUSTOMER_ACCOUNTS = TableJoin(",
     ):
-        declaration = readme[readme.index(start) :]
-        declaration = declaration[: declaration.index("\n)\n") + 3]
-        assert declaration in source, start
-    spec = get_job("customer_accounts")
+        assert readme_declaration(start) in source, start
+    readme, spec = (Path(__file__).parents[2] / "README.md").read_text(), get_job("customer_accounts")
     assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in readme
 
 
