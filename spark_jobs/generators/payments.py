@@ -330,13 +330,13 @@ class _Task:
         )
 
 
-def task_order(orders: list[Record], payments: list[Record]) -> list[tuple[str, int]]:
+def task_order(orders: list[Record], payments: list[Record], last: str | None = None) -> list[tuple[str, int]]:
     """The order in which a task takes the records of one orders and one payments partition (each list in
     offset order): ``(side, offset)`` pairs, ``side`` :data:`ORDER` or :data:`PAYMENT` (rule 1 of the module
-    docstring: the smaller head time first, on a tie the side not taken last, orders on a tie at the start)."""
+    docstring: the smaller head time first, on a tie the side not taken last (``last``), orders on a tie at the
+    start)."""
     taken: list[tuple[str, int]] = []
     heads = {ORDER: 0, PAYMENT: 0}
-    last = None
     while heads[ORDER] < len(orders) or heads[PAYMENT] < len(payments):
         o = orders[heads[ORDER]].time_ms if heads[ORDER] < len(orders) else None
         y = payments[heads[PAYMENT]].time_ms if heads[PAYMENT] < len(payments) else None
@@ -359,17 +359,16 @@ def expected_join(
     -> the output row (:data:`FIELDS`; Decimal amounts, the ISO times as given) of each result Kafka Streams'
     ``join`` (``inner``, ``left`` or ``outer``) emits, both lists written in their order to fresh topics of
     ``partitions`` partitions (see the module docstring for the rules)."""
-    results: dict[tuple, tuple] = {}
-    for p in range(partitions):
-        queues = {
-            side: [r for r in records if kafka_partition(r.key, partitions) == p]
-            for side, records in ((ORDER, orders), (PAYMENT, payments))
-        }
-        task = _Task(window_ms, grace_ms, join)
-        for side, offset in task_order(queues[ORDER], queues[PAYMENT]):
-            task.process(_Stored(side, p, offset, queues[side][offset]))
-        results.update(task.results)
-    return results
+    last_arrival = max((r.arrival_ms for r in orders + payments), default=0)
+    return expected_join_in_batches(orders, payments, partitions, [last_arrival + 1], window_ms, grace_ms, join)
+
+
+def _arrived_before(bound: int, records: list[Record]) -> list[Record]:
+    """The head of ``records`` (in arrival order) that arrived before ``bound``."""
+    end = 0
+    while end < len(records) and records[end].arrival_ms < bound:
+        end += 1
+    return records[:end]
 
 
 def expected_join_in_batches(
@@ -394,16 +393,10 @@ def expected_join_in_batches(
         task = _Task(window_ms, grace_ms, join)
         heads, last = {ORDER: 0, PAYMENT: 0}, None
         for bound in arrival_bounds:
-            ends = {side: heads[side] for side in queues}
-            for side, queue in queues.items():
-                while ends[side] < len(queue) and queue[ends[side]].arrival_ms < bound:
-                    ends[side] += 1
-            while heads[ORDER] < ends[ORDER] or heads[PAYMENT] < ends[PAYMENT]:
-                o = queues[ORDER][heads[ORDER]].time_ms if heads[ORDER] < ends[ORDER] else None
-                y = queues[PAYMENT][heads[PAYMENT]].time_ms if heads[PAYMENT] < ends[PAYMENT] else None
-                side = ORDER if y is None or (o is not None and (o < y or (o == y and last != ORDER))) else PAYMENT
-                task.process(_Stored(side, p, heads[side], queues[side][heads[side]]))
-                heads[side] += 1
+            batch = {side: _arrived_before(bound, queue[heads[side] :]) for side, queue in queues.items()}
+            for side, n in task_order(batch[ORDER], batch[PAYMENT], last):
+                task.process(_Stored(side, p, heads[side] + n, batch[side][n]))
                 last = side
+            heads = {side: heads[side] + len(batch[side]) for side in queues}
         results.update(task.results)
     return results
