@@ -41,6 +41,9 @@ SIDE_BY_SIDE_STEPS = ["plan", "prepare", "launch_new_version", "wait_caught_up",
 RESET_STEPS = ["plan", "stop", "reset", "restart"]
 MIGRATE_STEPS = ["plan", "migrate_state", "launch_new_version", "wait_caught_up", "compare"]
 FIRST_STEP = {"side_by_side": "prepare", "reset": "stop", "migrate": "migrate_state"}
+#: the start_offsets form's JSON schema: partition -> offset, or topic -> (partition -> offset)
+_OFFSET = {"type": "integer", "minimum": 0}
+_PARTITION_OFFSETS = {"propertyNames": {"pattern": r"^\d+$"}, "additionalProperties": _OFFSET}
 #: one run at a time per DAG (two reprocessings of one job must not interleave); retrying is a re-run
 COMMON = {
     "catchup": False,
@@ -96,9 +99,13 @@ COMMON = {
             None,
             type=["null", "object"],
             title="Start offsets",
-            description='start_from=offsets: {"partition": offset}, e.g. {"0": 120, "1": 95}.',
-            propertyNames={"pattern": r"^\d+$"},
-            additionalProperties={"type": "integer", "minimum": 0},
+            description='start_from=offsets: {"partition": offset}, e.g. {"0": 120, "1": 95}; for a job '
+            'reading two streams (a join), per topic: {"orders": {"0": 120}, "payments": {"0": 95}}.',
+            anyOf=[
+                {"type": "null"},
+                _PARTITION_OFFSETS,
+                {"additionalProperties": {"type": "object", **_PARTITION_OFFSETS}},
+            ],
         ),
         "truncate_outputs": Param(
             False,

@@ -23,6 +23,9 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru", "in_memory"]
 #: what a store's TTL counts: the wall clock of the driver, or the events' own times (see StoreSpec.ttl_clock)
 TtlClock = Literal["processing_time", "event_time"]
+#: what an input topic holds: a ``stream`` of events (each counts once, at its time) or a ``table`` (an upsert
+#: topic, a key's latest record its row: the topic as a whole is the table, so a reprocessing reads it whole)
+InputKind = Literal["stream", "table"]
 
 
 class JobSpecError(ValueError):
@@ -391,6 +394,14 @@ class JobSpec:
     def input_topics(self) -> tuple[str, ...]:
         """The topics the job reads from producers: ``source_topic``, then the ``join_topic`` if any."""
         return (self.source_topic, self.join_topic) if self.join_topic else (self.source_topic,)
+
+    def input_kinds(self) -> dict[str, InputKind]:
+        """Each of :attr:`input_topics` with what it holds (:data:`InputKind`): the declaration's inputs
+        (``StoreDeclaration.input_kinds``), or streams for a job built by a function. Imports the entrypoint."""
+        module_name, _, name = self.entrypoint.partition(":")
+        declared = getattr(importlib.import_module(module_name), name, None)
+        kinds = getattr(declared, "input_kinds", None) or ("stream",) * len(self.input_topics)
+        return dict(zip(self.input_topics, kinds, strict=True))
 
     @property
     def output_partitions(self) -> int:

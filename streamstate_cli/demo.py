@@ -260,7 +260,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     ends = {p: high for p, (_, high) in kafka_topics.partition_offsets(settings.kafka, spec.source_topic).items()}
 
     def caught_up() -> bool:
-        committed = committed_source_offsets(layout, settings.kafka) or {}
+        committed = (committed_source_offsets(layout, settings.kafka) or {}).get(spec.source_topic, {})
         return all(committed.get(p, 0) >= end for p, end in ends.items())
 
     with console.status("waiting for the job to commit every event…"):

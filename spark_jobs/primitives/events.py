@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from pyspark.sql import types as T
 
 from spark_jobs import dead_letter
-from spark_jobs.registry import JobSpecError
+from spark_jobs.registry import InputKind, JobSpecError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,7 @@ class JsonEvents:
     schema: T.StructType
     types: tuple[str, ...] = ()
     rules: Callable[[], Sequence[tuple[object, object]]] | None = None
+    input_kind: ClassVar[InputKind] = "stream"
 
     def check(self, job: str, key_field: str) -> None:
         """Refuse a declaration that cannot run, naming the job and the field."""

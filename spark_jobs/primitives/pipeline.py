@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 
 from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
 from spark_jobs.session import IN_MEMORY_PROVIDER, PROVIDER_CONF
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF
@@ -50,6 +50,11 @@ class StoreDeclaration:
     def source_columns(self) -> tuple[str, ...]:
         """The source's columns (``partition``, ``offset``, ``timestamp``, ``value``) the processor reads."""
         return ("offset",)
+
+    @property
+    def input_kinds(self) -> tuple[InputKind, ...]:
+        """What each of the spec's ``input_topics`` holds, in their order (``JobSpec.input_kinds``)."""
+        return (self.events.input_kind,)
 
     def store_rows(self, rows):
         """The rows of the processor's output (or of the restored store) that are the store's keys."""

@@ -43,7 +43,7 @@ from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import StoreDeclaration
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
-from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
@@ -84,6 +84,10 @@ class StreamStreamJoin(StoreDeclaration):
     fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
+
+    @property
+    def input_kinds(self) -> tuple[InputKind, ...]:
+        return (self.left.input_kind, self.right.input_kind)
 
     @property
     def events(self) -> JsonEvents:

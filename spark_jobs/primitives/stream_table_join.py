@@ -44,7 +44,7 @@ from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.primitives.top_n import UpsertTable
-from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
@@ -83,6 +83,10 @@ class StreamTableJoin(StoreDeclaration):
     right_prefix: str = ""
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("versioned", "key_value")
+
+    @property
+    def input_kinds(self) -> tuple[InputKind, ...]:
+        return (self.stream.input_kind, self.table.input_kind)
 
     @property
     def events(self) -> JsonEvents:

@@ -39,7 +39,7 @@ from spark_jobs import dead_letter
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
 from spark_jobs.primitives.top_n import UpsertTable
-from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError
 from spark_jobs.state.store_changes import TOMBSTONE
 
 JoinKind = Literal["inner", "left", "outer"]
@@ -124,6 +124,10 @@ class TableJoin(StoreDeclaration):
     right_prefix: str = ""
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
+
+    @property
+    def input_kinds(self) -> tuple[InputKind, ...]:
+        return (self.left.input_kind, self.right.input_kind)
 
     @property
     def events(self) -> UpsertTable:  # the input StoreDeclaration checks: the left table (check_primitive: both)

@@ -38,7 +38,7 @@ from pyspark.sql import types as T
 from spark_jobs import dead_letter
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, resolved
-from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
@@ -62,6 +62,7 @@ class UpsertTable:
     schema: T.StructType
     key: tuple[str, ...]
     key_format: KeyFormat = "json"
+    input_kind: ClassVar[InputKind] = "table"
 
     @property
     def key_schema(self) -> T.StructType:

@@ -36,10 +36,10 @@ def reports_table(settings: Settings):
 
 
 def _position(settings: Settings, spec: JobSpec) -> dict:
-    """How far the version has consumed the source (re-keyed and applied, for a version that re-keys it)."""
-    return {
-        str(p): o for p, o in (committed_source_offsets(JobLayout.of(spec, settings), settings.kafka) or {}).items()
-    }
+    """How far the version has consumed its inputs, topic -> partition -> offset (re-keyed and applied, for a
+    version that re-keys its source)."""
+    committed = committed_source_offsets(JobLayout.of(spec, settings), settings.kafka) or {}
+    return {topic: {str(p): o for p, o in by_p.items()} for topic, by_p in committed.items()}
 
 
 def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_version: int, run_id: str) -> dict:

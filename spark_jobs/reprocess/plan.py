@@ -28,10 +28,10 @@ from runtime.settings import Settings
 from spark_jobs.kafka_topics import existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease, LeaseHolder
-from spark_jobs.registry import JobSpec, JobSpecError, get_job, registered_versions
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError, get_job, registered_versions
 from spark_jobs.reprocess.chain import chain_notes, readers_of
-from spark_jobs.reprocess.positions import BadStartPosition, StartPosition
-from spark_jobs.state.checkpoint_offsets import latest_committed_batch_id
+from spark_jobs.reprocess.positions import EARLIEST, OFFSETS, BadStartPosition, StartPosition
+from spark_jobs.state.checkpoint_offsets import KafkaOffsets, latest_committed_batch_id
 from spark_jobs.state.source_position import committed_source_offsets
 from spark_jobs.versions import JobVersions
 
@@ -57,30 +57,40 @@ class Action:
     detail: str = ""
 
 
+def _int_keys(offsets: dict) -> KafkaOffsets:
+    """topic -> partition -> number with the partitions as ints again (JSON gave them as strings)."""
+    return {topic: {int(p): int(n) for p, n in by_partition.items()} for topic, by_partition in offsets.items()}
+
+
 @dataclasses.dataclass
 class ReprocessPlan:
     job: str
     mode: str
     current_version: int
     target_version: int
-    input_topic: str
+    #: every topic the version reads from producers (``JobSpec.input_topics``) -> what it holds (stream or table)
+    inputs: dict[str, InputKind]
     start: str
-    #: partition -> first offset to process (explicit: resolved when the plan was made)
-    start_offsets: dict[int, int]
-    #: partition -> high watermark when the plan was made
-    input_end: dict[int, int]
+    #: topic -> partition -> first offset to process (explicit: resolved when the plan was made)
+    start_offsets: KafkaOffsets
+    #: topic -> partition -> high watermark when the plan was made
+    input_end: KafkaOffsets
     truncate_outputs: bool
     made_at: str
     actions: list[Action] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
-    #: partition -> records the source no longer held before the requested start (accepted gaps only)
-    history_gap: dict[int, int] = dataclasses.field(default_factory=dict)
-    #: the source topic's time and size retention when the plan was made
-    source_retention: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: topic -> partition -> records the topic no longer held before the requested start (accepted gaps only)
+    history_gap: KafkaOffsets = dataclasses.field(default_factory=dict)
+    #: topic -> its time and size retention when the plan was made
+    source_retention: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def records_to_process(self) -> int:
-        return sum(max(0, self.input_end.get(p, 0) - o) for p, o in self.start_offsets.items())
+        return sum(
+            max(0, self.input_end.get(topic, {}).get(p, 0) - o)
+            for topic, offsets in self.start_offsets.items()
+            for p, o in offsets.items()
+        )
 
     def spec(self) -> JobSpec:
         """The version this run (re)processes with."""
@@ -88,9 +98,8 @@ class ReprocessPlan:
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        data["start_offsets"] = {str(p): o for p, o in self.start_offsets.items()}
-        data["input_end"] = {str(p): o for p, o in self.input_end.items()}
-        data["history_gap"] = {str(p): n for p, n in self.history_gap.items()}
+        for name in ("start_offsets", "input_end", "history_gap"):
+            data[name] = {t: {str(p): n for p, n in by_p.items()} for t, by_p in getattr(self, name).items()}
         data["records_to_process"] = self.records_to_process
         return data
 
@@ -98,9 +107,8 @@ class ReprocessPlan:
     def from_dict(cls, data: dict) -> ReprocessPlan:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
-        values["start_offsets"] = {int(p): int(o) for p, o in data["start_offsets"].items()}
-        values["input_end"] = {int(p): int(o) for p, o in data["input_end"].items()}
-        values["history_gap"] = {int(p): int(n) for p, n in data.get("history_gap", {}).items()}
+        for name in ("start_offsets", "input_end", "history_gap"):
+            values[name] = _int_keys(data.get(name, {}))
         values["actions"] = [Action(**a) for a in data.get("actions", [])]
         return cls(**values)
 
@@ -108,23 +116,25 @@ class ReprocessPlan:
         """The plan as people read it (task log, dry run)."""
         target = f"v{self.target_version}" + ("" if self.mode == RESET else f" beside v{self.current_version}")
         target += f", state migrated from v{self.current_version}" if self.mode == MIGRATE else ""
-        lines = [
-            f"Reprocessing plan: {self.job} {target}, mode {self.mode} (made {self.made_at})",
-            f"  input {self.input_topic}, start: {self.start}",
-            "  source retention: " + (", ".join(f"{k}={v}" for k, v in self.source_retention.items()) or "unknown"),
-            *(
-                f"  HISTORY GAP (accepted): partition {p}: up to {n} records before the start are no longer in the "
-                "source; the new state is built without them"
-                for p, n in sorted(self.history_gap.items())
-            ),
-            *(
-                f"    partition {p}: from offset {o} (end now {self.input_end.get(p)}; "
-                f"{max(0, self.input_end.get(p, 0) - o)} records)"
-                for p, o in sorted(self.start_offsets.items())
-            ),
-            f"  records to process: {self.records_to_process}",
-            "  steps:",
-        ]
+        lines = [f"Reprocessing plan: {self.job} {target}, mode {self.mode} (made {self.made_at})"]
+        for topic, kind in self.inputs.items():
+            start = self.start if kind == "stream" or self.mode == MIGRATE else "earliest (a table is read whole)"
+            retention = self.source_retention.get(topic, {})
+            lines += [
+                f"  input {topic} ({kind}), start: {start}",
+                "    retention: " + (", ".join(f"{k}={v}" for k, v in retention.items()) or "unknown"),
+                *(
+                    f"    HISTORY GAP (accepted): partition {p}: up to {n} records before the start are no longer "
+                    "in the topic; the new state is built without them"
+                    for p, n in sorted(self.history_gap.get(topic, {}).items())
+                ),
+                *(
+                    f"    partition {p}: from offset {o} (end now {self.input_end.get(topic, {}).get(p)}; "
+                    f"{max(0, self.input_end.get(topic, {}).get(p, 0) - o)} records)"
+                    for p, o in sorted(self.start_offsets.get(topic, {}).items())
+                ),
+            ]
+        lines += [f"  records to process: {self.records_to_process}", "  steps:"]
         width = max((len(a.verb) for a in self.actions), default=4)
         for i, a in enumerate(self.actions, 1):
             size = f" [{a.size}]" if a.size else ""
@@ -132,6 +142,14 @@ class ReprocessPlan:
             lines.append(f"   {i:2}. {a.step:<16} {a.verb:<{width}} {a.kind} {a.target}{size}{detail}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def history_gap_text(self) -> str:
+        """The accepted history gap in a sentence ("" without one): a report must not look like a full replay."""
+        return ", ".join(
+            f"{topic} partition {p}: up to {n} records before the start were no longer in the topic"
+            for topic, gaps in self.history_gap.items()
+            for p, n in sorted(gaps.items())
+        )
 
 
 # ----- sizes of what exists ------------------------------------------------------------------------
@@ -216,10 +234,10 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             "or use mode=reset to reprocess in place"
         )
     if mode == MIGRATE:
-        from spark_jobs.state.migration import MigrationRefused, refuse_rekeyed
+        from spark_jobs.state.migration import MigrationRefused, refuse_unportable_position
 
         try:
-            refuse_rekeyed(current, target)
+            refuse_unportable_position(current, target)
         except MigrationRefused as err:
             raise BadReprocessRequest(str(err)) from None
     dry_run = bool(params.get("dry_run", True))
@@ -228,19 +246,15 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
             "(or run with dry_run to see the plan)"
         )
-    if target.join_topic or current.join_topic:
-        # A plan holds one input's start and end; a join's second input would start nowhere in particular.
+    missing = [topic for topic in target.input_topics if not existing_topics(settings.kafka, [topic])]
+    if missing:
         raise BadReprocessRequest(
-            f"{job} joins two topics ({', '.join(target.input_topics)}): reprocessing, resetting and migrating a "
-            "join job are not supported yet (stop it, and start a new version to rebuild its state from earliest)"
-        )
-    if not existing_topics(settings.kafka, [target.source_topic]):
-        raise BadReprocessRequest(
-            f"{job} v{target.version}'s source topic {target.source_topic!r} does not exist on "
+            f"{job} v{target.version}'s input topic {missing[0]!r} does not exist on "
             f"{settings.kafka_bootstrap_servers}: there is nothing to reprocess"
         )
-    bounds = partition_offsets(settings.kafka, target.source_topic)
-    end = {p: high for p, (_low, high) in bounds.items()}
+    inputs = target.input_kinds()
+    bounds = {topic: partition_offsets(settings.kafka, topic) for topic in inputs}
+    end = {topic: {p: high for p, (_low, high) in by_p.items()} for topic, by_p in bounds.items()}
     if mode == MIGRATE:
         # the new version starts where the current version's state stands, not at a chosen position
         committed = committed_source_offsets(JobLayout.of(current, settings), settings.kafka)
@@ -249,8 +263,8 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
     else:
         position = StartPosition.from_params(params)
         try:
-            start, gap = position.resolve(
-                settings.kafka, target.source_topic, now, accept_history_gap=bool(params.get("accept_history_gap"))
+            start, gap = position.resolve_inputs(
+                settings.kafka, inputs, now, accept_history_gap=bool(params.get("accept_history_gap"))
             )
         except BadStartPosition as err:
             raise BadReprocessRequest(str(err)) from None
@@ -260,20 +274,29 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
         mode=mode,
         current_version=current.version,
         target_version=target.version,
-        input_topic=target.source_topic,
+        inputs=inputs,
         start=start_text,
         start_offsets=start,
         input_end=end,
         truncate_outputs=bool(params.get("truncate_outputs")),
         made_at=now.isoformat(timespec="seconds"),
         history_gap=gap,
-        source_retention=source_retention(settings.kafka, target.source_topic),
+        source_retention={topic: source_retention(settings.kafka, topic) for topic in inputs},
     )
-    if mode != MIGRATE and position.kind == "earliest" and any(low > 0 for low, _high in bounds.values()):
+    for topic, by_p in bounds.items():
+        from_earliest = mode != MIGRATE and (position.kind == EARLIEST or inputs[topic] == "table")
+        if from_earliest and any(low > 0 for low, _h in by_p.values()):
+            plan.notes.append(
+                f"the retention of {topic} already deleted the head of "
+                + ", ".join(f"partition {p} (offsets below {low})" for p, (low, _h) in sorted(by_p.items()) if low > 0)
+                + ": earliest is what remains, not the whole history"
+            )
+    if mode != MIGRATE and position.kind != EARLIEST and "table" in inputs.values():
+        tables = [topic for topic, kind in inputs.items() if kind == "table"]
         plan.notes.append(
-            "the source's retention already deleted the head of "
-            + ", ".join(f"partition {p} (offsets below {low})" for p, (low, _h) in sorted(bounds.items()) if low > 0)
-            + ": earliest is what remains, not the whole history"
+            f"{', '.join(tables)} {'is a table' if len(tables) == 1 else 'are tables'}: read from earliest whatever "
+            "the start (the topic is the table: started later, rows last changed before the start would be missing)"
+            + (" unless start_offsets name it" if position.kind == OFFSETS else "")
         )
     if mode == SIDE_BY_SIDE:
         _side_by_side_actions(plan, settings, current, target)
@@ -350,7 +373,7 @@ def _side_by_side_actions(
                 "start position",
                 str(art.start_offsets_file),
                 checkpoint_size(art, bootstrap),
-                f"{plan.input_topic} from {plan.start_offsets}"
+                _starts_text(plan)
                 + (
                     f" (its re-keying stage's start; {art.repartition_topic} from its beginning)"
                     if art.repartition
@@ -386,7 +409,7 @@ def _side_by_side_actions(
             "wait_caught_up",
             "wait",
             "input position",
-            plan.input_topic,
+            ", ".join(plan.inputs),
             f"{plan.records_to_process} records",
             f"until v{target.version} has committed the input end at that time"
             + (f" (re-keyed, and applied from {art.repartition_topic})" if art.repartition else ""),
@@ -497,7 +520,7 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
             "start position",
             str(art.start_offsets_file),
             "",
-            f"{plan.input_topic} from {plan.start_offsets}",
+            _starts_text(plan),
         )
     )
     add(Action("restart", "start", "driver", target.application_id, "", "supervision resumes"))
@@ -508,8 +531,15 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
         )
 
 
-def write_start_offsets(layout: JobLayout, topic: str, offsets: dict[int, int]) -> Location:
-    """Leave the start position where the job's first query reads it (``JobContext.starting_offsets``)."""
+def _starts_text(plan: ReprocessPlan) -> str:
+    return "; ".join(f"{topic} from {offsets}" for topic, offsets in plan.start_offsets.items())
+
+
+def write_start_offsets(layout: JobLayout, offsets: KafkaOffsets) -> Location:
+    """Leave the start position (topic -> partition -> offset, every input of the version) where the job's first
+    query reads it (``JobContext.starting_offsets``)."""
     path = layout.start_offsets_file
-    path.write_text(json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}}, indent=2))
+    path.write_text(
+        json.dumps({topic: {str(p): o for p, o in sorted(by_p.items())} for topic, by_p in offsets.items()}, indent=2)
+    )
     return path

@@ -4,6 +4,13 @@ The reset tool takes ``--to-earliest``, ``--to-datetime``, ``--by-duration`` and
 trigger form takes the same four. Whatever the form says, the plan carries *explicit* offsets per
 partition, resolved once when the plan is made: the dry run shows exactly what a real run does, and
 a retried step reuses the plan instead of resolving "6 hours ago" a second time.
+
+A job with several inputs (a join) gets a start per input topic (:meth:`StartPosition.resolve_inputs`): the
+position applies to its **streams**; a **table** (an upsert topic, ``JobSpec.input_kinds``) is read from its
+earliest offset whatever the position, because the topic as a whole is the table: started at "6 hours ago" it
+would lack every row last changed before then, and a stream event joined to it would miss its row. (Kafka
+Streams' reset tool moves every input topic alike; a table's topic then loses its old rows the same way.)
+Explicit offsets name their topic when a job has two streams: ``{"orders": {"0": 120}, "payments": {"0": 95}}``.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from collections.abc import Mapping
 
 from runtime.kafka_connection import KafkaTarget
 from spark_jobs.kafka_topics import offsets_for_time, partition_offsets
+from spark_jobs.registry import InputKind
+from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 EARLIEST, DATETIME, DURATION, OFFSETS = "earliest", "datetime", "duration", "offsets"
 KINDS = (EARLIEST, DATETIME, DURATION, OFFSETS)
@@ -98,13 +107,17 @@ class StartPosition:
         elif self.kind == OFFSETS:
             if not self.offsets or not isinstance(self.offsets, Mapping):
                 raise BadStartPosition('start_from=offsets needs start_offsets, e.g. {"0": 120, "1": 95}')
-            for partition, offset in self.offsets.items():
-                if not str(partition).isdigit():
-                    raise BadStartPosition(f"start_offsets: partition {partition!r} is not a partition number")
-                if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            for offsets in self.offsets.values() if self.names_topics else (self.offsets,):
+                if not isinstance(offsets, Mapping):
                     raise BadStartPosition(
-                        f"start_offsets: offset {offset!r} of partition {partition} must be an integer >= 0"
+                        'start_offsets: name every topic\'s offsets, e.g. {"orders": {"0": 120}, "payments": {"0": 95}}'
                     )
+                _check_partition_offsets(offsets)
+
+    @property
+    def names_topics(self) -> bool:
+        """Explicit offsets given per topic (``{"orders": {"0": 120}}``) rather than per partition."""
+        return bool(self.offsets) and any(not str(name).isdigit() for name in self.offsets)
 
     def describe(self) -> str:
         return {
@@ -141,6 +154,50 @@ class StartPosition:
             )
         return offsets, gaps
 
+    def resolve_inputs(
+        self,
+        kafka: KafkaTarget,
+        inputs: Mapping[str, InputKind],
+        now: dt.datetime,
+        *,
+        accept_history_gap: bool = False,
+    ) -> tuple[KafkaOffsets, KafkaOffsets]:
+        """:meth:`resolve` for each of a job's ``inputs`` (topic -> kind, ``JobSpec.input_kinds``): (topic ->
+        partition -> first offset, topic -> partition -> records no longer held before it). A stream starts at
+        this position; a table at its earliest offset (see the module docstring), unless explicit offsets name
+        it. Explicit offsets for a job with two streams must name their topics.
+
+        Raises:
+            BadStartPosition: as :meth:`resolve`, and offsets naming a topic the job does not read, or not
+                saying which of two streams they are for.
+        """
+        self.validate(now)
+        streams = [topic for topic, kind in inputs.items() if kind == "stream"]
+        if self.kind == OFFSETS:
+            if not self.names_topics and len(streams) != 1:
+                raise BadStartPosition(
+                    f"start_offsets: the job reads {', '.join(inputs)}: name each topic's offsets, e.g. "
+                    + json.dumps({topic: {"0": 0} for topic in inputs})
+                )
+            unknown = sorted(set(self.offsets) - set(inputs)) if self.names_topics else []
+            if unknown:
+                raise BadStartPosition(f"start_offsets: the job does not read {unknown} (it reads {', '.join(inputs)})")
+        starts: KafkaOffsets = {}
+        gaps: KafkaOffsets = {}
+        for topic, kind in inputs.items():
+            position = self._for_input(topic, kind, streams)
+            starts[topic], gap = position.resolve(kafka, topic, now, accept_history_gap=accept_history_gap)
+            if gap:
+                gaps[topic] = gap
+        return starts, gaps
+
+    def _for_input(self, topic: str, kind: InputKind, streams: list[str]) -> StartPosition:
+        """The position one input starts at (see :meth:`resolve_inputs`)."""
+        if self.kind == OFFSETS:
+            offsets = self.offsets.get(topic) if self.names_topics else (self.offsets if topic in streams else None)
+            return StartPosition(OFFSETS, offsets=offsets) if offsets else StartPosition(EARLIEST)
+        return self if kind == "stream" else StartPosition(EARLIEST)
+
     def _resolve(self, kafka: KafkaTarget, topic: str, now: dt.datetime) -> tuple[dict[int, int], dict[int, int]]:
         self.validate(now)
         try:
@@ -176,3 +233,11 @@ class StartPosition:
                 gaps[p] = low - offset
         # Partitions not named keep the earliest position, like the reset tool's per-partition form.
         return {p: max(requested.get(p, low), low) for p, (low, _high) in bounds.items()}, gaps
+
+
+def _check_partition_offsets(offsets: Mapping) -> None:
+    for partition, offset in offsets.items():
+        if not str(partition).isdigit():
+            raise BadStartPosition(f"start_offsets: partition {partition!r} is not a partition number")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise BadStartPosition(f"start_offsets: offset {offset!r} of partition {partition} must be an integer >= 0")

@@ -59,7 +59,7 @@ def _reset(settings: Settings, plan: ReprocessPlan, layout: JobLayout) -> dict:
         done["dead_letters_deleted"] = truncate_topic(bootstrap, layout.dead_letter_topic)
         if layout.output_topic:  # the results jobs downstream read: recomputed from the start position
             done["output_topic_records_deleted"] = truncate_topic(bootstrap, layout.output_topic)
-    done["start_offsets_file"] = str(write_start_offsets(layout, plan.input_topic, plan.start_offsets))
+    done["start_offsets_file"] = str(write_start_offsets(layout, plan.start_offsets))
     log.info("reset %s: %s", layout.application_id, done)
     return done
 

@@ -144,8 +144,9 @@ def _migration(new: JobSpec, store: str) -> StoreMigration:
     return next((m for m in new.migrations if m.store == store), StoreMigration(store))
 
 
-def refuse_rekeyed(old: JobSpec, new: JobSpec) -> None:
-    """A migration to or from a version that re-keys its source (``JobSpec.repartition``) is refused.
+def refuse_unportable_position(old: JobSpec, new: JobSpec) -> None:
+    """A migration whose input position would not mean the same in the new version is refused: to or from a
+    version that re-keys its source (``JobSpec.repartition``), or between versions reading other topics.
 
     A migrated snapshot carries the old version's position in *its* input, and the new version resumes
     its input there. A re-keyed version's input is its own repartition topic, whose offsets mean nothing in
@@ -154,9 +155,18 @@ def refuse_rekeyed(old: JobSpec, new: JobSpec) -> None:
     partition) is not recorded with the state. Recomputing the state from the source (side_by_side from
     a start position) is what stays exact.
 
+    A join reads two topics, and a migrated state's position holds both; a version reading other topics (or
+    only one of them) would start where that position says nothing.
+
     Raises:
-        MigrationRefused: either version re-keys its source.
+        MigrationRefused: either version re-keys its source, or the two read different topics.
     """
+    if old.input_topics != new.input_topics:
+        raise MigrationRefused(
+            f"job {new.name}: migrate v{old.version} -> v{new.version} is not supported: v{old.version} reads "
+            f"{', '.join(old.input_topics)} and v{new.version} {', '.join(new.input_topics)}; a migrated state "
+            "carries its position in the old version's inputs. Reprocess side_by_side from a start position instead"
+        )
     rekeyed = [f"v{spec.version}" for spec in (old, new) if spec.repartition]
     if rekeyed:
         raise MigrationRefused(
@@ -171,7 +181,7 @@ def plan_migration(settings: Settings, old: JobSpec, new: JobSpec) -> MigrationP
     """What a migration from ``old`` to ``new`` would read and write (reads sizes; changes nothing).
 
     Raises:
-        MigrationRefused: either version re-keys its source (:func:`refuse_rekeyed`), the new version
+        MigrationRefused: either version re-keys its source (:func:`refuse_unportable_position`), the new version
             already runs from its own state, a declared source store does not exist, or the old version
             has no state to migrate.
     """
@@ -179,7 +189,7 @@ def plan_migration(settings: Settings, old: JobSpec, new: JobSpec) -> MigrationP
         raise MigrationRefused(
             f"a migration goes from one version of a job to another, not {old.application_id} -> {new.application_id}"
         )
-    refuse_rekeyed(old, new)
+    refuse_unportable_position(old, new)
     old_layout, new_layout = JobLayout.of(old, settings), JobLayout.of(new, settings)
     if latest_committed_batch_id(new_layout.checkpoint) is not None:
         raise MigrationRefused(

@@ -1,4 +1,4 @@
-"""How far a job version has consumed its source: the one answer the reprocessing plan, the catch-up
+"""How far a job version has consumed its sources: the one answer the reprocessing plan, the catch-up
 wait, the comparison and the promotion read.
 
 For a job reading its source directly, that is the offsets its checkpoint's newest committed batch ends
@@ -22,20 +22,30 @@ Reading the pending records costs as many records as the stateful stage is behin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from runtime.kafka_connection import KafkaTarget
 from spark_jobs.layout import JobLayout
-from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+from spark_jobs.state.checkpoint_offsets import (
+    KafkaOffsets,
+    batch_end_offsets,
+    committed_input_offsets,
+    latest_committed_batch_id,
+)
 
 _TIMEOUT_S = 30.0
 
 
-def committed_source_offsets(layout: JobLayout, kafka: KafkaTarget) -> dict[int, int] | None:
-    """partition -> next source offset the version has yet to consume, or None before its first batch
-    (see the module docstring; ``kafka`` is read for a re-keyed version only)."""
+def committed_source_offsets(layout: JobLayout, kafka: KafkaTarget) -> KafkaOffsets | None:
+    """input topic -> partition -> next offset the version has yet to consume, for each topic producers write
+    (``source_topic``, and a join's ``join_topic``: one query reads both, one offset log holds both), or None
+    before its first batch (see the module docstring; ``kafka`` is read for a re-keyed version only)."""
     if not layout.repartition:
-        return committed_input_offsets(layout.checkpoint, layout.source_topic)
+        batch = latest_committed_batch_id(layout.checkpoint)
+        if batch is None:
+            return None
+        ends = batch_end_offsets(layout.checkpoint, batch)
+        return {topic: ends.get(topic, {}) for topic in layout.state_input_topics}
     rekeyed = committed_input_offsets(layout.repartition_checkpoint, layout.source_topic)
     if rekeyed is None:
         return None
@@ -43,11 +53,11 @@ def committed_source_offsets(layout: JobLayout, kafka: KafkaTarget) -> dict[int,
     applied = committed_input_offsets(layout.checkpoint, layout.repartition_topic)
     behind = pending_ranges(ends, applied or {})
     if not behind:
-        return dict(rekeyed)
+        return {layout.source_topic: dict(rekeyed)}
     if applied is None:  # re-keyed records wait, and the stateful stage has not completed a batch yet
         return None
     origins = _pending_origins(kafka, layout.repartition_topic, layout.source_topic, behind)
-    return applied_source_offsets(rekeyed, origins)
+    return {layout.source_topic: applied_source_offsets(rekeyed, origins)}
 
 
 def pending_ranges(ends: dict[int, int], applied: dict[int, int]) -> dict[int, tuple[int, int]]:
@@ -65,10 +75,17 @@ def applied_source_offsets(rekeyed: dict[int, int], pending_origins: Iterable[tu
     return position
 
 
-def source_behind(committed: dict[int, int] | None, targets: dict[int, int]) -> dict[int, int]:
-    """partition -> records the version has still to consume to reach ``targets`` (empty: caught up)."""
+def source_behind(committed: KafkaOffsets | None, targets: Mapping[str, Mapping]) -> KafkaOffsets:
+    """topic -> partition -> records the version has still to consume to reach ``targets`` (topic -> partition
+    -> offset; partitions as ints or strings, as JSON gives them); empty: caught up."""
     committed = committed or {}
-    return {int(p): int(t) - committed.get(int(p), 0) for p, t in targets.items() if committed.get(int(p), 0) < int(t)}
+    behind: KafkaOffsets = {}
+    for topic, offsets in targets.items():
+        done = committed.get(topic) or {}
+        late = {int(p): int(t) - done.get(int(p), 0) for p, t in offsets.items() if done.get(int(p), 0) < int(t)}
+        if late:
+            behind[topic] = late
+    return behind
 
 
 def committed_ends(kafka: KafkaTarget, topic: str) -> dict[int, int]:

@@ -96,6 +96,8 @@ def test_reprocess_job_runs_each_mode_through_its_own_first_step_then_the_shared
         ({"start_datetime": "last tuesday"}, "start_datetime"),
         ({"start_offsets": {"0": -5}}, "start_offsets"),
         ({"start_offsets": {"first": 3}}, "start_offsets"),
+        ({"start_offsets": {"orders": {"0": -1}}}, "start_offsets"),
+        ({"start_offsets": {"orders": {"first": 1}}}, "start_offsets"),
         ({"catch_up_timeout_min": 0}, "catch_up_timeout_min"),
     ],
 )
@@ -114,6 +116,7 @@ def test_reprocess_form_rejects_bad_input_at_trigger_time(dagbag_for, conf, para
         return params.validate()
 
     assert validate({})["dry_run"] is True  # the defaults are a valid, dry-run request
+    validate({"start_from": "offsets", "start_offsets": {"orders": {"0": 12}, "payments": {"1": 0}}})  # a join's
     validate(
         {
             "start_from": "offsets",

@@ -50,7 +50,13 @@ PLAUSIBLE = {
     "start_duration": st.none()
     | st.sampled_from(["6h", "90m", "2d", "PT6H", "P1D", "0s", "99999999d", "P", "6 h", "-1h"]),
     "start_offsets": st.none()
-    | st.dictionaries(st.sampled_from(["0", "1", "7", "x", "-1"]), st.integers(-5, 10**19), max_size=3),
+    | st.dictionaries(st.sampled_from(["0", "1", "7", "x", "-1"]), st.integers(-5, 10**19), max_size=3)
+    # per topic, for a job reading two streams (a join), or a topic it does not read
+    | st.dictionaries(
+        st.sampled_from(["placed-orders", "payments", "purchases", "0"]),
+        st.dictionaries(st.sampled_from(["0", "1", "x"]), st.integers(-5, 10**19), max_size=2) | st.integers(0, 9),
+        max_size=2,
+    ),
     "truncate_outputs": st.booleans(),
     "dry_run": st.just(True) | st.booleans(),
     "confirm": st.none() | st.sampled_from([*latest_jobs(), "yes"]),
@@ -82,7 +88,8 @@ def test_any_reprocessing_form_is_planned_or_refused_with_a_reason(kafka_broker,
     from airflow.sdk.definitions.param import ParamValidationError, process_params
 
     for spec in latest_jobs().values():  # the inputs exist (empty): a plan can be made
-        ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)
+        for topic in spec.input_topics:
+            ensure_topic(settings.kafka_bootstrap_servers, topic, spec.source_partitions)
     outcomes = {"refused by the form": 0, "refused by the plan": 0, "planned": 0}
 
     # A form costs milliseconds (a plan, a few Kafka metadata reads): five times the profile's examples.
@@ -92,6 +99,8 @@ def test_any_reprocessing_form_is_planned_or_refused_with_a_reason(kafka_broker,
     @example({"job": "purchase_counts", "mode": "reset", "start_from": "earliest", "dry_run": True})
     @example({"job": "purchase_counts", "mode": "reset", "start_from": "offsets", "dry_run": True})
     @example({"job": "purchase_counts", "mode": "sideways"})
+    @example({"job": "order_payments", "mode": "reset", "start_from": "offsets", "start_offsets": {"0": 1}})
+    @example({"job": "order_payments", "mode": "reset", "start_from": "offsets", "start_offsets": {"payments": {}}})
     # starts before 1970 (ListOffsets took a negative time for a sentinel: UNSUPPORTED_VERSION) and before year 1
     @example({"job": "vote_counts", "start_from": "datetime", "start_datetime": "0001-01-01T10:00:00Z"})
     @example({"job": "vote_counts", "start_from": "duration", "start_duration": "99999999d"})

@@ -133,7 +133,7 @@ def test_a_reprocessing_dry_run_shows_its_plan_in_the_task_log(ui, airflow, purc
     with ui.screenshot_on_failure("reprocess-plan-log"):
         log = ui.task_log("reprocess_job", run_id, "plan", expect="DRY RUN - nothing will be changed")
         assert f"Reprocessing plan: {JOB.name} v{JOB.version}, mode reset" in log
-        assert f"input {JOB.source_topic}, start: earliest" in log and "records to process: 400" in log
+        assert f"input {JOB.source_topic} (stream), start: earliest" in log and "records to process: 400" in log
         assert "delete checkpoint" in log and "restart" in log
     assert airflow.task_states("reprocess_job", "reset")[run_id] == "skipped"  # a dry run changes nothing
 

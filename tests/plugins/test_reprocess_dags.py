@@ -9,6 +9,8 @@ Delta tables read back with delta-rs, Kafka read back with a consumer.
 - re-keyed: ``rekeyed_gift_counts`` re-keys an unkeyed source; v2 reprocesses from a source position beside
   v1 (its re-keying stage starts there), is waited for through both its stages, compared at aligned source
   positions and promoted.
+- a join: ``joined_orders`` (a stream-table join) v2 reprocesses from a date-time beside v1, its orders from
+  there and its customers table whole; promoted; v3 starts from v2's state, migrated, at its position in both.
 - reset: ``reset_counts`` (re-keyed) reset to a date-time reprocesses only what came after it, with a
   changelog and a repartition topic holding nothing from before; the dry run before it changes nothing; a
   bad form is rejected; the version's warm standby is stopped first (the reset deletes the snapshots it
@@ -32,9 +34,10 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
+from spark_jobs.generators import orders
 from spark_jobs.generators.producer import produce_unkeyed
 from spark_jobs.generators.purchases import expected_counts, generate, produce
-from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets, truncate_topic
+from spark_jobs.kafka_topics import ensure_topic, existing_topics, offsets_for_time, partition_offsets, truncate_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
@@ -51,7 +54,7 @@ from tests.helpers import wait_for as _wait
 pytestmark = pytest.mark.integration
 
 JOB_MODULES = "tests.fixtures.reprocess_jobs"
-FIXTURE_JOBS = ("gift_card_counts", "reset_counts", "tiered_counts", "rekeyed_gift_counts")
+FIXTURE_JOBS = ("gift_card_counts", "reset_counts", "tiered_counts", "rekeyed_gift_counts", "joined_orders")
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,7 @@ def run_dag(dags_test, settings):
     would otherwise keep polling their topics through the tests after it)."""
     yield dags_test
     for name in FIXTURE_JOBS:
-        for version in (1, 2):
+        for version in (1, 2, 3):
             try:
                 app = get_job(name, version).application_id
             except Exception:
@@ -109,8 +112,11 @@ def _caught_up(settings, spec) -> None:
 
 
 def _consumed(settings, spec) -> None:
-    """Wait until ``spec``'s version has consumed its whole source (re-keyed and applied, when it re-keys)."""
-    end = {p: high for p, (_, high) in partition_offsets(settings.kafka_bootstrap_servers, spec.source_topic).items()}
+    """Wait until ``spec``'s version has consumed every input whole (re-keyed and applied, when it re-keys)."""
+    end = {
+        topic: {p: high for p, (_, high) in partition_offsets(settings.kafka, topic).items()}
+        for topic in spec.input_topics
+    }
     layout = JobLayout.of(spec, settings)
     _wait(
         lambda: committed_source_offsets(layout, settings.kafka) == end, 240, f"{spec.application_id} to consume {end}"
@@ -245,12 +251,14 @@ def test_a_rekeyed_version_reprocessed_from_a_position_beside_the_current_one_an
     _ok(dry)
     assert f"{v2.application_id}-repartition from its beginning" in dry.stdout + dry.stderr
     _ok(run_dag("reprocess_job", {**form, "dry_run": False, "catch_up_timeout_min": 5}))
-    assert committed_source_offsets(JobLayout.of(v2, settings), settings.kafka) == end
+    assert committed_source_offsets(JobLayout.of(v2, settings), settings.kafka) == {v1.source_topic: end}
     assert _counts(str(settings.lake / v2.output_table_dir)) == correct  # only what came after the start
 
     report = next(r for r in read_rows(reports_table(settings)) if r["job"] == v1.name)
     assert (
-        json.loads(report["old_position"]) == json.loads(report["new_position"]) == {str(p): o for p, o in end.items()}
+        json.loads(report["old_position"])
+        == json.loads(report["new_position"])
+        == {v1.source_topic: {str(p): o for p, o in end.items()}}
     )
     assert report["aligned"] is True
     users = set(old) | set(correct)
@@ -426,3 +434,109 @@ def test_reset_from_a_datetime_after_a_dry_run(settings, kafka_broker, run_dag):
     ]
     assert [o for o, _ in outcomes] == ["dry_run", "rejected", "succeeded"]
     assert "has no partition [5]" in outcomes[1][1]
+
+
+def _enriched(path) -> dict[tuple[int, int], tuple]:
+    """An enrichment output table as the reference gives it: (partition, offset of the order) -> the row."""
+    return {
+        (r["source_partition"], r["source_offset"]): (
+            r["customer_id"],
+            r["order_id"],
+            r["amount"],
+            orders.iso_time(int(r["event_time"].timestamp() * 1000)),
+            r["name"],
+            r["tier"],
+        )
+        for r in read_rows(path)
+    }
+
+
+def test_a_join_reprocessed_from_a_datetime_beside_the_current_version_then_migrated(settings, kafka_broker, run_dag):
+    """``joined_orders`` (orders LEFT JOIN a versioned customers table) over three sets of orders and customer
+    changes two hours apart. v2 reprocesses from a date-time between the first two sets: its orders from there,
+    its customers table whole (an order of the second set joins a row last written in the first); the report
+    sees the first set's orders only in v1, the rest equal; promoted. v3 then starts from v2's state, migrated
+    at v2's position in both topics (the orders still waiting out their grace included), and joins the third
+    set as recomputing everything would."""
+    v1, v2, v3 = (get_job("joined_orders", version) for version in (1, 2, 3))
+    hour, grace_ms, retention_ms = 3_600_000, 60_000, 24 * 3_600_000
+    t0 = int(time.time() * 1000) - 8 * hour
+    sets = [
+        orders.adversarial(orders=100, customers=8, seed=51 + n, start_ms=t0 + 2 * n * hour, span_ms=20 * 60_000)
+        for n in range(3)
+    ]
+    for topic in v1.input_topics:
+        ensure_topic(settings.kafka, topic, v1.source_partitions)
+
+    def produce_set(n: int) -> None:
+        stream, table = sets[n]
+        orders.produce(settings.kafka, v1.source_topic, stream, v1.source_partitions)
+        orders.produce(settings.kafka, v1.join_topic, table, v1.source_partitions)
+
+    def expected(stream_sets: list[int], table_sets: list[int]) -> dict[tuple[int, int], tuple]:
+        stream = [r for n in stream_sets for r in sets[n][0]]
+        table = [r for n in table_sets for r in sets[n][1]]
+        return orders.expected_enrichment(stream, table, v1.source_partitions, grace_ms, retention_ms)
+
+    produce_set(0)
+    produce_set(1)
+    versions = JobVersions(settings)
+    versions.promote(v1.name, 1, by="test: v1 was deployed first")
+    _ok(run_dag("start_streaming_job", {"job": v1.name}))
+    _consumed(settings, v1)
+    everything = expected([0, 1], [0, 1])
+    assert _enriched(settings.lake / v1.output_table_dir) == everything
+
+    between = orders.iso_time(t0 + hour)
+    starts = offsets_for_time(settings.kafka, v1.source_topic, t0 + hour)
+    side = run_dag(
+        "reprocess_job",
+        {
+            "job": v1.name,
+            "mode": "side_by_side",
+            "version": 2,
+            "start_from": "datetime",
+            "start_datetime": between,
+            "dry_run": False,
+            "catch_up_timeout_min": 5,
+        },
+    )
+    _ok(side)
+    assert f"input {v1.join_topic} (table), start: earliest (a table is read whole)" in side.stdout + side.stderr
+    later = {place: row for place, row in everything.items() if place[1] >= starts[place[0]]}
+    assert 0 < len(later) < len(everything)
+    assert _enriched(settings.lake / v2.output_table_dir) == later
+    # the table read whole is what makes them equal: read from the date-time, it lacks rows of the first set
+    from_the_datetime_only = expected([1], [1])
+    assert sorted(map(repr, from_the_datetime_only.values())) != sorted(map(repr, later.values()))
+    report = next(r for r in read_rows(reports_table(settings)) if r["job"] == v1.name)
+    assert report["aligned"] is True
+    assert {k: report[k] for k in ("equal", "different", "only_old", "only_new")} == {
+        "equal": len(later),
+        "different": 0,
+        "only_old": len(everything) - len(later),
+        "only_new": 0,
+    }
+    _ok(
+        run_dag(
+            "promote_job_version",
+            {"job": v1.name, "version": 2, "dry_run": False, "confirm": v1.name, "retain_days": 0},
+        )
+    )
+    assert versions.current(v1.name) == 2
+
+    migration = run_dag(
+        "reprocess_job", {"job": v1.name, "mode": "migrate", "version": 3, "dry_run": False, "catch_up_timeout_min": 5}
+    )
+    _ok(migration)
+    (migrated, *_) = SnapshotStore.of(JobLayout.of(v3, settings), "customer-profiles").history()
+    assert migrated.writer == "migration" and migrated.migrated_from.startswith("joined_orders-v2/customer-profiles@")
+    assert set(migrated.input_offsets) == set(v1.input_topics)  # a position in both inputs
+    produce_set(2)
+    _consumed(settings, v3)
+    all_three = expected([0, 1, 2], [0, 1, 2])
+    assert _enriched(settings.lake / v3.output_table_dir) == {
+        place: row for place, row in all_three.items() if place[1] >= starts[place[0]]
+    }
+    outcomes = Counter((r["dag_id"], r["outcome"]) for r in audit_rows(settings) if r["job"] == v1.name)
+    assert outcomes == {("reprocess_job", "succeeded"): 2, ("promote_job_version", "succeeded"): 1}

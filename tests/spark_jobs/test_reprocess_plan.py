@@ -67,14 +67,17 @@ def test_start_positions_resolve_to_explicit_offsets(settings, topic_with_two_ba
     spec, before, between, after_a = topic_with_two_batches
     base = {"job": "planned_counts", "mode": RESET, "dry_run": True}
     plan = make_plan(settings, {**base, "start_from": "datetime", "start_datetime": between.isoformat()})
-    assert plan.start_offsets == after_a  # the first record of batch B, per partition
+    topic = spec.source_topic
+    assert plan.start_offsets == {topic: after_a}  # the first record of batch B, per partition
     assert plan.records_to_process == 30
     earliest = make_plan(settings, {**base, "start_from": "earliest"})
-    assert earliest.start_offsets == {p: low for p, (low, _) in before.items()}
+    assert earliest.start_offsets == {topic: {p: low for p, (low, _) in before.items()}}
     recent = make_plan(settings, {**base, "start_from": "duration", "start_duration": "1h"})
     assert recent.start_offsets == earliest.start_offsets  # everything is younger than an hour
     explicit = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": after_a[0]}})
-    assert explicit.start_offsets == {0: after_a[0], 1: earliest.start_offsets[1]}
+    assert explicit.start_offsets == {topic: {0: after_a[0], 1: earliest.start_offsets[topic][1]}}
+    named = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {topic: {"0": after_a[0]}}})
+    assert named.start_offsets == explicit.start_offsets
 
 
 @pytest.mark.parametrize(
@@ -107,7 +110,11 @@ def test_start_positions_resolve_to_explicit_offsets(settings, topic_with_two_ba
         ({"job": "planned_counts", "mode": RESET, "dry_run": False}, "type the job name 'planned_counts'"),
         ({"job": "planned_counts", "mode": SIDE_BY_SIDE}, "already the current version"),
         ({"job": "gift_card_counts", "mode": SIDE_BY_SIDE, "version": 9}, "has no version 9"),
-        ({"job": "unfed_counts", "mode": RESET}, "source topic 'reprocess-never-created' does not exist"),
+        ({"job": "unfed_counts", "mode": RESET}, "input topic 'reprocess-never-created' does not exist"),
+        (
+            {"job": "planned_counts", "mode": RESET, "start_from": "offsets", "start_offsets": {"payments": {"0": 1}}},
+            r"does not read \['payments'\]",
+        ),
     ],
 )
 def test_bad_requests_are_rejected_with_the_reason(settings, topic_with_two_batches, params, reason):
@@ -265,15 +272,74 @@ def test_a_start_the_source_no_longer_holds_is_refused_unless_the_gap_is_accepte
         ):
             make_plan(settings, {**base, **start})
     plan = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": 3}, "accept_history_gap": True})
-    assert (plan.start_offsets, plan.history_gap) == ({0: 12}, {0: 9})
+    topic = spec.source_topic
+    assert (plan.start_offsets, plan.history_gap) == ({topic: {0: 12}}, {topic: {0: 9}})
     plan = make_plan(
         settings, {**base, "start_from": "datetime", "start_datetime": long_ago.isoformat(), "accept_history_gap": True}
     )
-    assert plan.history_gap == {0: 12} and ReprocessPlan.from_dict(plan.to_dict()).history_gap == {0: 12}
+    assert plan.history_gap == {topic: {0: 12}} == ReprocessPlan.from_dict(plan.to_dict()).history_gap
     text = plan.render()
     assert "HISTORY GAP (accepted): partition 0: up to 12 records" in text and "retention.ms=604800000" in text
     earliest = make_plan(settings, base)  # everything the topic holds: no gap, but the plan says what is gone
-    assert earliest.history_gap == {} and earliest.start_offsets == {0: 12}
-    assert any("already deleted the head of partition 0 (offsets below 12)" in note for note in earliest.notes)
+    assert earliest.history_gap == {} and earliest.start_offsets == {topic: {0: 12}}
+    assert any(
+        f"retention of {topic} already deleted the head of partition 0 (offsets below 12)" in note
+        for note in earliest.notes
+    )
     later = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": 20}})
     assert later.history_gap == {} and "HISTORY GAP" not in later.render()
+
+
+def _timed(kafka, topic: str, keys_and_times: list[tuple[str, int]]) -> None:
+    """Records of ``topic`` (2 partitions), each with its key and Kafka timestamp (ms), in list order."""
+    from spark_jobs.generators.orders import Record
+    from spark_jobs.generators.orders import produce as produce_records
+
+    ensure_topic(kafka, topic, 2)
+    produce_records(kafka, topic, [Record(key, {"key": key}, at, at) for key, at in keys_and_times], 2)
+
+
+def test_a_joins_streams_start_at_the_position_and_its_table_from_earliest(settings, fixture_jobs):
+    """Each input of a join gets its own start: a stream at the requested position, a table (its topic is the
+    table) from earliest; explicit offsets name their topic when the job reads two streams."""
+    bootstrap = settings.kafka_bootstrap_servers
+    t = int(dt.datetime(2026, 11, 1, 9, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    at = dt.datetime(2026, 11, 1, 9, 30, tzinfo=dt.timezone.utc).isoformat()
+    hour = 3_600_000
+    for topic in ("reprocess-orders", "reprocess-profiles", "reprocess-placed-orders", "reprocess-payments"):
+        _timed(bootstrap, topic, [(f"c{n % 4}", t + (n // 4) * hour) for n in range(8)])  # 4 at 9:00, 4 at 10:00
+    ends = {
+        topic: {p: high for p, (_l, high) in partition_offsets(bootstrap, topic).items()}
+        for topic in ("reprocess-orders", "reprocess-profiles", "reprocess-placed-orders", "reprocess-payments")
+    }
+    after = {topic: offsets_for_time_after(bootstrap, topic, at) for topic in ends}
+
+    enrichment = make_plan(
+        settings,
+        {"job": "joined_orders", "mode": RESET, "dry_run": True, "start_from": "datetime", "start_datetime": at},
+    )
+    assert enrichment.inputs == {"reprocess-orders": "stream", "reprocess-profiles": "table"}
+    assert enrichment.start_offsets == {
+        "reprocess-orders": after["reprocess-orders"],
+        "reprocess-profiles": {0: 0, 1: 0},
+    }
+    assert enrichment.input_end == {t: ends[t] for t in enrichment.inputs}
+    assert enrichment.records_to_process == 4 + 8
+    text = enrichment.render()
+    assert "input reprocess-profiles (table), start: earliest (a table is read whole)" in text, text
+    assert any("reprocess-profiles is a table: read from earliest" in note for note in enrichment.notes)
+    assert ReprocessPlan.from_dict(enrichment.to_dict()) == enrichment
+
+    base = {"job": "paired_orders", "mode": RESET, "dry_run": True}
+    pairs = make_plan(settings, {**base, "start_from": "datetime", "start_datetime": at})
+    assert pairs.start_offsets == {t: after[t] for t in ("reprocess-placed-orders", "reprocess-payments")}
+    with pytest.raises(BadReprocessRequest, match="reads reprocess-placed-orders, reprocess-payments: name each"):
+        make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"0": 1}})
+    named = make_plan(settings, {**base, "start_from": "offsets", "start_offsets": {"reprocess-payments": {"1": 1}}})
+    assert named.start_offsets == {"reprocess-placed-orders": {0: 0, 1: 0}, "reprocess-payments": {0: 0, 1: 1}}
+
+
+def offsets_for_time_after(bootstrap: str, topic: str, iso: str) -> dict[int, int]:
+    from spark_jobs.kafka_topics import offsets_for_time
+
+    return offsets_for_time(bootstrap, topic, int(dt.datetime.fromisoformat(iso).timestamp() * 1000))

@@ -66,7 +66,7 @@ class PrepareSideBySideOperator(BaseOperator):
         if latest_committed_batch_id(layout.checkpoint) is not None:
             self.log.info("%s resumes from its checkpoint; start position not applied", spec.application_id)
             return {"start_offsets_file": None}
-        path = write_start_offsets(layout, plan.input_topic, plan.start_offsets)
+        path = write_start_offsets(layout, plan.start_offsets)
         self.log.info("%s starts at %s (%s)", spec.application_id, plan.start_offsets, path)
         return {"start_offsets_file": str(path)}
 
@@ -123,8 +123,11 @@ class WaitForCatchUpOperator(BaseOperator):
 
         plan, settings = _plan(context), Settings.from_env()
         spec = plan.spec()
-        targets = {p: high for p, (_low, high) in partition_offsets(settings.kafka, plan.input_topic).items()}
-        self.log.info("waiting for %s to consume %s up to %s", spec.application_id, plan.input_topic, targets)
+        targets = {
+            topic: {p: high for p, (_low, high) in partition_offsets(settings.kafka, topic).items()}
+            for topic in plan.inputs
+        }
+        self.log.info("waiting for %s to consume its inputs up to %s", spec.application_id, targets)
         self.defer(
             trigger=StreamingJobCaughtUpTrigger(
                 spec.name,
@@ -170,11 +173,8 @@ class CompareOutputsOperator(SparkSubmitOperator):
         if report is None:
             raise StreamingJobFailed(f"the comparison wrote no report for run {run_id}")
         text = render_report(report)
-        if plan.history_gap:  # accepted when the plan was made: the report must not look like a full replay
-            text += "\n\nHistory gap accepted: " + ", ".join(
-                f"partition {p}: up to {n} records before the start were no longer in {plan.input_topic}"
-                for p, n in sorted(plan.history_gap.items())
-            )
+        if gap := plan.history_gap_text():  # accepted when the plan was made: not a full replay
+            text += "\n\nHistory gap accepted: " + gap
         path = (
             settings.status_dir
             / "reports"

@@ -173,8 +173,8 @@ class StreamingJobStoppedTrigger(_WaitingTrigger):
 
 
 class StreamingJobCaughtUpTrigger(_WaitingTrigger):
-    """Fires when job ``job`` version ``version`` has consumed its source up to ``targets`` (partition ->
-    offset; :func:`spark_jobs.state.source_position.committed_source_offsets`: for a version that re-keys
+    """Fires when job ``job`` version ``version`` has consumed its inputs up to ``targets`` (topic -> partition
+    -> offset; :func:`spark_jobs.state.source_position.committed_source_offsets`: for a version that re-keys
     its source, re-keyed and applied by its stateful stage) (``caught_up``), when its driver is gone
     (``stopped``), or on timeout."""
 
@@ -189,7 +189,7 @@ class StreamingJobCaughtUpTrigger(_WaitingTrigger):
     ) -> None:
         super().__init__()
         self.job, self.version, self.status_dir = job, int(version), status_dir
-        self.targets = {str(p): int(o) for p, o in targets.items()}
+        self.targets = {topic: {str(p): int(o) for p, o in by_p.items()} for topic, by_p in targets.items()}
         self.timeout_s, self.poll_s = timeout_s, poll_s
 
     def check(self) -> dict | None:
@@ -203,8 +203,8 @@ class StreamingJobCaughtUpTrigger(_WaitingTrigger):
         settings = Settings.from_env()
         spec = get_job(self.job, self.version)
         committed = committed_source_offsets(JobLayout.of(spec, settings), settings.kafka)
-        behind = {str(p): n for p, n in source_behind(committed, self.targets).items()}
-        committed = {str(p): o for p, o in (committed or {}).items()}
+        behind = _json_offsets(source_behind(committed, self.targets))
+        committed = _json_offsets(committed or {})
         if not behind:
             return {"state": "caught_up", "committed": committed}
         if JobLease(self.status_dir, spec.application_id).holder() is None:
@@ -214,6 +214,11 @@ class StreamingJobCaughtUpTrigger(_WaitingTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         yield TriggerEvent(await _poll(self.check, self.timeout_s, self.poll_s))
+
+
+def _json_offsets(offsets: dict) -> dict:
+    """topic -> partition -> number, with the partitions as strings (an event is JSON)."""
+    return {topic: {str(p): n for p, n in by_p.items()} for topic, by_p in offsets.items()}
 
 
 class StreamingJobExitedTrigger(_WaitingTrigger):
