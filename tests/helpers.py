@@ -224,3 +224,37 @@ def readme_declaration(start: str) -> str:
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     declaration = readme[readme.index(start) :]
     return declaration[: declaration.index("\n)\n") + 3]
+
+
+def rate_limited_cuts(sizes: dict, limit: int) -> list[dict]:
+    """Where Spark's Kafka source ends each micro-batch under ``maxOffsetsPerTrigger`` = ``limit``, over an input
+    that is all there when the query starts: ``sizes`` (place, e.g. a (topic, partition), -> records from the
+    query's start to the end) -> one dict per batch, place -> records read by the end of that batch.
+
+    ``KafkaMicroBatchStream.rateLimit``: each batch shares ``limit`` among the places with records left, in
+    proportion to what each has left, a share below 1 rounded up (no place starves), a larger one down. The cuts
+    depend only on where a batch starts, so a driver killed and restarted at a batch's start (from its checkpoint,
+    or from a restore at a committed batch's end) cuts the rest as an uninterrupted run would."""
+    import math
+
+    read, cuts = dict.fromkeys(sizes, 0), []
+    while any(read[place] < size for place, size in sizes.items()):
+        left = {place: size - read[place] for place, size in sizes.items() if size > read[place]}
+        total = sum(left.values())
+        for place, n in left.items():
+            share = limit * (n / total)  # as Spark computes it, in doubles
+            read[place] = min(sizes[place], read[place] + (math.ceil(share) if share < 1 else math.floor(share)))
+        cuts.append(dict(read))
+    return cuts
+
+
+def order_payment_cuts(kafka, spec, limit: int) -> list[dict]:
+    """:func:`rate_limited_cuts` of an ``order_payments`` copy's two topics, as (side, partition) -> end offset
+    (``payments.expected_join_in_cuts``)."""
+    from spark_jobs.generators import payments
+
+    sides = {spec.source_topic: payments.ORDER, spec.join_topic: payments.PAYMENT}
+    sizes = {
+        (side, p): high for topic, side in sides.items() for p, (_low, high) in partition_offsets(kafka, topic).items()
+    }
+    return rate_limited_cuts(sizes, limit)

@@ -100,6 +100,7 @@ __all__ = [
     "arrival_chunks",
     "expected_join",
     "expected_join_in_batches",
+    "expected_join_in_cuts",
     "produce",
     "task_order",
 ]
@@ -371,6 +372,15 @@ def _arrived_before(bound: int, records: list[Record]) -> list[Record]:
     return records[:end]
 
 
+def _partitions(orders: list[Record], payments: list[Record], partitions: int) -> dict[tuple[str, int], list[Record]]:
+    """(side, partition) -> that partition's records of the side's topic, in offset order."""
+    return {
+        (side, p): [r for r in records if kafka_partition(r.key, partitions) == p]
+        for side, records in ((ORDER, orders), (PAYMENT, payments))
+        for p in range(partitions)
+    }
+
+
 def expected_join_in_batches(
     orders: list[Record],
     payments: list[Record],
@@ -381,22 +391,40 @@ def expected_join_in_batches(
     join: str = "outer",
 ) -> dict[tuple, tuple]:
     """:func:`expected_join` for an input that arrives in micro-batches: batch n holds the records (of both
-    topics) that arrived before ``arrival_bounds[n]`` and after the previous bound; a task takes each batch's
-    records by rule 1 among themselves (the side taken last carried over), its state carried over too. What the
-    platform's processor computes when each micro-batch reads both topics to their ends."""
+    topics) that arrived before ``arrival_bounds[n]`` and after the previous bound (see
+    :func:`expected_join_in_cuts`). What the platform's processor computes when each micro-batch reads both
+    topics to their ends."""
+    queues = _partitions(orders, payments, partitions)
+    cuts, ends = [], dict.fromkeys(queues, 0)
+    for bound in arrival_bounds:
+        ends = {place: ends[place] + len(_arrived_before(bound, queues[place][ends[place] :])) for place in queues}
+        cuts.append(ends)
+    return expected_join_in_cuts(orders, payments, partitions, cuts, window_ms, grace_ms, join)
+
+
+def expected_join_in_cuts(
+    orders: list[Record],
+    payments: list[Record],
+    partitions: int,
+    cuts: list[dict[tuple[str, int], int]],
+    window_ms: int = 10 * MINUTE,
+    grace_ms: int = MINUTE,
+    join: str = "outer",
+) -> dict[tuple, tuple]:
+    """:func:`expected_join` for an input read in micro-batches cut by offsets: batch n ends at ``cuts[n]``,
+    (side, partition) -> the offset it reads to (exclusive; a place not named is read to its end). A task takes
+    each batch's records by rule 1 among themselves (the side taken last carried over), its state carried over
+    too."""
+    queues = _partitions(orders, payments, partitions)
     results: dict[tuple, tuple] = {}
     for p in range(partitions):
-        queues = {
-            side: [r for r in records if kafka_partition(r.key, partitions) == p]
-            for side, records in ((ORDER, orders), (PAYMENT, payments))
-        }
         task = _Task(window_ms, grace_ms, join)
         heads, last = {ORDER: 0, PAYMENT: 0}, None
-        for bound in arrival_bounds:
-            batch = {side: _arrived_before(bound, queue[heads[side] :]) for side, queue in queues.items()}
+        for cut in [*cuts, {}]:  # and whatever the cuts left, as a last batch
+            batch = {side: queues[side, p][heads[side] : cut.get((side, p), len(queues[side, p]))] for side in heads}
             for side, n in task_order(batch[ORDER], batch[PAYMENT], last):
                 task.process(_Stored(side, p, heads[side] + n, batch[side][n]))
                 last = side
-            heads = {side: heads[side] + len(batch[side]) for side in queues}
+            heads = {side: heads[side] + len(batch[side]) for side in heads}
         results.update(task.results)
     return results

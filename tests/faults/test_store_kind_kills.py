@@ -2,8 +2,9 @@
 job of each store kind beside purchase_counts' key-value store (tests/faults/test_driver_kills.py): an ``lru``
 store (``recent_buyers``, 10 users per partition: it evicts), Spark's ``in_memory`` store
 (``purchase_counts_in_memory``), a ``session`` store (``user_sessions``), a TopN over an upsert topic
-(``top_movers``), a table-table join of two topics (``customer_accounts``) and a stream-table join
-(``order_enrichment``, with a grace longer than a small micro-batch's skew between its topics). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
+(``top_movers``), a table-table join of two topics (``customer_accounts``), a stream-table join
+(``order_enrichment``, with a grace longer than a small micro-batch's skew between its topics) and a windowed
+stream-stream join (``order_payments``, held to the reference for the micro-batches Spark cuts). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
 its input is produced first and read in small micro-batches; after the kills a last run drains it, and the
 outputs (and, where cheap, the changelog's compacted view) must equal the job's plain-Python reference.
 
@@ -27,7 +28,8 @@ from collections.abc import Callable
 import pytest
 
 from runtime.settings import Settings
-from spark_jobs.generators import customer_accounts, orders, purchases, recent_buyers, sessions, upserts
+from spark_jobs.generators import customer_accounts, orders, payments, purchases, recent_buyers, sessions, upserts
+from spark_jobs.jobs.order_payments import ORDER_PAYMENTS
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
@@ -37,7 +39,9 @@ from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.versions import read_rows
 from tests.faults.test_driver_kills import TRIALS, Kill, kill_at
+from tests.helpers import order_payment_cuts
 from tests.spark_jobs.test_purchase_counts import decode_counts
+from tests.spark_jobs.test_stream_stream_join import results_by_place
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -190,6 +194,25 @@ def _check_order_enrichment(settings: Settings, spec: JobSpec, rows: list[dict],
     assert got == want
 
 
+# --- order_payments: a windowed stream-stream join (two window stores, unmatched records held to their window's close) ---
+def _produce_order_payments(settings: Settings, spec: JobSpec):
+    """The reference for the micro-batches Spark cuts under the case's limit: the same cuts whatever the kills (a
+    restarted driver resumes at a committed batch's end, and the cuts depend only on where a batch starts)."""
+    placed, paid = payments.adversarial(seed=77, partitions=spec.source_partitions)
+    ensure_topic(settings.kafka, spec.join_topic, spec.source_partitions)
+    payments.produce(settings.kafka, spec.source_topic, placed, spec.source_partitions)
+    payments.produce(settings.kafka, spec.join_topic, paid, spec.source_partitions)
+    cuts = order_payment_cuts(settings.kafka, spec, settings.max_offsets_per_trigger)
+    join = ORDER_PAYMENTS
+    return payments.expected_join_in_cuts(
+        placed, paid, spec.source_partitions, cuts, join.window_ms, join.grace_ms, join.join
+    )
+
+
+def _check_order_payments(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    assert results_by_place(rows) == want  # a replayed result written once (its place is its key)
+
+
 CASES = (
     Case("recent_buyers", 50, _produce_recent_buyers, _check_recent_buyers),
     Case("purchase_counts_in_memory", 40, _produce_counts, _check_counts),
@@ -197,6 +220,7 @@ CASES = (
     Case("top_movers", 20, _produce_top_movers, _check_top_movers),
     Case("customer_accounts", 40, _produce_customer_accounts, _check_customer_accounts),
     Case("order_enrichment", 40, _produce_order_enrichment, _check_order_enrichment),
+    Case("order_payments", 40, _produce_order_payments, _check_order_payments),
 )
 
 

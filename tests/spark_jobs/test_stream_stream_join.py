@@ -18,6 +18,7 @@ from spark_jobs.generators import payments
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
+from tests.helpers import order_payment_cuts
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,7 @@ def _iso(value: dt.datetime | None) -> str | None:
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _results(rows) -> dict[tuple, tuple]:
+def results_by_place(rows) -> dict[tuple, tuple]:
     """The outputs as the reference keys them: (order partition, offset, payment partition, offset)."""
     by_place = {}
     for r in rows:
@@ -93,7 +94,7 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
         payments.produce(settings.kafka, spec.join_topic, payment_chunk, spec.source_partitions)
         bad = [b'{"order_id": "o9999", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
         result = harness.run(spec, [] if n < 2 else bad, keyed=False)
-        results.update(_results(result.outputs))
+        results.update(results_by_place(result.outputs))
         letters += [letter.reason for letter in result.dead_letters]
         if n == 1:
             shutil.rmtree(result.report.checkpoint)
@@ -107,14 +108,20 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
     assert sorted(letters) == ["undecodable", "wrong_key"], letters  # no Kafka key; not JSON
 
 
-@pytest.mark.parametrize(("join", "partitions"), [("left", 3), ("inner", 2)])
-def test_left_and_inner_joins_in_one_batch_equal_kafka_streams(settings, kafka_broker, spark, unique, join, partitions):
+@pytest.mark.parametrize(("join", "partitions", "limit"), [("left", 3, 25), ("inner", 2, None)])
+def test_left_and_inner_joins_equal_kafka_streams(settings, kafka_broker, spark, unique, join, partitions, limit):
+    """The left join read in micro-batches of at most 25 records (``STREAMSTATE_MAX_OFFSETS_PER_TRIGGER``: Spark
+    shares them among the six partitions by what each has left), the inner one in one batch; each equals Kafka
+    Streams' answer for the same records taken in those batches."""
     spec = _spec(unique, join, partitions)
     orders, paid = payments.adversarial(seed=11, partitions=partitions)
     _produce(settings, spec, orders, paid)
-    result = JobHarness(settings=settings, spark=spark).run(spec, [])
-    want = payments.expected_join(orders, paid, partitions, WINDOW_MS, GRACE_MS, join)
-    assert _results(result.outputs) == want
+    harness = JobHarness(settings=settings.replace(max_offsets_per_trigger=limit), spark=spark)
+    result = harness.run(spec, [])
+    cuts = order_payment_cuts(settings.kafka, spec, limit) if limit else []
+    assert result.report.batches >= len(cuts)
+    want = payments.expected_join_in_cuts(orders, paid, partitions, cuts, WINDOW_MS, GRACE_MS, join)
+    assert results_by_place(result.outputs) == want
     unmatched_orders = [place for place in want if place[3] is None]
     assert bool(unmatched_orders) == (join == "left") and all(place[1] is not None for place in want)
 
