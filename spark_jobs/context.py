@@ -11,7 +11,7 @@ import time
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs import failpoints
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.kafka_topics import ensure_topic, kafka_partition
 from spark_jobs.layout import JobLayout
 from spark_jobs.output_table import OutputCommit, OutputTable
 from spark_jobs.registry import JobSpec, store
@@ -380,7 +380,9 @@ class JobContext:
         ``output_records(batch)``, for a job with an output topic (``JobSpec.output_topic``): the batch's results
         as Kafka records (``key`` and ``value`` binary, a null value a tombstone), written to the topic in the
         transaction of the batch's markers: a consumer reading committed sees a batch's results whole, and
-        only once its changelog is complete (a driver killed before the markers leaves none of them).
+        only once its changelog is complete (a driver killed before the markers leaves none of them), and
+        once (a batch Spark replays after its transaction committed writes none:
+        :meth:`ChangelogWriter.committed_already`).
 
         ``write_outputs``'s writes are Delta idempotent writes whose version is the changelog batch id, so it
         writes each output table at most once per batch (a second write to the same table in the batch
@@ -396,6 +398,7 @@ class JobContext:
         # batch base, from its generation) may still be under way in the background until then.
         writers: list[tuple[ChangelogWriter, StoreChanges]] = []
         checkpoint = self.checkpoint
+        events = output_records is not None and self.spec.output_topic_kind() == "events"
 
         def write_batch(batch, batch_id: int) -> None:
             from spark_jobs.dead_letter import count_by_letter_reason
@@ -430,10 +433,15 @@ class JobContext:
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
                 records = ()
-                if output_records is not None and changed:
+                # not for a batch replayed after its transaction committed: its records are in the topic once
+                if output_records is not None and changed and not writers[0][0].committed_already(end_offsets):
                     results = output_records(batch).toArrow()  # through the driver: one transaction writes them
                     keys, values = results.column("key").to_pylist(), results.column("value").to_pylist()
-                    records = (OutputRecords(self.layout.output_topic, keys, values),)
+                    partitions = None
+                    if events:
+                        count = self.spec.output_partitions
+                        partitions = [kafka_partition(key.decode(), count) for key in keys]
+                    records = (OutputRecords(self.layout.output_topic, keys, values, partitions),)
                 write_batches(
                     [(writer, kept.changelog_records(batch)) for writer, kept in writers],
                     batch_id,
@@ -546,12 +554,17 @@ class JobContext:
             self.writer_fence.close()
 
     def ensure_output_topic(self) -> str | None:
-        """Create the version's upsert output topic when the job has one (compacted: the latest result per key
-        is what a reader restores from it, a deleted key's tombstone removes it); returns its name."""
+        """Create the version's output topic when the job has one; returns its name. What it holds is the
+        declaration's (``JobSpec.output_topic_kind``). ``upserts`` (an aggregate's rows): compacted, the latest
+        result per key is what a reader restores from it, a deleted key's tombstone removes it. ``events`` (a
+        join's results): deleted by retention, never compacted (two results of a key are two events), each
+        record in the partition Kafka's Java clients would put its key in (murmur2), as a Kafka Streams ``to()``
+        writes it, so a job reading it is co-partitioned with other Java-keyed topics."""
         topic = self.layout.output_topic
         if topic is not None:
             replication = self.settings.kafka_replication_factor
-            configs = {"cleanup.policy": "compact", "min.insync.replicas": str(min(2, replication))}
+            policy = "compact" if self.spec.output_topic_kind() == "upserts" else "delete"
+            configs = {"cleanup.policy": policy, "min.insync.replicas": str(min(2, replication))}
             ensure_topic(self.settings.kafka, topic, self.spec.output_partitions, replication, configs)
         return topic
 

@@ -229,3 +229,32 @@ def truncate_topic(kafka: KafkaTarget, topic: str, timeout_s: float = 30.0) -> i
         for future in admin.delete_records(targets, operation_timeout=timeout_s).values():
             future.result(timeout=timeout_s)
     return sum(high - low for low, high in offsets.values())
+
+
+def kafka_partition(key: str, partitions: int) -> int:
+    """The partition the Java client's default partitioner (and :func:`produce_keyed`) puts ``key`` in:
+    murmur2 of the key's bytes, made positive, modulo the partition count."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``) as an unsigned 32-bit int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    h = (0x9747B28C ^ len(data)) & mask
+    whole = len(data) - len(data) % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    rest = data[whole:]
+    if len(rest) == 3:
+        h ^= rest[2] << 16
+    if len(rest) >= 2:
+        h ^= rest[1] << 8
+    if rest:
+        h = ((h ^ rest[0]) * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)

@@ -26,6 +26,8 @@ TtlClock = Literal["processing_time", "event_time"]
 #: what an input topic holds: a ``stream`` of events (each counts once, at its time) or a ``table`` (an upsert
 #: topic, a key's latest record its row: the topic as a whole is the table, so a reprocessing reads it whole)
 InputKind = Literal["stream", "table"]
+#: what a job's output topic holds: its outputs' rows by key (an upsert topic) or its results as events (a join's)
+OutputTopicKind = Literal["upserts", "events"]
 
 
 class JobSpecError(ValueError):
@@ -306,10 +308,13 @@ class JobSpec:
             otherwise), because a key spread over partitions would be counted in several tasks.
         repartition_partitions: the repartition topic's partitions: the stateful stage's tasks, and its
             changelogs' partitions (default: ``source_partitions``).
-        output_topic: the outputs also go to Kafka, for jobs that read them (a job feeding a job): the upsert
-            topic ``<output_topic>-v<version>`` (per version, as the output tables are), keyed by the job's
-            key, the output row as a JSON value, a tombstone for a deleted key, compacted; written in the
-            batch's transaction with its changelog markers (:meth:`JobContext.state_change_sink`).
+        output_topic: the outputs also go to Kafka, for jobs that read them (a job feeding a job): the topic
+            ``<output_topic>-v<version>`` (per version, as the output tables are), written in the batch's
+            transaction with its changelog markers (:meth:`JobContext.state_change_sink`). For an aggregate,
+            an upsert topic keyed by the job's key, the output row as a JSON value, a tombstone for a deleted
+            key, compacted; for a join of events (stream-table, stream-stream), an event topic: each result
+            once, keyed by the join key and partitioned as Kafka's Java clients do, the output row as JSON,
+            deleted by retention (``JobSpec.output_topic_kind``).
         output_topic_partitions: the upsert topic's partitions (default: the stateful stage's); 1 to finish
             in one place, as the seeds' two-stage pattern does (a reader sees every key in one task).
         join_topic: a join's second input (its right side; ``source_topic`` is the left), read by the same
@@ -398,10 +403,18 @@ class JobSpec:
     def input_kinds(self) -> dict[str, InputKind]:
         """Each of :attr:`input_topics` with what it holds (:data:`InputKind`): the declaration's inputs
         (``StoreDeclaration.input_kinds``), or streams for a job built by a function. Imports the entrypoint."""
-        module_name, _, name = self.entrypoint.partition(":")
-        declared = getattr(importlib.import_module(module_name), name, None)
-        kinds = getattr(declared, "input_kinds", None) or ("stream",) * len(self.input_topics)
+        kinds = getattr(self._entrypoint(), "input_kinds", None) or ("stream",) * len(self.input_topics)
         return dict(zip(self.input_topics, kinds, strict=True))
+
+    def output_topic_kind(self) -> OutputTopicKind:
+        """What :attr:`output_topic` holds (``StoreDeclaration.output_topic_kind``; upserts for a job built by a
+        function). Imports the entrypoint."""
+        return getattr(self._entrypoint(), "output_topic_kind", "upserts")
+
+    def _entrypoint(self):
+        """The object :attr:`entrypoint` names: a declaration, or the job's build function."""
+        module_name, _, name = self.entrypoint.partition(":")
+        return getattr(importlib.import_module(module_name), name, None)
 
     @property
     def output_partitions(self) -> int:

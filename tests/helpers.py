@@ -258,3 +258,21 @@ def order_payment_cuts(kafka, spec, limit: int) -> list[dict]:
         (side, p): high for topic, side in sides.items() for p, (_low, high) in partition_offsets(kafka, topic).items()
     }
     return rate_limited_cuts(sizes, limit)
+
+
+def every_record(kafka, topic: str) -> list[tuple[int, str, bytes | None]]:
+    """Every committed record of ``topic``: (partition, key as text, value), each partition in offset order."""
+    from confluent_kafka import Consumer
+
+    from spark_jobs.kafka_topics import read_partition
+
+    settings = {"group.id": f"read-{topic}", "enable.partition.eof": True, "isolation.level": "read_committed"}
+    consumer = Consumer(client_config(kafka, settings))
+    try:
+        return [
+            (partition, msg.key().decode(), msg.value())
+            for partition in partition_offsets(kafka, topic)
+            for msg in read_partition(consumer, topic, partition)
+        ]
+    finally:
+        consumer.close()

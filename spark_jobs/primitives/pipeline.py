@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 
 from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
-from spark_jobs.registry import InputKind, JobSpec, JobSpecError, StoreSpec
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind, StoreSpec
 from spark_jobs.registry import store as store_spec
 from spark_jobs.session import IN_MEMORY_PROVIDER, PROVIDER_CONF
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF
@@ -45,6 +45,8 @@ class StoreDeclaration:
     summaries: Mapping[str, str]
     #: the store kinds this primitive keeps
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
+    #: what the job's output topic holds (``JobContext.ensure_output_topic``)
+    output_topic_kind: ClassVar[OutputTopicKind] = "upserts"
 
     @property
     def source_columns(self) -> tuple[str, ...]:
@@ -219,6 +221,15 @@ class StoreDeclaration:
         return rows.select(
             F.col(key_field).cast("binary").alias("key"),
             F.when(~F.col(TOMBSTONE), row).cast("binary").alias("value"),
+        )
+
+    def event_records(self, rows, key_field: str):
+        """Output rows that are events (a join's results) as records of an event output topic: keyed by the key
+        field's text (as the job's inputs are), the whole row as JSON."""
+        from pyspark.sql import functions as F
+
+        return rows.select(
+            F.col(key_field).cast("binary").alias("key"), F.to_json(F.struct("*")).cast("binary").alias("value")
         )
 
     def kept_stores(self, spec: JobSpec, changes: StoreChanges, more: tuple[StoreChanges, ...]):

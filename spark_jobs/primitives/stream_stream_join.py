@@ -28,6 +28,8 @@ The outputs are the results, appended: the key, the declared ``fields`` (by defa
 and the results' place: ``source_partition``, ``left_offset`` and ``right_offset`` (-1 for an absent side),
 which identify an output row (a batch inserts only the rows not written yet: a replay repeats none). The store's changelog
 holds each key's records of each side, the waiting records and the task's times: a restore continues all.
+With the spec's ``output_topic`` each result also goes to an event topic (``JobContext.ensure_output_topic``:
+keyed by the join key, the row as JSON), once, in the transaction of its batch's markers.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import StoreDeclaration
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
-from spark_jobs.registry import InputKind, JobSpec, JobSpecError
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
@@ -84,6 +86,7 @@ class StreamStreamJoin(StoreDeclaration):
     fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
+    output_topic_kind: ClassVar[OutputTopicKind] = "events"
 
     @property
     def input_kinds(self) -> tuple[InputKind, ...]:
@@ -153,8 +156,6 @@ class StreamStreamJoin(StoreDeclaration):
             raise JobSpecError(f"join: {self.join!r} is not one of {get_args(StreamsJoinKind)}")
         if not spec.join_topic:
             raise JobSpecError("join_topic: a StreamStreamJoin reads its right stream from the spec's join_topic")
-        if spec.output_topic:
-            raise JobSpecError("output_topic: a stream-stream join's results are events; not published to Kafka yet")
         if self.window_ms <= 0 or self.grace_ms < 0:
             raise JobSpecError(f"window_ms must be > 0 and grace_ms >= 0, got {self.window_ms} and {self.grace_ms}")
         self.right.check(spec.name, spec.key_field)
@@ -253,5 +254,11 @@ class StreamStreamJoin(StoreDeclaration):
             if outputs.insert_absent(self.joined_rows(batch, key_field), commit):
                 write_summaries(batch.sparkSession)
 
-        sink = ctx.state_change_sink(changes, write_outputs)
+        output_records = None
+        if ctx.ensure_output_topic():
+
+            def output_records(batch):
+                return self.event_records(self.joined_rows(batch, key_field), key_field)
+
+        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)

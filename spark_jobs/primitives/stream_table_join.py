@@ -27,7 +27,9 @@ co-partitioned):
 
 The store's changelog holds the table's versions per key, the events waiting out their grace
 (``~buffer@<partition>@<offset>``) and each partition's stream and table times (``~stream-time@<partition>``):
-a restore continues all three exactly.
+a restore continues all three exactly. With the spec's ``output_topic`` each joined event also goes to an event
+topic (``JobContext.ensure_output_topic``: keyed by the join key, the row as JSON), once, in the transaction of
+its batch's markers: what a Kafka Streams ``join(...).to(topic)`` writes under exactly-once.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.primitives.top_n import UpsertTable
-from spark_jobs.registry import InputKind, JobSpec, JobSpecError
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
@@ -83,6 +85,7 @@ class StreamTableJoin(StoreDeclaration):
     right_prefix: str = ""
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("versioned", "key_value")
+    output_topic_kind: ClassVar[OutputTopicKind] = "events"
 
     @property
     def input_kinds(self) -> tuple[InputKind, ...]:
@@ -145,8 +148,6 @@ class StreamTableJoin(StoreDeclaration):
             raise JobSpecError(f"join: {self.join!r} is not one of {get_args(StreamJoinKind)}")
         if not spec.join_topic:
             raise JobSpecError("join_topic: a StreamTableJoin reads its table from the spec's join_topic")
-        if spec.output_topic:
-            raise JobSpecError("output_topic: a stream-table join's results are events; not published to Kafka yet")
         self.table.check(spec.name, spec.key_field)
         if tuple(self.table.key) != (spec.key_field,):
             raise JobSpecError(
@@ -268,5 +269,11 @@ class StreamTableJoin(StoreDeclaration):
             if write(joined, commit):
                 write_summaries(batch.sparkSession)
 
-        sink = ctx.state_change_sink(changes, write_outputs)
+        output_records = None
+        if ctx.ensure_output_topic():
+
+            def output_records(batch):
+                return self.event_records(self.joined_rows(batch, key_field), key_field)
+
+        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)

@@ -497,12 +497,15 @@ def _reset_actions(plan: ReprocessPlan, settings: Settings, current: JobSpec, ta
         add(Action("reset", verb, kind, target, size, truncated if plan.truncate_outputs else kept))
 
     if art.output_topic:
+        events = target.output_topic_kind() == "events"
         outputs(
             "output topic",
             art.output_topic,
             topic_size(bootstrap, art.output_topic, present),
             "jobs reading it see the results recomputed from the start position",
-            "reprocessed keys are written over the existing records",
+            "reprocessed results are appended after the existing ones: a reader sees them again"
+            if events
+            else "reprocessed keys are written over the existing records",
         )
     for table in art.output_tables:
         outputs(

@@ -191,15 +191,19 @@ class ChangelogWriter:
         batch_base: int = 0,
         void: tuple[tuple[int, int], ...] = (),
         fence: WriterFence | None = None,
+        last_complete: BatchMarker | None = None,
     ) -> None:
         """``batch_base`` is added to Spark's batch id (a driver's: its generation's, ``fence.batch_base``);
         ``void`` goes on every marker. With a ``fence`` the markers are written in its transactions (a
-        fenced driver's are refused); without one (tools, tests), by an idempotent producer."""
+        fenced driver's are refused); without one (tools, tests), by an idempotent producer.
+        ``last_complete``: the topic's newest complete batch when the writer was opened (see
+        :meth:`committed_already`)."""
         self.topic = topic
         self.kafka = kafka
         self.batch_base = batch_base
         self.void = void
         self.fence = fence
+        self.last_complete = last_complete
         self._producer: Producer | None = None
 
     def write_batch(self, changes, spark_batch_id: int, input_offsets: KafkaOffsets, watermark_ms: int = 0) -> int:
@@ -214,6 +218,23 @@ class ChangelogWriter:
             WriterFenced: a newer driver claimed the job version; this batch's markers were refused.
         """
         return write_batches([(self, changes)], spark_batch_id, input_offsets, watermark_ms)[self.topic.store]
+
+    def committed_already(self, input_offsets: KafkaOffsets) -> bool:
+        """Whether a batch ending at ``input_offsets`` was committed before this writer opened: Spark replays a
+        batch from its checkpoint when the driver that ran it died after its transaction committed but before
+        Spark's own commit log was written. (The replay writes its changes and markers again under new batch
+        ids, which is harmless: full values; records read once, like a join's events, must not be written
+        again.)"""
+        last = self.last_complete
+        return (
+            last is not None
+            and any(input_offsets.values())
+            and all(
+                offset <= last.input_offsets.get(topic, {}).get(int(partition), -1)
+                for topic, offsets in input_offsets.items()
+                for partition, offset in offsets.items()
+            )
+        )
 
     def write_records(self, changes, spark_batch_id: int) -> int:
         """The data half of :meth:`write_batch`: ``changes`` to the topic, each record tagged with the batch

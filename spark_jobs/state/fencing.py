@@ -73,6 +73,8 @@ class OutputRecords:
     keys: Sequence[bytes]
     #: a value, or None: a tombstone
     values: Sequence[bytes | None]
+    #: each record's partition; None: the producer's partitioner places them by key
+    partitions: Sequence[int] | None = None
 
 
 class WriterFenced(RuntimeError):
@@ -220,10 +222,11 @@ class WriterFence:
 
         def produce(producer: Producer) -> None:
             for batch in records:
-                for key, value in zip(batch.keys, batch.values, strict=True):
+                placed = batch.partitions if batch.partitions is not None else [-1] * len(batch.keys)
+                for key, value, partition in zip(batch.keys, batch.values, placed, strict=True):
                     while True:
-                        try:
-                            producer.produce(batch.topic, key=key, value=value)
+                        try:  # partition -1: librdkafka's partitioner picks it
+                            producer.produce(batch.topic, key=key, value=value, partition=partition)
                             break
                         except BufferError:  # the client's queue is full: let it send, then go on
                             producer.poll(0.05)
@@ -273,4 +276,4 @@ def fenced_writer(topic: ChangelogTopic, kafka: KafkaTarget, fence: WriterFence)
     in its transactions, and the ids between the last complete batch and its first one declared void."""
     last = last_complete_batch(kafka, topic.name)
     void = carried_void(last.void if last else (), last.batch_id if last else -1, fence.batch_base)
-    return ChangelogWriter(topic, kafka, batch_base=fence.batch_base, void=void, fence=fence)
+    return ChangelogWriter(topic, kafka, batch_base=fence.batch_base, void=void, fence=fence, last_complete=last)

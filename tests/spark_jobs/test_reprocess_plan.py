@@ -299,7 +299,7 @@ def _timed(kafka, topic: str, keys_and_times: list[tuple[str, int]]) -> None:
     produce_records(kafka, topic, [Record(key, {"key": key}, at, at) for key, at in keys_and_times], 2)
 
 
-def test_a_joins_streams_start_at_the_position_and_its_table_from_earliest(settings, fixture_jobs):
+def test_a_joins_streams_start_at_the_position_and_its_table_from_earliest(settings, kafka_broker, fixture_jobs):
     """Each input of a join gets its own start: a stream at the requested position, a table (its topic is the
     table) from earliest; explicit offsets name their topic when the job reads two streams."""
     bootstrap = settings.kafka_bootstrap_servers

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import shutil
 
 import pytest
 
 from spark_jobs.generators import payments
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.kafka_topics import ensure_topic, kafka_partition
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
-from tests.helpers import order_payment_cuts
+from tests.helpers import every_record, order_payment_cuts
 
 pytestmark = pytest.mark.integration
 
@@ -49,15 +51,24 @@ def _iso(value: dt.datetime | None) -> str | None:
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def place(r) -> tuple:
+    """An output row's place as the reference keys it: (order partition, offset, payment partition, offset)."""
+    p, left, right = r["source_partition"], r["left_offset"], r["right_offset"]
+    return (
+        p if left >= 0 else None,
+        left if left >= 0 else None,
+        p if right >= 0 else None,
+        right if right >= 0 else None,
+    )
+
+
 def results_by_place(rows) -> dict[tuple, tuple]:
     """The outputs as the reference keys them: (order partition, offset, payment partition, offset)."""
     by_place = {}
     for r in rows:
-        p, left, right = r["source_partition"], r["left_offset"], r["right_offset"]
-        place = (p if left >= 0 else None, left if left >= 0 else None, p if right >= 0 else None)
-        place += (right if right >= 0 else None,)
-        assert place not in by_place, f"result {place} written twice"
-        by_place[place] = (
+        where = place(r)
+        assert where not in by_place, f"result {where} written twice"
+        by_place[where] = (
             r["order_id"],
             r["customer_id"],
             r["amount"],
@@ -83,7 +94,7 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
     match, and every unmatched order and payment once its window closed, as Kafka Streams emits them; the
     records still waiting at the end are not emitted (neither does Kafka Streams). Refused records are dead
     letters."""
-    spec = _spec(unique, "outer")
+    spec = dataclasses.replace(_spec(unique, "outer"), output_topic=f"paid-{unique}")
     orders, paid = payments.adversarial(seed=7)
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, spec.source_partitions)
@@ -103,6 +114,12 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
     want = payments.expected_join_in_batches(orders, paid, 2, bounds, WINDOW_MS, GRACE_MS, "outer")
     assert results == want
     assert result.report.restores["order-payments"].keys > 0
+    # the output topic: each result once, keyed by its order id, in the partition a Java client picks
+    published = every_record(settings.kafka, JobLayout.of(spec, settings).output_topic)
+    assert all(partition == kafka_partition(key, spec.output_partitions) for partition, key, _ in published)
+    events = [json.loads(value) for _partition, _key, value in published]
+    assert sorted(map(place, events), key=repr) == sorted(want, key=repr)
+    assert all(e["order_id"] == key for e, (_p, key, _v) in zip(events, published, strict=True))
     kinds = {(place[1] is not None, place[3] is not None) for place in want}
     assert kinds == {(True, True), (True, False), (False, True)}  # matches, unmatched orders, unmatched payments
     assert sorted(letters) == ["undecodable", "wrong_key"], letters  # no Kafka key; not JSON

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import shutil
 
 import pytest
 
 from spark_jobs.generators import orders
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.kafka_topics import ensure_topic, kafka_partition
+from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
+from tests.helpers import every_record
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +58,7 @@ def test_orders_join_their_customer_as_of_their_time_whatever_the_arrival(settin
     before the last. The outputs are the reference's: every order whose time is a minute behind the stream time
     joined with the row valid at its time (a customer's update that arrived after the order, within the grace,
     counts), the orders of the last minute still waiting. Refused orders are dead letters."""
-    spec = _spec(unique)
+    spec = _spec(unique, output_topic=f"enriched-{unique}")
     stream, table = orders.adversarial(orders=300, customers=10, seed=5)
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, spec.source_partitions)
@@ -74,6 +77,12 @@ def test_orders_join_their_customer_as_of_their_time_whatever_the_arrival(settin
     want = orders.expected_enrichment(stream, table, spec.source_partitions, GRACE_MS, RETENTION_MS)
     assert results == want
     assert result.report.restores["customer-profiles"].keys > 0
+    # the output topic: each joined order once, keyed by its customer, in the partition a Java client picks
+    published = every_record(settings.kafka, JobLayout.of(spec, settings).output_topic)
+    assert all(partition == kafka_partition(key, spec.output_partitions) for partition, key, _ in published)
+    events = [json.loads(value) for _partition, _key, value in published]
+    assert sorted((e["source_partition"], e["source_offset"]) for e in events) == sorted(want)
+    assert all(e["customer_id"] == key for e, (_p, key, _v) in zip(events, published, strict=True))
     # the situations this test is for: orders joined with a row, orders of unknown or deleted customers,
     # orders still waiting out their grace at the end
     assert sum(1 for row in want.values() if row[4] is None) > 10 and len(want) > 0.8 * len(stream) > 0

@@ -20,6 +20,7 @@ from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.run import run
 from spark_jobs.testing import JobHarness
+from tests.helpers import every_record
 
 pytestmark = pytest.mark.integration
 
@@ -50,23 +51,6 @@ def _published(value: bytes) -> tuple:
     """An output topic's row (Spark's JSON leaves a null field out; Kafka Streams' twin writes it as null)."""
     row = json.loads(value, parse_float=Decimal)
     return tuple(row.get(f) for f in customer_accounts.FIELDS)
-
-
-def _every_record(settings, topic: str) -> list[tuple[str, bytes | None]]:
-    from confluent_kafka import Consumer
-
-    from runtime.kafka_connection import client_config
-    from spark_jobs.kafka_topics import partition_offsets, read_partition
-
-    consumer = Consumer(client_config(settings.kafka, {"group.id": f"read-{topic}", "enable.partition.eof": True}))
-    try:
-        return [
-            (msg.key().decode(), msg.value())
-            for partition in partition_offsets(settings.kafka, topic)
-            for msg in read_partition(consumer, topic, partition)
-        ]
-    finally:
-        consumer.close()
 
 
 def _refused(customers, accounts) -> dict[str, int]:
@@ -107,7 +91,7 @@ def test_the_left_join_follows_both_tables_whatever_the_cut_and_after_a_lost_che
     published = latest_per_key(settings.kafka, topic)  # keyed by the key's text
     assert {key: _published(value) for key, value in published.items()} == want
     # a key that never had a result (accounts of unknown customers) is never published, not even a tombstone
-    assert {key for key, _value in _every_record(settings, topic)}.isdisjoint({"c02", "c03"})
+    assert {key for _partition, key, _value in every_record(settings.kafka, topic)}.isdisjoint({"c02", "c03"})
     reasons = {}
     for letter in first.dead_letters + second.dead_letters:
         reasons[letter.reason] = reasons.get(letter.reason, 0) + 1

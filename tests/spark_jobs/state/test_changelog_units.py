@@ -2,7 +2,14 @@
 
 import pytest
 
-from spark_jobs.state.changelog import MAX_VOID_RANGES, BatchMarker, ChangelogTopic, carried_void, changelog_topic_name
+from spark_jobs.state.changelog import (
+    MAX_VOID_RANGES,
+    BatchMarker,
+    ChangelogTopic,
+    ChangelogWriter,
+    carried_void,
+    changelog_topic_name,
+)
 from spark_jobs.state.checkpoint_offsets import (
     CheckpointOffsetsError,
     batch_end_offsets,
@@ -68,6 +75,20 @@ def test_a_new_driver_carries_the_void_ranges_of_the_last_complete_batch_newest_
     previous = tuple((n * 10, n * 10 + 5) for n in range(MAX_VOID_RANGES))
     carried = carried_void(previous, 1000, 2000)
     assert len(carried) == MAX_VOID_RANGES and carried[-1] == (1000, 2000) and (0, 5) not in carried
+
+
+def test_a_batch_committed_before_the_writer_opened_is_recognised_by_its_input_end():
+    """Spark replays a batch whose transaction committed when its driver died before Spark's commit log: the
+    newest complete marker's input offsets cover its end. A batch reading past them in any partition is new."""
+    last = BatchMarker(41, {"orders": {0: 10, 1: 7}, "payments": {0: 3, 1: 5}}, records=9)
+    writer = ChangelogWriter(ChangelogTopic("app-v1", "joined", 2), "localhost:9092", last_complete=last)
+    assert writer.committed_already({"orders": {0: 10, 1: 7}, "payments": {0: 3, 1: 5}})  # the replay
+    assert writer.committed_already({"orders": {0: 9, 1: 7}, "payments": {0: 3, 1: 5}})  # an older batch
+    assert not writer.committed_already({"orders": {0: 10, 1: 7}, "payments": {0: 4, 1: 5}})  # one record more
+    assert not writer.committed_already({"orders": {0: 10, 1: 7, 2: 1}, "payments": {0: 3, 1: 5}})  # a new partition
+    assert not writer.committed_already({})  # nothing known of the batch
+    fresh = ChangelogWriter(ChangelogTopic("app-v1", "joined", 2), "localhost:9092")  # no batch complete yet
+    assert not fresh.committed_already({"orders": {0: 0}})
 
 
 def test_offset_log_parsing(tmp_path):
