@@ -85,9 +85,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import random
+from collections.abc import Iterator
 from decimal import Decimal
 
-from spark_jobs.generators.orders import Record, arrival_chunks, produce
+from spark_jobs.generators.orders import CHUNK, Encoded, Record, arrival_chunks, iso_times, produce, scaled_span_ms
 from spark_jobs.generators.producer import kafka_partition
 
 __all__ = [
@@ -101,6 +102,7 @@ __all__ = [
     "expected_join",
     "expected_join_in_batches",
     "produce",
+    "scaled",
     "task_order",
 ]
 
@@ -400,3 +402,87 @@ def expected_join_in_batches(
             heads = {side: heads[side] + len(batch[side]) for side in queues}
         results.update(task.results)
     return results
+
+
+def scaled(
+    orders: int, end_ms: int, seed: int = 3, customers: int = 100_000, window_ms: int = 10 * MINUTE
+) -> tuple[Iterator[Encoded], Iterator[Encoded]]:
+    """``(orders, payments)``, as many payments as orders, each topic in time order and ending by ``end_ms``: a
+    benchmark's input of the windowed join at any size (1e7 + 1e7 records in about a minute).
+
+    One order every :data:`~spark_jobs.generators.orders.SCALED_STEP_MS` (``o00000042``, of one of ``customers``
+    customers); of the orders, 8% are never paid, 3% are paid outside the window (``window_ms`` + 1 ms to 20 min
+    later: an unmatched order and an unmatched payment), 4% are paid twice (two parts, each within the window),
+    1% exactly at a bound of the window (``-window_ms``, ``window_ms``, or 1 ms inside either), the rest once,
+    between 2 minutes before and 9 minutes after the order; the remaining payments are of orders that never
+    exist (``s00000042``), at any time of the span. A record's time is its ``event_time`` and Kafka timestamp.
+    No record is behind its topic's latest time: what every peer joins the same way (plain Spark's watermark
+    drops nothing), the unmatched ones aside (see bench/answers.py)."""
+    import numpy as np
+
+    span = scaled_span_ms(orders)
+    start = end_ms - span - 20 * MINUTE  # the latest payment is at most 20 min after its order
+    rng = np.random.default_rng(seed)
+    index = np.arange(orders)
+    order_times = start + index * span // orders
+    draw = rng.random(orders)
+    once = draw >= 0.16
+    bounds = (draw >= 0.15) & (draw < 0.16)
+    twice = (draw >= 0.11) & (draw < 0.15)
+    outside = (draw >= 0.08) & (draw < 0.11)
+    offsets = np.where(once, rng.integers(-2 * MINUTE, 9 * MINUTE + 1, orders), 0)
+    offsets = np.where(bounds, rng.choice([-window_ms, -window_ms + 1, window_ms - 1, window_ms], orders), offsets)
+    offsets = np.where(twice, rng.integers(-window_ms // 5, window_ms + 1, orders), offsets)
+    offsets = np.where(outside, rng.integers(window_ms + 1, 20 * MINUTE, orders), offsets)
+    paid = once | bounds | twice | outside
+    second = np.flatnonzero(twice)
+    payer = np.concatenate([np.flatnonzero(paid), second])
+    pay_times = np.concatenate(
+        [
+            order_times[paid] + offsets[paid],
+            order_times[second] + rng.integers(-window_ms // 5, window_ms + 1, len(second)),
+        ]
+    )
+    strays = orders - len(payer)
+    assert strays >= 0, f"{len(payer)} payments of {orders} orders"
+    payer = np.concatenate([payer, -1 - np.arange(strays)])  # -1 - n: the n-th payment of no order
+    pay_times = np.concatenate([pay_times, start + rng.integers(0, span, strays)])
+    by_time = np.argsort(pay_times, kind="stable")
+    payer, pay_times = payer[by_time], pay_times[by_time]
+    cents = rng.integers(100, 500_000, orders)
+    buyers = rng.integers(0, customers, orders)
+    halves = np.zeros(orders, dtype=bool)
+    halves[second] = True
+
+    def money(c: int) -> str:
+        return f"{c // 100}.{c % 100:02d}"
+
+    def order_records() -> Iterator[Encoded]:
+        for low in range(0, orders, CHUNK):
+            high = min(orders, low + CHUNK)
+            rows = zip(
+                range(low, high), buyers[low:high].tolist(), cents[low:high].tolist(),
+                iso_times(order_times[low:high]), order_times[low:high].tolist(), strict=True,
+            )  # fmt: skip
+            for i, buyer, amount, iso, t in rows:
+                key = f"o{i:08d}"
+                value = (
+                    f'{{"order_id": "{key}", "customer_id": "c{buyer:07d}", "amount": {money(amount)}, '
+                    f'"event_time": "{iso}"}}'
+                )
+                yield key, value.encode(), t
+
+    def payment_records() -> Iterator[Encoded]:
+        for low in range(0, orders, CHUNK):
+            high = min(orders, low + CHUNK)
+            rows = zip(
+                range(low, high), payer[low:high].tolist(), iso_times(pay_times[low:high]),
+                pay_times[low:high].tolist(), strict=True,
+            )  # fmt: skip
+            for n, o, iso, t in rows:
+                key = f"o{o:08d}" if o >= 0 else f"s{-1 - o:08d}"
+                amount = money(cents[o] // 2 if halves[o] else cents[o]) if o >= 0 else "9.99"
+                value = f'{{"payment_id": "y{n:08d}", "order_id": "{key}", "paid": {amount}, "event_time": "{iso}"}}'
+                yield key, value.encode(), t
+
+    return order_records(), payment_records()
