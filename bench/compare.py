@@ -11,8 +11,8 @@ before the orders) and *payments* (orders and payments matched within 10 minutes
 join, 1 min grace; events are the orders and the payments, as many of each, keys the orders). The joins' inputs
 are generated so that the three peers' semantics give the same answer (see :func:`enrichment_input`,
 :func:`payments_input` and bench/answers.py, which says what is compared and what is left out). For every size
-the input is generated once onto a private local broker; then, for REPEATS rounds, each peer processes the whole pre-loaded topic from a cold
-start, one after the other:
+the input is generated once onto a private local broker; then, for REPEATS rounds, each peer processes the whole
+pre-loaded input from a cold start, one after the other:
 
 * **Kafka Streams** (bench/kafka_streams, RocksDB store + changelog): time from the JVM's start until its
   committed offsets reach the input's end; then its state directory is wiped and it is started again, and
