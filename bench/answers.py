@@ -374,7 +374,7 @@ def check_enrichment_agree(answers: dict[str, dict]) -> tuple[dict[str, int], st
     scopes = {"plain_spark": Scope(lambda key: key in reference, why=f"the reference's orders; not the {held}")}
     compared = check_agree(answers, scopes)
     extra = len(answers.get("plain_spark", {}).keys() - reference.keys())
-    return compared, f"plain Spark's {extra:,} further orders left out: the {held} of the others"
+    return compared, f"plain Spark's {extra:,} further orders left out: the others' {held}"
 
 
 def check_payments_agree(answers: dict[str, dict], slack_ms: int) -> tuple[dict[str, int], str]:

@@ -222,9 +222,10 @@ def expected_enrichment(
 
 #: an encoded record, as :func:`spark_jobs.generators.producer.produce_encoded` writes it: key, JSON value, time
 Encoded = tuple[str, bytes, int]
-#: the scaled generators' rate: one order every 10 ms, at least two hours of orders (so that the minute the
-#: grace period holds back at the end is a small part of the input at every size)
-SCALED_STEP_MS, SCALED_MIN_SPAN_MS = 10, 2 * 3600 * 1000
+#: the scaled generators' rate: one order every 8 ms, at least two hours of orders (so that the minute the
+#: grace period holds back at the end is a small part of the input at every size); 1e7 orders span 22 h, within
+#: the day Kafka Streams keeps a window store's changelog records past the window (their time is event time)
+SCALED_STEP_MS, SCALED_MIN_SPAN_MS = 8, 2 * 3600 * 1000
 #: records formatted at a time (numpy arrays of this many times and draws)
 CHUNK = 100_000
 
