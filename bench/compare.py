@@ -1,20 +1,26 @@
 """The platform against its peers: Kafka Streams and plain Spark, same broker, same data, one run.
 
-Four workloads, each the same computation in all three peers: *purchases* (count and amount per user;
+Six workloads, each the same computation in all three peers: *purchases* (count and amount per user;
 ``account_closed`` deletes the user), *pulses* (heartbeats per patient per 60 s event-time window,
 5 s grace, emitted when the window closes), *temperatures* (readings, average, minimum and maximum
-temperature per sensor in 5-minute windows starting every minute, 30 s grace, emitted when they close) and
+temperature per sensor in 5-minute windows starting every minute, 30 s grace, emitted when they close),
 *sessions* (events and page views per user per session, 30 min inactivity gap, 5 min grace, emitted when
-a session closes). For every size the input is generated once onto a private
-local broker; then, for REPEATS rounds, each peer processes the whole pre-loaded topic from a cold
-start, one after the other:
+a session closes), and two joins of two topics: *enrichment* (each order joined with its customer's profile, a
+stream-table left join, 1 min grace; events are the orders, keys the customer profiles, a table topic loaded
+before the orders) and *payments* (orders and payments matched within 10 minutes, a windowed stream-stream outer
+join, 1 min grace; events are the orders and the payments, as many of each, keys the orders). The joins' inputs
+are generated so that the three peers' semantics give the same answer (see :func:`enrichment_input`,
+:func:`payments_input` and bench/answers.py, which says what is compared and what is left out). For every size
+the input is generated once onto a private local broker; then, for REPEATS rounds, each peer processes the whole
+pre-loaded input from a cold start, one after the other:
 
 * **Kafka Streams** (bench/kafka_streams, RocksDB store + changelog): time from the JVM's start until its
   committed offsets reach the input's end; then its state directory is wiped and it is started again, and
   its full changelog restore is timed (restore listener: first start to last end);
 * **plain Spark** (bench/plain_spark_peer.py): the same aggregation as a bare query, process start to exit;
 * **the platform** (``python -m spark_jobs.run <job> --available-now``: purchase_counts,
-  patient_heart_rate or temperature_averages): process start to exit, changelog + snapshots + status + dead letters included; then
+  patient_heart_rate, temperature_averages, user_sessions, order_enrichment or order_payments): process start to
+  exit, changelog + snapshots + status + dead letters included; then
   two restores of the store it left, each in its own process (bench/platform_restore_probe.py): the full
   changelog replay and snapshot + tail.
 
@@ -25,6 +31,8 @@ measured in the same invocation.
 
     .venv/bin/python bench/compare.py        # every workload; 1e6 and 1e7 events; 1e5 and 1e6 users / 1e3 patients, sensors
     .venv/bin/python bench/compare.py --workloads purchases --events 1000000 --keys 100000 --repeats 3
+    .venv/bin/python bench/compare.py --workloads enrichment --events 10000000 --profiles 1000000  # 1e7 x 1e6
+    .venv/bin/python bench/compare.py --workloads payments --events 20000000  # 1e7 orders + 1e7 payments
 
 Each size's rounds are saved to bench/results/compare-<workload>-<events>x<keys>.json after every round; the
 BENCHMARKS.md section (and bench/results/compare-throughput.png) is rebuilt from every saved size, so sizes
@@ -66,7 +74,8 @@ from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.process import free_port  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
-from spark_jobs.generators import pulse, purchases, sessions, temperatures  # noqa: E402
+from spark_jobs.generators import orders, payments, pulse, purchases, sessions, temperatures  # noqa: E402
+from spark_jobs.generators.producer import produce_encoded  # noqa: E402
 from spark_jobs.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
 from spark_jobs.layout import changelog_topic_name  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
@@ -81,7 +90,14 @@ class Workload:
     sensors. ``deleting_event``: the event type after which peers mean different things by a key's answer
     (see bench/answers.py), whose keys are left out of the comparisons that say so. ``generate(events,
     keys)``: the input; ``produce``: writes it keyed; the answers: bench/answers.py's readers of the Kafka
-    Streams output topic and of a Delta output table; ``windowed``: answers are keyed (key, window start)."""
+    Streams output topic and of a Delta output table; ``windowed``: answers are keyed (key, window start).
+
+    A join of two topics (the job's ``join_topic`` set) has ``generate`` return both topics' records (the source
+    topic's, then the join topic's, encoded: bench/compare.py writes them with ``produce``, the join topic first),
+    ``check`` comparing its answers (bench/answers.py's ``check_*_agree``: peer -> results compared, and what was
+    left out), the Kafka Streams JVM's ``kafka_streams_options``, and ``table_topic`` when its join topic is a
+    table (plain Spark reads it as a batch table, not as a stream). Kafka Streams' changelog bytes are those of
+    every store of its app for a join (a join has several stores), of ``store`` otherwise."""
 
     name: str
     job: str
@@ -95,6 +111,9 @@ class Workload:
     kafka_streams_answer: Callable
     table_answer: Callable
     windowed: bool
+    check: Callable[[dict[str, dict]], tuple[dict[str, int], str]] | None = None
+    kafka_streams_options: tuple[str, ...] = ()
+    table_topic: bool = False
 
     @property
     def spec(self):
@@ -141,6 +160,31 @@ def visits(events: int, users: int) -> list[dict]:
     generated = list(itertools.islice(sessions.generate(users, seconds=seconds, seed=3, start=start), events))
     assert len(generated) == events, f"generated {len(generated)} of {events} visit events"
     return generated
+
+
+def end_of_join_input() -> int:
+    """Where the joins' generated records end (epoch ms): an hour ago, on the minute. Their profiles carry their
+    time as the Kafka timestamp, so they lie within the input topic's retention (7 days), unlike the fixed past of
+    the other workloads; and in the past, for Kafka Streams stamps its output with event time."""
+    return (int(time.time()) // 60 - 60) * 60_000
+
+
+def enrichment_input(events: int, profiles: int) -> tuple[Iterable, Iterable]:
+    """``events`` orders and ``profiles`` customer profiles, one each, every profile earlier than its customer's
+    orders (spark_jobs.generators.orders.growing_customers): the row valid at an order's time (the platform,
+    Kafka Streams) is the latest one (plain Spark), whatever the micro-batches."""
+    return orders.growing_customers(events, profiles, end_of_join_input(), seed=3)
+
+
+def payments_input(events: int, keys: int) -> tuple[Iterable, Iterable]:
+    """``events`` records: ``keys`` orders and as many payments (spark_jobs.generators.payments.scaled), each
+    topic in time order."""
+    assert events == 2 * keys, f"payments: {events} events are {keys} orders and as many payments"
+    return payments.scaled(keys, end_of_join_input(), seed=3)
+
+
+def _payments_check(answers_: dict[str, dict]) -> tuple[dict[str, int], str]:
+    return answers.check_payments_agree(answers_, slack_ms=2 * (10 * 60_000 + 60_000))  # 2 x (window + grace)
 
 
 WORKLOADS = {
@@ -199,6 +243,39 @@ WORKLOADS = {
         answers.kafka_streams_sessions,
         answers.table_sessions,
         windowed=True,
+    ),
+    "enrichment": Workload(
+        "enrichment",
+        "order_enrichment",
+        "customer-profiles",
+        "order_enrichment",
+        "profiles",
+        "customer_id",
+        "",
+        enrichment_input,
+        produce_encoded,
+        answers.kafka_streams_enrichment,
+        answers.table_enrichment,
+        windowed=False,
+        check=answers.check_enrichment_agree,
+        table_topic=True,
+    ),
+    "payments": Workload(
+        "payments",
+        "order_payments",
+        "order-payments",
+        "order_payments_outer",
+        "orders",
+        "order_id",
+        "",
+        payments_input,
+        produce_encoded,
+        answers.kafka_streams_payments,
+        answers.table_payments,
+        windowed=False,
+        check=_payments_check,
+        # the twin's only deterministic setting (spark_jobs/generators/payments.py, README "two streams")
+        kafka_streams_options=("-Dstreams.__emit.interval.ms.kstreams.outer.join.spurious.results.fix__=0",),
     ),
 }
 SECTION = "## Platform vs Kafka Streams vs plain Spark"
@@ -285,6 +362,12 @@ def topic_bytes(broker: LocalKafkaBroker, topic: str) -> int:
     return sum(f.stat().st_size for d in broker.storage_dir.glob(f"{topic}-*") if d.is_dir() for f in d.glob("*.log"))
 
 
+def changelog_topics(broker: LocalKafkaBroker, application_id: str) -> set[str]:
+    """The changelog topics of a Kafka Streams app, from the broker's partition directories (``<topic>-<n>``)."""
+    found = broker.storage_dir.glob(f"{application_id}-*-changelog-*")
+    return {d.name.rpartition("-")[0] for d in found if d.is_dir()}
+
+
 @dataclasses.dataclass
 class Round:
     """Every figure of one peer in one round."""
@@ -323,7 +406,11 @@ class Bench:
 
     def load(self, events: int, keys: int) -> None:
         """The input every peer reads: ``events`` of the workload over ``keys`` users, patients or sensors
-        (each beating or reading for as long as that takes), on the job's source topic."""
+        (each beating or reading for as long as that takes), on the job's source topic; a join's two topics
+        (:meth:`load_join`)."""
+        if self.job.join_topic:
+            self.load_join(events, keys)
+            return
         topic, workload = self.job.source_topic, self.workload
         delete_topics(self.bootstrap, [topic])
         ensure_topic(self.bootstrap, topic, self.job.source_partitions)
@@ -335,7 +422,40 @@ class Bench:
             sent = workload.produce(self.bootstrap, topic, noted)
         ends = sum(high for _, high in partition_offsets(self.bootstrap, topic).values())
         assert sent == events == ends, f"loaded {ends} of {events} events"
+        self.loaded = {topic: ends}
         console.print(f"loaded {events:,} events in {time.monotonic() - t:.0f} s")
+
+    def load_join(self, events: int, keys: int) -> None:
+        """A join's two topics, the join topic (a table's profiles, or the payments) written first."""
+        job, workload = self.job, self.workload
+        topics = (job.source_topic, job.join_topic)
+        delete_topics(self.bootstrap, list(topics))
+        for topic in topics:
+            ensure_topic(self.bootstrap, topic, job.source_partitions)  # co-partitioned, as a join needs
+        t = time.monotonic()
+        self.deleted_keys = set()
+        with console.status(f"producing {events:,} events, {keys:,} {workload.key_noun}"):
+            stream, other = workload.generate(events, keys)
+            sent = {job.join_topic: workload.produce(self.bootstrap, job.join_topic, other)}
+            sent[job.source_topic] = workload.produce(self.bootstrap, job.source_topic, stream)
+        self.loaded = {
+            topic: sum(high for _, high in partition_offsets(self.bootstrap, topic).values()) for topic in topics
+        }
+        assert sent == self.loaded, f"loaded {self.loaded} of {sent} records"
+        stream_events = self.loaded[job.source_topic] if workload.table_topic else sum(self.loaded.values())
+        assert stream_events == events, f"{stream_events} events loaded, not {events}"
+        console.print(f"loaded {self.loaded} in {time.monotonic() - t:.0f} s")
+
+    @property
+    def input_topic(self) -> str:
+        """The job's input topics, comma-separated (Kafka Streams' and plain Spark's argument)."""
+        return ",".join(self.loaded)
+
+    @property
+    def plain_spark_rows(self) -> int:
+        """The records plain Spark's streams read: all of the input, a table topic aside."""
+        table = self.job.join_topic if self.workload.table_topic else None
+        return sum(n for topic, n in self.loaded.items() if topic != table)
 
     def kafka_streams(self, n: int, size: str) -> Round:
         app = f"kstreams-{size}-r{n}"
@@ -344,17 +464,38 @@ class Bench:
             ensure_topic(self.bootstrap, sink, self.job.source_partitions, config=OUTPUT_TOPIC_CONFIG)
         state_dir = self.root / app
         topology = self.workload.kafka_streams_topology
+        options = self.workload.kafka_streams_options
         peer = KafkaStreamsPeer(
-            self.classpath, self.settings, topology, app, state_dir, self.job.source_topic, output, self.args.threads
+            self.classpath,
+            self.settings,
+            topology,
+            app,
+            state_dir,
+            self.input_topic,
+            output,
+            self.args.threads,
+            options,
         )
         seconds = peer.wait_caught_up()
         peer.stop()
         self.answers["kafka_streams"] = self.workload.kafka_streams_answer(self.bootstrap, output)
-        changelog = changelog_topic_name(app, self.workload.store)  # Kafka Streams names it as the platform does
-        result = Round(seconds, peer.peak_rss_bytes, topic_bytes(self.broker, changelog))
+        changelogs = (
+            changelog_topics(self.broker, app)  # a join's stores: its table or window stores and its buffers
+            if self.job.join_topic
+            else {changelog_topic_name(app, self.workload.store)}  # Kafka Streams names it as the platform does
+        )
+        result = Round(seconds, peer.peak_rss_bytes, sum(topic_bytes(self.broker, c) for c in changelogs))
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
         again = KafkaStreamsPeer(
-            self.classpath, self.settings, topology, app, state_dir, self.job.source_topic, output, self.args.threads
+            self.classpath,
+            self.settings,
+            topology,
+            app,
+            state_dir,
+            self.input_topic,
+            output,
+            self.args.threads,
+            options,
         )
         again.wait_running()
         again.stop()
@@ -364,7 +505,7 @@ class Bench:
             "peak_bytes": again.peak_rss_bytes,
         }
         shutil.rmtree(state_dir, ignore_errors=True)
-        delete_topics(self.bootstrap, [changelog, output, f"{output}-updates"])
+        delete_topics(self.bootstrap, [*changelogs, output, f"{output}-updates"])
         return result
 
     def plain_spark(self, n: int, size: str, max_offsets: int) -> Round:
@@ -373,7 +514,7 @@ class Bench:
             [
                 PYTHON,
                 "bench/plain_spark_peer.py",
-                self.job.source_topic,
+                self.input_topic,
                 str(work),
                 "--max-offsets-per-trigger",
                 str(max_offsets),
@@ -383,7 +524,8 @@ class Bench:
             self._platform_settings(work, max_offsets).to_env(),
             self.args.timeout,
         )
-        assert run.answer["input_rows"] == self.events, f"plain Spark read {run.answer['input_rows']} of {self.events}"
+        expected = self.plain_spark_rows
+        assert run.answer["input_rows"] == expected, f"plain Spark read {run.answer['input_rows']} of {expected}"
         self.answers["plain_spark"] = self._table_answer(work / "output")
         shutil.rmtree(work, ignore_errors=True)
         return Round(run.seconds, run.peak_bytes, phases={"batches": run.answer["batch_seconds"]})
@@ -397,7 +539,8 @@ class Bench:
             env,
             self.args.timeout,
         )
-        assert run.answer.get("input_rows") == self.events and not run.answer.get("error"), run.answer
+        records = sum(self.loaded.values())  # a join's: both topics
+        assert run.answer.get("input_rows") == records and not run.answer.get("error"), run.answer
         changelog = changelog_topic_name(job.application_id, store)
         result = Round(
             run.seconds, run.peak_bytes, topic_bytes(self.broker, changelog), phases=run.answer.get("phase_seconds", {})
@@ -442,6 +585,14 @@ class Bench:
 
     def check_answers(self, round_: dict[str, Round]) -> None:
         """The peers of one round computed the same answer (bench/answers.py), or the run stops here."""
+        ordered = dict(sorted(self.answers.items(), key=lambda item: item[0] != "platform"))  # the platform first
+        if self.workload.check:
+            compared, left_out = self.workload.check(ordered)
+            for peer, keys in compared.items():
+                round_[peer].answer_keys = keys
+            console.print(f"answers agree, results compared: {compared} ({left_out})")
+            self.answers = {}
+            return
         deleted, windowed = self.deleted_keys, self.workload.windowed
 
         def kept(key) -> bool:  # a key whose answer every peer means the same by
@@ -454,7 +605,6 @@ class Bench:
             "kafka_streams": answers.Scope(kept, why=why) if windowed else answers.Scope(),
             "plain_spark": answers.Scope(kept, only_its_own=windowed, why=why),
         }
-        ordered = dict(sorted(self.answers.items(), key=lambda item: item[0] != "platform"))  # the platform first
         compared = answers.check_agree(ordered, scopes)
         for peer, keys in compared.items():
             round_[peer].answer_keys = keys
@@ -507,6 +657,8 @@ PLAIN_SPARK_QUERY = {
     "pulses": "window() count, append",
     "temperatures": "hopping window() aggregates, append",
     "sessions": "session_window() aggregates, append",
+    "enrichment": "stream-static left join, profiles cached",
+    "payments": "stream-stream full outer join, watermarks + time range",
 }
 
 
@@ -609,13 +761,23 @@ def report(results: list[SizeResult], plot: str | None = None) -> str:
         "of the sensors (every 4-6 s, up to 3 s out of order, about 5% of the sensors removed) aggregated (count, average, min, max) "
         "in 5-minute windows starting every minute, 30 s grace, emitted when they close; *sessions*: clicks and "
         "page views of the users in visits 35 min to 2 h apart (up to 3 s out of order, 0.05% forget_me) "
-        "aggregated (events, page views) per session, 30 min inactivity gap, 5 min grace, emitted when it closes. Spark: "
+        "aggregated (events, page views) per session, 30 min inactivity gap, 5 min grace, emitted when it closes; "
+        "*enrichment*: orders (the events) left-joined with their customer's profile (the keys: a table topic, each "
+        "profile written once, before the orders and earlier than each of its customer's orders, 1% of the orders "
+        "of customers with none), 1 min grace (plain Spark: a stream-static join of the profiles read once); "
+        "*payments*: orders and payments (the events, half each; the keys are the orders) matched within 10 minutes, "
+        "an outer join with 1 min grace (plain Spark: a stream-stream full outer join, 1 min watermarks), 8% of the "
+        "orders unpaid, 3% paid outside the window, 4% paid twice, 1% at the window's bounds, 4% payments of no "
+        "order; both topics in time order. Spark: "
         "local[*], 2 shuffle partitions, RocksDB state store, at most events/batches records per micro-batch. "
         "Every figure: median (min-max) of the rounds; ratios are of medians from the same invocation. "
         "Since 2026-11-26 a round counts only once the peers' outputs were equal key by key (bench/answers.py: "
         "plain Spark, which cannot delete, on the users who never closed an account; windows on the patients "
-        "and sensors never deleted, plain Spark on the windows its watermark closed); a size measured before says "
-        "nothing about its answers.",
+        "and sensors never deleted, plain Spark on the windows its watermark closed; enrichment: every joined "
+        "order, plain Spark on the orders the others had joined (they still hold each partition's last minute for "
+        "the grace period); payments: every matched pair, and the unmatched orders and payments every peer emitted, "
+        "the others only checked to be ones a peer had not closed yet when the input ended); a size measured "
+        "before says nothing about its answers.",
         "",
         "| workload | events x keys | Kafka Streams events/s | plain Spark events/s | platform events/s "
         "| platform / Kafka Streams | platform / plain Spark | snapshot + tail / Kafka Streams replay | rounds | measured |",
@@ -836,6 +998,13 @@ def main() -> None:
         default=[10_000],
         help="sessions: users (1e6 events of 10,000 users = ~100 events each, ~10 visits)",
     )
+    parser.add_argument(
+        "--profiles",
+        type=int,
+        nargs="+",
+        default=[100_000, 1_000_000],
+        help="enrichment: customer profiles (events are the orders; 1e7 orders x 1e6 profiles is the issue's size)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--batches", type=int, default=12, help="micro-batches per run: max offsets per trigger = events / this"
@@ -861,14 +1030,23 @@ def main() -> None:
     bench.broker.start()
     measured = []
     try:
-        option = {"purchases": "keys", "pulses": "patients", "temperatures": "sensors", "sessions": "visitors"}
-        sizes = [
-            (w, events, keys) for w in args.workloads for events in args.events for keys in getattr(args, option[w])
-        ]
+        option = {
+            "purchases": "keys",
+            "pulses": "patients",
+            "temperatures": "sensors",
+            "sessions": "visitors",
+            "enrichment": "profiles",
+        }
+
+        def keys_of(workload: str, events: int) -> list[int]:  # payments: the keys are the orders, half the events
+            return [events // 2] if workload == "payments" else getattr(args, option[workload])
+
+        sizes = [(w, events, keys) for w in args.workloads for events in args.events for keys in keys_of(w, events)]
         for workload, events, keys in sizes:
+            keys_option = f" --{option[workload]} {keys}" if workload in option else ""
             command = (
-                f".venv/bin/python bench/compare.py --workloads {workload} --events {events} "
-                f"--{option[workload]} {keys} --repeats {args.repeats} --batches {args.batches}"
+                f".venv/bin/python bench/compare.py --workloads {workload} --events {events}{keys_option} "
+                f"--repeats {args.repeats} --batches {args.batches}"
             )
             result = SizeResult(
                 workload,

@@ -1,5 +1,5 @@
-"""The plain-Spark peer of the benchmarks: purchase counts, pulse or temperature windows as a bare Structured
-Streaming query.
+"""The plain-Spark peer of the benchmarks: purchase counts, pulse or temperature windows, sessions, order
+enrichment or order payments as a bare Structured Streaming query.
 
 The same Kafka source, JSON parsing, RocksDB state store, shuffle partitions and Delta MERGE sink as the
 platform's purchase_counts job, but a built-in ``groupBy().agg()`` instead of the ``transformWithState``
@@ -24,6 +24,20 @@ written once the watermark passes its last event + 30 min), the session's start 
 event times, appended to a Delta table. Late events are dropped silently and ``forget_me`` is ignored; the
 watermark is the query's, not each partition's stream time.
 
+``--workload enrichment`` (``<topic>`` is ``<orders>,<customer profiles>``): orders enriched with their customer
+by Spark's stream-static join: the profiles topic read once as a batch table when the query starts (the latest
+row of each key, by Kafka timestamp then offset; cached), each micro-batch of orders ``left``-joined with it on
+the customer id, appended to a Delta table with the order's Kafka partition and offset. No versions, no grace: an
+order sees the table as read at the start (bench/compare.py generates the input so that this is the row valid at
+the order's time: see spark_jobs.generators.orders.growing_customers).
+
+``--workload payments`` (``<topic>`` is ``<orders>,<payments>``): orders and payments matched within 10 minutes,
+Spark's stream-stream ``full_outer`` join of two Kafka sources on the order id and ``order_time BETWEEN
+payment_time - 10 minutes AND payment_time + 10 minutes``, each side ``withWatermark(1 min)`` (the grace): a pair
+is written when its second record arrives, an unmatched record once the watermark passes its window; appended to a
+Delta table with both records' Kafka partitions and offsets (-1 for an absent side), the platform's columns.
+``--max-offsets-per-trigger`` is shared by the two sources, half each (the two topics have as many records).
+
 Run by bench/compare.py in its own process (its memory is measured per process tree); prints one JSON
 line: ``{"seconds": ..., "input_rows": ..., "batches": ..., "batch_seconds": ...}`` where seconds run from the
 process start and batch_seconds is what its micro-batches took.
@@ -32,7 +46,7 @@ process start and batch_seconds is what its micro-batches took.
 until SIGTERM with a micro-batch every SECONDS (Spark's processingTime trigger; 0: as fast as possible),
 printing ``{"event": "started"}`` once the query runs; the JSON line above follows the stop.
 
-    .venv/bin/python bench/plain_spark_peer.py <topic> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures|sessions] [--trigger SECONDS]
+    .venv/bin/python bench/plain_spark_peer.py <topic[,topic]> <work dir> [--max-offsets-per-trigger N] [--workload pulses|temperatures|sessions|enrichment|payments] [--trigger SECONDS]
 """
 
 from __future__ import annotations
@@ -57,7 +71,11 @@ def main() -> None:
     parser.add_argument("topic")
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    parser.add_argument("--workload", choices=("purchases", "pulses", "temperatures", "sessions"), default="purchases")
+    parser.add_argument(
+        "--workload",
+        choices=("purchases", "pulses", "temperatures", "sessions", "enrichment", "payments"),
+        default="purchases",
+    )
     parser.add_argument(
         "--trigger", type=float, default=None, help="run until SIGTERM, a batch every SECONDS (0: as fast as possible)"
     )
@@ -65,24 +83,37 @@ def main() -> None:
 
     settings = Settings.from_env()
     spark = build_spark_session(settings, "bench-plain-spark")
-    source = (
-        spark.readStream.format("kafka")
-        .options(**settings.kafka.spark_options())
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-    )
-    if args.max_offsets_per_trigger:
-        source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
-    query_of = {
-        "purchases": purchase_counts,
-        "pulses": pulse_windows,
-        "temperatures": temperature_windows,
-        "sessions": user_sessions,
-    }[args.workload]
+
+    def read(topic: str, max_offsets: int | None = args.max_offsets_per_trigger):
+        """The streaming Kafka source of ``topic``, from its start, at most ``max_offsets`` records a batch."""
+        source = (
+            spark.readStream.format("kafka")
+            .options(**settings.kafka.spark_options())
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+        )
+        if max_offsets:
+            source = source.option("maxOffsetsPerTrigger", str(max_offsets))
+        return source.load()
+
     batches = {"n": 0, "seconds": 0.0}  # micro-batches, and the seconds their foreachBatch took (see _timed)
-    writer = query_of(source.load(), str(args.work_dir / "output"), batches).option(
-        "checkpointLocation", str(args.work_dir / "checkpoint")
-    )
+    output = str(args.work_dir / "output")
+    if args.workload == "enrichment":
+        orders, profiles = args.topic.split(",")
+        streaming = order_enrichment(read(orders), _latest_rows(spark, settings, profiles), output, batches)
+    elif args.workload == "payments":
+        orders, payments = args.topic.split(",")
+        half = args.max_offsets_per_trigger and max(1, args.max_offsets_per_trigger // 2)
+        streaming = order_payments(read(orders, half), read(payments, half), output, batches)
+    else:
+        query_of = {
+            "purchases": purchase_counts,
+            "pulses": pulse_windows,
+            "temperatures": temperature_windows,
+            "sessions": user_sessions,
+        }[args.workload]
+        streaming = query_of(read(args.topic), output, batches)
+    writer = streaming.option("checkpointLocation", str(args.work_dir / "checkpoint"))
     if args.trigger is None:
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
@@ -206,6 +237,99 @@ def user_sessions(raw, output: str, batches: dict):
         .select("user_id", "session_start", "session_end", "events", "page_views")
     )
     return visits.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
+
+
+def _latest_rows(spark, settings: Settings, topic: str):
+    """The customer-profiles topic as a table, read once: each key's latest row (Kafka timestamp, then offset),
+    cached before the stream starts (what a stream-static join reads each micro-batch)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.order_enrichment import CUSTOMER_SCHEMA
+
+    records = (
+        spark.read.format("kafka")
+        .options(**settings.kafka.spark_options())
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    rows = records.select(
+        F.col("key").cast("string").alias("customer_id"),
+        F.struct("timestamp", "offset").alias("at"),
+        F.from_json(F.col("value").cast("string"), CUSTOMER_SCHEMA).alias("row"),
+    )
+    latest = rows.groupBy("customer_id").agg(F.max_by("row", "at").alias("row"))
+    table = latest.select("customer_id", "row.name", "row.tier").persist()
+    table.count()
+    return table
+
+
+def order_enrichment(raw, customers, output: str, batches: dict):
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.order_enrichment import ORDER_SCHEMA
+
+    orders = raw.select(
+        F.from_json(F.col("value").cast("string"), ORDER_SCHEMA).alias("o"),
+        F.col("partition").alias("source_partition"),
+        F.col("offset").alias("source_offset"),
+    ).select("o.*", "source_partition", "source_offset")
+    enriched = orders.join(customers, "customer_id", "left").select(
+        "customer_id", "order_id", "amount", "event_time", "name", "tier", "source_partition", "source_offset"
+    )
+    return enriched.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
+
+
+def order_payments(raw_orders, raw_payments, output: str, batches: dict):
+    from pyspark.sql import functions as F
+
+    from spark_jobs.jobs.order_payments import ORDER_SCHEMA, PAYMENT_SCHEMA
+
+    def side(raw, schema, fields: dict[str, str]):
+        parsed = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("e"), "partition", "offset")
+        return parsed.select(*(F.col(source).alias(name) for name, source in fields.items()))
+
+    orders = side(
+        raw_orders,
+        ORDER_SCHEMA,
+        {
+            "o_order_id": "e.order_id",
+            "customer_id": "e.customer_id",
+            "amount": "e.amount",
+            "order_time": "e.event_time",
+            "o_partition": "partition",
+            "o_offset": "offset",
+        },
+    ).withWatermark("order_time", "1 minute")
+    payments = side(
+        raw_payments,
+        PAYMENT_SCHEMA,
+        {
+            "p_order_id": "e.order_id",
+            "payment_id": "e.payment_id",
+            "paid": "e.paid",
+            "payment_time": "e.event_time",
+            "p_partition": "partition",
+            "p_offset": "offset",
+        },
+    ).withWatermark("payment_time", "1 minute")
+    within = F.expr(
+        "o_order_id = p_order_id AND order_time BETWEEN payment_time - INTERVAL 10 MINUTES "
+        "AND payment_time + INTERVAL 10 MINUTES"
+    )
+    results = orders.join(payments, within, "full_outer").select(
+        F.coalesce("o_order_id", "p_order_id").alias("order_id"),
+        "customer_id",
+        "amount",
+        "order_time",
+        "payment_id",
+        "paid",
+        "payment_time",
+        F.coalesce("o_partition", "p_partition").alias("source_partition"),
+        F.coalesce("o_offset", F.lit(-1)).alias("left_offset"),
+        F.coalesce("p_offset", F.lit(-1)).alias("right_offset"),
+    )
+    return results.writeStream.outputMode("append").foreachBatch(_appender(output, batches))
 
 
 def _timed(batches: dict):

@@ -20,6 +20,7 @@ import dataclasses
 import datetime as dt
 import json
 import random
+from collections.abc import Iterator
 from decimal import Decimal
 
 from confluent_kafka import Producer
@@ -217,3 +218,82 @@ def expected_enrichment(
                 s += 1
         results.update(task.results)
     return results
+
+
+#: an encoded record, as :func:`spark_jobs.generators.producer.produce_encoded` writes it: key, JSON value, time
+Encoded = tuple[str, bytes, int]
+#: the scaled generators' rate: one order every 8 ms, at least two hours of orders (so that the minute the
+#: grace period holds back at the end is a small part of the input at every size); 1e7 orders span 22 h, within
+#: the day Kafka Streams keeps a window store's changelog records past the window (their time is event time)
+SCALED_STEP_MS, SCALED_MIN_SPAN_MS = 8, 2 * 3600 * 1000
+#: records formatted at a time (numpy arrays of this many times and draws)
+CHUNK = 100_000
+
+
+def iso_times(ms) -> list[str]:
+    """Epoch milliseconds (a numpy array) as :func:`iso_time` writes them, vectorized."""
+    import numpy as np
+
+    return [f"{s}Z" for s in np.datetime_as_string(np.asarray(ms, dtype="datetime64[ms]"), unit="ms")]
+
+
+def scaled_span_ms(orders: int) -> int:
+    return max(SCALED_MIN_SPAN_MS, orders * SCALED_STEP_MS)
+
+
+def growing_customers(
+    orders: int, customers: int, end_ms: int, seed: int = 3, unknown_rate: float = 0.01, margin: float = 0.1
+) -> tuple[Iterator[Encoded], Iterator[Encoded]]:
+    """``(orders, customer records)`` for a benchmark of the stream-table join at any size (1e7 orders in about a
+    minute), both in time order, ending at ``end_ms``: every customer's profile written once, the orders of a
+    growing customer base.
+
+    Customer ``c`` (``c0000042``) signs up at ``start + (c - first) * span * (1 - margin) / customers`` (the first
+    ``first`` = 1% before the first order), its profile's Kafka timestamp; order ``i`` (one every
+    :data:`SCALED_STEP_MS`) is of a customer drawn uniformly from those signed up by the fraction ``(i / orders) *
+    (1 - margin)`` of the customers, or (``unknown_rate``) of one of 1,000 ids with no profile (``x0042``); the
+    last ``margin`` of the customers never order. So every customer's only row is valid from before each of its
+    orders: the row valid at an order's time (a versioned table), the latest row (a table read once) and the
+    row current when a time-ordered task reaches the order are the same one, and a left join gives the same
+    answer in each. And an order's customer is always at most the fraction ``(1 - margin)`` of the way through the
+    customer topic that the order is through the orders topic: a micro-batch that cuts both topics at the same
+    fraction of their offsets (Spark's ``maxOffsetsPerTrigger``) holds the profile no later than the order (see
+    "Known difference under a rate limit" in the README)."""
+    import numpy as np
+
+    span = scaled_span_ms(orders)
+    start = end_ms - span
+    first = max(1, customers // 100)
+
+    def table() -> Iterator[Encoded]:
+        for low in range(0, customers, CHUNK):
+            ids = np.arange(low, min(customers, low + CHUNK))
+            times = start + (ids - first) * int(span * (1 - margin)) // customers
+            for c, t in zip(ids.tolist(), times.tolist(), strict=True):
+                key = f"c{c:07d}"
+                value = f'{{"customer_id": "{key}", "name": "name-{c}", "tier": "{TIERS[c % 3]}"}}'
+                yield key, value.encode(), t
+
+    def stream() -> Iterator[Encoded]:
+        rng = np.random.default_rng(seed)
+        for low in range(0, orders, CHUNK):
+            index = np.arange(low, min(orders, low + CHUNK))
+            times = start + index * span // orders
+            signed_up = np.maximum(first, (customers * (index / orders) * (1 - margin)).astype(np.int64))
+            drawn = (rng.random(len(index)) * signed_up).astype(np.int64)
+            unknown = rng.random(len(index)) < unknown_rate
+            strangers = rng.integers(0, 1000, len(index))
+            cents = rng.integers(100, 500_000, len(index))
+            rows = zip(
+                index.tolist(), drawn.tolist(), unknown.tolist(), strangers.tolist(), cents.tolist(),
+                iso_times(times), times.tolist(), strict=True,
+            )  # fmt: skip
+            for i, c, stranger, x, amount, iso, t in rows:
+                key = f"x{x:04d}" if stranger else f"c{c:07d}"
+                value = (
+                    f'{{"order_id": "o{i:08d}", "customer_id": "{key}", "amount": {amount // 100}.{amount % 100:02d}, '
+                    f'"event_time": "{iso}"}}'
+                )
+                yield key, value.encode(), t
+
+    return stream(), table()

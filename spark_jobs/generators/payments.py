@@ -85,9 +85,19 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import random
+from collections.abc import Iterator
 from decimal import Decimal
 
-from spark_jobs.generators.orders import Record, arrival_chunks, produce
+from spark_jobs.generators.orders import (
+    CHUNK,
+    SCALED_MIN_SPAN_MS,
+    SCALED_STEP_MS,
+    Encoded,
+    Record,
+    arrival_chunks,
+    iso_times,
+    produce,
+)
 from spark_jobs.generators.producer import kafka_partition
 
 __all__ = [
@@ -102,6 +112,7 @@ __all__ = [
     "expected_join_in_batches",
     "expected_join_in_cuts",
     "produce",
+    "scaled",
     "task_order",
 ]
 
@@ -428,3 +439,107 @@ def expected_join_in_cuts(
             heads = {side: heads[side] + len(batch[side]) for side in heads}
         results.update(task.results)
     return results
+
+
+def scaled(
+    orders: int, end_ms: int, seed: int = 3, customers: int = 100_000, window_ms: int = 10 * MINUTE
+) -> tuple[Iterator[Encoded], Iterator[Encoded]]:
+    """``(orders, payments)``, as many payments as orders, each topic in time order and ending by ``end_ms``: a
+    benchmark's input of the windowed join at any size (1e7 + 1e7 records in about a minute).
+
+    Orders (``o00000042``, of one of ``customers`` customers) on a grid of times, a few ms to 750 ms apart (a step
+    that divides ``window_ms``), at least two hours of them. Payments are drawn as intents: 8% of the orders never
+    paid, 3% paid outside the window (``window_ms`` + 1 ms to 5 min more, before or after: an unmatched order and
+    an unmatched payment), 4% paid twice (two parts, each within the window), 1% exactly at a bound of the window
+    or one step inside it (before or after), the rest once within 5 minutes before or after the order, and the
+    remaining payments of orders that never exist (``s00000042``), anywhere in the span. Then the intents, in order
+    of the time they want, take the orders' times one for one: the payments' times are the orders' times, so the
+    two topics advance together in time, and a payment lands within seconds of the time it wanted (minutes at the
+    span's two ends); a bound payment then pays the order exactly at the bound from the time it got. So a
+    micro-batch that cuts both topics at the same fraction of their offsets (Spark's ``maxOffsetsPerTrigger``)
+    holds them within seconds of each other, well within the grace. (Payments minutes ahead of their orders in a
+    micro-batch would have the platform, which takes a micro-batch's records in time order, close a payment's
+    window before the order it matches is read, and emit both the unmatched payment and the pair: Kafka Streams,
+    taking both whole topics in time order, does not; see "Known difference under a rate limit" in the README.
+    The first version of this input, payments 2 minutes before to 9 minutes after their orders, did that.)
+
+    A record's time is its ``event_time`` and Kafka timestamp. No record is behind its topic's latest time: what
+    every peer joins the same way (plain Spark's watermark drops nothing), the unmatched ones aside (see
+    bench/answers.py)."""
+    import numpy as np
+
+    step = next(
+        d for d in range(max(SCALED_STEP_MS, -(-SCALED_MIN_SPAN_MS // orders)), window_ms + 1) if window_ms % d == 0
+    )
+    start = end_ms - orders * step
+    rng = np.random.default_rng(seed)
+    order_times = start + np.arange(orders) * step
+    draw = rng.random(orders)
+    once = draw >= 0.16
+    bounds = (draw >= 0.15) & (draw < 0.16)
+    twice = (draw >= 0.11) & (draw < 0.15)
+    outside = (draw >= 0.08) & (draw < 0.11)
+    bound_offsets = rng.choice([-window_ms, -window_ms + step, window_ms - step, window_ms], orders)
+    offsets = np.where(once, rng.integers(-5 * MINUTE, 5 * MINUTE + 1, orders), 0)
+    offsets = np.where(bounds, bound_offsets, offsets)
+    offsets = np.where(twice, rng.integers(-window_ms, window_ms + 1, orders), offsets)
+    sign = rng.choice([-1, 1], orders)
+    offsets = np.where(outside, sign * rng.integers(window_ms + 1, window_ms + 5 * MINUTE + 1, orders), offsets)
+    paid = once | bounds | twice | outside
+    second = np.flatnonzero(twice)
+    payer = np.concatenate([np.flatnonzero(paid), second])
+    wanted = np.concatenate(
+        [
+            order_times[paid] + offsets[paid],
+            order_times[second] + rng.integers(-window_ms, window_ms + 1, len(second)),
+        ]
+    )
+    strays = orders - len(payer)
+    assert strays >= 0, f"{len(payer)} payments of {orders} orders"
+    payer = np.concatenate([payer, -1 - np.arange(strays)])  # -1 - n: the n-th payment of no order
+    wanted = np.concatenate([wanted, start + rng.integers(0, orders * step, strays)])
+    bound = np.concatenate([np.where(bounds[paid], offsets[paid], 0), np.zeros(len(second) + strays, dtype=np.int64)])
+    by_time = np.argsort(wanted, kind="stable")
+    payer, bound = payer[by_time], bound[by_time]
+    pay_times = order_times  # the k-th payment in time order takes the k-th order's time
+    at_bound = np.flatnonzero(bound != 0)
+    bound_payer = at_bound - bound[at_bound] // step  # the order exactly ``bound`` before the payment's time
+    inside = (bound_payer >= 0) & (bound_payer < orders)
+    payer[at_bound[inside]] = bound_payer[inside]
+    cents = rng.integers(100, 500_000, orders)
+    buyers = rng.integers(0, customers, orders)
+    halves = np.zeros(orders, dtype=bool)
+    halves[second] = True
+
+    def money(c: int) -> str:
+        return f"{c // 100}.{c % 100:02d}"
+
+    def order_records() -> Iterator[Encoded]:
+        for low in range(0, orders, CHUNK):
+            high = min(orders, low + CHUNK)
+            rows = zip(
+                range(low, high), buyers[low:high].tolist(), cents[low:high].tolist(),
+                iso_times(order_times[low:high]), order_times[low:high].tolist(), strict=True,
+            )  # fmt: skip
+            for i, buyer, amount, iso, t in rows:
+                key = f"o{i:08d}"
+                value = (
+                    f'{{"order_id": "{key}", "customer_id": "c{buyer:07d}", "amount": {money(amount)}, '
+                    f'"event_time": "{iso}"}}'
+                )
+                yield key, value.encode(), t
+
+    def payment_records() -> Iterator[Encoded]:
+        for low in range(0, orders, CHUNK):
+            high = min(orders, low + CHUNK)
+            rows = zip(
+                range(low, high), payer[low:high].tolist(), iso_times(pay_times[low:high]),
+                pay_times[low:high].tolist(), strict=True,
+            )  # fmt: skip
+            for n, o, iso, t in rows:
+                key = f"o{o:08d}" if o >= 0 else f"s{-1 - o:08d}"
+                amount = money(cents[o] // 2 if halves[o] else cents[o]) if o >= 0 else "9.99"
+                value = f'{{"payment_id": "y{n:08d}", "order_id": "{key}", "paid": {amount}, "event_time": "{iso}"}}'
+                yield key, value.encode(), t
+
+    return order_records(), payment_records()
