@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.PriorityQueue;
 
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
@@ -205,8 +206,9 @@ public final class StreamTableJoin {
       /** table key -> its versions, oldest first (read once, written back at the end) */
       final Map<String, List<Version>> versions = new HashMap<>();
       final LinkedHashMap<String, Boolean> changedKeys = new LinkedHashMap<>();
-      /** the held records, read once when a record is first held or one may be due */
-      List<Held> held;
+      /** the held records in due order, read once when a record is first held or one may be due (a heap: a
+       * partition holds a grace period's worth of records, and each arrival adds one and takes the due ones) */
+      PriorityQueue<Held> held;
       final Map<Long, Held> heldAdded = new LinkedHashMap<>();
       final List<Long> heldRemoved = new ArrayList<>();
       final List<Row> out = new ArrayList<>();
@@ -274,9 +276,8 @@ public final class StreamTableJoin {
         heldAdded.put(incoming.offset(), incoming);
         streamNow = Math.max(streamNow, incoming.time());
         long deadline = streamNow - graceMs;
-        held.sort(Held.DUE_ORDER);
-        while (!held.isEmpty() && held.get(0).time() <= deadline) {
-          Held due = held.remove(0);
+        while (!held.isEmpty() && held.peek().time() <= deadline) {
+          Held due = held.poll();
           if (heldAdded.remove(due.offset()) == null) {
             heldRemoved.add(due.offset());
           }
@@ -284,9 +285,9 @@ public final class StreamTableJoin {
         }
       }
 
-      List<Held> heldRecords() {
+      PriorityQueue<Held> heldRecords() {
         if (held == null) {
-          held = new ArrayList<>();
+          held = new PriorityQueue<>(Held.DUE_ORDER);
           Iterator<Tuple2<Long, Row>> stored = buffer.iterator();
           while (stored.hasNext()) {
             held.add(Held.of(stored.next()._2()));
