@@ -52,11 +52,11 @@ class AnswersDiffer(RuntimeError):
     """Two peers computed different answers for the same input: no throughput of theirs means anything."""
 
 
-def latest_per_key(connection: KafkaTarget, topic: str, stall_s: float = 30.0) -> dict[str, bytes]:
-    """The latest value of every key in ``topic`` (all of it, every partition), tombstoned keys left out."""
+def _messages(connection: KafkaTarget, topic: str, stall_s: float) -> Iterator[tuple[int, object]]:
+    """Every record of ``topic`` (all of it, every partition) as ``(partition, message)``, each partition to its
+    end; a partition silent for ``stall_s`` before its end raises :class:`AnswersDiffer`."""
     settings = {"group.id": f"bench-answers-{topic}", "enable.auto.commit": False, "enable.partition.eof": True}
     consumer = Consumer(client_config(connection, settings))
-    latest: dict[bytes, bytes | None] = {}
     try:
         for partition, (low, high) in sorted(partition_offsets(connection, topic).items()):
             if high <= low:
@@ -72,12 +72,17 @@ def latest_per_key(connection: KafkaTarget, topic: str, stall_s: float = 30.0) -
                     elif message.error():
                         raise AnswersDiffer(f"reading {topic}[{partition}] failed: {message.error()}")
                     else:
-                        latest[message.key()] = message.value()
+                        yield partition, message
                     deadline = time.monotonic() + stall_s
                 if not at_end and time.monotonic() > deadline:
                     raise AnswersDiffer(f"reading {topic}[{partition}] stalled before offset {high}")
     finally:
         consumer.close()
+
+
+def latest_per_key(connection: KafkaTarget, topic: str, stall_s: float = 30.0) -> dict[str, bytes]:
+    """The latest value of every key in ``topic`` (all of it, every partition), tombstoned keys left out."""
+    latest = {message.key(): message.value() for _partition, message in _messages(connection, topic, stall_s)}
     return {key.decode(): value for key, value in latest.items() if value is not None}
 
 
@@ -243,27 +248,9 @@ def noting_keys(events: Iterable[dict], key_field: str, event_type: str, into: s
 
 def all_records(connection: KafkaTarget, topic: str, stall_s: float = 30.0) -> Iterator[tuple[int, bytes]]:
     """Every record of ``topic`` (all of it, every partition): ``(partition, value)``, tombstones left out."""
-    settings = {"group.id": f"bench-answers-{topic}", "enable.auto.commit": False, "enable.partition.eof": True}
-    consumer = Consumer(client_config(connection, settings))
-    try:
-        for partition, (low, high) in sorted(partition_offsets(connection, topic).items()):
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, low)])
-            at_end, deadline = False, time.monotonic() + stall_s
-            while not at_end:
-                for message in consumer.consume(10_000, timeout=1):
-                    if message.error() and message.error().code() == KafkaError._PARTITION_EOF:
-                        at_end = True
-                    elif message.error():
-                        raise AnswersDiffer(f"reading {topic}[{partition}] failed: {message.error()}")
-                    elif message.value() is not None:
-                        yield partition, message.value()
-                    deadline = time.monotonic() + stall_s
-                if not at_end and time.monotonic() > deadline:
-                    raise AnswersDiffer(f"reading {topic}[{partition}] stalled before offset {high}")
-    finally:
-        consumer.close()
+    for partition, message in _messages(connection, topic, stall_s):
+        if message.value() is not None:
+            yield partition, message.value()
 
 
 def iso_millis(text: str) -> int:

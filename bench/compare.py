@@ -465,17 +465,21 @@ class Bench:
         state_dir = self.root / app
         topology = self.workload.kafka_streams_topology
         options = self.workload.kafka_streams_options
-        peer = KafkaStreamsPeer(
-            self.classpath,
-            self.settings,
-            topology,
-            app,
-            state_dir,
-            self.input_topic,
-            output,
-            self.args.threads,
-            options,
-        )
+
+        def start() -> KafkaStreamsPeer:
+            return KafkaStreamsPeer(
+                self.classpath,
+                self.settings,
+                topology,
+                app,
+                state_dir,
+                self.input_topic,
+                output,
+                self.args.threads,
+                options,
+            )
+
+        peer = start()
         seconds = peer.wait_caught_up()
         peer.stop()
         self.answers["kafka_streams"] = self.workload.kafka_streams_answer(self.bootstrap, output)
@@ -486,17 +490,7 @@ class Bench:
         )
         result = Round(seconds, peer.peak_rss_bytes, sum(topic_bytes(self.broker, c) for c in changelogs))
         shutil.rmtree(state_dir)  # the seeds' full restore: no local state, replay the changelog
-        again = KafkaStreamsPeer(
-            self.classpath,
-            self.settings,
-            topology,
-            app,
-            state_dir,
-            self.input_topic,
-            output,
-            self.args.threads,
-            options,
-        )
+        again = start()
         again.wait_running()
         again.stop()
         result.restores["full replay"] = {

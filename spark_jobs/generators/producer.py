@@ -19,17 +19,8 @@ def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes]
     in the source topic and in the changelog topics Spark writes. Idempotence keeps one key's events
     in order through retries.
     """
-    producer = Producer(
-        client_config(
-            kafka, {"linger.ms": 20, "enable.idempotence": True, "partitioner": "murmur2_random", "log_level": 3}
-        )
-    )
-    failures: list[str] = []
+    producer, failures, on_delivery = _keyed_producer(kafka)
     sent = 0
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            failures.append(str(err))
 
     for event in events:
         key = event.get(key_field) if isinstance(event, dict) else None
@@ -50,22 +41,30 @@ def produce_keyed(kafka: KafkaTarget, topic: str, events: Iterable[dict | bytes]
     return sent
 
 
-def produce_encoded(kafka: KafkaTarget, topic: str, records: Iterable[tuple[str, bytes, int | None]]) -> int:
-    """Write ``(key, value, timestamp ms)`` records, already encoded, to ``topic`` in iteration order (a None
-    timestamp: the producer's clock), each key to its murmur2 partition as :func:`produce_keyed` does: the
-    benchmarks' fast path for millions of records (no JSON encoding here, no per-record callback). Returns the
-    count acked."""
+def _keyed_producer(kafka: KafkaTarget):
+    """(producer, failures, on_delivery): an idempotent producer partitioning by murmur2 (the Java client's), and
+    the list its delivery callback appends each failure to."""
     producer = Producer(
         client_config(
             kafka, {"linger.ms": 20, "enable.idempotence": True, "partitioner": "murmur2_random", "log_level": 3}
         )
     )
     failures: list[str] = []
-    sent = 0
 
     def on_delivery(err, _msg):
         if err is not None:
             failures.append(str(err))
+
+    return producer, failures, on_delivery
+
+
+def produce_encoded(kafka: KafkaTarget, topic: str, records: Iterable[tuple[str, bytes, int | None]]) -> int:
+    """Write ``(key, value, timestamp ms)`` records, already encoded, to ``topic`` in iteration order (a None
+    timestamp: the producer's clock), each key to its murmur2 partition as :func:`produce_keyed` does: the
+    benchmarks' fast path for millions of records (no JSON encoding here, no per-record callback). Returns the
+    count acked."""
+    producer, failures, on_delivery = _keyed_producer(kafka)
+    sent = 0
 
     for key, value, timestamp in records:
         while True:
