@@ -303,9 +303,10 @@ def test_a_joins_streams_start_at_the_position_and_its_table_from_earliest(setti
     """Each input of a join gets its own start: a stream at the requested position, a table (its topic is the
     table) from earliest; explicit offsets name their topic when the job reads two streams."""
     bootstrap = settings.kafka_bootstrap_servers
-    t = int(dt.datetime(2026, 11, 1, 9, tzinfo=dt.timezone.utc).timestamp() * 1000)
-    at = dt.datetime(2026, 11, 1, 9, 30, tzinfo=dt.timezone.utc).isoformat()
     hour = 3_600_000
+    # recent times: records older than the broker's retention (7 days) may be deleted before the plan reads them
+    t = (int(time.time() * 1000) // hour - 3) * hour
+    at = dt.datetime.fromtimestamp((t + hour // 2) / 1000, dt.timezone.utc).isoformat()
     for topic in ("reprocess-orders", "reprocess-profiles", "reprocess-placed-orders", "reprocess-payments"):
         _timed(bootstrap, topic, [(f"c{n % 4}", t + (n // 4) * hour) for n in range(8)])  # 4 at 9:00, 4 at 10:00
     ends = {
