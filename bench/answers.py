@@ -328,9 +328,11 @@ def table_payments(path: str) -> dict[PaymentsKey, tuple[int, int]]:
     columns.append("right_offset")
     table = DeltaTable(path).to_pyarrow_table(columns=[*columns, "order_time", "payment_time"])
     rows = zip(
-        *(table[c].to_pylist() for c in columns), _millis(table, "order_time"), _millis(table, "payment_time"),
+        *(table[c].to_pylist() for c in columns),
+        _millis(table, "order_time"),
+        _millis(table, "payment_time"),
         strict=True,
-    )  # fmt: skip
+    )
     answer = {}
     for order_id, customer_id, amount, payment_id, paid, partition, left, right, order_ms, payment_ms in rows:
         key = (None if left < 0 else (partition, left), None if right < 0 else (partition, right))

@@ -285,9 +285,15 @@ def growing_customers(
             strangers = rng.integers(0, 1000, len(index))
             cents = rng.integers(100, 500_000, len(index))
             rows = zip(
-                index.tolist(), drawn.tolist(), unknown.tolist(), strangers.tolist(), cents.tolist(),
-                iso_times(times), times.tolist(), strict=True,
-            )  # fmt: skip
+                index.tolist(),
+                drawn.tolist(),
+                unknown.tolist(),
+                strangers.tolist(),
+                cents.tolist(),
+                iso_times(times),
+                times.tolist(),
+                strict=True,
+            )
             for i, c, stranger, x, amount, iso, t in rows:
                 key = f"x{x:04d}" if stranger else f"c{c:07d}"
                 value = (

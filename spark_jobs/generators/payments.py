@@ -518,9 +518,13 @@ def scaled(
         for low in range(0, orders, CHUNK):
             high = min(orders, low + CHUNK)
             rows = zip(
-                range(low, high), buyers[low:high].tolist(), cents[low:high].tolist(),
-                iso_times(order_times[low:high]), order_times[low:high].tolist(), strict=True,
-            )  # fmt: skip
+                range(low, high),
+                buyers[low:high].tolist(),
+                cents[low:high].tolist(),
+                iso_times(order_times[low:high]),
+                order_times[low:high].tolist(),
+                strict=True,
+            )
             for i, buyer, amount, iso, t in rows:
                 key = f"o{i:08d}"
                 value = (
@@ -533,9 +537,12 @@ def scaled(
         for low in range(0, orders, CHUNK):
             high = min(orders, low + CHUNK)
             rows = zip(
-                range(low, high), payer[low:high].tolist(), iso_times(pay_times[low:high]),
-                pay_times[low:high].tolist(), strict=True,
-            )  # fmt: skip
+                range(low, high),
+                payer[low:high].tolist(),
+                iso_times(pay_times[low:high]),
+                pay_times[low:high].tolist(),
+                strict=True,
+            )
             for n, o, iso, t in rows:
                 key = f"o{o:08d}" if o >= 0 else f"s{-1 - o:08d}"
                 amount = money(cents[o] // 2 if halves[o] else cents[o]) if o >= 0 else "9.99"
