@@ -246,7 +246,8 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
             "(or run with dry_run to see the plan)"
         )
-    missing = [topic for topic in target.input_topics if not existing_topics(settings.kafka, [topic])]
+    present = existing_topics(settings.kafka, list(target.input_topics))
+    missing = [topic for topic in target.input_topics if topic not in present]
     if missing:
         raise BadReprocessRequest(
             f"{job} v{target.version}'s input topic {missing[0]!r} does not exist on "
