@@ -307,28 +307,38 @@ def test_a_joins_streams_start_at_the_position_and_its_table_from_earliest(setti
     # recent times: records older than the broker's retention (7 days) may be deleted before the plan reads them
     t = (int(time.time() * 1000) // hour - 3) * hour
     at = dt.datetime.fromtimestamp((t + hour // 2) / 1000, dt.timezone.utc).isoformat()
-    for topic in ("reprocess-orders", "reprocess-profiles", "reprocess-placed-orders", "reprocess-payments"):
+    for topic in (
+        "reprocess-planned-orders",
+        "reprocess-planned-profiles",
+        "reprocess-placed-orders",
+        "reprocess-payments",
+    ):
         _timed(bootstrap, topic, [(f"c{n % 4}", t + (n // 4) * hour) for n in range(8)])  # 4 at 9:00, 4 at 10:00
     ends = {
         topic: {p: high for p, (_l, high) in partition_offsets(bootstrap, topic).items()}
-        for topic in ("reprocess-orders", "reprocess-profiles", "reprocess-placed-orders", "reprocess-payments")
+        for topic in (
+            "reprocess-planned-orders",
+            "reprocess-planned-profiles",
+            "reprocess-placed-orders",
+            "reprocess-payments",
+        )
     }
     after = {topic: offsets_for_time_after(bootstrap, topic, at) for topic in ends}
 
     enrichment = make_plan(
         settings,
-        {"job": "joined_orders", "mode": RESET, "dry_run": True, "start_from": "datetime", "start_datetime": at},
+        {"job": "planned_enrichment", "mode": RESET, "dry_run": True, "start_from": "datetime", "start_datetime": at},
     )
-    assert enrichment.inputs == {"reprocess-orders": "stream", "reprocess-profiles": "table"}
+    assert enrichment.inputs == {"reprocess-planned-orders": "stream", "reprocess-planned-profiles": "table"}
     assert enrichment.start_offsets == {
-        "reprocess-orders": after["reprocess-orders"],
-        "reprocess-profiles": {0: 0, 1: 0},
+        "reprocess-planned-orders": after["reprocess-planned-orders"],
+        "reprocess-planned-profiles": {0: 0, 1: 0},
     }
     assert enrichment.input_end == {t: ends[t] for t in enrichment.inputs}
     assert enrichment.records_to_process == 4 + 8
     text = enrichment.render()
-    assert "input reprocess-profiles (table), start: earliest (a table is read whole)" in text, text
-    assert any("reprocess-profiles is a table: read from earliest" in note for note in enrichment.notes)
+    assert "input reprocess-planned-profiles (table), start: earliest (a table is read whole)" in text, text
+    assert any("reprocess-planned-profiles is a table: read from earliest" in note for note in enrichment.notes)
     assert ReprocessPlan.from_dict(enrichment.to_dict()) == enrichment
 
     base = {"job": "paired_orders", "mode": RESET, "dry_run": True}
