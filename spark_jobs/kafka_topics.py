@@ -96,6 +96,9 @@ _TRANSIENT_CODES = {
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError._UNKNOWN_PARTITION,  # the client forgot the partition while the broker was away
+    # a request in flight when the client dropped its handle of the broker that went away (seen in CI: the
+    # standby's watermark request as the broker stopped); the client connects to it again when it is back
+    KafkaError._DESTROY_BROKER,
 }
 
 

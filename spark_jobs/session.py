@@ -31,6 +31,10 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 #: the queries of jobs with an ``in_memory`` store run with it
 IN_MEMORY_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
+#: Every Spark JVM's JIT compiles methods of any size. HotSpot leaves a method of more than 8,000 bytecode bytes
+#: interpreted, and Spark's generated code for a processor's wide, nested rows exceeds it: the stream-table
+#: join's output serializer ran interpreted, 28% of its tasks' time (BENCHMARKS "Stream-table join: the JIT").
+JIT_OPTIONS = ("-XX:-DontCompileHugeMethods",)
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -55,11 +59,12 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.driver.extraJavaOptions": " ".join(
             [
                 f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+                *JIT_OPTIONS,
                 *class_archive.driver_java_options(settings),
                 *shlex.split(settings.spark_driver_java_options or ""),
             ]
         ),
-        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+        "spark.executor.extraJavaOptions": " ".join([f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}", *JIT_OPTIONS]),
         # Bind the driver to the configured host rather than whatever the hostname resolves to.
         "spark.driver.host": settings.host,
         "spark.driver.bindAddress": settings.host,
@@ -74,6 +79,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
         "spark.sql.redaction.options.regex": "(?i)url|jaas|password",
         "spark.redaction.string.regex": r'(?i)password\s*=\s*"[^"]*"',
+        # A micro-batch's processor rows are cached once for its several writes and dropped after it: choosing
+        # and applying a compression per column cost 9% of the stream-table join's task time, for memory held
+        # one batch long
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # Delta replays its log with 50 tasks by default, each paying codegen for a wide schema;
         # on a few cores that costs seconds per table read. Scale it with the shuffle partitions.
         "spark.databricks.delta.snapshotPartitions": str(max(1, settings.spark_shuffle_partitions)),

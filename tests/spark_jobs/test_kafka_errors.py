@@ -13,6 +13,7 @@ def test_broker_restarts_and_timeouts_are_transient():
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
         KafkaError._UNKNOWN_PARTITION,
+        KafkaError._DESTROY_BROKER,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_LEADER_FOR_PARTITION,
     ):

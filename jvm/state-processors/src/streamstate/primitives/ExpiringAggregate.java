@@ -196,7 +196,7 @@ public final class ExpiringAggregate {
         if (cache.containsKey(key)) {
           return cache.get(key);
         }
-        Row row = keys.containsKey(key) ? keys.getValue(key) : null;
+        Row row = keys.getValue(key);  // null: absent (one read: containsKey is a read too)
         Entry entry = row == null ? null
             : new Entry(KeyedAggregate.Kind.read(row, kinds.length), row.getLong(kinds.length));
         cache.put(key, entry);

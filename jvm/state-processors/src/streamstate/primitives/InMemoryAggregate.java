@@ -63,14 +63,12 @@ public final class InMemoryAggregate {
     boolean letters = Arrays.asList(events.schema().fieldNames()).contains(DeadLetters.COLUMN);
     StructType rows = letters ? change.add(events.schema().apply(DeadLetters.COLUMN)) : change;
     Update update = new Update(parsed, state, change.size(), letters);
-    KeyValueGroupedDataset<String, Row> grouped =
-        input.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
+    KeyValueGroupedDataset<String, Row> grouped = Rows.byColumn(input, keyColumn);
     if (initial == null) {
       return grouped.flatMapGroupsWithState(update, OutputMode.Update(), Encoders.row(state), Encoders.row(rows),
           GroupStateTimeout.NoTimeout());
     }
-    KeyValueGroupedDataset<String, Row> seeded = initial
-        .groupByKey((MapFunction<Row, String>) row -> row.getAs(KeyedValueProcessor.INITIAL_KEY), Encoders.STRING())
+    KeyValueGroupedDataset<String, Row> seeded = Rows.byColumn(initial, KeyedValueProcessor.INITIAL_KEY)
         .mapValues((MapFunction<Row, Row>) row -> Rows.select(row, state), Encoders.row(state));
     return grouped.flatMapGroupsWithState(update, OutputMode.Update(), Encoders.row(state), Encoders.row(rows),
         GroupStateTimeout.NoTimeout(), seeded);

@@ -1,6 +1,5 @@
 package streamstate.primitives;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
@@ -63,6 +62,6 @@ abstract class KeyedValueProcessor extends StatefulProcessorWithInitialState<Str
   }
 
   private static KeyValueGroupedDataset<String, Row> byKey(Dataset<Row> rows, String keyColumn) {
-    return rows.groupByKey((MapFunction<Row, String>) row -> row.getAs(keyColumn), Encoders.STRING());
+    return Rows.byColumn(rows, keyColumn);
   }
 }

@@ -5,11 +5,13 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
-import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
 import org.apache.spark.sql.streaming.ExpiredTimerInfo;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.StatefulProcessorWithInitialState;
@@ -17,6 +19,7 @@ import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.TimerValues;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.hash.Murmur3_x86_32;
 
@@ -75,10 +78,14 @@ public abstract class PartitionTask extends StatefulProcessorWithInitialState<Lo
         outputMode, output, seeded, initial == null ? null : initial.schema());
   }
 
-  /** {@code rows} grouped by the task key of their source partition (column {@code partitionColumn}). */
+  /** The task key of a source partition, as a column function. */
+  private static final UserDefinedFunction TASK_KEY =
+      functions.udf((UDF1<Integer, Long>) PartitionTask::taskKey, DataTypes.LongType);
+
+  /** {@code rows} grouped by the task key of their source partition (column {@code partitionColumn}), computed
+   * from the column alone (as {@link Rows#byColumn}: no row turned into an object to find its key). */
   static KeyValueGroupedDataset<Long, Row> byTask(Dataset<Row> rows, String partitionColumn) {
-    return rows.groupByKey((MapFunction<Row, Long>) row -> taskKey(row.<Integer>getAs(partitionColumn)),
-        Encoders.LONG());
+    return Rows.grouped(rows, TASK_KEY.apply(rows.col(partitionColumn)), Encoders.LONG());
   }
 
   /** The processor's input rows of one micro-batch of source partition {@code partition}. */

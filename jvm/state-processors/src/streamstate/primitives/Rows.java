@@ -5,6 +5,11 @@ import java.util.Collections;
 import java.util.Comparator;
 import java.util.List;
 
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoder;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.types.StructType;
@@ -43,11 +48,39 @@ final class Rows {
     while (rows.hasNext()) {
       events.add(rows.next());
     }
-    if (!events.isEmpty()) {
-      int offset = events.get(0).fieldIndex("offset");
-      events.sort(Comparator.comparingLong(row -> row.getLong(offset)));
+    return sortedByOffset(events);
+  }
+
+  /** A two-topic group's input rows (one partition's of both topics) as two lists, each in offset order: the
+   * rows whose boolean column {@code sideColumn} is false, then those where it is true. */
+  static List<List<Row>> sidesInOffsetOrder(Iterator<Row> rows, String sideColumn) {
+    List<Row> first = new ArrayList<>();
+    List<Row> second = new ArrayList<>();
+    int side = -1;
+    while (rows.hasNext()) {
+      Row row = rows.next();
+      if (side < 0) {
+        side = row.fieldIndex(sideColumn);
+      }
+      (row.getBoolean(side) ? second : first).add(row);
     }
-    return events;
+    return List.of(sortedByOffset(first), sortedByOffset(second));
+  }
+
+  /** {@code rows} sorted by offset, in place. Spark hands a group its rows in the order each topic partition
+   * was read, so they usually are already: checked first, sorted only when they are not. */
+  private static List<Row> sortedByOffset(List<Row> rows) {
+    if (rows.isEmpty()) {
+      return rows;
+    }
+    int offset = rows.get(0).fieldIndex("offset");
+    for (int i = 1; i < rows.size(); i++) {
+      if (rows.get(i - 1).getLong(offset) > rows.get(i).getLong(offset)) {
+        rows.sort(Comparator.comparingLong(row -> row.getLong(offset)));
+        break;
+      }
+    }
+    return rows;
   }
 
   /** Where each of {@code count} aggregates' input column ({@link KeyedAggregate#INPUT_PREFIX}{@code i}) sits. */
@@ -60,6 +93,24 @@ final class Rows {
     }
     return inputs;
   }
+
+  /** {@code rows} grouped by their STRING column {@code column}. A {@code groupByKey} function would turn every
+   * row into an object on its way to the shuffle only to read its key; grouping by the column reads it in
+   * place. */
+  static KeyValueGroupedDataset<String, Row> byColumn(Dataset<Row> rows, String column) {
+    return grouped(rows, rows.col(column), Encoders.STRING());
+  }
+
+  /** {@code rows} grouped by {@code key}, named as {@code groupByKey} names its key: the key's value, name and
+   * hash are those of a {@code groupByKey} by the same value, so the state store's key schema is the same and a
+   * checkpoint written by either finds its state. */
+  static <K> KeyValueGroupedDataset<K, Row> grouped(Dataset<Row> rows, Column key, Encoder<K> keyEncoder) {
+    return rows.groupBy(key.as(GROUPING_KEY)).as(keyEncoder, Encoders.row(rows.schema()));
+  }
+
+  /** The name {@code groupByKey} gives its key column (a flat encoder's), which the state store's key schema
+   * carries. */
+  private static final String GROUPING_KEY = "value";
 
   static Iterator<Row> none() {
     return CollectionConverters.asScala(Collections.<Row>emptyIterator());

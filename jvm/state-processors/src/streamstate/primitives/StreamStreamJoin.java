@@ -170,11 +170,9 @@ public final class StreamStreamJoin {
 
     @Override
     protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      List<Row> left = new ArrayList<>();
-      List<Row> right = new ArrayList<>();
-      for (Row row : Rows.inOffsetOrder(rows)) {
-        (row.<Boolean>getAs("_right") ? right : left).add(row);
-      }
+      List<List<Row>> sides = Rows.sidesInOffsetOrder(rows, "_right");
+      List<Row> left = sides.get(0);
+      List<Row> right = sides.get(1);
       Batch batch = new Batch(partition);
       int l = 0;
       int r = 0;
@@ -234,8 +232,9 @@ public final class StreamStreamJoin {
       List<Stored> windowOf(String side, String key) {
         return window.computeIfAbsent(windowKey(side, key), k -> {
           List<Stored> list = new ArrayList<>();
-          if (windows.containsKey(k)) {
-            for (Row stored : windows.getValue(k).<Row>getList(1)) {
+          Row entry = windows.getValue(k);  // null: absent (one read: containsKey is a read too)
+          if (entry != null) {
+            for (Row stored : entry.<Row>getList(1)) {
               list.add(Stored.of(side, key, stored));
             }
           }

@@ -172,11 +172,9 @@ public final class StreamTableJoin {
 
     @Override
     protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      List<Row> stream = new ArrayList<>();
-      List<Row> updates = new ArrayList<>();
-      for (Row row : Rows.inOffsetOrder(rows)) {
-        (row.<Boolean>getAs("_right") ? updates : stream).add(row);
-      }
+      List<List<Row>> sides = Rows.sidesInOffsetOrder(rows, "_right");
+      List<Row> stream = sides.get(0);
+      List<Row> updates = sides.get(1);
       Batch batch = new Batch(partition);
       int s = 0;
       int u = 0;
@@ -224,9 +222,10 @@ public final class StreamTableJoin {
       List<Version> versionsOf(String key) {
         return versions.computeIfAbsent(key, k -> {
           List<Version> list = new ArrayList<>();
-          if (table.containsKey(k)) {
-            for (Row stored : table.getValue(k).<Row>getList(0)) {
-              list.add(Version.of(stored));
+          Row stored = table.getValue(k);  // null: absent (one read: containsKey is a read too)
+          if (stored != null) {
+            for (Row version : stored.<Row>getList(0)) {
+              list.add(Version.of(version));
             }
           }
           return list;

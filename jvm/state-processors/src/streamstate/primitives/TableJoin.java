@@ -70,13 +70,13 @@ public final class TableJoin {
       Object[] value = new Object[stateSchema.size()];
       value[0] = false;
       value[1] = false;
-      if (stored.exists()) {
-        Row before = stored.get();
+      Row before = stored.get();  // null: absent (one read: exists() is a read too)
+      if (before != null) {
         for (int i = 0; i < value.length; i++) {
           value[i] = before.get(i);
         }
       }
-      boolean existed = stored.exists();
+      boolean existed = before != null;
       boolean hadLeft = (Boolean) value[0];
       boolean hadRight = (Boolean) value[1];
       for (Row record : records) {

@@ -8,7 +8,6 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.PriorityQueue;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
@@ -77,7 +76,7 @@ public final class TopN {
   }
 
   private static KeyValueGroupedDataset<String, Row> byGroup(Dataset<Row> rows, String groupColumn) {
-    return rows.groupByKey((MapFunction<Row, String>) row -> row.getAs(groupColumn), Encoders.STRING());
+    return Rows.byColumn(rows, groupColumn);
   }
 
   /** A ranked member: its key and stored row (score first). */

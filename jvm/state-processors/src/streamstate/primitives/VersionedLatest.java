@@ -78,7 +78,7 @@ public final class VersionedLatest {
 
     @Override
     public Iterator<Row> handleInputRows(String key, Iterator<Row> rows, TimerValues timerValues) {
-      Row current = stored.exists() ? stored.get() : null;
+      Row current = stored.get();  // null: absent (one read: exists() is a read too)
       Map<String, Row> versions = new LinkedHashMap<>();
       List<String> before = new ArrayList<>();
       if (current != null) {

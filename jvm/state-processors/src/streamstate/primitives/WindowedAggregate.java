@@ -324,12 +324,12 @@ public final class WindowedAggregate {
       }
 
       private TreeMap<Long, Object[]> openOf(String key) {
-        return openCache.computeIfAbsent(key, k -> openWindows(open.containsKey(k) ? open.getValue(k) : null));
+        return openCache.computeIfAbsent(key, k -> openWindows(open.getValue(k)));
       }
 
       private TreeSet<Long> closedOf(String key) {
         return closedCache.computeIfAbsent(key, k -> {
-          Row row = closed.containsKey(k) ? closed.getValue(k) : null;
+          Row row = closed.getValue(k);  // null: absent
           return row == null ? new TreeSet<>() : new TreeSet<>(row.<Long>getList(0));
         });
       }
