@@ -112,6 +112,14 @@ def collect_available_now(stream, output_mode: str, checkpoint, row_of) -> set[t
     return set(seen)
 
 
+def state_key_schema(spark, checkpoint, state_name: str) -> str:
+    """The key schema a checkpoint's ``transformWithState`` holds for its state ``state_name`` (Spark's
+    ``statestore`` reader), e.g. ``struct<value:string>``: what a later build must group by for the checkpoint to
+    find its state."""
+    state = spark.read.format("statestore").option("stateVarName", state_name).load(str(checkpoint))
+    return state.schema["key"].dataType.simpleString()
+
+
 def source_rows(events: list[dict], schema, key_field: str, partitions: int, timestamp) -> list:
     """``events`` as a Kafka source's decoded rows: ``schema``'s fields (ISO times parsed) plus the
     ``partition`` (Kafka's murmur2 of the key), ``offset``, ``timestamp`` and ``value`` (the event id's bytes)

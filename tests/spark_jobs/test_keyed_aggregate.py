@@ -19,7 +19,7 @@ from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
 from spark_jobs.primitives.pipeline import IN_MEMORY_QUERY_CONF
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, registered_versions
 from spark_jobs.session import session_conf
-from tests.helpers import collect_available_now, file_stream
+from tests.helpers import collect_available_now, file_stream, state_key_schema
 
 SCHEMA = T.StructType(
     [
@@ -255,6 +255,8 @@ def test_every_aggregate_kind_equals_the_reference_whatever_the_batching(spark, 
     for name, batches in {"one": [EVENTS], "two": [EVENTS[:9], EVENTS[9:]], "rows": [[e] for e in EVENTS[:6]]}.items():
         expected = _reference(batches)
         assert _changes(spark, tmp_path, name, batches) == expected, name
+    # the store is keyed as a groupByKey by the key's text keys it (the name checkpoints before 2026-11-29 hold)
+    assert state_key_schema(spark, tmp_path / "checkpoint-two", EVERY_KIND.store) == "struct<value:string>"
     # the input holds what the test is for
     two = _reference([EVENTS[:9], EVENTS[9:]])
     assert {u for _, u, tombstone, *_ in two if tombstone} == {"b", "c", "s"}

@@ -35,7 +35,7 @@ from spark_jobs.registry import JobSpecError, StoreSpec, get_job
 from spark_jobs.run import run
 from spark_jobs.state.changelog import MARKER_KEY
 from spark_jobs.testing import JobHarness
-from tests.helpers import collect_available_now, file_stream, source_rows, with_source_columns
+from tests.helpers import collect_available_now, file_stream, source_rows, state_key_schema, with_source_columns
 
 PARTITIONS = 2
 MAX_ENTRIES = 10
@@ -108,6 +108,8 @@ def test_the_lru_keeps_the_most_recently_used_whatever_the_batching(spark, tmp_p
             assert {user: v[:2] for user, v in got.items()} == so_far.state, f"batches of {cut}: after batch {batch}"
             assert _order(got) == {p: users for p, users in so_far.order.items() if users}, f"cut {cut}, batch {batch}"
             assert all(v[2] == kafka_partition(user, PARTITIONS) for user, v in got.items())
+    # keyed by the partition's task key, named as a groupByKey names it (what checkpoints before 2026-11-29 hold)
+    assert state_key_schema(spark, tmp_path / "checkpoint-1", RECENT.store) == "struct<value:bigint>"
 
 
 def _outputs(rows) -> dict[str, tuple[int, Decimal]]:
