@@ -15,7 +15,7 @@ from spark_jobs.kafka_topics import ensure_topic, kafka_partition
 from spark_jobs.layout import JobLayout
 from spark_jobs.output_table import OutputCommit, OutputTable
 from spark_jobs.registry import JobSpec, store
-from spark_jobs.session import session_conf
+from spark_jobs.session import BATCH_CACHE_CONF, session_conf
 from spark_jobs.state import output_marks
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, write_batches
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
@@ -404,7 +404,8 @@ class JobContext:
             from spark_jobs.dead_letter import count_by_letter_reason
 
             clock = _PhaseClock(self.phase_seconds)
-            cached = batch.persist()  # several writes from one batch: run the stateful plan once
+            with session_conf(batch.sparkSession, BATCH_CACHE_CONF):  # read as the cache is declared
+                cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
                 # one Spark job materialises it (so the state phase is timed apart from the writes) and
                 # counts the processor's rows and the dead letters it passed on, by reason

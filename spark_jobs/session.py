@@ -35,6 +35,11 @@ LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
 #: interpreted, and Spark's generated code for a processor's wide, nested rows exceeds it: the stream-table
 #: join's output serializer ran interpreted, 28% of its tasks' time (BENCHMARKS "Stream-table join: the JIT").
 JIT_OPTIONS = ("-XX:-DontCompileHugeMethods",)
+#: The cache of a micro-batch's processor rows (built once for the batch's several writes, dropped after it) is
+#: not compressed: choosing and applying a compression per column cost 9% of the stream-table join's task time,
+#: for memory held one batch long. Only that cache: a session-wide setting doubled the plain Spark peer's peak
+#: memory (its cached profiles table) and would do the same to a user's long-lived caches.
+BATCH_CACHE_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -79,10 +84,6 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
         "spark.sql.redaction.options.regex": "(?i)url|jaas|password",
         "spark.redaction.string.regex": r'(?i)password\s*=\s*"[^"]*"',
-        # A micro-batch's processor rows are cached once for its several writes and dropped after it: choosing
-        # and applying a compression per column cost 9% of the stream-table join's task time, for memory held
-        # one batch long
-        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # Delta replays its log with 50 tasks by default, each paying codegen for a wide schema;
         # on a few cores that costs seconds per table read. Scale it with the shuffle partitions.
         "spark.databricks.delta.snapshotPartitions": str(max(1, settings.spark_shuffle_partitions)),
