@@ -255,7 +255,8 @@ def test_every_aggregate_kind_equals_the_reference_whatever_the_batching(spark, 
     for name, batches in {"one": [EVENTS], "two": [EVENTS[:9], EVENTS[9:]], "rows": [[e] for e in EVENTS[:6]]}.items():
         expected = _reference(batches)
         assert _changes(spark, tmp_path, name, batches) == expected, name
-    # the store is keyed as a groupByKey by the key's text keys it (the name checkpoints before 2026-11-29 hold)
+    # the store's key as every checkpoint so far holds it (the key encoder's): keyed otherwise, a later build
+    # could not continue them
     assert state_key_schema(spark, tmp_path / "checkpoint-two", EVERY_KIND.store) == "struct<value:string>"
     # the input holds what the test is for
     two = _reference([EVENTS[:9], EVENTS[9:]])

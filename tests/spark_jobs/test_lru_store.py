@@ -108,7 +108,8 @@ def test_the_lru_keeps_the_most_recently_used_whatever_the_batching(spark, tmp_p
             assert {user: v[:2] for user, v in got.items()} == so_far.state, f"batches of {cut}: after batch {batch}"
             assert _order(got) == {p: users for p, users in so_far.order.items() if users}, f"cut {cut}, batch {batch}"
             assert all(v[2] == kafka_partition(user, PARTITIONS) for user, v in got.items())
-    # keyed by the partition's task key, named as a groupByKey names it (what checkpoints before 2026-11-29 hold)
+    # the store's key (the partition's task key, a bigint) as every checkpoint so far holds it: keyed otherwise,
+    # a later build could not continue them
     assert state_key_schema(spark, tmp_path / "checkpoint-1", RECENT.store) == "struct<value:bigint>"
 
 
