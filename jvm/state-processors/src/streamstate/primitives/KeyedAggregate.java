@@ -192,8 +192,7 @@ public final class KeyedAggregate {
 
     @Override
     public Iterator<Row> handleInputRows(String key, Iterator<Row> rows, TimerValues timerValues) {
-      Object[] aggregates = aggregate(kinds, stateSchema, stored.get(),
-          Rows.inOffsetOrder(rows));
+      Object[] aggregates = aggregate(kinds, stateSchema, stored.get(), Rows.inOffsetOrder(rows));
       if (aggregates == null) {
         return Rows.one(delete(key));
       }

@@ -55,13 +55,9 @@ abstract class KeyedValueProcessor extends StatefulProcessorWithInitialState<Str
    */
   static Dataset<Row> changes(Dataset<Row> input, StructType events, String keyColumn, Dataset<Row> initial,
                               KeyedValueProcessor processor, TimeMode timeMode, StructType change) {
-    KeyValueGroupedDataset<String, Row> grouped = byKey(input, keyColumn);
-    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null : byKey(initial, INITIAL_KEY);
+    KeyValueGroupedDataset<String, Row> grouped = Rows.byColumn(input, keyColumn);
+    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null : Rows.byColumn(initial, INITIAL_KEY);
     return DeadLetters.transform(grouped, events, processor, timeMode, OutputMode.Update(), change, seeded,
         initial == null ? null : initial.schema());
-  }
-
-  private static KeyValueGroupedDataset<String, Row> byKey(Dataset<Row> rows, String keyColumn) {
-    return Rows.byColumn(rows, keyColumn);
   }
 }

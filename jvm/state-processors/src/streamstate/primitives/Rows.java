@@ -53,7 +53,7 @@ final class Rows {
 
   /** A two-topic group's input rows (one partition's of both topics) as two lists, each in offset order: the
    * rows whose boolean column {@code sideColumn} is false, then those where it is true. */
-  static List<List<Row>> sidesInOffsetOrder(Iterator<Row> rows, String sideColumn) {
+  static Sides sidesInOffsetOrder(Iterator<Row> rows, String sideColumn) {
     List<Row> first = new ArrayList<>();
     List<Row> second = new ArrayList<>();
     int side = -1;
@@ -64,8 +64,11 @@ final class Rows {
       }
       (row.getBoolean(side) ? second : first).add(row);
     }
-    return List.of(sortedByOffset(first), sortedByOffset(second));
+    return new Sides(sortedByOffset(first), sortedByOffset(second));
   }
+
+  /** A two-topic group's rows by side, each in offset order: {@code sideColumn} false, then true. */
+  record Sides(List<Row> unflagged, List<Row> flagged) {}
 
   /** {@code rows} sorted by offset, in place. Spark hands a group its rows in the order each topic partition
    * was read, so they usually are already: checked first, sorted only when they are not. */

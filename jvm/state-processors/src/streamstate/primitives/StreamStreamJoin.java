@@ -170,9 +170,9 @@ public final class StreamStreamJoin {
 
     @Override
     protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      List<List<Row>> sides = Rows.sidesInOffsetOrder(rows, "_right");
-      List<Row> left = sides.get(0);
-      List<Row> right = sides.get(1);
+      Rows.Sides sides = Rows.sidesInOffsetOrder(rows, "_right");
+      List<Row> left = sides.unflagged();
+      List<Row> right = sides.flagged();
       Batch batch = new Batch(partition);
       int l = 0;
       int r = 0;

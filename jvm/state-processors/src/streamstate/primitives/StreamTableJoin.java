@@ -172,9 +172,9 @@ public final class StreamTableJoin {
 
     @Override
     protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      List<List<Row>> sides = Rows.sidesInOffsetOrder(rows, "_right");
-      List<Row> stream = sides.get(0);
-      List<Row> updates = sides.get(1);
+      Rows.Sides sides = Rows.sidesInOffsetOrder(rows, "_right");
+      List<Row> stream = sides.unflagged();
+      List<Row> updates = sides.flagged();
       Batch batch = new Batch(partition);
       int s = 0;
       int u = 0;

@@ -68,15 +68,11 @@ public final class TopN {
    */
   public static Dataset<Row> changes(Dataset<Row> events, String groupColumn, Dataset<Row> initial, String store,
                                      String memberDdl, int n, boolean descending, String outputDdl) {
-    KeyValueGroupedDataset<String, Row> grouped = byGroup(events, groupColumn);
-    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null : byGroup(initial, groupColumn);
+    KeyValueGroupedDataset<String, Row> grouped = Rows.byColumn(events, groupColumn);
+    KeyValueGroupedDataset<String, Row> seeded = initial == null ? null : Rows.byColumn(initial, groupColumn);
     Ranker ranker = new Ranker(store, StructType.fromDDL(memberDdl), n, descending);
     return DeadLetters.transform(grouped, events.schema(), ranker, TimeMode.None(), OutputMode.Update(),
         StructType.fromDDL(outputDdl), seeded, initial == null ? null : initial.schema());
-  }
-
-  private static KeyValueGroupedDataset<String, Row> byGroup(Dataset<Row> rows, String groupColumn) {
-    return Rows.byColumn(rows, groupColumn);
   }
 
   /** A ranked member: its key and stored row (score first). */
