@@ -96,6 +96,20 @@ def pytest_runtest_teardown(item, nextitem):
 
 fresh_ports = free_service_ports
 
+#: The JVM options of the suite's Spark drivers (its in-process sessions, spark-submit drivers and what they launch,
+#: through ``Settings.to_env``): C1 only. A test's driver lives seconds to minutes, too short for C2's optimised
+#: code to repay its compilation, and with both cores busy that compilation is taken from the tests: three modules
+#: of spark-submit drivers took 255 and 262 s this way against 293 and 286 s with the default tiers (side by side,
+#: 2026-11-29). Benchmarks and ``make run`` keep the default.
+TEST_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def stack_settings(data_dir: Path, **fields) -> Settings:
+    """Settings of a test stack: ``data_dir``, free ports of this worker's slice, the suite's driver options."""
+    return Settings(
+        data_dir=data_dir, **{"spark_driver_java_options": TEST_DRIVER_JAVA_OPTIONS, **fresh_ports(), **fields}
+    )
+
 
 @pytest.fixture(scope="session")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
@@ -103,7 +117,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     # No spare drivers under the shared stack's supervision DAGs: each would be a second Spark driver per job
     # on a 2-core machine, and the tests of restarts after kill -9 mean the restart. The spare's own tests
     # turn it on (tests/spark_jobs/test_spare_driver.py, tests/plugins/test_supervise_dags.py).
-    return Settings(data_dir=Path(data_dir), spare_drivers=False, **fresh_ports())
+    return stack_settings(Path(data_dir), spare_drivers=False)
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +188,7 @@ def private_stack(tmp_path):
     """Settings and a broker of its own, for tests that run registry jobs under their real application
     ids through spark-submit: on a shared broker they would share changelog topics (and restore each
     other's state), exactly as two deployments with one application id would."""
-    own = Settings(data_dir=tmp_path / "stack", **fresh_ports())
+    own = stack_settings(tmp_path / "stack")
     broker = LocalKafkaBroker(own)
     broker.start()
     yield own

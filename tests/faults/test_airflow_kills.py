@@ -55,7 +55,7 @@ from spark_jobs.reprocess.audit import audit_rows
 from spark_jobs.reprocess.compare import diffs_table, reports_table
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.versions import JobVersions, current_output_path, read_rows
-from tests.conftest import fresh_ports
+from tests.conftest import stack_settings
 from tests.fixtures.reprocess_jobs import gift_card_input
 from tests.helpers import wait_for
 
@@ -91,7 +91,7 @@ JOB = "gift_card_counts"  # v1 counts gift cards twice, v2 is the fix (tests/fix
 def stack(tmp_path_factory):
     """Settings and a broker of the module's own: the drivers run under the fixture jobs' real
     application ids, whose status files, checkpoints and topics must not meet other tests'."""
-    own = Settings(data_dir=tmp_path_factory.mktemp("airflow-kills"), **fresh_ports())
+    own = stack_settings(tmp_path_factory.mktemp("airflow-kills"))
     broker = LocalKafkaBroker(own)
     broker.start()
     yield own

@@ -16,22 +16,19 @@ import pytest
 from streamstate.state_api.views import LiveView
 
 from runtime.kafka_broker import LocalKafkaBroker
-from runtime.settings import Settings
 from spark_jobs.lifecycle import read_standby_status
 from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import SnapshotFollower
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.snapshots import SnapshotStore, latest_snapshot, snapshot_path
-from tests.conftest import fresh_ports
+from tests.conftest import stack_settings
 from tests.helpers import wait_for, write_changelog_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 def test_standby_and_live_view_survive_a_broker_restart(tmp_path):
-    settings = Settings(
-        data_dir=tmp_path / "stack", standby_commit_interval_s=1.0, standby_max_lag_s=60.0, **fresh_ports()
-    )
+    settings = stack_settings(tmp_path / "stack", standby_commit_interval_s=1.0, standby_max_lag_s=60.0)
     broker = LocalKafkaBroker(settings)
     broker.start()
     bootstrap = settings.kafka_bootstrap_servers

@@ -28,7 +28,7 @@ from spark_jobs.registry import get_job
 from spark_jobs.standby.follower import SnapshotFollower
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
-from tests.conftest import fresh_ports
+from tests.conftest import stack_settings
 from tests.helpers import delta_purchase_counts
 from tests.secured_kafka import (
     OUTSIDER_USER,
@@ -60,9 +60,8 @@ def cluster(tmp_path_factory) -> SecuredCluster:
 @pytest.fixture(scope="module")
 def secured(cluster: SecuredCluster, tmp_path_factory) -> Settings:
     """Settings of a deployment whose Kafka is secured: SASL_SSL, SCRAM-SHA-512, the test CA."""
-    own = Settings(
-        data_dir=tmp_path_factory.mktemp("secured-stack"),
-        **fresh_ports(),
+    own = stack_settings(
+        tmp_path_factory.mktemp("secured-stack"),
         kafka_security_protocol="SASL_SSL",
         kafka_sasl_mechanism="SCRAM-SHA-512",
         kafka_sasl_username=PLATFORM_USER,
