@@ -97,18 +97,11 @@ def pytest_runtest_teardown(item, nextitem):
 fresh_ports = free_service_ports
 
 #: The JVM options of the suite's Spark drivers (its in-process sessions, spark-submit drivers and what they launch,
-#: through ``Settings.to_env``). A test's driver lives seconds to minutes over a few hundred records, and with both
-#: cores busy every second of compilation is taken from the tests:
-#: - C1 only: C2's optimised code never repays its compilation here. Three modules of spark-submit drivers took
-#:   255 and 262 s against 293 and 286 s with the default tiers (side by side, 2026-11-29).
-#: - Spark's expressions interpreted, not generated and compiled by Janino per query (Spark reads ``spark.*``
-#:   system properties as configuration; NO_CODEGEN is the mode Spark's own tests run expressions in beside
-#:   CODEGEN_ONLY). The same three modules: 238 s against 262 s with C1 alone. Production falls back to
-#:   interpreted evaluation itself when generated code fails to compile, so no answer depends on the mode.
-#: Benchmarks and ``make run`` keep the JVM's and Spark's defaults.
-TEST_DRIVER_JAVA_OPTIONS = (
-    "-XX:TieredStopAtLevel=1 -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
-)
+#: through ``Settings.to_env``): C1 only. A test's driver lives seconds to minutes, too short for C2's optimised
+#: code to repay its compilation, and with both cores busy that compilation is taken from the tests: three modules
+#: of spark-submit drivers took 255 and 262 s this way against 293 and 286 s with the default tiers (side by side,
+#: 2026-11-29). Benchmarks and ``make run`` keep the default.
+TEST_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def stack_settings(data_dir: Path, **fields) -> Settings:
