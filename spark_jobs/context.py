@@ -70,6 +70,8 @@ class JobContext:
             # Consumer groups named after the version (Kafka Streams: application.id is the group).
             .option("groupIdPrefix", self.spec.application_id)
             .option("kafka.isolation.level", "read_committed")
+            # a re-keyed record's place in the source (spark_jobs.repartition.origin_columns)
+            .option("includeHeaders", str(self.spec.repartition).lower())
         )
         if self.settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
@@ -86,20 +88,22 @@ class JobContext:
         return self.layout.state_input_topics
 
     def check_co_partitioned(self) -> None:
-        """A join's inputs must have ``source_partitions`` partitions each (Kafka Streams' co-partitioning
-        rule: a key's records of both sides in the same task); raises :class:`JobSpecError` naming both
-        topics and their counts otherwise."""
+        """A join's inputs must have ``state_partitions`` partitions each (Kafka Streams' co-partitioning
+        rule: a key's records of both sides in the same task; a re-keyed left side's repartition topic has
+        ``repartition_partitions``); raises :class:`JobSpecError` naming both topics and their counts otherwise."""
         from spark_jobs.kafka_topics import partition_counts
         from spark_jobs.registry import JobSpecError
 
         counts = partition_counts(self.settings.kafka, list(self.input_topics))
-        if set(counts.values()) != {self.spec.source_partitions}:
+        wanted = self.spec.state_partitions
+        if set(counts.values()) != {wanted}:
             shown = ", ".join(
                 f"{topic} has {n if n is not None else 'no topic, no'} partitions" for topic, n in counts.items()
             )
+            declared = "repartition_partitions" if self.spec.repartition else "source_partitions"
             raise JobSpecError(
-                f"job {self.spec.name}: a join's inputs must be co-partitioned, {self.spec.source_partitions} "
-                f"partitions each (source_partitions), keyed by {self.spec.key_field}: {shown}"
+                f"job {self.spec.name}: a join's inputs must be co-partitioned, {wanted} partitions each "
+                f"({declared}), keyed by {self.spec.key_field}: {shown}"
             )
 
     @functools.cached_property
@@ -115,18 +119,29 @@ class JobContext:
     @property
     def starting_offsets(self) -> str:
         """Kafka ``startingOffsets`` for a new query: right after the restored state, else where a
-        reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint, a position in
-        the source: for a job that re-keys, its re-keying stage's start), else earliest."""
+        reprocessing run said to start (:meth:`start_offsets`; for a job that re-keys, the repartition topic
+        from its beginning and a join's ``join_topic`` from its start), else earliest."""
         positions = {json.dumps(r.input_offsets, sort_keys=True) for r in self.restored.values() if r.input_offsets}
         if not positions:
-            start_file = self.layout.start_offsets_file
-            return start_file.read_text() if start_file.exists() and not self.spec.repartition else "earliest"
-        if len(positions) > 1:
+            start = self.start_offsets()
+            if start is None:
+                return "earliest"
+            # (a repartition topic is not in it: the re-keying stage starts at the start, its topic is new)
+            offsets = {topic: start.get(topic) for topic in self.input_topics}
+        elif len(positions) > 1:
             raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
-        offsets = json.loads(positions.pop())
-        # a topic the restored batches never read from (a join's side without records yet): its earliest
+        else:
+            offsets = json.loads(positions.pop())
+        # a topic without a position (a join's side without records yet, a new repartition topic): its earliest
         earliest = {str(p): -2 for p in range(self.spec.state_partitions)}
         return json.dumps({topic: offsets.get(topic) or earliest for topic in self.input_topics})
+
+    def start_offsets(self) -> dict[str, dict[str, int]] | None:
+        """Where a reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint): input
+        topic -> partition -> offset, for each of the spec's ``input_topics``; None without one. A re-keyed
+        job's ``source_topic`` position is its re-keying stage's start."""
+        start_file = self.layout.start_offsets_file
+        return json.loads(start_file.read_text()) if start_file.exists() else None
 
     def with_dead_letters(self, classified, *source_columns: str, key: str | None = None):
         """The processor's input: every record of ``classified`` (see spark_jobs.dead_letter.classify) with

@@ -319,8 +319,12 @@ class JobSpec:
             in one place, as the seeds' two-stage pattern does (a reader sees every key in one task).
         join_topic: a join's second input (its right side; ``source_topic`` is the left), read by the same
             query as the source. Both are keyed by the join key, ``key_field``, and **co-partitioned**, as Kafka
-            Streams requires of a join's inputs: the same number of partitions (``source_partitions``), a
+            Streams requires of a join's inputs: the same number of partitions (:attr:`state_partitions`), a
             key in the same partition of both; a topic with another count is refused at start, naming both.
+            With ``repartition`` the left side is re-keyed by ``key_field`` first (Kafka Streams'
+            ``selectKey(...).join(table)``): its repartition topic is the left input, and
+            ``repartition_partitions`` must be the ``join_topic``'s count, as Kafka Streams sizes the
+            repartition topic of a join by the other side's. The ``join_topic`` itself is never re-keyed.
     """
 
     name: str
@@ -358,12 +362,6 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: output_topic_partitions must be >= 1 and needs an output_topic")
         if self.join_topic is not None and self.join_topic == self.source_topic:
             raise JobSpecError(f"job {self.name}: join_topic must differ from source_topic {self.source_topic!r}")
-        if self.join_topic is not None and self.repartition:
-            # Kafka Streams re-keys each side of a join through its own repartition topic: not built here yet.
-            raise JobSpecError(
-                f"job {self.name}: join_topic: a join's inputs must be keyed by {self.key_field} "
-                "already (repartition=True is not supported with a join_topic)"
-            )
         if len({store.name for store in self.stores}) != len(self.stores):
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:

@@ -84,6 +84,18 @@ class RepartitionProgress:
         return all(self.offsets.get(int(p), -1) >= int(o) for p, o in end.items())
 
 
+def origin_columns():
+    """A re-keyed record's place in the source, read from its headers by a stage that reads the repartition topic
+    with ``includeHeaders``: its source partition (INT) and offset (BIGINT) columns."""
+    from pyspark.sql import functions as F
+
+    def header(name: str):
+        wanted = f"filter(headers, h -> h.key = '{ORIGIN_HEADER_PREFIX}{name}')"
+        return F.expr(f"try_element_at({wanted}, 1).value").cast("string")
+
+    return header("partition").cast("int"), header("offset").cast("bigint")
+
+
 class Repartitioner:
     """The re-keying stage of a job version (see the module docstring). Build it with the job's context."""
 
@@ -135,10 +147,11 @@ class Repartitioner:
     def starting_offsets(self, progress: RepartitionProgress | None) -> str:
         """Kafka ``startingOffsets`` for a new re-keying query: after what the repartition topic holds, else
         where a reprocessing run said to start, else earliest."""
+        source = self.spec.source_topic
         if progress is not None and progress.offsets:
-            return json.dumps({self.spec.source_topic: {str(p): o for p, o in progress.offsets.items()}})
-        start_file = self.layout.start_offsets_file
-        return start_file.read_text() if start_file.exists() else "earliest"
+            return json.dumps({source: {str(p): o for p, o in progress.offsets.items()}})
+        start = (self.ctx.start_offsets() or {}).get(source)
+        return json.dumps({source: start}) if start else "earliest"
 
     # ----- the query -------------------------------------------------------------------------------
     def writer(self):

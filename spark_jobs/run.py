@@ -226,6 +226,8 @@ def _run_published(
         context.ensure_changelog_topics()
         if context.repartitioner is not None:
             context.repartitioner.ensure_topics()
+        if spec.join_topic:
+            context.check_co_partitioned()  # refused before a stage starts
         if spec.stores:
             # claim the version (fence older drivers, on any host) beside the query's start; its first write,
             # and any read of the state to restore, waits for the claim

@@ -113,8 +113,9 @@ class JobHarness:
         and the dead letters of this run."""
         spec = job if isinstance(job, JobSpec) else get_job(job, version)
         kafka = self.settings.kafka
-        for topic in spec.input_topics:
-            ensure_topic(kafka, topic, spec.source_partitions)
+        ensure_topic(kafka, spec.source_topic, spec.source_partitions)
+        if spec.join_topic:  # co-partitioned with the stateful stage's input (a re-keyed source's repartition topic)
+            ensure_topic(kafka, spec.join_topic, spec.state_partitions)
         letters_topic = dead_letter_topic(spec.application_id)
         ensure_topic(kafka, letters_topic, spec.source_partitions)
         letters_from = {p: high for p, (_, high) in partition_offsets(kafka, letters_topic).items()}

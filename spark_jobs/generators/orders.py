@@ -140,12 +140,12 @@ def produce(kafka: KafkaTarget, topic: str, records: list[Record], partitions: i
 class _Task:
     """One partition of the join, as Kafka Streams' task runs it (see the module docstring)."""
 
-    def __init__(self, partition: int, grace_ms: int, retention_ms: int, join: str) -> None:
-        self.partition, self.grace_ms, self.retention_ms, self.join = partition, grace_ms, retention_ms, join
+    def __init__(self, grace_ms: int, retention_ms: int, join: str) -> None:
+        self.grace_ms, self.retention_ms, self.join = grace_ms, retention_ms, join
         self.versions: dict[str, list[tuple[int, dict | None]]] = {}
         self.table_time: int | None = None
         self.stream_time: int | None = None
-        self.held: list[tuple[int, str, int, Record]] = []
+        self.held: list[tuple[int, str, int, tuple[int, int], Record]] = []
         self.results: dict[tuple[int, int], tuple] = {}
 
     def update(self, record: Record) -> None:
@@ -155,17 +155,18 @@ class _Task:
         history = [v for v in self.versions.get(record.key, []) if v[0] != record.time_ms]
         self.versions[record.key] = sorted([*history, (record.time_ms, record.value)], key=lambda v: v[0])
 
-    def arrive(self, offset: int, record: Record) -> None:
+    def arrive(self, offset: int, place: tuple[int, int], record: Record) -> None:
+        """An order at ``offset`` of the task's input, ``place`` its place in the source (the result's key)."""
         late = self.stream_time is not None and record.time_ms < self.stream_time - self.grace_ms
         if self.grace_ms == 0 or late:
-            self.emit(offset, record)
+            self.emit(place, record)
             return
-        self.held.append((record.time_ms, record.key, offset, record))
+        self.held.append((record.time_ms, record.key, offset, place, record))
         self.stream_time = record.time_ms if self.stream_time is None else max(self.stream_time, record.time_ms)
         self.held.sort(key=lambda h: h[:3])
         while self.held and self.held[0][0] <= self.stream_time - self.grace_ms:
-            _, _, due_offset, due = self.held.pop(0)
-            self.emit(due_offset, due)
+            *_, due_place, due = self.held.pop(0)
+            self.emit(due_place, due)
 
     def lookup(self, key: str, at: int) -> dict | None:
         if self.table_time is not None and at < self.table_time - self.retention_ms:
@@ -177,12 +178,12 @@ class _Task:
             found = row
         return found
 
-    def emit(self, offset: int, record: Record) -> None:
+    def emit(self, place: tuple[int, int], record: Record) -> None:
         row = self.lookup(record.key, record.time_ms)
         if row is None and self.join == "inner":
             return
         order = record.value
-        self.results[(self.partition, offset)] = (
+        self.results[place] = (
             record.key,
             order["order_id"],
             Decimal(str(order["amount"])),
@@ -203,18 +204,33 @@ def expected_enrichment(
     """(partition, offset of the order) -> the output row (:data:`FIELDS`; a Decimal amount, an ISO time) of
     each joined order, both lists written in their order to fresh topics of ``partitions`` partitions (see the
     module docstring for the rules)."""
+    per_partition = [[r for r in orders if kafka_partition(r.key, partitions) == p] for p in range(partitions)]
+    placed = [[((p, offset), r) for offset, r in enumerate(stream)] for p, stream in enumerate(per_partition)]
+    return expected_rekeyed_enrichment(placed, customers, grace_ms, retention_ms, join)
+
+
+def expected_rekeyed_enrichment(
+    repartitioned: list[list[tuple[tuple[int, int], Record]]],
+    customers: list[Record],
+    grace_ms: int,
+    retention_ms: int,
+    join: str = "left",
+) -> dict[tuple[int, int], tuple]:
+    """As :func:`expected_enrichment`, for orders re-keyed by customer before the join (``repartition=True``, Kafka
+    Streams' ``selectKey``): ``repartitioned[p]`` is partition ``p`` of the repartition topic, its orders in offset
+    order, each with its place in the source (``(partition, offset)``, the result's key); ``customers`` written in
+    their order to a topic of as many partitions."""
     results: dict[tuple[int, int], tuple] = {}
-    for p in range(partitions):
-        stream = list(enumerate(r for r in orders if kafka_partition(r.key, partitions) == p))
-        table = [r for r in customers if kafka_partition(r.key, partitions) == p]
-        task = _Task(p, grace_ms, retention_ms, join)
+    for p, stream in enumerate(repartitioned):
+        table = [r for r in customers if kafka_partition(r.key, len(repartitioned)) == p]
+        task = _Task(grace_ms, retention_ms, join)
         s = u = 0
         while s < len(stream) or u < len(table):
             if s == len(stream) or (u < len(table) and table[u].time_ms <= stream[s][1].time_ms):
                 task.update(table[u])
                 u += 1
             else:
-                task.arrive(*stream[s])
+                task.arrive(s, *stream[s])
                 s += 1
         results.update(task.results)
     return results

@@ -156,6 +156,11 @@ class StreamStreamJoin(StoreDeclaration):
             raise JobSpecError(f"join: {self.join!r} is not one of {get_args(StreamsJoinKind)}")
         if not spec.join_topic:
             raise JobSpecError("join_topic: a StreamStreamJoin reads its right stream from the spec's join_topic")
+        if spec.repartition:
+            raise JobSpecError(
+                f"repartition: re-keying a stream-stream join's input is not supported: key both streams by "
+                f"{spec.key_field!r} (a job with an output_topic can re-key one for it)"
+            )
         if self.window_ms <= 0 or self.grace_ms < 0:
             raise JobSpecError(f"window_ms must be > 0 and grace_ms >= 0, got {self.window_ms} and {self.grace_ms}")
         self.right.check(spec.name, spec.key_field)

@@ -23,7 +23,12 @@ co-partitioned):
 - ``inner`` emits an event only when its key has a row (at its time); ``left`` emits every event, the table's
   fields null without a row. The outputs are the joined events, appended: the key, the event's fields, the
   table's (``right_prefix`` before each), and the event's ``source_partition`` and ``source_offset``, which
-  identify an output row (a replayed batch inserts only the rows not written yet).
+  identify an output row (a replayed batch inserts only the rows not written yet);
+- with ``repartition`` the stream is re-keyed by the join key first (Kafka Streams' ``selectKey(...).join``):
+  the stateful stage reads the version's repartition topic (``repartition_partitions``, the table's count) and
+  the table; a task takes the repartition partition's events in its offset order, and an output row's
+  coordinates are still the event's place in ``source_topic`` (carried through the processor: the repartition
+  topic's offsets differ from one run, or version, to the next).
 
 The store's changelog holds the table's versions per key, the events waiting out their grace
 (``~buffer@<partition>@<offset>``) and each partition's stream and table times (``~stream-time@<partition>``):
@@ -48,6 +53,7 @@ from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.primitives.top_n import UpsertTable
 from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
 from spark_jobs.registry import store as store_spec
+from spark_jobs.repartition import origin_columns
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 StreamJoinKind = Literal["inner", "left"]
@@ -56,6 +62,11 @@ CHANGE, JOINED = "change", "joined"
 TIME_MS, STREAM_ROW, TABLE_ROW = "_time_ms", "_stream_row", "_table_row"
 #: the columns that identify an output row: the joined event's place in the stream
 EVENT_COORDINATES = ("source_partition", "source_offset")
+#: a re-keyed event's coordinates, carried through the processor (:meth:`StreamTableJoin._held_fields`)
+ORIGIN_FIELDS = (
+    T.StructField(EVENT_COORDINATES[0], T.IntegerType()),
+    T.StructField(EVENT_COORDINATES[1], T.LongType()),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +109,11 @@ class StreamTableJoin(StoreDeclaration):
     def _stream_fields(self, key_field: str) -> list[T.StructField]:
         return [T.StructField(f.name, f.dataType) for f in self.stream.schema.fields if f.name != key_field]
 
+    def _held_fields(self, key_field: str, rekeyed: bool) -> list[T.StructField]:
+        """An event's fields as the processor holds and emits them: a re-keyed event's carry its place in the
+        source (its place in the repartition topic orders it, and is not the same from one run to the next)."""
+        return self._stream_fields(key_field) + (list(ORIGIN_FIELDS) if rekeyed else [])
+
     def _table_fields(self) -> list[T.StructField]:
         return [
             T.StructField(self.right_prefix + f.name, f.dataType)
@@ -108,25 +124,27 @@ class StreamTableJoin(StoreDeclaration):
     def _row_ddl(self, fields: list[T.StructField]) -> str:
         return "STRUCT<" + ", ".join(f"`{f.name}`: {f.dataType.simpleString()}" for f in fields) + ">"
 
-    def state_ddl_for(self, key_field: str) -> str:
+    def state_ddl_for(self, key_field: str, rekeyed: bool = False) -> str:
         """A store entry: a table key's versions, a held event, or a partition's times (see the module docstring)."""
         version = f"STRUCT<valid_from: BIGINT, present: BOOLEAN, row: {self._row_ddl(self._table_fields())}>"
-        held = f"STRUCT<time_ms: BIGINT, offset: BIGINT, key: STRING, row: {self._row_ddl(self._stream_fields(key_field))}>"
+        held_row = self._row_ddl(self._held_fields(key_field, rekeyed))
+        held = f"STRUCT<time_ms: BIGINT, offset: BIGINT, key: STRING, row: {held_row}>"
         return (
             f"source_partition INT, versions ARRAY<{version}>, buffered {held}, stream_time_ms BIGINT, "
             "table_time_ms BIGINT"
         )
 
-    def output_ddl_for(self, key_field: str) -> str:
+    def output_ddl_for(self, key_field: str, rekeyed: bool = False) -> str:
         """The processor's rows: store changes (kind = change) and joined events (kind = joined)."""
         return (
-            f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, source_offset BIGINT, "
-            f"event_time_ms BIGINT, stream_row {self._row_ddl(self._stream_fields(key_field))}, "
+            f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field, rekeyed)}, "
+            f"source_offset BIGINT, event_time_ms BIGINT, "
+            f"stream_row {self._row_ddl(self._held_fields(key_field, rekeyed))}, "
             f"table_row {self._row_ddl(self._table_fields())}"
         )
 
-    def store_changes_for(self, key_field: str) -> StoreChanges:
-        return StoreChanges(self.store, self.state_ddl_for(key_field), rows=f"kind = '{CHANGE}'")
+    def store_changes_for(self, key_field: str, rekeyed: bool = False) -> StoreChanges:
+        return StoreChanges(self.store, self.state_ddl_for(key_field, rekeyed), rows=f"kind = '{CHANGE}'")
 
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return EVENT_COORDINATES
@@ -188,7 +206,8 @@ class StreamTableJoin(StoreDeclaration):
 
         spec, key_field = ctx.spec, ctx.spec.key_field
         time_rule = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
-        stream_struct = T.StructType(self._stream_fields(key_field))
+        stream_struct = T.StructType(self._held_fields(key_field, spec.repartition))
+        origin = [c.alias(f.name) for c, f in zip(origin_columns(), ORIGIN_FIELDS, strict=True)]
         table_struct = T.StructType(self._table_fields())
 
         def stream_rules(frame):
@@ -204,7 +223,10 @@ class StreamTableJoin(StoreDeclaration):
                 rows = (F.lit(None).cast(stream_struct), F.when(~delete, row).cast(table_struct))
                 time, deletes = F.unix_millis(F.col("timestamp")), delete
             else:
-                row = F.struct(*(decoded.getField(f.name).alias(f.name) for f in stream_struct.fields))
+                fields = self._stream_fields(key_field)
+                row = F.struct(
+                    *(decoded.getField(f.name).alias(f.name) for f in fields), *(origin if spec.repartition else ())
+                )
                 rows = (row.cast(stream_struct), F.lit(None).cast(table_struct))
                 time, deletes = F.unix_millis(decoded.getField(self.time)), F.lit(False)
             return F.struct(
@@ -219,7 +241,9 @@ class StreamTableJoin(StoreDeclaration):
         classified = classify_two_topics(ctx.kafka_source(), spec.join_topic, stream_rules, self.table.classify, event)
         return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
 
-    def changes(self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False):
+    def changes(
+        self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False, rekeyed=False
+    ):
         """The processor's rows (:meth:`output_ddl_for`), seeded with ``initial`` (the restored store)."""
         from pyspark.sql import DataFrame
 
@@ -229,7 +253,7 @@ class StreamTableJoin(StoreDeclaration):
             "partition",
             None if initial is None else initial._jdf,
             self.store,
-            self.output_ddl_for(key_field),
+            self.output_ddl_for(key_field, rekeyed),
             store.kind == "versioned",
             store.retention_ms or 0,
             self.grace_ms,
@@ -238,14 +262,16 @@ class StreamTableJoin(StoreDeclaration):
         )
         return DataFrame(jdf, spark)
 
-    def joined_rows(self, batch, key_field: str):
-        """A batch's joined events as output rows (:meth:`output_schema`)."""
+    def joined_rows(self, batch, key_field: str, rekeyed: bool = False):
+        """A batch's joined events as output rows (:meth:`output_schema`): a re-keyed event's coordinates are its
+        place in the source (:meth:`_held_fields`)."""
         from pyspark.sql import functions as F
 
         stream = [F.col("stream_row").getField(f.name).alias(f.name) for f in self._stream_fields(key_field)]
         table = [F.col("table_row").getField(f.name).alias(f.name) for f in self._table_fields()]
+        place = F.col("stream_row") if rekeyed else F.struct("source_partition", "source_offset")
         return batch.where(f"kind = '{JOINED}'").select(
-            F.col("key").alias(key_field), *stream, *table, "source_partition", "source_offset"
+            F.col("key").alias(key_field), *stream, *table, *(place.getField(c).alias(c) for c in EVENT_COORDINATES)
         )
 
     def build(self, ctx, processor=None):
@@ -255,15 +281,16 @@ class StreamTableJoin(StoreDeclaration):
         if processor is not None:
             raise JobSpecError(f"job {spec.name}: a StreamTableJoin runs its Java processor only")
         self.check(spec)
-        key_field, store = spec.key_field, store_spec(spec, self.store)
+        key_field, store, rekeyed = spec.key_field, store_spec(spec, self.store), spec.repartition
         ctx.ensure_output_table(self.output_schema(key_field))
-        changes = self.store_changes_for(key_field)
-        rows = self.changes(self.input_rows(ctx), key_field, ctx.initial_state(changes), store, job=spec.name)
+        changes = self.store_changes_for(key_field, rekeyed)
+        initial = ctx.initial_state(changes)
+        rows = self.changes(self.input_rows(ctx), key_field, initial, store, job=spec.name, rekeyed=rekeyed)
         outputs = ctx.output_table(EVENT_COORDINATES)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
 
         def write_outputs(batch, batch_id: int, commit) -> None:
-            joined = self.joined_rows(batch, key_field)
+            joined = self.joined_rows(batch, key_field, rekeyed)
             # a replay may repeat rows written already; else appending writes the batch alone (no MERGE)
             write = outputs.insert_absent if ctx.outputs_may_repeat(batch_id) else outputs.append
             if write(joined, commit):
@@ -273,7 +300,7 @@ class StreamTableJoin(StoreDeclaration):
         if ctx.ensure_output_topic():
 
             def output_records(batch):
-                return self.event_records(self.joined_rows(batch, key_field), key_field)
+                return self.event_records(self.joined_rows(batch, key_field, rekeyed), key_field)
 
         sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)

@@ -165,6 +165,11 @@ class TableJoin(StoreDeclaration):
             raise JobSpecError(f"join: {self.join!r} is not one of {get_args(JoinKind)}")
         if not spec.join_topic:
             raise JobSpecError("join_topic: a TableJoin reads its right table from the spec's join_topic")
+        if spec.repartition:
+            raise JobSpecError(
+                "repartition: a table join's sides are tables keyed by their key; re-keying a table by another "
+                "field (Kafka Streams' foreign-key join) is not supported"
+            )
         for side, table in (("left", self.left), ("right", self.right)):
             table.check(spec.name, spec.key_field)
             if tuple(table.key) != (spec.key_field,):

@@ -16,6 +16,9 @@ the repartition topic has processed what the first one wrote for it:
    the end are pending: their ``streamstate.origin.*`` headers name their source offsets, and the version
    has consumed a source partition below the smallest origin offset still pending in it (and ``rekeyed``).
 
+A join that re-keys its left side reads its ``join_topic`` in the stateful stage itself: its position there is
+the stateful checkpoint's, as for a job that does not re-key.
+
 Reading the pending records costs as many records as the stateful stage is behind the re-keying stage
 (normally a batch or less); a caught-up version reads none.
 """
@@ -52,12 +55,15 @@ def committed_source_offsets(layout: JobLayout, kafka: KafkaTarget) -> KafkaOffs
     ends = committed_ends(kafka, layout.repartition_topic)  # read after ``rekeyed``: covers its records
     applied = committed_input_offsets(layout.checkpoint, layout.repartition_topic)
     behind = pending_ranges(ends, applied or {})
+    tables = {}  # a join's table is read by the stateful stage itself: its checkpoint's position there
+    if layout.join_topic:
+        tables[layout.join_topic] = committed_input_offsets(layout.checkpoint, layout.join_topic) or {}
     if not behind:
-        return {layout.source_topic: dict(rekeyed)}
+        return {layout.source_topic: dict(rekeyed), **tables}
     if applied is None:  # re-keyed records wait, and the stateful stage has not completed a batch yet
         return None
     origins = _pending_origins(kafka, layout.repartition_topic, layout.source_topic, behind)
-    return {layout.source_topic: applied_source_offsets(rekeyed, origins)}
+    return {layout.source_topic: applied_source_offsets(rekeyed, origins), **tables}
 
 
 def pending_ranges(ends: dict[int, int], applied: dict[int, int]) -> dict[int, tuple[int, int]]:

@@ -159,6 +159,8 @@ def test_a_stream_stream_join_is_declared_and_checked():
         dataclasses.replace(ORDER_PAYMENTS, right_time="paid").check(spec)
     with pytest.raises(JobSpecError, match="window_ms must be > 0"):
         dataclasses.replace(ORDER_PAYMENTS, window_ms=0).check(spec)
+    with pytest.raises(JobSpecError, match="repartition: re-keying a stream-stream join's input is not supported"):
+        ORDER_PAYMENTS.check(dataclasses.replace(spec, repartition=True))
 
 
 def test_the_readme_shows_the_declaration_of_the_job():

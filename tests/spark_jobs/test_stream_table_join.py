@@ -151,3 +151,157 @@ def test_the_readme_shows_the_declaration_of_the_job():
     readme, spec = (Path(__file__).parents[2] / "README.md").read_text(), get_job("order_enrichment")
     assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in readme
     assert 'kind="versioned", retention_ms=24 * 3600 * 1000' in readme and spec.stores[0].retention_ms == RETENTION_MS
+
+
+def _placed_orders(settings, topic: str, place) -> list[list[tuple[tuple[int, int], orders.Record]]]:
+    """A repartition topic's committed orders, per partition in offset order, each with its place in the source
+    (``place(message, order)``: (source partition, source offset))."""
+    from confluent_kafka import Consumer
+
+    from runtime.kafka_connection import client_config
+    from spark_jobs.kafka_topics import partition_offsets, read_partition
+
+    config = {"group.id": f"read-{topic}", "enable.partition.eof": True, "isolation.level": "read_committed"}
+    consumer = Consumer(client_config(settings.kafka, config))
+    out = []
+    try:
+        for partition in sorted(partition_offsets(settings.kafka, topic)):
+            placed = []
+            for msg in read_partition(consumer, topic, partition):
+                order = json.loads(msg.value())
+                assert msg.key().decode() == order["customer_id"], "keyed by the join key"
+                time_ms = int(dt.datetime.fromisoformat(order["event_time"]).timestamp() * 1000)
+                placed.append((place(msg, order), orders.Record(order["customer_id"], order, time_ms, 0)))
+            out.append(placed)
+    finally:
+        consumer.close()
+    return out
+
+
+def test_orders_not_keyed_by_customer_are_re_keyed_before_the_join(settings, kafka_broker, spark, unique, tmp_path):
+    """Orders produced without keys over 3 partitions, the customers' change stream keyed by id over 2: with
+    ``repartition=True`` (``repartition_partitions=2``, the table's count) the job re-keys the orders through its
+    repartition topic and joins what it reads back, as Kafka Streams' ``selectKey(customer_id).leftJoin(customers)``
+    does (its twin, ``order_enrichment_rekeyed``, runs on the same topics). Each side equals the reference applied
+    in its own repartition topic's order, and the two equal each other; an output row's coordinates are the
+    order's place in the source, not in a repartition topic, also for the orders held over a lost checkpoint.
+    Two runs, the checkpoint lost between them; bad orders in the second are dead letters of the re-keying stage."""
+    from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
+    from spark_jobs.generators.producer import produce_unkeyed
+    from spark_jobs.repartition import ORIGIN_HEADER_PREFIX
+    from tests.helpers import wait_for
+
+    spec = _spec(unique, partitions=3, repartition=True, repartition_partitions=2, output_topic=f"enriched-{unique}")
+    stream, table = orders.adversarial(orders=240, customers=10, seed=17)
+    ensure_topic(settings.kafka, spec.source_topic, 3)
+    ensure_topic(settings.kafka, spec.join_topic, 2)
+    harness = JobHarness(settings=settings, spark=spark)
+    results, letters = {}, []
+    for n, (_bound, stream_chunk, table_chunk) in enumerate(orders.arrival_chunks(stream, table, 2)):
+        produce_unkeyed(settings.kafka, spec.source_topic, [r.value for r in stream_chunk], 3, seed=n)
+        orders.produce(settings.kafka, spec.join_topic, table_chunk, 2)
+        bad = [b'{"order_id": "o-none", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
+        result = harness.run(spec, bad if n else [], keyed=False)
+        results.update(_enriched(result.outputs))
+        letters += [letter.reason for letter in result.dead_letters]
+        if n == 0:  # both stages' checkpoints: the re-keying resumes from its progress record, the join restores
+            shutil.rmtree(result.report.checkpoint)
+    assert sorted(letters) == ["missing_key", "undecodable"], letters
+    assert result.report.restores["customer-profiles"].keys > 0
+
+    def source_place(msg, _order):
+        headers = dict(msg.headers())
+        return tuple(int(headers[ORIGIN_HEADER_PREFIX + name]) for name in ("partition", "offset"))
+
+    repartition_topic = JobLayout.of(spec, settings).repartition_topic
+    placed = _placed_orders(settings, repartition_topic, source_place)
+    rekeyed_ids = sorted(r.value["order_id"] for part in placed for _, r in part)
+    assert rekeyed_ids == sorted(r.value["order_id"] for r in stream), "each order re-keyed once"
+    want = orders.expected_rekeyed_enrichment(placed, table, GRACE_MS, RETENTION_MS)
+    assert results == want
+    assert {partition for partition, _ in results} == {0, 1, 2}  # places in the 3-partition source
+    assert sum(1 for row in want.values() if row[4] is None) > 5 and len(want) > 0.8 * len(stream)
+    published = every_record(settings.kafka, JobLayout.of(spec, settings).output_topic)
+    assert sorted((e["source_partition"], e["source_offset"]) for e in map(json.loads, (v for *_, v in published))) == (
+        sorted(want)
+    )
+
+    # Kafka Streams on the same topics: its own repartition topic (kept: not purged while the test reads it)
+    app, output = f"ksrekeyed-{unique}", f"ksrekeyed-{unique}-out"
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
+    inputs = f"{spec.source_topic},{spec.join_topic}"
+    purge = "-Dstreams.repartition.purge.interval.ms=3600000"
+    peer = KafkaStreamsPeer(
+        build(), settings, "order_enrichment_rekeyed", app, tmp_path / app, inputs, output, 1, (purge,)
+    )
+    try:
+        peer.wait_caught_up(timeout_s=300)
+        ks_topic = next(t for t in _topics(settings) if t.startswith(app) and t.endswith("-repartition"))
+        wait_for(lambda: sum(map(len, _placed_orders(settings, ks_topic, _ks_place))) == len(stream), 120, "re-keyed")
+        ks_want = orders.expected_rekeyed_enrichment(
+            _placed_orders(settings, ks_topic, _ks_place), table, GRACE_MS, RETENTION_MS
+        )
+        wait_for(lambda: len(every_record(settings.kafka, output)) >= len(ks_want), 120, "Kafka Streams' joins")
+    finally:
+        peer.stop()
+    emitted = [json.loads(value) for _p, _key, value in every_record(settings.kafka, output)]
+    ks = {(e["source_partition"], e["source_offset"]): _ks_row(e) for e in emitted}
+    assert len(ks) == len(emitted), "an order joined more than once"
+    assert ks == ks_want
+    assert ks == results
+
+
+def _ks_place(_msg, order) -> tuple[int, int]:
+    """The twin's orders carry their place in the source as fields (``WithSource``, before ``selectKey``)."""
+    return order["partition"], order["offset"]
+
+
+def _ks_row(event: dict) -> tuple:
+    from decimal import Decimal
+
+    amount = Decimal(str(event["amount"]))
+    return (event["customer_id"], event["order_id"], amount, event["event_time"], event["name"], event["tier"])
+
+
+def _topics(settings) -> list[str]:
+    from confluent_kafka.admin import AdminClient
+
+    from runtime.kafka_connection import client_config
+
+    return list(AdminClient(client_config(settings.kafka)).list_topics(timeout=30).topics)
+
+
+def test_a_re_keyed_join_starts_each_stage_where_a_reprocessing_said(settings, tmp_path):
+    """A reprocessing's start (one position per input) splits over the two stages: the source's is the re-keying
+    stage's start, the table's the stateful stage's, whose repartition topic is read from its beginning."""
+    from spark_jobs.context import JobContext
+    from spark_jobs.reprocess.plan import write_start_offsets
+
+    stack = settings.replace(data_dir=tmp_path)
+    spec = _spec("start", partitions=3, repartition=True, repartition_partitions=2)
+    context = JobContext(None, spec, stack)
+    layout = context.layout
+    assert context.starting_offsets == "earliest" and context.repartitioner.starting_offsets(None) == "earliest"
+    write_start_offsets(layout, {spec.source_topic: {0: 5, 1: 6, 2: 7}, spec.join_topic: {0: 0, 1: 0}})
+    assert json.loads(context.repartitioner.starting_offsets(None)) == {spec.source_topic: {"0": 5, "1": 6, "2": 7}}
+    assert json.loads(context.starting_offsets) == {
+        layout.repartition_topic: {"0": -2, "1": -2},
+        spec.join_topic: {"0": 0, "1": 0},
+    }
+
+
+def test_a_re_keyed_stream_is_refused_unless_its_repartition_topic_has_the_tables_partitions(
+    settings, kafka_broker, spark, unique
+):
+    """Kafka Streams sizes a join's repartition topic by the table's partitions; here the declaration does
+    (``repartition_partitions``), checked at start before either stage runs."""
+    from spark_jobs.run import run
+
+    spec = _spec(unique, partitions=3, repartition=True, repartition_partitions=2)
+    ensure_topic(settings.kafka, spec.source_topic, 3)
+    ensure_topic(settings.kafka, spec.join_topic, 3)
+    with pytest.raises(JobSpecError, match="co-partitioned, 2 partitions each \\(repartition_partitions\\)") as refused:
+        run(spec, settings, available_now=True, spark=spark)
+    layout = JobLayout.of(spec, settings)
+    for words in (f"{layout.repartition_topic} has 2 partitions", f"{spec.join_topic} has 3 partitions"):
+        assert words in str(refused.value)

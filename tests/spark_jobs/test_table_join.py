@@ -149,8 +149,8 @@ def test_a_table_join_is_declared_and_checked():
         dataclasses.replace(CUSTOMER_ACCOUNTS, right=keyed_otherwise).check(spec)
     with pytest.raises(JobSpecError, match="join_topic must differ from source_topic"):
         dataclasses.replace(spec, join_topic=spec.source_topic)
-    with pytest.raises(JobSpecError, match="repartition=True is not supported with a join_topic"):
-        dataclasses.replace(spec, repartition=True)
+    with pytest.raises(JobSpecError, match="repartition: a table join's sides are tables keyed by their key"):
+        CUSTOMER_ACCOUNTS.check(dataclasses.replace(spec, repartition=True))
 
 
 def test_the_readme_shows_the_whole_declaration_of_the_job():

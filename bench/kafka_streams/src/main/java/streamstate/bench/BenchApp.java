@@ -109,8 +109,13 @@ import org.apache.kafka.streams.state.Stores;
  *       {@code leftJoin} with a 1 min grace period (KIP-923: held until stream time passes its time + grace,
  *       then joined with the row valid at its time). The output topic (not compacted: one record per order)
  *       gets {@code customer_id -> {"customer_id", "order_id", "amount", "event_time", "name", "tier",
- *       "source_partition", "source_offset"}} (the amount's decimal as written, name and tier null without a
+   *       "source_partition", "source_offset"}} (the amount's decimal as written, name and tier null without a
  *       valid customer row).
+ *   <li>{@code order_enrichment_rekeyed}: the same join of orders that are not keyed by their customer (no key, or
+ *       another field): each order gets its source partition and offset, then {@code selectKey} by its {@code
+ *       customer_id} (an order without one dropped) before the join, so Kafka Streams writes the orders to its
+ *       repartition topic, sized as the customers topic, and joins what it reads back (the platform's {@code
+ *       repartition=True}).
  *   <li>{@code order_payments_inner}, {@code order_payments_left}, {@code order_payments_outer}: the windowed
  *       stream-stream join ({@code KStream#join}, {@code leftJoin}, {@code outerJoin}) of orders with their
  *       payments; {@code <input topic>} is {@code <orders topic>,<payments topic>}, co-partitioned and keyed by
@@ -138,7 +143,7 @@ import org.apache.kafka.streams.state.Stores;
  * -Dstreams.processing.guarantee=exactly_once_v2 -Dstreams.commit.interval.ms=100}); without one the app runs
  * at-least-once with a 1 s commit interval.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir>
  * <input topic[,second input topic]> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -151,7 +156,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -191,7 +196,8 @@ public final class BenchApp {
       case "top_movers" -> topMovers(builder, args[4], args[5]);
       case "customer_accounts_inner", "customer_accounts_left", "customer_accounts_outer" ->
           customerAccounts(builder, job.substring("customer_accounts_".length()), args[4], args[5]);
-      case "order_enrichment" -> orderEnrichment(builder, args[4], args[5]);
+      case "order_enrichment" -> orderEnrichment(builder, args[4], args[5], false);
+      case "order_enrichment_rekeyed" -> orderEnrichment(builder, args[4], args[5], true);
       case "order_payments_inner", "order_payments_left", "order_payments_outer" ->
           orderPayments(builder, job.substring("order_payments_".length()), args[4], args[5]);
       default -> {
@@ -711,9 +717,9 @@ public final class BenchApp {
 
   /**
    * Orders joined with the customer valid at each order's time (see the class comment). {@code inputs} is
-   * {@code <orders topic>,<customers topic>}.
+   * {@code <orders topic>,<customers topic>}; {@code rekeyed}: the orders are keyed by their customer first.
    */
-  static void orderEnrichment(StreamsBuilder builder, String inputs, String output) {
+  static void orderEnrichment(StreamsBuilder builder, String inputs, String output, boolean rekeyed) {
     String[] topics = inputs.split(",");
     if (topics.length != 2) {
       System.err.println("order_enrichment: the input must be <orders topic>,<customers topic>");
@@ -722,6 +728,11 @@ public final class BenchApp {
     KStream<String, String> orders = builder
         .stream(topics[0], Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new EventTime()))
         .processValues(WithSource::new);
+    if (rekeyed) {
+      orders = orders
+          .filter((key, order) -> field(order, "customer_id") != null)
+          .selectKey((key, order) -> field(order, "customer_id"));
+    }
     KTable<String, String> customers = builder.table(
         topics[1],
         Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new FailOnInvalidTimestamp()),
