@@ -469,9 +469,12 @@ class JobContext:
             finally:
                 cached.unpersist()
             self.start_snapshots_if_due([kept.store for kept in stores], batch_base + batch_id)
-            if self.repartitioner is not None and self._due(batch_base + batch_id):
-                # the batch is complete in the changelog: a restore never reads the input below its end again
-                self.repartitioner.purge_below(end_offsets.get(self.input_topic, {}))
+            if self.repartitioner is not None and batch_id > 0 and self._due(batch_base + batch_id):
+                # below where this batch started, never its end: Spark replays this batch when killed before
+                # its commit log, reading from its start; the batch before it is committed, and the changelog
+                # complete past it, so neither a resume nor a restore reads below that start again
+                started = batch_end_offsets(checkpoint, batch_id - 1)
+                self.repartitioner.purge_below(started.get(self.input_topic, {}))
             clock.lap("snapshot")
 
         return write_batch

@@ -24,10 +24,11 @@ and writes nothing again; a driver's transaction left open by a kill is aborted 
 ``init_transactions``, which also fences the older driver's producer on any host. A lost checkpoint of the
 re-keying stage resumes from the progress record; the stateful stage restores as any job does.
 
-**Purging.** Records the stateful stage has completed (the input offsets of its last complete changelog
-batch) are never read again by this version, so they are deleted from the repartition topic as Kafka
-Streams purges its repartition topics (:meth:`Repartitioner.purge_below`), on the job's snapshot cadence
-(``JobContext.state_change_sink``).
+**Purging.** Records below where a stateful batch started are never read again by this version (Spark
+committed the batch before it, and the changelog is complete past it; the batch itself is read again when
+the driver dies before its commit log), so they are deleted from the repartition topic as Kafka Streams
+purges its repartition topics below its committed offsets (:meth:`Repartitioner.purge_below`), on the job's
+snapshot cadence (``JobContext.state_change_sink``).
 
 The records pass through the driver (collected per micro-batch, at most
 :data:`MAX_RECORDS_PER_BATCH` unless ``STREAMSTATE_MAX_OFFSETS_PER_TRIGGER`` says otherwise): a single
@@ -283,8 +284,8 @@ class Repartitioner:
 
     # ----- purging ----------------------------------------------------------------------------------
     def purge_below(self, offsets: dict[int, int]) -> None:
-        """Delete the repartition topic's records below ``offsets`` (the stateful stage's input offsets of
-        its last complete batch: never read again by this version)."""
+        """Delete the repartition topic's records below ``offsets`` (where a stateful batch started: never read
+        again by this version)."""
         wanted = [
             TopicPartition(self.layout.repartition_topic, int(p), int(o)) for p, o in offsets.items() if int(o) > 0
         ]

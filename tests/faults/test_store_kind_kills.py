@@ -3,7 +3,8 @@ job of each store kind beside purchase_counts' key-value store (tests/faults/tes
 store (``recent_buyers``, 10 users per partition: it evicts), Spark's ``in_memory`` store
 (``purchase_counts_in_memory``), a ``session`` store (``user_sessions``), a TopN over an upsert topic
 (``top_movers``), a table-table join of two topics (``customer_accounts``), a stream-table join
-(``order_enrichment``, with a grace longer than a small micro-batch's skew between its topics) and a windowed
+(``order_enrichment``, with a grace longer than a small micro-batch's skew between its topics, and re-keyed from
+unkeyed orders: ``order_enrichment_rekeyed``, whose re-keying stage dies with the driver) and a windowed
 stream-stream join (``order_payments``, held to the reference for the micro-batches Spark cuts). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
 its input is produced first and read in small micro-batches; after the kills a last run drains it, and the
 outputs (and, where cheap, the changelog's compacted view) must equal the job's plain-Python reference.
@@ -12,7 +13,8 @@ CI kills the two jobs no other fault test kills (the in-memory store's, whose st
 files, and the sessions', whose outputs are appended unless a batch may replay) once, where it hurts most:
 between a batch's outputs and its changelog markers, the checkpoint lost with it (the outputs are ahead of
 what the restore trusts); ``purchase_counts_in_memory`` is also killed while it restores. (The TopN's stage is
-killed at that point in test_top_movers.py too.) ``FAULT_TRIALS=4`` (or more) kills every job at every
+killed at that point in test_top_movers.py too.) CI also kills the re-keyed join before a snapshot, and its
+resume replays that batch from the repartition topic. ``FAULT_TRIALS=4`` (or more) kills every job at every
 phase (about 10 minutes)::
 
     FAULT_TRIALS=4 .venv/bin/python -m pytest tests/faults/test_store_kind_kills.py -s
@@ -20,6 +22,7 @@ phase (about 10 minutes)::
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import time
@@ -59,10 +62,15 @@ EVERY_PHASE = (
     Kill("before_outputs", 2),
 )
 RISKIEST = Kill("between_outputs_and_markers", 2, lose_checkpoint=True)
-#: the jobs CI kills (at RISKIEST): the others only with FAULT_TRIALS >= 4 (each costs about 90 s)
-IN_CI = ("purchase_counts_in_memory", "user_sessions")
-#: the job CI also kills while it restores (after RISKIEST: Spark's in-memory store seeded by the restore)
-ALSO_KILLED_RESTORING = "purchase_counts_in_memory"
+#: the jobs CI kills, and where: the others only with FAULT_TRIALS >= 4 (each costs about 90 s)
+CI_KILLS = {
+    # after RISKIEST, while it restores: Spark's in-memory store seeded by the restore
+    "purchase_counts_in_memory": (RISKIEST, Kill("restoring", lose_checkpoint=True)),
+    "user_sessions": (RISKIEST,),
+    # the resume replays the batch killed before its snapshot, whose repartition-topic records must still be
+    # there (they were purged below the batch's end once)
+    "order_enrichment_rekeyed": (Kill("before_snapshot", 2),),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +202,29 @@ def _check_order_enrichment(settings: Settings, spec: JobSpec, rows: list[dict],
     assert got == want
 
 
+def _produce_rekeyed_enrichment(settings: Settings, spec: JobSpec):
+    """Orders without keys over 3 partitions: re-keyed by customer into the 2 partitions of the table. With the
+    grace longer than a micro-batch's skew, the answer does not depend on the order the re-keying stage wrote
+    the orders in: the reference over the orders keyed by customer, row for row (their places differ)."""
+    from spark_jobs.generators.producer import produce_unkeyed
+
+    stream, table = orders.adversarial(orders=300, customers=10, seed=78, span_ms=3 * 3600_000)
+    ensure_topic(settings.kafka, spec.join_topic, spec.state_partitions)
+    produce_unkeyed(settings.kafka, spec.source_topic, [r.value for r in stream], spec.source_partitions, seed=7)
+    orders.produce(settings.kafka, spec.join_topic, table, spec.state_partitions)
+    retention = spec.stores[0].retention_ms
+    keyed = orders.expected_enrichment(stream, table, spec.state_partitions, ENRICHMENT_GRACE_MS, retention)
+    return collections.Counter(keyed.values())
+
+
+def _check_rekeyed_enrichment(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    by_place = _unique(rows, lambda r: (r["source_partition"], r["source_offset"]))  # places in the source
+    assert {partition for partition, _offset in by_place} == set(range(spec.source_partitions))
+    iso = {key: orders.iso_time(_ms(r["event_time"])) for key, r in by_place.items()}
+    got = [tuple(iso[key] if f == "event_time" else r[f] for f in orders.FIELDS) for key, r in by_place.items()]
+    assert collections.Counter(got) == want
+
+
 # --- order_payments: a windowed stream-stream join (two window stores, unmatched records held to their window's close) ---
 def _produce_order_payments(settings: Settings, spec: JobSpec):
     """The reference for the micro-batches Spark cuts under the case's limit: the same cuts whatever the kills (a
@@ -224,6 +255,7 @@ CASES = (
     Case("top_movers", 20, _produce_top_movers, _check_top_movers),
     Case("customer_accounts", 40, _produce_customer_accounts, _check_customer_accounts),
     Case("order_enrichment", 40, _produce_order_enrichment, _check_order_enrichment),
+    Case("order_enrichment_rekeyed", 40, _produce_rekeyed_enrichment, _check_rekeyed_enrichment),
     Case("order_payments", 40, _produce_order_payments, _check_order_payments),
 )
 
@@ -243,14 +275,12 @@ def _assert_outputs_ahead_of_the_changelog(settings: Settings, spec: JobSpec) ->
 
 
 def kills_of(job: str) -> tuple[Kill, ...]:
-    if TRIALS >= len(EVERY_PHASE):
-        return EVERY_PHASE
-    return (RISKIEST, Kill("restoring", lose_checkpoint=True)) if job == ALSO_KILLED_RESTORING else (RISKIEST,)
+    return EVERY_PHASE if TRIALS >= len(EVERY_PHASE) else CI_KILLS[job]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_a_store_kinds_reference_job_killed_9_at_each_phase_ends_equal_to_its_reference(private_stack, spark, case):
-    if case.job not in IN_CI and TRIALS < len(EVERY_PHASE):
+    if case.job not in CI_KILLS and TRIALS < len(EVERY_PHASE):
         pytest.skip(f"{case.job}: killed with FAULT_TRIALS={len(EVERY_PHASE)} or more (the suite's time)")
     settings = private_stack.replace(job_modules=JOB_MODULES, max_offsets_per_trigger=case.cut)
     spec = registered_versions(JOB_MODULES)[f"kills_{case.job}"][1]
