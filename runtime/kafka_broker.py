@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import os
+import shlex
 import shutil
 import subprocess
 import uuid
@@ -149,6 +150,7 @@ class LocalKafkaBroker:
             java,
             BROKER_HEAP,
             "-XX:+UseG1GC",
+            *shlex.split(self.settings.kafka_broker_java_options or ""),
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.log4j_file}",
             f"-Dkafka.logs.dir={self.service.log_file.parent}",

@@ -146,6 +146,8 @@ class Settings:
     #: more JVM options for every driver (a garbage collector, GC logging...), after the platform's own
     #: (its log4j configuration and class archive, which a plain ``spark.driver.extraJavaOptions`` would replace)
     spark_driver_java_options: str | None = None
+    #: more JVM options for the local Kafka broker (runtime/kafka_broker.py), after its own heap and collector
+    kafka_broker_java_options: str | None = None
     #: the JDK every JVM of the platform runs on (Spark drivers, spark-submit, the local broker...): unset =
     #: ``JAVA_HOME`` when set, else the newest JDK Spark supports in /usr/lib/jvm (runtime/jvm.py: java_home)
     java_home: Path | None = None

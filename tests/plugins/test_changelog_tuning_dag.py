@@ -82,6 +82,12 @@ def _configs(bootstrap: str, topics: list[str]) -> dict:
 def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, webhook):
     bootstrap = settings.kafka_bootstrap_servers
     spec = get_job("tuned_counts")
+
+    def ours(webhook) -> list[dict]:
+        """This job's alerts: the DAG tunes every registered job's changelogs, the built-in jobs' too, which
+        another test on this worker's broker may have left above the tight target."""
+        return [a for a in webhook.received if a["application_id"] == spec.application_id]
+
     stores = {s.name: s for s in spec.stores}
     topics = {name: changelog_topic_name(spec.application_id, name) for name in stores}
     # topics as an older platform version created them: the windowed one only compacted and kept no longer
@@ -118,11 +124,11 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     assert proposed[(topics["windows"], "retention.ms")]["new_value"] == str(3_600_000 + 86_400_000)
     assert proposed[(topics["history"], "min.compaction.lag.ms")]["new_value"] == "7200000"
     assert all(r["reason"] for r in proposed.values())
-    assert webhook.received == []  # one run above target is not an alert yet
+    assert ours(webhook) == []  # one run above target is not an alert yet
 
     # 2. a second run above target: on-call hears it, once per store
     run_dag({"mode": "dry_run"})
-    firing = [(a["condition"], a["status"]) for a in webhook.received]
+    firing = [(a["condition"], a["status"]) for a in ours(webhook)]
     assert sorted(firing) == sorted((f"changelog_replay_{name}", "firing") for name in stores)
     # the jobs page shows the numbers and the open alert
     row = job_row(spec, settings)
@@ -136,7 +142,7 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     assert tuned[topics["counts"]]["segment.ms"] == topic_configs.ConfigValue("2500", False)
     assert tuned[topics["windows"]]["cleanup.policy"].value == "compact,delete"
     assert int(tuned[topics["history"]]["min.compaction.lag.ms"].value) >= stores["history"].retention_ms
-    assert len(webhook.received) == len(stores)  # still above target: no second alert
+    assert len(ours(webhook)) == len(stores)  # still above target: no second alert
 
     # the job keeps running (an idle batch: markers only), its segments roll, the log cleaner compacts
     for name in ("counts", "windows"):
@@ -159,7 +165,7 @@ def test_tuning_compacts_a_churny_changelog_and_rolls_back(settings, run_dag, we
     assert not [
         r for r in history.changes(settings) if r["action"] == history.DRY_RUN and r["at"] > measured[-2]["measured_at"]
     ]
-    assert sorted((a["condition"], a["status"]) for a in webhook.received[len(stores) :]) == sorted(
+    assert sorted((a["condition"], a["status"]) for a in ours(webhook)[len(stores) :]) == sorted(
         (f"changelog_replay_{name}", "resolved") for name in stores
     )
 
