@@ -61,6 +61,11 @@ def build() -> str:
     return f"{APP_DIR / 'target' / 'classes'}:{APP_DIR / 'target' / 'dependency'}/*"
 
 
+#: JVM flags every peer of this process starts with, before its own ``jvm_options``: none for the benchmarks; the
+#: test suite's peers, which live seconds, run C1 only (tests/conftest.py)
+DEFAULT_JVM_OPTIONS: tuple[str, ...] = ()
+
+
 class KafkaStreamsPeer:
     """One run of the Java app; its JSON event lines and peak memory are collected while it runs."""
 
@@ -91,6 +96,7 @@ class KafkaStreamsPeer:
                 [
                     jvm.java_binary(settings),
                     "-Xmx2g",
+                    *DEFAULT_JVM_OPTIONS,
                     *jvm_options,
                     "-cp",
                     classpath,
