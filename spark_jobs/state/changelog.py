@@ -31,7 +31,7 @@ from spark_jobs.layout import changelog_topic_name  # noqa: F401 - re-exported: 
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 if TYPE_CHECKING:  # fencing builds writers: imported there, typed here
-    from spark_jobs.state.fencing import WriterFence
+    from spark_jobs.state.fencing import OutputRecords, WriterFence
 
 MARKER_KEY = b"__streamstate.batch__"
 BATCH_HEADER = "streamstate.batch"
@@ -56,6 +56,14 @@ CHANGES_PRODUCER_OPTIONS = {
     "kafka.batch.size": str(512 * 1024),
     "kafka.linger.ms": "20",
 }
+
+
+#: A batch of at most this many change records per store goes to the changelog from the driver, in the one
+#: transaction of its markers: one Spark job (collecting them) instead of two (a count, then Spark's Kafka sink
+#: before the markers' transaction). A steady small batch's changelog phase is most of its fixed cost (issue 48's
+#: profile, BENCHMARKS "A steady micro-batch's cost"). A larger batch is written by Spark's sink, its rows never
+#: entering the driver.
+DRIVER_RECORDS_MAX = 20_000
 
 
 def windowed_changelog_retention_ms(retention_ms: int) -> int:
@@ -236,9 +244,33 @@ class ChangelogWriter:
             )
         )
 
+    def collect_records(self, changes, spark_batch_id: int) -> OutputRecords | None:
+        """``changes`` as the records of the batch's transaction (:func:`write_batches`), each in the partition
+        Spark's Kafka sink (the Java client's partitioner: murmur2 of the key) puts it in, tagged with the batch
+        id; None when there are more than :data:`DRIVER_RECORDS_MAX` (then :meth:`write_records`)."""
+        from pyspark.sql import functions as F
+
+        from spark_jobs.kafka_topics import kafka_partition
+        from spark_jobs.state.fencing import OutputRecords
+
+        rows = changes.select(F.col("key").cast("string"), F.col("value").cast("binary")).limit(DRIVER_RECORDS_MAX + 1)
+        collected = rows.toArrow()
+        if collected.num_rows > DRIVER_RECORDS_MAX:
+            return None
+        keys = collected.column("key").to_pylist()
+        partitions = [kafka_partition(key, self.topic.partitions) for key in keys]
+        header = (BATCH_HEADER, str(self.batch_base + spark_batch_id).encode())
+        return OutputRecords(
+            self.topic.name,
+            [key.encode() for key in keys],
+            collected.column("value").to_pylist(),
+            partitions,
+            (header,),
+        )
+
     def write_records(self, changes, spark_batch_id: int) -> int:
-        """The data half of :meth:`write_batch`: ``changes`` to the topic, each record tagged with the batch
-        id, every one acknowledged on return; no marker. Returns the number of records."""
+        """The data half of :meth:`write_batch`: ``changes`` to the topic through Spark's Kafka sink, each record
+        tagged with the batch id, every one acknowledged on return; no marker. Returns the number of records."""
         from pyspark.sql import functions as F
 
         batch_id = self.batch_base + spark_batch_id
@@ -319,17 +351,29 @@ def write_batches(
     restore finds them at one input position (per-store transactions could leave one a batch ahead, and
     the restore would refuse to start). Returns the records written per store.
 
+    With a fence, a store's records of a small batch (:data:`DRIVER_RECORDS_MAX`) are in that transaction too,
+    collected to the driver; a larger batch's go through Spark's Kafka sink before it. Either way a reader
+    cuts the log at the last complete markers, so what a restore sees is the same.
+
     ``records`` (``OutputRecords``: the batch's results in Kafka) go in that transaction, before the markers;
     they need a fence.
 
     Raises:
         WriterFenced: a newer driver claimed the job version; no store's markers of this batch are visible.
     """
-    counts = {writer.topic.store: writer.write_records(changes, spark_batch_id) for writer, changes in writers}
-    markers = [(w, w.marker(spark_batch_id, input_offsets, counts[w.topic.store], watermark_ms)) for w, _ in writers]
     fences = {id(w.fence): w.fence for w, _ in writers}
-    if len(fences) == 1 and (fence := next(iter(fences.values()))) is not None:
-        fence.commit_markers([w.marker_records(m) for w, m in markers], records)
+    fence = next(iter(fences.values())) if len(fences) == 1 else None
+    counts, in_transaction = {}, []
+    for writer, changes in writers:
+        collected = writer.collect_records(changes, spark_batch_id) if fence is not None else None
+        if collected is None:
+            counts[writer.topic.store] = writer.write_records(changes, spark_batch_id)
+        else:
+            counts[writer.topic.store] = len(collected.keys)
+            in_transaction.append(collected)
+    markers = [(w, w.marker(spark_batch_id, input_offsets, counts[w.topic.store], watermark_ms)) for w, _ in writers]
+    if fence is not None:
+        fence.commit_markers([w.marker_records(m) for w, m in markers], [*in_transaction, *records])
     else:
         if records:
             raise ValueError(

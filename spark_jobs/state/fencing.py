@@ -75,6 +75,8 @@ class OutputRecords:
     values: Sequence[bytes | None]
     #: each record's partition; None: the producer's partitioner places them by key
     partitions: Sequence[int] | None = None
+    #: headers every record carries (a changelog's batch header)
+    headers: Sequence[tuple[str, bytes]] = ()
 
 
 class WriterFenced(RuntimeError):
@@ -189,6 +191,10 @@ class WriterFence:
                     "transactional.id": self.transactional_id,
                     "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                     "acks": "all",
+                    # a small batch's changelog records go in its markers' transaction (as Spark's sink writes
+                    # the others: LZ4, see spark_jobs.state.changelog.CHANGES_PRODUCER_OPTIONS)
+                    "compression.type": "lz4",
+                    "linger.ms": 5,
                     "log_level": 3,
                 },
             )
@@ -223,10 +229,11 @@ class WriterFence:
         def produce(producer: Producer) -> None:
             for batch in records:
                 placed = batch.partitions if batch.partitions is not None else [-1] * len(batch.keys)
+                headers = list(batch.headers) or None
                 for key, value, partition in zip(batch.keys, batch.values, placed, strict=True):
                     while True:
                         try:  # partition -1: librdkafka's partitioner picks it
-                            producer.produce(batch.topic, key=key, value=value, partition=partition)
+                            producer.produce(batch.topic, key=key, value=value, partition=partition, headers=headers)
                             break
                         except BufferError:  # the client's queue is full: let it send, then go on
                             producer.poll(0.05)
