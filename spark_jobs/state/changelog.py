@@ -6,7 +6,8 @@ trigger interval plays the seeds' ``commit.interval.ms``: one record per changed
 
 1. the changed keys of the batch, full value each (idempotent: a replayed batch rewrites the same
    values), deletes and evictions as tombstones, every record tagged with a ``streamstate.batch``
-   header;
+   header: for a small batch (:data:`DRIVER_RECORDS_MAX`) from the driver, in the markers' transaction
+   below; for a larger one through Spark's Kafka sink, before it;
 2. then one **batch marker** per partition, key :data:`MARKER_KEY`, carrying the batch id and the
    input offsets the batch consumed, in one Kafka transaction of the driver's claim of the job version
    (:mod:`.fencing`: a driver another one took over from has its markers refused). A reader cuts the
@@ -216,11 +217,11 @@ class ChangelogWriter:
 
     def write_batch(self, changes, spark_batch_id: int, input_offsets: KafkaOffsets, watermark_ms: int = 0) -> int:
         """Write ``changes`` (a Spark DataFrame with string columns ``key`` and ``value``; a null
-        value is a tombstone) through Spark's Kafka sink, then the batch markers. Returns the number
+        value is a tombstone), then the batch markers (:func:`write_batches`). Returns the number
         of change records written.
 
-        The data write finishes (every record acknowledged) before any marker is sent, so a marker
-        in a partition means the whole batch is in that partition.
+        The records are acknowledged before any marker is sent, or are in the markers' transaction, so a
+        marker in a partition means the whole batch is in that partition.
 
         Raises:
             WriterFenced: a newer driver claimed the job version; this batch's markers were refused.
