@@ -464,6 +464,7 @@ class JobContext:
                     end_offsets,
                     batch_watermark_ms(checkpoint, batch_id),
                     records,
+                    at_most=changed,  # a store's changes are some of the processor's rows
                 )
                 clock.lap("changelog")
             finally:

@@ -345,6 +345,7 @@ def write_batches(
     input_offsets: KafkaOffsets,
     watermark_ms: int = 0,
     records: Sequence = (),
+    at_most: int | None = None,
 ) -> dict[str, int]:
     """One micro-batch of several stores (``(writer, changes)`` each, see :meth:`ChangelogWriter.write_batch`):
     every store's records first, then every store's markers, **in one transaction** when the writers share
@@ -357,16 +358,18 @@ def write_batches(
     cuts the log at the last complete markers, so what a restore sees is the same.
 
     ``records`` (``OutputRecords``: the batch's results in Kafka) go in that transaction, before the markers;
-    they need a fence.
+    they need a fence. ``at_most``: a bound on any store's records known beforehand (the processor's row
+    count): above :data:`DRIVER_RECORDS_MAX`, Spark's sink writes them without a collection tried first.
 
     Raises:
         WriterFenced: a newer driver claimed the job version; no store's markers of this batch are visible.
     """
     fences = {id(w.fence): w.fence for w, _ in writers}
     fence = next(iter(fences.values())) if len(fences) == 1 else None
+    collect = fence is not None and (at_most is None or at_most <= DRIVER_RECORDS_MAX)
     counts, in_transaction = {}, []
     for writer, changes in writers:
-        collected = writer.collect_records(changes, spark_batch_id) if fence is not None else None
+        collected = writer.collect_records(changes, spark_batch_id) if collect else None
         if collected is None:
             counts[writer.topic.store] = writer.write_records(changes, spark_batch_id)
         else:
