@@ -207,7 +207,9 @@ class StreamTableJoin(StoreDeclaration):
         spec, key_field = ctx.spec, ctx.spec.key_field
         time_rule = [(dead_letter.bad_event_time(self.time), f"{self.time} is not a time between 1970 and 2200")]
         stream_struct = T.StructType(self._held_fields(key_field, spec.repartition))
-        origin = [c.alias(f.name) for c, f in zip(origin_columns(), ORIGIN_FIELDS, strict=True)]
+        origin = (
+            [c.alias(f.name) for c, f in zip(origin_columns(), ORIGIN_FIELDS, strict=True)] if spec.repartition else []
+        )
         table_struct = T.StructType(self._table_fields())
 
         def stream_rules(frame):
@@ -224,9 +226,7 @@ class StreamTableJoin(StoreDeclaration):
                 time, deletes = F.unix_millis(F.col("timestamp")), delete
             else:
                 fields = self._stream_fields(key_field)
-                row = F.struct(
-                    *(decoded.getField(f.name).alias(f.name) for f in fields), *(origin if spec.repartition else ())
-                )
+                row = F.struct(*(decoded.getField(f.name).alias(f.name) for f in fields), *origin)
                 rows = (row.cast(stream_struct), F.lit(None).cast(table_struct))
                 time, deletes = F.unix_millis(decoded.getField(self.time)), F.lit(False)
             return F.struct(
@@ -242,7 +242,14 @@ class StreamTableJoin(StoreDeclaration):
         return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
 
     def changes(
-        self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False, rekeyed=False
+        self,
+        events,
+        key_field: str,
+        initial,
+        store,
+        job: str = "?",
+        offset_ordered: bool = False,
+        rekeyed: bool = False,
     ):
         """The processor's rows (:meth:`output_ddl_for`), seeded with ``initial`` (the restored store)."""
         from pyspark.sql import DataFrame
