@@ -78,6 +78,10 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--batch-events", type=int, default=1_000)
     parser.add_argument("--warm-up", type=int, default=3, help="first batches left out of the per-batch figures")
+    parser.add_argument(
+        "--driver-java-options",
+        help="more options for the driver JVM, e.g. -XX:StartFlightRecording=filename=/tmp/jfr/,settings=profile",
+    )
     args = parser.parse_args()
     console = Console()
 
@@ -88,7 +92,9 @@ def main() -> None:
 
     spec = get_job(args.job)
     with private_broker("streamstate-batch-cost-") as settings:
-        settings = settings.replace(max_offsets_per_trigger=args.batch_events)
+        settings = settings.replace(
+            max_offsets_per_trigger=args.batch_events, spark_driver_java_options=args.driver_java_options
+        )
         _produce(settings, spec, WORKLOADS[args.job], args.events)
         log_dir = Path(tempfile.mkdtemp(prefix="streamstate-eventlog-"))
         spark = build_spark_session(
@@ -108,6 +114,7 @@ def main() -> None:
             raise SystemExit(report.error)
         (event_log,) = log_dir.iterdir()
         by_batch, durations = batch_jobs(event_log)
+        console.print(f"Spark's event log: {event_log}")
 
     steady = {b: jobs for b, jobs in by_batch.items() if b >= args.warm_up}
     per_batch = [sum(j["seconds"] for j in jobs) for jobs in steady.values()]

@@ -12,8 +12,9 @@ sessions and spark-submit in client mode alike, through ``spark.driver.extraJava
 archive with ``-Xshare:auto``: a JVM whose build, or a driver whose class path, differs from the archive's
 quietly loads its classes the usual way, so the archive can make a start faster but never break one.
 
-The file name carries a hash of the Java binary and the pyspark version, so a new JDK or Spark gets a
-new archive at the next set-up, and a stale one is never used.
+The file name carries a hash of the Java binary, the pyspark version and the time stamp of the jar on the
+drivers' class path (``runtime.jvm.LOCAL_FS``), so a new JDK, Spark or jar gets a new archive at the next
+set-up, and a stale one is never used.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ def archive_path(settings: Settings) -> Path | None:
     if java is None:
         return None
     key = f"{java} {java.stat().st_mtime_ns} pyspark {pyspark.__version__}"
+    local_fs = settings.jvm_dir / jvm.LOCAL_FS / jvm.BUILT_JARS[jvm.LOCAL_FS]
+    if local_fs.is_file():  # on the drivers' class path, which the archive records (a rebuilt jar: a new archive)
+        key += f" {local_fs.stat().st_mtime_ns}"
     return settings.jvm_dir / DIRECTORY / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 
 

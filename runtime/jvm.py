@@ -31,7 +31,11 @@ MANIFEST_DIR = PROJECT_ROOT / "jvm"
 MAVEN_SETTINGS = MANIFEST_DIR / "settings.xml"
 CLASSPATHS = ("kafka-broker", "spark-jars", "s3-server")
 PROCESSORS = "state-processors"
-PROCESSORS_JAR = "streamstate-processors-1.0.jar"
+#: Hadoop's local file system without a process per call (jvm/local-fs: ``streamstate.hadoop``), on every Spark
+#: JVM's class path (Hadoop loads a file system's class before ``spark.jars`` are added)
+LOCAL_FS = "local-fs"
+#: the Java sources set-up compiles against pyspark's jars (jvm/<name>/src), each into one jar
+BUILT_JARS = {PROCESSORS: "streamstate-processors-1.0.jar", LOCAL_FS: "streamstate-local-fs-1.0.jar"}
 
 #: The Java versions Spark 4.2 runs on, each from its first supported update (25 from 25.0.3: SPARK-56843).
 SPARK_JAVA_VERSIONS = {17: (17,), 21: (21,), 25: (25, 0, 3)}
@@ -91,33 +95,40 @@ def resolve(settings: Settings, *, force: bool = False, log=print) -> dict[str, 
                     shutil.copy2(jar, target / jar.name)
         stamp.write_text(wanted)
         result[name] = jars(settings, name)
-    result[PROCESSORS] = [build_processors(settings, force=force, log=log)]
+    for name in BUILT_JARS:
+        result[name] = [build_jar(settings, name, force=force, log=log)]
     return result
 
 
-def _processors_hash() -> str:
+def _sources_hash(name: str) -> str:
     import pyspark
 
     digest = hashlib.sha256(f"pyspark {pyspark.__version__}".encode())
-    for path in sorted((MANIFEST_DIR / PROCESSORS / "src").rglob("*.java")):
+    for path in sorted((MANIFEST_DIR / name / "src").rglob("*.java")):
         digest.update(path.relative_to(MANIFEST_DIR).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
 def build_processors(settings: Settings, *, force: bool = False, log=print) -> Path:
-    """Compile ``jvm/state-processors`` into one jar (idempotent: a stamp holds the sources' hash)."""
-    target = settings.jvm_dir / PROCESSORS
-    jar, stamp, wanted = target / PROCESSORS_JAR, target / ".built", _processors_hash()
+    """Compile ``jvm/state-processors`` into one jar (see :func:`build_jar`)."""
+    return build_jar(settings, PROCESSORS, force=force, log=log)
+
+
+def build_jar(settings: Settings, name: str, *, force: bool = False, log=print) -> Path:
+    """Compile ``jvm/<name>/src`` into one jar (idempotent: a stamp holds the sources' hash, and an unchanged
+    jar keeps its time stamp, which the drivers' class archive is keyed on)."""
+    target = settings.jvm_dir / name
+    jar, stamp, wanted = target / BUILT_JARS[name], target / ".built", _sources_hash(name)
     if not force and jar.exists() and stamp.exists() and stamp.read_text() == wanted:
         return jar
-    log(f"compiling jvm/{PROCESSORS} against pyspark's jars")
-    sources = sorted(str(p) for p in (MANIFEST_DIR / PROCESSORS / "src").rglob("*.java"))
+    log(f"compiling jvm/{name} against pyspark's jars")
+    sources = sorted(str(p) for p in (MANIFEST_DIR / name / "src").rglob("*.java"))
     with tempfile.TemporaryDirectory(prefix="javac-") as classes:
         compile_cmd = ["javac", "--release", "17", "-nowarn", "-cp", f"{pyspark_jars_dir()}/*", "-d", classes, *sources]
         proc = subprocess.run(compile_cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise JvmDependencyError(f"javac failed for jvm/{PROCESSORS}:\n{(proc.stdout + proc.stderr).strip()}")
+            raise JvmDependencyError(f"javac failed for jvm/{name}:\n{(proc.stdout + proc.stderr).strip()}")
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
@@ -163,6 +174,12 @@ def spark_jars(settings: Settings) -> list[Path]:
     if missing := [str(p) for p in extra if not p.is_file()]:
         raise JvmDependencyError(f"STREAMSTATE_EXTRA_JARS names jars that do not exist: {', '.join(missing)}")
     return [*jars(settings, "spark-jars"), *jars(settings, PROCESSORS), *extra]
+
+
+def local_fs_jar(settings: Settings) -> Path:
+    """The jar of ``streamstate.hadoop`` (see :data:`LOCAL_FS`); raises with the fix when set-up has not built it."""
+    (jar,) = jars(settings, LOCAL_FS)
+    return jar
 
 
 def broker_classpath(settings: Settings) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import pytest
 
 from runtime import jvm
@@ -58,3 +61,45 @@ def test_kafka_source_reads_the_local_broker(spark, kafka_broker, settings, uniq
         .load()
     )
     assert sorted(r.value.decode() for r in df.select("value").collect()) == sorted(f"v{i}" for i in range(10))
+
+
+def _child_cpu_ticks(pid: int) -> int:
+    """CPU time (clock ticks) of the processes ``pid`` started and reaped: /proc/<pid>/stat's cutime + cstime."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[13]) + int(fields[14])
+
+
+def test_local_files_are_written_without_a_process_per_call(spark, tmp_path):
+    """Checkpoint files, state store files and Delta's log on a local disk: created with Hadoop's default
+    permissions, renamed atomically without overwriting, and not one
+    ``chmod`` or ``readlink`` forked for it (Hadoop's own local file system forks three per create-and-rename
+    without its native library: 100 of them cost its JVM's children ~2 s of CPU)."""
+    jvm = spark.sparkContext._jvm
+    hadoop = jvm.org.apache.hadoop
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    fs = hadoop.fs.Path("file:///").getFileSystem(conf)
+    fc = hadoop.fs.FileContext.getFileContext(hadoop.fs.Path("file:///").toUri(), conf)
+    assert fs.getClass().getName() == "streamstate.hadoop.LocalFileSystem"
+    assert fc.getDefaultFileSystem().getClass().getName() == "streamstate.hadoop.LocalFs"
+    no_overwrite = spark.sparkContext._gateway.new_array(hadoop.fs.Options.Rename, 0)
+
+    pid = jvm.java.lang.ProcessHandle.current().pid()
+    before = _child_cpu_ticks(pid)
+    for i in range(50):
+        temporary, final = hadoop.fs.Path(f"file://{tmp_path}/.{i}.tmp"), hadoop.fs.Path(f"file://{tmp_path}/{i}")
+        out = fs.create(temporary, False)
+        out.write(b"offsets")
+        out.close()
+        fc.rename(temporary, final, no_overwrite)
+    assert _child_cpu_ticks(pid) - before < 20  # the fork-per-call file system: ~110
+
+    assert (tmp_path / "7").read_bytes() == b"offsets"
+    assert stat.S_IMODE((tmp_path / "7").stat().st_mode) == 0o644  # Hadoop's file default under umask 022
+    assert fs.getFileStatus(hadoop.fs.Path(f"file://{tmp_path}/7")).getPermission().toString() == "rw-r--r--"
+    assert fs.mkdirs(hadoop.fs.Path(f"file://{tmp_path}/private"), hadoop.fs.permission.FsPermission(0o700))
+    assert stat.S_IMODE((tmp_path / "private").stat().st_mode) == 0o700
+    existing = hadoop.fs.Path(f"file://{tmp_path}/8")
+    with pytest.raises(Exception, match="FileAlreadyExistsException"):
+        fc.rename(hadoop.fs.Path(f"file://{tmp_path}/9"), existing, no_overwrite)
+    with pytest.raises(Exception, match="FileNotFoundException"):
+        fs.setPermission(hadoop.fs.Path(f"file://{tmp_path}/absent"), hadoop.fs.permission.FsPermission(0o644))
