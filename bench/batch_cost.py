@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import statistics
 import sys
@@ -79,6 +80,9 @@ def main() -> None:
     parser.add_argument("--batch-events", type=int, default=1_000)
     parser.add_argument("--warm-up", type=int, default=3, help="first batches left out of the per-batch figures")
     parser.add_argument(
+        "--output-topic", action="store_true", help="the job with an upsert output topic (JobSpec.output_topic)"
+    )
+    parser.add_argument(
         "--driver-java-options",
         help="more options for the driver JVM, e.g. -XX:StartFlightRecording=filename=/tmp/jfr/,settings=profile",
     )
@@ -91,6 +95,8 @@ def main() -> None:
     from spark_jobs.testing import close_spark_kafka_producers
 
     spec = get_job(args.job)
+    if args.output_topic:
+        spec = dataclasses.replace(spec, output_topic=f"{spec.source_topic}-out")
     with private_broker("streamstate-batch-cost-") as settings:
         settings = settings.replace(
             max_offsets_per_trigger=args.batch_events, spark_driver_java_options=args.driver_java_options

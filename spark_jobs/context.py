@@ -11,13 +11,14 @@ import time
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs import failpoints
+from spark_jobs.driver_rows import DriverRows
 from spark_jobs.kafka_topics import ensure_topic, kafka_partition
 from spark_jobs.layout import JobLayout
 from spark_jobs.output_table import OutputCommit, OutputTable
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.session import BATCH_CACHE_CONF, session_conf
 from spark_jobs.state import output_marks
-from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, write_batches
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, collects_in_driver, write_batches
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
 from spark_jobs.state.fencing import GENERATION_SPAN, OutputRecords, WriterFence, fenced_writer
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
@@ -437,11 +438,25 @@ class JobContext:
                 # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
                 # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
                 # input position they reached (spark_jobs/state/output_marks.py)
+                through_driver = changed <= self.settings.driver_output_max_rows
+                # a small batch's driver-side reads (its outputs, output records, changelog records) in one
+                # Spark job: each frame announced before the outputs read theirs (spark_jobs/driver_rows.py)
+                rows = DriverRows() if through_driver else None
+                changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
+                results = None
+                # not for a batch replayed after its transaction committed: its records are in the topic once
+                if output_records is not None and changed and not writers[0][0].committed_already(end_offsets):
+                    results = output_records(batch)  # through the driver: one transaction writes them
+                if rows is not None:
+                    rows.announce(results)
+                    if collects_in_driver([writer for writer, _ in changelog], at_most=changed):
+                        rows.announce(*(frame for _, frame in changelog))
                 commit = OutputCommit(
                     self.layout.output_transaction_app_id,
                     batch_base + batch_id,
                     end_offsets.get(self.input_topic, {}),
-                    through_driver=changed <= self.settings.driver_output_max_rows,
+                    through_driver=through_driver,
+                    rows=rows,
                 )
                 if changed:  # a batch that changed nothing (e.g. only moved the watermark) has nothing to write
                     with session_conf(batch.sparkSession, commit.spark_conf()):
@@ -449,9 +464,8 @@ class JobContext:
                 clock.lap("outputs")
                 self.failpoint("between_outputs_and_markers")
                 records = ()
-                # not for a batch replayed after its transaction committed: its records are in the topic once
-                if output_records is not None and changed and not writers[0][0].committed_already(end_offsets):
-                    results = output_records(batch).toArrow()  # through the driver: one transaction writes them
+                if results is not None:
+                    results = rows.arrow(results) if rows is not None else results.toArrow()
                     keys, values = results.column("key").to_pylist(), results.column("value").to_pylist()
                     partitions = None
                     if events:
@@ -459,12 +473,13 @@ class JobContext:
                         partitions = [kafka_partition(key.decode(), count) for key in keys]
                     records = (OutputRecords(self.layout.output_topic, keys, values, partitions),)
                 write_batches(
-                    [(writer, kept.changelog_records(batch)) for writer, kept in writers],
+                    changelog,
                     batch_id,
                     end_offsets,
                     batch_watermark_ms(checkpoint, batch_id),
                     records,
                     at_most=changed,  # a store's changes are some of the processor's rows
+                    rows=rows,
                 )
                 clock.lap("changelog")
             finally:

@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from runtime.object_store import Location
+from spark_jobs.driver_rows import DriverRows
 from spark_jobs.session import session_conf
 from spark_jobs.state import output_marks
 
@@ -39,12 +40,15 @@ class OutputCommit:
         version: the idempotent-write version: the batch's changelog batch id (grows across drivers).
         input_end: the source offsets (exclusive) per partition the batch reached.
         through_driver: the batch is small enough to be collected and committed by delta-rs in the driver.
+        rows: how the written rows reach the driver (with the batch's other driver-side reads, in one Spark
+            job, see :mod:`spark_jobs.driver_rows`); None: each write collects its own.
     """
 
     app_id: str
     version: int
     input_end: Mapping[int, int]
     through_driver: bool = True
+    rows: DriverRows | None = None
 
     def spark_conf(self) -> dict[str, str]:
         """The session settings that make a Spark Delta write carry this commit (see :func:`session_conf`)."""
@@ -95,7 +99,8 @@ class OutputTable:
 
     def _write(self, rows, commit: OutputCommit, merge: _Merge | None) -> bool:
         if commit.through_driver:
-            return self._write_in_driver(rows.toArrow(), commit, merge)
+            arrow = commit.rows.arrow(rows) if commit.rows is not None else rows.toArrow()
+            return self._write_in_driver(arrow, commit, merge)
         if rows.isEmpty():
             return False
         with session_conf(rows.sparkSession, commit.spark_conf()):

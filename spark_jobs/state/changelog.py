@@ -32,6 +32,7 @@ from spark_jobs.layout import changelog_topic_name  # noqa: F401 - re-exported: 
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 if TYPE_CHECKING:  # fencing builds writers: imported there, typed here
+    from spark_jobs.driver_rows import DriverRows
     from spark_jobs.state.fencing import OutputRecords, WriterFence
 
 MARKER_KEY = b"__streamstate.batch__"
@@ -245,17 +246,24 @@ class ChangelogWriter:
             )
         )
 
-    def collect_records(self, changes, spark_batch_id: int) -> OutputRecords | None:
+    def collect_records(self, changes, spark_batch_id: int, rows: DriverRows | None = None) -> OutputRecords | None:
         """``changes`` as the records of the batch's transaction (:func:`write_batches`), each in the partition
         Spark's Kafka sink (the Java client's partitioner: murmur2 of the key) puts it in, tagged with the batch
-        id; None when there are more than :data:`DRIVER_RECORDS_MAX` (then :meth:`write_records`)."""
+        id; None when there are more than :data:`DRIVER_RECORDS_MAX` (then :meth:`write_records`). With ``rows``,
+        ``changes`` is read through the batch's :class:`~spark_jobs.driver_rows.DriverRows` (announced there,
+        known to be within the bound), else collected on its own."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
         from pyspark.sql import functions as F
 
         from spark_jobs.kafka_topics import kafka_partition
         from spark_jobs.state.fencing import OutputRecords
 
-        rows = changes.select(F.col("key").cast("string"), F.col("value").cast("binary")).limit(DRIVER_RECORDS_MAX + 1)
-        collected = rows.toArrow()
+        if rows is not None:
+            collected = rows.arrow(changes)
+        else:
+            bounded = changes.select(F.col("key").cast("string"), F.col("value")).limit(DRIVER_RECORDS_MAX + 1)
+            collected = bounded.toArrow()
         if collected.num_rows > DRIVER_RECORDS_MAX:
             return None
         keys = collected.column("key").to_pylist()
@@ -264,7 +272,7 @@ class ChangelogWriter:
         return OutputRecords(
             self.topic.name,
             [key.encode() for key in keys],
-            collected.column("value").to_pylist(),
+            pc.cast(collected.column("value"), pa.binary()).to_pylist(),  # the JSON text's UTF-8 bytes
             partitions,
             (header,),
         )
@@ -346,6 +354,7 @@ def write_batches(
     watermark_ms: int = 0,
     records: Sequence = (),
     at_most: int | None = None,
+    rows: DriverRows | None = None,
 ) -> dict[str, int]:
     """One micro-batch of several stores (``(writer, changes)`` each, see :meth:`ChangelogWriter.write_batch`):
     every store's records first, then every store's markers, **in one transaction** when the writers share
@@ -360,16 +369,17 @@ def write_batches(
     ``records`` (``OutputRecords``: the batch's results in Kafka) go in that transaction, before the markers;
     they need a fence. ``at_most``: a bound on any store's records known beforehand (the processor's row
     count): above :data:`DRIVER_RECORDS_MAX`, Spark's sink writes them without a collection tried first.
+    ``rows``: the batch's frames read in the driver, each store's ``changes`` among them (announced when
+    :func:`collects_in_driver`).
 
     Raises:
         WriterFenced: a newer driver claimed the job version; no store's markers of this batch are visible.
     """
-    fences = {id(w.fence): w.fence for w, _ in writers}
-    fence = next(iter(fences.values())) if len(fences) == 1 else None
-    collect = fence is not None and (at_most is None or at_most <= DRIVER_RECORDS_MAX)
+    fence = _shared_fence([w for w, _ in writers])
+    collect = collects_in_driver([w for w, _ in writers], at_most)
     counts, in_transaction = {}, []
     for writer, changes in writers:
-        collected = writer.collect_records(changes, spark_batch_id) if collect else None
+        collected = writer.collect_records(changes, spark_batch_id, rows) if collect else None
         if collected is None:
             counts[writer.topic.store] = writer.write_records(changes, spark_batch_id)
         else:
@@ -386,3 +396,15 @@ def write_batches(
         for writer, marker in markers:
             writer._write_markers(marker)
     return counts
+
+
+def _shared_fence(writers: Sequence[ChangelogWriter]):
+    """The fence every writer shares (one transaction writes their batch), or None."""
+    fences = {id(w.fence): w.fence for w in writers}
+    return next(iter(fences.values())) if len(fences) == 1 else None
+
+
+def collects_in_driver(writers: Sequence[ChangelogWriter], at_most: int | None) -> bool:
+    """Whether :func:`write_batches` collects the stores' records of a batch with at most ``at_most`` changes
+    to the driver (and writes them in the markers' transaction), rather than through Spark's Kafka sink."""
+    return _shared_fence(writers) is not None and (at_most is None or at_most <= DRIVER_RECORDS_MAX)
