@@ -97,6 +97,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
         "spark.sql.redaction.options.regex": "(?i)url|jaas|password",
         "spark.redaction.string.regex": r'(?i)password\s*=\s*"[^"]*"',
+        # PySpark records the Python call site of every DataFrame and Column call in the JVM (for error messages'
+        # "DataFrame context"): ~6 py4j round trips each, a third of the ~800 a micro-batch's driver makes
+        # building its sinks' DataFrames. The platform's errors name the job and field themselves.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # Delta replays its log with 50 tasks by default, each paying codegen for a wide schema;
         # on a few cores that costs seconds per table read. Scale it with the shuffle partitions.
         "spark.databricks.delta.snapshotPartitions": str(max(1, settings.spark_shuffle_partitions)),
