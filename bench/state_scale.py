@@ -8,6 +8,9 @@ batches, and each restore runs in a fresh process of its own so its peak memory 
 - ``driver``: ``restore_from_snapshot`` as small stores use it (the state built as a Python dict);
 - ``spark``: ``restore_from_snapshot(spark=...)`` (snapshot from Delta, tail from Kafka's batch source,
   cut by the same rules), evaluated with ``count()`` the way the job's first batch evaluates it;
+- ``spare``: the same Spark restore in a session that first ran what a spare driver runs before it is READY
+  (:func:`spark_jobs.spare.warm_up` of purchase_counts over a few hundred purchases: a rehearsal of the job, a
+  restore's and a micro-batch's code paths): what a lost checkpoint costs when the warm spare takes over;
 - ``kafka_streams``: the Kafka Streams peer's purchase_counts store of the same KEYS users (one purchase
   each, then as many changes as the platform's tail holds), restored from its changelog after its state
   directory is wiped (a full replay: Kafka Streams has no snapshots), timed by its restore listener.
@@ -51,6 +54,7 @@ from bench.restore_time import ChangelogSimulator
 from runtime.settings import Settings
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.registry import get_job
 from spark_jobs.state.changelog import ChangelogTopic
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.restore import (
@@ -62,8 +66,10 @@ from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.snapshotting import LAYER_IN_DRIVER_MAX_RECORDS, take_snapshot
 
 console = Console()
-MODES = ("driver", "spark", "snapshots")
-RESTORES = ("driver", "spark")
+MODES = ("driver", "spark", "spare", "snapshots")
+RESTORES = ("driver", "spark", "spare")
+#: the job whose spare warm-up precedes the ``spare`` restore, and the purchases its source holds for it
+SPARE_JOB, SPARE_SOURCE_EVENTS = "purchase_counts", 500
 
 
 def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> dict:
@@ -71,12 +77,19 @@ def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> di
     snapshots = SnapshotStore(snapshot_path, "bench-v1", "counts")
     result: dict = {"mode": mode}
     spark = None
-    if mode == "spark":
+    if mode in ("spark", "spare"):
         from spark_jobs.session import build_spark_session
 
         started = time.monotonic()
         spark = build_spark_session(settings, "bench-state-scale")
         result["session_seconds"] = round(time.monotonic() - started, 2)
+    if mode == "spare":
+        from spark_jobs.registry import get_job
+        from spark_jobs.spare import warm_up
+
+        started = time.monotonic()
+        warm_up(spark, get_job(SPARE_JOB), settings)  # untimed for the restore: done while the spare waits
+        result["warm_up_seconds"] = round(time.monotonic() - started, 2)
     started = time.monotonic()
     restored = restore_from_snapshot(snapshots, settings.kafka, topic, SilentRestoreListener(), spark=spark)
     # in Spark, the call runs pass 1 (markers and batch summaries) and plans; the count evaluates the rest
@@ -258,6 +271,10 @@ def main() -> None:
             take_snapshot(SnapshotStore(snapshot_path, "bench-v1", "counts"), settings.kafka, topic.name)
             simulator.write(args.tail_batches)
 
+            if "spare" in args.modes:  # the spare's job has a source to rehearse on, as in production
+                spare_job = get_job(SPARE_JOB)
+                ensure_topic(settings.kafka, spare_job.source_topic, spare_job.source_partitions)
+                purchases.produce(settings.kafka, spare_job.source_topic, purchases.generate(SPARE_SOURCE_EVENTS))
             for mode in (m for m in RESTORES if m in args.modes):
                 row = {"keys_written": keys, **_child(mode, settings, topic.name, snapshot_path)}
                 assert row["keys"] == keys and row["batch_id"] == batches - 1, row
@@ -290,7 +307,9 @@ def main() -> None:
                 f"the snapshot before the last {args.tail_batches} batches, each batch changing "
                 f"{args.churn_fraction:.0%} of the keys. Kafka Streams: bench/kafka_streams, 2 stream threads, -Xmx2g; "
                 "the same keys, one purchase each then the tail's changes; seconds exclude the JVM's and the Spark "
-                "session's start. Warm: the same Spark restore again in the same session."
+                "session's start. Warm: the same Spark restore again in the same session. Spare: the Spark restore "
+                f"in a session that first ran a spare driver's warm-up (`spark_jobs.spare.warm_up` of {SPARE_JOB}; "
+                "its seconds are in the warm column's place, as warm-up)."
             ),
             "",
             (
@@ -301,9 +320,11 @@ def main() -> None:
         ]
     )
     for row in rows:
+        spark_restore = row["mode"] in ("spark", "spare")
+        warm = f"warm-up {row['warm_up_seconds']}" if row["mode"] == "spare" else row.get("warm_seconds", "-")
         lines.append(
             f"| {row['keys']:,} | {row['mode']} | {row['records_read']:,} | {row['seconds']:.1f} | "
-            f"{row.get('plan_seconds', '-') if row['mode'] == 'spark' else '-'} | {row.get('warm_seconds', '-')} | "
+            f"{row.get('plan_seconds', '-') if spark_restore else '-'} | {warm} | "
             f"{row.get('session_seconds', '-')} | {row.get('python_peak_rss_mb', '-')} | {row.get('jvm_peak_rss_mb', '-')} |"
         )
     if snapshot_rows:
