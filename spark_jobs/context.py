@@ -435,9 +435,6 @@ class JobContext:
                 clock.lap("dead_letters")
                 self.failpoint("before_outputs")
                 end_offsets = batch_end_offsets(checkpoint, batch_id)
-                # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
-                # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
-                # input position they reached (spark_jobs/state/output_marks.py)
                 through_driver = changed <= self.settings.driver_output_max_rows
                 # a small batch's driver-side reads (its outputs, output records, changelog records) in one
                 # Spark job: each frame announced before the outputs read theirs (spark_jobs/driver_rows.py)
@@ -451,6 +448,9 @@ class JobContext:
                     rows.announce(results)
                     if collects_in_driver([writer for writer, _ in changelog], at_most=changed):
                         rows.announce(*(frame for _, frame in changelog))
+                # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
+                # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
+                # input position they reached (spark_jobs/state/output_marks.py)
                 commit = OutputCommit(
                     self.layout.output_transaction_app_id,
                     batch_base + batch_id,
