@@ -274,6 +274,7 @@ def warm_up(spark, spec: JobSpec, settings: Settings) -> None:
 
     importlib.import_module(spec.entrypoint.split(":")[0])  # the job's own code, and the primitives it declares
     rehearse(spark, spec, settings)
+    rehearse_restore(spark, spec, settings)
     layout = JobLayout.of(spec, settings)
     with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-warm-up-") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -378,6 +379,73 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> None:
                 log.warning("spare rehearsal: its topics %s were not deleted: %s", layout.topics, err)
     event = {"event": "spare_rehearsal", "application_id": spec.application_id, "outcome": outcome}
     log.info(json.dumps({**event, "seconds": round(time.monotonic() - started, 1)}))
+
+
+#: the scratch store of :func:`rehearse_restore`: keys in its snapshot, and changes in its changelog after it
+REHEARSAL_RESTORE_KEYS, REHEARSAL_RESTORE_TAIL = 300_000, 30_000
+
+
+def rehearse_restore(spark, spec: JobSpec, settings: Settings, *, force: bool = False) -> int | None:
+    """A lost checkpoint's restore by Spark's executors, on a scratch store large enough for the JVM to compile its
+    hot loops: a snapshot of :data:`REHEARSAL_RESTORE_KEYS` keys and a changelog tail of
+    :data:`REHEARSAL_RESTORE_TAIL` changes and deletes after it (written by Spark's Kafka sink, as a large batch's
+    are), read back as :func:`~spark_jobs.state.restore.restore_from_snapshot` does: the snapshot's scan, the
+    tail's Kafka read, cut and latest value per key, the overlay. A rehearsal of the job (:func:`rehearse`)
+    restores nothing but its few records, so without this the real restore's scale paths would run, and be
+    compiled, for the first time in the restore a takeover waits for (BENCHMARKS.md "Restore of a lost checkpoint
+    by the warm spare").
+
+    Only for a job whose restore would run in Spark (a store of ``restore_in_spark_min_records`` or more, as
+    :meth:`~spark_jobs.context.JobContext.spark_for_state` decides), unless ``force``: a smaller store is
+    restored in the driver's process, which this does not warm. Returns the keys restored (None: not run, or
+    failed). Its topic is deleted after; best effort, like :func:`rehearse`."""
+    from spark_jobs.context import JobContext
+    from spark_jobs.kafka_topics import delete_topics
+    from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
+    from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot
+    from spark_jobs.state.snapshots import SnapshotStore
+
+    if not force:
+        context = JobContext(spark, spec, settings)
+        try:
+            if not any(context.spark_for_state(s.name) is not None for s in spec.stores):
+                return None
+        except Exception as err:  # noqa: BLE001 - a broker or table not reachable now: the takeover finds out
+            log.info("restore rehearsal skipped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
+            return None
+    started, keys = time.monotonic(), None
+    topic = ChangelogTopic(
+        spec.application_id + REHEARSAL_SUFFIX,
+        "restore",
+        partitions=spec.state_partitions,
+        replication_factor=settings.kafka_replication_factor,
+    )
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-restore-rehearsal-") as scratch_dir:
+            topic.ensure(settings.kafka)
+            store = SnapshotStore(str(Path(scratch_dir) / "snapshot"), topic.application_id, topic.store)
+            # the snapshot of batch 0, before any changelog record (delta-rs: quicker than Spark's Delta writer)
+            state = {f"k{i:09d}".encode(): b'{"count": %d}' % i for i in range(REHEARSAL_RESTORE_KEYS)}
+            store.write(state, 0, {"rehearsal": {0: 1}}, {p: 0 for p in range(topic.partitions)})
+            every = REHEARSAL_RESTORE_KEYS // REHEARSAL_RESTORE_TAIL
+            tail = spark.range(0, REHEARSAL_RESTORE_KEYS, every).selectExpr(
+                "format_string('k%09d', id) AS key",
+                "IF(id % 3 = 0, NULL, to_json(named_struct('count', -id))) AS value",
+            )
+            ChangelogWriter(topic, settings.kafka).write_batch(tail, 1, {"rehearsal": {0: 2}})
+            restored = restore_from_snapshot(store, settings.kafka, topic.name, SilentRestoreListener(), spark=spark)
+            keys = restored.frame.count()
+            outcome = f"{keys} keys"
+    except Exception as err:  # noqa: BLE001 - best effort (see the docstring)
+        outcome = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    finally:
+        try:
+            delete_topics(settings.kafka, [topic.name])
+        except Exception as err:  # noqa: BLE001 - a leftover, said in the log
+            log.warning("restore rehearsal: its topic %s was not deleted: %s", topic.name, err)
+    event = {"event": "spare_restore_rehearsal", "application_id": spec.application_id, "outcome": outcome}
+    log.info(json.dumps({**event, "seconds": round(time.monotonic() - started, 1)}))
+    return keys
 
 
 def _now() -> str:

@@ -20,11 +20,12 @@ import time
 import pytest
 
 from spark_jobs.generators import votes
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.kafka_topics import ensure_topic, existing_topics
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import JobState, SpareState, read_spare_status, read_status
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
+from spark_jobs.spare import REHEARSAL_RESTORE_KEYS, REHEARSAL_RESTORE_TAIL, REHEARSAL_SUFFIX, rehearse_restore
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.submit import submit_spec
@@ -176,3 +177,16 @@ def test_the_spare_takes_over_a_killed_driver(private_stack, spark):
     assert {k.decode(): json.loads(v)["candidate"] for k, v in changelog.state.items()} == want
     counts = {r.candidate: r.votes for r in spark.read.format("delta").load(f"{output}_counts").collect()}
     assert counts == votes.expected_counts(every_event)
+
+
+def test_the_spare_rehearses_a_restore_at_scale_for_a_store_spark_restores(settings, kafka_broker, spark):
+    """A spare warms a Spark restore's scale paths on scratch state, only for a job whose restore runs in Spark,
+    and leaves nothing behind."""
+    spec = get_job("vote_counts")  # a few records at most on the shared broker: restored in the driver's process
+    assert rehearse_restore(spark, spec, settings) is None
+
+    as_if_large = settings.replace(restore_in_spark_min_records=0)  # every store's restore in Spark
+    deleted = len(range(0, REHEARSAL_RESTORE_KEYS, 3 * (REHEARSAL_RESTORE_KEYS // REHEARSAL_RESTORE_TAIL)))
+    assert rehearse_restore(spark, spec, as_if_large) == REHEARSAL_RESTORE_KEYS - deleted  # the overlay applied
+    scratch_topic = changelog_topic_name(spec.application_id + REHEARSAL_SUFFIX, "restore")
+    assert existing_topics(settings.kafka, [scratch_topic]) == set()
