@@ -310,8 +310,9 @@ def main() -> None:
                 f"{args.churn_fraction:.0%} of the keys. Kafka Streams: bench/kafka_streams, 2 stream threads, -Xmx2g; "
                 "the same keys, one purchase each then the tail's changes; seconds exclude the JVM's and the Spark "
                 "session's start. Warm: the same Spark restore again in the same session. Spare: the Spark restore "
-                f"in a session that first ran a spare driver's warm-up (`spark_jobs.spare.warm_up` of {SPARE_JOB}; "
-                "its seconds are in the warm column's place, as warm-up)."
+                f"in a session that first ran a spare driver's warm-up (`spark_jobs.spare.warm_up` of {SPARE_JOB} as a "
+                "job whose restore runs in Spark, so with its restore rehearsal at scale; its seconds are in the warm "
+                "column's place, as warm-up)."
             ),
             "",
             (
