@@ -47,6 +47,8 @@ class JobContext:
     #: seconds spent per phase of the state-change batches (state, changelog, outputs, snapshot), summed
     #: over the run: the run report's answer to "where does a batch's time go"
     phase_seconds: dict = dataclasses.field(default_factory=dict)
+    #: micro-batch id -> its own milliseconds per phase, until its progress is published (:meth:`pop_batch_phases`)
+    batch_phase_ms: dict = dataclasses.field(default_factory=dict)
 
     @property
     def layout(self) -> JobLayout:
@@ -419,7 +421,7 @@ class JobContext:
         def write_batch(batch, batch_id: int) -> None:
             from spark_jobs.dead_letter import count_by_letter_reason
 
-            clock = _PhaseClock(self.phase_seconds)
+            clock = _PhaseClock(self.phase_seconds, self._batch_phases(batch_id))
             with session_conf(batch.sparkSession, BATCH_CACHE_CONF):  # read as the cache is declared
                 cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
@@ -494,6 +496,20 @@ class JobContext:
             clock.lap("snapshot")
 
         return write_batch
+
+    def _batch_phases(self, batch_id: int) -> dict:
+        """Batch ``batch_id``'s phases, new (a replayed batch's count again); the oldest go when the progress of
+        their batches was never asked for (a query stopped before Spark reported it)."""
+        for old in list(self.batch_phase_ms):  # a copy: the progress listener's thread pops from it
+            if old < batch_id - 10:
+                self.batch_phase_ms.pop(old, None)
+        self.batch_phase_ms[batch_id] = {}
+        return self.batch_phase_ms[batch_id]
+
+    def pop_batch_phases(self, batch_id: int | None) -> dict[str, int]:
+        """The milliseconds per phase the batch function spent on micro-batch ``batch_id`` (empty: it did not
+        run it), forgotten once asked for (the progress listener publishes them with the batch's progress)."""
+        return self.batch_phase_ms.pop(batch_id, {})
 
     @functools.cached_property
     def outputs_written_through(self) -> dict[int, int] | None:
@@ -614,12 +630,14 @@ class JobContext:
 
 
 class _PhaseClock:
-    """Adds the seconds since the previous lap to ``totals[phase]``."""
+    """Adds the seconds since the previous lap to ``totals[phase]`` (and, in milliseconds, to ``batch[phase]``)."""
 
-    def __init__(self, totals: dict) -> None:
-        self.totals, self.last = totals, time.monotonic()
+    def __init__(self, totals: dict, batch: dict | None = None) -> None:
+        self.totals, self.batch, self.last = totals, batch, time.monotonic()
 
     def lap(self, phase: str) -> None:
         now = time.monotonic()
         self.totals[phase] = round(self.totals.get(phase, 0.0) + now - self.last, 3)
+        if self.batch is not None:
+            self.batch[phase] = self.batch.get(phase, 0) + round((now - self.last) * 1000)
         self.last = now

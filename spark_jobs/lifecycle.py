@@ -134,6 +134,9 @@ class BatchProgress:
     batch_duration_ms: int | None = None
     #: where the batch's time went (Spark's phases: getBatch, queryPlanning, addBatch, walCommit, ...)
     phase_ms: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: where ``addBatch`` went in the platform's batch function (state, dead_letters, outputs, changelog, snapshot;
+    #: ``JobContext.state_change_sink``); empty for a batch it did not run
+    sink_phase_ms: Mapping[str, int] = dataclasses.field(default_factory=dict)
     input_rows: int = 0
     input_rows_per_second: float | None = None
     processed_rows_per_second: float | None = None
@@ -146,8 +149,9 @@ class BatchProgress:
     progress_at: str | None = None
 
     @classmethod
-    def of(cls, progress: Mapping) -> BatchProgress:
-        """From Spark's StreamingQueryProgress as JSON (``json.loads(event.progress.json)``)."""
+    def of(cls, progress: Mapping, sink_phase_ms: Mapping[str, int] | None = None) -> BatchProgress:
+        """From Spark's StreamingQueryProgress as JSON (``json.loads(event.progress.json)``), and the batch
+        function's own phases of that batch."""
         lag = input_lag_of(progress)
         operators = progress.get("stateOperators") or []
         rocksdb: dict[str, float] = {}
@@ -159,6 +163,7 @@ class BatchProgress:
             batch_id=progress.get("batchId"),
             batch_duration_ms=(progress.get("durationMs") or {}).get("triggerExecution"),
             phase_ms=dict(progress.get("durationMs") or {}),
+            sink_phase_ms=dict(sink_phase_ms or {}),
             input_rows=progress.get("numInputRows", 0),
             input_rows_per_second=progress.get("inputRowsPerSecond"),
             processed_rows_per_second=progress.get("processedRowsPerSecond"),
@@ -342,10 +347,10 @@ class JobStatus:
         for listener in self.listeners:  # outside the lock, as Kafka Streams does
             listener(old, new)
 
-    def record_progress(self, progress: Mapping) -> None:
-        """Spark's StreamingQueryProgress (as JSON) of the latest micro-batch."""
+    def record_progress(self, progress: Mapping, sink_phase_ms: Mapping[str, int] | None = None) -> None:
+        """Spark's StreamingQueryProgress (as JSON) of the latest micro-batch, and the batch function's phases."""
         with self._lock:
-            self.progress = BatchProgress.of(progress)
+            self.progress = BatchProgress.of(progress, sink_phase_ms)
             if self.first_batch_id is None:
                 self.first_batch_id = self.progress.batch_id
             self._publish_locked()

@@ -96,11 +96,14 @@ def _logged(method):
     return wrapper
 
 
-def _progress_collector(report: RunReport, status: JobStatus, rekeying_query: str | None = None):
+def _progress_collector(
+    report: RunReport, status: JobStatus, rekeying_query: str | None = None, batch_phases=lambda batch_id: {}
+):
     from pyspark.sql.streaming import StreamingQueryListener
 
     class ProgressCollector(StreamingQueryListener):
-        """Folds every progress event of the job's query into the run report."""
+        """Folds every progress event of the job's query into the run report, and publishes it in the status
+        with the batch function's own phases of that batch (``batch_phases(batch_id)``)."""
 
         def __init__(self) -> None:
             self.lock = threading.Lock()
@@ -118,7 +121,7 @@ def _progress_collector(report: RunReport, status: JobStatus, rekeying_query: st
                 return
             if progress.get("name") != report.application_id:
                 return  # another query of this session (e.g. a test's)
-            status.record_progress(progress)
+            status.record_progress(progress, batch_phases(progress.get("batchId")))
             with self.lock:
                 if progress.get("numInputRows", 0) > 0:
                     report.batches += 1
@@ -255,7 +258,7 @@ def _run_published(
         took_over_from_epoch=took_over_from_epoch,
     )
     rekeying_query = context.layout.repartition_topic if context.repartitioner is not None else None
-    collector = _progress_collector(report, status, rekeying_query)
+    collector = _progress_collector(report, status, rekeying_query, context.pop_batch_phases)
     spark.streams.addListener(collector)
     try:
 

@@ -102,6 +102,8 @@ def test_batch_progress_has_lag_per_partition_and_state_numbers(tmp_path):
     status = JobStatus("app-v1", tmp_path / "app-v1.status.json")
     status.record_progress(json.loads(json.dumps(PROGRESS)))
     assert read_status(tmp_path, "app-v1").progress == summary
+    status.record_progress(PROGRESS, {"state": 400, "outputs": 300})  # the batch function's phases beside Spark's
+    assert read_status(tmp_path, "app-v1").progress.sink_phase_ms == {"state": 400, "outputs": 300}
 
 
 def test_a_rekeyed_jobs_input_lag_counts_its_rekeying_stage_too(tmp_path):
@@ -190,4 +192,7 @@ def test_a_real_run_publishes_its_progress_numbers(spark, kafka_broker, settings
     assert status.state is JobState.NOT_RUNNING
     assert status.progress.batch_id is not None and status.progress.state_rows == 50
     assert status.progress.total_lag == 0
+    # where addBatch went, the batch function's phases of that same batch
+    assert {"state", "outputs", "changelog"} <= set(status.progress.sink_phase_ms)
+    assert sum(status.progress.sink_phase_ms.values()) <= status.progress.phase_ms["addBatch"] + 5  # ms rounded
     assert status.spark_ui and status.spark_ui.startswith("http")

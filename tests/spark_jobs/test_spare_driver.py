@@ -139,7 +139,8 @@ def test_the_spare_takes_over_a_killed_driver(private_stack, spark):
         )
         to_batch = time.monotonic() - killed_at
         timings = {"kill_to_running_s": round(to_running, 2), "kill_to_batch_s": round(to_batch, 2)}
-        print(json.dumps({**timings, "first_batch_ms": dict(first.progress.phase_ms)}))
+        phases = {"first_batch_ms": dict(first.progress.phase_ms), "add_batch_ms": dict(first.progress.sink_phase_ms)}
+        print(json.dumps({**timings, **phases}))
         assert took_over.pid == ready.pid
         spare_status = read_spare_status(settings.status_dir, spec.application_id)
         assert spare_status.state is SpareState.TAKING_OVER
