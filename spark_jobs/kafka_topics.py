@@ -220,6 +220,64 @@ def delete_topics(kafka: KafkaTarget, names: list[str], timeout_s: float = 60.0)
     return present
 
 
+def copy_newest_records(
+    kafka: KafkaTarget,
+    topic: str,
+    target: str,
+    per_partition: int,
+    replication_factor: int = 1,
+    timeout_s: float = 30.0,
+) -> int:
+    """Copy the newest ``per_partition`` committed records of each partition of ``topic`` to the same partition of
+    ``target`` (created with as many partitions), keys, values, headers and timestamps as they are. Returns how
+    many were copied.
+
+    Raises:
+        LookupError: ``topic`` does not exist.
+    """
+    from confluent_kafka import Producer
+
+    bounds = partition_offsets(kafka, topic, timeout_s)
+    if not bounds:
+        raise LookupError(f"topic {topic} does not exist")
+    # kept whatever their timestamps (a copy of old records would otherwise be due for deletion at once)
+    ensure_topic(kafka, target, len(bounds), replication_factor, config={"retention.ms": "-1"})
+    consumer = Consumer(
+        client_config(
+            kafka,
+            {"group.id": f"streamstate-copy-{target}", "enable.partition.eof": True, "log_level": 3},
+        )
+    )
+    producer = Producer(client_config(kafka, {"enable.idempotence": True, "linger.ms": 5, "log_level": 3}))
+    copied = 0
+    try:
+        for partition, (low, high) in bounds.items():
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, max(low, high - per_partition))])
+            while (msg := consumer.poll(timeout_s)) is not None:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise RuntimeError(f"copying {topic}[{partition}]: {msg.error()}")
+                producer.produce(
+                    target,
+                    key=msg.key(),
+                    value=msg.value(),
+                    headers=msg.headers(),
+                    timestamp=msg.timestamp()[1],
+                    partition=partition,
+                )
+                copied += 1
+                if msg.offset() + 1 >= high:
+                    break
+        if producer.flush(timeout_s):
+            raise TimeoutError(f"copying {topic} to {target}: records unsent after {timeout_s}s")
+    finally:
+        consumer.close()
+    return copied
+
+
 def truncate_topic(kafka: KafkaTarget, topic: str, timeout_s: float = 30.0) -> int:
     """Delete every record currently in ``topic`` (DeleteRecords up to the high watermark; the topic
     and its configuration stay). Returns how many records were deleted."""

@@ -336,49 +336,73 @@ REHEARSAL_SUFFIX = "_spare_rehearsal"
 REHEARSAL_RECORDS = 32
 
 
-def rehearse(spark, spec: JobSpec, settings: Settings) -> None:
-    """Run the job itself, once, on a scratch copy, in this Spark session: its own plan compiled, its processor
-    started, a restore (there is no checkpoint), a micro-batch of the newest :data:`REHEARSAL_RECORDS` records of
-    each source partition (of each input, for a join) through every sink. The copy is the job under another name (``<job>_spare_rehearsal``:
-    its own application id, changelog, dead-letter and generations topics, output topic) with its checkpoint,
-    tables and status in a temporary directory; it only reads the job's source. Its topics are deleted after.
+def rehearse(spark, spec: JobSpec, settings: Settings) -> str:
+    """Run the job itself on a scratch copy, in this Spark session: its own plan compiled, its processor
+    started, a restore (there is no checkpoint), micro-batches (two at least) of the newest
+    :data:`REHEARSAL_RECORDS` records of each source partition (of each input, for a join) through every sink;
+    then once more, its last batch replayed from the checkpoint (:func:`replay_last_batch`), as a takeover's first
+    batch is: its state stores loaded from the checkpoint's files, its changelog transaction found committed.
 
-    Best effort: a rehearsal that fails (a broker that refuses to create topics, say) is logged, and the spare is
-    still warm from the rest of :func:`warm_up`."""
-    from spark_jobs.kafka_topics import delete_topics, partition_offsets
+    The copy is the job under another name (``<job>_spare_rehearsal``: its own application id, changelog,
+    dead-letter and generations topics, output topic) reading a scratch copy of those newest records (topics
+    ``<job>_spare_rehearsal-v<N>-input-<i>``: a live source would give the replay everything produced since), with
+    its checkpoint, tables and status in a temporary directory. Its topics are deleted after.
+
+    Returns what happened (also logged). Best effort: a rehearsal that fails (a broker that refuses to create
+    topics, say) is logged, and the spare is still warm from the rest of :func:`warm_up`."""
+    from spark_jobs.kafka_topics import copy_newest_records, delete_topics
     from spark_jobs.run import run
 
-    try:
-        ends = {topic: partition_offsets(settings.kafka, topic, 10) for topic in spec.input_topics}
-    except Exception as err:  # noqa: BLE001 - no source yet: nothing to rehearse on
-        log.info("spare rehearsal skipped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
-        return
+    name = spec.name + REHEARSAL_SUFFIX
+    inputs = {topic: f"{name}-v{spec.version}-input-{i}" for i, topic in enumerate(spec.input_topics)}
     copy = dataclasses.replace(
         spec,
-        name=spec.name + REHEARSAL_SUFFIX,
+        name=name,
+        source_topic=inputs[spec.source_topic],
+        join_topic=inputs[spec.join_topic] if spec.join_topic else None,
         output_topic=spec.output_topic + REHEARSAL_SUFFIX if spec.output_topic else None,
     )
-    started = time.monotonic()
+    started, topics = time.monotonic(), list(inputs.values())
     with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-rehearsal-") as scratch_dir:
         scratch = settings.replace(data_dir=Path(scratch_dir), lake_uri=None, checkpoint_uri=None, metrics_port=0)
-        layout = JobLayout.of(copy, scratch)
-        newest = {
-            topic: {str(p): max(low, high - REHEARSAL_RECORDS) for p, (low, high) in bounds.items()}
-            for topic, bounds in ends.items()
-        }
-        layout.start_offsets_file.write_text(json.dumps(newest))
+        topics += JobLayout.of(copy, scratch).topics
         try:
-            report = run(copy, scratch, available_now=True, spark=spark)
+            records = sum(
+                copy_newest_records(
+                    settings.kafka, topic, scratch_topic, REHEARSAL_RECORDS, settings.kafka_replication_factor
+                )
+                for topic, scratch_topic in inputs.items()
+            )
+            halves = scratch.replace(max_offsets_per_trigger=max(1, records // 2))
+            report = run(copy, halves, available_now=True, spark=spark)
             outcome = report.error or f"{report.input_rows} records in {report.batches} batches"
+            if report.error is None and replay_last_batch(JobLayout.of(copy, scratch).checkpoint):
+                replayed = run(copy, scratch, available_now=True, spark=spark)
+                outcome += f", the last replayed: {replayed.error or 'ok'}"
         except Exception as err:  # noqa: BLE001 - best effort (see the docstring)
             outcome = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         finally:
             try:
-                delete_topics(settings.kafka, list(layout.topics))
+                delete_topics(settings.kafka, topics)
             except Exception as err:  # noqa: BLE001 - a leftover, said in the log
-                log.warning("spare rehearsal: its topics %s were not deleted: %s", layout.topics, err)
+                log.warning("spare rehearsal: its topics %s were not deleted: %s", topics, err)
     event = {"event": "spare_rehearsal", "application_id": spec.application_id, "outcome": outcome}
     log.info(json.dumps({**event, "seconds": round(time.monotonic() - started, 1)}))
+    return outcome
+
+
+def replay_last_batch(checkpoint) -> bool:
+    """Take the newest batch's entry out of a local checkpoint's commit log, so that the next run of its query
+    replays that batch (as Spark does for a batch its dead driver planned but did not commit); False when the
+    checkpoint has no batch after its first (replaying batch 0 would load no state)."""
+    from spark_jobs.state.checkpoint_offsets import latest_committed_batch_id
+
+    last = latest_committed_batch_id(checkpoint)
+    if not last:
+        return False
+    for name in (str(last), f".{last}.crc"):
+        (checkpoint.path / "commits" / name).unlink(missing_ok=True)
+    return True
 
 
 #: the scratch store of :func:`rehearse_restore`: keys in its snapshot, and changes in its changelog after it

@@ -18,18 +18,28 @@ import threading
 import time
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
-from spark_jobs.generators import votes
-from spark_jobs.kafka_topics import ensure_topic, existing_topics
+from runtime.kafka_connection import client_config
+from spark_jobs.generators import purchases, votes
+from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import JobState, SpareState, read_spare_status, read_status
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
-from spark_jobs.spare import REHEARSAL_RESTORE_KEYS, REHEARSAL_RESTORE_TAIL, REHEARSAL_SUFFIX, rehearse_restore
+from spark_jobs.spare import (
+    REHEARSAL_RECORDS,
+    REHEARSAL_RESTORE_KEYS,
+    REHEARSAL_RESTORE_TAIL,
+    REHEARSAL_SUFFIX,
+    rehearse,
+    rehearse_restore,
+)
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.submit import submit_spec
-from tests.helpers import read_topic
+from tests.helpers import purchase_counts_copy, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -178,6 +188,28 @@ def test_the_spare_takes_over_a_killed_driver(private_stack, spark):
     assert {k.decode(): json.loads(v)["candidate"] for k, v in changelog.state.items()} == want
     counts = {r.candidate: r.votes for r in spark.read.format("delta").load(f"{output}_counts").collect()}
     assert counts == votes.expected_counts(every_event)
+
+
+def test_the_spare_rehearses_the_job_and_its_replayed_batch_on_a_copy_of_the_newest_records(
+    settings, kafka_broker, spark, unique
+):
+    """The rehearsal runs the job on a scratch copy of its source's newest records in two batches, then replays the
+    last one from the checkpoint (a takeover's first batch); the job's own source is only read, the scratch topics
+    are deleted, and nothing of the job's is written."""
+    spec = purchase_counts_copy("rehearsed", unique, settings.kafka_bootstrap_servers)
+    events = list(purchases.generate(3 * REHEARSAL_RECORDS * spec.source_partitions, users=40, seed=5))
+    purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic, events)
+    before = partition_offsets(settings.kafka, spec.source_topic)
+
+    outcome = rehearse(spark, spec, settings)
+
+    assert outcome == f"{REHEARSAL_RECORDS * spec.source_partitions} records in 2 batches, the last replayed: ok"
+    assert partition_offsets(settings.kafka, spec.source_topic) == before
+    topics = AdminClient(client_config(settings.kafka)).list_topics(timeout=30).topics
+    scratch = [t for t in topics if t.startswith(spec.name + REHEARSAL_SUFFIX)]
+    assert scratch == []
+    layout = JobLayout.of(spec, settings)
+    assert not layout.checkpoint.exists() and not layout.output_table.exists()
 
 
 def test_the_spare_rehearses_a_restore_at_scale_for_a_store_spark_restores(settings, kafka_broker, spark):
