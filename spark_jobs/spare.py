@@ -365,7 +365,8 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> str:
     started, topics = time.monotonic(), list(inputs.values())
     with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-rehearsal-") as scratch_dir:
         scratch = settings.replace(data_dir=Path(scratch_dir), lake_uri=None, checkpoint_uri=None, metrics_port=0)
-        topics += JobLayout.of(copy, scratch).topics
+        layout = JobLayout.of(copy, scratch)
+        topics += layout.topics
         try:
             records = sum(
                 copy_newest_records(
@@ -376,7 +377,7 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> str:
             halves = scratch.replace(max_offsets_per_trigger=max(1, records // 2))
             report = run(copy, halves, available_now=True, spark=spark)
             outcome = report.error or f"{report.input_rows} records in {report.batches} batches"
-            if report.error is None and replay_last_batch(JobLayout.of(copy, scratch).checkpoint):
+            if report.error is None and replay_last_batch(layout.checkpoint):
                 replayed = run(copy, scratch, available_now=True, spark=spark)
                 outcome += f", the last replayed: {replayed.error or 'ok'}"
         except Exception as err:  # noqa: BLE001 - best effort (see the docstring)
