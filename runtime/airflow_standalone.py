@@ -209,15 +209,28 @@ class AirflowApi:
         self.base_url = base_url.rstrip("/")
         self._token: str | None = None
 
+    def _token_for_requests(self) -> str:
+        """The API token, fetched once. Fetching it is idempotent: a fresh api-server that is still starting
+        its workers on a busy machine can take longer than a timeout to answer, and is asked again."""
+        for attempt in range(1, DATABASE_BUSY_ATTEMPTS + 1):
+            if self._token is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=30) as resp:
+                    self._token = json.loads(resp.read())["access_token"]
+            except (TimeoutError, urllib.error.URLError) as err:
+                if attempt == DATABASE_BUSY_ATTEMPTS:
+                    raise ServiceError(f"Airflow API token from {self.base_url}: {err}") from err
+                time.sleep(attempt)
+        return self._token
+
     def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        if self._token is None:
-            with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=10) as resp:
-                self._token = json.loads(resp.read())["access_token"]
+        token = self._token_for_requests()
         request = urllib.request.Request(
             f"{self.base_url}/api/v2{path}",
             method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
         for attempt in range(1, DATABASE_BUSY_ATTEMPTS + 1):
             try:

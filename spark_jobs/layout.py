@@ -376,6 +376,12 @@ def application_id(job: str, version: int) -> str:
     return f"{job}-v{version}"
 
 
+def rehearsal_input_topic(application_id: str, index: int) -> str:
+    """The scratch copy of the ``index``-th input (0: the source, 1: a join's second input) that a spare's
+    rehearsal of ``application_id`` (the rehearsal copy's own id) runs on (``spark_jobs/spare.py: rehearse``)."""
+    return f"{application_id}-input-{index}"
+
+
 def launch_files(logs_dir: Path, name: str, stamp: str) -> tuple[Path, Path]:
     """The log and exit-code files of one detached launch of ``name`` (a driver's application id, or its
     standby's name) at ``stamp``: what :meth:`JobLayout.log_files` finds."""

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from runtime.process import process_alive
 from runtime.settings import Settings
-from spark_jobs.layout import JobLayout
+from spark_jobs.layout import JobLayout, application_id, rehearsal_input_topic
 from spark_jobs.lease import JobAlreadyRunning, JobLease, LeaseHolder
 from spark_jobs.lifecycle import (
     SPARE_LIFECYCLE,
@@ -354,7 +354,8 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> str:
     from spark_jobs.run import run
 
     name = spec.name + REHEARSAL_SUFFIX
-    inputs = {topic: f"{name}-v{spec.version}-input-{i}" for i, topic in enumerate(spec.input_topics)}
+    copy_id = application_id(name, spec.version)
+    inputs = {topic: rehearsal_input_topic(copy_id, i) for i, topic in enumerate(spec.input_topics)}
     copy = dataclasses.replace(
         spec,
         name=name,
