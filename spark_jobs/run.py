@@ -30,7 +30,7 @@ from spark_jobs.lease import ALREADY_RUNNING, FENCED, JobAlreadyRunning, JobLeas
 from spark_jobs.lifecycle import JobState, JobStatus, SnapshotTaken, StoreRestore, status_path
 from spark_jobs.metrics import DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
-from spark_jobs.session import build_spark_session, session_conf
+from spark_jobs.session import build_spark_session, release_state_stores, session_conf
 from spark_jobs.spare import SpareDriver
 from spark_jobs.state.checkpoint_health import NEW_QUERY_DIRS, checkpoint_problem, new_query_leftovers, quarantine
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF, StateEncoding, latest_batch_id, state_encoding
@@ -305,6 +305,9 @@ def _run_published(
         raise
     finally:
         spark.streams.removeListener(collector)
+        # the session may run the next query over this checkpoint, deleted or not: no stopped query's state
+        # store may write into it after this returns
+        release_state_stores(spark)
         report.phase_seconds = dict(context.phase_seconds)
         if spec.stores and context.claim_refused is None:
             report.generation = context.writer_fence.generation

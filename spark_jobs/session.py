@@ -148,3 +148,20 @@ def session_conf(spark, conf: dict[str, str]):
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+def release_state_stores(spark) -> bool:
+    """Close this JVM's state store providers once no query of ``spark`` runs; returns whether it did.
+
+    Spark keeps a stopped query's providers loaded until its maintenance thread (every
+    ``spark.sql.streaming.stateStore.maintenanceInterval``) finds them inactive, and that last maintenance may
+    still upload a RocksDB snapshot into the query's checkpoint. In a session that outlives the query (a test's,
+    a spare's rehearsal, a benchmark's) a checkpoint deleted after the run (lost, or a scratch directory) would
+    get ``state/`` files back, and the next query over it is refused with
+    ``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``. ``StateStore.stop`` unloads every provider and waits out a
+    maintenance under way; the providers are the JVM's, shared by all its queries, hence only with none active.
+    (Executors of a cluster keep theirs until they end with the application.)"""
+    if spark.streams.active:
+        return False
+    spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+    return True

@@ -223,7 +223,7 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
     # the watch task records the launch's outcome when it resumes from its wait for RUNNING
     restart = wait_for(
         lambda: (launch := read_record(settings.status_dir, app).last_launch).outcome and launch,
-        60,
+        180,  # the trigger fires, the scheduler queues the task, a fresh task process resumes: slow on a busy day
         "the watch to record its launch",
     )
     assert f"{SUPERVISE}/" in restart.by and "/watch#" in restart.by and restart.outcome == "running", restart
