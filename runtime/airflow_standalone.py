@@ -212,9 +212,9 @@ class AirflowApi:
     def _token_for_requests(self) -> str:
         """The API token, fetched once. Fetching it is idempotent: a fresh api-server that is still starting
         its workers on a busy machine can take longer than a timeout to answer, and is asked again."""
-        for attempt in range(1, DATABASE_BUSY_ATTEMPTS + 1):
-            if self._token is not None:
-                break
+        attempt = 0
+        while self._token is None:
+            attempt += 1
             try:
                 with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=30) as resp:
                     self._token = json.loads(resp.read())["access_token"]

@@ -150,8 +150,8 @@ def session_conf(spark, conf: dict[str, str]):
                 spark.conf.set(key, value)
 
 
-def release_state_stores(spark) -> bool:
-    """Close this JVM's state store providers once no query of ``spark`` runs; returns whether it did.
+def release_state_stores(spark) -> None:
+    """Close this JVM's state store providers, unless a query of ``spark`` still runs.
 
     Spark keeps a stopped query's providers loaded until its maintenance thread (every
     ``spark.sql.streaming.stateStore.maintenanceInterval``) finds them inactive, and that last maintenance may
@@ -161,7 +161,5 @@ def release_state_stores(spark) -> bool:
     ``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``. ``StateStore.stop`` unloads every provider and waits out a
     maintenance under way; the providers are the JVM's, shared by all its queries, hence only with none active.
     (Executors of a cluster keep theirs until they end with the application.)"""
-    if spark.streams.active:
-        return False
-    spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
-    return True
+    if not spark.streams.active:
+        spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
