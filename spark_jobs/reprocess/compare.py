@@ -8,6 +8,9 @@ different, only in the old or only in the new output. Written, idempotently per 
 * ``<lake>/_streamstate/reprocess_diffs``: one row per key that is not equal (partitioned by run);
 * ``<lake>/_streamstate/reprocess_reports``: one row per run with the counts, samples and the input
   positions both versions had committed (``aligned`` when they were the same).
+
+Spark joins the tables; the rest is driver-side through delta-rs (whether a table exists, the report's one
+row): in a fresh driver each Spark call is seconds of a cold JVM, and the task runs in one per reprocessing.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import datetime as dt
 import json
 import sys
 
+from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, get_job
@@ -77,19 +81,24 @@ def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_v
         counts = {row["outcome"]: row["count"] for row in classified.groupBy("outcome").count().collect()}
         samples = {
             o: [r.asDict() for r in classified.where(F.col("outcome") == o).orderBy("key").limit(SAMPLES).collect()]
+            if counts.get(o)
+            else []
             for o in (DIFFERENT, ONLY_OLD, ONLY_NEW)
         }
-        diffs = classified.where(F.col("outcome") != EQUAL).select(
-            F.lit(run_id).alias("run_id"),
-            F.lit(job).alias("job"),
-            F.lit(old_version).alias("old_version"),
-            F.lit(new_version).alias("new_version"),
-            "key",
-            "outcome",
-            "old",
-            "new",
-        )
-        _replace_run(diffs, diffs_table(settings), run_id, partitioned=True)
+        if any(counts.get(o) for o in (DIFFERENT, ONLY_OLD, ONLY_NEW)):
+            diffs = classified.where(F.col("outcome") != EQUAL).select(
+                F.lit(run_id).alias("run_id"),
+                F.lit(job).alias("job"),
+                F.lit(old_version).alias("old_version"),
+                F.lit(new_version).alias("new_version"),
+                "key",
+                "outcome",
+                "old",
+                "new",
+            )
+            _replace_run(diffs, diffs_table(settings), run_id, partitioned=True)
+        else:  # no Spark write for no rows: only an earlier attempt's, if any, to delete
+            _clear_run(diffs_table(settings), run_id)
     finally:
         classified.unpersist()
     old_at, new_at = _position(settings, old_spec), _position(settings, new_spec)
@@ -112,28 +121,79 @@ def compare_outputs(spark, settings: Settings, job: str, old_version: int, new_v
         "aligned": old_at == new_at,
         "samples": json.dumps(samples, sort_keys=True, default=str),
     }
-    _replace_run(spark.createDataFrame([report]), reports_table(settings), run_id, partitioned=False)
+    _replace_report(reports_table(settings), report)
     return report
 
 
-def _read(spark, path):
-    from delta.tables import DeltaTable
+def _exists(table: Location) -> bool:
+    from deltalake import DeltaTable
 
-    return spark.read.format("delta").load(str(path)) if DeltaTable.isDeltaTable(spark, str(path)) else None
+    return DeltaTable.is_deltatable(str(table), storage_options=table.storage_options())
 
 
-def _replace_run(df, path, run_id: str, partitioned: bool) -> None:
+def _read(spark, table: Location):
+    return spark.read.format("delta").load(str(table)) if _exists(table) else None
+
+
+def _replace_run(df, table: Location, run_id: str, partitioned: bool) -> None:
     """Write this run's rows, replacing any from an earlier attempt of the same run (idempotent)."""
-    from delta.tables import DeltaTable
-
-    spark = df.sparkSession
     writer = df.write.format("delta")
     if partitioned:
         writer = writer.partitionBy("run_id")
-    if DeltaTable.isDeltaTable(spark, str(path)):
-        writer.mode("overwrite").option("replaceWhere", f"run_id = '{run_id}'").save(str(path))
+    if _exists(table):
+        writer.mode("overwrite").option("replaceWhere", f"run_id = '{run_id}'").save(str(table))
     else:
-        writer.mode("append").save(str(path))
+        writer.mode("append").save(str(table))
+
+
+def _clear_run(table: Location, run_id: str) -> None:
+    """Delete an earlier attempt's rows of this run, if there were any."""
+    from deltalake import DeltaTable
+
+    if _exists(table):
+        DeltaTable(str(table), storage_options=table.storage_options()).delete(f"run_id = '{run_id}'")
+
+
+def _report_schema():
+    """The report row's columns, in the order of the tables Spark wrote before delta-rs did (it sorted them)."""
+    import pyarrow as pa
+
+    text, count = pa.string(), pa.int64()
+    return pa.schema(
+        [
+            ("aligned", pa.bool_()),
+            ("columns_only_new", text),
+            ("columns_only_old", text),
+            ("compared_columns", text),
+            ("created_at", text),
+            ("different", count),
+            ("equal", count),
+            ("job", text),
+            ("keys", text),
+            ("new_position", text),
+            ("new_version", count),
+            ("old_position", text),
+            ("old_version", count),
+            ("only_new", count),
+            ("only_old", count),
+            ("run_id", text),
+            ("samples", text),
+        ]
+    )
+
+
+def _replace_report(table: Location, report: dict) -> None:
+    """The run's report row, replacing one from an earlier attempt of the same run, in one commit."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        str(table),
+        pa.Table.from_pylist([report], schema=_report_schema()),
+        mode="overwrite",
+        predicate=f"run_id = '{report['run_id']}'",
+        storage_options=table.storage_options(),
+    )
 
 
 def render_report(report: dict) -> str:
