@@ -55,7 +55,15 @@ def pytest_collection_modifyitems(config, items):
     An Airflow standalone (scheduler, DAG processor, triggerer, API server) keeps both cores busy while it
     is up, so the tests that run one come first, one after another in one lane, and the session's standalone
     stops after the lane's last test that uses it (:func:`pytest_runtest_teardown`). The other modules
-    follow, the integration modules before the unit tests, which fill the gaps at the end."""
+    follow, the integration modules before the unit tests, which fill the gaps at the end.
+
+    A test marked ``variation(of=...)`` is skipped unless ``TEST_VARIATIONS=1``: a slower variation of a story
+    another test tells (the one named), kept for the changes that touch what it varies."""
+    if os.environ.get("TEST_VARIATIONS") != "1":
+        for item in items:
+            if (variation := item.get_closest_marker("variation")) is not None:
+                told_by = variation.kwargs["of"]
+                item.add_marker(pytest.mark.skip(reason=f"a variation of {told_by}; TEST_VARIATIONS=1 runs it"))
     if strays := sorted({_module(i) for i in items if _uses_airflow(i)} - set(AIRFLOW_LANE)):
         raise pytest.UsageError(f"{', '.join(strays)}: uses the airflow fixture, so it belongs in AIRFLOW_LANE")
     items.sort(

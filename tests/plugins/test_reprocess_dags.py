@@ -4,13 +4,15 @@ Delta tables read back with delta-rs, Kafka read back with a consumer.
 - side_by_side: v1 of ``gift_card_counts`` counts gift cards twice; v2 (the fix) reprocesses from
   earliest beside it, the report names exactly the users that differ, promote switches readers to v2
   and stops v1 and its warm standby.
-- migrate: ``tiered_counts`` v2 keeps a field more in its store than v1; after the source's history is
-  deleted, v2 starts from v1's state, migrated, and its outputs equal recomputing everything.
-- re-keyed: ``rekeyed_gift_counts`` re-keys an unkeyed source; v2 reprocesses from a source position beside
-  v1 (its re-keying stage starts there), is waited for through both its stages, compared at aligned source
-  positions and promoted.
 - a join: ``joined_orders`` (a stream-table join) v2 reprocesses from a date-time beside v1, its orders from
-  there and its customers table whole; promoted; v3 starts from v2's state, migrated, at its position in both.
+  there and its customers table whole; promoted; v3 starts from v2's state, migrated, at its position in both,
+  the report finding v3's outputs equal to v2's.
+- migrate (a variation, ``TEST_VARIATIONS=1``): ``tiered_counts`` v2 keeps a field more in its store than v1;
+  after the source's history is deleted, v2 starts from v1's state, migrated through the version's function,
+  and its outputs equal recomputing everything.
+- re-keyed (a variation): ``rekeyed_gift_counts`` re-keys an unkeyed source; v2 reprocesses from a source
+  position beside v1 (its re-keying stage starts there), is waited for through both its stages, compared at
+  aligned source positions and promoted.
 - reset: ``reset_counts`` (re-keyed) reset to a date-time reprocesses only what came after it, with a
   changelog and a repartition topic holding nothing from before; the dry run before it changes nothing; a
   bad form is rejected; the version's warm standby is stopped first (the reset deletes the snapshots it
@@ -220,6 +222,7 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     assert [r["outcome"] for r in purge] == ["succeeded"] and "gift_card_counts-v1" in purge[0]["plan"]
 
 
+@pytest.mark.variation(of="test_side_by_side_report_and_promote (a re-keyed job: test_reset_from_a_datetime...)")
 def test_a_rekeyed_version_reprocessed_from_a_position_beside_the_current_one_and_promoted(
     settings, kafka_broker, run_dag
 ):
@@ -288,6 +291,9 @@ def test_a_rekeyed_version_reprocessed_from_a_position_beside_the_current_one_an
     assert JobLease(settings.status_dir, v2.application_id).holder() is not None
 
 
+@pytest.mark.variation(
+    of="test_a_join_reprocessed_from_a_datetime...then_migrated (a migration function: test_migration.py)"
+)
 def test_migrate_starts_the_new_version_from_the_current_versions_state(settings, kafka_broker, run_dag):
     v1, v2 = get_job("tiered_counts", 1), get_job("tiered_counts", 2)
     bootstrap = settings.kafka_bootstrap_servers
@@ -531,14 +537,28 @@ def test_a_join_reprocessed_from_a_datetime_beside_the_current_version_then_migr
         "reprocess_job", {"job": v1.name, "mode": "migrate", "version": 3, "dry_run": False, "catch_up_timeout_min": 5}
     )
     _ok(migration)
+    printed = migration.stdout + migration.stderr  # the plan task's plan
+    assert "migrated snapshot" in printed
+    assert f"copy of {settings.lake / v2.output_table_dir} as of the migration point" in printed
     (migrated, *_) = SnapshotStore.of(JobLayout.of(v3, settings), "customer-profiles").history()
     assert migrated.writer == "migration" and migrated.migrated_from.startswith("joined_orders-v2/customer-profiles@")
     assert set(migrated.input_offsets) == set(v1.input_topics)  # a position in both inputs
+    # v3 starts from v2's outputs as of the migration point, at its position: the report finds them equal
+    migrated_report = next(r for r in read_rows(reports_table(settings)) if r["new_version"] == 3)
+    assert (migrated_report["old_version"], migrated_report["aligned"]) == (2, True)
+    assert {k: migrated_report[k] for k in ("equal", "different", "only_old", "only_new")} == {
+        "equal": len(later),
+        "different": 0,
+        "only_old": 0,
+        "only_new": 0,
+    }
     produce_set(2)
     _consumed(settings, v3)
     all_three = expected([0, 1, 2], [0, 1, 2])
     assert _enriched(settings.lake / v3.output_table_dir) == {
         place: row for place, row in all_three.items() if place[1] >= starts[place[0]]
     }
-    outcomes = Counter((r["dag_id"], r["outcome"]) for r in audit_rows(settings) if r["job"] == v1.name)
+    audited = [r for r in audit_rows(settings) if r["job"] == v1.name]
+    outcomes = Counter((r["dag_id"], r["outcome"]) for r in audited)
     assert outcomes == {("reprocess_job", "succeeded"): 2, ("promote_job_version", "succeeded"): 1}
+    assert sorted(r["mode"] for r in audited if r["dag_id"] == "reprocess_job") == ["migrate", "side_by_side"]
