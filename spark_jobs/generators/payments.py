@@ -111,6 +111,7 @@ __all__ = [
     "expected_join",
     "expected_join_in_batches",
     "expected_join_in_cuts",
+    "expected_rekeyed_join_in_cuts",
     "produce",
     "scaled",
     "task_order",
@@ -427,14 +428,55 @@ def expected_join_in_cuts(
     each batch's records by rule 1 among themselves (the side taken last carried over), its state carried over
     too."""
     queues = _partitions(orders, payments, partitions)
+    placed = {(side, p): [(o, (p, o), r) for o, r in enumerate(records)] for (side, p), records in queues.items()}
+    return _join_placed(placed, partitions, cuts, window_ms, grace_ms, join)
+
+
+def expected_rekeyed_join_in_cuts(
+    repartitioned: list[list[tuple[int, tuple[int, int], Record]]],
+    payments: list[Record],
+    cuts: list[dict[tuple[str, int], int]],
+    window_ms: int = 10 * MINUTE,
+    grace_ms: int = MINUTE,
+    join: str = "outer",
+) -> dict[tuple, tuple]:
+    """:func:`expected_join_in_cuts` for orders re-keyed by order id before the join (``repartition=True``, Kafka
+    Streams' ``selectKey``): ``repartitioned[p]`` is partition ``p`` of the repartition topic, its orders in offset
+    order as ``(offset there, (source partition, source offset), order)``; ``payments`` written in their order to a
+    topic of as many partitions. ``cuts`` name the repartition topic's offsets for the orders. A result's order
+    coordinates are the order's place in the source."""
+    partitions = len(repartitioned)
+    queues = _partitions([], payments, partitions)
+    placed = {(ORDER, p): list(repartitioned[p]) for p in range(partitions)}
+    placed |= {(PAYMENT, p): [(o, (p, o), r) for o, r in enumerate(queues[PAYMENT, p])] for p in range(partitions)}
+    return _join_placed(placed, partitions, cuts, window_ms, grace_ms, join)
+
+
+def _join_placed(
+    placed: dict[tuple[str, int], list[tuple[int, tuple[int, int], Record]]],
+    partitions: int,
+    cuts: list[dict[tuple[str, int], int]],
+    window_ms: int,
+    grace_ms: int,
+    join: str,
+) -> dict[tuple, tuple]:
+    """Each task's records, ``placed[side, p]``: (offset in the task's partition, the coordinates a result names,
+    the record), in offset order, taken in the batches ``cuts`` end (offsets, exclusive)."""
     results: dict[tuple, tuple] = {}
     for p in range(partitions):
         task = _Task(window_ms, grace_ms, join)
         heads, last = {ORDER: 0, PAYMENT: 0}, None
         for cut in [*cuts, {}]:  # and whatever the cuts left, as a last batch
-            batch = {side: queues[side, p][heads[side] : cut.get((side, p), len(queues[side, p]))] for side in heads}
-            for side, n in task_order(batch[ORDER], batch[PAYMENT], last):
-                task.process(_Stored(side, p, heads[side] + n, batch[side][n]))
+            batch = {}
+            for side, head in heads.items():
+                queue, end = placed[side, p], head
+                while end < len(queue) and ((side, p) not in cut or queue[end][0] < cut[side, p]):
+                    end += 1
+                batch[side] = queue[head:end]
+            records = {side: [record for _, _, record in entries] for side, entries in batch.items()}
+            for side, n in task_order(records[ORDER], records[PAYMENT], last):
+                _offset, (partition, offset), record = batch[side][n]
+                task.process(_Stored(side, partition, offset, record))
                 last = side
             heads = {side: heads[side] + len(batch[side]) for side in heads}
         results.update(task.results)

@@ -30,6 +30,13 @@ which identify an output row (a batch inserts only the rows not written yet: a r
 holds each key's records of each side, the waiting records and the task's times: a restore continues all.
 With the spec's ``output_topic`` each result also goes to an event topic (``JobContext.ensure_output_topic``:
 keyed by the join key, the row as JSON), once, in the transaction of its batch's markers.
+
+A left stream not keyed by the join key is re-keyed first (``JobSpec(repartition=True)``, Kafka Streams'
+``selectKey`` before the join; :mod:`spark_jobs.repartition`): the join reads the repartition topic and the right
+topic, and a left record carries its place in the source (from the repartition topic's headers) through the
+windows and the changelog, so a result with a left record names it: ``source_partition`` and ``left_offset`` are
+the record's source partition and offset, ``right_offset`` the right record's offset in its task's partition. A
+repartition topic's offsets differ from one run to the next.
 """
 
 from __future__ import annotations
@@ -44,9 +51,11 @@ from spark_jobs import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import StoreDeclaration
+from spark_jobs.primitives.stream_table_join import ORIGIN_FIELDS
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
 from spark_jobs.registry import store as store_spec
+from spark_jobs.repartition import origin_columns
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 StreamsJoinKind = Literal["inner", "left", "outer"]
@@ -100,11 +109,16 @@ class StreamStreamJoin(StoreDeclaration):
         return self.left if side == "left" else self.right
 
     def _row_fields(self, side: str, key_field: str) -> list[T.StructField]:
-        """A side's stored row: every field but the key."""
+        """A side's fields: every field of its events but the key."""
         return [T.StructField(f.name, f.dataType) for f in self._side(side).schema.fields if f.name != key_field]
 
-    def _row_ddl(self, side: str, key_field: str) -> str:
-        fields = self._row_fields(side, key_field)
+    def _held_fields(self, side: str, key_field: str, rekeyed: bool) -> list[T.StructField]:
+        """A side's record as the processor holds and emits it: a re-keyed left record's carries its place in the
+        source (its place in the repartition topic orders it, and is not the same from one run to the next)."""
+        return self._row_fields(side, key_field) + (list(ORIGIN_FIELDS) if rekeyed and side == "left" else [])
+
+    def _row_ddl(self, side: str, key_field: str, rekeyed: bool) -> str:
+        fields = self._held_fields(side, key_field, rekeyed)
         return "STRUCT<" + ", ".join(f"`{f.name}`: {f.dataType.simpleString()}" for f in fields) + ">"
 
     def output_fields(self, key_field: str) -> list[tuple[str, str, str]]:
@@ -113,27 +127,27 @@ class StreamStreamJoin(StoreDeclaration):
             return [(name, *source.split(".", 1)) for name, source in self.fields.items()]
         return [(f.name, side, f.name) for side in _SIDES for f in self._row_fields(side, key_field)]
 
-    def state_ddl_for(self, key_field: str) -> str:
+    def state_ddl_for(self, key_field: str, rekeyed: bool = False) -> str:
         """A store entry: a side's records of a key (or a waiting entry's), or a partition's times."""
         record = (
-            f"STRUCT<time_ms: BIGINT, offset: BIGINT, left_row: {self._row_ddl('left', key_field)}, "
-            f"right_row: {self._row_ddl('right', key_field)}>"
+            f"STRUCT<time_ms: BIGINT, offset: BIGINT, left_row: {self._row_ddl('left', key_field, rekeyed)}, "
+            f"right_row: {self._row_ddl('right', key_field, rekeyed)}>"
         )
         return (
             f"source_partition INT, side STRING, records ARRAY<{record}>, stream_time_ms BIGINT, min_time_ms BIGINT, "
             "left_time_ms BIGINT, right_time_ms BIGINT, last_side STRING"
         )
 
-    def output_ddl_for(self, key_field: str) -> str:
+    def output_ddl_for(self, key_field: str, rekeyed: bool = False) -> str:
         """The processor's rows: store changes (kind = change) and results (kind = joined)."""
         return (
-            f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field)}, left_offset BIGINT, "
-            f"right_offset BIGINT, left_row {self._row_ddl('left', key_field)}, "
-            f"right_row {self._row_ddl('right', key_field)}, result_time_ms BIGINT"
+            f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field, rekeyed)}, "
+            f"left_offset BIGINT, right_offset BIGINT, left_row {self._row_ddl('left', key_field, rekeyed)}, "
+            f"right_row {self._row_ddl('right', key_field, rekeyed)}, result_time_ms BIGINT"
         )
 
-    def store_changes_for(self, key_field: str) -> StoreChanges:
-        return StoreChanges(self.store, self.state_ddl_for(key_field), rows=f"kind = '{CHANGE}'")
+    def store_changes_for(self, key_field: str, rekeyed: bool = False) -> StoreChanges:
+        return StoreChanges(self.store, self.state_ddl_for(key_field, rekeyed), rows=f"kind = '{CHANGE}'")
 
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return RESULT_COORDINATES
@@ -156,11 +170,6 @@ class StreamStreamJoin(StoreDeclaration):
             raise JobSpecError(f"join: {self.join!r} is not one of {get_args(StreamsJoinKind)}")
         if not spec.join_topic:
             raise JobSpecError("join_topic: a StreamStreamJoin reads its right stream from the spec's join_topic")
-        if spec.repartition:
-            raise JobSpecError(
-                f"repartition: re-keying a stream-stream join's input is not supported: key both streams by "
-                f"{spec.key_field!r} (a job with an output_topic can re-key one for it)"
-            )
         if self.window_ms <= 0 or self.grace_ms < 0:
             raise JobSpecError(f"window_ms must be > 0 and grace_ms >= 0, got {self.window_ms} and {self.grace_ms}")
         self.right.check(spec.name, spec.key_field)
@@ -188,8 +197,10 @@ class StreamStreamJoin(StoreDeclaration):
         from pyspark.sql import functions as F
 
         spec, key_field = ctx.spec, ctx.spec.key_field
-        structs = {side: T.StructType(self._row_fields(side, key_field)) for side in _SIDES}
+        structs = {side: T.StructType(self._held_fields(side, key_field, spec.repartition)) for side in _SIDES}
         times = {"left": self.left_time, "right": self.right_time}
+        # a re-keyed left record's place in the source, from the repartition topic's headers
+        origin = [c.alias(f.name) for c, f in zip(origin_columns(), ORIGIN_FIELDS, strict=True)]
 
         def rules(side: str):
             message = f"{times[side]} is not a time between 1970 and 2200"
@@ -200,7 +211,9 @@ class StreamStreamJoin(StoreDeclaration):
         def event(decoded, right: bool):
             side = "right" if right else "left"
             rows = {name: F.lit(None).cast(structs[name]) for name in _SIDES}
-            rows[side] = F.struct(*(decoded.getField(f.name).alias(f.name) for f in structs[side].fields))
+            fields = self._row_fields(side, key_field)
+            held = origin if side == "left" and spec.repartition else []
+            rows[side] = F.struct(*(decoded.getField(f.name).alias(f.name) for f in fields), *held)
             return F.struct(
                 decoded.getField(key_field).cast("string").alias(key_field),
                 F.lit(right).alias(RIGHT),
@@ -212,7 +225,16 @@ class StreamStreamJoin(StoreDeclaration):
         classified = classify_two_topics(ctx.kafka_source(), spec.join_topic, rules("left"), rules("right"), event)
         return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
 
-    def changes(self, events, key_field: str, initial, store, job: str = "?", offset_ordered: bool = False):
+    def changes(
+        self,
+        events,
+        key_field: str,
+        initial,
+        store,
+        job: str = "?",
+        offset_ordered: bool = False,
+        rekeyed: bool = False,
+    ):
         """The processor's rows (:meth:`output_ddl_for`), seeded with ``initial`` (the restored store)."""
         from pyspark.sql import DataFrame
 
@@ -222,7 +244,7 @@ class StreamStreamJoin(StoreDeclaration):
             "partition",
             None if initial is None else initial._jdf,
             self.store,
-            self.output_ddl_for(key_field),
+            self.output_ddl_for(key_field, rekeyed),
             self.window_ms,
             self.grace_ms,
             self.join,
@@ -230,14 +252,24 @@ class StreamStreamJoin(StoreDeclaration):
         )
         return DataFrame(jdf, spark)
 
-    def joined_rows(self, batch, key_field: str):
-        """A batch's results as output rows (:meth:`output_schema`)."""
+    def joined_rows(self, batch, key_field: str, rekeyed: bool = False):
+        """A batch's results as output rows (:meth:`output_schema`): with a re-keyed left record, the result's place
+        is the record's in the source (partition and offset) and the right record's offset in its partition."""
         from pyspark.sql import functions as F
 
         columns = [
             F.col(f"{side}_row").getField(field).alias(name) for name, side, field in self.output_fields(key_field)
         ]
-        return batch.where(f"kind = '{JOINED}'").select(F.col("key").alias(key_field), *columns, *RESULT_COORDINATES)
+        place = [F.col(c) for c in RESULT_COORDINATES]
+        if rekeyed:
+            left, partition, offset = (F.col("left_row"), *(f.name for f in ORIGIN_FIELDS))
+            place[0] = F.when(left.isNotNull(), left.getField(partition)).otherwise(F.col("source_partition"))
+            place[1] = F.when(left.isNotNull(), left.getField(offset)).otherwise(F.col("left_offset"))
+        return batch.where(f"kind = '{JOINED}'").select(
+            F.col("key").alias(key_field),
+            *columns,
+            *(column.alias(name) for column, name in zip(place, RESULT_COORDINATES, strict=True)),
+        )
 
     def build(self, ctx, processor=None):
         """The job's query: both topics classified, the Java processor, the results inserted if absent, store
@@ -246,24 +278,25 @@ class StreamStreamJoin(StoreDeclaration):
         if processor is not None:
             raise JobSpecError(f"job {spec.name}: a StreamStreamJoin runs its Java processor only")
         self.check(spec)
-        key_field, store = spec.key_field, store_spec(spec, self.store)
+        key_field, store, rekeyed = spec.key_field, store_spec(spec, self.store), spec.repartition
         ctx.ensure_output_table(self.output_schema(key_field))
-        changes = self.store_changes_for(key_field)
-        rows = self.changes(self.input_rows(ctx), key_field, ctx.initial_state(changes), store, job=spec.name)
+        changes = self.store_changes_for(key_field, rekeyed)
+        initial = ctx.initial_state(changes)
+        rows = self.changes(self.input_rows(ctx), key_field, initial, store, job=spec.name, rekeyed=rekeyed)
         outputs = ctx.output_table(RESULT_COORDINATES)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
 
         def write_outputs(batch, _batch_id: int, commit) -> None:
             # Always insert-if-absent: a batch of the right topic alone emits results too, and the output marks
             # that let a batch append (spark_jobs/state/output_marks.py) follow the left topic only.
-            if outputs.insert_absent(self.joined_rows(batch, key_field), commit):
+            if outputs.insert_absent(self.joined_rows(batch, key_field, rekeyed), commit):
                 write_summaries(batch.sparkSession)
 
         output_records = None
         if ctx.ensure_output_topic():
 
             def output_records(batch):
-                return self.event_records(self.joined_rows(batch, key_field), key_field)
+                return self.event_records(self.joined_rows(batch, key_field, rekeyed), key_field)
 
         sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)

@@ -131,6 +131,11 @@ import org.apache.kafka.streams.state.Stores;
  *       (internal config {@code __emit.interval.ms.kstreams.outer.join.spurious.results.fix__}, 1000 ms): with
  *       {@code -Dstreams.__emit.interval.ms.kstreams.outer.join.spurious.results.fix__=0} the output depends on
  *       the input alone (spark_jobs/generators/payments.py states the rules).
+ *   <li>{@code order_payments_inner_rekeyed}, {@code ..._left_rekeyed}, {@code ..._outer_rekeyed}: the same joins
+ *       of orders that are not keyed by their order id: each order gets its source partition and offset, then
+ *       {@code selectKey} by its {@code order_id} (an order without one dropped), so Kafka Streams writes the
+ *       orders to its repartition topic, sized as the payments topic, and joins what it reads back (the
+ *       platform's {@code repartition=True}).
  * </ul>
  *
  * <p>Prints one JSON line per lifecycle change, per restore event and per failed stream thread on stdout
@@ -143,7 +148,7 @@ import org.apache.kafka.streams.state.Stores;
  * -Dstreams.processing.guarantee=exactly_once_v2 -Dstreams.commit.interval.ms=100}); without one the app runs
  * at-least-once with a 1 s commit interval.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>[_rekeyed]> <bootstrap> <application.id> <state.dir>
  * <input topic[,second input topic]> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -156,7 +161,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>[_rekeyed]> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -199,7 +204,11 @@ public final class BenchApp {
       case "order_enrichment" -> orderEnrichment(builder, args[4], args[5], false);
       case "order_enrichment_rekeyed" -> orderEnrichment(builder, args[4], args[5], true);
       case "order_payments_inner", "order_payments_left", "order_payments_outer" ->
-          orderPayments(builder, job.substring("order_payments_".length()), args[4], args[5]);
+          orderPayments(builder, job.substring("order_payments_".length()), args[4], args[5], false);
+      case "order_payments_inner_rekeyed", "order_payments_left_rekeyed", "order_payments_outer_rekeyed" -> {
+        String kind = job.substring("order_payments_".length(), job.length() - "_rekeyed".length());
+        orderPayments(builder, kind, args[4], args[5], true);
+      }
       default -> {
         System.err.println("unknown job " + job);
         System.exit(2);
@@ -811,7 +820,7 @@ public final class BenchApp {
    * Orders joined with their payments within 10 minutes before or after the order, 1 min grace ({@code kind}:
    * inner, left or outer; see the class comment). {@code inputs} is {@code <orders topic>,<payments topic>}.
    */
-  static void orderPayments(StreamsBuilder builder, String kind, String inputs, String output) {
+  static void orderPayments(StreamsBuilder builder, String kind, String inputs, String output, boolean rekeyed) {
     String[] topics = inputs.split(",");
     if (topics.length != 2) {
       System.err.println("order_payments_" + kind + ": the input must be <orders topic>,<payments topic>");
@@ -820,6 +829,11 @@ public final class BenchApp {
     KStream<String, String> orders = builder
         .stream(topics[0], Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new EventTime()))
         .processValues(() -> new WithSource("order_partition", "order_offset"));
+    if (rekeyed) {
+      orders = orders
+          .filter((key, order) -> field(order, "order_id") != null)
+          .selectKey((key, order) -> field(order, "order_id"));
+    }
     KStream<String, String> payments = builder
         .stream(topics[1], Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new EventTime()))
         .processValues(() -> new WithSource("payment_partition", "payment_offset"));
