@@ -4,15 +4,17 @@ A private broker; ``--events`` purchases (or another workload's events) produced
 them available-now in micro-batches of ``--batch-events`` (Kafka's ``maxOffsetsPerTrigger``), in one fresh
 driver with Spark's event log on. The event log says which Spark jobs each streaming batch ran, where in
 the code each was started (PySpark's call site) and how long it took; the first ``--warm-up`` batches (a
-cold driver's) are left out of the per-batch figures.
+cold driver's) are left out of the per-batch figures. ``--py4j`` also counts the driver's calls into the JVM
+(each a round trip over py4j's socket), by the platform's function that made them, per batch of the run.
 
-    .venv/bin/python bench/batch_cost.py [--job purchase_counts] [--events 20000] [--batch-events 1000]
+    .venv/bin/python bench/batch_cost.py [--job purchase_counts] [--events 20000] [--batch-events 1000] [--py4j]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -73,6 +75,46 @@ def batch_jobs(event_log: Path) -> tuple[dict[int, list[dict]], dict[int, float]
     return by_batch, durations
 
 
+class Py4jCalls:
+    """Counts the calls into the JVM made while it is entered (every py4j connection's ``send_command``), each by
+    the innermost frame of this repository's ``spark_jobs`` that led to it (else py4j's innermost caller, in
+    parentheses: PySpark's callback of a batch or a listener, or py4j releasing a collected Java object's
+    reference, ``_garbage_collect_object``)."""
+
+    def __init__(self) -> None:
+        self.by_caller: collections.Counter[str] = collections.Counter()
+        self._patched: list[tuple[type, object]] = []
+
+    def _caller(self) -> str:
+        frame, outside = sys._getframe(2), None
+        while frame is not None:
+            path = frame.f_code.co_filename
+            if "/spark_jobs/" in path and "site-packages" not in path:
+                return f"{path.split('/spark_jobs/', 1)[1]}:{frame.f_code.co_name}"
+            if outside is None and "/py4j/" not in path:  # the innermost caller of py4j, e.g. in pyspark
+                outside = f"({'/'.join(Path(path).parts[-2:])}:{frame.f_code.co_name})"
+            frame = frame.f_back
+        return outside or "(py4j)"
+
+    def __enter__(self) -> Py4jCalls:
+        from py4j import clientserver, java_gateway
+
+        for cls in (clientserver.ClientServerConnection, java_gateway.GatewayConnection):
+            original = cls.send_command
+
+            def counted(connection, *args, _original=original, **kwargs):
+                self.by_caller[self._caller()] += 1
+                return _original(connection, *args, **kwargs)
+
+            self._patched.append((cls, original))
+            cls.send_command = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for cls, original in self._patched:
+            cls.send_command = original
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", default="purchase_counts", choices=sorted(WORKLOADS))
@@ -82,6 +124,7 @@ def main() -> None:
     parser.add_argument(
         "--output-topic", action="store_true", help="the job with an upsert output topic (JobSpec.output_topic)"
     )
+    parser.add_argument("--py4j", action="store_true", help="count the driver's calls into the JVM, by caller")
     parser.add_argument(
         "--driver-java-options",
         help="more options for the driver JVM, e.g. -XX:StartFlightRecording=filename=/tmp/jfr/,settings=profile",
@@ -113,7 +156,9 @@ def main() -> None:
                 "spark.eventLog.rolling.enabled": "false",
             },
         )
-        report = run(spec, settings, available_now=True, spark=spark)
+        calls = Py4jCalls()
+        with calls if args.py4j else contextlib.nullcontext():
+            report = run(spec, settings, available_now=True, spark=spark)
         close_spark_kafka_producers(spark)
         spark.stop()
         if report.error:
@@ -142,6 +187,14 @@ def main() -> None:
         f"{statistics.median(d for b, d in durations.items() if b >= args.warm_up):.2f} s (median). "
         f"Seconds per batch by phase, over the run: {phases}"
     )
+    if args.py4j:
+        table = Table(title=f"calls into the JVM per batch ({batches} batches, start and stop included)")
+        table.add_column("caller (spark_jobs/...)")
+        table.add_column("calls per batch", justify="right")
+        for caller, count in calls.by_caller.most_common(25):
+            table.add_row(caller, f"{count / batches:.1f}")
+        console.print(table)
+        console.print(f"in all: {sum(calls.by_caller.values()) / batches:.0f} calls per batch")
 
 
 if __name__ == "__main__":
