@@ -200,7 +200,9 @@ class StreamStreamJoin(StoreDeclaration):
         structs = {side: T.StructType(self._held_fields(side, key_field, spec.repartition)) for side in _SIDES}
         times = {"left": self.left_time, "right": self.right_time}
         # a re-keyed left record's place in the source, from the repartition topic's headers
-        origin = [c.alias(f.name) for c, f in zip(origin_columns(), ORIGIN_FIELDS, strict=True)]
+        origin = (
+            [c.alias(f.name) for c, f in zip(origin_columns(), ORIGIN_FIELDS, strict=True)] if spec.repartition else []
+        )
 
         def rules(side: str):
             message = f"{times[side]} is not a time between 1970 and 2200"
@@ -212,7 +214,7 @@ class StreamStreamJoin(StoreDeclaration):
             side = "right" if right else "left"
             rows = {name: F.lit(None).cast(structs[name]) for name in _SIDES}
             fields = self._row_fields(side, key_field)
-            held = origin if side == "left" and spec.repartition else []
+            held = origin if side == "left" else []
             rows[side] = F.struct(*(decoded.getField(f.name).alias(f.name) for f in fields), *held)
             return F.struct(
                 decoded.getField(key_field).cast("string").alias(key_field),
