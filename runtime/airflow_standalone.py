@@ -283,6 +283,28 @@ class AirflowApi:
         found = self._request("GET", f"/dags/{dag_id}/dagRuns/~/taskInstances?task_id={task_id}&limit=100&order_by=-id")
         return {ti["dag_run_id"]: ti["state"] for ti in found["task_instances"]}
 
+    def task_logs(self, dag_id: str, run_id: str, lines: int = 40) -> str:
+        """The tail of each task's last try in the run, as its log page shows the events: what a failed run's
+        assertion prints (the stack and its task logs are gone when CI reports the failure)."""
+        run = urllib.parse.quote(run_id, safe="")
+        found = self._request("GET", f"/dags/{dag_id}/dagRuns/{run}/taskInstances?limit=100")["task_instances"]
+        parts = []
+        for ti in found:
+            head = f"--- {ti['task_id']}: {ti['state']} (try {ti['try_number']})"
+            if not ti["try_number"]:
+                parts.append(head)
+                continue
+            log = self._request(
+                "GET", f"/dags/{dag_id}/dagRuns/{run}/taskInstances/{ti['task_id']}/logs/{ti['try_number']}"
+            )
+            events = [
+                " ".join(str(e.get(k, "")) for k in ("timestamp", "level", "event")).strip()
+                for e in log.get("content", [])
+                if isinstance(e, dict)
+            ]
+            parts.append("\n".join([head, *events[-lines:]]))
+        return "\n".join(parts)
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 600) -> str:
         """Poll until the run is success or failed; returns the final state."""
         import time

@@ -213,6 +213,13 @@ def driver_diagnosis(settings, application_id: str) -> str:
     )
 
 
+def wait_for_success(airflow, dag_id: str, run_id: str, timeout_s: float = 300, diagnose=lambda: "") -> None:
+    """Wait for a DAG run triggered through the API or the UI; when it fails, the assertion shows its tasks'
+    logs (and ``diagnose()``): the stack is gone by the time a CI run reports the failure."""
+    state = airflow.wait_for_run(dag_id, run_id, timeout_s=timeout_s)
+    assert state == "success", f"{dag_id} run {run_id}: {state}\n{airflow.task_logs(dag_id, run_id)}\n{diagnose()}"
+
+
 def age_delta_removals(path: Path, days: float) -> None:
     """Removals as if committed ``days`` ago: vacuum goes by the remove actions' ``deletionTimestamp``."""
     shift = int(days * 86_400_000)

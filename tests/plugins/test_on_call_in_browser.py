@@ -41,7 +41,14 @@ from spark_jobs.run import run
 from spark_jobs.versions import JobVersions
 from streamstate_cli.cli import stop_job_processes
 from tests.fixtures import ui_jobs
-from tests.helpers import driver_diagnosis, driver_pids, expected_purchase_counts, read_topic, wait_for
+from tests.helpers import (
+    driver_diagnosis,
+    driver_pids,
+    expected_purchase_counts,
+    read_topic,
+    wait_for,
+    wait_for_success,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -129,13 +136,15 @@ def _readme_screenshot(ui, name: str) -> None:
 def test_a_reprocessing_dry_run_shows_its_plan_in_the_task_log(ui, airflow, purchases_input, leaves_the_stack_quiet):
     with ui.screenshot_on_failure("reprocess-trigger"):
         run_id = ui.trigger("reprocess_job", job=JOB.name, mode="reset")  # dry_run: on by default
-    assert airflow.wait_for_run("reprocess_job", run_id, timeout_s=300) == "success"
+    wait_for_success(airflow, "reprocess_job", run_id)
     with ui.screenshot_on_failure("reprocess-plan-log"):
         log = ui.task_log("reprocess_job", run_id, "plan", expect="DRY RUN - nothing will be changed")
         assert f"Reprocessing plan: {JOB.name} v{JOB.version}, mode reset" in log
         assert f"input {JOB.source_topic} (stream), start: earliest" in log and "records to process: 400" in log
         assert "delete checkpoint" in log and "restart" in log
     assert airflow.task_states("reprocess_job", "reset")[run_id] == "skipped"  # a dry run changes nothing
+    # what a failed run's assertion prints: the same log through the API
+    assert "DRY RUN - nothing will be changed" in airflow.task_logs("reprocess_job", run_id)
 
 
 def test_a_migration_dry_run_plans_the_new_versions_state_from_the_old_ones(
@@ -155,7 +164,7 @@ def test_a_migration_dry_run_plans_the_new_versions_state_from_the_old_ones(
 
     with ui.screenshot_on_failure("migrate-trigger"):
         run_id = ui.trigger("reprocess_job", job=v1.name, mode="migrate")  # the newest version, dry run
-    assert airflow.wait_for_run("reprocess_job", run_id, timeout_s=300) == "success"
+    wait_for_success(airflow, "reprocess_job", run_id)
     with ui.screenshot_on_failure("migrate-plan-log"):
         log = ui.task_log("reprocess_job", run_id, "plan", expect="DRY RUN - nothing will be changed")
     assert f"Reprocessing plan: {v1.name} v2 beside v1, state migrated from v1, mode migrate" in log
@@ -168,7 +177,7 @@ def test_a_migration_dry_run_plans_the_new_versions_state_from_the_old_ones(
 def test_a_promotion_dry_run_says_what_it_would_do(ui, airflow, leaves_the_stack_quiet):
     with ui.screenshot_on_failure("promote-trigger"):
         run_id = ui.trigger("promote_job_version", job=JOB.name)  # the newest version, dry run: the defaults
-    assert airflow.wait_for_run("promote_job_version", run_id, timeout_s=300) == "success"
+    wait_for_success(airflow, "promote_job_version", run_id)
     with ui.screenshot_on_failure("promote-log"):
         log = ui.task_log("promote_job_version", run_id, "promote", expect=f"DRY RUN: promote {JOB.name}")
         assert f"v{JOB.version} is already the current version: nothing to promote" in log
@@ -193,7 +202,7 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
 
     with ui.screenshot_on_failure("start-trigger"):
         run_id = ui.trigger("start_streaming_job", job=JOB.name)
-    assert airflow.wait_for_run("start_streaming_job", run_id, timeout_s=300) == "success", diagnose()
+    wait_for_success(airflow, "start_streaming_job", run_id, diagnose=diagnose)
     started = lease.holder()
     wait_for(
         lambda: _job_row(settings)["input_lag_records"] == 0 and _job_row(settings)["lifecycle_state"] == "RUNNING",
@@ -263,7 +272,7 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
 
     with ui.screenshot_on_failure("stop-trigger"):
         run_id = ui.trigger("stop_streaming_job", job=JOB.name, reason="on-call drill in the browser")
-    assert airflow.wait_for_run("stop_streaming_job", run_id, timeout_s=300) == "success"
+    wait_for_success(airflow, "stop_streaming_job", run_id, diagnose=diagnose)
     assert lease.holder() is None and driver_pids(app) == set()
     with ui.screenshot_on_failure("stopped-jobs-page"):
         ui.open("/streamstate/")
@@ -275,7 +284,7 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
     asked_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     with ui.screenshot_on_failure("audit-trigger"):
         run_id = ui.trigger("audit_state_size")
-    assert airflow.wait_for_run("audit_state_size", run_id, timeout_s=300) == "success"
+    wait_for_success(airflow, "audit_state_size", run_id)
     with ui.screenshot_on_failure("audit-after"):
         ui.open("/streamstate/state-audit/")
         report = ui.wait_for_text("generated")

@@ -12,7 +12,7 @@ from runtime.airflow_standalone import LocalAirflow
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job, latest_jobs
-from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic
+from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic, wait_for_success
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_drain_dag_submits_the_job_through_spark_default(airflow, kafka_broker, 
     test_repo_dags_are_loaded_without_import_errors(airflow)
 
     run_id = airflow.trigger(f"drain__{spec.name}")
-    assert airflow.wait_for_run(f"drain__{spec.name}", run_id, timeout_s=600) == "success"
+    wait_for_success(airflow, f"drain__{spec.name}", run_id, timeout_s=600)
 
     report = json.loads((settings.status_dir / f"{spec.application_id}.last-run.json").read_text())
     expected = expected_purchase_counts(read_topic(settings.kafka_bootstrap_servers, spec.source_topic))
