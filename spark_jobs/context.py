@@ -535,16 +535,14 @@ class JobContext:
     def _write_dead_letters(self, batch, counts: dict[str, int]):
         """Send the batch's dead letters (``counts`` of them by reason) to the job's dead-letter topic; returns
         the batch's other rows."""
-        from pyspark.sql import functions as F
-
         from spark_jobs import dead_letter
 
-        if dead_letter.LETTER_COLUMN not in batch.columns:
+        letter = dead_letter.LETTER_COLUMN
+        if letter not in batch.columns:
             return batch
         if counts:
-            letters = batch.where(F.col(dead_letter.LETTER_COLUMN).isNotNull())
-            self._send_letters(letters.select(f"{dead_letter.LETTER_COLUMN}.*"), counts)
-        return batch.where(F.col(dead_letter.LETTER_COLUMN).isNull()).drop(dead_letter.LETTER_COLUMN)
+            self._send_letters(batch.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), counts)
+        return batch.where(f"`{letter}` IS NULL").drop(letter)
 
     def write_letters(self, letters) -> None:
         """Dead-letter records (key, value, headers) of this batch to the job's dead-letter topic, counted by

@@ -111,14 +111,9 @@ class EventTimeAggregate(StoreDeclaration):
     def store_changes_for(self, key_field: str) -> StoreChanges:
         """The changelog: a span's entry keyed ``<key>@<span start ms>``, a partition's stream time
         ``~stream-time@<partition>``."""
-        from pyspark.sql import functions as F
-
         start_ms = f"{self.span_columns[0]}_ms"
-
-        def changelog_key():
-            span_key = F.concat_ws("@", key_field, F.col(start_ms).cast("string"))
-            return F.when(F.col(key_field).isNull(), stream_time_key()).otherwise(span_key)
-
+        span_key = f"concat_ws('@', `{key_field}`, CAST(`{start_ms}` AS STRING))"
+        changelog_key = f"CASE WHEN `{key_field}` IS NULL THEN {stream_time_key()} ELSE {span_key} END"
         return StoreChanges(self.store, self.state_ddl_for(key_field), key=changelog_key, rows=f"kind = '{CHANGE}'")
 
     def processed(self, ctx, processor=None):

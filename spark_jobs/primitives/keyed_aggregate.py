@@ -212,11 +212,7 @@ class KeyedAggregate(StoreDeclaration):
     def store_changes(self) -> StoreChanges:
         if not self.time:
             return super().store_changes
-        from pyspark.sql import functions as F
-
-        def changelog_key():
-            return F.when(F.col("key").isNull(), stream_time_key()).otherwise(F.col("key"))
-
+        changelog_key = f"coalesce(key, {stream_time_key()})"
         return StoreChanges(self.store, self.state_ddl, key=changelog_key, rows=f"kind = '{CHANGE}'")
 
     @property

@@ -214,23 +214,17 @@ class StoreDeclaration:
     def output_records(self, batch, key_field: str):
         """A batch's changed output rows as upsert records for the job's output topic: key, and the row as
         JSON (the key field and :attr:`output_values`, as the output table holds it), or null for a deleted key."""
-        from pyspark.sql import functions as F
-
-        rows = self.store_rows(batch).select(F.col("key").alias(key_field), TOMBSTONE, *self.output_values)
-        row = F.to_json(F.struct(key_field, *self.output_values))
-        return rows.select(
-            F.col(key_field).cast("binary").alias("key"),
-            F.when(~F.col(TOMBSTONE), row).cast("binary").alias("value"),
+        rows = self.store_rows(batch).selectExpr(f"key AS `{key_field}`", TOMBSTONE, *_quoted(self.output_values))
+        row = f"to_json(struct({', '.join(_quoted((key_field, *self.output_values)))}))"
+        return rows.selectExpr(
+            f"CAST(`{key_field}` AS BINARY) AS key",
+            f"CAST(CASE WHEN NOT {TOMBSTONE} THEN {row} END AS BINARY) AS value",
         )
 
     def event_records(self, rows, key_field: str):
         """Output rows that are events (a join's results) as records of an event output topic: keyed by the key
         field's text (as the job's inputs are), the whole row as JSON."""
-        from pyspark.sql import functions as F
-
-        return rows.select(
-            F.col(key_field).cast("binary").alias("key"), F.to_json(F.struct("*")).cast("binary").alias("value")
-        )
+        return rows.selectExpr(f"CAST(`{key_field}` AS BINARY) AS key", "CAST(to_json(struct(*)) AS BINARY) AS value")
 
     def kept_stores(self, spec: JobSpec, changes: StoreChanges, more: tuple[StoreChanges, ...]):
         """The stores the job's processor keeps: the declaration's (``changes``), then a Python processor's
@@ -279,7 +273,8 @@ class StoreDeclaration:
         write_summaries = self.summary_writer(output_path, self.summary_paths(ctx))
 
         def write_outputs(batch, commit) -> None:
-            source = self.store_rows(batch).select(F.col("key").alias(key_field), TOMBSTONE, *values)
+            # SQL text: built every micro-batch, and a Column is a call into the JVM or more
+            source = self.store_rows(batch).selectExpr(f"key AS `{key_field}`", TOMBSTONE, *_quoted(values))
             outputs.upsert(source, commit, gone=TOMBSTONE)
             write_summaries(batch.sparkSession)
 
@@ -360,11 +355,14 @@ def late_letters(rows, source_topic: str, message, key: str = "key"):
     )
 
 
-def stream_time_key():
-    """The changelog key column of a row carrying a partition's stream time (``source_partition``)."""
-    from pyspark.sql import functions as F
+def _quoted(names) -> list[str]:
+    """Column names as SQL identifiers."""
+    return [f"`{name}`" for name in names]
 
-    return F.concat(F.lit(STREAM_TIME_KEY_PREFIX), F.col("source_partition").cast("string"))
+
+def stream_time_key() -> str:
+    """The changelog key (SQL) of a row carrying a partition's stream time (``source_partition``)."""
+    return f"concat('{STREAM_TIME_KEY_PREFIX}', CAST(source_partition AS STRING))"
 
 
 def iso_time(millis):

@@ -257,20 +257,17 @@ class StreamStreamJoin(StoreDeclaration):
     def joined_rows(self, batch, key_field: str, rekeyed: bool = False):
         """A batch's results as output rows (:meth:`output_schema`): with a re-keyed left record, the result's place
         is the record's in the source (partition and offset) and the right record's offset in its partition."""
-        from pyspark.sql import functions as F
-
-        columns = [
-            F.col(f"{side}_row").getField(field).alias(name) for name, side, field in self.output_fields(key_field)
-        ]
-        place = [F.col(c) for c in RESULT_COORDINATES]
+        # SQL text: built every micro-batch, and a Column per field is a call into the JVM or more
+        columns = [f"`{side}_row`.`{field}` AS `{name}`" for name, side, field in self.output_fields(key_field)]
+        place = [f"`{c}`" for c in RESULT_COORDINATES]
         if rekeyed:
-            left, partition, offset = (F.col("left_row"), *(f.name for f in ORIGIN_FIELDS))
-            place[0] = F.when(left.isNotNull(), left.getField(partition)).otherwise(F.col("source_partition"))
-            place[1] = F.when(left.isNotNull(), left.getField(offset)).otherwise(F.col("left_offset"))
-        return batch.where(f"kind = '{JOINED}'").select(
-            F.col("key").alias(key_field),
+            partition, offset = (f.name for f in ORIGIN_FIELDS)
+            place[0] = f"CASE WHEN left_row IS NOT NULL THEN left_row.`{partition}` ELSE source_partition END"
+            place[1] = f"CASE WHEN left_row IS NOT NULL THEN left_row.`{offset}` ELSE left_offset END"
+        return batch.where(f"kind = '{JOINED}'").selectExpr(
+            f"key AS `{key_field}`",
             *columns,
-            *(column.alias(name) for column, name in zip(place, RESULT_COORDINATES, strict=True)),
+            *(f"{column} AS `{name}`" for column, name in zip(place, RESULT_COORDINATES, strict=True)),
         )
 
     def build(self, ctx, processor=None):

@@ -272,14 +272,11 @@ class StreamTableJoin(StoreDeclaration):
     def joined_rows(self, batch, key_field: str, rekeyed: bool = False):
         """A batch's joined events as output rows (:meth:`output_schema`): a re-keyed event's coordinates are its
         place in the source (:meth:`_held_fields`)."""
-        from pyspark.sql import functions as F
-
-        stream = [F.col("stream_row").getField(f.name).alias(f.name) for f in self._stream_fields(key_field)]
-        table = [F.col("table_row").getField(f.name).alias(f.name) for f in self._table_fields()]
-        place = F.col("stream_row") if rekeyed else F.struct("source_partition", "source_offset")
-        return batch.where(f"kind = '{JOINED}'").select(
-            F.col("key").alias(key_field), *stream, *table, *(place.getField(c).alias(c) for c in EVENT_COORDINATES)
-        )
+        # SQL text: built every micro-batch, and a Column per field is a call into the JVM or more
+        stream = [f"stream_row.`{f.name}` AS `{f.name}`" for f in self._stream_fields(key_field)]
+        table = [f"table_row.`{f.name}` AS `{f.name}`" for f in self._table_fields()]
+        place = [f"stream_row.`{c}` AS `{c}`" if rekeyed else f"`{c}`" for c in EVENT_COORDINATES]
+        return batch.where(f"kind = '{JOINED}'").selectExpr(f"key AS `{key_field}`", *stream, *table, *place)
 
     def build(self, ctx, processor=None):
         """The job's query: both topics classified, the Java processor, the joined events appended (inserted

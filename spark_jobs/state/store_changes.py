@@ -15,7 +15,7 @@ written by one batch reads back with exactly the same types on restore.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
 
 TOMBSTONE = "tombstone"
 #: the column naming the store a change row belongs to, in the rows of a processor that keeps several
@@ -29,31 +29,36 @@ class StoreChanges:
     Attributes:
         store: the store name (its changelog topic is ``<application_id>-<store>-changelog``).
         value_ddl: the stored value's schema, e.g. ``"purchases BIGINT, amount_spent DECIMAL(22,2)"``.
-        key: builds the changelog key column from a change row (default: the ``key`` column).
+        key: SQL expression of the changelog key of a change row (default: the ``key`` column).
         rows: SQL condition picking the change rows when the processor emits other rows too.
     """
 
     store: str
     value_ddl: str
-    key: Callable[[], object] | None = None
+    key: str = "key"
     rows: str | None = None
 
     def value_columns(self) -> list[str]:
-        from pyspark.sql.types import _parse_datatype_string
-
-        return [f.name for f in _parse_datatype_string(self.value_ddl).fields]
+        return list(_field_names(self.value_ddl))
 
     def changelog_records(self, changes):
         """``changes`` (processor output) -> DataFrame(key STRING, value STRING|null) for the changelog."""
-        from pyspark.sql import functions as F
-
-        key = self.key() if self.key else F.col("key")
-        value = F.when(F.col(TOMBSTONE), F.lit(None).cast("string")).otherwise(
-            F.to_json(F.struct(*self.value_columns()))
-        )
+        # SQL text: built every micro-batch, and a Column per field is a call into the JVM each
+        fields = ", ".join(f"`{c}`" for c in self.value_columns())
         if self.rows:
             changes = changes.where(self.rows)
-        return changes.select(key.cast("string").alias("key"), value.alias("value"))
+        return changes.selectExpr(
+            f"CAST({self.key} AS STRING) AS key",
+            f"CASE WHEN `{TOMBSTONE}` THEN CAST(NULL AS STRING) ELSE to_json(struct({fields})) END AS value",
+        )
+
+
+@functools.cache
+def _field_names(ddl: str) -> tuple[str, ...]:
+    """The field names of a DDL schema (parsed by Spark, in the JVM: once per schema)."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    return tuple(f.name for f in _parse_datatype_string(ddl).fields)
 
 
 def several_stores(first: StoreChanges, more: tuple[StoreChanges, ...]) -> tuple[StoreChanges, ...]:
