@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import is_transient, partition_offsets, watermark_offsets
@@ -349,7 +349,7 @@ class ChangelogTail:
     def __init__(
         self, kafka: KafkaTarget, topic: str, start_offsets: Mapping[int, int] | None = None, timeout_s: float = 30.0
     ) -> None:
-        self.topic = topic
+        self.kafka, self.topic = kafka, topic
         self.consumer = _consumer(kafka, topic)
         metadata = self.consumer.list_topics(topic, timeout=timeout_s).topics[topic]
         if metadata.error is not None or not metadata.partitions:
@@ -395,10 +395,31 @@ class ChangelogTail:
         return self.assembler.take_complete()
 
     def end_offsets(self, timeout_s: float = 5.0) -> dict[int, int]:
-        """The topic's end offset per partition now."""
-        for p in self.partitions:
-            self.high[p] = watermark_offsets(self.consumer, TopicPartition(self.topic, p), timeout_s)[1]
+        """The topic's end offset per partition now.
+
+        Raises:
+            KafkaException: no answer (a transient error, see :func:`~spark_jobs.kafka_topics.is_transient`,
+                retried for ``timeout_s``); after ``_UNKNOWN_PARTITION`` the tail has a new consumer
+                (:meth:`reopen`) for the next call.
+        """
+        try:
+            for p in self.partitions:
+                self.high[p] = watermark_offsets(self.consumer, TopicPartition(self.topic, p), timeout_s)[1]
+        except KafkaException as err:
+            # A client whose metadata lost the partition while the broker was away may keep answering so until
+            # its metadata cache expires (minutes; a live view stayed stale for over 90 s in CI, the standby
+            # beside it recovered in 20): a new client asks the broker afresh.
+            if err.args[0].code() == KafkaError._UNKNOWN_PARTITION:
+                self.reopen()
+            raise
         return dict(self.high)
+
+    def reopen(self) -> None:
+        """A new consumer, from the positions read so far (the batches being assembled are kept: nothing is
+        read twice or skipped)."""
+        self.consumer.close()
+        self.consumer = _consumer(self.kafka, self.topic)
+        self.consumer.assign([TopicPartition(self.topic, p, offset) for p, offset in self.position.items()])
 
     def has_read(self, offsets: Mapping[int, int]) -> bool:
         """Whether every record before ``offsets`` has been read."""
