@@ -16,6 +16,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
+import itertools
 import json
 import statistics
 import sys
@@ -45,8 +46,8 @@ def _produce(settings, spec, workload: str, events: int) -> None:
     ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
     if workload == "purchases":
         rows = purchases.generate(events, users=max(100, events // 10))
-    else:
-        rows = sessions.generate(events, visitors=max(100, events // 20))
+    else:  # visits of ~12 events an hour or two apart: ~200 events per user a day
+        rows = itertools.islice(sessions.generate(max(10, events // 100), seconds=86_400), events)
     produce_keyed(settings.kafka, spec.source_topic, rows, spec.key_field)
 
 

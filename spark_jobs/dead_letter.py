@@ -265,25 +265,35 @@ def letter_columns(application_id: str) -> list[Column]:
 
 def _letter_columns(has_message: bool, application_id: str) -> list[Column]:
     """key, value and headers of the dead-letter record of a rejected row (see :func:`dead_letter_records`)."""
+    return [F.expr(column) for column in _letter_sql(has_message, application_id)]
 
-    def header(name: str, value: Column) -> Column:
-        return F.struct(F.lit(HEADER_PREFIX + name).alias("key"), value.cast("string").cast("binary").alias("value"))
 
-    why = F.col(ERROR_COLUMN)
+def _letter_sql(has_message: bool, application_id: str) -> list[str]:
+    """:func:`_letter_columns` as SQL text: a frame built every micro-batch (a processor's late events) takes it in
+    one call into the JVM, where a Column per header field is a call each."""
+
+    def header(name: str, value: str) -> str:
+        return (
+            f"named_struct('key', {sql_string(HEADER_PREFIX + name)}, 'value', CAST(CAST({value} AS STRING) AS BINARY))"
+        )
+
+    why = f"`{ERROR_COLUMN}`"
     if has_message:
-        why = F.coalesce(F.col(MESSAGE_COLUMN), why)
-    return [
-        F.col("key"),
-        F.col("value"),
-        F.array(
-            header("reason", F.col(ERROR_COLUMN)),
-            header("message", F.concat(F.lit(f"record rejected by {application_id}: "), why)),
-            header("source.topic", F.col("topic")),
-            header("source.partition", F.col("partition")),
-            header("source.offset", F.col("offset")),
-            header("source.timestamp", F.col("timestamp")),
-        ).alias("headers"),
+        why = f"coalesce(`{MESSAGE_COLUMN}`, {why})"
+    headers = [
+        header("reason", f"`{ERROR_COLUMN}`"),
+        header("message", f"concat({sql_string(f'record rejected by {application_id}: ')}, {why})"),
+        header("source.topic", "`topic`"),
+        header("source.partition", "`partition`"),
+        header("source.offset", "`offset`"),
+        header("source.timestamp", "`timestamp`"),
     ]
+    return ["`key`", "`value`", f"array({', '.join(headers)}) AS headers"]
+
+
+def sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
@@ -291,7 +301,7 @@ def dead_letter_records(rejected: DataFrame, application_id: str) -> DataFrame:
     reason and the source coordinates in headers. ``rejected`` has the Kafka source columns (key,
     value, topic, partition, offset, timestamp), :data:`ERROR_COLUMN` and, optionally,
     :data:`MESSAGE_COLUMN`."""
-    return rejected.select(*_letter_columns(MESSAGE_COLUMN in rejected.columns, application_id))
+    return rejected.selectExpr(*_letter_sql(MESSAGE_COLUMN in rejected.columns, application_id))
 
 
 def with_dead_letters(

@@ -83,6 +83,11 @@ class EventTimeAggregate(StoreDeclaration):
             for name, expression in self.output_expressions.items()
         ]
 
+    def _output_sql(self) -> list[str]:
+        """:attr:`output_expressions` as SQL select items, for a frame built every micro-batch (one call into the
+        JVM; :meth:`output_schema` checked them against the values when the job was built)."""
+        return [f"{expression} AS `{name}`" for name, expression in self.output_expressions.items()]
+
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return (key_field, self.span_columns[0])
 

@@ -52,6 +52,7 @@ from typing import ClassVar, Literal, get_args
 from pyspark.sql import types as T
 
 from spark_jobs import dead_letter
+from spark_jobs.dead_letter import sql_string
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.pipeline import (
     DELETE_COLUMN,
@@ -362,16 +363,14 @@ class KeyedAggregate(StoreDeclaration):
         """An event-time TTL's late events among a batch's rows, as dead-letter records."""
         if not self.time:
             return None
-        from pyspark.sql import functions as F
-
-        message = F.concat(
-            F.lit(f"{self.time} "),
-            iso_time(F.col("event_time_ms")),
-            F.lit(" is older than the store's TTL: stream time of "),
-            F.lit("partition "),
-            F.col("source_partition").cast("string"),
-            F.lit(" was "),
-            iso_time(F.col("stream_time_ms")),
-            F.lit(" and the key was not in the store"),
-        )
+        parts = [
+            sql_string(f"{self.time} "),
+            iso_time("event_time_ms"),
+            sql_string(" is older than the store's TTL: stream time of partition "),
+            "CAST(source_partition AS STRING)",
+            "' was '",
+            iso_time("stream_time_ms"),
+            "' and the key was not in the store'",
+        ]
+        message = f"concat({', '.join(parts)})"
         return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, message)

@@ -338,20 +338,19 @@ def processor_input(events, job: str, where: str | None, delete_when: str | None
     return delete, kept, letter
 
 
-def late_letters(rows, source_topic: str, message, key: str = "key"):
+def late_letters(rows, source_topic: str, message: str, key: str = "key"):
     """A processor's late-event rows (with ``source_partition``, ``source_offset``, ``source_timestamp``
-    and ``raw``) as dead-letter records (reason ``late``, ``message`` a column saying why)."""
-    from pyspark.sql import functions as F
-
-    return rows.select(
-        F.col(key).cast("binary").alias("key"),
-        F.col("raw").alias("value"),
-        F.lit(source_topic).alias("topic"),
-        F.col("source_partition").alias("partition"),
-        F.col("source_offset").alias("offset"),
-        F.col("source_timestamp").alias("timestamp"),
-        F.lit(dead_letter.LATE).alias(dead_letter.ERROR_COLUMN),
-        message.alias(dead_letter.MESSAGE_COLUMN),
+    and ``raw``) as dead-letter records (reason ``late``, ``message`` SQL saying why). SQL text: built every
+    micro-batch, and a Column per field is a call into the JVM or more."""
+    return rows.selectExpr(
+        f"CAST(`{key}` AS BINARY) AS key",
+        "raw AS value",
+        f"{dead_letter.sql_string(source_topic)} AS topic",
+        "source_partition AS `partition`",
+        "source_offset AS `offset`",
+        "source_timestamp AS `timestamp`",
+        f"{dead_letter.sql_string(dead_letter.LATE)} AS `{dead_letter.ERROR_COLUMN}`",
+        f"{message} AS `{dead_letter.MESSAGE_COLUMN}`",
     )
 
 
@@ -365,8 +364,6 @@ def stream_time_key() -> str:
     return f"concat('{STREAM_TIME_KEY_PREFIX}', CAST(source_partition AS STRING))"
 
 
-def iso_time(millis):
-    """An epoch-millisecond column as an ISO-8601 UTC string, for messages."""
-    from pyspark.sql import functions as F
-
-    return F.date_format(F.timestamp_millis(millis), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+def iso_time(millis: str) -> str:
+    """An epoch-millisecond column (SQL) as an ISO-8601 UTC string (SQL), for messages."""
+    return f"date_format(timestamp_millis({millis}), \"yyyy-MM-dd'T'HH:mm:ss.SSS'Z'\")"

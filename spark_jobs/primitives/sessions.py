@@ -174,16 +174,13 @@ class SessionAggregate(EventTimeAggregate):
     def _emitted(self, batch, key_field: str, job: str):
         """A batch's changes of the outputs (the processor's emit rows): the output row, whether it leaves the
         outputs (``_gone``) and whether it is a session that merged a closed one (``reopened``)."""
-        from pyspark.sql import functions as F
-
-        emitted = batch.where(f"kind = '{EMIT}'")
-        return emitted.select(
-            key_field,
-            F.timestamp_millis("session_start_ms").alias("session_start"),
-            F.timestamp_millis("session_end_ms").alias("session_end"),
-            *self._output_columns(emitted, job),
-            F.col(TOMBSTONE).alias("_gone"),
-            F.coalesce(F.col("reopened"), F.lit(False)).alias("reopened"),
+        return batch.where(f"kind = '{EMIT}'").selectExpr(
+            f"`{key_field}`",
+            "timestamp_millis(session_start_ms) AS session_start",
+            "timestamp_millis(session_end_ms) AS session_end",
+            *self._output_sql(),
+            f"`{TOMBSTONE}` AS _gone",
+            "coalesce(reopened, false) AS reopened",
         )
 
     def output_records(self, batch, key_field: str, *, job: str):
@@ -249,18 +246,17 @@ class SessionAggregate(EventTimeAggregate):
         return sessions.unionByName(times, allowMissingColumns=True)
 
 
-def _late_message():
-    """Why a late event was refused, for the dead letter: the session it would have made and the stream
+def _late_message() -> str:
+    """Why a late event was refused, for the dead letter (SQL): the session it would have made and the stream
     time it had closed by."""
-    from pyspark.sql import functions as F
-
-    return F.concat(
-        F.lit("session ["),
-        iso_time(F.col("session_start_ms")),
-        F.lit(", "),
-        iso_time(F.col("session_end_ms")),
-        F.lit("] had closed (end + gap + grace before stream time): stream time of partition "),
-        F.col("source_partition").cast("string"),
-        F.lit(" was "),
-        iso_time(F.col("stream_time_ms")),
-    )
+    parts = [
+        "'session ['",
+        iso_time("session_start_ms"),
+        "', '",
+        iso_time("session_end_ms"),
+        "'] had closed (end + gap + grace before stream time): stream time of partition '",
+        "CAST(source_partition AS STRING)",
+        "' was '",
+        iso_time("stream_time_ms"),
+    ]
+    return f"concat({', '.join(parts)})"

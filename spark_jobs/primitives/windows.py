@@ -189,18 +189,17 @@ class WindowedAggregate(EventTimeAggregate):
         ``_gone``: the window was deleted): with ``emit="close"`` the windows that closed; with
         ``emit="update"`` every changed window and every open window a delete removed (a tombstone that is not
         a delete is an eviction, unless the window closed in this batch: it then carries its final values)."""
-        from pyspark.sql import functions as F
 
         windows = batch.where(f"kind = '{CHANGE}' AND `{key_field}` IS NOT NULL")
         windows = (
             windows.where("closed") if self.emit == "close" else windows.where(f"NOT {TOMBSTONE} OR closed IS NOT NULL")
         )
-        return windows.select(
-            key_field,
-            F.timestamp_millis("window_start_ms").alias("window_start"),
-            F.timestamp_millis(F.col("window_start_ms") + window_ms).alias("window_end"),
-            *self._output_columns(windows, job),
-            F.expr(f"{TOMBSTONE} AND closed = false").alias("_gone"),
+        return windows.selectExpr(
+            f"`{key_field}`",
+            "timestamp_millis(window_start_ms) AS window_start",
+            f"timestamp_millis(window_start_ms + {int(window_ms)}) AS window_end",
+            *self._output_sql(),
+            f"{TOMBSTONE} AND closed = false AS _gone",
         )
 
     def output_records(self, batch, key_field: str, *, window_ms: int, job: str):
@@ -243,21 +242,17 @@ class WindowedAggregate(EventTimeAggregate):
         return windows.unionByName(times, allowMissingColumns=True)
 
 
-def _late_message():
-    """Why a late event was refused, for the dead letter: its latest closed window, the stream time that
+def _late_message() -> str:
+    """Why a late event was refused, for the dead letter (SQL): its latest closed window, the stream time that
     closed it and, for hopping windows, how many open windows still counted it."""
-    from pyspark.sql import functions as F
-
-    counted = F.when(
-        F.col("open_windows") > 0,
-        F.concat(F.lit("; counted in its "), F.col("open_windows").cast("string"), F.lit(" open windows")),
-    ).otherwise(F.lit(""))
-    return F.concat(
-        F.lit("window starting "),
-        iso_time(F.col("window_start_ms")),
-        F.lit(" had closed: stream time of partition "),
-        F.col("source_partition").cast("string"),
-        F.lit(" was "),
-        iso_time(F.col("stream_time_ms")),
+    counted = "CASE WHEN open_windows > 0 THEN concat('; counted in its ', CAST(open_windows AS STRING), ' open windows') ELSE '' END"
+    parts = [
+        "'window starting '",
+        iso_time("window_start_ms"),
+        "' had closed: stream time of partition '",
+        "CAST(source_partition AS STRING)",
+        "' was '",
+        iso_time("stream_time_ms"),
         counted,
-    )
+    ]
+    return f"concat({', '.join(parts)})"
