@@ -352,7 +352,9 @@ def count_by_letter_reason(batch: DataFrame) -> dict[str | None, int]:
 
 def _reason(headers: str) -> str:
     """The reason header of a dead letter's ``headers`` (SQL of that column), as SQL."""
-    return f"CAST(element_at(filter({headers}, h -> h.key = '{HEADER_PREFIX}reason'), 1).value AS STRING)"
+    return (
+        f"CAST(element_at(filter({headers}, h -> h.key = {sql_string(HEADER_PREFIX + 'reason')}), 1).value AS STRING)"
+    )
 
 
 def write_dead_letters(rejected: DataFrame, application_id: str, kafka: KafkaTarget) -> None:

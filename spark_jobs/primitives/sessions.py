@@ -149,9 +149,9 @@ class SessionAggregate(EventTimeAggregate):
         changes of the outputs merged in; late events to dead letters); no Python processor."""
 
         store, changes, rows = self.processed(ctx, processor)
-        spec, key_field = ctx.spec, ctx.spec.key_field
+        key_field = ctx.spec.key_field
         outputs = ctx.output_table((key_field, "session_start"))
-        write_sessions = self._session_writer(outputs, key_field, spec.name, ctx.outputs_may_repeat)
+        write_sessions = self._session_writer(outputs, key_field, ctx.outputs_may_repeat)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         source_topic = ctx.input_topic
 
@@ -166,12 +166,12 @@ class SessionAggregate(EventTimeAggregate):
         if ctx.ensure_output_topic():
 
             def output_records(batch):
-                return self.output_records(batch, key_field, job=spec.name)
+                return self.output_records(batch, key_field)
 
         sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)
 
-    def _emitted(self, batch, key_field: str, job: str):
+    def _emitted(self, batch, key_field: str):
         """A batch's changes of the outputs (the processor's emit rows): the output row, whether it leaves the
         outputs (``_gone``) and whether it is a session that merged a closed one (``reopened``)."""
         return batch.where(f"kind = '{EMIT}'").selectExpr(
@@ -183,21 +183,21 @@ class SessionAggregate(EventTimeAggregate):
             "coalesce(reopened, false) AS reopened",
         )
 
-    def output_records(self, batch, key_field: str, *, job: str):
+    def output_records(self, batch, key_field: str):
         """A batch's changes of the outputs as upsert records for the job's output topic: the key the JSON
         object of the key field and ``session_start`` (``{"user_id": "u1", "session_start":
         "2026-03-02T09:00:00.000Z"}``), the value the output row as JSON, null when the session leaves the
         outputs (``emit="update"``: merged away or deleted), as Kafka Streams forwards a windowed key's tombstone."""
         from pyspark.sql import functions as F
 
-        rows = self._emitted(batch, key_field, job)
+        rows = self._emitted(batch, key_field)
         values = [F.col(f"`{c}`") for c in rows.columns if c not in ("_gone", "reopened")]
         return rows.select(
             F.to_json(F.struct(key_field, "session_start")).cast("binary").alias("key"),
             F.when(~F.col("_gone"), F.to_json(F.struct(*values))).cast("binary").alias("value"),
         )
 
-    def _session_writer(self, outputs, key_field: str, job: str, may_repeat):
+    def _session_writer(self, outputs, key_field: str, may_repeat):
         """What a batch's emit rows do to the outputs (an :class:`spark_jobs.output_table.OutputTable`). The
         processor emits at most one row per session and batch, its last change: with ``emit="close"`` each
         session as it closed, with ``emit="update"`` every change (merged-away and deleted open sessions as
@@ -211,7 +211,7 @@ class SessionAggregate(EventTimeAggregate):
         from pyspark.sql import functions as F
 
         def write(batch, batch_id: int, commit) -> bool:
-            rows = self._emitted(batch, key_field, job)
+            rows = self._emitted(batch, key_field)
             if self.emit == "update":  # most batches change no session: nothing is committed then
                 return outputs.upsert(rows.drop("reopened"), commit, gone="_gone")
             if rows.where(F.col("reopened")).isEmpty():

@@ -142,9 +142,9 @@ class WindowedAggregate(EventTimeAggregate):
         inserted once, or every change upserted; late events to dead letters); no Python processor."""
 
         store, changes, rows = self.processed(ctx, processor)
-        spec, key_field = ctx.spec, ctx.spec.key_field
+        key_field = ctx.spec.key_field
         outputs = ctx.output_table((key_field, "window_start"))
-        write_windows = self._window_writer(outputs, key_field, store.window_ms, spec.name, ctx.outputs_may_repeat)
+        write_windows = self._window_writer(outputs, key_field, store.window_ms, ctx.outputs_may_repeat)
         write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
         source_topic = ctx.input_topic
 
@@ -159,12 +159,12 @@ class WindowedAggregate(EventTimeAggregate):
         if ctx.ensure_output_topic():
 
             def output_records(batch):
-                return self.output_records(batch, key_field, window_ms=store.window_ms, job=spec.name)
+                return self.output_records(batch, key_field, window_ms=store.window_ms)
 
         sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
         return rows.writeStream.outputMode("append").foreachBatch(sink)
 
-    def _window_writer(self, outputs, key_field: str, window_ms: int, job: str, may_repeat):
+    def _window_writer(self, outputs, key_field: str, window_ms: int, may_repeat):
         """What a batch's change rows do to the outputs (an :class:`spark_jobs.output_table.OutputTable`).
         ``emit="close"``: append the windows that closed (a closed window never changes); a batch that may
         repeat written outputs (``may_repeat(batch_id)``: a replay after a crash or a restore, see
@@ -176,20 +176,19 @@ class WindowedAggregate(EventTimeAggregate):
         def write(batch, batch_id: int, commit) -> bool:
             if self.emit == "close":
                 # most batches close no window: nothing is committed then
-                closed = self._emitted(batch, key_field, window_ms, job).drop("_gone")
+                closed = self._emitted(batch, key_field, window_ms).drop("_gone")
                 if may_repeat(batch_id):
                     return outputs.insert_absent(closed, commit)
                 return outputs.append(closed, commit)  # a MERGE joins the whole table; an append writes the batch
-            return outputs.upsert(self._emitted(batch, key_field, window_ms, job), commit, gone="_gone")
+            return outputs.upsert(self._emitted(batch, key_field, window_ms), commit, gone="_gone")
 
         return write
 
-    def _emitted(self, batch, key_field: str, window_ms: int, job: str):
+    def _emitted(self, batch, key_field: str, window_ms: int):
         """A batch's windows as the outputs get them (key, ``window_start``, ``window_end``, the outputs and
         ``_gone``: the window was deleted): with ``emit="close"`` the windows that closed; with
         ``emit="update"`` every changed window and every open window a delete removed (a tombstone that is not
         a delete is an eviction, unless the window closed in this batch: it then carries its final values)."""
-
         windows = batch.where(f"kind = '{CHANGE}' AND `{key_field}` IS NOT NULL")
         windows = (
             windows.where("closed") if self.emit == "close" else windows.where(f"NOT {TOMBSTONE} OR closed IS NOT NULL")
@@ -202,13 +201,13 @@ class WindowedAggregate(EventTimeAggregate):
             f"{TOMBSTONE} AND closed = false AS _gone",
         )
 
-    def output_records(self, batch, key_field: str, *, window_ms: int, job: str):
+    def output_records(self, batch, key_field: str, *, window_ms: int):
         """A batch's emitted windows (:meth:`_emitted`) as upsert records for the job's output topic: the key
         the JSON object of the key field and ``window_start`` (``{"patient_id": "p1", "window_start":
         "2026-03-02T00:00:00.000Z"}``), the value the output row as JSON, null for a deleted window."""
         from pyspark.sql import functions as F
 
-        rows = self._emitted(batch, key_field, window_ms, job)
+        rows = self._emitted(batch, key_field, window_ms)
         values = [c for c in rows.columns if c != "_gone"]
         return rows.select(
             F.to_json(F.struct(key_field, "window_start")).cast("binary").alias("key"),
@@ -245,7 +244,10 @@ class WindowedAggregate(EventTimeAggregate):
 def _late_message() -> str:
     """Why a late event was refused, for the dead letter (SQL): its latest closed window, the stream time that
     closed it and, for hopping windows, how many open windows still counted it."""
-    counted = "CASE WHEN open_windows > 0 THEN concat('; counted in its ', CAST(open_windows AS STRING), ' open windows') ELSE '' END"
+    counted = (
+        "CASE WHEN open_windows > 0 THEN concat('; counted in its ', CAST(open_windows AS STRING), ' open windows') "
+        "ELSE '' END"
+    )
     parts = [
         "'window starting '",
         iso_time("window_start_ms"),
