@@ -109,8 +109,11 @@ fresh_ports = free_service_ports
 #: through ``Settings.to_env``): C1 only. A test's driver lives seconds to minutes, too short for C2's optimised
 #: code to repay its compilation, and with both cores busy that compilation is taken from the tests: three modules
 #: of spark-submit drivers took 255 and 262 s this way against 293 and 286 s with the default tiers (side by side,
-#: 2026-11-29). Benchmarks and ``make run`` keep the default.
-TEST_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: 2026-11-29). And the serial collector: G1's concurrent threads and write barriers buy short pauses on large
+#: heaps, which a test's small, short-lived heap does not need, and on two busy cores they too are taken from the
+#: tests: test_purchase_counts.py and test_crash_recovery.py took 201-203 s on 115-118 CPU-s against 213-223 s on
+#: 124-129 CPU-s with G1 (two rounds each, alternating, 2026-11-30). Benchmarks and ``make run`` keep the default.
+TEST_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: The JVM options of a test's own broker (``private_stack``), C1 only for the same reason: a broker that lives a
 #: test long (format, start, topics, 20 transactions, read back, stop) took 4.7-5.2 CPU-s against 7.0-7.7 s with the
 #: default tiers, its storage format 1.0 s against 1.5 s (three lives each, alternating, 2026-11-30: issue 48's
