@@ -35,6 +35,12 @@ LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
 #: interpreted, and Spark's generated code for a processor's wide, nested rows exceeds it: the stream-table
 #: join's output serializer ran interpreted, 28% of its tasks' time (BENCHMARKS "Stream-table join: the JIT").
 JIT_OPTIONS = ("-XX:-DontCompileHugeMethods",)
+#: Avro's "fast reader" off in every Spark JVM. Spark's Avro state encoder (``transformWithState``'s stores) makes a
+#: new ``GenericDatumReader`` for every value it decodes, and with the fast reader on (Avro 1.12's default) each one
+#: resolves the whole schema again before reading one record: 18% of the stream-stream join's task time, most of
+#: it in a store scan (BENCHMARKS "Stream-stream join: Avro's schema resolution per state read"). Off, a reader
+#: takes its resolving decoder from Avro's per-thread cache, keyed by the schema object the encoder keeps.
+AVRO_OPTIONS = ("-Dorg.apache.avro.fastread=false",)
 #: The cache of a micro-batch's processor rows (built once for the batch's several writes, dropped after it) is
 #: not compressed: choosing and applying a compression per column cost 9% of the stream-table join's task time,
 #: for memory held one batch long. Only that cache: a session-wide setting doubled the plain Spark peer's peak
@@ -78,11 +84,14 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             [
                 f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
                 *JIT_OPTIONS,
+                *AVRO_OPTIONS,
                 *class_archive.driver_java_options(settings),
                 *shlex.split(settings.spark_driver_java_options or ""),
             ]
         ),
-        "spark.executor.extraJavaOptions": " ".join([f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}", *JIT_OPTIONS]),
+        "spark.executor.extraJavaOptions": " ".join(
+            [f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}", *JIT_OPTIONS, *AVRO_OPTIONS]
+        ),
         # Bind the driver to the configured host rather than whatever the hostname resolves to.
         "spark.driver.host": settings.host,
         "spark.driver.bindAddress": settings.host,
