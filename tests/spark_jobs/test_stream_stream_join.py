@@ -19,6 +19,7 @@ from spark_jobs.generators import payments
 from spark_jobs.kafka_topics import ensure_topic, kafka_partition
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpecError, get_job
+from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.testing import JobHarness
 from tests.helpers import every_record, order_payment_cuts
 
@@ -132,6 +133,22 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
     kinds = {(place[1] is not None, place[3] is not None) for place in want}
     assert kinds == {(True, True), (True, False), (False, True)}  # matches, unmatched orders, unmatched payments
     assert sorted(letters) == ["undecodable", "wrong_key"], letters  # no Kafka key; not JSON
+
+    # A key's records leave the window store once no lookup can find them, those of keys no batch touched again in
+    # a sweep as stream time passes each half retention, the last run's from the changelog's restore: over an input
+    # spanning about five retentions, every entry left is within 1.5 retentions of stream time.
+    live = read_changelog(settings.kafka, JobLayout.of(spec, settings).changelog_topic("order-payments")).state
+    values = {key.decode(): json.loads(value) for key, value in live.items()}
+    stream_time = {
+        int(k.split("@")[1]): v["stream_time_ms"] for k, v in values.items() if k.startswith("~stream-time@")
+    }
+    behind = {  # ~window@<partition>@<side>@<key> -> how far its newest record is behind its partition's stream time
+        k: stream_time[int(k.split("@")[1])] - max(r["time_ms"] for r in v["records"])
+        for k, v in values.items()
+        if k.startswith("~window@")
+    }
+    worst = sorted(behind, key=behind.get)[-3:]
+    assert behind and max(behind.values()) <= 1.5 * (2 * WINDOW_MS + GRACE_MS), sorted(behind.values())[-5:]
 
 
 @pytest.mark.parametrize(("join", "partitions", "limit"), [("left", 3, 25), ("inner", 2, None)])

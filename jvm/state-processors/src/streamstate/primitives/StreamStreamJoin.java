@@ -44,8 +44,11 @@ import scala.jdk.javaapi.CollectionConverters;
  *       outer store is scanned only by a record at stream time, and only once stream time passes the scan's
  *       {@code minTime} + window + grace (Kafka Streams' hold-back, kept as it is).
  * </ul>
- * A key's records leave their side's store once no lookup can find them: when a batch touches the key, and in
- * a sweep of the task's untouched keys each time stream time crosses a multiple of half the retention.
+ * A key's records leave their side's store once no lookup can find them: when a batch puts a record of the key on
+ * that side, and in a sweep of the task's other entries each time stream time crosses a multiple of half the
+ * retention (an entry only read, by the other side's lookups, included). The sweep
+ * reads each entry's newest time from a map of its own (not changelogged: rebuilt from the window store after a
+ * restore), not the entry's records.
  *
  * <p>Input columns: {@code partition}, {@code offset}, the key ({@code keyColumn}), {@code _right}, {@code _time_ms},
  * {@code _left_row} and {@code _right_row}. Output rows ({@code outputDdl}): {@code kind}, {@code key},
@@ -122,6 +125,12 @@ public final class StreamStreamJoin {
     private transient MapState<String, Row> pending;
     /** stream time, minTime, each side's latest time, the side taken last */
     private transient ValueState<Row> times;
+    /** side + "@" + key -> the newest time of that window entry's records: what a sweep reads (a long, not a list
+     * of rows to decode) to find the expired entries */
+    private transient MapState<String, Long> newest;
+    /** present once {@code newest} covers every window entry: absent after a restore (the changelog holds the
+     * windows only) and in a checkpoint written before {@code newest} existed, until the next sweep fills it */
+    private transient ValueState<Boolean> newestIndexed;
 
     Joiner(String store, StructType output, long windowMs, long graceMs, String join, String keyColumn) {
       if (output.size() != WIDTH) {
@@ -150,6 +159,23 @@ public final class StreamStreamJoin {
       pending = getHandle().getMapState(store + "-pending", Encoders.STRING(), Encoders.row(recordsSchema),
           TTLConfig.NONE());
       times = getHandle().getValueState(store + "-times", Encoders.row(timesSchema), TTLConfig.NONE());
+      newest = getHandle().getMapState(store + "-newest", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
+      newestIndexed = getHandle().getValueState(store + "-newest-indexed", Encoders.BOOLEAN(), TTLConfig.NONE());
+    }
+
+    /** The side of a window entry's key ({@code WINDOW_PREFIX partition @ side @ key}). */
+    static String sideOf(String windowKey) {
+      int at = windowKey.indexOf('@', WINDOW_PREFIX.length());
+      return windowKey.startsWith(LEFT, at + 1) ? LEFT : RIGHT;
+    }
+
+    /** The newest time among a window entry's stored records. */
+    static long newestOf(Row entry) {
+      long newestTime = Long.MIN_VALUE;
+      for (Row record : entry.<Row>getList(1)) {
+        newestTime = Math.max(newestTime, record.getLong(0));
+      }
+      return newestTime;
     }
 
     @Override
@@ -349,19 +375,23 @@ public final class StreamStreamJoin {
       List<Row> finish() {
         sweepIfDue();
         for (String key : windowChanged) {
-          String side = key.substring(WINDOW_PREFIX.length()).split("@", 3)[1];
+          String side = sideOf(key);
           List<Stored> kept = new ArrayList<>();
           long cutoff = observed.get(side) - retentionMs + 1;  // older records are never found again
+          long newestTime = Long.MIN_VALUE;
           for (Stored stored : window.get(key)) {
             if (stored.time() >= cutoff) {
               kept.add(stored);
+              newestTime = Math.max(newestTime, stored.time());
             }
           }
           out.add(entryChange(key, side, kept));
           if (kept.isEmpty()) {
             windows.removeKey(key);
+            newest.removeKey(key);
           } else {
             windows.updateValue(key, entryValue(side, kept));
+            newest.updateValue(key, newestTime);
           }
         }
         for (PendingKey key : outerChanged) {
@@ -395,9 +425,11 @@ public final class StreamStreamJoin {
 
       /**
        * A key's records leave its side's store when no lookup can find them (older than that side's time -
-       * retention + 1), but a key this batch did not touch is not looked at by it: every time stream time
-       * crosses a multiple of half the retention, the task's untouched entries are swept (Kafka Streams drops a
-       * whole segment of its window store as stream time moves, each segment half the retention long).
+       * retention + 1), but only the entries this batch put to are pruned by it: every time stream time crosses
+       * a multiple of half the retention, the task's other entries are swept, those the other side's lookups read
+       * this batch too (a key whose one side stopped would keep that side's records forever; Kafka Streams drops a
+       * whole segment of its window store as stream time moves, each segment half the retention long). The sweep
+       * reads the entries' newest times ({@code newest}), filled from the window store first if it is not yet.
        */
       void sweepIfDue() {
         long every = Math.max(retentionMs / 2, 1);
@@ -405,26 +437,35 @@ public final class StreamStreamJoin {
         if (before >= 0 && Math.floorDiv(before, every) == Math.floorDiv(streamTime, every)) {
           return;
         }
+        if (!newestIndexed.exists()) {
+          indexNewest();
+        }
         List<String> expired = new ArrayList<>();
-        Iterator<Tuple2<String, Row>> stored = windows.iterator();
-        while (stored.hasNext()) {
-          Tuple2<String, Row> entry = stored.next();
-          if (window.containsKey(entry._1())) {
-            continue;  // this batch's own: pruned below
+        Iterator<Tuple2<String, Long>> entries = newest.iterator();
+        while (entries.hasNext()) {
+          Tuple2<String, Long> entry = entries.next();
+          if (windowChanged.contains(entry._1())) {
+            continue;  // put to by this batch: pruned below (one only read by a lookup is swept like the others)
           }
-          String side = entry._2().getString(0);
-          long newest = Long.MIN_VALUE;
-          for (Row record : entry._2().<Row>getList(1)) {
-            newest = Math.max(newest, record.getLong(0));
-          }
-          if (newest < observed.get(side) - retentionMs + 1) {
+          if (entry._2() < observed.get(sideOf(entry._1())) - retentionMs + 1) {
             expired.add(entry._1());
           }
         }
         for (String key : expired) {
           windows.removeKey(key);
+          newest.removeKey(key);
           out.add(entryChange(key, null, List.of()));
         }
+      }
+
+      /** {@code newest} filled from the window store: once per task after a restore or an older checkpoint. */
+      void indexNewest() {
+        Iterator<Tuple2<String, Row>> stored = windows.iterator();
+        while (stored.hasNext()) {
+          Tuple2<String, Row> entry = stored.next();
+          newest.updateValue(entry._1(), newestOf(entry._2()));
+        }
+        newestIndexed.update(true);
       }
 
       Row entryValue(String side, List<Stored> records) {
