@@ -147,7 +147,6 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
         for k, v in values.items()
         if k.startswith("~window@")
     }
-    worst = sorted(behind, key=behind.get)[-3:]
     assert behind and max(behind.values()) <= 1.5 * (2 * WINDOW_MS + GRACE_MS), sorted(behind.values())[-5:]
 
 
