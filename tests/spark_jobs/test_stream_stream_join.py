@@ -134,9 +134,10 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
     assert kinds == {(True, True), (True, False), (False, True)}  # matches, unmatched orders, unmatched payments
     assert sorted(letters) == ["undecodable", "wrong_key"], letters  # no Kafka key; not JSON
 
-    # A key's records leave the window store once no lookup can find them, those of keys no batch touched again in
-    # a sweep as stream time passes each half retention, the last run's from the changelog's restore: over an input
-    # spanning about five retentions, every entry left is within 1.5 retentions of stream time.
+    # A key's records leave the window store once no lookup can find them, those no batch put to again (read by the
+    # other side's lookups or not) in a sweep as stream time passes each half retention, the last run's from the
+    # changelog's restore: over an input spanning about five retentions, every entry left is within 1.5 retentions
+    # of stream time.
     live = read_changelog(settings.kafka, JobLayout.of(spec, settings).changelog_topic("order-payments")).state
     values = {key.decode(): json.loads(value) for key, value in live.items()}
     stream_time = {
