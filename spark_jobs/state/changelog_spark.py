@@ -131,9 +131,14 @@ def read_changelog_frame(
             & (F.col("offset") >= F.col("k_first"))
             & (F.col("offset") < F.col("k_end")),
         )
-    # the last change per key in apply order: (partition, absorbing marker, offset)
-    latest = kept.groupBy("key").agg(F.max(F.struct("partition", "absorbed_at", "offset", "value")).alias("last"))
-    changes = latest.select(F.col("key").cast("string").alias("key"), F.col("last.value").cast("string").alias("value"))
+    # the last change per key in apply order: (partition, absorbing marker, offset). Grouped by the key as text:
+    # the aggregation sorts the records by key, and compares text in place where it copies a binary key out of
+    # its row for every comparison (the keys of a store share long prefixes, so most comparisons go past the
+    # sort's 8-byte prefix).
+    latest = kept.groupBy(F.col("key").cast("string").alias("key")).agg(
+        F.max(F.struct("partition", "absorbed_at", "offset", "value")).alias("last")
+    )
+    changes = latest.select("key", F.col("last.value").cast("string").alias("value"))
     return ChangelogFrame(topic, plan, changes, start, end)
 
 
