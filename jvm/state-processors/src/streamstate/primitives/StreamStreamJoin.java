@@ -46,9 +46,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * </ul>
  * A key's records leave their side's store once no lookup can find them: when a batch puts a record of the key on
  * that side, and in a sweep of the task's other entries each time stream time crosses a multiple of half the
- * retention (an entry only read, by the other side's lookups, included). The sweep
- * reads each entry's newest time from a map of its own (not changelogged: rebuilt from the window store after a
- * restore), not the entry's records.
+ * retention (an entry only read, by the other side's lookups, included). The sweep reads each entry's newest time
+ * from a map of its own (not changelogged: rebuilt from the window store after a restore), not the entry's records.
  *
  * <p>Input columns: {@code partition}, {@code offset}, the key ({@code keyColumn}), {@code _right}, {@code _time_ms},
  * {@code _left_row} and {@code _right_row}. Output rows ({@code outputDdl}): {@code kind}, {@code key},
