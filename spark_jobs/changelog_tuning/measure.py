@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.changelog_tuning import topic_configs
-from spark_jobs.kafka_topics import watermark_offsets
+from spark_jobs.kafka_topics import BOUNDED_READ_PREFETCH, watermark_offsets
 from spark_jobs.registry import JobSpec, StoreSpec, registered_versions
 from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
 
@@ -220,7 +220,7 @@ def measure_changelog(
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "log_level": 3,
-                "fetch.max.bytes": 64 * 1024 * 1024,
+                **BOUNDED_READ_PREFETCH,
             },
         )
     )

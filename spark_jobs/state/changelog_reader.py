@@ -8,15 +8,18 @@ It keeps no offsets of its own beyond the read: the result says where the next r
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
-from spark_jobs.kafka_topics import is_transient, partition_offsets, watermark_offsets
+from spark_jobs.kafka_topics import BOUNDED_READ_PREFETCH, is_transient, partition_offsets, watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord, cut_of, plan_cut
@@ -68,15 +71,16 @@ class CompleteBatches:
 
 
 def _batch_of(headers) -> int | None:
+    if headers and headers[0][0] == BATCH_HEADER:  # the writer's only header
+        return int(headers[0][1])
     for name, value in headers or ():
         if name == BATCH_HEADER:
             return int(value)
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Read:
-    """A changelog record read and not yet released or dropped."""
+class _Read(NamedTuple):
+    """A changelog record read and not yet released or dropped (a tuple: a restore makes one per record)."""
 
     offset: int
     key: bytes | None
@@ -84,6 +88,9 @@ class _Read:
     batch_id: int | None
     timestamp_ms: int
     marker: BatchMarker | None = None
+
+
+_offset = operator.attrgetter("offset")
 
 
 class BatchAssembler:
@@ -141,7 +148,12 @@ class BatchAssembler:
         for p in self.partitions:
             applied, waiting = [], []
             resume = plan.resume_offsets.get(p, 0)
-            for read in self.buffer[p]:
+            records = self.buffer[p]
+            if plan.offset_range_only:  # every data record before the resume offset, in offset order
+                released = bisect.bisect_left(records, resume, key=_offset)
+                changes.extend((read.key, read.value) for read in records[:released] if read.marker is None)
+                records = records[released:]
+            for read in records:
                 if read.marker is not None:
                     if read.offset >= resume:  # not released yet
                         waiting.append(read)
@@ -186,7 +198,7 @@ def _consumer(kafka: KafkaTarget, topic: str, **overrides) -> Consumer:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "log_level": 3,
-                "fetch.max.bytes": 64 * 1024 * 1024,
+                **BOUNDED_READ_PREFETCH,
                 **overrides,
             },
         )
@@ -229,17 +241,8 @@ def summarize_range(
     """Every batch marker of ``[start, end)`` and one span per (partition, batch header) of its data records:
     what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
     batches in the range, not its records (the first pass of a Spark read of a short tail, done here
-    rather than by a Spark job)."""
-    # The records are dropped as read, so the consumer's prefetch queue is this read's memory: a short one
-    # (queued.min.messages, 100,000 per partition by default, overrides the byte cap), refilled without the
-    # default 1 s back-off (BENCHMARKS.md, restore of a large store, 2026-11-25).
-    queue = {
-        "fetch.max.bytes": 4 << 20,
-        "queued.max.messages.kbytes": 4096,
-        "queued.min.messages": 10_000,
-        "fetch.queue.backoff.ms": 0,
-    }
-    consumer = _consumer(kafka, topic, **queue)
+    rather than by a Spark job). The consumer's prefetch queue is the read's memory (:data:`~spark_jobs.kafka_topics.BOUNDED_READ_PREFETCH`)."""
+    consumer = _consumer(kafka, topic)
     markers: list[MarkerRecord] = []
     spans: dict[tuple[int, int | None], tuple[int, int, int]] = {}
     try:
@@ -274,23 +277,23 @@ def read_changelog(
         keep_changes: also return each changed key's last change, deletes included (``changes``).
     """
     started = time.monotonic()
+    ends = partition_offsets(kafka, topic, poll_timeout_s)
+    start_offsets = dict(start_offsets or {})
+    # a start below the log start (records deleted by retention) reads from the log start
+    first = {p: max(low, start_offsets.get(p, 0)) for p, (low, _high) in ends.items()}
+    high = {p: high for p, (_low, high) in ends.items()}
     consumer = _consumer(kafka, topic)
     try:
-        partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
-        start_offsets = dict(start_offsets or {})
-        high, first = {}, {}
-        for p in partitions:
-            low, hi = watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s)
-            # a start below the log start (records deleted by retention) reads from the log start
-            high[p], first[p] = hi, max(low, start_offsets.get(p, 0))
-        assembler = BatchAssembler(partitions)
+        assembler = BatchAssembler(sorted(ends))
         result = ChangelogRead(topic, {}, None, {}, resume_offsets=dict(first))
 
+        add, records_read = assembler.add, 0
         for msg in _read_range(consumer, topic, first, high, poll_timeout_s):
-            result.records_read += 1
-            if on_progress and result.records_read % 10_000 == 0:
-                on_progress(result.records_read)
-            assembler.add(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp()[1])
+            records_read += 1
+            if on_progress and records_read % 10_000 == 0:
+                on_progress(records_read)
+            add(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp()[1])
+        result.records_read = records_read
 
         state = dict(base_state or {})
         complete = assembler.take_complete()

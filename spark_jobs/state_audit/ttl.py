@@ -35,7 +35,7 @@ from confluent_kafka import Consumer
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.changelog_tuning.recommend import human_ms
-from spark_jobs.kafka_topics import read_partition
+from spark_jobs.kafka_topics import BOUNDED_READ_PREFETCH, read_partition
 from spark_jobs.registry import JobSpec, StoreSpec, trigger_interval_s
 from spark_jobs.state.changelog_reader import BatchAssembler
 
@@ -204,7 +204,7 @@ def read_key_writes(kafka: KafkaTarget, topic: str, poll_timeout_s: float = 30.0
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "log_level": 3,
-                "fetch.max.bytes": 64 * 1024 * 1024,
+                **BOUNDED_READ_PREFETCH,
             },
         )
     )
