@@ -3,6 +3,7 @@
 import pytest
 
 from spark_jobs.state.changelog import (
+    BATCH_HEADER,
     MAX_VOID_RANGES,
     BatchMarker,
     ChangelogTopic,
@@ -10,6 +11,7 @@ from spark_jobs.state.changelog import (
     carried_void,
     changelog_topic_name,
 )
+from spark_jobs.state.changelog_reader import _batch_of
 from spark_jobs.state.checkpoint_offsets import (
     CheckpointOffsetsError,
     batch_end_offsets,
@@ -113,3 +115,10 @@ def test_a_checkpoints_state_encoding_is_read_from_its_offset_log(tmp_path):
     (tmp_path / "offsets" / "2").write_text(entry % '{"spark.sql.streaming.stateStore.encodingFormat":"proto"}')
     with pytest.raises(CheckpointOffsetsError, match="unknown state encoding 'proto'"):
         state_encoding(tmp_path)
+
+
+def test_a_records_batch_is_its_batch_header_wherever_the_header_is():
+    assert _batch_of([(BATCH_HEADER, b"7")]) == 7
+    assert _batch_of([("traceparent", b"00-ab"), (BATCH_HEADER, b"12")]) == 12  # another header first
+    assert _batch_of([("traceparent", b"00-ab")]) is None
+    assert _batch_of([]) is None and _batch_of(None) is None
