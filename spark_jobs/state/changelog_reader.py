@@ -246,7 +246,8 @@ def summarize_range(
     """Every batch marker of ``[start, end)`` and one span per (partition, batch header) of its data records:
     what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
     batches in the range, not its records (the first pass of a Spark read of a short tail, done here
-    rather than by a Spark job). The consumer's prefetch queue is the read's memory (:data:`~spark_jobs.kafka_topics.BOUNDED_READ_PREFETCH`)."""
+    rather than by a Spark job). The consumer's prefetch queue is the read's memory
+    (:data:`~spark_jobs.kafka_topics.BOUNDED_READ_PREFETCH`)."""
     consumer = _consumer(kafka, topic)
     markers: list[MarkerRecord] = []
     spans: dict[tuple[int, int | None], tuple[int, int, int]] = {}
@@ -282,14 +283,16 @@ def read_changelog(
         keep_changes: also return each changed key's last change, deletes included (``changes``).
     """
     started = time.monotonic()
-    ends = partition_offsets(kafka, topic, poll_timeout_s)
-    start_offsets = dict(start_offsets or {})
-    # a start below the log start (records deleted by retention) reads from the log start
-    first = {p: max(low, start_offsets.get(p, 0)) for p, (low, _high) in ends.items()}
-    high = {p: high for p, (_low, high) in ends.items()}
     consumer = _consumer(kafka, topic)
     try:
-        assembler = BatchAssembler(sorted(ends))
+        partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
+        start_offsets = dict(start_offsets or {})
+        high, first = {}, {}
+        for p in partitions:
+            low, hi = watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s)
+            # a start below the log start (records deleted by retention) reads from the log start
+            high[p], first[p] = hi, max(low, start_offsets.get(p, 0))
+        assembler = BatchAssembler(partitions)
         result = ChangelogRead(topic, {}, None, {}, resume_offsets=dict(first))
 
         add, records_read = assembler.add, 0
