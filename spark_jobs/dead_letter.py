@@ -341,13 +341,33 @@ def count_by_reason(letters: DataFrame) -> dict[str, int]:
 
 def count_by_letter_reason(batch: DataFrame) -> dict[str | None, int]:
     """A processor's output rows counted by the reason of the dead letter they carry (:data:`LETTER_COLUMN`,
-    see :func:`with_dead_letters`), None counting the rows that carry none: one Spark job."""
+    see :func:`with_dead_letters`), None counting the rows that carry none.
+
+    One Spark job runs the batch's plan and counts its rows as they pass (:func:`observed_counts`: no shuffle of
+    its own, where a grouped count adds a stage); the dead letters are counted by reason in a second one only
+    when the batch holds any (from its cached rows, when the caller persisted it)."""
     if LETTER_COLUMN not in batch.columns:
-        return {None: batch.count()}
-    # SQL text: built every micro-batch, and a Column (a lambda's above all) is several calls into the JVM
-    reason = f"CASE WHEN `{LETTER_COLUMN}` IS NOT NULL THEN {_reason(f'`{LETTER_COLUMN}`.headers')} END"
-    rows = batch.selectExpr(f"{reason} AS reason").groupBy("reason").count().collect()
-    return {row["reason"]: int(row["count"]) for row in rows}
+        return {None: observed_counts(batch, rows="count(1)")["rows"]}
+    letter = f"`{LETTER_COLUMN}`"
+    counts = observed_counts(batch, rows=f"count_if({letter} IS NULL)", letters=f"count({letter})")
+    by_reason = {None: counts["rows"]} if counts["rows"] else {}
+    if counts["letters"]:
+        # SQL text: built every micro-batch, and a Column (a lambda's above all) is several calls into the JVM
+        letters = batch.where(f"{letter} IS NOT NULL").selectExpr(f"{_reason(f'{letter}.headers')} AS reason")
+        by_reason.update((row["reason"], int(row["count"])) for row in letters.groupBy("reason").count().collect())
+    return by_reason
+
+
+def observed_counts(frame: DataFrame, **aggregates: str) -> dict[str, int]:
+    """The values of SQL aggregates (name -> expression) over ``frame``'s rows, observed while one Spark job
+    runs its plan into Spark's ``noop`` sink: the rows are not shuffled to one place to be aggregated, and a
+    persisted frame is materialised by it (its cache filled)."""
+    from pyspark.sql import Observation
+
+    observation = Observation("streamstate_counts")
+    columns = [F.expr(sql).alias(name) for name, sql in aggregates.items()]
+    frame.observe(observation, *columns).write.format("noop").mode("overwrite").save()
+    return {name: int(observation.get[name]) for name in aggregates}
 
 
 def _reason(headers: str) -> str:

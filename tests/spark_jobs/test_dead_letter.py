@@ -232,3 +232,33 @@ def test_rejected_records_ride_through_the_processor_that_never_sees_them(spark,
     ]
     assert sorted(h["reason"] for h in headers) == sorted(reason for reason, _ in POISON)
     assert all(h["source.topic"] == "src" and h["message"].startswith("record rejected by app-v1: ") for h in headers)
+
+
+def test_a_batch_is_counted_by_letter_reason_in_one_job_when_it_holds_no_letter(spark):
+    """The count that materialises a micro-batch: its rows by dead-letter reason (None: the processor's) in one
+    Spark job of one stage (no shuffle of its own) when no row carries a letter; the reasons are grouped (a
+    second job, of two stages) only when some do."""
+    from spark_jobs.dead_letter import LETTER_COLUMN, count_by_letter_reason
+
+    reason = f"array(named_struct('key', '{HEADER_PREFIX}reason', 'value', CAST(r AS BINARY)))"
+    letters = f"CASE WHEN r IS NOT NULL THEN named_struct('headers', {reason}) END AS {LETTER_COLUMN}"
+    tracker = spark.sparkContext.statusTracker()
+
+    def counted(frame):
+        group = f"count-{id(frame)}"
+        spark.sparkContext.setJobGroup(group, "count_by_letter_reason")
+        try:
+            counts = count_by_letter_reason(frame.persist())
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+            frame.unpersist()
+        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(group)]
+        return counts, sorted(len(job.stageIds) for job in jobs)
+
+    rows = "CASE id % 10 WHEN 1 THEN 'late' WHEN 2 THEN 'invalid_json' WHEN 3 THEN 'late' END AS r"
+    mixed = spark.range(100).selectExpr("id", rows).selectExpr("id", letters)
+    assert counted(mixed) == ({None: 70, "late": 20, "invalid_json": 10}, [1, 2])
+    clean = spark.range(100).selectExpr("id", "CAST(NULL AS STRING) AS r").selectExpr("id", letters)
+    assert counted(clean) == ({None: 100}, [1])
+    assert counted(spark.range(0).selectExpr("id", "CAST(NULL AS STRING) AS r").selectExpr("id", letters)) == ({}, [1])
+    assert counted(spark.range(7)) == ({None: 7}, [1])  # no letter column at all
