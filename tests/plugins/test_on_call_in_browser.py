@@ -147,6 +147,9 @@ def test_a_reprocessing_dry_run_shows_its_plan_in_the_task_log(ui, airflow, purc
     assert "DRY RUN - nothing will be changed" in airflow.task_logs("reprocess_job", run_id)
 
 
+@pytest.mark.variation(
+    of="test_a_reprocessing_dry_run_shows_its_plan_in_the_task_log (a migration's plan: test_reprocess_dags.py)"
+)
 def test_a_migration_dry_run_plans_the_new_versions_state_from_the_old_ones(
     ui, airflow, settings, spark, kafka_broker, leaves_the_stack_quiet
 ):
