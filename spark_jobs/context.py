@@ -415,6 +415,7 @@ class JobContext:
         # Made at the first batch, after its state phase: the claim of the version they write under (the
         # batch base, from its generation) may still be under way in the background until then.
         writers: list[tuple[ChangelogWriter, StoreChanges]] = []
+        open_tables: dict = {}  # the outputs' delta-rs tables, reused by the next batches (OutputCommit)
         checkpoint = self.checkpoint
         events = output_records is not None and self.spec.output_topic_kind() == "events"
 
@@ -459,6 +460,7 @@ class JobContext:
                     end_offsets.get(self.input_topic, {}),
                     through_driver=through_driver,
                     rows=rows,
+                    open_tables=open_tables,
                 )
                 if changed:  # a batch that changed nothing (e.g. only moved the watermark) has nothing to write
                     with session_conf(batch.sparkSession, commit.spark_conf()):

@@ -42,6 +42,9 @@ class OutputCommit:
         through_driver: the batch is small enough to be collected and committed by delta-rs in the driver.
         rows: how the written rows reach the driver (with the batch's other driver-side reads, in one Spark
             job, see :mod:`spark_jobs.driver_rows`); None: each write collects its own.
+        open_tables: the delta-rs tables the driver opened for earlier batches of the same query, by location,
+            reused (brought up to date first: a few new log entries read instead of the whole log's state);
+            None: each write opens its table.
     """
 
     app_id: str
@@ -49,6 +52,7 @@ class OutputCommit:
     input_end: Mapping[int, int]
     through_driver: bool = True
     rows: DriverRows | None = None
+    open_tables: dict | None = None
 
     def spark_conf(self) -> dict[str, str]:
         """The session settings that make a Spark Delta write carry this commit (see :func:`session_conf`)."""
@@ -111,23 +115,35 @@ class OutputTable:
         return True
 
     def _write_in_driver(self, arrow, commit: OutputCommit, merge: _Merge | None) -> bool:
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import DeltaTable
 
         if not arrow.num_rows:
             return False
-        table = DeltaTable(str(self.location), storage_options=self.location.storage_options())
+        tables = commit.open_tables if commit.open_tables is not None else {}
+        table = tables.pop(self.location, None)  # back once written: a failed write's table is not reused
+        if table is not None:
+            table.update_incremental()  # a newer driver's commits included: its txn fences this write
+        else:
+            table = DeltaTable(str(self.location), storage_options=self.location.storage_options())
+        self._commit_in_driver(table, arrow, commit, merge)
+        tables[self.location] = table
+        return True
+
+    @staticmethod
+    def _commit_in_driver(table, arrow, commit: OutputCommit, merge: _Merge | None) -> None:
+        from deltalake import write_deltalake
+
         if commit.written_in(table):
-            return True
+            return
         if merge is None:
             write_deltalake(table, arrow, mode="append", commit_properties=commit.commit_properties())
-            return True
+            return
         version = table.version()
         merge.in_delta_rs(table, arrow, commit.commit_properties())
         if table.version() == version:  # the table object follows its own merge's commit
             # delta-rs commits nothing for a MERGE that changes no row (a replay of rows written already),
             # where Spark commits one: the batch's txn and input mark are committed all the same
             table.create_write_transaction([], "append", table.schema(), commit_properties=commit.commit_properties())
-        return True
 
 
 @dataclasses.dataclass(frozen=True)

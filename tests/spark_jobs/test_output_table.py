@@ -79,3 +79,29 @@ def test_either_engine_writes_the_same_rows_txn_and_marks_and_skips_a_written_ba
     # Spark reads what either wrote, with the table's types
     read = spark.read.format("delta").load(str(path)).orderBy("user_id").collect()
     assert [(r.user_id, r.purchases, r.amount) for r in read][0] == ("u1", 3, decimal.Decimal("5.10"))
+
+
+def test_the_driver_reuses_its_table_across_batches_and_still_meets_a_newer_drivers_commit(spark, tmp_path):
+    """A query's batches write through one delta-rs table object (``OutputCommit.open_tables``), brought up to
+    date before each write: a newer driver's commit in between (a higher txn version) fences the next write."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    path = tmp_path / "outputs"
+    DeltaTable.create(str(path), to_arrow_schema(SCHEMA, timezone="UTC"))
+    table, open_tables = OutputTable(Location.of(path), ("user_id",)), {}
+
+    def commit(version: int, end: int) -> OutputCommit:
+        return OutputCommit(APP, version, {0: end}, open_tables=open_tables)
+
+    assert table.upsert(_rows(spark, [("u1", 1, "1.00", False)]), commit(1, 10), gone="gone")
+    opened = open_tables[table.location]
+    assert table.upsert(_rows(spark, [("u2", 1, "2.00", False)]), commit(2, 20), gone="gone")
+    assert open_tables[table.location] is opened and opened.version() == DeltaTable(str(path)).version()
+
+    # a newer driver (another process: a table object of its own) writes its batch 9
+    newer = OutputTable(Location.of(path), ("user_id",))
+    assert newer.upsert(_rows(spark, [("u1", 5, "5.00", False)]), OutputCommit(APP, 9, {0: 30}), gone="gone")
+    # this driver's late batch 3 is skipped: its table saw batch 9's txn
+    assert table.upsert(_rows(spark, [("u1", 2, "9.99", False)]), commit(3, 30), gone="gone")
+    assert _table_rows(path) == {"u1": (5, "5.00"), "u2": (1, "2.00")}
+    assert DeltaTable(str(path)).transaction_version(APP) == 9
