@@ -542,8 +542,9 @@ class JobContext:
         letter = dead_letter.LETTER_COLUMN
         if letter not in batch.columns:
             return batch
-        if counts:
-            self._send_letters(batch.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), counts)
+        if not counts:  # no row carries one: the column goes, without a filter to plan
+            return batch.drop(letter)
+        self._send_letters(batch.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), counts)
         return batch.where(f"`{letter}` IS NULL").drop(letter)
 
     def write_letters(self, letters) -> None:
