@@ -426,8 +426,9 @@ class JobContext:
             with session_conf(batch.sparkSession, BATCH_CACHE_CONF):  # read as the cache is declared
                 cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
-                # one Spark job materialises it (so the state phase is timed apart from the writes) and
-                # counts the processor's rows and the dead letters it passed on, by reason
+                # one Spark job materialises it (so the state phase is timed apart from the writes), counting
+                # the processor's rows and the dead letters it passed on as they pass (by reason: a second
+                # job, over the cached rows, only when there are some)
                 counts = count_by_letter_reason(batch)
                 changed = counts.pop(None, 0)
                 clock.lap("state")
