@@ -352,9 +352,7 @@ def count_by_letter_reason(batch: DataFrame) -> dict[str | None, int]:
     counts = observed_counts(batch, rows=f"count_if({letter} IS NULL)", letters=f"count({letter})")
     by_reason = {None: counts["rows"]} if counts["rows"] else {}
     if counts["letters"]:
-        # SQL text: built every micro-batch, and a Column (a lambda's above all) is several calls into the JVM
-        letters = batch.where(f"{letter} IS NOT NULL").selectExpr(f"{_reason(f'{letter}.headers')} AS reason")
-        by_reason.update((row["reason"], int(row["count"])) for row in letters.groupBy("reason").count().collect())
+        by_reason.update(count_by_reason(batch.where(f"{letter} IS NOT NULL").select(f"{letter}.*")))
     return by_reason
 
 

@@ -95,7 +95,6 @@ SCENARIOS = [
 pytestmark = pytest.mark.integration
 
 
-# patient_heart_rate's windows killed and replayed: test_closed_windows_replayed_after_kills_are_written_once
 CLOSED_WINDOWS_KILLED = "test_closed_windows_replayed_after_kills_are_written_once (tests/faults/test_driver_kills.py)"
 
 
