@@ -61,8 +61,16 @@ def supervise_dag(job: JobSpec) -> None:
         # After the launch (or when it was not needed): restart the driver within seconds if it exits
         # before the next run's check. After a failed launch it does not run, so the run fails (the
         # signal on-call sees) and the next run's check applies the backoff.
+        # Retried: Airflow 3.3 fails a deferred task that resumes before the scheduler has seen its worker leave
+        # the deferral (apache/airflow#72716: a driver killed as the watch defers); the watch is idempotent,
+        # and its retry watches the driver the failed try restarted and records that launch.
         launch >> WatchStreamingJobOperator(
-            task_id="watch", job=job.name, watch_s="{{ params.watch_s }}", trigger_rule="none_failed"
+            task_id="watch",
+            job=job.name,
+            watch_s="{{ params.watch_s }}",
+            trigger_rule="none_failed",
+            retries=2,
+            retry_delay=dt.timedelta(seconds=2),
         )
         SuperviseSpareOperator(task_id="spare", job=job.name)  # whether it is wanted is decided when it runs
         if job.stores:

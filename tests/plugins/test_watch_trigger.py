@@ -76,3 +76,45 @@ def test_a_started_process_is_seen_once_it_takes_the_lease_and_a_dead_launch_fai
     exit_file.write_text("2")
     dead = LeaseTakenTrigger(APP, str(tmp_path), launcher.pid, str(exit_file), previous + 1, 30, 0.1)
     assert dead.check() == {"state": "failed", "exit_code": 2}
+
+
+def test_a_launch_its_task_never_waited_for_is_recorded_by_the_next_watch(tmp_path):
+    """Airflow 3.3 can fail a watch that resumes from its deferral after it restarted the driver
+    (apache/airflow#72716), so no task waits for that launch: the retried watch records its outcome from
+    the lease and the driver's status, as the launch's trigger would have; a launch still starting is left."""
+    import subprocess
+    import sys
+
+    from streamstate.hooks.streaming_job import StreamingJobHook
+    from streamstate.operators.streaming_job import settle_unrecorded_launch
+    from streamstate.supervision import Launch, locked_record, read_record
+
+    from runtime.files import write_json_atomically
+    from runtime.settings import Settings
+    from spark_jobs.documents import to_json
+    from spark_jobs.lifecycle import JobState, PublishedStatus, status_path
+    from spark_jobs.registry import get_job
+
+    jobs = StreamingJobHook(get_job("purchase_counts"), Settings().replace(data_dir=tmp_path))
+    app, status_dir = jobs.application_id, jobs.status_dir
+    status_dir.mkdir(parents=True, exist_ok=True)
+    previous = JobLease(status_dir, app).last_epoch()
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with locked_record(status_dir, app) as record:
+            record.launches.append(
+                Launch(at=time.time(), by="watch#1", launcher_pid=launcher.pid, exit_file=str(tmp_path / "x"))
+            )
+        assert settle_unrecorded_launch(jobs) is None  # launched, not running yet: its own wait is still due
+        lease = JobLease(status_dir, app)
+        epoch = lease.acquire()
+        status = PublishedStatus(app, state=JobState.RUNNING, lease_epoch=epoch, pid=launcher.pid)
+        write_json_atomically(status_path(status_dir, app), to_json(status))
+        settled = settle_unrecorded_launch(jobs)
+        assert settled is not None and (settled.outcome, settled.epoch) == ("running", previous + 1)
+        assert read_record(status_dir, app).last_launch == settled
+        assert settle_unrecorded_launch(jobs) is None  # recorded once
+        lease.release()
+    finally:
+        launcher.kill()
+        launcher.wait()

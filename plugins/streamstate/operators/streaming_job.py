@@ -78,6 +78,51 @@ def job_spec(job: str, version: int | str | None = None, *, adopt_by: str | None
     return JobVersions(Settings.from_env()).current_spec(job, adopt_by=adopt_by)
 
 
+def started_trigger(jobs: StreamingJobHook, launch: Launch, carry: dict | None = None) -> StreamingJobStartedTrigger:
+    """The trigger that waits for ``launch``'s driver to run (or fail, or time out)."""
+    spec = jobs.spec
+    return StreamingJobStartedTrigger(
+        spec.application_id,
+        str(jobs.status_dir),
+        launch.launcher_pid,
+        launch.exit_file,
+        launch.previous_epoch,
+        spec.supervision.start_timeout_s,
+        launch_at=launch.at,
+        version=spec.version,
+        carry=carry,
+    )
+
+
+def record_outcome(jobs: StreamingJobHook, launch: Launch, event: dict) -> None:
+    """``launch``'s outcome from its :func:`started_trigger`'s event (the caller holds the record's lock)."""
+    state = event["state"]
+    launch.outcome = {"running": "running", "already_running": "already_running"}.get(state, "failed")
+    launch.epoch = event.get("epoch")
+    if state == "timeout":
+        jobs.stop_launch(launch.launcher_pid)
+        launch.error = f"not RUNNING after {event['timeout_s']:.0f}s (killed)"
+    elif state == "failed":
+        launch.error = event.get("error")
+
+
+def settle_unrecorded_launch(jobs: StreamingJobHook) -> Launch | None:
+    """The last launch, its outcome recorded now, when the task that waited for it never did and its trigger can
+    tell already (None: nothing to record, or still starting). Airflow 3.3 fails a deferred task that resumes
+    before the scheduler has seen its worker's exit from the deferral (apache/airflow#72716, a watch whose
+    driver died as it deferred): that task launched the driver and never waited for it; its retry watches the
+    driver and records the launch here."""
+    with locked_record(jobs.status_dir, jobs.spec.application_id) as record:
+        launch = record.last_launch
+        if launch is None or launch.outcome is not None or launch.launcher_pid is None:
+            return None
+        event = started_trigger(jobs, launch).check()
+        if event is None:
+            return None
+        record_outcome(jobs, launch, event)
+        return launch
+
+
 class LaunchStreamingJobOperator(SparkSubmitOperator):
     """Start a registered job's driver with spark-submit on ``spark_default``, unless it runs already.
 
@@ -154,20 +199,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         self.log.info(
             "driver of %s starting (launcher pid %s); log: %s", spec.application_id, launch.launcher_pid, launch.log
         )
-        self.defer(
-            trigger=StreamingJobStartedTrigger(
-                spec.application_id,
-                str(jobs.status_dir),
-                launch.launcher_pid,
-                launch.exit_file,
-                launch.previous_epoch,
-                spec.supervision.start_timeout_s,
-                launch_at=launch.at,
-                version=spec.version,
-                carry=carry,
-            ),
-            method_name=method_name,
-        )
+        self.defer(trigger=started_trigger(jobs, launch, carry), method_name=method_name)
 
     def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
         from spark_jobs.submit import submit_spec
@@ -187,13 +219,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
             launch = next((item for item in record.launches if item.at == launch_at), None)
             state = event["state"]
             if launch is not None and launch.outcome is None:
-                launch.outcome = {"running": "running", "already_running": "already_running"}.get(state, "failed")
-                launch.epoch = event.get("epoch")
-                if state == "timeout":
-                    jobs.stop_launch(launch.launcher_pid)
-                    launch.error = f"not RUNNING after {event['timeout_s']:.0f}s (killed)"
-                elif state == "failed":
-                    launch.error = event.get("error")
+                record_outcome(jobs, launch, event)
         if state in ("running", "already_running"):
             self.log.info("%s: %s", spec.application_id, event)
             return event
@@ -249,6 +275,8 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
         holder = jobs.running_instance()
         if holder is None:
             return self._restart(context, spec, deadline, restarts)
+        if settled := settle_unrecorded_launch(jobs):
+            self.log.info("recorded the outcome of %s's launch, which its task never did: %s", settled.by, settled)
         self.log.info(
             "watching %s (driver pid %s, lease epoch %s) for %.0fs",
             spec.application_id,
