@@ -368,6 +368,7 @@ class JobContext:
         write_outputs,
         reconcile_outputs=None,
         output_records=None,
+        refused_letters=None,
     ):
         """The ``foreachBatch`` function of a job whose processor emits store changes.
 
@@ -383,17 +384,26 @@ class JobContext:
         a key whose later history no longer reaches the outputs.
 
         Per micro-batch: the batch's dead letters (rows with ``dead_letter.LETTER_COLUMN`` set, see
-        :meth:`with_dead_letters`) go to the dead-letter topic; ``write_outputs(batch, batch_id, commit)`` updates
+        :meth:`with_dead_letters`) go to the dead-letter topic, and with them ``refused_letters(batch)``, the
+        rows the processor refused inside the batch (late events) as :meth:`write_rejected` takes them (None: none);
+        ``write_outputs(batch, batch_id, commit)`` updates
         the job's outputs from the other rows (not called when there are none: nothing changed), each of its
         table writes carrying ``commit`` (:class:`spark_jobs.output_table.OutputCommit`; a Spark write in the
         call carries it too, through the session's conf); then the changes
         go to each store's changelog, then every store's batch markers, in one transaction; then, when due, a
         snapshot of each store is started in the background (:meth:`start_snapshots_if_due`). Both writes are
         full values or tombstones, so a batch replayed after a crash rewrites the same results
-        (idempotent). The markers come last because they are what a restore trusts: a batch complete in
-        the changelog has its outputs written. (Changelog first lost outputs when a driver died between
-        the two and the checkpoint was then lost: the restore resumed after a batch whose outputs were
-        never written. Found by tests/faults/test_driver_kills.py.)
+        (idempotent). The markers come after the outputs because they are what a restore trusts: a batch
+        complete in the changelog has its outputs written. (Changelog first lost outputs when a driver died
+        between the two and the checkpoint was then lost: the restore resumed after a batch whose outputs
+        were never written. Found by tests/faults/test_driver_kills.py.)
+
+        A job whose outputs are the store's view (``reconcile_outputs``) and that has an output topic commits
+        the transaction first and writes its outputs after it (failpoint ``between_markers_and_outputs``): a
+        reader of the topic gets a batch's results without waiting for the Delta commit (issue 48: to the
+        topic in about a second), and nothing is lost by the order, since a restore without the checkpoint
+        makes the outputs equal to the restored store, and with it Spark replays the batch, whose Delta write
+        is still missing and whose transaction is not repeated.
 
         ``output_records(batch)``, for a job with an output topic (``JobSpec.output_topic``): the batch's results
         as Kafka records (``key`` and ``value`` binary, a null value a tombstone), written to the topic in the
@@ -418,6 +428,7 @@ class JobContext:
         open_tables: dict = {}  # the outputs' delta-rs tables, reused by the next batches (OutputCommit)
         checkpoint = self.checkpoint
         events = output_records is not None and self.spec.output_topic_kind() == "events"
+        transaction_first = output_records is not None and reconcile_outputs is not None
 
         def write_batch(batch, batch_id: int) -> None:
             from spark_jobs.dead_letter import count_by_letter_reason
@@ -436,6 +447,9 @@ class JobContext:
                     writers.extend((self.changelog_writer(s.store), s) for s in stores)
                 batch_base = writers[0][0].batch_base
                 batch = self._write_dead_letters(batch, counts)
+                refused = refused_letters(batch) if refused_letters is not None and changed else None
+                if refused is not None:
+                    self.write_rejected(refused)
                 clock.lap("dead_letters")
                 self.failpoint("before_outputs")
                 end_offsets = batch_end_offsets(checkpoint, batch_id)
@@ -452,41 +466,54 @@ class JobContext:
                     rows.announce(results)
                     if collects_in_driver([writer for writer, _ in changelog], at_most=changed):
                         rows.announce(*(frame for _, frame in changelog))
-                # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
-                # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
-                # input position they reached (spark_jobs/state/output_marks.py)
-                commit = OutputCommit(
-                    self.layout.output_transaction_app_id,
-                    batch_base + batch_id,
-                    end_offsets.get(self.input_topic, {}),
-                    through_driver=through_driver,
-                    rows=rows,
-                    open_tables=open_tables,
-                )
-                if changed:  # a batch that changed nothing (e.g. only moved the watermark) has nothing to write
-                    with session_conf(batch.sparkSession, commit.spark_conf()):
-                        write_outputs(batch, batch_id, commit)
-                clock.lap("outputs")
-                self.failpoint("between_outputs_and_markers")
-                records = ()
-                if results is not None:
-                    results = rows.arrow(results) if rows is not None else results.toArrow()
-                    keys, values = results.column("key").to_pylist(), results.column("value").to_pylist()
-                    partitions = None
-                    if events:
-                        count = self.spec.output_partitions
-                        partitions = [kafka_partition(key.decode(), count) for key in keys]
-                    records = (OutputRecords(self.layout.output_topic, keys, values, partitions),)
-                write_batches(
-                    changelog,
-                    batch_id,
-                    end_offsets,
-                    batch_watermark_ms(checkpoint, batch_id),
-                    records,
-                    at_most=changed,  # a store's changes are some of the processor's rows
-                    rows=rows,
-                )
-                clock.lap("changelog")
+
+                def write_delta_outputs() -> None:
+                    # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
+                    # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
+                    # input position they reached (spark_jobs/state/output_marks.py)
+                    commit = OutputCommit(
+                        self.layout.output_transaction_app_id,
+                        batch_base + batch_id,
+                        end_offsets.get(self.input_topic, {}),
+                        through_driver=through_driver,
+                        rows=rows,
+                        open_tables=open_tables,
+                    )
+                    if changed:  # a batch that changed nothing (e.g. only moved the watermark) writes nothing
+                        with session_conf(batch.sparkSession, commit.spark_conf()):
+                            write_outputs(batch, batch_id, commit)
+                    clock.lap("outputs")
+
+                def commit_transaction() -> None:
+                    records = ()
+                    if results is not None:
+                        published = rows.arrow(results) if rows is not None else results.toArrow()
+                        keys = published.column("key").to_pylist()
+                        values = published.column("value").to_pylist()
+                        partitions = None
+                        if events:
+                            count = self.spec.output_partitions
+                            partitions = [kafka_partition(key.decode(), count) for key in keys]
+                        records = (OutputRecords(self.layout.output_topic, keys, values, partitions),)
+                    write_batches(
+                        changelog,
+                        batch_id,
+                        end_offsets,
+                        batch_watermark_ms(checkpoint, batch_id),
+                        records,
+                        at_most=changed,  # a store's changes are some of the processor's rows
+                        rows=rows,
+                    )
+                    clock.lap("changelog")
+
+                if transaction_first:
+                    commit_transaction()
+                    self.failpoint("between_markers_and_outputs")
+                    write_delta_outputs()
+                else:
+                    write_delta_outputs()
+                    self.failpoint("between_outputs_and_markers")
+                    commit_transaction()
             finally:
                 cached.unpersist()
             self.start_snapshots_if_due([kept.store for kept in stores], batch_base + batch_id)

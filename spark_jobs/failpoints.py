@@ -38,6 +38,9 @@ Failpoint = Literal[
     "before_outputs",
     # the batch's outputs are written (their Delta commit done); its changelog and markers are not
     "between_outputs_and_markers",
+    # the batch's changelog, markers and output records are committed; its outputs are not written (a job
+    # whose outputs are its store's view and that has an output topic: JobContext.state_change_sink)
+    "between_markers_and_outputs",
     # the batch's changelog and markers are written; a due snapshot is not taken yet
     "before_snapshot",
     # a re-keying batch is read and its dead letters written; its transaction is not begun

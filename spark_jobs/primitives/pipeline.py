@@ -196,9 +196,9 @@ class StoreDeclaration:
             if len(stores) > 1:  # the outputs show the declaration's store; the others are the processor's own
                 batch = batch.where(stores[0].rows)
             write_store(batch, commit)
-            late = self.late_rows(batch, spec.key_field, source_topic)
-            if late is not None:
-                ctx.write_rejected(late)
+
+        def refused_letters(batch):
+            return self.late_rows(batch, spec.key_field, source_topic)
 
         output_records = None
         if ctx.ensure_output_topic():
@@ -208,7 +208,7 @@ class StoreDeclaration:
                     batch = batch.where(stores[0].rows)
                 return self.output_records(batch, spec.key_field)
 
-        sink = ctx.state_change_sink(stores, write_outputs, reconcile_outputs, output_records)
+        sink = ctx.state_change_sink(stores, write_outputs, reconcile_outputs, output_records, refused_letters)
         return rows.writeStream.outputMode("update").foreachBatch(sink)
 
     def output_records(self, batch, key_field: str):

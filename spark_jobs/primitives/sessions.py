@@ -158,9 +158,9 @@ class SessionAggregate(EventTimeAggregate):
         def write_outputs(batch, batch_id: int, commit) -> None:
             if write_sessions(batch, batch_id, commit):
                 write_summaries(batch.sparkSession)
-            ctx.write_rejected(
-                late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
-            )
+
+        def refused_letters(batch):
+            return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
 
         output_records = None
         if ctx.ensure_output_topic():
@@ -168,7 +168,9 @@ class SessionAggregate(EventTimeAggregate):
             def output_records(batch):
                 return self.output_records(batch, key_field)
 
-        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
+        sink = ctx.state_change_sink(
+            changes, write_outputs, output_records=output_records, refused_letters=refused_letters
+        )
         return rows.writeStream.outputMode("append").foreachBatch(sink)
 
     def _emitted(self, batch, key_field: str):

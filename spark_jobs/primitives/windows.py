@@ -151,9 +151,9 @@ class WindowedAggregate(EventTimeAggregate):
         def write_outputs(batch, batch_id: int, commit) -> None:
             if write_windows(batch, batch_id, commit):
                 write_summaries(batch.sparkSession)
-            ctx.write_rejected(
-                late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
-            )
+
+        def refused_letters(batch):
+            return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
 
         output_records = None
         if ctx.ensure_output_topic():
@@ -161,7 +161,9 @@ class WindowedAggregate(EventTimeAggregate):
             def output_records(batch):
                 return self.output_records(batch, key_field, window_ms=store.window_ms)
 
-        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
+        sink = ctx.state_change_sink(
+            changes, write_outputs, output_records=output_records, refused_letters=refused_letters
+        )
         return rows.writeStream.outputMode("append").foreachBatch(sink)
 
     def _window_writer(self, outputs, key_field: str, window_ms: int, may_repeat):

@@ -1,11 +1,12 @@
 """A job's outputs in Kafka, for the jobs that read them: the version's upsert topic holds, per key, the
 latest output row (a deleted key's tombstone), written in the transaction of the batch's changelog
-markers: equal to the Delta outputs and the reference, and across kill -9 between a batch's Delta write and
-its markers a read-committed reader never sees that batch's results before its changelog is complete."""
+markers, before the Delta write: equal to the Delta outputs and the reference, and across kill -9 between the
+transaction and the Delta write each batch's results published once."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from decimal import Decimal
 
@@ -17,6 +18,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
+from spark_jobs.versions import read_rows
 
 pytestmark = pytest.mark.integration
 
@@ -59,23 +61,40 @@ def test_windowed_and_session_jobs_take_an_output_topic_and_its_partitions_need_
 
 
 @pytest.mark.faults
-def test_a_batch_killed_before_its_markers_publishes_nothing(settings, kafka_broker, spark):
-    """kill -9 after a batch's Delta write, before its markers: a read-committed reader of the output topic
-    sees none of that batch; after the restart and a drain, the topic equals the reference."""
+def test_a_batch_killed_between_its_transaction_and_its_outputs_publishes_it_once(settings, kafka_broker, spark):
+    """A job whose outputs are its store's view commits a batch's transaction (changelog, markers, output
+    records) before its Delta write, so the topic's readers need not wait for the outputs. kill -9 between the
+    two: a read-committed reader of the topic has the batch's results, the outputs have not; the restart
+    replays the batch from the checkpoint and publishes nothing again; killed there once more with the
+    checkpoint lost, the last run restores the store and makes the outputs equal to it. After a drain the
+    topic and the outputs equal the reference, each key's results published once per batch that changed it."""
     from spark_jobs.registry import registered_versions
     from spark_jobs.run import run
     from tests.faults.test_driver_kills import Kill, kill_at
+    from tests.helpers import every_record
 
     stack = settings.replace(job_modules="tests.fixtures.repartition_jobs")
     spec = registered_versions(stack.job_modules)["published_counts"][1]
     ensure_topic(stack.kafka, spec.source_topic, spec.source_partitions)
     events = list(purchases.generate(600, users=50, seed=17, close_rate=0.05))
     purchases.produce(stack.kafka, spec.source_topic, events)
-    kill_at(stack, spec, Kill("between_outputs_and_markers", 1), "published-kill.log")
+    kill_at(stack, spec, Kill("between_markers_and_outputs", 1), "published-kill-1.log")
     layout = JobLayout.of(spec, stack)
-    assert latest_per_key(stack.kafka, layout.output_topic) == {}, "a batch without markers published results"
+    assert latest_per_key(stack.kafka, layout.output_topic), "the committed transaction published the batch"
+    assert not read_rows(layout.output_table), "the outputs were written before the transaction"
+    # the next driver replays that batch (its transaction committed already: nothing published again) and is
+    # killed at the same point, its checkpoint lost: the last run restores the store and rebuilds the outputs
+    kill_at(stack, spec, Kill("between_markers_and_outputs", 1, lose_checkpoint=True), "published-kill-2.log")
 
     report = run(spec, stack, available_now=True, spark=spark)
     assert report.error is None
     want = purchases.expected_counts(e for e in events if purchases.is_valid(e))
     assert _published(stack, spec) == want
+    assert {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in read_rows(report.output)} == want
+    # a key's result changes with every batch that touches it (a count grows; a closed account's tombstone
+    # follows a row): the same value twice in a row is a batch published again by its replay
+    by_key: dict[str, list] = {}
+    for _, key, value in every_record(stack.kafka, layout.output_topic):
+        by_key.setdefault(key, []).append(value)
+    repeated = [key for key, values in by_key.items() if any(a == b for a, b in itertools.pairwise(values))]
+    assert not repeated, f"published twice: {repeated[:3]}"
