@@ -310,6 +310,12 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
         if assessment["action"] == "none" and StreamingJobHook(spec).running_instance() is not None:
             # another driver holds the lease already (the spare took over, or a launch was quicker): watch it
             return self._watch(context, deadline, restarts)
+        if assessment["action"] == "none" and assessment["state"] == "starting":
+            # a launch in flight that no task waits for (a try Airflow failed as it resumed, see
+            # settle_unrecorded_launch): wait for it as its own task would have (nothing is launched), then watch;
+            # _start defers, or returns when the driver took the lease meanwhile
+            self._start(context, spec, "driver_restarted", {"deadline": deadline, "restarts": restarts})
+            return self._watch(context, deadline, restarts)
         if assessment["action"] not in ("start", "restart"):
             self.log.info("not restarting %s: %s (%s)", spec.application_id, assessment["action"], assessment["reason"])
             return {"state": assessment["state"], "action": assessment["action"], "restarts": restarts}
