@@ -401,9 +401,9 @@ class JobContext:
         A job whose outputs are the store's view (``reconcile_outputs``) and that has an output topic commits
         the transaction first and writes its outputs after it (failpoint ``between_markers_and_outputs``): a
         reader of the topic gets a batch's results without waiting for the Delta commit, and nothing is lost
-        by the order, since a restore without the checkpoint
-        makes the outputs equal to the restored store, and with it Spark replays the batch, whose Delta write
-        is still missing and whose transaction is not repeated.
+        by the order, since a restore without the checkpoint makes the outputs equal to the restored store,
+        and with it Spark replays the batch, whose Delta write is still missing and whose transaction is not
+        repeated.
 
         ``output_records(batch)``, for a job with an output topic (``JobSpec.output_topic``): the batch's results
         as Kafka records (``key`` and ``value`` binary, a null value a tombstone), written to the topic in the
