@@ -16,13 +16,16 @@ from runtime.settings import PROJECT_ROOT, Settings
 
 @contextlib.contextmanager
 def private_broker(prefix: str) -> Iterator[Settings]:
-    """Settings for a local broker on free ports with a fresh data directory; the broker runs inside."""
+    """Settings for a local broker on free ports with a fresh data directory; the broker runs inside. The
+    drivers' extra JVM options come from ``STREAMSTATE_SPARK_DRIVER_JAVA_OPTIONS`` (a profiler, GC logging);
+    every other setting is the default."""
     ports = sorted({free_port() for _ in range(3)})
     settings = Settings(
         data_dir=Path(tempfile.mkdtemp(prefix=prefix)),
         kafka_port=ports[0],
         kafka_controller_port=ports[1],
         airflow_port=ports[2],
+        spark_driver_java_options=Settings.from_env().spark_driver_java_options,
     )
     broker = LocalKafkaBroker(settings)
     broker.start()

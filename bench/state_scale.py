@@ -79,7 +79,10 @@ def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> di
     spark = None
     if mode in ("spark", "spare"):
         from spark_jobs.session import build_spark_session
+        from spark_jobs.spare import spare_driver_settings
 
+        if mode == "spare":  # the JVM a spark-submit of a spare driver starts (spark_jobs/submit.py)
+            settings = spare_driver_settings(settings)
         started = time.monotonic()
         spark = build_spark_session(settings, "bench-state-scale")
         result["session_seconds"] = round(time.monotonic() - started, 2)

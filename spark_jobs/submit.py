@@ -18,6 +18,7 @@ from pathlib import Path
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.registry import JobSpec, JobSpecError
 from spark_jobs.session import launch_env, spark_conf
+from spark_jobs.spare import spare_driver_settings
 
 ENTRY_FILE = PROJECT_ROOT / "spark_jobs" / "run.py"
 PACKAGES = ("runtime", "spark_jobs")
@@ -104,6 +105,8 @@ def _module_files(module: str) -> dict[str, Path]:
 def submit_spec(spec: JobSpec, settings: Settings, *, available_now: bool = False, spare: bool = False) -> SubmitSpec:
     """The spark-submit of ``spec``'s driver (``available_now``: drain and stop; ``spare``: its spare driver)."""
     mode = ["--available-now"] if available_now else ["--spare"] if spare else []
+    if spare:
+        settings = spare_driver_settings(settings)
     return application_submit_spec(
         settings, spec.application_id, ENTRY_FILE, (spec.name, "--version", str(spec.version), *mode)
     )

@@ -44,6 +44,11 @@ from tests.helpers import purchase_counts_copy, read_topic
 pytestmark = pytest.mark.integration
 
 
+def _command_line(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return [arg.decode() for arg in cmdline.read().split(b"\0") if arg]
+
+
 def _wait(predicate, timeout_s: float, what: str, processes=()):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -115,6 +120,9 @@ def test_the_spare_takes_over_a_killed_driver(private_stack, spark):
             [driver, spare],
         )
         assert ready.warm_up_s is not None and os.getpgid(ready.pid) == spare[1].pid  # the spare's Python process
+        # spark-submit's process is the driver's JVM: the spare's committed its whole heap at start, the driver's not
+        assert f"-Xms{settings.spark_driver_memory}" in _command_line(spare[1].pid)
+        assert not any(option.startswith("-Xms") for option in _command_line(driver[1].pid))
         # the spare's own lease, not the driver's
         assert JobLease(settings.status_dir, spec.application_id).holder().pid != ready.pid
 

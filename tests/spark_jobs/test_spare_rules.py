@@ -7,6 +7,7 @@ watches it exactly as it watches a Spark driver (a warm-up is not part of these 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from runtime.settings import Settings
 from spark_jobs import spare as spare_module
 from spark_jobs.lease import JobLease, LeaseHolder
 from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, SpareState, read_spare_status, read_status
 from spark_jobs.registry import JobSpec
-from spark_jobs.spare import SpareDriver, driver_died, driver_settled
+from spark_jobs.spare import SpareDriver, driver_died, driver_settled, spare_driver_settings
 
 DRIVER = textwrap.dedent(
     """
@@ -219,3 +221,14 @@ def test_a_spare_warms_up_once_the_driver_is_past_its_first_batches():
     assert driver_settled(status(batch=11), holder)
     assert driver_settled(status(first=None, idle_at="2026-11-29T00:00:00+00:00"), holder)  # no input: idle
     assert not driver_settled(status(batch=11, epoch=3), holder)  # an earlier driver's word
+
+
+def test_a_spare_drivers_jvm_commits_its_whole_heap_at_start_unless_the_deployment_says_otherwise():
+    settings = Settings(spark_driver_memory="3g", spark_driver_java_options="-XX:+UseParallelGC")
+    assert spare_driver_settings(settings).spark_driver_java_options == "-Xms3g -XX:+UseParallelGC"
+    assert spare_driver_settings(Settings()).spark_driver_java_options == f"-Xms{Settings().spark_driver_memory}"
+    # a deployment's own -Xms comes after the spare's on the JVM's command line, and the JVM takes the last
+    options = shlex.split(
+        spare_driver_settings(Settings(spark_driver_java_options="-Xms512m")).spark_driver_java_options
+    )
+    assert [o for o in options if o.startswith("-Xms")][-1] == "-Xms512m"
