@@ -170,12 +170,19 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
             "stopped", "none", f"stopped on request: {record.stop_reason or 'no reason given'}", tuple(conditions)
         )
     last = record.last_launch
+    recent = record.launches_since(max(seen.now - policy.crash_loop_window_s, record.restarts_reset_at or 0.0))
+    error = (seen.status and seen.status.error) or (last.error if last else None)
+    where = f" Driver log: {last.log}." if last and last.log else log_hint
     if (
         last is not None
         and last.outcome is None
         and seen.launcher_alive
         and seen.now - last.at < policy.start_timeout_s
     ):
+        if seen.status is not None or len(record.launches) > 1:
+            # a restart in flight: the job is still down, and its alert stays open until a driver holds the lease
+            # (resolved now, a launch that fails would page on-call a second time for the same outage)
+            conditions.append(_down(spec, seen, recent, error, where))
         return Assessment("starting", "none", f"launched {seen.now - last.at:.0f}s ago by {last.by}", tuple(conditions))
     if seen.last_exit_code == FENCED:
         # Another driver of this version (another host, another Airflow) claimed it and refused this one's
@@ -195,25 +202,9 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
         )
         return Assessment("taken_over", "none", "another driver holds the job version", tuple(conditions))
 
-    recent = record.launches_since(max(seen.now - policy.crash_loop_window_s, record.restarts_reset_at or 0.0))
     ran_before = seen.status is not None or bool(record.launches)  # (a launch in flight returned above)
-    error = (seen.status and seen.status.error) or (last.error if last else None)
-    where = f" Driver log: {last.log}." if last and last.log else log_hint
     if ran_before:
-        conditions.append(
-            Condition(
-                "down",
-                "error",
-                f"{spec.application_id} is not running (last state "
-                f"{seen.status.state.value if seen.status else 'unknown'}{'; ' + error if error else ''})",
-                {
-                    "restarts_in_window": len(recent),
-                    "max_restarts": policy.crash_loop_restarts,
-                    "last_update": seen.status.updated_at if seen.status else None,
-                },
-                "Supervision restarts it with backoff; nothing to do unless it keeps failing." + where,
-            )
-        )
+        conditions.append(_down(spec, seen, recent, error, where))
     if record.crash_loop_since is not None or len(recent) >= policy.crash_loop_restarts:
         conditions.append(
             Condition(
@@ -238,6 +229,22 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
             round(wait, 1),
         )
     return Assessment("down" if ran_before else "not_started", action, "no driver holds the lease", tuple(conditions))
+
+
+def _down(spec: JobSpec, seen: Observation, recent: list, error: str | None, where: str) -> Condition:
+    """The ``down`` condition: no driver holds the lease of a job that ran before."""
+    return Condition(
+        "down",
+        "error",
+        f"{spec.application_id} is not running (last state "
+        f"{seen.status.state.value if seen.status else 'unknown'}{'; ' + error if error else ''})",
+        {
+            "restarts_in_window": len(recent),
+            "max_restarts": spec.supervision.crash_loop_restarts,
+            "last_update": seen.status.updated_at if seen.status else None,
+        },
+        "Supervision restarts it with backoff; nothing to do unless it keeps failing." + where,
+    )
 
 
 def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:

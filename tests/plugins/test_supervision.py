@@ -160,8 +160,20 @@ def test_crash_loop_after_k_starts_in_the_window_then_a_manual_start_resets_it()
 def test_a_launch_in_flight_is_waited_for():
     record = SupervisionRecord("a", launches=[Launch(at=NOW - 20, by="r1", launcher_pid=99)])
     a = assess(SPEC, observed(NOW, None, None, launcher_alive=True), record)
-    assert (a.state, a.action) == ("starting", "none")
+    assert (a.state, a.action, names(a)) == ("starting", "none", set())  # a first start: nothing was down
     assert assess(SPEC, observed(NOW, None, None, launcher_alive=False), record).action == "restart"
+
+
+def test_a_restart_in_flight_keeps_the_job_down_until_a_driver_holds_the_lease():
+    crashed = {**running_status(), "state": "ERROR", "error": "boom"}
+    before = Launch(at=NOW - 300, by="r1", outcome="running")
+    record = SupervisionRecord("a", launches=[before, Launch(at=NOW - 5, by="watch", launcher_pid=99)])
+    a = assess(SPEC, observed(NOW, None, crashed, launcher_alive=True), record)
+    # the alert that fired when the driver died stays open: resolved here, a failed launch would page again
+    assert (a.state, a.action, names(a)) == ("starting", "none", {"down"})
+    assert "boom" in a.conditions[0].summary
+    # once the new driver holds the lease (published or not yet), the job is no longer down
+    assert names(assess(SPEC, observed(NOW, HOLDER, crashed), record)) == set()
 
 
 def test_a_driver_taken_over_by_another_is_not_restarted_until_started_again():
