@@ -173,13 +173,16 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
     recent = record.launches_since(max(seen.now - policy.crash_loop_window_s, record.restarts_reset_at or 0.0))
     error = (seen.status and seen.status.error) or (last.error if last else None)
     where = f" Driver log: {last.log}." if last and last.log else log_hint
-    if (
+    in_flight = (
         last is not None
         and last.outcome is None
         and seen.launcher_alive
         and seen.now - last.at < policy.start_timeout_s
-    ):
-        if seen.status is not None or len(record.launches) > 1:
+    )
+    # a driver of this version published, or a launch was made other than the one still in flight
+    ran_before = seen.status is not None or len(record.launches) > (1 if in_flight else 0)
+    if in_flight:
+        if ran_before:
             # a restart in flight: the job is still down, and its alert stays open until a driver holds the lease
             # (resolved now, a launch that fails would page on-call a second time for the same outage)
             conditions.append(_down(spec, seen, recent, error, where))
@@ -202,7 +205,6 @@ def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_h
         )
         return Assessment("taken_over", "none", "another driver holds the job version", tuple(conditions))
 
-    ran_before = seen.status is not None or bool(record.launches)  # (a launch in flight returned above)
     if ran_before:
         conditions.append(_down(spec, seen, recent, error, where))
     if record.crash_loop_since is not None or len(recent) >= policy.crash_loop_restarts:
