@@ -86,7 +86,7 @@ class RestoredState:
     #: rows read from the snapshot and the time that took (the rest of ``seconds`` is the changelog)
     snapshot_rows: int = 0
     snapshot_seconds: float = 0.0
-    #: the state as a lazy DataFrame(key STRING, value STRING) when it was restored in Spark
+    #: the state as a DataFrame(key STRING, value STRING) when it was restored in Spark (the snapshot read lazily)
     frame: object | None = None
     #: restored in Spark: the tail's latest value per changed key (null: deleted), what ``frame`` adds to the snapshot
     changes: object | None = None
@@ -136,8 +136,9 @@ def restore_from_snapshot(
 ) -> RestoredState:
     """Latest snapshot (unless ``use_snapshot`` is False) + changelog tail -> state at the last complete batch.
 
-    With ``spark`` the state is built by Spark's executors (the snapshot read from Delta, the tail from
-    Kafka, both lazily) and never enters this process: ``frame`` holds it and ``state`` is None.
+    With ``spark`` the state is built by Spark's executors (the snapshot read from Delta lazily, the tail from
+    Kafka, by this call when its changes are few, see :func:`~spark_jobs.state.snapshots.overlay`) and never
+    enters this process: ``frame`` holds it and ``state`` is None.
     """
     listener = listener or LoggingRestoreListener(snapshots.application_id)
     started = time.monotonic()

@@ -44,8 +44,9 @@ from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 METADATA_KIND = "streamstate.snapshot/v1"
 
-#: a Spark read joins the base against at most this many changed keys by broadcasting them (tens of MB)
-#: instead of shuffling the base: Spark cannot tell from the table's statistics how few they are
+#: a Spark read filters the base against at most this many changed keys held in the driver and broadcast
+#: (tens of MB, :func:`overlay`) instead of shuffling the base: Spark cannot tell from the table's statistics
+#: how few they are
 BROADCAST_MAX_KEYS = 2_000_000
 
 #: how a snapshot was written: the whole state (an overwrite: a new base) or a layer of changes on the latest one
@@ -218,21 +219,26 @@ def overlay(base, changes, *, broadcast: bool):
     value deleting its key: the base's rows whose key no change touches, then the changes' live values.
     What :func:`resolve_layers` does in this process, for a base too large for it.
 
-    ``broadcast``: the changes are few enough to send to every executor (see ``BROADCAST_MAX_KEYS``), so the
-    base is filtered where it is read, never shuffled.
+    ``broadcast``: the changes are few enough to hold in the driver and send to every executor (see
+    ``BROADCAST_MAX_KEYS``). They are read once, by this call, and the base is filtered where it is read,
+    never shuffled: a Bloom filter of the changed keys ahead of their exact set (``streamstate.state.Overlay``,
+    Java; a hash join's probe per base row is the cost it saves, BENCHMARKS.md "the overlay's Bloom filter").
+    Otherwise the base is anti-joined with the changes through a shuffle, lazily.
 
-    The changes are computed once. Both branches use them whole (key and value): a join on the keys
-    alone would let the optimizer prune the values from that side, the two branches would then plan two
-    different aggregations, and the changes' source (a changelog tail in Kafka, a snapshot's layers) would
-    be read twice. With the same plan on both sides Spark reuses the first one's shuffle.
+    In the shuffled join the changes are computed once. Both branches use them whole (key and value): a join
+    on the keys alone would let the optimizer prune the values from that side, the two branches would then
+    plan two different aggregations, and the changes' source (a changelog tail in Kafka, a snapshot's layers)
+    would be read twice. With the same plan on both sides Spark reuses the first one's shuffle.
     """
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
+    if broadcast:
+        spark = base.sparkSession
+        return DataFrame(spark._jvm.streamstate.state.Overlay.apply(base._jdf, changes._jdf), spark)
     # the join infers "key IS NOT NULL" on its side; stated here it is on both, so the two plans stay equal
     changes = changes.where(F.col("key").isNotNull())
     touched = changes.select(F.col("key").alias("touched_key"), F.col("value").alias("touched_value"))
-    if broadcast:
-        touched = F.broadcast(touched)
     # a touched key is dropped whether its change is a value or a delete; naming the value keeps it planned
     keeps_value = touched["touched_value"].isNull() | touched["touched_value"].isNotNull()
     untouched = base.join(touched, (base["key"] == touched["touched_key"]) & keeps_value, "left_anti")
@@ -396,11 +402,11 @@ class SnapshotStore:
         return resolve_layers(pa.table(table.scan(columns=columns)), info.base_batch)
 
     def frame(self, spark, info: SnapshotInfo):
-        """One snapshot as a lazy DataFrame(key STRING, value STRING), read by Spark's executors (Delta time
-        travel, see :meth:`readable_version`): the restore path for stores too large for one process.
-        Its layers are resolved like :func:`resolve_layers` does, by :func:`overlay`: the base's keys a layer
-        touches are dropped (a join against the layers' keys, which are few), and each touched key's newest
-        value added."""
+        """One snapshot as a DataFrame(key STRING, value STRING), read by Spark's executors (Delta time travel,
+        see :meth:`readable_version`): the restore path for stores too large for one process. Its base is read
+        lazily. Its layers are resolved like :func:`resolve_layers` does, by :func:`overlay`: the base's keys a
+        layer touches are dropped, and each touched key's newest value added (layers of few keys are read by
+        this call, see :func:`overlay`)."""
         from pyspark.sql import functions as F
 
         table = self._spark_table(spark, self.readable_version(info))

@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 
 from spark_jobs.maintenance import maintain_table
 from spark_jobs.state.restore import STORE_SCHEMA
-from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore
+from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore, overlay
 from tests.helpers import age_delta_removals
 
 
@@ -92,6 +92,27 @@ def test_the_standbys_layers_read_as_the_state_and_fold_when_they_outgrow_the_ba
     # A layer of a batch the table already holds is refused too (it would hide newer values).
     with pytest.raises(SnapshotConflict, match="is not after"):
         store.append_layer({b"u9": b"9"}, _info(3), base=store.latest())
+
+
+@pytest.mark.parametrize("broadcast", [True, False], ids=["changes-in-driver", "shuffled"])
+def test_an_overlay_keeps_the_untouched_rows_and_the_live_changes(spark, broadcast):
+    # enough untouched keys that the Bloom filter ahead of the exact set passes some of them (~3%): the exact
+    # set must still keep them; keys of several UTF-8 lengths, since the filter hashes the key's bytes
+    base = {f"k{i}-é€𝄞"[: 2 + i % 6]: f"b{i}" for i in range(20_000)} | {"": "empty key"}
+    changes = {f"k{i}-é€𝄞"[: 2 + i % 6]: None if i % 3 else f"c{i}" for i in range(0, 20_000, 97)}
+    changes |= {"only-in-changes": "new", "deleted-but-absent": None, "": None}
+    base_rows = [*base.items(), (None, "a null key is no change's")]
+    frame = overlay(
+        spark.createDataFrame(base_rows, STORE_SCHEMA),
+        spark.createDataFrame([*changes.items(), (None, "dropped")], STORE_SCHEMA),
+        broadcast=broadcast,
+    )
+    rows = [(r.key, r.value) for r in frame.collect()]
+    expected = {k: v for k, v in (base | changes).items() if v is not None}
+    assert sorted(rows, key=str) == sorted([*expected.items(), (None, "a null key is no change's")], key=str)
+    if broadcast:  # the changes were read by the call: the frame scans the base alone, without a join
+        plan = frame._jdf.queryExecution().executedPlan().toString()
+        assert "Join" not in plan and plan.count("Scan ExistingRDD") == 2  # the base (a test's RDD), the live changes
 
 
 def test_spark_appends_a_layer_that_reads_like_the_whole_state(spark, tmp_path):
