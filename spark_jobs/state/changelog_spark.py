@@ -14,7 +14,8 @@ Two passes over the range ``[start, end)`` of every partition:
 
 The result is a DataFrame ``(key STRING, value STRING)``, a null value being a delete: exactly the
 changes :func:`.changelog_reader.read_changelog` would apply, for a snapshot (or an empty store) to
-take in. Spark evaluates it where it is used (the restore's ``initialState``, a snapshot's layer).
+take in. Spark evaluates it where it is used (a restore's overlay, at once for a short tail, see
+:func:`.snapshots.overlay`; the job's ``initialState``; a snapshot's layer).
 """
 
 from __future__ import annotations
