@@ -18,8 +18,20 @@ from spark_jobs.output_table import OutputCommit, OutputTable
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.session import BATCH_CACHE_CONF, session_conf
 from spark_jobs.state import output_marks
-from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, collects_in_driver, write_batches
-from spark_jobs.state.checkpoint_offsets import batch_end_offsets, batch_watermark_ms, latest_batch_id
+from spark_jobs.state.changelog import (
+    DRIVER_RECORDS_MAX,
+    ChangelogTopic,
+    ChangelogWriter,
+    collects_in_driver,
+    write_batches,
+)
+from spark_jobs.state.checkpoint_offsets import (
+    KafkaOffsets,
+    batch_end_offsets,
+    batch_watermark_ms,
+    latest_batch_id,
+    records_between,
+)
 from spark_jobs.state.fencing import GENERATION_SPAN, OutputRecords, WriterFence, fenced_writer
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
@@ -412,6 +424,12 @@ class JobContext:
         once (a batch Spark replays after its transaction committed writes none:
         :meth:`ChangelogWriter.committed_already`).
 
+        A batch of few input records (at most ``min(driver_output_max_rows, DRIVER_RECORDS_MAX)``, from the
+        offset log), after this driver's first, is run by the Spark job that collects what its sinks read and
+        its dead-letter counts (:mod:`spark_jobs.driver_rows`); a larger one is first materialised and counted
+        by a job of its own, and enters the driver only when its rows are few (``driver_output_max_rows``). (The
+        bound on a small batch is its input: a record that closes many windows brings all their rows with it.)
+
         ``write_outputs``'s writes are Delta idempotent writes whose version is the changelog batch id, so it
         writes each output table at most once per batch (a second write to the same table in the batch
         would be skipped), and a driver fenced by a newer one has its late writes skipped.
@@ -430,42 +448,76 @@ class JobContext:
         events = output_records is not None and self.spec.output_topic_kind() == "events"
         transaction_first = output_records is not None and reconcile_outputs is not None
 
+        # a batch reading at most this many input records (known from the offset log) has the rows its sinks
+        # read collected by the job that runs its plan: as many rows as the processor emits for them
+        few_inputs_max = min(self.settings.driver_output_max_rows, DRIVER_RECORDS_MAX)
+        batch_ends: dict[int, dict] = {}  # the last batch's end offsets: where the next one starts
+
+        def publishable(batch, end_offsets):
+            # not for a batch replayed after its transaction committed: its records are in the topic once
+            if output_records is None or writers[0][0].committed_already(end_offsets):
+                return None
+            return output_records(batch)  # through the driver: one transaction writes them
+
         def write_batch(batch, batch_id: int) -> None:
-            from spark_jobs.dead_letter import count_by_letter_reason
+            from spark_jobs import dead_letter
 
             clock = _PhaseClock(self.phase_seconds, self._batch_phases(batch_id))
             with session_conf(batch.sparkSession, BATCH_CACHE_CONF):  # read as the cache is declared
                 cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
-                # one Spark job materialises it (so the state phase is timed apart from the writes), counting
-                # the processor's rows and the dead letters it passed on as they pass (by reason: a second
-                # job, over the cached rows, only when there are some)
-                counts = count_by_letter_reason(batch)
-                changed = counts.pop(None, 0)
-                clock.lap("state")
-                if not writers:
-                    writers.extend((self.changelog_writer(s.store), s) for s in stores)
+                end_offsets = batch_end_offsets(checkpoint, batch_id)
+                started = batch_ends.get(batch_id - 1) or self._batch_start_offsets(batch_id)
+                inputs = records_between(started, end_offsets) if started is not None else None
+                batch_ends.clear()
+                batch_ends[batch_id] = end_offsets
+                few = bool(writers) and inputs is not None and inputs <= few_inputs_max
+                rows = DriverRows() if few else None
+                lettered = batch
+                if few:
+                    # a batch of few input records: the Spark job that runs its plan (the state phase) also
+                    # collects what its sinks will read and its rows' dead-letter reasons (the counts), so no
+                    # job of its own materialises it first (spark_jobs/driver_rows.py)
+                    reasons = dead_letter.letter_reasons(batch)
+                    batch = dead_letter.without_letters(batch)
+                    changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
+                    results = publishable(batch, end_offsets)
+                    rows.announce(results)
+                    if collects_in_driver([writer for writer, _ in changelog], at_most=None):
+                        rows.announce(*(frame for _, frame in changelog))
+                    counts = dead_letter.counted_reasons(rows.arrow(reasons))
+                    changed = counts.pop(None, 0)
+                    clock.lap("state")
+                    results = results if changed else None
+                else:
+                    # one Spark job materialises it (so the state phase is timed apart from the writes), counting
+                    # the processor's rows and the dead letters it passed on as they pass (by reason: a second
+                    # job, over the cached rows, only when there are some)
+                    counts = dead_letter.count_by_letter_reason(batch)
+                    changed = counts.pop(None, 0)
+                    clock.lap("state")
+                    if not writers:
+                        writers.extend((self.changelog_writer(s.store), s) for s in stores)
+                    batch = dead_letter.without_letters(batch, some=bool(counts))
+                    if changed <= self.settings.driver_output_max_rows:
+                        rows = DriverRows()
+                    # a small batch's driver-side reads (its outputs, output records, changelog records) in one
+                    # Spark job: each frame announced before the outputs read theirs (spark_jobs/driver_rows.py)
+                    changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
+                    results = publishable(batch, end_offsets) if changed else None
+                    if rows is not None:
+                        rows.announce(results)
+                        if collects_in_driver([writer for writer, _ in changelog], at_most=changed):
+                            rows.announce(*(frame for _, frame in changelog))
+                if counts:
+                    self._write_dead_letters(lettered, counts)
                 batch_base = writers[0][0].batch_base
-                batch = self._write_dead_letters(batch, counts)
                 refused = refused_letters(batch) if refused_letters is not None and changed else None
                 if refused is not None:
                     self.write_rejected(refused)
                 clock.lap("dead_letters")
                 self.failpoint("before_outputs")
-                end_offsets = batch_end_offsets(checkpoint, batch_id)
                 through_driver = changed <= self.settings.driver_output_max_rows
-                # a small batch's driver-side reads (its outputs, output records, changelog records) in one
-                # Spark job: each frame announced before the outputs read theirs (spark_jobs/driver_rows.py)
-                rows = DriverRows() if through_driver else None
-                changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
-                results = None
-                # not for a batch replayed after its transaction committed: its records are in the topic once
-                if output_records is not None and changed and not writers[0][0].committed_already(end_offsets):
-                    results = output_records(batch)  # through the driver: one transaction writes them
-                if rows is not None:
-                    rows.announce(results)
-                    if collects_in_driver([writer for writer, _ in changelog], at_most=changed):
-                        rows.announce(*(frame for _, frame in changelog))
 
                 def write_delta_outputs() -> None:
                     # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
@@ -476,7 +528,7 @@ class JobContext:
                         batch_base + batch_id,
                         end_offsets.get(self.input_topic, {}),
                         through_driver=through_driver,
-                        rows=rows,
+                        rows=rows if through_driver else None,
                         open_tables=open_tables,
                     )
                     if changed:  # a batch that changed nothing (e.g. only moved the watermark) writes nothing
@@ -521,7 +573,6 @@ class JobContext:
                 # below where this batch started, never its end: Spark replays this batch when killed before
                 # its commit log, reading from its start; the batch before it is committed, and the changelog
                 # complete past it, so neither a resume nor a restore reads below that start again
-                started = batch_end_offsets(checkpoint, batch_id - 1)
                 self.repartitioner.purge_below(started.get(self.input_topic, {}))
             clock.lap("snapshot")
 
@@ -552,6 +603,11 @@ class JobContext:
         crash or a restore): then a primitive that appends its outputs must insert them only if absent."""
         return output_marks.may_repeat(self._batch_start(batch_id), self.outputs_written_through)
 
+    def _batch_start_offsets(self, batch_id: int) -> KafkaOffsets | None:
+        """Where micro-batch ``batch_id`` starts reading every source: the end of the batch before it in the
+        offset log (None for the first batch)."""
+        return batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id else None
+
     def _batch_start(self, batch_id: int) -> dict[int, int] | None:
         """The source offsets micro-batch ``batch_id`` starts reading at (None when not known exactly)."""
         if batch_id > 0:
@@ -562,18 +618,13 @@ class JobContext:
             return None
         return {int(p): int(o) for p, o in offsets.items()}
 
-    def _write_dead_letters(self, batch, counts: dict[str, int]):
-        """Send the batch's dead letters (``counts`` of them by reason) to the job's dead-letter topic; returns
-        the batch's other rows."""
+    def _write_dead_letters(self, batch, counts: dict[str, int]) -> None:
+        """Send the batch's dead letters (the rows carrying one, ``counts`` of them by reason) to the job's
+        dead-letter topic."""
         from spark_jobs import dead_letter
 
         letter = dead_letter.LETTER_COLUMN
-        if letter not in batch.columns:
-            return batch
-        if not counts:  # no row carries one: the column goes, without a filter to plan
-            return batch.drop(letter)
         self._send_letters(batch.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), counts)
-        return batch.where(f"`{letter}` IS NULL").drop(letter)
 
     def write_letters(self, letters) -> None:
         """Dead-letter records (key, value, headers) of this batch to the job's dead-letter topic, counted by

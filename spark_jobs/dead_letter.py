@@ -356,6 +356,38 @@ def count_by_letter_reason(batch: DataFrame) -> dict[str | None, int]:
     return by_reason
 
 
+def letter_reasons(batch: DataFrame) -> DataFrame:
+    """One row per row of a processor's output: whether it carries a dead letter (:data:`LETTER_COLUMN`) and
+    the letter's reason; read into the driver with the batch's other rows, :func:`counted_reasons` counts them
+    as :func:`count_by_letter_reason` would, without a Spark job of their own."""
+    if LETTER_COLUMN not in batch.columns:
+        return batch.selectExpr("false AS lettered", "CAST(NULL AS STRING) AS reason")
+    letter = f"`{LETTER_COLUMN}`"
+    return batch.selectExpr(f"{letter} IS NOT NULL AS lettered", f"{_reason(f'{letter}.headers')} AS reason")
+
+
+def counted_reasons(reasons) -> dict[str | None, int]:
+    """:func:`letter_reasons`'s rows (a ``pyarrow.Table``) counted by reason, None counting the processor's rows."""
+    import pyarrow.compute as pc
+
+    lettered = reasons.column("lettered")
+    rows = reasons.num_rows - (pc.sum(lettered).as_py() or 0)
+    counts: dict[str | None, int] = {None: rows} if rows else {}
+    for reason in reasons.filter(lettered).column("reason").to_pylist():
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+def without_letters(batch: DataFrame, some: bool = True) -> DataFrame:
+    """A processor's output rows that carry no dead letter, without :data:`LETTER_COLUMN`; ``some=False`` when
+    none is known to carry one (the column goes, without a filter to plan)."""
+    if LETTER_COLUMN not in batch.columns:
+        return batch
+    if not some:
+        return batch.drop(LETTER_COLUMN)
+    return batch.where(f"`{LETTER_COLUMN}` IS NULL").drop(LETTER_COLUMN)
+
+
 def observed_counts(frame: DataFrame, **aggregates: str) -> dict[str, int]:
     """The values of SQL aggregates (name -> expression) over ``frame``'s rows, observed while one Spark job
     runs its plan into Spark's ``noop`` sink: the rows are not shuffled to one place to be aggregated, and a

@@ -8,9 +8,14 @@ Rules:
   and scheduled on its own (~50-70 ms each on 2 cores for a batch of a thousand events).
 * **Announced frames are read together.** The frames a batch will read are announced before the first is
   read; reading one collects it and every announced frame not read yet in **one** Spark job (each frame's rows
-  a struct column of a union, tagged with the frame's place), and the others are then read from the driver.
+  a column of a union, tagged with the frame's place), and the others are then read from the driver.
 * **A frame reads as its own ``toArrow`` would**: the same columns and types, the same rows in the same
   order (a union keeps its children's partitions in order, and a tag keeps each child's rows apart).
+* **A batch of few input records is collected by the job that runs its plan.** Its input count is known
+  before it runs (the offset log), so its frames and its rows' dead-letter reasons (the counts a batch needs
+  before it writes anything) are announced together and the first read runs the plan, filling the batch's
+  cache as it collects: no job of its own materialises the batch first. The persisted rows are computed once
+  per partition whichever frame's task reads them first (Spark's block lock).
 * A frame read that was not announced is collected with the pending ones all the same; a frame is known by
   identity (the ``DataFrame`` object announced is the one read).
 """
@@ -54,8 +59,10 @@ def collect_together(frames: list) -> list:
 
     if len(frames) == 1:
         return [frames[0].toArrow()]
-    # SQL text: one call into the JVM per frame (a Column per field costs several)
-    tagged = [frame.selectExpr(f"{i} AS {FRAME_COLUMN}", f"struct(*) AS f{i}") for i, frame in enumerate(frames)]
+    # SQL text: one call into the JVM per frame (a Column per field costs several). Each frame's row is the one
+    # element of an array, null in the other frames' rows: a null array has no element, so a column Spark knows
+    # is never null is never null in what is read (a null struct's fields would be, and Arrow refuses them)
+    tagged = [frame.selectExpr(f"{i} AS {FRAME_COLUMN}", f"array(struct(*)) AS f{i}") for i, frame in enumerate(frames)]
     union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged).toArrow()
     tags = union.column(FRAME_COLUMN)
     tables = []
@@ -63,5 +70,5 @@ def collect_together(frames: list) -> list:
         rows = union.filter(pc.equal(tags, i)).column(f"f{i}").combine_chunks()
         if isinstance(rows, pa.ChunkedArray):  # no chunk at all: an empty frame
             rows = pa.array([], type=rows.type)
-        tables.append(pa.Table.from_struct_array(rows))
+        tables.append(pa.Table.from_struct_array(rows.flatten()))
     return tables

@@ -53,6 +53,20 @@ def batch_end_offsets(checkpoint: Checkpoint, batch_id: int) -> KafkaOffsets:
     return offsets
 
 
+def records_between(start: KafkaOffsets, end: KafkaOffsets) -> int | None:
+    """How many records lie between two positions of the same sources (offsets, so a bound: a compacted
+    topic's or a transaction's markers count too), or None when ``start`` lacks a partition ``end`` has
+    (a partition added since: where it started is not known here)."""
+    total = 0
+    for topic, partitions in end.items():
+        for partition, offset in partitions.items():
+            begin = start.get(topic, {}).get(partition)
+            if begin is None:
+                return None
+            total += max(offset - begin, 0)
+    return total
+
+
 def batch_watermark_ms(checkpoint: Checkpoint, batch_id: int) -> int:
     """The event-time watermark ``batch_id`` ran with (0 when the query has none)."""
     path, lines = _offset_log_entry(checkpoint, batch_id)

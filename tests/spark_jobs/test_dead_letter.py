@@ -238,7 +238,7 @@ def test_a_batch_is_counted_by_letter_reason_in_one_job_when_it_holds_no_letter(
     """The count that materialises a micro-batch: its rows by dead-letter reason (None: the processor's) in one
     Spark job of one stage (no shuffle of its own) when no row carries a letter; the reasons are grouped (a
     second job, of two stages) only when some do."""
-    from spark_jobs.dead_letter import LETTER_COLUMN, count_by_letter_reason
+    from spark_jobs.dead_letter import LETTER_COLUMN, count_by_letter_reason, counted_reasons, letter_reasons
 
     reason = f"array(named_struct('key', '{HEADER_PREFIX}reason', 'value', CAST(r AS BINARY)))"
     letters = f"CASE WHEN r IS NOT NULL THEN named_struct('headers', {reason}) END AS {LETTER_COLUMN}"
@@ -262,3 +262,6 @@ def test_a_batch_is_counted_by_letter_reason_in_one_job_when_it_holds_no_letter(
     assert counted(clean) == ({None: 100}, [1])
     assert counted(spark.range(0).selectExpr("id", "CAST(NULL AS STRING) AS r").selectExpr("id", letters)) == ({}, [1])
     assert counted(spark.range(7)) == ({None: 7}, [1])  # no letter column at all
+    # the same counts from the rows' reasons read into the driver with a small batch's other rows
+    for frame in (mixed, clean, spark.range(7)):
+        assert counted_reasons(letter_reasons(frame).toArrow()) == counted(frame)[0]

@@ -28,14 +28,15 @@ def test_announced_frames_read_as_their_own_to_arrow_in_one_spark_job(spark, uni
     )
     changelog = cached.selectExpr("key", "IF(gone, NULL, to_json(struct(n, amount))) AS value")
     nothing = cached.where("n < 0").select("key", "n")
-    expected = [frame.toArrow() for frame in (outputs, records, changelog, nothing)]
+    flags = cached.selectExpr("key", "n IS NULL AS missing")  # a column Spark knows is never null
+    expected = [frame.toArrow() for frame in (outputs, records, changelog, nothing, flags)]
 
     group = f"driver-rows-{unique}"
     spark.sparkContext.setJobGroup(group, "one batch's driver-side reads")
     try:
         rows = DriverRows()
-        rows.announce(records, None, changelog, nothing)
-        read = [rows.arrow(outputs), rows.arrow(records), rows.arrow(changelog), rows.arrow(nothing)]
+        rows.announce(records, None, changelog, nothing, flags)
+        read = [rows.arrow(frame) for frame in (outputs, records, changelog, nothing, flags)]
         assert _jobs(spark, group) == 1
         assert all(table.equals(want) for table, want in zip(read, expected, strict=True))
         assert [t.schema for t in read] == [t.schema for t in expected]
@@ -46,3 +47,33 @@ def test_announced_frames_read_as_their_own_to_arrow_in_one_spark_job(spark, uni
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         cached.unpersist()
+
+
+def test_the_collection_that_materialises_a_persisted_batch_runs_its_plan_once(spark, unique):
+    """A small micro-batch's first driver-side read is the job that runs its plan (no count materialises it
+    first): every announced frame reads the persisted rows, and the plan's work is done once per row."""
+    from pyspark.sql import functions as F
+
+    runs = spark.sparkContext.accumulator(0)
+
+    @F.udf("bigint")
+    def planned(n):  # the stateful plan's stand-in: counts the rows it computes
+        runs.add(1)
+        return n
+
+    batch = spark.range(40, numPartitions=3).select(planned("id").alias("n")).persist()
+    group = f"driver-rows-{unique}"
+    spark.sparkContext.setJobGroup(group, "a batch's plan, run by its driver-side reads")
+    try:
+        even, tenfold, none = batch.where("n % 2 = 0"), batch.selectExpr("n * 10 AS m"), batch.where("n < 0")
+        rows = DriverRows()
+        rows.announce(tenfold, none)
+        read = [rows.arrow(even), rows.arrow(tenfold), rows.arrow(none)]
+        assert _jobs(spark, group) == 1
+        assert runs.value == 40  # not once per frame reading it
+        assert sorted(read[0].column("n").to_pylist()) == list(range(0, 40, 2))
+        assert sorted(read[1].column("m").to_pylist()) == [n * 10 for n in range(40)]
+        assert read[2].num_rows == 0
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        batch.unpersist()

@@ -16,6 +16,7 @@ from spark_jobs.state.checkpoint_offsets import (
     CheckpointOffsetsError,
     batch_end_offsets,
     latest_batch_id,
+    records_between,
     state_encoding,
 )
 
@@ -102,6 +103,16 @@ def test_offset_log_parsing(tmp_path):
     assert latest_batch_id(tmp_path) == 3
     with pytest.raises(CheckpointOffsetsError, match="no offset log entry for batch 4"):
         batch_end_offsets(tmp_path, 4)
+
+
+def test_a_batch_reads_the_records_between_its_start_and_end_over_every_source():
+    start = {"purchases": {0: 10, 1: 20}, "repartition": {0: 5}}
+    end = {"purchases": {0: 15, 1: 20}, "repartition": {0: 8}}
+    assert records_between(start, end) == 5 + 0 + 3
+    assert records_between(end, end) == 0
+    # a partition added since the start: where it started is not known
+    assert records_between(start, {**end, "purchases": {0: 15, 1: 20, 2: 4}}) is None
+    assert records_between({}, end) is None
 
 
 def test_a_checkpoints_state_encoding_is_read_from_its_offset_log(tmp_path):
