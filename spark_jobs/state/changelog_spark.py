@@ -10,9 +10,7 @@ Two passes over the range ``[start, end)`` of every partition:
    dropped as read): a Spark job costs seconds whatever its size, more in a JVM that has run nothing yet;
 2. the changes (lazy): the data records of the kept ranges, reduced to the latest value per key in
    the order the rules apply them. After a checkpoint loss (void batches) the kept ranges are joined
-   as a small broadcast table; otherwise the offset range ``[start, resume)`` is enough. Each Kafka
-   partition's records are reduced in its own task (``streamstate.state.LatestChange``: a changelog is
-   keyed, so no shuffle), up to ``LATEST_IN_TASK_MAX_RECORDS`` a partition; a longer range by a sort.
+   as a small broadcast table; otherwise the offset range ``[start, resume)`` is enough.
 
 The result is a DataFrame ``(key STRING, value STRING)``, a null value being a delete: exactly the
 changes :func:`.changelog_reader.read_changelog` would apply, for a snapshot (or an empty store) to
