@@ -35,11 +35,6 @@ from spark_jobs.state.cut_rules import BatchSpan, CutPlan, MarkerRecord, plan_cu
 
 #: a range of up to this many offsets is summarized (pass 1) by the driver's consumer, not a Spark job
 SUMMARY_IN_DRIVER_MAX_RECORDS = 1_000_000
-#: a range of up to this many offsets in every partition has its last change per key found by one task per
-#: partition, in a hash map of the partition's keys (``streamstate.state.LatestChange``: ~200 bytes of the
-#: driver's heap per key, two tasks at a time on two cores); a longer one by Spark's sort-based aggregation,
-#: which spills
-LATEST_IN_TASK_MAX_RECORDS = 1_000_000
 #: ``fetch.max.wait.ms`` of the Kafka batch reads here (the Java consumer's default is 500)
 BOUNDED_READ_FETCH_WAIT_MS = 10
 
@@ -104,7 +99,6 @@ def read_changelog_frame(
     spark, kafka: KafkaTarget, topic: str, start_offsets: Mapping[int, int] | None = None
 ) -> ChangelogFrame:
     """The changes of ``topic`` from ``start_offsets`` (default: the beginning) to its current end."""
-    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     start, end = topic_range(kafka, topic, start_offsets)
@@ -138,18 +132,14 @@ def read_changelog_frame(
             & (F.col("offset") >= F.col("k_first"))
             & (F.col("offset") < F.col("k_end")),
         )
-    if max((end[p] - start[p] for p in end), default=0) <= LATEST_IN_TASK_MAX_RECORDS:
-        # each partition's range in one task, reduced in a hash map of its keys (streamstate.state.LatestChange)
-        changes = DataFrame(spark._jvm.streamstate.state.LatestChange.of(kept._jdf), spark)
-    else:
-        # the last change per key in apply order: (partition, absorbing marker, offset). Grouped by the key as
-        # text: the aggregation sorts the records by key, and compares text in place where it copies a binary
-        # key out of its row for every comparison (the keys of a store share long prefixes, so most comparisons
-        # go past the sort's 8-byte prefix).
-        latest = kept.groupBy(F.col("key").cast("string").alias("key")).agg(
-            F.max(F.struct("partition", "absorbed_at", "offset", "value")).alias("last")
-        )
-        changes = latest.select("key", F.col("last.value").cast("string").alias("value"))
+    # the last change per key in apply order: (partition, absorbing marker, offset). Grouped by the key as text:
+    # the aggregation sorts the records by key, and compares text in place where it copies a binary key out of
+    # its row for every comparison (the keys of a store share long prefixes, so most comparisons go past the
+    # sort's 8-byte prefix).
+    latest = kept.groupBy(F.col("key").cast("string").alias("key")).agg(
+        F.max(F.struct("partition", "absorbed_at", "offset", "value")).alias("last")
+    )
+    changes = latest.select("key", F.col("last.value").cast("string").alias("value"))
     return ChangelogFrame(topic, plan, changes, start, end)
 
 
