@@ -453,11 +453,19 @@ class JobContext:
         few_inputs_max = min(self.settings.driver_output_max_rows, DRIVER_RECORDS_MAX)
         batch_ends: dict[int, dict] = {}  # the last batch's end offsets: where the next one starts
 
-        def publishable(batch, end_offsets):
+        def sink_frames(batch, end_offsets, rows: DriverRows | None, at_most: int | None, publish: bool = True):
+            """Each store's changelog records and the output topic's (None: none to write), announced to ``rows``
+            (the changelog's when the markers' transaction takes them, see ``collects_in_driver``)."""
+            changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
+            results = None
             # not for a batch replayed after its transaction committed: its records are in the topic once
-            if output_records is None or writers[0][0].committed_already(end_offsets):
-                return None
-            return output_records(batch)  # through the driver: one transaction writes them
+            if publish and output_records is not None and not writers[0][0].committed_already(end_offsets):
+                results = output_records(batch)  # through the driver: one transaction writes them
+            if rows is not None:
+                rows.announce(results)
+                if collects_in_driver([writer for writer, _ in changelog], at_most=at_most):
+                    rows.announce(*(frame for _, frame in changelog))
+            return changelog, results
 
         def write_batch(batch, batch_id: int) -> None:
             from spark_jobs import dead_letter
@@ -480,11 +488,7 @@ class JobContext:
                     # job of its own materialises it first (spark_jobs/driver_rows.py)
                     reasons = dead_letter.letter_reasons(batch)
                     batch = dead_letter.without_letters(batch)
-                    changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
-                    results = publishable(batch, end_offsets)
-                    rows.announce(results)
-                    if collects_in_driver([writer for writer, _ in changelog], at_most=None):
-                        rows.announce(*(frame for _, frame in changelog))
+                    changelog, results = sink_frames(batch, end_offsets, rows, at_most=None)
                     counts = dead_letter.counted_reasons(rows.arrow(reasons))
                     changed = counts.pop(None, 0)
                     clock.lap("state")
@@ -503,12 +507,7 @@ class JobContext:
                         rows = DriverRows()
                     # a small batch's driver-side reads (its outputs, output records, changelog records) in one
                     # Spark job: each frame announced before the outputs read theirs (spark_jobs/driver_rows.py)
-                    changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
-                    results = publishable(batch, end_offsets) if changed else None
-                    if rows is not None:
-                        rows.announce(results)
-                        if collects_in_driver([writer for writer, _ in changelog], at_most=changed):
-                            rows.announce(*(frame for _, frame in changelog))
+                    changelog, results = sink_frames(batch, end_offsets, rows, at_most=changed, publish=bool(changed))
                 if counts:
                     self._write_dead_letters(lettered, counts)
                 batch_base = writers[0][0].batch_base
