@@ -451,7 +451,7 @@ class JobContext:
         # a batch reading at most this many input records (known from the offset log) has the rows its sinks
         # read collected by the job that runs its plan: as many rows as the processor emits for them
         few_inputs_max = min(self.settings.driver_output_max_rows, DRIVER_RECORDS_MAX)
-        batch_ends: dict[int, dict] = {}  # the last batch's end offsets: where the next one starts
+        last_end: tuple[int, dict] | None = None  # the last batch's id and end offsets: where the next one starts
 
         def sink_frames(batch, end_offsets, rows: DriverRows | None, at_most: int | None, publish: bool = True):
             """Each store's changelog records and the output topic's (None: none to write), announced to ``rows``
@@ -468,6 +468,7 @@ class JobContext:
             return changelog, results
 
         def write_batch(batch, batch_id: int) -> None:
+            nonlocal last_end
             from spark_jobs import dead_letter
 
             clock = _PhaseClock(self.phase_seconds, self._batch_phases(batch_id))
@@ -475,10 +476,10 @@ class JobContext:
                 cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
                 end_offsets = batch_end_offsets(checkpoint, batch_id)
-                started = batch_ends.get(batch_id - 1) or self._batch_start_offsets(batch_id)
+                follows = last_end is not None and last_end[0] == batch_id - 1
+                started = last_end[1] if follows else self._batch_start_offsets(batch_id)
                 inputs = records_between(started, end_offsets) if started is not None else None
-                batch_ends.clear()
-                batch_ends[batch_id] = end_offsets
+                last_end = (batch_id, end_offsets)
                 few = bool(writers) and inputs is not None and inputs <= few_inputs_max
                 rows = DriverRows() if few else None
                 lettered = batch
