@@ -492,14 +492,19 @@ class JobContext:
                     changelog, results = sink_frames(batch, end_offsets, rows, at_most=None)
                     counts = dead_letter.counted_reasons(rows.arrow(reasons))
                     changed = counts.pop(None, 0)
+                    store_changes = changed  # a store's changes are some of the processor's rows
                     clock.lap("state")
                     results = results if changed else None
                 else:
                     # one Spark job materialises it (so the state phase is timed apart from the writes), counting
                     # the processor's rows and the dead letters it passed on as they pass (by reason: a second
-                    # job, over the cached rows, only when there are some)
-                    counts = dead_letter.count_by_letter_reason(batch)
+                    # job, over the cached rows, only when there are some), and each store's change rows: a
+                    # large batch's few changes are then collected into the markers' transaction, not written by
+                    # a Spark job of Kafka's sink
+                    count = dead_letter.count_batch(batch, {s.store: s.rows or "true" for s in stores})
+                    counts = count.by_reason
                     changed = counts.pop(None, 0)
+                    store_changes = max(count.matching.values(), default=0)
                     clock.lap("state")
                     if not writers:
                         writers.extend((self.changelog_writer(s.store), s) for s in stores)
@@ -508,7 +513,9 @@ class JobContext:
                         rows = DriverRows()
                     # a small batch's driver-side reads (its outputs, output records, changelog records) in one
                     # Spark job: each frame announced before the outputs read theirs (spark_jobs/driver_rows.py)
-                    changelog, results = sink_frames(batch, end_offsets, rows, at_most=changed, publish=bool(changed))
+                    changelog, results = sink_frames(
+                        batch, end_offsets, rows, at_most=store_changes, publish=bool(changed)
+                    )
                 if counts:
                     self._write_dead_letters(lettered, counts)
                 batch_base = writers[0][0].batch_base
@@ -553,7 +560,7 @@ class JobContext:
                         end_offsets,
                         batch_watermark_ms(checkpoint, batch_id),
                         records,
-                        at_most=changed,  # a store's changes are some of the processor's rows
+                        at_most=store_changes,
                         rows=rows,
                     )
                     clock.lap("changelog")

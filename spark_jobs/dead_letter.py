@@ -22,7 +22,8 @@ letters again (the source coordinates identify repeats).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pyspark.sql import Column, DataFrame
@@ -339,27 +340,44 @@ def count_by_reason(letters: DataFrame) -> dict[str, int]:
     return {row["reason"]: int(row["count"]) for row in rows}
 
 
-def count_by_letter_reason(batch: DataFrame) -> dict[str | None, int]:
-    """A processor's output rows counted by the reason of the dead letter they carry (:data:`LETTER_COLUMN`,
-    see :func:`with_dead_letters`), None counting the rows that carry none.
+@dataclasses.dataclass(frozen=True)
+class BatchCount:
+    """A processor's output rows of one micro-batch, counted by the Spark job that materialises them."""
+
+    #: the rows by the reason of the dead letter they carry (:data:`LETTER_COLUMN`), None counting the rows that
+    #: carry none (the processor's own); a reason no row has is absent
+    by_reason: dict[str | None, int]
+    #: per name given to :func:`count_batch`, how many of the processor's own rows meet its condition
+    matching: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def count_batch(batch: DataFrame, conditions: Mapping[str, str] | None = None) -> BatchCount:
+    """A processor's output rows counted by dead-letter reason, and, among its own rows (no letter), those meeting
+    each of ``conditions`` (name -> SQL condition, e.g. the change rows of a store).
 
     One Spark job runs the batch's plan and counts its rows as they pass (:func:`observed_counts`: no shuffle of
     its own, where a grouped count adds a stage); the dead letters are counted by reason in a second one only
     when the batch holds any (from its cached rows, when the caller persisted it)."""
+    conditions = dict(conditions or {})
+    own = "true" if LETTER_COLUMN not in batch.columns else f"`{LETTER_COLUMN}` IS NULL"
+    aggregates = {f"matching_{i}": f"count_if({own} AND ({sql}))" for i, sql in enumerate(conditions.values())}
     if LETTER_COLUMN not in batch.columns:
-        return {None: observed_counts(batch, rows="count(1)")["rows"]}
-    letter = f"`{LETTER_COLUMN}`"
-    counts = observed_counts(batch, rows=f"count_if({letter} IS NULL)", letters=f"count({letter})")
-    by_reason = {None: counts["rows"]} if counts["rows"] else {}
-    if counts["letters"]:
-        by_reason.update(count_by_reason(batch.where(f"{letter} IS NOT NULL").select(f"{letter}.*")))
-    return by_reason
+        counts = observed_counts(batch, rows="count(1)", **aggregates)
+        by_reason = {None: counts["rows"]}
+    else:
+        letter = f"`{LETTER_COLUMN}`"
+        counts = observed_counts(batch, rows=f"count_if({own})", letters=f"count({letter})", **aggregates)
+        by_reason = {None: counts["rows"]} if counts["rows"] else {}
+        if counts["letters"]:
+            by_reason.update(count_by_reason(batch.where(f"{letter} IS NOT NULL").select(f"{letter}.*")))
+    matching = {name: counts[f"matching_{i}"] for i, name in enumerate(conditions)}
+    return BatchCount(by_reason, matching)
 
 
 def letter_reasons(batch: DataFrame) -> DataFrame:
     """One row per row of a processor's output: whether it carries a dead letter (:data:`LETTER_COLUMN`) and
     the letter's reason; read into the driver with the batch's other rows, :func:`counted_reasons` counts them
-    as :func:`count_by_letter_reason` would, without a Spark job of their own."""
+    as :func:`count_batch` would, without a Spark job of their own."""
     if LETTER_COLUMN not in batch.columns:
         return batch.selectExpr("false AS lettered", "CAST(NULL AS STRING) AS reason")
     letter = f"`{LETTER_COLUMN}`"
@@ -367,7 +385,8 @@ def letter_reasons(batch: DataFrame) -> DataFrame:
 
 
 def counted_reasons(reasons) -> dict[str | None, int]:
-    """:func:`letter_reasons`'s rows (a ``pyarrow.Table``) counted by reason, None counting the processor's rows."""
+    """:func:`letter_reasons`'s rows (a ``pyarrow.Table``) counted by reason, None counting the processor's rows
+    (:attr:`BatchCount.by_reason`)."""
     import pyarrow.compute as pc
 
     lettered = reasons.column("lettered")

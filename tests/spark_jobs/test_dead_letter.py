@@ -238,7 +238,7 @@ def test_a_batch_is_counted_by_letter_reason_in_one_job_when_it_holds_no_letter(
     """The count that materialises a micro-batch: its rows by dead-letter reason (None: the processor's) in one
     Spark job of one stage (no shuffle of its own) when no row carries a letter; the reasons are grouped (a
     second job, of two stages) only when some do."""
-    from spark_jobs.dead_letter import LETTER_COLUMN, count_by_letter_reason, counted_reasons, letter_reasons
+    from spark_jobs.dead_letter import LETTER_COLUMN, count_batch, counted_reasons, letter_reasons
 
     reason = f"array(named_struct('key', '{HEADER_PREFIX}reason', 'value', CAST(r AS BINARY)))"
     letters = f"CASE WHEN r IS NOT NULL THEN named_struct('headers', {reason}) END AS {LETTER_COLUMN}"
@@ -246,9 +246,9 @@ def test_a_batch_is_counted_by_letter_reason_in_one_job_when_it_holds_no_letter(
 
     def counted(frame):
         group = f"count-{id(frame)}"
-        spark.sparkContext.setJobGroup(group, "count_by_letter_reason")
+        spark.sparkContext.setJobGroup(group, "count_batch")
         try:
-            counts = count_by_letter_reason(frame.persist())
+            counts = count_batch(frame.persist()).by_reason
         finally:
             spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
             frame.unpersist()
@@ -265,3 +265,6 @@ def test_a_batch_is_counted_by_letter_reason_in_one_job_when_it_holds_no_letter(
     # the same counts from the rows' reasons read into the driver with a small batch's other rows
     for frame in (mixed, clean, spark.range(7)):
         assert counted_reasons(letter_reasons(frame).toArrow()) == counted(frame)[0]
+    # conditions counted among the processor's own rows (those without a letter), in the same job
+    assert count_batch(mixed, {"even": "id % 2 = 0", "all": "true"}).matching == {"even": 40, "all": 70}
+    assert count_batch(spark.range(7), {"small": "id < 3"}).matching == {"small": 3}
