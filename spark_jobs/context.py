@@ -427,7 +427,9 @@ class JobContext:
         A batch of few input records (at most ``min(driver_output_max_rows, DRIVER_RECORDS_MAX)``, from the
         offset log), after this driver's first, is run by the Spark job that collects what its sinks read and
         its dead-letter counts (:mod:`spark_jobs.driver_rows`); a larger one is first materialised and counted
-        by a job of its own, and enters the driver only when its rows are few (``driver_output_max_rows``). (The
+        by a job of its own, and enters the driver only when its rows are few (``driver_output_max_rows``); its
+        stores' change rows, counted by that job too, go into the markers' transaction when they are few
+        (:data:`~spark_jobs.state.changelog.DRIVER_RECORDS_MAX`), else through Spark's Kafka sink. (The
         bound on a small batch is its input: a record that closes many windows brings all their rows with it.)
 
         ``write_outputs``'s writes are Delta idempotent writes whose version is the changelog batch id, so it

@@ -367,8 +367,9 @@ def write_batches(
     cuts the log at the last complete markers, so what a restore sees is the same.
 
     ``records`` (``OutputRecords``: the batch's results in Kafka) go in that transaction, before the markers;
-    they need a fence. ``at_most``: a bound on any store's records known beforehand (the processor's row
-    count): above :data:`DRIVER_RECORDS_MAX`, Spark's sink writes them without a collection tried first.
+    they need a fence. ``at_most``: a bound on any store's records known beforehand (the store's change rows
+    as the batch's count found them, or the processor's row count): above :data:`DRIVER_RECORDS_MAX`, Spark's sink
+    writes them without a collection tried first.
     ``rows``: the batch's frames read in the driver, each store's ``changes`` among them (announced when
     :func:`collects_in_driver`).
 
