@@ -358,19 +358,17 @@ def count_batch(batch: DataFrame, conditions: Mapping[str, str] | None = None) -
     One Spark job runs the batch's plan and counts its rows as they pass (:func:`observed_counts`: no shuffle of
     its own, where a grouped count adds a stage); the dead letters are counted by reason in a second one only
     when the batch holds any (from its cached rows, when the caller persisted it)."""
-    conditions = dict(conditions or {})
-    own = "true" if LETTER_COLUMN not in batch.columns else f"`{LETTER_COLUMN}` IS NULL"
-    aggregates = {f"matching_{i}": f"count_if({own} AND ({sql}))" for i, sql in enumerate(conditions.values())}
-    if LETTER_COLUMN not in batch.columns:
-        counts = observed_counts(batch, rows="count(1)", **aggregates)
-        by_reason = {None: counts["rows"]}
-    else:
-        letter = f"`{LETTER_COLUMN}`"
-        counts = observed_counts(batch, rows=f"count_if({own})", letters=f"count({letter})", **aggregates)
-        by_reason = {None: counts["rows"]} if counts["rows"] else {}
-        if counts["letters"]:
-            by_reason.update(count_by_reason(batch.where(f"{letter} IS NOT NULL").select(f"{letter}.*")))
-    matching = {name: counts[f"matching_{i}"] for i, name in enumerate(conditions)}
+    names = list(conditions or {})
+    letter = f"`{LETTER_COLUMN}`"
+    lettered = LETTER_COLUMN in batch.columns
+    own = f"{letter} IS NULL" if lettered else "true"
+    aggregates = {"rows": f"count_if({own})", **({"letters": f"count({letter})"} if lettered else {})}
+    aggregates.update({f"matching_{i}": f"count_if({own} AND ({conditions[name]}))" for i, name in enumerate(names)})
+    counts = observed_counts(batch, **aggregates)
+    by_reason: dict[str | None, int] = {None: counts["rows"]} if counts["rows"] else {}
+    if counts.get("letters"):
+        by_reason.update(count_by_reason(batch.where(f"{letter} IS NOT NULL").select(f"{letter}.*")))
+    matching = {name: counts[f"matching_{i}"] for i, name in enumerate(names)}
     return BatchCount(by_reason, matching)
 
 
