@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from streamstate.alert_ledger import AlertLedger
 from streamstate.alerts import Source
 from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail
+from streamstate.operators.deferral import defer_unless_settled
 from streamstate.operators.streaming_job import job_spec, run_label
 from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_record, read_record
 from streamstate.triggers.streaming_job import LeaseTakenTrigger
@@ -27,8 +28,9 @@ from spark_jobs.registry import JobSpec
 class SuperviseCompanionOperator(BaseOperator):
     """One check of a companion: start it if needed, then fire / resolve its alerts.
 
-    A start defers on :class:`~streamstate.triggers.streaming_job.LeaseTakenTrigger` until the companion holds
-    its lease (the triggerer waits, not a worker slot), and the alerts are decided when it resumes. Subclasses
+    A start waits on :class:`~streamstate.triggers.streaming_job.LeaseTakenTrigger` until the companion holds
+    its lease (in the worker first, then deferred: :func:`~streamstate.operators.deferral.defer_unless_settled`),
+    and the alerts are decided when it resumes. Subclasses
     say which companion (:meth:`hook`), whether the job wants it (:meth:`not_wanted`), how it starts
     (:meth:`launch`) and what to alert on while it runs (:meth:`running_conditions`)."""
 
@@ -100,18 +102,16 @@ class SuperviseCompanionOperator(BaseOperator):
             self.log.info(
                 "%s starting (launcher pid %s); log: %s", hook.application_id, launch.launcher_pid, launch.log
             )
-            self.defer(
-                trigger=LeaseTakenTrigger(
-                    hook.application_id,
-                    str(hook.status_dir),
-                    launch.launcher_pid,
-                    launch.exit_file,
-                    launch.previous_epoch,
-                    self.start_wait_s(spec),
-                    carry={"launch_at": launch.at},
-                ),
-                method_name="started",
+            trigger = LeaseTakenTrigger(
+                hook.application_id,
+                str(hook.status_dir),
+                launch.launcher_pid,
+                launch.exit_file,
+                launch.previous_epoch,
+                self.start_wait_s(spec),
+                carry={"launch_at": launch.at},
             )
+            return defer_unless_settled(self, context, trigger, "started")
         return self._alert(context, spec, hook, action, holder)
 
     def started(self, context, event: dict):

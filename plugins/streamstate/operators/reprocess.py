@@ -13,6 +13,7 @@ import json
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
+from streamstate.operators.deferral import defer_unless_settled
 from streamstate.operators.streaming_job import StreamingJobFailed, apply_submit, run_label, who_triggered
 from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
@@ -128,16 +129,10 @@ class WaitForCatchUpOperator(BaseOperator):
             for topic in plan.inputs
         }
         self.log.info("waiting for %s to consume its inputs up to %s", spec.application_id, targets)
-        self.defer(
-            trigger=StreamingJobCaughtUpTrigger(
-                spec.name,
-                spec.version,
-                str(settings.status_dir),
-                targets,
-                float(self.timeout_min) * 60,
-            ),
-            method_name="execute_complete",
+        trigger = StreamingJobCaughtUpTrigger(
+            spec.name, spec.version, str(settings.status_dir), targets, float(self.timeout_min) * 60
         )
+        return defer_unless_settled(self, context, trigger, "execute_complete")
 
     def execute_complete(self, context, event: dict):
         if event["state"] != "caught_up":

@@ -16,6 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook, BaseOperator
 from streamstate.alert_ledger import AlertLedger
 from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail, process_alive
+from streamstate.operators.deferral import defer_unless_settled
 from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
 from streamstate.triggers.streaming_job import (
     StreamingJobExitedTrigger,
@@ -101,7 +102,7 @@ def record_outcome(jobs: StreamingJobHook, launch: Launch, event: dict) -> None:
     launch.epoch = event.get("epoch")
     if state == "timeout":
         jobs.stop_launch(launch.launcher_pid)
-        launch.error = f"not RUNNING after {event['timeout_s']:.0f}s (killed)"
+        launch.error = f"not RUNNING after {jobs.spec.supervision.start_timeout_s:.0f}s (killed)"
     elif state == "failed":
         launch.error = event.get("error")
 
@@ -126,8 +127,9 @@ def settle_unrecorded_launch(jobs: StreamingJobHook) -> Launch | None:
 class LaunchStreamingJobOperator(SparkSubmitOperator):
     """Start a registered job's driver with spark-submit on ``spark_default``, unless it runs already.
 
-    The driver is started detached and the task defers until it is RUNNING (or failed), so neither
-    the start nor the job's lifetime holds a worker slot. Idempotent: a retried or cleared task, or a
+    The driver is started detached and the task waits until it is RUNNING (or failed): up to
+    :data:`~streamstate.operators.deferral.SETTLE_BEFORE_DEFER_S` in its worker, then deferred, so neither a
+    slow start nor the job's lifetime holds a worker slot. Idempotent: a retried or cleared task, or a
     second DAG run, finds the running driver (or the launch in flight) and starts nothing.
 
     :param job: registered job name (templated: the start DAG takes it from a Param).
@@ -157,8 +159,9 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         return self._start(context, job_spec(self.job, self.version, adopt_by=label), "execute_complete")
 
     def _start(self, context, spec: JobSpec, method_name: str, carry: dict | None = None):
-        """Launch ``spec``'s driver unless it runs or a launch is in flight, and defer until it is
-        RUNNING; ``method_name`` receives the trigger's event (with ``carry`` in it)."""
+        """Launch ``spec``'s driver unless it runs or a launch is in flight, and wait until it is RUNNING
+        (:func:`~streamstate.operators.deferral.defer_unless_settled`); ``method_name`` receives the trigger's
+        event (with ``carry`` in it)."""
         label = run_label(context)
         jobs = StreamingJobHook(spec)
         now = time.time()
@@ -199,7 +202,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         self.log.info(
             "driver of %s starting (launcher pid %s); log: %s", spec.application_id, launch.launcher_pid, launch.log
         )
-        self.defer(trigger=started_trigger(jobs, launch, carry), method_name=method_name)
+        return defer_unless_settled(self, context, started_trigger(jobs, launch, carry), method_name)
 
     def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
         from spark_jobs.submit import submit_spec
@@ -234,7 +237,8 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
     """Keep the job running until the next scheduled check: restart its driver the moment it exits.
 
     The task defers on :class:`~streamstate.triggers.streaming_job.StreamingJobExitedTrigger` (the
-    triggerer polls the driver's lease every second; no worker slot is held). When the driver lets the
+    triggerer polls the driver's lease every second; no worker slot is held), after its first seconds in the
+    worker (:func:`~streamstate.operators.deferral.defer_unless_settled`). When the driver lets the
     lease go without a stop request (kill -9, OOM, a lost node: the kernel drops its flock), the task
     resumes, runs the same supervision check as the ``check`` task (:func:`check_job`: alerts once,
     backoff, crash loop) and, when it says start or restart, launches the driver as the launch task
@@ -284,16 +288,14 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
             holder.epoch,
             remaining,
         )
-        self.defer(
-            trigger=StreamingJobExitedTrigger(
-                spec.application_id,
-                str(jobs.status_dir),
-                holder.epoch,
-                remaining,
-                carry={"deadline": deadline, "restarts": restarts},
-            ),
-            method_name="driver_exited",
+        trigger = StreamingJobExitedTrigger(
+            spec.application_id,
+            str(jobs.status_dir),
+            holder.epoch,
+            remaining,
+            carry={"deadline": deadline, "restarts": restarts},
         )
+        return defer_unless_settled(self, context, trigger, "driver_exited")
 
     def driver_exited(self, context, event: dict):
         deadline, restarts = event["carry"]["deadline"], event["carry"]["restarts"]
@@ -313,7 +315,7 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
         if assessment["action"] == "none" and assessment["state"] == "starting":
             # a launch in flight that no task waits for (a try Airflow failed as it resumed, see
             # settle_unrecorded_launch): wait for it as its own task would have (nothing is launched), then watch;
-            # _start defers, or returns when the driver took the lease meanwhile
+            # _start defers, or returns when the driver took the lease meanwhile (or within the wait before a deferral)
             self._start(context, spec, "driver_restarted", {"deadline": deadline, "restarts": restarts})
             return self._watch(context, deadline, restarts)
         if assessment["action"] not in ("start", "restart"):
@@ -395,10 +397,8 @@ class StopStreamingJobOperator(BaseOperator):
             spec.application_id,
         )
         self.job = spec.application_id  # for the messages after the deferral
-        self.defer(
-            trigger=StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s)),
-            method_name="execute_complete",
-        )
+        trigger = StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s))
+        return defer_unless_settled(self, context, trigger, "execute_complete")
 
     def _stop_companion(self, companion: StreamingJobHook) -> None:
         """SIGTERM a companion of the driver (its spare, its standby) and wait for its lease (neither holds a
@@ -418,7 +418,7 @@ class StopStreamingJobOperator(BaseOperator):
     def execute_complete(self, context, event: dict):
         if event["state"] != "stopped":
             raise StreamingJobFailed(
-                f"{self.job} still runs after {event['timeout_s']:.0f}s; run again with force=true"
+                f"{self.job} still runs after {float(self.timeout_s):.0f}s; run again with force=true"
             )
         self.log.info("%s stopped (final state %s)", self.job, event.get("final_state"))
         return event

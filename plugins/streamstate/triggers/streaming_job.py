@@ -33,11 +33,43 @@ async def _poll(check, timeout_s: float, poll_s: float) -> dict:
 
 
 class _WaitingTrigger(BaseTrigger):
-    """A trigger whose constructor's arguments, kept as attributes of the same names, are all it serializes."""
+    """A trigger that waits by calling its blocking :meth:`check` every ``poll_s`` for ``timeout_s``, and whose
+    constructor's arguments, kept as attributes of the same names, are all it serializes."""
+
+    timeout_s: float
+    poll_s: float
 
     def serialize(self) -> tuple[str, dict]:
         names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
         return f"{type(self).__module__}.{type(self).__qualname__}", {n: getattr(self, n) for n in names}
+
+    def check(self) -> dict | None:
+        """What the trigger waits for, looked at once: the event (before :meth:`event`), or None (not yet)."""
+        raise NotImplementedError
+
+    def event(self, checked: dict) -> dict:
+        """The event fired for what :meth:`check` (or the timeout) returned: the operator's echoes added."""
+        return checked
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        yield TriggerEvent(self.event(await _poll(self.check, self.timeout_s, self.poll_s)))
+
+    def settled_within(self, seconds: float) -> dict | None:
+        """The event this trigger would fire, when it would fire within ``seconds`` (what it waits for happened, or
+        its timeout passed), polled here in the caller's thread; else None, and ``timeout_s`` is then what is left
+        of the wait, for the deferral. See :func:`streamstate.operators.deferral.defer_unless_settled`."""
+        started = time.monotonic()
+        while True:
+            checked = self.check()
+            waited = time.monotonic() - started
+            if checked is None and waited >= self.timeout_s:
+                checked = {"state": "timeout", "timeout_s": self.timeout_s}
+            if checked is not None:
+                return self.event(checked)
+            if waited >= seconds:
+                self.timeout_s -= waited
+                return None
+            time.sleep(self.poll_s)
 
 
 class StreamingJobStartedTrigger(_WaitingTrigger):
@@ -103,9 +135,8 @@ class StreamingJobStartedTrigger(_WaitingTrigger):
             return {"state": "failed", "exit_code": code, "error": error or f"driver exited with code {code}"}
         return None
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        event = await _poll(self.check, self.timeout_s, self.poll_s)
-        yield TriggerEvent({**event, "launch_at": self.launch_at, "version": self.version, "carry": self.carry})
+    def event(self, checked: dict) -> dict:
+        return {**checked, "launch_at": self.launch_at, "version": self.version, "carry": self.carry}
 
 
 class LeaseTakenTrigger(_WaitingTrigger):
@@ -144,8 +175,8 @@ class LeaseTakenTrigger(_WaitingTrigger):
             return {"state": "failed", "exit_code": code}
         return None
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        yield TriggerEvent({**await _poll(self.check, self.timeout_s, self.poll_s), "carry": self.carry})
+    def event(self, checked: dict) -> dict:
+        return {**checked, "carry": self.carry}
 
 
 class StreamingJobStoppedTrigger(_WaitingTrigger):
@@ -158,18 +189,11 @@ class StreamingJobStoppedTrigger(_WaitingTrigger):
         self.timeout_s = timeout_s
         self.poll_s = poll_s
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        lease = JobLease(self.status_dir, self.application_id)
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            if await asyncio.to_thread(lease.holder) is None:
-                status = read_status(self.status_dir, self.application_id)
-                yield TriggerEvent({"state": "stopped", "final_state": status.state.value if status else None})
-                return
-            if time.monotonic() > deadline:
-                yield TriggerEvent({"state": "timeout", "timeout_s": self.timeout_s})
-                return
-            await asyncio.sleep(self.poll_s)
+    def check(self) -> dict | None:
+        if JobLease(self.status_dir, self.application_id).holder() is not None:
+            return None
+        status = read_status(self.status_dir, self.application_id)
+        return {"state": "stopped", "final_state": status.state.value if status else None}
 
 
 class StreamingJobCaughtUpTrigger(_WaitingTrigger):
@@ -211,9 +235,6 @@ class StreamingJobCaughtUpTrigger(_WaitingTrigger):
             status = read_status(self.status_dir, spec.application_id)
             return {"state": "stopped", "committed": committed, "behind": behind, "error": status and status.error}
         return None
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        yield TriggerEvent(await _poll(self.check, self.timeout_s, self.poll_s))
 
 
 def _json_offsets(offsets: dict) -> dict:
@@ -264,5 +285,5 @@ class StreamingJobExitedTrigger(_WaitingTrigger):
             "error": status.error if status else None,
         }
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        yield TriggerEvent({**await _poll(self.check, self.timeout_s, self.poll_s), "carry": self.carry})
+    def event(self, checked: dict) -> dict:
+        return {**checked, "carry": self.carry}

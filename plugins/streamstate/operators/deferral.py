@@ -1,0 +1,33 @@
+"""Deferring only when the wait is long.
+
+Airflow 3.3 fails a deferred task whose trigger fires before the scheduler has processed the executor's report of
+the worker leaving the deferral: the report ("success") then meets a task instance already queued or running
+again, which the scheduler takes for a task killed from outside (apache/airflow#67287 and #72716; fixed upstream
+for a queued task by #68741, after 3.3.2, the newest release). A trigger that fires at once invites it: a driver
+that reaches RESTORING seconds after its launch failed a manual start in the UI that way (the suite on
+2026-12-03). So an operator waits for what its trigger waits for in its own worker first, for
+:data:`SETTLE_BEFORE_DEFER_S`, and defers only when that is not enough: a deferred trigger then fires half a
+minute or more after the deferral, long after the scheduler has seen the worker go.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator
+    from streamstate.triggers.streaming_job import _WaitingTrigger
+
+#: how long an operator waits in its worker before it defers (a driver reaching RUNNING or stopping takes seconds)
+SETTLE_BEFORE_DEFER_S = 30.0
+
+
+def defer_unless_settled(operator: BaseOperator, context, trigger: _WaitingTrigger, method_name: str) -> Any:
+    """Resume ``operator`` through ``method_name`` at once when ``trigger``'s event comes within
+    :data:`SETTLE_BEFORE_DEFER_S` (its return value is the task's), else defer on ``trigger`` (raises
+    ``TaskDeferred``, as ``BaseOperator.defer`` does)."""
+    event = trigger.settled_within(SETTLE_BEFORE_DEFER_S)
+    if event is not None:
+        operator.log.info("settled without deferring: %s", event.get("state"))
+        return getattr(operator, method_name)(context, event)
+    operator.defer(trigger=trigger, method_name=method_name)
