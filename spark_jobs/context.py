@@ -12,7 +12,7 @@ from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.driver_rows import DriverRows
-from spark_jobs.kafka_topics import ensure_topic, kafka_partition
+from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic, kafka_partition
 from spark_jobs.layout import JobLayout
 from spark_jobs.output_table import OutputCommit, OutputTable
 from spark_jobs.registry import JobSpec, store
@@ -87,6 +87,7 @@ class JobContext:
             .option("kafka.isolation.level", "read_committed")
             # a re-keyed record's place in the source (spark_jobs.repartition.origin_columns)
             .option("includeHeaders", str(self.spec.repartition).lower())
+            .options(**SPARK_SOURCE_FETCH)
         )
         if self.settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))

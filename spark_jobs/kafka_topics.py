@@ -24,6 +24,16 @@ BOUNDED_READ_PREFETCH = {
     "fetch.queue.backoff.ms": 10,
 }
 
+#: Spark's Kafka source, as the platform's queries read (the stateful stage's source, the repartition stage's, a
+#: changelog range read by Spark): Spark asks the broker for the partition's offset range (two ListOffsets round
+#: trips) after every poll of its consumer, and the Java consumer returns at most ``max.poll.records`` (500 by
+#: default) records a poll. Larger polls out of larger fetches make those round trips rare; a poll still returns
+#: what the log holds at once, so a small micro-batch waits no longer (bench/kafka_read_cost.py).
+SPARK_SOURCE_FETCH = {
+    "kafka.max.poll.records": "20000",
+    "kafka.max.partition.fetch.bytes": str(4 << 20),
+}
+
 
 def ensure_topic(
     kafka: KafkaTarget,

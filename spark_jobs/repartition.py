@@ -46,7 +46,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from runtime.kafka_connection import client_config
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic
 from spark_jobs.state.checkpoint_health import checkpoint_problem
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets
 from spark_jobs.state.fencing import FENCED_CODES, TRANSACTION_TIMEOUT_MS, WriterFenced
@@ -179,6 +179,7 @@ class Repartitioner:
             .option("groupIdPrefix", self.layout.repartition_transactional_id)
             .option("kafka.isolation.level", "read_committed")  # the source may be another job's output topic
             .option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger or MAX_RECORDS_PER_BATCH))
+            .options(**SPARK_SOURCE_FETCH)
         )
         # the key field decoded as the job decodes it; the record's other fields are the stateful stage's
         schema = T.StructType([T.StructField(key_field, T.StringType())])

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, as_connection, client_config
-from spark_jobs.kafka_topics import watermark_offsets
+from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, watermark_offsets
 from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog_reader import summarize_range
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
@@ -198,6 +198,7 @@ def _records(spark, kafka: KafkaTarget, topic: str, start: dict[int, int], end: 
         # consumer's default (500 ms) a warm read of 2e5 records took 1.2 s, with 10 ms 0.6 s
         .option("kafka.fetch.max.wait.ms", str(BOUNDED_READ_FETCH_WAIT_MS))
         .option("groupIdPrefix", f"streamstate-restore-{topic}")
+        .options(**SPARK_SOURCE_FETCH)
         .load()
     )
     header = F.filter("headers", lambda h: h["key"] == F.lit(BATCH_HEADER))
