@@ -39,6 +39,9 @@ def batch_dag(job: BatchJob) -> None:
         settle = DateTimeSensorAsync(
             task_id="settle",
             target_time=f"{{{{ (data_interval_end + macros.timedelta(seconds={job.settle.total_seconds():.0f})).isoformat() }}}}",
+            # the trigger ends the task: a moment already past (a manual run, a late one) fires at once, and a task
+            # resumed that soon may be failed by Airflow 3.3 (apache/airflow#67287, streamstate.operators.deferral)
+            end_from_trigger=True,
         )
         # a task callback: it runs in the task's process, where the run succeeded (the DAG's own callbacks
         # run in the DAG processor, later, and not at all under `airflow dags test`)

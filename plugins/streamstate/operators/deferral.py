@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
-    from streamstate.triggers.streaming_job import _WaitingTrigger
+    from streamstate.triggers.streaming_job import WaitingTrigger
 
 #: how long an operator waits in its worker before it defers (a driver reaching RUNNING or stopping takes seconds)
 SETTLE_BEFORE_DEFER_S = 30.0
 
 
-def defer_unless_settled(operator: BaseOperator, context, trigger: _WaitingTrigger, method_name: str) -> Any:
+def defer_unless_settled(operator: BaseOperator, context, trigger: WaitingTrigger, method_name: str) -> Any:
     """Resume ``operator`` through ``method_name`` at once when ``trigger``'s event comes within
     :data:`SETTLE_BEFORE_DEFER_S` (its return value is the task's), else defer on ``trigger`` (raises
     ``TaskDeferred``, as ``BaseOperator.defer`` does)."""

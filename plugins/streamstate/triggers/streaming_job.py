@@ -32,7 +32,7 @@ async def _poll(check, timeout_s: float, poll_s: float) -> dict:
         await asyncio.sleep(poll_s)
 
 
-class _WaitingTrigger(BaseTrigger):
+class WaitingTrigger(BaseTrigger):
     """A trigger that waits by calling its blocking :meth:`check` every ``poll_s`` for ``timeout_s``, and whose
     constructor's arguments, kept as attributes of the same names, are all it serializes."""
 
@@ -72,7 +72,7 @@ class _WaitingTrigger(BaseTrigger):
             time.sleep(self.poll_s)
 
 
-class StreamingJobStartedTrigger(_WaitingTrigger):
+class StreamingJobStartedTrigger(WaitingTrigger):
     """Fires when the driver of a launch runs (or restores), failed, found another driver running, or
     timed out.
 
@@ -139,7 +139,7 @@ class StreamingJobStartedTrigger(_WaitingTrigger):
         return {**checked, "launch_at": self.launch_at, "version": self.version, "carry": self.carry}
 
 
-class LeaseTakenTrigger(_WaitingTrigger):
+class LeaseTakenTrigger(WaitingTrigger):
     """Fires when a launched process holds its lease (``running``, with ``epoch`` and ``pid``), when its launch
     ended without it (``failed``, with ``exit_code``), or on timeout: the start of a process that publishes no
     lifecycle of its own before it holds the lease (the warm standby: it needs no Spark, seconds).
@@ -179,7 +179,7 @@ class LeaseTakenTrigger(_WaitingTrigger):
         return {**checked, "carry": self.carry}
 
 
-class StreamingJobStoppedTrigger(_WaitingTrigger):
+class StreamingJobStoppedTrigger(WaitingTrigger):
     """Fires when no driver holds the job's lease any more (``stopped``), or on timeout."""
 
     def __init__(self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 0.5) -> None:
@@ -196,7 +196,7 @@ class StreamingJobStoppedTrigger(_WaitingTrigger):
         return {"state": "stopped", "final_state": status.state.value if status else None}
 
 
-class StreamingJobCaughtUpTrigger(_WaitingTrigger):
+class StreamingJobCaughtUpTrigger(WaitingTrigger):
     """Fires when job ``job`` version ``version`` has consumed its inputs up to ``targets`` (topic -> partition
     -> offset; :func:`spark_jobs.state.source_position.committed_source_offsets`: for a version that re-keys
     its source, re-keyed and applied by its stateful stage) (``caught_up``), when its driver is gone
@@ -242,7 +242,7 @@ def _json_offsets(offsets: dict) -> dict:
     return {topic: {str(p): n for p, n in by_p.items()} for topic, by_p in offsets.items()}
 
 
-class StreamingJobExitedTrigger(_WaitingTrigger):
+class StreamingJobExitedTrigger(WaitingTrigger):
     """Fires when the driver holding lease ``epoch`` no longer holds it and no newer driver does (``exited``: it
     stopped, or died and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``). A newer
     driver holding the lease (the job's spare driver took over, spark_jobs/spare.py) is watched in its place:
