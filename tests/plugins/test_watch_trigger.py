@@ -120,7 +120,7 @@ def test_a_launch_its_task_never_waited_for_is_recorded_by_the_next_watch(tmp_pa
         launcher.wait()
 
 
-def test_an_operator_waits_in_its_worker_first_and_defers_only_for_the_rest(tmp_path, monkeypatch):
+def test_an_operator_waits_in_its_worker_first_and_defers_only_for_the_rest(tmp_path):
     """Airflow 3.3 fails a deferred task whose trigger fires before the scheduler saw its worker leave the deferral
     (apache/airflow#67287): an operator waits for what its trigger waits for in its worker first, resumes at once
     when it comes (or the trigger's timeout passes) within the window, and defers only for what is left."""
@@ -135,24 +135,22 @@ def test_an_operator_waits_in_its_worker_first_and_defers_only_for_the_rest(tmp_
             return {"resumed_with": event}
 
     operator = Stopping(task_id="stop")
-    monkeypatch.setattr(deferral, "SETTLE_BEFORE_DEFER_S", 5.0)
     lease = JobLease(tmp_path, APP)
     lease.acquire()
     threading.Timer(0.3, lease.release).start()
     trigger = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=30, poll_s=0.1)
-    result = deferral.defer_unless_settled(operator, {}, trigger, "stopped")
+    result = deferral.defer_unless_settled(operator, {}, trigger, "stopped", within_s=5.0)
     assert result == {"resumed_with": {"state": "stopped", "final_state": None}}  # no deferral
 
     lease.acquire()
     short = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=0.3, poll_s=0.1)
-    assert deferral.defer_unless_settled(operator, {}, short, "stopped") == {
+    assert deferral.defer_unless_settled(operator, {}, short, "stopped", within_s=5.0) == {
         "resumed_with": {"state": "timeout", "timeout_s": 0.3}
     }
 
-    monkeypatch.setattr(deferral, "SETTLE_BEFORE_DEFER_S", 0.3)
     long = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=30, poll_s=0.1)
     with pytest.raises(TaskDeferred) as deferred:
-        deferral.defer_unless_settled(operator, {}, long, "stopped")
+        deferral.defer_unless_settled(operator, {}, long, "stopped", within_s=0.3)
     assert deferred.value.trigger is long and deferred.value.method_name == "stopped"
     assert 29 < long.timeout_s <= 29.7  # the deferral waits what is left of the 30 s, not 30 s more
     assert StreamingJobStoppedTrigger(**long.serialize()[1]).timeout_s == long.timeout_s

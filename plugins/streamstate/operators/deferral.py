@@ -22,11 +22,17 @@ if TYPE_CHECKING:
 SETTLE_BEFORE_DEFER_S = 30.0
 
 
-def defer_unless_settled(operator: BaseOperator, context, trigger: WaitingTrigger, method_name: str) -> Any:
-    """Resume ``operator`` through ``method_name`` at once when ``trigger``'s event comes within
-    :data:`SETTLE_BEFORE_DEFER_S` (its return value is the task's), else defer on ``trigger`` (raises
-    ``TaskDeferred``, as ``BaseOperator.defer`` does)."""
-    event = trigger.settled_within(SETTLE_BEFORE_DEFER_S)
+def defer_unless_settled(
+    operator: BaseOperator,
+    context,
+    trigger: WaitingTrigger,
+    method_name: str,
+    within_s: float = SETTLE_BEFORE_DEFER_S,
+) -> Any:
+    """Resume ``operator`` through ``method_name`` at once when ``trigger``'s event comes within ``within_s`` (its
+    return value is the task's), else defer on ``trigger`` (raises ``TaskDeferred``, as ``BaseOperator.defer``
+    does)."""
+    event = trigger.settled_within(within_s)
     if event is not None:
         operator.log.info("settled without deferring: %s", event.get("state"))
         return getattr(operator, method_name)(context, event)

@@ -7,6 +7,7 @@ made by the operators when the trigger fires.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import inspect
 import time
@@ -17,19 +18,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from spark_jobs.documents import to_json
 from spark_jobs.lease import ALREADY_RUNNING, JobLease
 from spark_jobs.lifecycle import JobState, published_by_holder, read_status
-
-
-async def _poll(check, timeout_s: float, poll_s: float) -> dict:
-    """Call the blocking ``check`` (off the event loop) every ``poll_s`` until it returns an event, or
-    return ``{"state": "timeout"}`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        event = await asyncio.to_thread(check)
-        if event is None and time.monotonic() > deadline:
-            event = {"state": "timeout", "timeout_s": timeout_s}
-        if event is not None:
-            return event
-        await asyncio.sleep(poll_s)
 
 
 class WaitingTrigger(BaseTrigger):
@@ -43,33 +31,38 @@ class WaitingTrigger(BaseTrigger):
         names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
         return f"{type(self).__module__}.{type(self).__qualname__}", {n: getattr(self, n) for n in names}
 
+    @abc.abstractmethod
     def check(self) -> dict | None:
         """What the trigger waits for, looked at once: the event (before :meth:`event`), or None (not yet)."""
-        raise NotImplementedError
 
     def event(self, checked: dict) -> dict:
         """The event fired for what :meth:`check` (or the timeout) returned: the operator's echoes added."""
         return checked
 
+    def _look(self, waited_s: float) -> dict | None:
+        """:meth:`check`, or the timeout's event once ``waited_s`` reached ``timeout_s``; None: wait on."""
+        checked = self.check()
+        if checked is None and waited_s >= self.timeout_s:
+            checked = {"state": "timeout", "timeout_s": self.timeout_s}
+        return checked
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        yield TriggerEvent(self.event(await _poll(self.check, self.timeout_s, self.poll_s)))
+        started = time.monotonic()
+        while (checked := await asyncio.to_thread(self._look, time.monotonic() - started)) is None:
+            await asyncio.sleep(self.poll_s)
+        yield TriggerEvent(self.event(checked))
 
     def settled_within(self, seconds: float) -> dict | None:
         """The event this trigger would fire, when it would fire within ``seconds`` (what it waits for happened, or
         its timeout passed), polled here in the caller's thread; else None, and ``timeout_s`` is then what is left
         of the wait, for the deferral. See :func:`streamstate.operators.deferral.defer_unless_settled`."""
         started = time.monotonic()
-        while True:
-            checked = self.check()
-            waited = time.monotonic() - started
-            if checked is None and waited >= self.timeout_s:
-                checked = {"state": "timeout", "timeout_s": self.timeout_s}
-            if checked is not None:
-                return self.event(checked)
+        while (checked := self._look(waited := time.monotonic() - started)) is None:
             if waited >= seconds:
                 self.timeout_s -= waited
                 return None
             time.sleep(self.poll_s)
+        return self.event(checked)
 
 
 class StreamingJobStartedTrigger(WaitingTrigger):
