@@ -205,6 +205,32 @@ def stop_process_group(proc: subprocess.Popen, timeout_s: float = 120.0) -> int 
     return proc.returncode
 
 
+def kill_process_group(pgid: int, timeout_s: float = 30.0) -> None:
+    """kill -9 of process group ``pgid`` (a child started with ``start_new_session=True``), returning once none
+    of its processes runs: a killed process lets go of its locks (a job's lease) and ports only as it exits, and a
+    driver's Python process is the spark-submit JVM's child, so waiting for the direct child is not enough (a
+    restart on a loaded machine found the killed driver's lease still held). The caller still reaps its child."""
+    _signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while (alive := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if alive:
+        raise ServiceError(f"process group {pgid} still runs {timeout_s:.0f} s after kill -9: {alive}")
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that run (zombies left out: they hold nothing but their exit code)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _parent, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue  # gone while listed
+        if int(group) == pgid and state not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
+
+
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)

@@ -20,13 +20,13 @@ import datetime as dt
 import os
 import random
 import shutil
-import signal
 import subprocess
 import threading
 import time
 
 import pytest
 
+from runtime.process import kill_process_group
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs import failpoints
 from spark_jobs.generators import purchases
@@ -99,7 +99,7 @@ def kill_at(settings: Settings, spec: JobSpec, kill: Kill, log_name: str, timeou
         if kill.failpoint == "restoring":
             assert stopped["lifecycle_state"] == "RESTORING", f"{kill}: the driver was {stopped['lifecycle_state']}"
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
+        kill_process_group(driver.pid)
         driver.wait(30)
     marker.unlink()
     if kill.lose_checkpoint and kill.failpoint != "restoring":

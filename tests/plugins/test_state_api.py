@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from confluent_kafka import Producer
 from fastapi.testclient import TestClient
 from streamstate.state_api.app import create_app
 
-from runtime.process import stop_process_group
+from runtime.process import kill_process_group, stop_process_group
 from runtime.settings import Settings
 from spark_jobs import failpoints
 from spark_jobs.generators import purchases
@@ -233,7 +232,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
                 "batches over the new input",
                 diagnose=why,
             )
-            os.killpg(driver.pid, signal.SIGKILL)
+            kill_process_group(driver.pid)
             driver.wait(30)
         finally:
             stop.set()
@@ -272,7 +271,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
             assert (during["source"], during["fallback_reason"]) == ("standby", "restoring")
             assert during["value"] == before["value"] and during["snapshot_version"] == before["snapshot_version"]
         finally:
-            os.killpg(restoring.pid, signal.SIGKILL)
+            kill_process_group(restoring.pid)
             restoring.wait(30)
             failpoints.marker_path(settings.status_dir, JOB.application_id).unlink(missing_ok=True)
             shutil.rmtree(layout.checkpoint, ignore_errors=True)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import pytest
 
+from runtime.process import kill_process_group
 from spark_jobs.generators import pulse, votes
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.lifecycle import read_status
@@ -140,7 +141,7 @@ def test_kill_9_of_the_driver_then_restart(private_stack, spark, scenario):
             time.sleep(1)
         assert status and status.state == "RUNNING", f"job never reached batch 1: {status}"
         assert status.progress.state_rows > 0 and status.progress.input_lag is not None
-        os.killpg(driver.pid, signal.SIGKILL)  # kill -9, mid-stream, no chance to clean up
+        kill_process_group(driver.pid)  # kill -9, mid-stream, no chance to clean up
         driver.wait(30)
     finally:
         stop_producing.set()

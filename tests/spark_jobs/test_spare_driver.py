@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from runtime.kafka_connection import client_config
+from runtime.process import kill_process_group
 from spark_jobs.generators import purchases, votes
 from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
@@ -128,7 +129,7 @@ def test_the_spare_takes_over_a_killed_driver(private_stack, spark):
 
         batch_before = read_status(settings.status_dir, spec.application_id).batch_id
         killed_at = time.monotonic()
-        os.killpg(driver[1].pid, signal.SIGKILL)  # kill -9, mid-stream, no chance to clean up
+        kill_process_group(driver[1].pid)  # kill -9, mid-stream, no chance to clean up
         driver[1].wait(30)
         took_over = _wait(
             lambda: (
