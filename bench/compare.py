@@ -924,18 +924,27 @@ def ratios(rounds: dict[str, list[Round]], events: int) -> list[str]:
     return out
 
 
+#: phases the platform's report times in a background thread, overlapping its batches' (JobContext's snapshots)
+BACKGROUND_PHASES = ("snapshot_background",)
+
+
 def where_the_time_goes(rounds: dict[str, list[Round]]) -> list[str]:
     """The platform's run split by its own report: batch phases, and the rest (Spark's start, planning,
-    Kafka reads, the clean stop)."""
+    Kafka reads, the clean stop). A phase of a background thread (the snapshots, beside the batches) is named
+    apart and counted in neither."""
     runs = [r for r in rounds.get("platform", []) if r.phases]
     if not runs:
         return []
     order = ("reconcile", "state", "dead_letters", "outputs", "changelog", "snapshot")
     names = sorted(runs[0].phases, key=lambda n: order.index(n) if n in order else len(order))
-    phases = {name: statistics.median(r.phases.get(name, 0.0) for r in runs) for name in names}
-    rest = statistics.median(r.seconds - sum(r.phases.values()) for r in runs)
+    medians = {name: statistics.median(r.phases.get(name, 0.0) for r in runs) for name in names}
+    phases = {name: seconds for name, seconds in medians.items() if name not in BACKGROUND_PHASES}
+    rest = statistics.median(
+        r.seconds - sum(s for name, s in r.phases.items() if name not in BACKGROUND_PHASES) for r in runs
+    )
     parts = ", ".join(f"{name} {seconds:,.1f}" for name, seconds in phases.items())
-    lines = [f"- Where the platform's run time goes (median seconds): {parts}, everything else {rest:,.1f}"]
+    beside = "".join(f"; {name} {medians[name]:,.1f} beside the batches" for name in names if name in BACKGROUND_PHASES)
+    lines = [f"- Where the platform's run time goes (median seconds): {parts}, everything else {rest:,.1f}{beside}"]
     plain = [r for r in rounds.get("plain_spark", []) if r.phases]
     if plain:  # the same split of the peer: its micro-batches (read, aggregation, write) and the rest
         batches = statistics.median(r.phases["batches"] for r in plain)

@@ -67,6 +67,12 @@ def test_where_the_time_goes_splits_the_platform_run():
         "- Where plain Spark's run time goes (median seconds): its micro-batches 160.0 (the platform's: 385.0), "
         "everything else 65.0"
     )
+    # the snapshots' thread runs beside the batches: named apart, in neither sum
+    for r, background in zip(rounds["platform"], (40.0, 60.0), strict=True):
+        r.phases["snapshot_background"] = background
+    line, plain = where_the_time_goes(rounds)
+    assert line.endswith("state 330.0, outputs 55.0, everything else 65.0; snapshot_background 50.0 beside the batches")
+    assert "(the platform's: 385.0)" in plain
 
 
 def test_where_the_restore_goes_splits_snapshot_and_tail():
