@@ -480,7 +480,7 @@ class Bench:
             )
 
         peer = start()
-        seconds = peer.wait_caught_up()
+        seconds = peer.wait_caught_up(self.args.timeout)  # the run's bound: 1e7 + 1e7 payments outlast the default
         peer.stop()
         self.answers["kafka_streams"] = self.workload.kafka_streams_answer(self.bootstrap, output)
         changelogs = (
