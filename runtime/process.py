@@ -222,11 +222,8 @@ def group_members(pgid: int) -> list[int]:
     """The processes of group ``pgid`` that run (zombies left out: they hold nothing but their exit code)."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _parent, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            continue  # gone while listed
-        if int(group) == pgid and state not in ("Z", "X"):
+        fields = _stat_fields(stat)  # None: gone while listed
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             members.append(int(stat.parent.name))
     return members
 
@@ -236,20 +233,21 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def _is_zombie(pid: int) -> bool:
+def _stat_fields(stat: Path) -> list[str] | None:
+    """A process's ``/proc/<pid>/stat`` fields after its command name (state, parent, group, ...); None when it
+    is gone. The name is cut at the last ``)``: it may hold spaces and parentheses itself."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, IndexError):
-        return False
-    return fields[0] == "Z"
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def _is_zombie(pid: int) -> bool:
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return fields is not None and fields[0] == "Z"
 
 
 def process_alive(pid: int | None) -> bool:
     """Whether ``pid`` runs (a zombie does not count: its exit code is all that is left)."""
-    if not pid:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    fields = _stat_fields(Path(f"/proc/{pid}/stat")) if pid else None
+    return fields is not None and fields[0] not in ("Z", "X")
