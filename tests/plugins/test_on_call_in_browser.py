@@ -220,7 +220,7 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
 
     # supervision from its form: the check finds the job running, the watch defers on its lease
     with ui.screenshot_on_failure("supervise-trigger"):
-        ui.trigger(SUPERVISE)
+        supervise_run = ui.trigger(SUPERVISE)
     wait_for(
         lambda: "deferred" in airflow.task_states(SUPERVISE, "watch").values(), 180, "the watch to defer", diagnose
     )
@@ -237,6 +237,10 @@ def test_start_look_up_lose_the_driver_hear_it_stop_and_audit(
         lambda: (launch := read_record(settings.status_dir, app).last_launch).outcome and launch,
         180,  # the trigger fires, the scheduler queues the task, a fresh task process resumes: slow on a busy day
         "the watch to record its launch",
+        lambda: (
+            f"{read_record(settings.status_dir, app).last_launch}\n"
+            f"{airflow.task_logs(SUPERVISE, supervise_run, lines=80)}\n{diagnose()}"
+        ),
     )
     assert f"{SUPERVISE}/" in restart.by and "/watch#" in restart.by and restart.outcome == "running", restart
     assert driver_pids(app) == {lease.holder().pid}  # one instance

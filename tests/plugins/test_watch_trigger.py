@@ -8,7 +8,11 @@ import asyncio
 import threading
 import time
 
-from streamstate.triggers.streaming_job import LeaseTakenTrigger, StreamingJobExitedTrigger
+from streamstate.triggers.streaming_job import (
+    LeaseTakenTrigger,
+    StreamingJobExitedTrigger,
+    StreamingJobStoppedTrigger,
+)
 
 from spark_jobs.lease import JobLease
 
@@ -128,7 +132,6 @@ def test_an_operator_waits_in_its_worker_first_and_defers_only_for_the_rest(tmp_
     from airflow.sdk import BaseOperator
     from airflow.sdk.exceptions import TaskDeferred
     from streamstate.operators import deferral
-    from streamstate.triggers.streaming_job import StreamingJobStoppedTrigger
 
     class Stopping(BaseOperator):
         def stopped(self, context, event):
@@ -153,5 +156,27 @@ def test_an_operator_waits_in_its_worker_first_and_defers_only_for_the_rest(tmp_
         deferral.defer_unless_settled(operator, {}, long, "stopped", within_s=0.3)
     assert deferred.value.trigger is long and deferred.value.method_name == "stopped"
     assert 29 < long.timeout_s <= 29.7  # the deferral waits what is left of the 30 s, not 30 s more
-    assert StreamingJobStoppedTrigger(**long.serialize()[1]).timeout_s == long.timeout_s
+    deferred_at = time.time()
+    assert deferred_at - 1 < long.fires_after - deferral.DEFERRED_AT_LEAST_S <= deferred_at  # set as it deferred
+    revived = StreamingJobStoppedTrigger(**long.serialize()[1])  # as the triggerer builds it
+    assert (revived.timeout_s, revived.fires_after) == (long.timeout_s, long.fires_after)
+    lease.release()
+
+
+def test_a_deferred_trigger_fires_no_sooner_than_its_fires_after(tmp_path):
+    """What the trigger waits for has happened, but the scheduler may not have seen the deferral yet
+    (streamstate.operators.deferral): the event waits for ``fires_after``, and the wait counts towards the
+    timeout."""
+    fires_after = time.time() + 1.0
+    gone = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=30, poll_s=0.1, fires_after=fires_after)
+    assert gone.check() == {"state": "stopped", "final_state": None}  # it could fire now
+    assert _first_event(gone) == {"state": "stopped", "final_state": None}
+    assert time.time() >= fires_after
+
+    lease = JobLease(tmp_path, APP)
+    lease.acquire()
+    started = time.monotonic()
+    held = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=1.0, poll_s=0.1, fires_after=time.time() + 1.0)
+    assert _first_event(held) == {"state": "timeout", "timeout_s": 1.0}
+    assert time.monotonic() - started < 1.8  # not 1 s of waiting, then the 1 s timeout
     lease.release()

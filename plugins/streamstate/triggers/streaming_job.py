@@ -22,10 +22,18 @@ from spark_jobs.lifecycle import JobState, published_by_holder, read_status
 
 class WaitingTrigger(BaseTrigger):
     """A trigger that waits by calling its blocking :meth:`check` every ``poll_s`` for ``timeout_s``, and whose
-    constructor's arguments, kept as attributes of the same names, are all it serializes."""
+    constructor's arguments, kept as attributes of the same names, are all it serializes.
+
+    ``fires_after`` (epoch seconds): the trigger does not look before then, so it fires no sooner. A deferring
+    operator sets it (:func:`~streamstate.operators.deferral.defer_unless_settled`): a trigger that fires within
+    seconds of its deferral makes Airflow 3.3 fail the resumed task (see that module)."""
 
     timeout_s: float
     poll_s: float
+
+    def __init__(self, fires_after: float = 0.0) -> None:
+        super().__init__()
+        self.fires_after = fires_after
 
     def serialize(self) -> tuple[str, dict]:
         names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
@@ -48,6 +56,7 @@ class WaitingTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         started = time.monotonic()
+        await asyncio.sleep(max(0.0, self.fires_after - time.time()))  # (counts towards the timeout)
         while (checked := await asyncio.to_thread(self._look, time.monotonic() - started)) is None:
             await asyncio.sleep(self.poll_s)
         yield TriggerEvent(self.event(checked))
@@ -85,8 +94,9 @@ class StreamingJobStartedTrigger(WaitingTrigger):
         poll_s: float = 0.5,
         version: int | None = None,
         carry: dict | None = None,
+        fires_after: float = 0.0,
     ) -> None:
-        super().__init__()
+        super().__init__(fires_after)
         #: the operator's own state across the deferral, echoed in the event (``dag.test()`` passes a
         #: resumed method the event only, not the ``kwargs`` of ``defer``)
         self.carry = carry
@@ -149,8 +159,9 @@ class LeaseTakenTrigger(WaitingTrigger):
         timeout_s: float,
         poll_s: float = 0.5,
         carry: dict | None = None,
+        fires_after: float = 0.0,
     ) -> None:
-        super().__init__()
+        super().__init__(fires_after)
         self.application_id, self.status_dir = application_id, status_dir
         self.launcher_pid, self.exit_file, self.previous_epoch = launcher_pid, exit_file, previous_epoch
         self.timeout_s, self.poll_s = timeout_s, poll_s
@@ -175,8 +186,10 @@ class LeaseTakenTrigger(WaitingTrigger):
 class StreamingJobStoppedTrigger(WaitingTrigger):
     """Fires when no driver holds the job's lease any more (``stopped``), or on timeout."""
 
-    def __init__(self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 0.5) -> None:
-        super().__init__()
+    def __init__(
+        self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 0.5, fires_after: float = 0.0
+    ) -> None:
+        super().__init__(fires_after)
         self.application_id = application_id
         self.status_dir = status_dir
         self.timeout_s = timeout_s
@@ -203,8 +216,9 @@ class StreamingJobCaughtUpTrigger(WaitingTrigger):
         targets: dict,
         timeout_s: float,
         poll_s: float = 0.5,
+        fires_after: float = 0.0,
     ) -> None:
-        super().__init__()
+        super().__init__(fires_after)
         self.job, self.version, self.status_dir = job, int(version), status_dir
         self.targets = {topic: {str(p): int(o) for p, o in by_p.items()} for topic, by_p in targets.items()}
         self.timeout_s, self.poll_s = timeout_s, poll_s
@@ -250,8 +264,9 @@ class StreamingJobExitedTrigger(WaitingTrigger):
         timeout_s: float,
         poll_s: float = 0.5,
         carry: dict | None = None,
+        fires_after: float = 0.0,
     ) -> None:
-        super().__init__()
+        super().__init__(fires_after)
         self.application_id, self.status_dir, self.epoch = application_id, status_dir, epoch
         self.timeout_s, self.poll_s = timeout_s, poll_s
         #: echoed in the event (see StreamingJobStartedTrigger.carry)
