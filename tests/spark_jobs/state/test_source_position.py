@@ -145,5 +145,6 @@ def test_the_catch_up_trigger_names_the_version_not_a_checkpoint():
         "targets": {SOURCE: {"0": 5, "1": 7}},
         "timeout_s": 60,
         "poll_s": 0.5,
+        "fires_after": 0.0,
     }
     assert StreamingJobCaughtUpTrigger(**kwargs).serialize() == (classpath, kwargs)
