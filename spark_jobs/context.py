@@ -167,12 +167,6 @@ class JobContext:
         (see :func:`spark_jobs.dead_letter.with_dead_letters`)."""
         from spark_jobs import dead_letter
 
-        ensure_topic(
-            self.settings.kafka,
-            self.layout.dead_letter_topic,
-            self.spec.source_partitions,
-            self.settings.kafka_replication_factor,
-        )
         return dead_letter.with_dead_letters(classified, self.spec.application_id, key, *source_columns)
 
     def snapshot_if_due(self, store_name: str, changelog_batch_id: int):
@@ -708,6 +702,24 @@ class JobContext:
             configs = {"cleanup.policy": policy, "min.insync.replicas": str(min(2, replication))}
             ensure_topic(self.settings.kafka, topic, self.spec.output_partitions, replication, configs)
         return topic
+
+    def ensure_topics(self) -> None:
+        """Create every topic this version writes, before any of its queries starts (idempotent): each store's
+        changelog, the re-keying stage's repartition and progress topics, the dead-letter topic (the re-keying
+        stage's first batch may already write to it) and the output topic. A broker that does not create topics
+        on first use (``auto.create.topics.enable=false``, as most production clusters and the local broker run)
+        then finds every one in place; the drivers' generations topic is created by the claim that first writes
+        it (:class:`spark_jobs.state.fencing.WriterFence`)."""
+        self.ensure_changelog_topics()
+        if self.repartitioner is not None:
+            self.repartitioner.ensure_topics()
+        ensure_topic(
+            self.settings.kafka,
+            self.layout.dead_letter_topic,
+            self.spec.source_partitions,
+            self.settings.kafka_replication_factor,
+        )
+        self.ensure_output_topic()
 
     def ensure_changelog_topics(self) -> list[str]:
         """Create every store's changelog topic (idempotent); returns the topic names."""

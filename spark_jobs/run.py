@@ -249,9 +249,7 @@ def _run_published(
         context = JobContext(spark, spec, settings)
         context.snapshot_listeners.append(lambda store, snap: status.record_snapshot(store, SnapshotTaken.of(snap)))
         context.dead_letter_listeners.append(status.record_dead_letters)
-        context.ensure_changelog_topics()
-        if context.repartitioner is not None:
-            context.repartitioner.ensure_topics()
+        context.ensure_topics()  # every topic a query below writes: none may start before its topics exist
         if spec.join_topic:
             context.check_co_partitioned()  # refused before a stage starts
         if spec.stores:

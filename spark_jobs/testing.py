@@ -107,7 +107,8 @@ class JobHarness:
     def run(
         self, job: JobSpec | str, events: Iterable[dict | bytes], version: int | None = None, *, keyed: bool = True
     ) -> JobResult:
-        """Write ``events`` to the job's source topic (a dict as JSON keyed by the job's key field, ``bytes``
+        """Create the job's source topics when missing (what a user creates; every topic the job writes is the
+        platform's to create), write ``events`` to the job's source topic (a dict as JSON keyed by the job's key field, ``bytes``
         as they are; with ``keyed=False`` without a Kafka key, spread over the partitions), run the job over
         everything available (resuming from its checkpoint when it ran before), and read back its outputs
         and the dead letters of this run."""
@@ -116,8 +117,7 @@ class JobHarness:
         ensure_topic(kafka, spec.source_topic, spec.source_partitions)
         if spec.join_topic:  # co-partitioned with the stateful stage's input (a re-keyed source's repartition topic)
             ensure_topic(kafka, spec.join_topic, spec.state_partitions)
-        letters_topic = dead_letter_topic(spec.application_id)
-        ensure_topic(kafka, letters_topic, spec.source_partitions)
+        letters_topic = dead_letter_topic(spec.application_id)  # the job creates it on its first start
         letters_from = {p: high for p, (_, high) in partition_offsets(kafka, letters_topic).items()}
         if keyed:
             produce_keyed(kafka, spec.source_topic, events, spec.key_field)

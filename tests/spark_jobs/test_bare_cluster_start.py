@@ -1,0 +1,116 @@
+"""A job's first start on a bare cluster: a broker that creates no topic on first use
+(``auto.create.topics.enable=false``, as the local broker and most production clusters run) and holds only the
+job's source topics, the way a user deploys a new job. The platform creates every topic a version writes before
+any of its queries starts (:meth:`spark_jobs.context.JobContext.ensure_topics`); a re-keyed job's re-keying stage
+writes its first batch's dead letters before the stateful stage is even built, so its dead-letter topic must
+already be there (it was not: the driver died after 60 s of ``Topic ... not present in metadata``, and again on
+every restart).
+
+The drivers are launched as the supervise DAG launches them (the same spark-submit command, no
+``--available-now``: the stages run side by side), with records that have no routable key in the first batch;
+each must reach RUNNING with its dead letters in the dead-letter topic. The other jobs' first starts go through
+the same ``ensure_topics`` in every test that runs them (``spark_jobs.testing.JobHarness`` creates only sources).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from streamstate.hooks.streaming_job import StreamingJobHook
+
+from runtime.kafka_connection import client_config
+from runtime.settings import PROJECT_ROOT
+from spark_jobs.generators import purchases
+from spark_jobs.generators.producer import produce_unkeyed
+from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.layout import JobLayout
+from spark_jobs.lifecycle import JobState
+from spark_jobs.registry import registered_versions
+from spark_jobs.run import run
+from spark_jobs.submit import submit_spec
+from spark_jobs.versions import read_rows
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+MODULES = "tests.fixtures.repartition_jobs,tests.fixtures.store_kind_jobs"
+
+#: records no re-keying can route: no key field, not JSON
+UNROUTABLE = (b'{"amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json")
+
+
+def _topics(settings) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient(client_config(settings.kafka)).list_topics(timeout=30).topics)
+
+
+def _records(settings, topic: str) -> int:
+    return sum(high - low for low, high in partition_offsets(settings.kafka, topic).values())
+
+
+@pytest.mark.parametrize(
+    "job, valid",
+    [
+        # a re-keyed key-value store: purchases without Kafka keys over 3 partitions
+        (
+            "rekeyed_counts",
+            b'{"event_id": "e1", "type": "purchase", "user_id": "u1", "item": "sku-1", "amount": 2.5, '
+            b'"event_time": "2026-11-29T00:00:01Z"}',
+        ),
+        # a re-keyed stream-stream join with an output topic: orders without keys, the payments' topic empty
+        (
+            "kills_order_payments_rekeyed",
+            b'{"order_id": "o1", "customer_id": "c1", "amount": 3.0, "event_time": "2026-11-29T00:00:01Z"}',
+        ),
+    ],
+)
+def test_a_re_keyed_job_starts_on_a_broker_holding_only_its_sources(private_stack, job, valid):
+    settings = private_stack.replace(job_modules=MODULES)
+    spec = max(registered_versions(MODULES)[job].values(), key=lambda s: s.version)
+    layout = JobLayout.of(spec, settings)
+    ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
+    if spec.join_topic:
+        ensure_topic(settings.kafka, spec.join_topic, spec.state_partitions)
+    assert not set(layout.topics) & _topics(settings), "the test starts with the sources only"
+    produce_unkeyed(settings.kafka, spec.source_topic, [*UNROUTABLE, valid], spec.source_partitions)
+
+    hook = StreamingJobHook(spec, settings)
+    submit = submit_spec(spec, settings)
+    launch = hook.launch(submit.command(), {**os.environ, **submit.env, "PYTHONPATH": str(PROJECT_ROOT)}, "test")
+    exit_file = Path(launch["exit_file"])
+    try:
+
+        def running_with_letters() -> bool:
+            assert not exit_file.exists(), f"the driver exited ({exit_file.read_text().strip()}); see {launch['log']}"
+            status = hook.status()
+            return status is not None and status.state is JobState.RUNNING and (hook.dead_letters() or 0) >= 2
+
+        wait_for(running_with_letters, 180, f"{spec.application_id} RUNNING with its dead letters")
+        assert set(layout.topics) - {layout.generations_topic} <= _topics(settings)
+    finally:
+        if hook.stop() is None:
+            hook.stop_launch(launch["launcher_pid"])
+        wait_for(exit_file.exists, 60, "the driver to stop")
+    assert exit_file.read_text().strip() == "0", f"the driver stopped with {exit_file.read_text()}; see {launch['log']}"
+
+
+def test_a_re_keyed_job_drains_its_first_backlog_on_a_broker_holding_only_its_source(private_stack, spark):
+    """The same first start drained (``--available-now``, a backfill): the re-keying stage runs to its end before
+    the stateful stage is built, so its dead letters find their topic only if the platform made it first."""
+    settings = private_stack.replace(job_modules=MODULES)
+    spec = registered_versions(MODULES)["rekeyed_counts"][1]
+    ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
+    valid = list(purchases.generate(30, users=3, seed=4, close_rate=0))
+    produce_unkeyed(settings.kafka, spec.source_topic, [*UNROUTABLE, *map(_json, valid)], spec.source_partitions)
+    report = run(spec, settings, available_now=True, spark=spark)
+    assert report.error is None
+    assert _records(settings, JobLayout.of(spec, settings).dead_letter_topic) == len(UNROUTABLE)
+    assert len(read_rows(report.output)) == 3
+
+
+def _json(event: dict) -> bytes:
+    return json.dumps(event).encode()
