@@ -23,6 +23,8 @@ from runtime.object_store import Location, ObjectStoreConnection, ObjectStoreErr
 from runtime.process import PORT_SLICE_ENV
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: records per micro-batch by default (``Settings.max_offsets_per_trigger``): a few seconds of a job's work here
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 ENV_PREFIX = "STREAMSTATE_"
 #: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.failpoints), the
 #: slice of the free ports a test worker chooses from (runtime.process.free_port)
@@ -151,10 +153,12 @@ class Settings:
     #: the JDK every JVM of the platform runs on (Spark drivers, spark-submit, the local broker...): unset =
     #: ``JAVA_HOME`` when set, else the newest JDK Spark supports in /usr/lib/jvm (runtime/jvm.py: java_home)
     java_home: Path | None = None
-    #: at most this many source records per micro-batch (Kafka's ``maxOffsetsPerTrigger``), so a job
-    #: catching up on a long backlog works in bounded batches (snapshots, changelog flushes, batch
-    #: durations within budget) instead of one batch of everything; unset = no limit
-    max_offsets_per_trigger: int | None = None
+    #: at most this many source records per micro-batch, over all the job's input topics (Spark's Kafka
+    #: ``maxOffsetsPerTrigger``), so a job catching up on a backlog (a restart after an outage, a burst) works it
+    #: off in bounded batches that each commit in seconds (snapshots, changelog flushes, memory within budget)
+    #: instead of one batch of everything. The answers do not depend on it (a join's inputs are taken in time
+    #: order across batches). 0 (or None): no limit
+    max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     #: a micro-batch that changed at most this many output rows is committed to the output table by delta-rs
     #: from the driver (tens of milliseconds); a larger one by a Spark MERGE on the executors (a second or
     #: more, but its rows never enter the driver). 0: always Spark (spark_jobs/output_table.py)
@@ -318,8 +322,8 @@ class Settings:
             raise SettingsError(f"{ENV_PREFIX}RESTORE_IN_SPARK_MIN_RECORDS must be >= 0 (0: every store in Spark)")
         if self.driver_output_max_rows < 0:
             raise SettingsError(f"{ENV_PREFIX}DRIVER_OUTPUT_MAX_ROWS must be >= 0 (0: every output write by Spark)")
-        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
-            raise SettingsError(f"{ENV_PREFIX}MAX_OFFSETS_PER_TRIGGER must be >= 1 (or unset: no limit)")
+        if (self.max_offsets_per_trigger or 0) < 0:
+            raise SettingsError(f"{ENV_PREFIX}MAX_OFFSETS_PER_TRIGGER must be >= 0 (0: no limit)")
         if not 0 < self.standby_commit_interval_s < self.standby_max_lag_s:
             raise SettingsError(
                 f"{ENV_PREFIX}STANDBY_COMMIT_INTERVAL_S must be > 0 and below STANDBY_MAX_LAG_S "

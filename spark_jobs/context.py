@@ -465,6 +465,14 @@ class JobContext:
             return changelog, results
 
         def write_batch(batch, batch_id: int) -> None:
+            end_offsets = batch_end_offsets(checkpoint, batch_id)
+            # a join's tasks take both topics in time order across batches: which inputs have records written
+            # beyond this batch, read once before it runs (spark_jobs/state/input_lag.py)
+            lag = self.input_lag.reading(batch_id, end_offsets).conf() if self.input_lag is not None else {}
+            with session_conf(batch.sparkSession, lag):
+                write_read_batch(batch, batch_id, end_offsets)
+
+        def write_read_batch(batch, batch_id: int, end_offsets: KafkaOffsets) -> None:
             nonlocal last_end
             from spark_jobs import dead_letter
 
@@ -472,7 +480,6 @@ class JobContext:
             with session_conf(batch.sparkSession, BATCH_CACHE_CONF):  # read as the cache is declared
                 cached = batch.persist()  # several writes from one batch: run the stateful plan once
             try:
-                end_offsets = batch_end_offsets(checkpoint, batch_id)
                 follows = last_end is not None and last_end[0] == batch_id - 1
                 started = last_end[1] if follows else self._batch_start_offsets(batch_id)
                 inputs = records_between(started, end_offsets) if started is not None else None
@@ -581,6 +588,19 @@ class JobContext:
             clock.lap("snapshot")
 
         return write_batch
+
+    @functools.cached_property
+    def input_lag(self):
+        """The record of which inputs had records written beyond each micro-batch, for a job with several inputs
+        (:class:`spark_jobs.state.input_lag.InputLagRecord`); None for a job with one."""
+        if len(self.input_topics) < 2:
+            return None
+        from spark_jobs.state.input_lag import InputLagRecord
+        from spark_jobs.state.source_position import committed_ends
+
+        return InputLagRecord(
+            self.layout.input_lag, self.input_topics, lambda t: committed_ends(self.settings.kafka, t)
+        )
 
     def _batch_phases(self, batch_id: int) -> dict:
         """Batch ``batch_id``'s phases, new (a replayed batch's count again); the oldest go when the progress of

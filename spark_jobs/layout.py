@@ -43,6 +43,8 @@ CHECKPOINT_FILES_DIR = "streamstate"
 START_OFFSETS_FILE = Path(CHECKPOINT_FILES_DIR) / "start-offsets.json"
 #: inside a checkpoint: what the driver restored its stores from when the query started
 RESTORE_RECORD = Path(CHECKPOINT_FILES_DIR) / "restore.json"
+#: inside a checkpoint: a join's reading of its inputs' ends, one file per micro-batch (spark_jobs/state/input_lag.py)
+INPUT_LAG_DIR = Path(CHECKPOINT_FILES_DIR) / "input-lag"
 #: inside a checkpoint: the checkpoint of the stage that re-keys the source (a query of its own)
 REPARTITION_CHECKPOINT = Path(CHECKPOINT_FILES_DIR) / "repartition"
 #: the suffix a quarantined checkpoint gets, followed by a time stamp
@@ -192,6 +194,12 @@ class JobLayout:
     def restore_record(self) -> Location:
         """What the driver restored its stores from when the query started (``JobContext.restore_record``)."""
         return self.checkpoint / RESTORE_RECORD
+
+    @property
+    def input_lag(self) -> Location:
+        """Where a job with several inputs keeps, per micro-batch, which of them had records written beyond it
+        (:class:`spark_jobs.state.input_lag.InputLagRecord`)."""
+        return self.checkpoint / INPUT_LAG_DIR
 
     @property
     def repartition_checkpoint(self) -> Location:

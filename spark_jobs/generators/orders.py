@@ -9,7 +9,8 @@ record's time is its Kafka timestamp (the database's commit time), set explicitl
 Every record has an **arrival** time: its own time plus a delay up to ``max_delay_ms`` (or, for a few late
 orders, far more); each topic is written in arrival order, so both arrive out of order. The reference
 (:func:`expected_enrichment`) is Kafka Streams' task, record by record: per partition, both topics' records in
-timestamp order (each topic's in offset order, the table's first on a tie); the versioned table's versions;
+timestamp order (each topic's in offset order; on a tie the topic not taken last, the orders' when none was
+taken yet); the versioned table's versions;
 each order held until stream time passes its time + grace, then joined with the row valid at its time; an order
 already later than that joined at once.
 """
@@ -104,6 +105,35 @@ def adversarial(
         stream.append(Record(customer, value, t, t + span_ms // 2 + rng.randrange(60_000)))
     by_arrival = lambda r: (r.arrival_ms, r.time_ms)  # noqa: E731
     return sorted(stream, key=by_arrival), sorted(table, key=by_arrival)
+
+
+def tie_then_late(after_ms: int, partitions: int) -> tuple[list[Record], list[Record]]:
+    """``(orders, customer records)`` to write after everything else (times from ``after_ms`` on, in one partition
+    of ``partitions``), where the order in which a task breaks a tie between the topics decides a result: the
+    table's record before the tie was taken last, so Kafka Streams takes the order of the tie first, then a late
+    order of customer K (joined at once: two minutes behind stream time, past the minute of grace), and only then
+    the tie's customer change and K's next version, valid from before the late order's time. So the late order
+    joins K's **first** version; a task that took the table first on the tie would have read K's next version
+    before it (``"late-k"`` in :func:`expected_enrichment` tells which)."""
+    ids = iter(f"t{n:03d}" for n in range(1000))
+    k, a, b, c = (next(i for i in ids if kafka_partition(i, partitions) == 0) for _ in range(4))
+    t = after_ms + 600_000
+
+    def customer(key: str, version: str, at: int) -> Record:
+        return Record(key, {"customer_id": key, "name": f"{key}-{version}", "tier": "gold"}, at, t + 10_000)
+
+    def order(key: str, order_id: str, at: int) -> Record:
+        value = {"order_id": order_id, "customer_id": key, "amount": 5.0, "event_time": iso_time(at)}
+        return Record(key, value, at, t + 10_000)
+
+    table = [
+        customer(k, "first", t - 200_000),
+        customer(c, "v", t - 1),
+        customer(b, "v", t),
+        customer(k, "next", t - 130_000),
+    ]
+    stream = [order(a, "before-tie", t - 2), order(a, "at-tie", t), order(k, "late-k", t - 120_000)]
+    return stream, table
 
 
 def arrival_chunks(
@@ -225,13 +255,23 @@ def expected_rekeyed_enrichment(
         table = [r for r in customers if kafka_partition(r.key, len(repartitioned)) == p]
         task = _Task(grace_ms, retention_ms, join)
         s = u = 0
+        table_last = None  # the topic taken last: on a tie the task takes the other
         while s < len(stream) or u < len(table):
-            if s == len(stream) or (u < len(table) and table[u].time_ms <= stream[s][1].time_ms):
+            if (
+                s == len(stream)
+                or u < len(table)
+                and (
+                    table[u].time_ms < stream[s][1].time_ms
+                    or (table[u].time_ms == stream[s][1].time_ms and table_last is False)
+                )
+            ):
                 task.update(table[u])
                 u += 1
+                table_last = True
             else:
                 task.arrive(s, *stream[s])
                 s += 1
+                table_last = False
         results.update(task.results)
     return results
 

@@ -9,9 +9,11 @@ co-partitioned):
   is, with an event-time field ``time``); the table is its ``join_topic``, an upsert topic
   (:class:`UpsertTable`, the change-data-capture shape: a JSON-object key, the row or a tombstone), whose
   records' times are their Kafka timestamps (a CDC connector's commit time);
-- a micro-batch's records of both topics are taken in timestamp order (each topic's in offset order; the table's
-  first on a tie), as a Kafka Streams task takes its partitions' records; a topic without records in the batch
-  holds nothing back (``max.task.idle.ms = 0``);
+- both topics' records are taken in timestamp order (each topic's in offset order; on a tie, the topic not taken
+  last), as a Kafka Streams task takes its partitions' records, across micro-batches: while one topic has records
+  written but not yet read, the other's later records wait in the store for them; a topic with nothing more
+  written holds nothing back (``max.task.idle.ms = 0``). So the answer does not depend on how a rate limit cuts
+  the input (``streamstate.primitives.InputMerge``);
 - a ``versioned`` store (the default to choose: Kafka Streams' versioned table, KIP-914) keeps each key's
   versions for the store's ``retention_ms`` of table time, and a stream event joins the row valid **at the
   event's time**; a ``key_value`` store keeps the latest row, and an event joins the row current when it is
@@ -31,8 +33,9 @@ co-partitioned):
   topic's offsets differ from one run, or version, to the next).
 
 The store's changelog holds the table's versions per key, the events waiting out their grace
-(``~buffer@<partition>@<offset>``) and each partition's stream and table times (``~stream-time@<partition>``):
-a restore continues all three exactly. With the spec's ``output_topic`` each joined event also goes to an event
+(``~buffer@<partition>@<offset>``), the records of either topic waiting for the other
+(``~waiting@<partition>@<stream|table>@<offset>``) and each partition's stream and table times and the topic it
+took last (``~stream-time@<partition>``): a restore continues all of them exactly. With the spec's ``output_topic`` each joined event also goes to an event
 topic (``JobContext.ensure_output_topic``: keyed by the join key, the row as JSON), once, in the transaction of
 its batch's markers: what a Kafka Streams ``join(...).to(topic)`` writes under exactly-once.
 """
@@ -125,13 +128,14 @@ class StreamTableJoin(StoreDeclaration):
         return "STRUCT<" + ", ".join(f"`{f.name}`: {f.dataType.simpleString()}" for f in fields) + ">"
 
     def state_ddl_for(self, key_field: str, rekeyed: bool = False) -> str:
-        """A store entry: a table key's versions, a held event, or a partition's times (see the module docstring)."""
+        """A store entry: a table key's versions, a held event, a record waiting for the other topic, or a
+        partition's times and the side it took last (see the module docstring)."""
         version = f"STRUCT<valid_from: BIGINT, present: BOOLEAN, row: {self._row_ddl(self._table_fields())}>"
         held_row = self._row_ddl(self._held_fields(key_field, rekeyed))
         held = f"STRUCT<time_ms: BIGINT, offset: BIGINT, key: STRING, row: {held_row}>"
         return (
             f"source_partition INT, versions ARRAY<{version}>, buffered {held}, stream_time_ms BIGINT, "
-            "table_time_ms BIGINT"
+            "table_time_ms BIGINT, last_side STRING"
         )
 
     def output_ddl_for(self, key_field: str, rekeyed: bool = False) -> str:

@@ -31,6 +31,16 @@ def test_environment_overrides_and_round_trip(tmp_path):
     assert Settings.from_env(s.to_env()) == s
 
 
+def test_a_micro_batch_is_bounded_unless_the_limit_is_turned_off():
+    """A restart after an outage works its backlog off in bounded batches by default; 0 turns the limit off, and
+    says so to a driver started from these settings."""
+    from runtime.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER
+
+    assert Settings().max_offsets_per_trigger == DEFAULT_MAX_OFFSETS_PER_TRIGGER == 200_000
+    unlimited = Settings.from_env({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "0"})
+    assert unlimited.max_offsets_per_trigger == 0 and Settings.from_env(unlimited.to_env()) == unlimited
+
+
 def test_external_bootstrap_wins():
     s = Settings.from_env({"STREAMSTATE_KAFKA_EXTERNAL_BOOTSTRAP": "kafka-1:9092,kafka-2:9092"})
     assert s.kafka_bootstrap_servers == "kafka-1:9092,kafka-2:9092"
@@ -44,7 +54,7 @@ def test_external_bootstrap_wins():
         ({"STREAMSTATE_AIRFLOW_PORT": "70000"}, "is not a TCP port"),
         ({"STREAMSTATE_AIRFLOW_PORT": "9092"}, "distinct ports"),
         ({"STREAMSTATE_SPARK_MASTER": "local-ish"}, "expected local[*]"),
-        ({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "0"}, "MAX_OFFSETS_PER_TRIGGER must be >= 1"),
+        ({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "-1"}, "MAX_OFFSETS_PER_TRIGGER must be >= 0 (0: no limit)"),
         ({"STREAMSTATE_MAX_OFFSETS_PER_TRIGGER": "lots"}, "STREAMSTATE_MAX_OFFSETS_PER_TRIGGER='lots'"),
         ({"STREAMSTATE_RESTORE_IN_SPARK_MIN_RECORDS": "-1"}, "RESTORE_IN_SPARK_MIN_RECORDS must be >= 0"),
     ],

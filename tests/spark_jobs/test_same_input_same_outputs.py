@@ -167,3 +167,103 @@ def _counts(settings, topic: str) -> dict[str, int]:
     return {
         candidate: value["votes"] for candidate, value in _compacted_view(settings, topic).items() if value["votes"]
     }
+
+
+#: the joins' cuts (records per micro-batch over both topics) beside a run with no limit, and their partitions:
+#: ``SAME_OUTPUT_JOIN_CUTS=7,25,100 SAME_OUTPUT_JOIN_PARTITIONS=1,3`` runs the whole matrix (about 8 minutes)
+JOIN_CUTS = tuple(int(c) for c in os.environ.get("SAME_OUTPUT_JOIN_CUTS", "7").split(","))
+JOIN_PARTITIONS = [int(p) for p in os.environ.get("SAME_OUTPUT_JOIN_PARTITIONS", "3").split(",")]
+JOIN_GRACE_MS, JOIN_RETENTION_MS = 60_000, 24 * 3600 * 1000  # order_enrichment's
+#: records no join can take: not JSON, and (produced without a Kafka key) not keyed by the join key
+REFUSED = (b"{not json", b'{"customer_id": "c01", "order_id": "o-x", "amount": 1.0}')
+
+
+def _enrichment_input(partitions: int):
+    from spark_jobs.generators import orders
+
+    stream, table = orders.adversarial(orders=90, customers=6, seed=23, late_orders=4)
+    tie_stream, tie_table = orders.tie_then_late(max(r.time_ms for r in stream + table), partitions)
+    stream, table = stream + tie_stream, table + tie_table
+    want = orders.expected_enrichment(stream, table, partitions, JOIN_GRACE_MS, JOIN_RETENTION_MS)
+    assert [row[4].endswith("-first") for row in want.values() if row[1] == "late-k"] == [True]
+
+    def produce(settings, spec) -> None:
+        orders.produce(settings.kafka, spec.source_topic, stream, partitions)
+        orders.produce(settings.kafka, spec.join_topic, table, partitions)
+
+    def results(rows) -> dict:
+        return {
+            (r["source_partition"], r["source_offset"]): (r["customer_id"], r["order_id"], r["amount"], r["name"])
+            for r in rows
+        }
+
+    reference = {place: (row[0], row[1], row[2], row[4]) for place, row in want.items()}
+    return produce, results, reference
+
+
+def _payments_input(partitions: int):
+    from spark_jobs.generators import payments
+    from spark_jobs.jobs.order_payments import ORDER_PAYMENTS
+    from tests.spark_jobs.test_stream_stream_join import results_by_place
+
+    orders, paid = payments.adversarial(orders=100, seed=13, late=4, strays=6, partitions=partitions)
+    join = ORDER_PAYMENTS
+    want = payments.expected_join(orders, paid, partitions, join.window_ms, join.grace_ms, join.join)
+
+    def produce(settings, spec) -> None:
+        payments.produce(settings.kafka, spec.source_topic, orders, partitions)
+        payments.produce(settings.kafka, spec.join_topic, paid, partitions)
+
+    return produce, results_by_place, want
+
+
+@pytest.mark.parametrize("partitions", JOIN_PARTITIONS)
+@pytest.mark.parametrize(
+    ("job", "make_input"), [("order_enrichment", _enrichment_input), ("order_payments", _payments_input)]
+)
+def test_a_joins_outputs_and_dead_letters_do_not_depend_on_batching(
+    spark, kafka_broker, settings, unique, job, make_input, partitions
+):
+    """A join's two topics read in micro-batches of at most JOIN_CUTS records: Spark cuts each topic by a share
+    of the limit, so a batch may hold one topic minutes of event time ahead of the other. A task's records of the
+    topic ahead wait for the other's (spark_jobs/state/input_lag.py), as a Kafka Streams task waits for records it
+    knows exist: the outputs and dead letters equal the run with no limit, row for row, and the reference (the
+    Kafka Streams twins equal it: tests/bench/test_kafka_streams_peer.py), on adversarial input (late table
+    updates, versions at the boundaries, tombstones, duplicates, out-of-order records on both sides, ties between
+    the topics, records the job refuses)."""
+    from spark_jobs.generators.producer import produce_unkeyed
+    from spark_jobs.versions import read_rows
+
+    spec = get_job(job)
+    topics = {"source_topic": f"{job}-left-{unique}", "join_topic": f"{job}-right-{unique}"}
+    for topic in topics.values():
+        ensure_topic(settings.kafka, topic, partitions)
+    produce, results, reference = make_input(partitions)
+    spec = dataclasses.replace(spec, source_partitions=partitions, **topics)
+    produce(settings, spec)
+    for topic in topics.values():
+        produce_unkeyed(settings.kafka, topic, list(REFUSED), partitions)
+
+    outputs, letters = {}, {}
+    for cut in (None, *JOIN_CUTS):
+        name = f"cut_{job}_{unique}_{cut or 'all'}"
+        copy = dataclasses.replace(spec, name=name, output_table=name)
+        report = run(copy, settings.replace(max_offsets_per_trigger=cut), available_now=True, spark=spark)
+        assert report.error is None
+        if cut:
+            assert report.batches >= report.input_rows // cut, report.batches
+        outputs[cut] = results(read_rows(report.output))
+        letters[cut] = sorted(
+            (
+                d["headers"]["source.topic"],
+                int(d["headers"]["source.partition"]),
+                int(d["headers"]["source.offset"]),
+                d["headers"]["reason"],
+            )
+            for d in read_with_headers(settings.kafka_bootstrap_servers, dead_letter_topic(copy.application_id))
+        )
+    assert outputs[None] == reference
+    assert len(letters[None]) == 2 * len(REFUSED)
+    for cut in JOIN_CUTS:
+        assert outputs[cut] == outputs[None], f"maxOffsetsPerTrigger={cut} changed the outputs"
+        assert letters[cut] == letters[None], f"maxOffsetsPerTrigger={cut} changed the dead letters"

@@ -34,6 +34,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * follows step by step. In short, per task (a partition of both topics):
  * <ul>
  *   <li>records are taken in timestamp order, each side's in offset order; on a tie, the side not taken last;
+ *       across micro-batches: a side's records wait in the store while the other side has records written but
+ *       not yet read ({@link InputMerge}), so the order does not depend on how the input was cut;
  *   <li>stream time is the largest time of either side; each side's window store keeps that side's records, a
  *       lookup finding only those at or after that side's latest time - retention + 1 (retention = 2 window +
  *       grace); a record is put in its own side's store after its lookup;
@@ -52,7 +54,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>Input columns: {@code partition}, {@code offset}, the key ({@code keyColumn}), {@code _right}, {@code _time_ms},
  * {@code _left_row} and {@code _right_row}. Output rows ({@code outputDdl}): {@code kind}, {@code key},
  * {@code tombstone}, {@code source_partition}, {@code side}, {@code records} (a change row: one per changed store
- * entry, keyed as its changelog is), {@code stream_time_ms}, {@code min_time_ms}, {@code left_time_ms},
+ * entry, keyed as its changelog is; a record waiting for the other side is an entry of its own,
+ * {@code ~waiting@<partition>@<side>@<offset>@<key>}), {@code stream_time_ms}, {@code min_time_ms}, {@code left_time_ms},
  * {@code right_time_ms}, {@code last_side} (the partition's times), then {@code left_offset}, {@code right_offset},
  * {@code left_row}, {@code right_row}, {@code result_time_ms} (a joined row: -1 for an absent side's offset).
  */
@@ -64,6 +67,7 @@ public final class StreamStreamJoin {
   static final String WINDOW_PREFIX = "~window@";
   static final String PENDING_PREFIX = "~pending@";
   static final String TIMES_PREFIX = "~stream-time@";
+  static final String WAITING_PREFIX = "~waiting@";
   private static final int WIDTH = 16;
 
   private StreamStreamJoin() {}
@@ -130,6 +134,8 @@ public final class StreamStreamJoin {
     /** present once {@code newest} covers every window entry: absent after a restore (the changelog holds the
      * windows only) and in a checkpoint written before {@code newest} existed, until the next sweep fills it */
     private transient ValueState<Boolean> newestIndexed;
+    /** the changelog key of a record waiting for the other side ({@link InputMerge}) -> it, as a one-record entry */
+    private transient MapState<String, Row> waiting;
 
     Joiner(String store, StructType output, long windowMs, long graceMs, String join, String keyColumn) {
       if (output.size() != WIDTH) {
@@ -160,6 +166,8 @@ public final class StreamStreamJoin {
       times = getHandle().getValueState(store + "-times", Encoders.row(timesSchema), TTLConfig.NONE());
       newest = getHandle().getMapState(store + "-newest", Encoders.STRING(), Encoders.LONG(), TTLConfig.NONE());
       newestIndexed = getHandle().getValueState(store + "-newest-indexed", Encoders.BOOLEAN(), TTLConfig.NONE());
+      waiting = getHandle().getMapState(store + "-waiting", Encoders.STRING(), Encoders.row(recordsSchema),
+          TTLConfig.NONE());
     }
 
     /** The side of a window entry's key ({@code WINDOW_PREFIX partition @ side @ key}). */
@@ -186,7 +194,9 @@ public final class StreamStreamJoin {
         return;
       }
       Row value = RowFactory.create(initial.getAs("side"), initial.getAs("records"));
-      if (key.startsWith(PENDING_PREFIX)) {
+      if (key.startsWith(WAITING_PREFIX)) {
+        waiting.updateValue(key, value);
+      } else if (key.startsWith(PENDING_PREFIX)) {
         pending.updateValue(key, value);
       } else {
         windows.updateValue(key, value);
@@ -196,28 +206,56 @@ public final class StreamStreamJoin {
     @Override
     protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
       Rows.Sides sides = Rows.sidesInOffsetOrder(rows, "_right");
-      List<Row> left = sides.unflagged();
-      List<Row> right = sides.flagged();
       Batch batch = new Batch(partition);
-      int l = 0;
-      int r = 0;
-      while (l < left.size() || r < right.size()) {
-        boolean takeLeft;
-        if (r == right.size()) {
-          takeLeft = true;
-        } else if (l == left.size()) {
-          takeLeft = false;
-        } else {
-          long lt = time(left.get(l));
-          long rt = time(right.get(r));
-          takeLeft = lt < rt || (lt == rt && !LEFT.equals(batch.lastSide));
+      List<InputMerge.Input> leftWaiting = new ArrayList<>();
+      List<InputMerge.Input> rightWaiting = new ArrayList<>();
+      Set<String> waitedBefore = new HashSet<>();
+      Iterator<Tuple2<String, Row>> stored = waiting.iterator();
+      while (stored.hasNext()) {
+        Tuple2<String, Row> entry = stored.next();
+        String[] parts = entry._1().substring(WAITING_PREFIX.length()).split("@", 4);
+        Stored record = Stored.of(parts[1], parts[3], entry._2().<Row>getList(1).get(0));
+        (record.side().equals(RIGHT) ? rightWaiting : leftWaiting).add(input(record));
+        waitedBefore.add(entry._1());
+      }
+      InputMerge.Outcome outcome = InputMerge.merge(
+          InputMerge.waitingFirst(leftWaiting, inputs(sides.unflagged(), false)),
+          InputMerge.waitingFirst(rightWaiting, inputs(sides.flagged(), true)),
+          InputMerge.lagging(0, partition), InputMerge.lagging(1, partition),
+          batch.lastSide == null ? null : batch.lastSide.equals(RIGHT),
+          record -> batch.process(new Stored(record.second() ? RIGHT : LEFT, record.time(), record.offset(),
+              record.key(), record.row())));
+      for (List<InputMerge.Input> still : List.of(outcome.firstWaiting(), outcome.secondWaiting())) {
+        for (InputMerge.Input record : still) {
+          String side = record.second() ? RIGHT : LEFT;
+          String key = WAITING_PREFIX + partition + "@" + side + "@" + record.offset() + "@" + record.key();
+          if (!waitedBefore.remove(key)) {  // new: stored and changelogged
+            List<Stored> one = List.of(new Stored(side, record.time(), record.offset(), record.key(), record.row()));
+            waiting.updateValue(key, batch.entryValue(side, one));
+            batch.out.add(batch.entryChange(key, side, one));
+          }
         }
-        Row record = takeLeft ? left.get(l++) : right.get(r++);
-        String side = takeLeft ? LEFT : RIGHT;
-        batch.process(new Stored(side, time(record), record.<Long>getAs("offset"), record.getAs(keyColumn),
-            record.getAs(takeLeft ? "_left_row" : "_right_row")));
+      }
+      for (String key : waitedBefore) {  // taken this batch
+        waiting.removeKey(key);
+        batch.out.add(batch.entryChange(key, null, List.of()));
       }
       return CollectionConverters.asScala(batch.finish().iterator());
+    }
+
+    /** A side's input rows as the merge takes them. */
+    private List<InputMerge.Input> inputs(List<Row> rows, boolean right) {
+      List<InputMerge.Input> records = new ArrayList<>(rows.size());
+      for (Row row : rows) {
+        records.add(new InputMerge.Input(right, time(row), row.<Long>getAs("offset"), row.getAs(keyColumn), false,
+            row.getAs(right ? "_right_row" : "_left_row")));
+      }
+      return records;
+    }
+
+    private static InputMerge.Input input(Stored record) {
+      return new InputMerge.Input(record.side().equals(RIGHT), record.time(), record.offset(), record.key(), false,
+          record.row());
     }
 
     private static long time(Row row) {

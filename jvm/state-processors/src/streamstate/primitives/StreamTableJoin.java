@@ -17,6 +17,7 @@ import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.TimeMode;
 import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.StructType;
 
 import scala.Tuple2;
@@ -33,12 +34,11 @@ import streamstate.jobs.DeadLetters;
  * <p>Like Kafka Streams' task, the processor is keyed by <b>source partition</b> ({@link PartitionTask}): the
  * partition of both topics (they are co-partitioned). Rules, per partition:
  * <ul>
- *   <li><b>Order.</b> A micro-batch's records of both sides are taken in timestamp order, each side's in
- *       offset order: the next record is the side's whose head has the smaller time (the table's on a tie),
- *       as a Kafka Streams task picks among its partitions' heads. A side with no records in the batch is
- *       idle and does not hold the other back ({@code max.task.idle.ms = 0}: Kafka Streams waits for records
- *       fetched, not for records not yet written). A stream record's time is its event time; a table
- *       record's, its Kafka timestamp.
+ *   <li><b>Order.</b> Both sides' records are taken in timestamp order across micro-batches, each side's in
+ *       offset order, on a tie the side not taken last, and a side's records wait in the store while the other
+ *       side has records written but not yet read ({@link InputMerge}: a Kafka Streams task's order, however
+ *       the input is cut into micro-batches). A stream record's time is its event time; a table record's, its
+ *       Kafka timestamp.
  *   <li><b>The table.</b> A {@code versioned} store keeps each key's versions (valid from their record's
  *       time; a tombstone is a version without a row) for {@code retention} of table time (the largest table
  *       record time seen): a record older than that is dropped, as a versioned store's expired put is. A
@@ -57,9 +57,12 @@ import streamstate.jobs.DeadLetters;
  * record), {@code _time_ms}, {@link Rows#DELETE_COLUMN} (a table tombstone), {@code _stream_row} and
  * {@code _table_row} (the record's fields, a struct of its side's). Output rows ({@code outputDdl}):
  * {@code kind}, {@code key}, {@code tombstone}, {@code source_partition}, {@code versions},
- * {@code buffered}, {@code stream_time_ms}, {@code table_time_ms} (a {@code change} row: one per changed
- * store entry, keyed as its changelog is: a table key, {@code ~buffer@<partition>@<offset>} for a held
- * stream record, {@code ~stream-time@<partition>} for the partition's times), then {@code source_offset},
+ * {@code buffered}, {@code stream_time_ms}, {@code table_time_ms}, {@code last_side} (a {@code change} row: one
+ * per changed store entry, keyed as its changelog is: a table key, {@code ~buffer@<partition>@<offset>} for a
+ * held stream record, {@code ~waiting@<partition>@<side>@<offset>} for a record waiting for the other side
+ * ({@link InputMerge}: a stream record's in {@code buffered}, a table record's key and time there too and its
+ * version in {@code versions}), {@code ~stream-time@<partition>} for the partition's times and the side it took
+ * last), then {@code source_offset},
  * {@code event_time_ms}, {@code stream_row}, {@code table_row} (a {@code joined} row: the stream record's
  * result).
  */
@@ -68,7 +71,24 @@ public final class StreamTableJoin {
   static final String JOINED = "joined";
   static final String BUFFER_PREFIX = "~buffer@";
   static final String TIMES_PREFIX = "~stream-time@";
-  private static final int WIDTH = 12;
+  static final String WAITING_PREFIX = "~waiting@";
+  static final String STREAM = "stream";
+  static final String TABLE = "table";
+  // the output row's columns (outputDdl)
+  private static final int KIND = 0;
+  private static final int KEY = 1;
+  private static final int TOMBSTONE = 2;
+  private static final int PARTITION = 3;
+  private static final int VERSIONS = 4;
+  private static final int BUFFERED = 5;
+  private static final int STREAM_TIME = 6;
+  private static final int TABLE_TIME = 7;
+  private static final int LAST_SIDE = 8;
+  private static final int SOURCE_OFFSET = 9;
+  private static final int EVENT_TIME = 10;
+  private static final int STREAM_ROW = 11;
+  private static final int TABLE_ROW = 12;
+  private static final int WIDTH = 13;
 
   private StreamTableJoin() {}
 
@@ -120,12 +140,18 @@ public final class StreamTableJoin {
     private final String keyColumn;
     private final StructType versionsSchema;
     private final StructType heldSchema;
+    private final StructType waitingSchema;
     /** table key -> its versions (oldest first) */
     private transient MapState<String, Row> table;
     /** offset -> a stream record held for its grace period */
     private transient MapState<Long, Row> buffer;
     /** the largest table record time seen (the versioned store's observed stream time) */
     private transient ValueState<Long> tableTime;
+    /** the side the task took last ({@link #STREAM} or {@link #TABLE}): a tie goes to the other */
+    private transient ValueState<String> lastSide;
+    /** the changelog key of a record waiting for the other side -> it (a stream record's {@code buffered}, a table
+     * record's {@code buffered} key and time with its {@code version}) */
+    private transient MapState<String, Row> waiting;
 
     Joiner(String store, StructType output, boolean versioned, long retentionMs, long graceMs, boolean leftJoin,
            String keyColumn) {
@@ -140,6 +166,8 @@ public final class StreamTableJoin {
       this.keyColumn = keyColumn;
       this.versionsSchema = new StructType().add("versions", output.apply("versions").dataType());
       this.heldSchema = (StructType) output.apply("buffered").dataType();
+      ArrayType versionList = (ArrayType) output.apply("versions").dataType();
+      this.waitingSchema = new StructType().add("buffered", heldSchema).add("version", versionList.elementType());
     }
 
     @Override
@@ -148,6 +176,9 @@ public final class StreamTableJoin {
       table = getHandle().getMapState(store, Encoders.STRING(), Encoders.row(versionsSchema), TTLConfig.NONE());
       buffer = getHandle().getMapState(store + "-buffer", Encoders.LONG(), Encoders.row(heldSchema), TTLConfig.NONE());
       tableTime = getHandle().getValueState(store + "-table-time", Encoders.LONG(), TTLConfig.NONE());
+      lastSide = getHandle().getValueState(store + "-last-side", Encoders.STRING(), TTLConfig.NONE());
+      waiting = getHandle().getMapState(store + "-waiting", Encoders.STRING(), Encoders.row(waitingSchema),
+          TTLConfig.NONE());
     }
 
     @Override
@@ -162,6 +193,14 @@ public final class StreamTableJoin {
         if (tableAt != null) {
           tableTime.update(tableAt);
         }
+        String side = initial.getAs("last_side");
+        if (side != null) {
+          lastSide.update(side);
+        }
+      } else if (key.startsWith(WAITING_PREFIX)) {
+        List<Row> versionsList = initial.getList(initial.fieldIndex("versions"));
+        Row version = versionsList == null || versionsList.isEmpty() ? null : versionsList.get(0);
+        waiting.updateValue(key, RowFactory.create(initial.getAs("buffered"), version));
       } else if (key.startsWith(BUFFER_PREFIX)) {
         Row held = initial.getAs("buffered");
         buffer.updateValue(held.getLong(1), held);
@@ -173,25 +212,91 @@ public final class StreamTableJoin {
     @Override
     protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
       Rows.Sides sides = Rows.sidesInOffsetOrder(rows, "_right");
-      List<Row> stream = sides.unflagged();
-      List<Row> updates = sides.flagged();
       Batch batch = new Batch(partition);
-      int s = 0;
-      int u = 0;
-      while (s < stream.size() || u < updates.size()) {
-        boolean tableNext = s == stream.size()
-            || (u < updates.size() && time(updates.get(u)) <= time(stream.get(s)));
-        if (tableNext) {
-          batch.update(updates.get(u++));
-        } else {
-          batch.arrive(stream.get(s++));
+      List<InputMerge.Input> streamWaiting = new ArrayList<>();
+      List<InputMerge.Input> tableWaiting = new ArrayList<>();
+      Map<String, Boolean> waitedBefore = new HashMap<>();
+      Iterator<Tuple2<String, Row>> stored = waiting.iterator();
+      while (stored.hasNext()) {
+        Tuple2<String, Row> entry = stored.next();
+        InputMerge.Input record = waitingInput(entry._2());
+        (record.second() ? tableWaiting : streamWaiting).add(record);
+        waitedBefore.put(entry._1(), true);
+      }
+      String before = lastSide.exists() ? lastSide.get() : null;
+      InputMerge.Outcome outcome = InputMerge.merge(
+          InputMerge.waitingFirst(streamWaiting, inputs(sides.unflagged(), false)),
+          InputMerge.waitingFirst(tableWaiting, inputs(sides.flagged(), true)),
+          InputMerge.lagging(0, partition), InputMerge.lagging(1, partition),
+          before == null ? null : before.equals(TABLE),
+          record -> {
+            if (record.second()) {
+              batch.update(record);
+            } else {
+              batch.arrive(record);
+            }
+          });
+      String after = outcome.secondTakenLast() == null ? null : outcome.secondTakenLast() ? TABLE : STREAM;
+      batch.lastSideChanged = after != null && !after.equals(before);
+      if (batch.lastSideChanged) {
+        lastSide.update(after);
+      }
+      batch.lastSide = after;
+      for (List<InputMerge.Input> still : List.of(outcome.firstWaiting(), outcome.secondWaiting())) {
+        for (InputMerge.Input record : still) {
+          String key = waitingKey(partition, record);
+          if (waitedBefore.remove(key) == null) {  // new: stored and changelogged
+            Row value = waitingValue(record);
+            waiting.updateValue(key, value);
+            batch.out.add(batch.change(key, false, record.second() ? versionSeq(value.getStruct(1)) : null,
+                value.getStruct(0)));
+          }
         }
+      }
+      for (String key : waitedBefore.keySet()) {  // taken this batch
+        waiting.removeKey(key);
+        batch.out.add(batch.change(key, true, null, null));
       }
       return CollectionConverters.asScala(batch.finish().iterator());
     }
 
     private static long time(Row row) {
       return row.<Long>getAs("_time_ms");
+    }
+
+    /** A side's input rows as the merge takes them. */
+    private List<InputMerge.Input> inputs(List<Row> rows, boolean table) {
+      List<InputMerge.Input> records = new ArrayList<>(rows.size());
+      for (Row row : rows) {
+        records.add(new InputMerge.Input(table, time(row), row.<Long>getAs("offset"), row.getAs(keyColumn),
+            Boolean.TRUE.equals(row.getAs(Rows.DELETE_COLUMN)), row.getAs(table ? "_table_row" : "_stream_row")));
+      }
+      return records;
+    }
+
+    private static String waitingKey(int partition, InputMerge.Input record) {
+      return WAITING_PREFIX + partition + "@" + (record.second() ? TABLE : STREAM) + "@" + record.offset();
+    }
+
+    /** A waiting record as stored: its key, time and offset in {@code buffered} (a stream record's row there
+     * too), a table record's version (its row, or none for a tombstone) in {@code version}. */
+    private static Row waitingValue(InputMerge.Input record) {
+      Row held = new Held(record.time(), record.offset(), record.key(), record.second() ? null : record.row()).stored();
+      Row version = record.second() ? new Version(record.time(), record.delete() ? null : record.row()).stored() : null;
+      return RowFactory.create(held, version);
+    }
+
+    private static InputMerge.Input waitingInput(Row value) {
+      Held held = Held.of(value.getStruct(0));
+      if (value.isNullAt(1)) {
+        return new InputMerge.Input(false, held.time(), held.offset(), held.key(), false, held.row());
+      }
+      Version version = Version.of(value.getStruct(1));
+      return new InputMerge.Input(true, held.time(), held.offset(), held.key(), version.row() == null, version.row());
+    }
+
+    private static Object versionSeq(Row version) {
+      return CollectionConverters.asScala(List.of(version)).toSeq();
     }
 
     /** One micro-batch of one partition: the table keys and the buffer it touched, written back at the end. */
@@ -210,6 +315,9 @@ public final class StreamTableJoin {
       final Map<Long, Held> heldAdded = new LinkedHashMap<>();
       final List<Long> heldRemoved = new ArrayList<>();
       final List<Row> out = new ArrayList<>();
+      /** the side taken last after this batch, and whether the batch changed it */
+      String lastSide;
+      boolean lastSideChanged;
 
       Batch(int partition) {
         this.partition = partition;
@@ -233,11 +341,10 @@ public final class StreamTableJoin {
       }
 
       /** A table record: a new version of its key (versioned), or its key's row replaced (latest). */
-      void update(Row record) {
-        String key = record.getAs(keyColumn);
-        long at = time(record);
-        boolean delete = Boolean.TRUE.equals(record.getAs(Rows.DELETE_COLUMN));
-        Row row = delete ? null : record.getAs("_table_row");
+      void update(InputMerge.Input record) {
+        String key = record.key();
+        long at = record.time();
+        Row row = record.delete() ? null : record.row();
         List<Version> list = versionsOf(key);
         if (!versioned) {
           list.clear();
@@ -264,9 +371,8 @@ public final class StreamTableJoin {
       }
 
       /** A stream record arrives: joined now, or held for its grace period (then the due ones are joined). */
-      void arrive(Row record) {
-        Held incoming = new Held(time(record), record.<Long>getAs("offset"), record.getAs(keyColumn),
-            record.getAs("_stream_row"));
+      void arrive(InputMerge.Input record) {
+        Held incoming = new Held(record.time(), record.offset(), record.key(), record.row());
         if (graceMs == 0 || (streamNow != Long.MIN_VALUE && incoming.time() < streamNow - graceMs)) {
           join(incoming);
           return;
@@ -301,14 +407,14 @@ public final class StreamTableJoin {
           return;
         }
         Object[] row = new Object[WIDTH];
-        row[0] = JOINED;
-        row[1] = record.key();
-        row[2] = false;
-        row[3] = partition;
-        row[8] = record.offset();
-        row[9] = record.time();
-        row[10] = record.row();
-        row[11] = found;
+        row[KIND] = JOINED;
+        row[KEY] = record.key();
+        row[TOMBSTONE] = false;
+        row[PARTITION] = partition;
+        row[SOURCE_OFFSET] = record.offset();
+        row[EVENT_TIME] = record.time();
+        row[STREAM_ROW] = record.row();
+        row[TABLE_ROW] = found;
         out.add(RowFactory.create(row));
       }
 
@@ -355,20 +461,21 @@ public final class StreamTableJoin {
           buffer.updateValue(held.offset(), held.stored());
           out.add(change(BUFFER_PREFIX + partition + "@" + held.offset(), false, null, held.stored()));
         }
-        if (streamNow != streamTimeBefore || tableNow != tableTimeBefore) {
+        if (streamNow != streamTimeBefore || tableNow != tableTimeBefore || lastSideChanged) {
           Object[] row = new Object[WIDTH];
-          row[0] = CHANGE;
-          row[1] = TIMES_PREFIX + partition;
-          row[2] = false;
-          row[3] = partition;
+          row[KIND] = CHANGE;
+          row[KEY] = TIMES_PREFIX + partition;
+          row[TOMBSTONE] = false;
+          row[PARTITION] = partition;
           if (streamNow != Long.MIN_VALUE) {
             streamTime.update(streamNow);
-            row[6] = streamNow;
+            row[STREAM_TIME] = streamNow;
           }
           if (tableNow != Long.MIN_VALUE) {
             tableTime.update(tableNow);
-            row[7] = tableNow;
+            row[TABLE_TIME] = tableNow;
           }
+          row[LAST_SIDE] = lastSide;
           out.add(RowFactory.create(row));
         }
         return out;
@@ -393,12 +500,12 @@ public final class StreamTableJoin {
 
       Row change(String key, boolean tombstone, Object versionsSeq, Row held) {
         Object[] row = new Object[WIDTH];
-        row[0] = CHANGE;
-        row[1] = key;
-        row[2] = tombstone;
-        row[3] = partition;
-        row[4] = versionsSeq;
-        row[5] = held;
+        row[KIND] = CHANGE;
+        row[KEY] = key;
+        row[TOMBSTONE] = tombstone;
+        row[PARTITION] = partition;
+        row[VERSIONS] = versionsSeq;
+        row[BUFFERED] = held;
         return RowFactory.create(row);
       }
     }

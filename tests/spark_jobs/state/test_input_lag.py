@@ -1,0 +1,47 @@
+"""The rules of spark_jobs/state/input_lag.py: which join inputs have records written beyond a micro-batch, read
+once per batch and kept, so that a replayed batch's tasks wait for the same records as its first attempt did."""
+
+from __future__ import annotations
+
+from runtime.object_store import Location
+from spark_jobs.state.input_lag import KEPT_BATCHES, LAGGING_CONF, InputLag, InputLagRecord, lagging_pairs
+
+TOPICS = ("orders", "profiles")
+
+
+def test_a_partition_is_lagging_when_the_batch_ends_before_what_is_written():
+    batch_end = {"orders": {0: 10, 1: 4}, "profiles": {0: 7, 1: 3}}
+    topic_end = {"orders": {0: 10, 1: 9}, "profiles": {0: 7, 1: 3, 2: 1}}
+    # orders[1] was cut short; profiles[2] was not read at all but has a record; the rest are read to their end
+    assert lagging_pairs(TOPICS, batch_end, topic_end) == ((0, 1), (1, 2))
+    # offsets as Spark's offset log spells them (partition numbers as text) read the same
+    textual = {t: {str(p): o for p, o in ends.items()} for t, ends in batch_end.items()}
+    assert lagging_pairs(TOPICS, textual, topic_end) == ((0, 1), (1, 2))
+    assert lagging_pairs(TOPICS, topic_end, topic_end) == ()
+
+
+def test_the_tasks_read_the_lagging_inputs_from_one_session_setting():
+    assert InputLag(3, ((0, 1), (1, 2))).conf() == {LAGGING_CONF: "0:1,1:2"}
+    assert InputLag(3, ()).conf() == {LAGGING_CONF: ""}  # set, so no setting of an earlier batch lingers
+    assert LAGGING_CONF == "spark.streamstate.inputs.lagging"  # InputMerge.LAGGING_CONF, the Java side's name
+
+
+def test_a_replayed_batch_reads_the_first_attempts_reading_and_old_readings_go(tmp_path):
+    ends = {"orders": {0: 10}, "profiles": {0: 5}}
+    reads = []
+
+    def topic_ends(topic: str) -> dict[int, int]:
+        reads.append(topic)
+        return ends[topic]
+
+    record = InputLagRecord(Location.of(tmp_path / "input-lag"), TOPICS, topic_ends)
+    first = record.reading(7, {"orders": {0: 6}, "profiles": {0: 5}})
+    assert first.lagging == ((0, 0),) and reads == list(TOPICS)
+    ends["orders"] = {0: 6}  # the topic's end moved since (in a replay it may have moved either way)
+    assert record.reading(7, {"orders": {0: 6}, "profiles": {0: 5}}) == first  # kept: not read again
+    assert reads == list(TOPICS)
+
+    for batch_id in range(8, KEPT_BATCHES + 9):
+        record.reading(batch_id, ends)
+    kept = sorted(int(p.stem) for p in (tmp_path / "input-lag").glob("*.json"))
+    assert kept == list(range(9, KEPT_BATCHES + 9))  # 100 batches back at most
