@@ -468,7 +468,10 @@ class JobContext:
             end_offsets = batch_end_offsets(checkpoint, batch_id)
             # a join's tasks take both topics in time order across batches: which inputs have records written
             # beyond this batch, read once before it runs (spark_jobs/state/input_lag.py)
-            lag = self.input_lag.reading(batch_id, end_offsets).conf() if self.input_lag is not None else {}
+            lag = {}
+            if self.input_lag is not None:
+                start = self._batch_start_offsets(batch_id) if self.spec.max_task_idle_ms else None
+                lag = self.input_lag.reading(batch_id, end_offsets, start).conf()
             with session_conf(batch.sparkSession, lag):
                 write_read_batch(batch, batch_id, end_offsets)
 
@@ -599,7 +602,10 @@ class JobContext:
         from spark_jobs.state.source_position import committed_ends
 
         return InputLagRecord(
-            self.layout.input_lag, self.input_topics, lambda t: committed_ends(self.settings.kafka, t)
+            self.layout.input_lag,
+            self.input_topics,
+            lambda topic: committed_ends(self.settings.kafka, topic),
+            self.spec.max_task_idle_ms,
         )
 
     def _batch_phases(self, batch_id: int) -> dict:

@@ -325,6 +325,12 @@ class JobSpec:
             ``selectKey(...).join(table)``): its repartition topic is the left input, and
             ``repartition_partitions`` must be the ``join_topic``'s count, as Kafka Streams sizes the
             repartition topic of a join by the other side's. The ``join_topic`` itself is never re-keyed.
+        max_task_idle_ms: how long a join's task waits, of wall-clock time, for an input that has nothing more
+            written before it takes the other input's later records (Kafka Streams' ``max.task.idle.ms``). 0, the
+            default: it waits only for records written and not yet read (a rate limit's cut), never for records
+            not yet written. A longer wait lets a topic whose producer is a little behind (a CDC connector's
+            commit) still come first, at the cost of that much latency; the wait ends at the first micro-batch
+            after it (a batch runs when an input has new records).
     """
 
     name: str
@@ -347,6 +353,7 @@ class JobSpec:
     output_topic: str | None = None
     output_topic_partitions: int | None = None
     join_topic: str | None = None
+    max_task_idle_ms: int = 0
 
     def __post_init__(self) -> None:
         check_job_name(self.name)
@@ -360,6 +367,8 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: repartition_partitions must be >= 1 and needs repartition=True")
         if self.output_topic_partitions is not None and (not self.output_topic or self.output_topic_partitions < 1):
             raise JobSpecError(f"job {self.name}: output_topic_partitions must be >= 1 and needs an output_topic")
+        if self.max_task_idle_ms < 0 or (self.max_task_idle_ms and not self.join_topic):
+            raise JobSpecError(f"job {self.name}: max_task_idle_ms must be >= 0, and is for a job with a join_topic")
         if self.join_topic is not None and self.join_topic == self.source_topic:
             raise JobSpecError(f"job {self.name}: join_topic must differ from source_topic {self.source_topic!r}")
         if len({store.name for store in self.stores}) != len(self.stores):

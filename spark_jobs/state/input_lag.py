@@ -18,6 +18,10 @@ The rules:
    source, or its repartition topic) and 1 the join topic.
 4. **Kept for a while.** A reading is deleted :data:`KEPT_BATCHES` batches later (Spark keeps its own offset
    log for 100 batches by default: no batch older than that is replayed).
+5. **Waiting longer** (``JobSpec.max_task_idle_ms``, Kafka Streams' ``max.task.idle.ms > 0``): an input caught
+   up is still waited for until that long has passed, of the driver's clock, since a micro-batch last read a
+   record of it (its buffer emptied then, in Kafka Streams' terms): it counts as lagging until then. A restarted
+   driver starts the wait again, as a restarted Kafka Streams task does.
 
 :func:`lagging_pairs` is the rule; :class:`InputLagRecord` keeps it with the checkpoint.
 """
@@ -71,19 +75,59 @@ def lagging_pairs(topics: tuple[str, ...], batch_end: Offsets, topic_end: Offset
     return tuple(pairs)
 
 
+def waited_for(
+    topics: tuple[str, ...], batch_start: Offsets | None, batch_end: Offsets, last_read: dict, now_ms: int, wait_ms: int
+) -> tuple[tuple[int, int], ...]:
+    """Rule 5: the (input, partition) pairs still waited for at ``now_ms``: those that read a record less than
+    ``wait_ms`` ago. ``last_read`` ((input, partition) -> when a batch last read a record of it, this driver's) is
+    brought up to date: a pair whose batch read records between ``batch_start`` and ``batch_end`` read them now;
+    one this driver never saw read anything starts its wait now (None ``batch_start``: this driver's first batch)."""
+    waited = []
+    for index, topic in enumerate(topics):
+        start = {int(p): int(o) for p, o in ((batch_start or {}).get(topic) or {}).items()}
+        for partition, end in sorted((int(p), int(o)) for p, o in (batch_end.get(topic) or {}).items()):
+            if batch_start is None or start.get(partition, 0) < end:
+                last_read[index, partition] = now_ms
+            else:
+                last_read.setdefault((index, partition), now_ms)
+            if now_ms - last_read[index, partition] < wait_ms:
+                waited.append((index, partition))
+    return tuple(waited)
+
+
 class InputLagRecord:
-    """The readings of one checkpoint, one small file per micro-batch (rules 2 and 4)."""
+    """The readings of one checkpoint, one small file per micro-batch (rules 2, 4 and 5).
 
-    def __init__(self, directory: Location, topics: tuple[str, ...], topic_ends: Callable[[str], dict[int, int]]):
+    ``max_task_idle_ms``: rule 5's wait; ``clock``: milliseconds of wall-clock time (replaced by a test's)."""
+
+    def __init__(
+        self,
+        directory: Location,
+        topics: tuple[str, ...],
+        topic_ends: Callable[[str], dict[int, int]],
+        max_task_idle_ms: int = 0,
+        clock: Callable[[], int] | None = None,
+    ):
+        import time
+
         self.directory, self.topics, self.topic_ends = directory, topics, topic_ends
+        self.max_task_idle_ms, self.clock = max_task_idle_ms, clock or (lambda: int(time.time() * 1000))
+        #: (input, partition) -> when a batch of this driver last read a record of it (rule 5)
+        self.last_read: dict[tuple[int, int], int] = {}
 
-    def reading(self, batch_id: int, batch_end: Offsets) -> InputLag:
-        """Batch ``batch_id``'s reading: the kept one when the batch ran before, else read now and kept."""
+    def reading(self, batch_id: int, batch_end: Offsets, batch_start: Offsets | None = None) -> InputLag:
+        """Batch ``batch_id``'s reading: the kept one when the batch ran before, else read now and kept.
+        ``batch_start``: where the batch started (the previous batch's end; None: not known)."""
         kept = self.directory / f"{batch_id}.json"
         if kept.exists():
             return InputLag.from_json(kept.read_text())
         ends = {topic: self.topic_ends(topic) for topic in self.topics}
-        lag = InputLag(batch_id, lagging_pairs(self.topics, batch_end, ends))
+        pairs = lagging_pairs(self.topics, batch_end, ends)
+        if self.max_task_idle_ms:
+            now = self.clock()
+            waited = waited_for(self.topics, batch_start, batch_end, self.last_read, now, self.max_task_idle_ms)
+            pairs = tuple(sorted({*pairs, *waited}))
+        lag = InputLag(batch_id, pairs)
         kept.write_text(lag.to_json())
         if batch_id >= KEPT_BATCHES:
             (self.directory / f"{batch_id - KEPT_BATCHES}.json").remove()

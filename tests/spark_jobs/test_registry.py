@@ -70,3 +70,12 @@ def test_two_jobs_writing_one_output_table_are_refused(tmp_path, monkeypatch):
             registered_versions("twin_jobs")
     finally:
         sys.modules.pop("twin_jobs", None)
+
+
+def test_max_task_idle_is_a_joins_and_never_negative():
+    spec = get_job("order_payments")
+    assert spec.max_task_idle_ms == 0  # Kafka Streams' default: wait only for records written
+    assert dataclasses.replace(spec, max_task_idle_ms=2_000).max_task_idle_ms == 2_000
+    for job, wait in (("order_payments", -1), ("purchase_counts", 5)):
+        with pytest.raises(JobSpecError, match="max_task_idle_ms must be >= 0, and is for a job with a join_topic"):
+            dataclasses.replace(get_job(job), max_task_idle_ms=wait)

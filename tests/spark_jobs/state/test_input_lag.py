@@ -4,7 +4,7 @@ once per batch and kept, so that a replayed batch's tasks wait for the same reco
 from __future__ import annotations
 
 from runtime.object_store import Location
-from spark_jobs.state.input_lag import KEPT_BATCHES, LAGGING_CONF, InputLag, InputLagRecord, lagging_pairs
+from spark_jobs.state.input_lag import KEPT_BATCHES, LAGGING_CONF, InputLag, InputLagRecord, lagging_pairs, waited_for
 
 TOPICS = ("orders", "profiles")
 
@@ -45,3 +45,36 @@ def test_a_replayed_batch_reads_the_first_attempts_reading_and_old_readings_go(t
         record.reading(batch_id, ends)
     kept = sorted(int(p.stem) for p in (tmp_path / "input-lag").glob("*.json"))
     assert kept == list(range(9, KEPT_BATCHES + 9))  # 100 batches back at most
+
+
+def test_with_max_task_idle_an_input_caught_up_is_waited_for_until_it_has_been_quiet_that_long(tmp_path):
+    """Kafka Streams' ``max.task.idle.ms > 0``: the orders' partition 0 is read to its end by batch 0 and read
+    nothing new after: it is waited for until 5 s after batch 0; partition 1 is read again by batch 1, so it is
+    waited for until 5 s after that. The profiles, which never had a record, start their wait at the driver's
+    first batch."""
+    now = [1_000]
+    first_end = {"orders": {0: 4, 1: 2}, "profiles": {0: 0, 1: 0}}
+    second_end = {"orders": {0: 4, 1: 3}, "profiles": {0: 0, 1: 0}}
+    record = InputLagRecord(
+        Location.of(tmp_path), TOPICS, lambda t: second_end[t], max_task_idle_ms=5_000, clock=lambda: now[0]
+    )
+    assert record.reading(0, first_end).lagging == ((0, 0), (0, 1), (1, 0), (1, 1))  # orders[1] lags, the rest wait
+    now[0] = 4_000
+    assert record.reading(1, second_end, first_end).lagging == ((0, 0), (0, 1), (1, 0), (1, 1))  # none quiet 5 s
+    now[0] = 6_500  # orders[0] and the profiles quiet for 5.5 s; orders[1] read 2.5 s ago
+    assert record.reading(2, second_end, second_end).lagging == ((0, 1),)
+    # without the wait (the default) nothing caught up is waited for
+    assert (
+        InputLagRecord(Location.of(tmp_path / "none"), TOPICS, lambda t: second_end[t]).reading(0, second_end).lagging
+        == ()
+    )
+
+
+def test_the_wait_clock_of_each_input_partition():
+    last_read: dict = {}
+    both = {"orders": {0: 3}, "profiles": {0: 1}}
+    assert waited_for(TOPICS, None, both, last_read, 100, 50) == ((0, 0), (1, 0))
+    assert last_read == {(0, 0): 100, (1, 0): 100}
+    assert waited_for(TOPICS, both, {"orders": {0: 5}, "profiles": {0: 1}}, last_read, 140, 50) == ((0, 0), (1, 0))
+    assert last_read == {(0, 0): 140, (1, 0): 100}  # the orders read 2 records at 140
+    assert waited_for(TOPICS, both, both, last_read, 160, 50) == ((0, 0),)  # the profiles quiet for 60 ms
