@@ -7,7 +7,9 @@ Semantics (``streamstate.primitives.StreamStreamJoin``, Java): Kafka Streams 4.3
 :mod:`spark_jobs.generators.payments` states them with the Kafka Streams class each comes from, per task (a
 partition of both topics, which are co-partitioned):
 
-- records are taken in timestamp order (each topic's in offset order; on a tie, the topic not taken last); a
+- records are taken in timestamp order (each topic's in offset order; on a tie, the topic not taken last), across
+  micro-batches (a topic's records wait in the store while the other has records written but not yet read:
+  ``streamstate.primitives.InputMerge``); a
   record's time is its ``time`` field;
 - **inner results**: a record joins every record of the other topic with its key whose time is within
   ``window_ms`` of its own (both bounds included) and that the other side's window still holds (each side keeps
