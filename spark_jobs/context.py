@@ -74,7 +74,9 @@ class JobContext:
         both, so one checkpoint offset, one changelog marker and one restore position cover both; refused
         unless co-partitioned, :meth:`check_co_partitioned`). Read committed, as Kafka Streams reads under
         exactly-once: a repartition topic and another job's output topic are written in transactions, and a
-        batch a killed writer aborted must never be read (a source of plain producers reads the same either way)."""
+        batch a killed writer aborted must never be read (a source of plain producers reads the same either way).
+        A re-keyed job's records carry their place in the source topic (:data:`spark_jobs.dead_letter.ORIGIN_COLUMNS`,
+        from the repartition topic's headers): a dead letter of either stage names its record's place there."""
         if self.spec.join_topic:
             self.check_co_partitioned()
         reader = (
@@ -91,7 +93,20 @@ class JobContext:
         )
         if self.settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
-        return reader.load()
+        source = reader.load()
+        if not self.spec.repartition:
+            return source
+        # a re-keyed record's place in the source topic, which its dead letter names (as the re-keying stage's do)
+        from pyspark.sql import functions as F
+
+        from spark_jobs.dead_letter import ORIGIN_COLUMNS
+        from spark_jobs.repartition import origin_columns
+
+        rekeyed = F.col("topic") == F.lit(self.input_topic)
+        origin = (F.lit(self.spec.source_topic), *origin_columns())
+        return source.select(
+            "*", *(F.when(rekeyed, c).alias(name) for c, name in zip(origin, ORIGIN_COLUMNS, strict=True))
+        )
 
     @property
     def input_topic(self) -> str:

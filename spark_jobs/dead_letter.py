@@ -258,20 +258,26 @@ def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
     return classified.where(F.col(ERROR_COLUMN).isNull()).select(f"{EVENT_COLUMN}.*", *source_columns)
 
 
+#: a re-keyed record's place in the source, beside the repartition topic's own columns (JobContext.kafka_source):
+#: a dead letter names it, so that both stages' letters name their record's place in the job's source topic
+ORIGIN_COLUMNS = ("_origin_topic", "_origin_partition", "_origin_offset")
+
+
 def letter_columns(application_id: str) -> list[Column]:
     """key, value and headers of the dead-letter record of a rejected row of a classified source (see
     :func:`classify`)."""
     return _letter_columns(True, application_id)
 
 
-def _letter_columns(has_message: bool, application_id: str) -> list[Column]:
+def _letter_columns(has_message: bool, application_id: str, origin: bool = False) -> list[Column]:
     """key, value and headers of the dead-letter record of a rejected row (see :func:`dead_letter_records`)."""
-    return [F.expr(column) for column in _letter_sql(has_message, application_id)]
+    return [F.expr(column) for column in _letter_sql(has_message, application_id, origin)]
 
 
-def _letter_sql(has_message: bool, application_id: str) -> list[str]:
+def _letter_sql(has_message: bool, application_id: str, origin: bool = False) -> list[str]:
     """:func:`_letter_columns` as SQL text: a frame built every micro-batch (a processor's late events) takes it in
-    one call into the JVM, where a Column per header field is a call each."""
+    one call into the JVM, where a Column per header field is a call each. ``origin``: the frame has
+    :data:`ORIGIN_COLUMNS`, which name the record's place where they are set (a re-keyed record's)."""
 
     def header(name: str, value: str) -> str:
         return (
@@ -284,9 +290,10 @@ def _letter_sql(has_message: bool, application_id: str) -> list[str]:
     headers = [
         header("reason", f"`{ERROR_COLUMN}`"),
         header("message", f"concat({sql_string(f'record rejected by {application_id}: ')}, {why})"),
-        header("source.topic", "`topic`"),
-        header("source.partition", "`partition`"),
-        header("source.offset", "`offset`"),
+        *(
+            header(f"source.{name}", f"coalesce(`{column}`, `{name}`)" if origin else f"`{name}`")
+            for name, column in zip(("topic", "partition", "offset"), ORIGIN_COLUMNS, strict=True)
+        ),
         header("source.timestamp", "`timestamp`"),
     ]
     return ["`key`", "`value`", f"array({', '.join(headers)}) AS headers"]
@@ -318,7 +325,8 @@ def with_dead_letters(
         F.coalesce(event(f), F.lit("")).alias(f) if f == key_field else F.when(~rejected, event(f)).alias(f)
         for f in classified.schema[EVENT_COLUMN].dataType.fieldNames()
     ]
-    letter = F.when(rejected, F.struct(*_letter_columns(True, application_id))).alias(LETTER_COLUMN)
+    origin = ORIGIN_COLUMNS[0] in classified.columns
+    letter = F.when(rejected, F.struct(*_letter_columns(True, application_id, origin))).alias(LETTER_COLUMN)
     return classified.select(*decoded, *source_columns, letter)
 
 

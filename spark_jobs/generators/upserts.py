@@ -44,7 +44,8 @@ def row_of(symbol: str, day: int, change: float | None, ticks: int) -> dict:
 def adversarial(
     count: int = 300, symbols: int = 16, days: int = 3, seed: int = 11
 ) -> list[tuple[bytes | None, bytes | None]]:
-    """``count`` upserts and tombstones over ``symbols`` x ``days`` rows, then a few refused records."""
+    """``count`` upserts and tombstones over ``symbols`` x ``days`` rows, a tie at the top of day 0, then a few
+    refused records."""
     rng = random.Random(seed)
     records: list[tuple[bytes | None, bytes | None]] = []
     for n in range(count):
@@ -55,6 +56,8 @@ def adversarial(
             continue
         change = None if roll < 0.15 else rng.randint(-12, 12) / 4  # few distinct values: ties
         records.append((key_of(symbol, day), json.dumps(row_of(symbol, day, change, n)).encode()))
+    # a tie at the top where the symbols' order and their keys' JSON order disagree ("T" < "T!", but '"' > '!')
+    records += [(key_of(symbol, 0), json.dumps(row_of(symbol, 0, 50.0, 7)).encode()) for symbol in ("T!", "T")]
     records += [
         (key_of("S00", 0), json.dumps(row_of("S01", 0, 99.0, 1)).encode()),  # wrong_key: another symbol
         (key_of("S00", 0), json.dumps(row_of("S00", 1, 99.0, 1)).encode()),  # wrong_key: another day

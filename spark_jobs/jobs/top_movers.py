@@ -2,8 +2,8 @@
 
 Stage 1, ``stock_price_changes``, sums each symbol's ticks per day in parallel (2 partitions) and writes every
 closed day to its upsert topic ``stock-daily-changes-v<version>`` (one partition: the finish happens in one
-place); this job reads that topic as a table and keeps, per day, the ten symbols whose change is largest (ties
-to the smaller symbol), as Kafka Streams' ``builder.table(topic).groupBy(day).aggregate(adder, subtractor)``
+place); this job reads that topic as a table and keeps, per day, the ten symbols whose change is largest (a tie
+to the smaller symbol: ``ties``), as Kafka Streams' ``builder.table(topic).groupBy(day).aggregate(adder, subtractor)``
 does. Its outputs, one row per day and rank, equal the batch step ``daily_top_movers`` for every closed day.
 Reference: :func:`spark_jobs.generators.ticks.top_movers`.
 """
@@ -32,4 +32,5 @@ TOP_MOVERS = TopN(
     score="change",
     n=10,
     fields=("symbol", "change", "ticks"),
+    ties=("symbol",),  # as daily_top_movers' ORDER BY change DESC, symbol
 )

@@ -23,7 +23,8 @@ Streams' ``SessionWindows.ofInactivityGapAndGrace(gap, grace)``, ``withRetention
   ``late``), never dropped silently;
 * a closed session is **evicted** from the store when stream time reaches its end + retention (a tombstone;
   the outputs keep it). A retention of at least 2 x gap + grace keeps every session an event could still
-  extend;
+  extend on its own; a bridging event, not late while the later session it joins is recent, can reach an
+  earlier session older than that (the later session's length + 3 x gap + grace): evicted, it is not merged;
 * an event for which ``delete_when`` holds deletes all of its key's sessions (open ones are never emitted,
   and ``emit="update"`` removes them from the outputs; closed sessions stay in the outputs).
 

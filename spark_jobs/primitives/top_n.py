@@ -14,8 +14,10 @@ sorted set (``streamstate.primitives.TopN``):
 - the group (the job's ``key_field``) is one of the key's fields, so a tombstone, which carries only the
   key, finds its group (Kafka Streams looks the old row up in the table's store instead);
 - per group the store keeps every row (its latest value); the ranking is ``score`` (a Spark SQL
-  expression over the row, a DOUBLE) descending (``descending=False``: ascending), ties to the smaller
-  Kafka key; a row whose score is null is kept but not ranked;
+  expression over the row, a DOUBLE) descending (``descending=False``: ascending); a tie goes to the row
+  whose ``ties`` fields are smaller, compared in their declared order as Spark orders them (text by its UTF-8
+  bytes, as ``ORDER BY`` does), then to the smaller Kafka key (its canonical JSON, the same way); a row whose
+  score is null is kept but not ranked;
 - the outputs are the ranking: one row per group and rank (``rank`` 1..n) with the ranked row's
   ``fields``, updated after every micro-batch that changed the ranking, a rank deleted when no row holds it
   any more. They are a function of the rows' latest values only, so they do not depend on how the input
@@ -144,6 +146,8 @@ class TopN(StoreDeclaration):
         n: how many ranks each group keeps.
         descending: the highest score first (False: the lowest).
         fields: the row's fields the outputs show after the group and ``rank`` (default: every field but the group).
+        ties: shown fields that break a tie of scores, the smaller first, before the Kafka key does (e.g.
+            ``("symbol",)``: the rule a batch step's ``ORDER BY change DESC, symbol`` states).
 
     Example (``spark_jobs/jobs/top_movers.py``)::
 
@@ -153,6 +157,7 @@ class TopN(StoreDeclaration):
             score="change",
             n=10,
             fields=("symbol", "change", "ticks"),
+            ties=("symbol",),
         )
     """
 
@@ -162,6 +167,7 @@ class TopN(StoreDeclaration):
     n: int = 10
     descending: bool = True
     fields: tuple[str, ...] = ()
+    ties: tuple[str, ...] = ()
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
 
@@ -212,6 +218,11 @@ class TopN(StoreDeclaration):
                 raise JobSpecError(f"fields.{name}: not a field of the table's schema other than the group")
             if not _NAME.match(name) or name in ("rank", "score", "key", "kind", TOMBSTONE, MEMBER):
                 raise JobSpecError(f"fields.{name}: use lower-case letters, digits and _, and not rank or score")
+        for name in self.ties:
+            if name not in self.shown_fields(spec.key_field):
+                raise JobSpecError(
+                    f"ties.{name}: a tie is broken by fields the outputs show, {self.shown_fields(spec.key_field)}"
+                )
 
     def classify(self, source, key_field: str):
         from pyspark.sql import functions as F
@@ -247,6 +258,7 @@ class TopN(StoreDeclaration):
             self._member_ddl(key_field),
             self.n,
             self.descending,
+            ",".join(self.ties),
             self.output_ddl_for(key_field),
         )
         return DataFrame(jdf, spark)
@@ -312,7 +324,7 @@ class TopN(StoreDeclaration):
 
         def reconcile_outputs(restored) -> None:
             order = F.col("score").desc() if self.descending else F.col("score").asc()
-            window = Window.partitionBy(GROUP).orderBy(order, F.col("key"))
+            window = Window.partitionBy(GROUP).orderBy(order, *(F.col(f"`{f}`") for f in self.ties), F.col("key"))
             ranking = (
                 restored.where(F.col("score").isNotNull())
                 .withColumn("rank", F.row_number().over(window))

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 from streamstate.hooks.streaming_job import StreamingJobHook
 
 from runtime.kafka_connection import client_config
@@ -100,16 +101,41 @@ def test_a_re_keyed_job_starts_on_a_broker_holding_only_its_sources(private_stac
 
 def test_a_re_keyed_job_drains_its_first_backlog_on_a_broker_holding_only_its_source(private_stack, spark):
     """The same first start drained (``--available-now``, a backfill): the re-keying stage runs to its end before
-    the stateful stage is built, so its dead letters find their topic only if the platform made it first."""
+    the stateful stage is built, so its dead letters find their topic only if the platform made it first. Every
+    dead letter names its record's place in the source topic, whichever stage refused it: the re-keying stage
+    the unroutable records, the stateful stage a purchase of a negative amount (read from the repartition topic,
+    its place in the source carried in the record's headers)."""
+    from spark_jobs.kafka_topics import read_partition
+    from tests.spark_jobs.test_dead_letter import read_with_headers
+
     settings = private_stack.replace(job_modules=MODULES)
     spec = registered_versions(MODULES)["rekeyed_counts"][1]
     ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
     valid = list(purchases.generate(30, users=3, seed=4, close_rate=0))
-    produce_unkeyed(settings.kafka, spec.source_topic, [*UNROUTABLE, *map(_json, valid)], spec.source_partitions)
+    negative = {**valid[0], "event_id": "negative", "amount": -5.0}
+    records = [*UNROUTABLE, *map(_json, [*valid, negative])]
+    produce_unkeyed(settings.kafka, spec.source_topic, records, spec.source_partitions)
     report = run(spec, settings, available_now=True, spark=spark)
     assert report.error is None
-    assert _records(settings, JobLayout.of(spec, settings).dead_letter_topic) == len(UNROUTABLE)
     assert len(read_rows(report.output)) == 3
+
+    consumer = Consumer(client_config(settings.kafka, {"group.id": "places", "enable.partition.eof": True}))
+    try:
+        place = {
+            msg.value(): (spec.source_topic, str(p), str(msg.offset()))
+            for p in range(spec.source_partitions)
+            for msg in read_partition(consumer, spec.source_topic, p)
+        }
+    finally:
+        consumer.close()
+    letters = read_with_headers(settings.kafka_bootstrap_servers, JobLayout.of(spec, settings).dead_letter_topic)
+    named = {
+        letter["value"]: tuple(letter["headers"][f"source.{n}"] for n in ("topic", "partition", "offset"))
+        for letter in letters
+    }
+    assert named == {value: place[value] for value in [*UNROUTABLE, _json(negative)]}
+    reasons = {letter["value"]: letter["headers"]["reason"] for letter in letters}
+    assert reasons[_json(negative)] == "failed_validation"
 
 
 def _json(event: dict) -> bytes:

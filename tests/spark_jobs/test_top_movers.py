@@ -130,6 +130,8 @@ def test_a_top_n_is_declared_and_checked():
         TOP_MOVERS.check(dataclasses.replace(spec, key_field="rank", output_key=()))
     with pytest.raises(JobSpecError, match="n: rank at least one"):
         dataclasses.replace(TOP_MOVERS, n=0).check(spec)
+    with pytest.raises(JobSpecError, match="ties.window_end: a tie is broken by fields the outputs show"):
+        dataclasses.replace(TOP_MOVERS, ties=("window_end",)).check(spec)
 
 
 def test_the_readme_shows_the_whole_declaration_of_the_job():

@@ -39,8 +39,10 @@ import streamstate.jobs.DeadLetters;
  *   <li>the store holds every member of the group (its latest row: a member's records are applied in
  *       source (partition, offset) order, and one member's records all sit in one partition, its key's);
  *       a tombstone ({@link Rows#DELETE_COLUMN}) removes the member;
- *   <li>the ranking: {@code score} descending (ascending when declared), ties to the smaller member key;
- *       a member without a score is kept but not ranked;
+ *   <li>the ranking: {@code score} descending (ascending when declared); a tie to the member whose tie
+ *       fields (declared, among the stored ones) are smaller in their order, as Spark orders them (text by its
+ *       UTF-8 bytes), then to the smaller member key (the same way); a member without a score is kept but not
+ *       ranked;
  *   <li>per micro-batch: one change row per member the batch touched (its final row or a tombstone), and
  *       one rank row per rank whose member or row differs between the ranking before the batch and after
  *       it (a tombstone for a rank no member holds any more). The ranking is a function of the members'
@@ -67,12 +69,29 @@ public final class TopN {
    * columns, or null) seeds it after a restore. Rejected records among {@code events} pass through.
    */
   public static Dataset<Row> changes(Dataset<Row> events, String groupColumn, Dataset<Row> initial, String store,
-                                     String memberDdl, int n, boolean descending, String outputDdl) {
+                                     String memberDdl, int n, boolean descending, String ties, String outputDdl) {
     KeyValueGroupedDataset<String, Row> grouped = Rows.byColumn(events, groupColumn);
     KeyValueGroupedDataset<String, Row> seeded = initial == null ? null : Rows.byColumn(initial, groupColumn);
-    Ranker ranker = new Ranker(store, StructType.fromDDL(memberDdl), n, descending);
+    StructType memberSchema = StructType.fromDDL(memberDdl);
+    int[] tieFields = ties.isEmpty() ? new int[0]
+        : java.util.Arrays.stream(ties.split(",")).mapToInt(memberSchema::fieldIndex).toArray();
+    Ranker ranker = new Ranker(store, memberSchema, n, descending, tieFields);
     return DeadLetters.transform(grouped, events.schema(), ranker, TimeMode.None(), OutputMode.Update(),
         StructType.fromDDL(outputDdl), seeded, initial == null ? null : initial.schema());
+  }
+
+  /** Two values as Spark's {@code ORDER BY} orders them ascending: nulls first, text by its UTF-8 bytes, numbers,
+   * times and the rest by their natural order. */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  static int sparkOrder(Object a, Object b) {
+    if (a == null || b == null) {
+      return a == null ? (b == null ? 0 : -1) : 1;
+    }
+    if (a instanceof String x && b instanceof String y) {
+      return java.util.Arrays.compareUnsigned(x.getBytes(java.nio.charset.StandardCharsets.UTF_8),
+          y.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    }
+    return ((Comparable) a).compareTo(b);
   }
 
   /** A ranked member: its key and stored row (score first). */
@@ -87,14 +106,17 @@ public final class TopN {
     private final StructType memberSchema;
     private final int n;
     private final boolean descending;
+    /** the stored row's fields that break a tie, in order */
+    private final int[] tieFields;
     /** the group's members: member key -> stored row */
     private transient MapState<String, Row> members;
 
-    Ranker(String store, StructType memberSchema, int n, boolean descending) {
+    Ranker(String store, StructType memberSchema, int n, boolean descending, int[] tieFields) {
       this.store = store;
       this.memberSchema = memberSchema;
       this.n = n;
       this.descending = descending;
+      this.tieFields = tieFields;
     }
 
     @Override
@@ -157,7 +179,10 @@ public final class TopN {
       if (descending) {
         best = best.reversed();
       }
-      best = best.thenComparing(Ranked::member);
+      for (int field : tieFields) {
+        best = best.thenComparing((a, b) -> sparkOrder(a.row().get(field), b.row().get(field)));
+      }
+      best = best.thenComparing((a, b) -> sparkOrder(a.member(), b.member()));
       PriorityQueue<Ranked> kept = new PriorityQueue<>(best.reversed());  // the worst kept on top
       Iterator<Tuple2<String, Row>> stored = members.iterator();
       while (stored.hasNext()) {
