@@ -499,11 +499,8 @@ def scaled(
     two topics advance together in time, and a payment lands within seconds of the time it wanted (minutes at the
     span's two ends); a bound payment then pays the order exactly at the bound from the time it got. So a
     micro-batch that cuts both topics at the same fraction of their offsets (Spark's ``maxOffsetsPerTrigger``)
-    holds them within seconds of each other, well within the grace. (Payments minutes ahead of their orders in a
-    micro-batch would have the platform, which takes a micro-batch's records in time order, close a payment's
-    window before the order it matches is read, and emit both the unmatched payment and the pair: Kafka Streams,
-    taking both whole topics in time order, does not; see "Known difference under a rate limit" in the README.
-    The first version of this input, payments 2 minutes before to 9 minutes after their orders, did that.)
+    holds them within seconds of each other, well within the grace, and few records wait for the other topic
+    (the platform takes both topics in time order across micro-batches: README "The task model").
 
     A record's time is its ``event_time`` and Kafka timestamp. No record is behind its topic's latest time: what
     every peer joins the same way (plain Spark's watermark drops nothing), the unmatched ones aside (see
