@@ -313,8 +313,8 @@ def growing_customers(
     row current when a time-ordered task reaches the order are the same one, and a left join gives the same
     answer in each. And an order's customer is always at most the fraction ``(1 - margin)`` of the way through the
     customer topic that the order is through the orders topic: a micro-batch that cuts both topics at the same
-    fraction of their offsets (Spark's ``maxOffsetsPerTrigger``) holds the profile no later than the order (see
-    "Known difference under a rate limit" in the README)."""
+    fraction of their offsets (Spark's ``maxOffsetsPerTrigger``) holds the profile no later than the order, so
+    few orders wait for the profiles' topic (README "The task model")."""
     import numpy as np
 
     span = scaled_span_ms(orders)
