@@ -688,10 +688,17 @@ class JobContext:
 
     def write_rejected(self, rejected) -> None:
         """Records a processor rejected inside a batch (late events: Kafka source columns, the reason and the
-        message, see :func:`spark_jobs.dead_letter.dead_letter_records`) as dead letters, counted."""
+        message, see :func:`spark_jobs.dead_letter.dead_letter_records`) as dead letters, counted. A re-keyed
+        job's name their records' places in the source topic (:meth:`Repartitioner.in_source_coordinates`)."""
         from spark_jobs import dead_letter
 
-        self.write_letters(dead_letter.dead_letter_records(rejected, self.spec.application_id))
+        letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
+        if not (counts := dead_letter.count_by_reason(letters)):
+            return
+        if self.repartitioner is not None:
+            rejected = self.repartitioner.in_source_coordinates(rejected)
+            letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
+        self._send_letters(letters, counts)
 
     def _nothing_to_reconcile(self, changes: StoreChanges) -> bool:
         """Nothing was restored and no output table of the version holds a file: the outputs already equal

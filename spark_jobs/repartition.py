@@ -97,6 +97,45 @@ def origin_columns():
     return header("partition").cast("int"), header("offset").cast("bigint")
 
 
+def origins_of(kafka, topic: str, places: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(partition, offset) of records of a repartition topic -> their (partition, offset) in the source, from
+    their ``streamstate.origin.*`` headers; a place whose record is gone (purged) or carries none is left out."""
+    from confluent_kafka import Consumer, KafkaError
+
+    if not places:
+        return {}
+    consumer = Consumer(
+        client_config(
+            kafka,
+            {
+                "group.id": "streamstate-origins",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "log_level": 3,
+            },
+        )
+    )
+    found = {}
+    try:
+        for partition, offset in sorted(set(places)):
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            msg = consumer.poll(30)
+            if msg is None or msg.error() or msg.offset() != offset:
+                if msg is not None and msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning(json.dumps({"event": "origin_unread", "topic": topic, "error": str(msg.error())}))
+                continue
+            headers = dict(msg.headers() or [])
+            if (ORIGIN_HEADER_PREFIX + "partition") in headers:
+                found[partition, offset] = (
+                    int(headers[ORIGIN_HEADER_PREFIX + "partition"]),
+                    int(headers[ORIGIN_HEADER_PREFIX + "offset"]),
+                )
+    finally:
+        consumer.close()
+    return found
+
+
 class Repartitioner:
     """The re-keying stage of a job version (see the module docstring). Build it with the job's context."""
 
@@ -298,6 +337,36 @@ class Repartitioner:
                 future.result()
         except KafkaException as err:
             log.warning(json.dumps({"event": "repartition_purge_failed", "error": str(err)}))
+
+    # ----- refused records' places --------------------------------------------------------------------
+    def in_source_coordinates(self, rejected):
+        """Rows the stateful stage refused inside a batch (late events: Kafka source columns ``topic``,
+        ``partition``, ``offset`` naming the repartition topic) with their records' places in the source topic
+        instead, read from the records' ``streamstate.origin.*`` headers: a dead letter names the same place
+        whichever stage refused it. Few rows (late events), read one record each; a row whose record is gone
+        (purged) keeps the repartition topic's place, which its ``topic`` says."""
+        from pyspark.sql import functions as F
+
+        topic = self.layout.repartition_topic
+        places = [
+            (row["partition"], row["offset"])
+            for row in rejected.where(F.col("topic") == topic).select("partition", "offset").collect()
+        ]
+        origins = origins_of(self.settings.kafka, topic, places)
+        if not origins:
+            return rejected
+        found = rejected.sparkSession.createDataFrame(
+            [(p, o, op, oo) for (p, o), (op, oo) in origins.items()],
+            "partition INT, offset BIGINT, _source_partition INT, _source_offset BIGINT",
+        )
+        placed = F.col("_source_partition").isNotNull()
+        return (
+            rejected.join(found, ["partition", "offset"], "left")
+            .withColumn("topic", F.when(placed, F.lit(self.spec.source_topic)).otherwise(F.col("topic")))
+            .withColumn("partition", F.coalesce("_source_partition", "partition"))
+            .withColumn("offset", F.coalesce("_source_offset", "offset"))
+            .drop("_source_partition", "_source_offset")
+        )
 
     def close(self) -> None:
         if self._producer is not None:

@@ -47,6 +47,9 @@ class DeadLetter:
     value: bytes | None
     reason: str
     message: str
+    #: where the refused record sits: (topic, partition, offset) in the job's source topic (a re-keyed job's
+    #: too, whichever stage refused it)
+    source: tuple[str, int, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +147,11 @@ class JobHarness:
                 if msg.error():
                     continue
                 headers = {k.removeprefix(HEADER_PREFIX): v.decode() for k, v in msg.headers() or []}
-                letters.append(
-                    DeadLetter(msg.key(), msg.value(), headers.get("reason", ""), headers.get("message", ""))
-                )
+                source = None
+                if "source.topic" in headers:
+                    source = (headers["source.topic"], int(headers["source.partition"]), int(headers["source.offset"]))
+                reason, message = headers.get("reason", ""), headers.get("message", "")
+                letters.append(DeadLetter(msg.key(), msg.value(), reason, message, source))
                 remaining -= 1
         finally:
             consumer.close()

@@ -46,6 +46,22 @@ def _spec(job: str, unique: str, **changes):
     )
 
 
+def _source_places(settings, topic: str) -> dict[bytes, set[tuple[str, int, int]]]:
+    """Each record's value in ``topic`` -> its places there (topic, partition, offset), as a dead letter names
+    them (a duplicated record has several)."""
+    from spark_jobs.kafka_topics import read_partition
+
+    consumer = Consumer(client_config(settings.kafka, {"group.id": f"places-{topic}", "enable.partition.eof": True}))
+    places = collections.defaultdict(set)
+    try:
+        for p in partition_offsets(settings.kafka, topic):
+            for msg in read_partition(consumer, topic, p):
+                places[msg.value()].add((topic, p, msg.offset()))
+    finally:
+        consumer.close()
+    return places
+
+
 def _repartitioned(settings, spec) -> list[list[dict]]:
     """The repartition topic's committed records, per partition in offset order (what the stateful stage read)."""
     topic = JobLayout.of(spec, settings).repartition_topic
@@ -114,6 +130,9 @@ def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, un
     assert {w: r["heart_rate"] for w, r in zip(windows, rows, strict=True)} == want.emitted
     late = {json.loads(letter.value)["event_id"] for letter in letters if letter.reason == dead_letter.LATE}
     assert late == want.late
+    # every letter names its record's place in the source, whichever stage refused it (late: the stateful one)
+    places = _source_places(settings, spec.source_topic)
+    assert all(letter.source in places[letter.value] for letter in letters)
     assert sorted(letter.reason for letter in letters if letter.reason != dead_letter.LATE) == [
         dead_letter.MISSING_KEY,
         dead_letter.UNDECODABLE,
@@ -147,6 +166,8 @@ def test_user_sessions_re_keyed_through_the_repartition_topic(harness, settings,
     assert got == want.emitted
     late = {json.loads(letter.value)["event_id"] for letter in result.dead_letters if letter.reason == dead_letter.LATE}
     assert late == want.late
+    places = _source_places(settings, spec.source_topic)
+    assert all(letter.source in places[letter.value] for letter in result.dead_letters)
     # the re-keying stage's lag in the source is published beside the stateful stage's (drained: none)
     status = read_status(settings.status_dir, spec.application_id)
     assert set(status.rekeying_lag) == {f"{spec.source_topic}-{p}" for p in range(PARTITIONS)}
