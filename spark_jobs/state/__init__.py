@@ -16,6 +16,8 @@ One owner per artifact, as in Kafka Streams' internals (the names themselves com
   (Spark's offset log is the source of truth for input positions).
 * :mod:`.source_position` — how far a job version has consumed its source, a re-keyed one through both
   of its stages (what reprocessing, the catch-up wait and promotion read).
+* :mod:`.input_lag` — which inputs of a join have records written beyond a micro-batch, read once per batch
+  and kept with the checkpoint, so a task takes both topics in time order however the input is cut.
 * :mod:`.checkpoint_health` — whether a checkpoint can be resumed from; quarantines one that cannot.
 * :mod:`.snapshots` — ``SnapshotStore``, the only reader and writer of a store's Delta snapshot table.
 * :mod:`.snapshotting` — where a snapshot is made: a short tail as a layer, else the rebuilt state.

@@ -56,12 +56,6 @@ def _records(settings, topic: str) -> int:
 @pytest.mark.parametrize(
     "job, valid",
     [
-        # a re-keyed key-value store: purchases without Kafka keys over 3 partitions
-        (
-            "rekeyed_counts",
-            b'{"event_id": "e1", "type": "purchase", "user_id": "u1", "item": "sku-1", "amount": 2.5, '
-            b'"event_time": "2026-11-29T00:00:01Z"}',
-        ),
         # a re-keyed stream-stream join with an output topic: orders without keys, the payments' topic empty
         (
             "kills_order_payments_rekeyed",

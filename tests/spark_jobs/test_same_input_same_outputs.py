@@ -181,7 +181,7 @@ REFUSED = (b"{not json", b'{"customer_id": "c01", "order_id": "o-x", "amount": 1
 def _enrichment_input(partitions: int):
     from spark_jobs.generators import orders
 
-    stream, table = orders.adversarial(orders=90, customers=6, seed=23, late_orders=4)
+    stream, table = orders.adversarial(orders=70, customers=6, seed=23, late_orders=4)
     tie_stream, tie_table = orders.tie_then_late(max(r.time_ms for r in stream + table), partitions)
     stream, table = stream + tie_stream, table + tie_table
     want = orders.expected_enrichment(stream, table, partitions, JOIN_GRACE_MS, JOIN_RETENTION_MS)
@@ -206,7 +206,7 @@ def _payments_input(partitions: int):
     from spark_jobs.jobs.order_payments import ORDER_PAYMENTS
     from tests.spark_jobs.test_stream_stream_join import results_by_place
 
-    orders, paid = payments.adversarial(orders=100, seed=13, late=4, strays=6, partitions=partitions)
+    orders, paid = payments.adversarial(orders=70, seed=13, late=4, strays=6, partitions=partitions)
     join = ORDER_PAYMENTS
     want = payments.expected_join(orders, paid, partitions, join.window_ms, join.grace_ms, join.join)
 
