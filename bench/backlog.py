@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
         f"\n## A join's backlog after an outage, worked off in bounded batches ({dt.date.today()}, {commit})\n",
-        f"`.venv/bin/python bench/backlog.py --orders {args.orders}`: `order_payments` over {len(orders):,} orders "
+        f"`.venv/bin/python bench/backlog.py {' '.join(sys.argv[1:] if argv is None else argv)}`: `order_payments` over {len(orders):,} orders "
         f"and {len(paid):,} payments; the outage runs read {args.before:.0%} of them, stop, and restart on the rest. "
         f"Answers equal in all runs ({len(reference):,} results).\n",
         "| run | records per batch | batches | largest batch | driver peak RSS | wall s |",
