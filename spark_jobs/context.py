@@ -405,7 +405,9 @@ class JobContext:
         the two writes) could outlive the restore: the replay re-derives every key it touches, but not
         a key whose later history no longer reaches the outputs.
 
-        Per micro-batch: the batch's dead letters (rows with ``dead_letter.LETTER_COLUMN`` set, see
+        Per micro-batch, first, for a job with several inputs: which of them have records written beyond the batch
+        (:attr:`input_lag`), the session setting its tasks read while the batch's Spark jobs run. Then the batch's
+        dead letters (rows with ``dead_letter.LETTER_COLUMN`` set, see
         :meth:`with_dead_letters`) go to the dead-letter topic, and with them ``refused_letters(batch)``, the
         rows the processor refused inside the batch (late events) as :meth:`write_rejected` takes them (None: none);
         ``write_outputs(batch, batch_id, commit)`` updates
