@@ -612,8 +612,9 @@ class JobContext:
     @functools.cached_property
     def input_lag(self):
         """The record of which inputs had records written beyond each micro-batch, for a job with several inputs
-        (:class:`spark_jobs.state.input_lag.InputLagRecord`); None for a job with one."""
-        if len(self.input_topics) < 2:
+        (:class:`spark_jobs.state.input_lag.InputLagRecord`); None for a job with one, or whose inputs are all
+        tables (a table-table join applies each update as it comes, waiting for none)."""
+        if len(self.input_topics) < 2 or "stream" not in self.spec.input_kinds().values():
             return None
         from spark_jobs.state.input_lag import InputLagRecord
         from spark_jobs.state.source_position import committed_ends

@@ -97,6 +97,19 @@ def origin_columns():
     return header("partition").cast("int"), header("offset").cast("bigint")
 
 
+def origin_in(headers: list[tuple[str, bytes]] | None) -> tuple[str, int, int] | None:
+    """(topic, partition, offset) in the source of a repartition topic's record, from its ``streamstate.origin.*``
+    headers; None when it carries none."""
+    found = dict(headers or [])
+    if (ORIGIN_HEADER_PREFIX + "partition") not in found:
+        return None
+    return (
+        found.get(ORIGIN_HEADER_PREFIX + "topic", b"").decode(),
+        int(found[ORIGIN_HEADER_PREFIX + "partition"]),
+        int(found[ORIGIN_HEADER_PREFIX + "offset"]),
+    )
+
+
 def origins_of(kafka, topic: str, places: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
     """(partition, offset) of records of a repartition topic -> their (partition, offset) in the source, from
     their ``streamstate.origin.*`` headers; a place whose record is gone (purged) or carries none is left out."""
@@ -125,12 +138,8 @@ def origins_of(kafka, topic: str, places: list[tuple[int, int]]) -> dict[tuple[i
                 if msg is not None and msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
                     log.warning(json.dumps({"event": "origin_unread", "topic": topic, "error": str(msg.error())}))
                 continue
-            headers = dict(msg.headers() or [])
-            if (ORIGIN_HEADER_PREFIX + "partition") in headers:
-                found[partition, offset] = (
-                    int(headers[ORIGIN_HEADER_PREFIX + "partition"]),
-                    int(headers[ORIGIN_HEADER_PREFIX + "offset"]),
-                )
+            if (origin := origin_in(msg.headers())) is not None:
+                found[partition, offset] = origin[1:]
     finally:
         consumer.close()
     return found

@@ -116,7 +116,7 @@ def _pending_origins(
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from runtime.kafka_connection import client_config
-    from spark_jobs.repartition import ORIGIN_HEADER_PREFIX
+    from spark_jobs.repartition import origin_in
 
     consumer = Consumer(
         client_config(
@@ -145,14 +145,9 @@ def _pending_origins(
                     raise RuntimeError(f"reading {topic}[{partition}]: {msg.error()}")
                 if msg.offset() >= end:
                     break
-                headers = dict(msg.headers() or [])
-                if headers.get(ORIGIN_HEADER_PREFIX + "topic") == source_topic.encode():
-                    origins.append(
-                        (
-                            int(headers[ORIGIN_HEADER_PREFIX + "partition"]),
-                            int(headers[ORIGIN_HEADER_PREFIX + "offset"]),
-                        )
-                    )
+                origin = origin_in(msg.headers())
+                if origin is not None and origin[0] == source_topic:
+                    origins.append(origin[1:])
                 if msg.offset() + 1 >= end:
                     break
     finally:
