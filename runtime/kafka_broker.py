@@ -4,6 +4,10 @@ Data lives under ``<data_dir>/kafka``: ``server.properties`` and ``log4j2.proper
 :class:`Settings`, the formatted storage in ``data/``, the broker's log in ``logs/``. Storage is
 formatted once (``kafka.tools.StorageTool format``); later starts reuse it, so topics and offsets
 survive ``down``/``up``.
+
+The same class runs one node of a cluster (:mod:`runtime.kafka_cluster`): its node id, the quorum's voters and
+the cluster id its storage is formatted with are then the cluster's, and the broker's own topics are replicated
+as the platform's are (replication factor up to 3, ``min.insync.replicas`` up to 2).
 """
 
 from __future__ import annotations
@@ -81,13 +85,49 @@ class BrokerSecurity:
         }
 
 
-class LocalKafkaBroker:
-    """Starts, checks and stops the local broker. Source of truth: its pid file and storage dir."""
+@dataclasses.dataclass(frozen=True)
+class KraftNode:
+    """One KRaft process of a quorum (broker and controller roles combined): its id and its two listeners."""
 
-    def __init__(self, settings: Settings, security: BrokerSecurity | None = None) -> None:
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+
+    @property
+    def voter(self) -> str:
+        """This node in ``controller.quorum.voters``."""
+        return f"{self.node_id}@{self.host}:{self.controller_port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class LocalKafkaBroker:
+    """Starts, checks and stops the local broker. Source of truth: its pid file and storage dir.
+
+    Alone (the default) it is node 1 of a quorum of itself, on ``settings``' ports, in ``settings.kafka_dir``.
+    As one node of a cluster it takes ``node`` (its id and ports), ``quorum`` (every node) and ``cluster_id``
+    (the id every node's storage is formatted with) and lives in ``home``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        security: BrokerSecurity | None = None,
+        *,
+        node: KraftNode | None = None,
+        quorum: tuple[KraftNode, ...] = (),
+        cluster_id: str | None = None,
+        home: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.security = security
-        self.home = settings.kafka_dir
+        self.node = node or KraftNode(1, settings.host, settings.kafka_port, settings.kafka_controller_port)
+        self.quorum = quorum or (self.node,)
+        self.cluster_id = cluster_id
+        self.home = home or settings.kafka_dir
         self.storage_dir = self.home / "data"
         self.config_file = self.home / "server.properties"
         self.log4j_file = self.home / "log4j2.properties"
@@ -95,13 +135,15 @@ class LocalKafkaBroker:
 
     # ----- configuration -----------------------------------------------------------------------
     def server_properties(self) -> dict[str, str]:
-        s = self.settings
+        s, node = self.settings, self.node
+        # the broker's own topics (consumer offsets, transactions) replicated as the platform replicates its own
+        replicas, in_sync = str(min(3, len(self.quorum))), str(min(2, len(self.quorum)))
         return {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{s.host}:{s.kafka_controller_port}",
-            "listeners": f"PLAINTEXT://{s.host}:{s.kafka_port},CONTROLLER://{s.host}:{s.kafka_controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{s.host}:{s.kafka_port}",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": ",".join(n.voter for n in self.quorum),
+            "listeners": f"PLAINTEXT://{node.bootstrap},CONTROLLER://{node.host}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{node.bootstrap}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -109,14 +151,16 @@ class LocalKafkaBroker:
             # The platform creates every topic it uses with explicit configs.
             "auto.create.topics.enable": "false",
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": in_sync,
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
             # every driver's first claim (a transactional producer) waits for this topic: 50 partitions
             # (the default) take seconds to create on one broker
             "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": in_sync,
             "group.initial.rebalance.delay.ms": "0",
             # The log cleaner compacts changelog topics; keep it on with a modest buffer.
             "log.cleaner.enable": "true",
@@ -130,7 +174,7 @@ class LocalKafkaBroker:
     @property
     def admin_connection(self) -> KafkaConnection:
         """How the runtime itself talks to the broker (readiness): the admin on a secured broker."""
-        bootstrap = self.settings.kafka_bootstrap_servers
+        bootstrap = self.node.bootstrap
         return self.security.admin_connection(bootstrap) if self.security else KafkaConnection(bootstrap)
 
     def _write_config(self) -> None:
@@ -163,31 +207,31 @@ class LocalKafkaBroker:
     def _format_storage_once(self) -> None:
         if (self.storage_dir / "meta.properties").exists():
             return
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading "-" reads as an option
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self.cluster_id or new_cluster_id()
         cmd = self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file))
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ServiceError(f"formatting Kafka storage in {self.storage_dir} failed:\n{proc.stdout}{proc.stderr}")
 
     # ----- lifecycle -----------------------------------------------------------------------------
-    def start(self, timeout_s: float = 90.0) -> int:
+    def start(self, timeout_s: float = 90.0, *, wait: bool = True) -> int:
+        """Start the broker unless it runs; with ``wait``, until it is ready (a cluster starts its nodes
+        without: one node of a quorum cannot be ready before a majority of them runs)."""
         if (pid := self.service.pid()) is not None:
             return pid
         self._write_config()
         self._format_storage_once()
-        s = self.settings
+        node = self.node
         return self.service.start(
             self._java_cmd("kafka.Kafka", str(self.config_file)),
             env=os.environ,
-            ports={"Kafka": (s.host, s.kafka_port), "Kafka controller": (s.host, s.kafka_controller_port)},
-            ready=self.is_ready,
+            ports={"Kafka": (node.host, node.port), "Kafka controller": (node.host, node.controller_port)},
+            ready=self.is_ready if wait else lambda: True,
             timeout_s=timeout_s,
         )
 
     def is_ready(self) -> bool:
-        """The broker answers a metadata request and lists itself."""
+        """The broker answers a metadata request and lists itself (a cluster's node: the brokers it knows)."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient(self.admin_connection.client_config({"log_level": 0}))
@@ -195,7 +239,7 @@ class LocalKafkaBroker:
             metadata = admin.list_topics(timeout=2)
         except Exception:  # noqa: BLE001 - any failure means "not ready yet"
             return False
-        return len(metadata.brokers) >= 1
+        return self.node.node_id in metadata.brokers
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         return self.service.stop(timeout_s)
@@ -214,6 +258,14 @@ class LocalKafkaBroker:
             "data": str(self.storage_dir),
             "log": str(self.service.log_file),
         }
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id, as Kafka's ``Uuid.randomUuid`` makes one (a leading "-" would read as an option)."""
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
 
 
 _LOG4J2_PROPERTIES = """\

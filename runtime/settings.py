@@ -26,6 +26,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 #: records per micro-batch by default (``Settings.max_offsets_per_trigger``): a few seconds of a job's work here
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 ENV_PREFIX = "STREAMSTATE_"
+#: in the status directory: the Prometheus target file of every process serving ``/metrics`` (Settings.metrics_targets_dir)
+METRICS_TARGETS_DIR = "metrics-targets"
 #: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.failpoints), the
 #: slice of the free ports a test worker chooses from (runtime.process.free_port)
 NOT_SETTINGS = frozenset({"STREAMSTATE_FAILPOINTS", PORT_SLICE_ENV})
@@ -242,6 +244,12 @@ class Settings:
     def status_dir(self) -> Path:
         """Per-job run reports and lifecycle status files."""
         return self.data_dir / "status"
+
+    @property
+    def metrics_targets_dir(self) -> Path:
+        """Where every process serving ``/metrics`` lists itself for Prometheus' file-based discovery while it serves
+        (one ``<name>.json`` each: spark_jobs/metrics.py)."""
+        return self.status_dir / METRICS_TARGETS_DIR
 
     @property
     def logs_dir(self) -> Path:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up for a fresh Linux machine, idempotent: a second run only checks stamps (a few seconds).
-#   - system tools: Java 17+, Maven, Python 3.11 with venv, Chromium + chromedriver (apt-get when missing)
+#   - system tools: Java 17+, Maven, Python 3.11 with venv, Chromium + chromedriver, Prometheus (apt-get when missing)
 #   - .venv from requirements.lock (uv), this project installed editable
 #   - JVM jars resolved by Maven from jvm/*/pom.xml into .jvm/ (git-ignored)
 set -euo pipefail
@@ -23,6 +23,8 @@ fi
 if ! command -v mvn >/dev/null; then apt_install maven; fi
 # Debian's Chromium and its WebDriver for the browser tests (tests/ui): nothing downloads a browser
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then apt_install chromium chromium-driver; fi
+# Debian's Prometheus (the server and promtool): the monitoring tests scrape the platform and check its alert rules
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then apt_install --no-install-recommends prometheus; fi
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then

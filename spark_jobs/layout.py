@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from runtime.object_store import Location
+from runtime.settings import METRICS_TARGETS_DIR
 
 if TYPE_CHECKING:  # registry and settings import nothing from here; kept lazy for the driver's start-up
     from runtime.settings import Settings
@@ -139,6 +140,18 @@ class StatusFiles:
     def failpoint(self) -> Path:
         """Where a driver stopped by a test's failpoint says so (spark_jobs/failpoints.py)."""
         return self._file(".failpoint.json")
+
+    @property
+    def metrics_target(self) -> Path:
+        """Where Prometheus finds the process's ``/metrics`` while it serves them (spark_jobs/metrics.py)."""
+        return Path(self.status_dir) / METRICS_TARGETS_DIR / f"{self.name}.json"
+
+    @property
+    def role(self) -> Literal["driver", "spare", "standby"]:
+        """Which of a job version's processes this name is."""
+        if self.name.endswith(SPARE_SUFFIX):
+            return "spare"
+        return "standby" if self.name.endswith(STANDBY_SUFFIX) else "driver"
 
     def supervised(self) -> tuple[Path, ...]:
         """What every supervised process has: its lease and Airflow's supervision record (and its lock)."""
@@ -366,11 +379,11 @@ class JobLayout:
         for table in self.output_tables:
             yield Artifact("output_table", str(table))
         driver = self.driver
-        for path in (driver.lifecycle, driver.last_run, driver.failpoint, *driver.supervised()):
+        for path in (driver.lifecycle, driver.last_run, driver.failpoint, driver.metrics_target, *driver.supervised()):
             yield Artifact("status_file", str(path))
-        for path in (self.spare_status, *self.spare.supervised()):
+        for path in (self.spare_status, self.spare.metrics_target, *self.spare.supervised()):
             yield Artifact("status_file", str(path))
-        for path in (self.standby_status, *self.standby.supervised()):
+        for path in (self.standby_status, self.standby.metrics_target, *self.standby.supervised()):
             yield Artifact("status_file", str(path))
         for store in self.store_names:
             yield Artifact("status_file", str(self.audit_plot(store)))

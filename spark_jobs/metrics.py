@@ -3,8 +3,11 @@
 Every driver (``spark_jobs.run``) and every standby follower (``python -m spark_jobs.standby``) serves
 ``/metrics`` (Prometheus' text format, ``prometheus_client``) on ``settings.host`` and the port
 ``STREAMSTATE_METRICS_PORT`` names; 0, the default, takes a free port, so several drivers share a
-host. The port a process serves on is in its status file (``metrics_port``), which is where a scrape
-configuration (file-based service discovery) or on-call finds it.
+host. The port a process serves on is in its status file (``metrics_port``) and, while it serves, in its
+Prometheus target file ``<status_dir>/metrics-targets/<name>.json`` (:attr:`StatusFiles.metrics_target`), which a
+scrape configuration reads by file-based service discovery (``monitoring/prometheus.yml``): a process appears there
+when it starts serving and leaves when it stops; one killed leaves its file until its next start replaces it, and
+Prometheus' ``up`` is then 0 for it.
 
 A driver's metrics are what its status publishes (:class:`DriverMetrics` is fed every status
 document, so the two never disagree), labelled with the ``application_id``:
@@ -24,7 +27,13 @@ document, so the two never disagree), labelled with the ``application_id``:
 ``streamstate_dead_letter_records``                        records the dead-letter topic holds (read
                                                            from Kafka at each scrape: every writer counts)
 ``streamstate_dead_letters_written{reason}``               dead letters this driver run wrote, by reason
+``streamstate_restore_started_timestamp_seconds{store}``   when the store's running restore began (gone when
+                                                           it finished)
 =========================================================  ===========================================
+
+and, beside them, the job's own limits (:class:`Budgets`: what supervision holds it to), so one set of alert rules
+(``monitoring/alerts.yml``) compares every job with its own: ``streamstate_input_lag_budget_records``,
+``streamstate_restore_budget_seconds`` and ``streamstate_state_budget_rows`` (when every store declares one).
 
 plus the restore metrics of :mod:`spark_jobs.state.restore` (``streamstate_restore_records_total`` and
 ``streamstate_restore_last_seconds``, by application_id and store) and, in a standby, its lag gauges
@@ -34,20 +43,26 @@ plus the restore metrics of :mod:`spark_jobs.state.restore` (``streamstate_resto
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import logging
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, Gauge, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from runtime.files import write_atomically
 from runtime.kafka_connection import KafkaTarget
 from runtime.settings import Settings
 from spark_jobs.kafka_topics import partition_offsets
+from spark_jobs.layout import SPARE_SUFFIX, STANDBY_SUFFIX, StatusFiles
 from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus
+from spark_jobs.registry import JobSpec
 
 log = logging.getLogger("streamstate.metrics")
 
@@ -75,24 +90,68 @@ DEAD_LETTERS_WRITTEN = Gauge(
 SNAPSHOT_ROWS = Gauge(
     "streamstate_snapshot_rows", "Rows a restore reads from the store's latest Delta snapshot", [LABEL, "store"]
 )
+RESTORE_STARTED = Gauge(
+    "streamstate_restore_started_timestamp_seconds", "When the store's running restore began", [LABEL, "store"]
+)
+INPUT_LAG_BUDGET = Gauge(
+    "streamstate_input_lag_budget_records", "The input lag (all partitions) the job is held to", [LABEL]
+)
+RESTORE_BUDGET = Gauge("streamstate_restore_budget_seconds", "How long a restore of the job may take", [LABEL])
+STATE_ROWS_BUDGET = Gauge("streamstate_state_budget_rows", "The live state rows the job's stores may hold", [LABEL])
 #: a scrape waits at most this long for the dead-letter topic's offsets (the metric is left out otherwise)
 DEAD_LETTER_SCRAPE_TIMEOUT_S = 2.0
 
 
 class MetricsServer:
-    """``/metrics`` of this process, on ``settings.host`` and ``STREAMSTATE_METRICS_PORT`` (0: a free port)."""
+    """``/metrics`` of this process, on ``settings.host`` and ``STREAMSTATE_METRICS_PORT`` (0: a free port), listed
+    in the process's Prometheus target file while it serves."""
 
-    def __init__(self, settings: Settings, port: int | None = None) -> None:
-        """``port``: instead of ``settings.metrics_port``."""
+    def __init__(self, settings: Settings, target: StatusFiles, port: int | None = None) -> None:
+        """``target``: the process's files (its name: a driver's application id, a spare's, a standby's);
+        ``port``: instead of ``settings.metrics_port``."""
         self._server: WSGIServer
         self._thread: threading.Thread
         chosen = settings.metrics_port if port is None else port
         self._server, self._thread = start_http_server(chosen, addr=settings.host)
         self.port: int = self._server.server_port
+        self.target = MetricsTarget.of(target, settings.host, self.port)
+        self.target.write(target.metrics_target)
+        self._target_file = target.metrics_target
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        # only this process's own entry: a newer process of the same name (a restart) may have replaced it
+        if MetricsTarget.read(self._target_file) == self.target:
+            self._target_file.unlink(missing_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsTarget:
+    """One process's entry for Prometheus' file-based service discovery: where it serves, and the labels every
+    series scraped from it gets (``application_id``; ``role``: driver, spare or standby)."""
+
+    address: str
+    application_id: str
+    role: str
+
+    @classmethod
+    def of(cls, files: StatusFiles, host: str, port: int) -> MetricsTarget:
+        application_id = files.name.removesuffix(SPARE_SUFFIX).removesuffix(STANDBY_SUFFIX)
+        return cls(f"{host}:{port}", application_id, files.role)
+
+    def write(self, path: Path) -> None:
+        """The file Prometheus reads, replaced whole (it may read at any moment)."""
+        labels = {LABEL: self.application_id, "role": self.role}
+        write_atomically(path, json.dumps([{"targets": [self.address], "labels": labels}], indent=2) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> MetricsTarget | None:
+        try:
+            (entry,) = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return cls(entry["targets"][0], entry["labels"][LABEL], entry["labels"]["role"])
 
 
 class DeadLetterCollector(Collector):
@@ -115,15 +174,41 @@ class DeadLetterCollector(Collector):
         yield family
 
 
+@dataclasses.dataclass(frozen=True)
+class Budgets:
+    """A job's limits, exported beside what they limit: its supervision policy's input lag and restore budget,
+    and the sum of its stores' row budgets (None when a store declares none)."""
+
+    input_lag_records: int
+    restore_seconds: float
+    state_rows: int | None
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> Budgets:
+        rows = [store.budget.max_rows for store in spec.stores]
+        return cls(
+            spec.supervision.max_input_lag_records,
+            spec.supervision.restore_budget_s,
+            sum(rows) if rows and None not in rows else None,
+        )
+
+
 class DriverMetrics:
     """The driver's metrics, set from each status document it publishes (``JobStatus.publish_listeners``),
     and its dead-letter topic's size, read at scrape time. :meth:`close` unregisters the latter."""
 
-    def __init__(self, application_id: str, dead_letter_topic: str, kafka: KafkaTarget) -> None:
+    def __init__(
+        self, application_id: str, dead_letter_topic: str, kafka: KafkaTarget, budgets: Budgets | None = None
+    ) -> None:
         self.application_id = application_id
         self._lag_partitions: set[str] = set()
+        self._restoring: set[str] = set()
         self._dead_letters = DeadLetterCollector(application_id, dead_letter_topic, kafka)
         REGISTRY.register(self._dead_letters)
+        if budgets is not None:
+            INPUT_LAG_BUDGET.labels(application_id).set(budgets.input_lag_records)
+            RESTORE_BUDGET.labels(application_id).set(budgets.restore_seconds)
+            _set(STATE_ROWS_BUDGET.labels(application_id), budgets.state_rows)
 
     def close(self) -> None:
         REGISTRY.unregister(self._dead_letters)
@@ -149,6 +234,16 @@ class DriverMetrics:
             _set(STATE_MEMORY.labels(app), progress.state_memory_bytes)
         for store, restore in status.restore.items():
             _set(RESTORE_READ.labels(app, store), restore.records_read)
+        running = {
+            store: dt.datetime.fromisoformat(restore.started_at).timestamp()
+            for store, restore in status.restore.items()
+            if restore.started_at and not restore.finished_at
+        }
+        for store in self._restoring - set(running):
+            RESTORE_STARTED.remove(app, store)
+        for store, started in running.items():
+            RESTORE_STARTED.labels(app, store).set(started)
+        self._restoring = set(running)
         for reason, records in status.dead_letters.items():
             DEAD_LETTERS_WRITTEN.labels(app, reason).set(records)
         for store, snapshot in status.snapshots.items():

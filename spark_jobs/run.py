@@ -29,7 +29,7 @@ from spark_jobs.context import JobContext
 from spark_jobs.layout import JobLayout
 from spark_jobs.lease import ALREADY_RUNNING, FENCED, JobAlreadyRunning, JobLease
 from spark_jobs.lifecycle import JobState, JobStatus, SnapshotTaken, StoreRestore, status_path
-from spark_jobs.metrics import DriverMetrics, MetricsServer
+from spark_jobs.metrics import Budgets, DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.session import build_spark_session, release_state_stores, session_conf
 from spark_jobs.spare import SpareDriver
@@ -212,8 +212,9 @@ def run_spare(spec: JobSpec, settings: Settings) -> RunReport | None:
 def _run_leased(
     spec: JobSpec, settings: Settings, available_now: bool, spark, epoch: int, took_over_from_epoch: int | None = None
 ) -> RunReport:
-    metrics = DriverMetrics(spec.application_id, JobLayout.of(spec, settings).dead_letter_topic, settings.kafka)
-    metrics_server = MetricsServer(settings)
+    layout = JobLayout.of(spec, settings)
+    metrics = DriverMetrics(spec.application_id, layout.dead_letter_topic, settings.kafka, Budgets.of(spec))
+    metrics_server = MetricsServer(settings, layout.driver)
     try:
         status = JobStatus(
             spec.application_id,

@@ -172,6 +172,25 @@ def cmd_new_job(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_monitoring(settings: Settings, args: argparse.Namespace) -> int:
+    """Write this deployment's Prometheus configuration: a scrape configuration reading every platform process's
+    target file (file-based discovery) and the platform's alert rules (runtime/prometheus.py)."""
+    import yaml
+
+    from runtime.prometheus import render_alert_rules, scrape_config
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rules = out / "alerts.yml"
+    rules.write_text(render_alert_rules(settings))
+    console.print(f"wrote {rules}")
+    if not args.rules_only:
+        config = out / "prometheus.yml"
+        config.write_text(yaml.safe_dump(scrape_config(settings, [rules.resolve()]), sort_keys=False))
+        console.print(f"wrote {config} (scrapes {settings.metrics_targets_dir}/*.json)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamstate", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -213,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the job's name (lower-case letters, digits and _)")
     p.add_argument("--dir", default=".", help="where to write NAME.py and test_NAME.py (default: here)")
     p.set_defaults(func=cmd_new_job)
+
+    p = sub.add_parser("monitoring", help="write this deployment's Prometheus scrape configuration and alert rules")
+    p.add_argument("--out", default="monitoring", help="the directory to write them in (default: monitoring)")
+    p.add_argument("--rules-only", action="store_true", help="only alerts.yml (the repository's copy)")
+    p.set_defaults(func=cmd_monitoring)
 
     p = sub.add_parser("state-api", help="serve the state query API (OpenAPI at /docs)")
     p.add_argument("--port", type=int, default=None, help="default: STREAMSTATE_STATE_API_PORT")

@@ -219,3 +219,23 @@ def private_stack(tmp_path):
 def unique() -> str:
     """A short unique suffix for topic, table and job names of one test."""
     return uuid.uuid4().hex[:8]
+
+
+#: a test's ``record_property`` names starting with this are the time a job took to recover from a fault
+RECOVERY_PROPERTY = "recovery: "
+_recoveries: list[tuple[str, str, float]] = []
+
+
+def pytest_runtest_logreport(report):
+    """Collect the recovery times of the fault tests (the controller sees every worker's reports)."""
+    if report.when == "call":
+        for name, seconds in report.user_properties:
+            if name.startswith(RECOVERY_PROPERTY):
+                _recoveries.append((report.nodeid, name.removeprefix(RECOVERY_PROPERTY), seconds))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _recoveries:
+        terminalreporter.section("time to recover from each fault (seconds)")
+        for test, fault, seconds in _recoveries:
+            terminalreporter.write_line(f"{seconds:7.1f}  {fault}  ({test.split('::')[-1]})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -123,3 +124,49 @@ def test_alerts_default_to_the_api_servers_inbox():
     for service in AIRFLOW:
         conn = json.loads(env(service)["AIRFLOW_CONN_STREAMSTATE_WEBHOOK"])
         assert conn == alert_webhook_connection(f"http://{api['hostname']}:{port}")
+
+
+#: broker settings of the local cluster (runtime/kafka_cluster.py) the compose brokers set otherwise, and why
+LOCAL_CLUSTER_ONLY = {
+    # where a node listens and keeps its data: a host's own (the compose brokers' are in their environment)
+    "node.id": "each node's own",
+    "controller.quorum.voters": "the hosts' names here, 127.0.0.1 ports locally",
+    "listeners": "the hosts' names here",
+    "advertised.listeners": "the hosts' names here",
+    "log.dirs": "the image's own data directory",
+    # tuned for one machine starting many short-lived drivers, where Kafka's defaults cost seconds each
+    "transaction.state.log.num.partitions": "5 partitions start in a second on one machine; a cluster keeps 50",
+    "log.cleaner.dedupe.buffer.size": "32 MiB on one machine; a cluster keeps Kafka's 128 MiB",
+    "log.cleaner.backoff.ms": "a test's changelog compacts within a second; a cluster keeps 15 s",
+    "share.coordinator.state.topic.replication.factor": "share groups are not used by the platform",
+    "share.coordinator.state.topic.min.isr": "share groups are not used by the platform",
+}
+
+
+def test_the_compose_brokers_run_the_local_clusters_configuration(tmp_path):
+    """What the production-shape tests ran (three KRaft nodes, tests/production) is what compose deploys."""
+    from runtime.kafka_cluster import LocalKafkaCluster
+
+    cluster = LocalKafkaCluster(Settings(data_dir=tmp_path), [(19092, 19093), (19192, 19193), (19292, 19293)])
+    tested = cluster.nodes[1].server_properties()
+    for name in KAFKA:
+        deployed = {key.removeprefix("KAFKA_").lower().replace("_", "."): value for key, value in env(name).items()}
+        differ = {
+            key: (value, deployed.get(key))
+            for key, value in tested.items()
+            if key not in LOCAL_CLUSTER_ONLY and deployed.get(key) != value
+        }
+        assert not differ, f"{name}: (tested, deployed) {differ}"
+    assert cluster.client_settings().kafka_replication_factor == airflow_settings().kafka_replication_factor
+
+
+def test_prometheus_scrapes_what_the_platform_lists_with_the_shipped_rules():
+    from runtime.prometheus import ALERT_RULES_FILE, render_alert_rules, scrape_config
+
+    service = SERVICES["prometheus"]
+    assert service["image"] == PINS["images"]["prometheus"]
+    assert "streamstate-data:/data:ro" in service["volumes"]
+    assert "./monitoring/alerts.yml:/etc/prometheus/alerts.yml:ro" in service["volumes"]
+    config = yaml.safe_load((PROJECT_ROOT / "docker" / "prometheus.yml").read_text())
+    assert config == scrape_config(airflow_settings(), [Path("/etc/prometheus/alerts.yml")])
+    assert ALERT_RULES_FILE.read_text() == render_alert_rules(airflow_settings())

@@ -11,6 +11,7 @@ import signal
 import sys
 
 from runtime.settings import Settings
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import ALREADY_RUNNING, JobAlreadyRunning
 from spark_jobs.metrics import MetricsServer
 from spark_jobs.registry import get_job
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = Settings.from_env()
     spec = get_job(args.job, args.version) if args.version is not None else JobVersions(settings).current_spec(args.job)
-    metrics_server = MetricsServer(settings, args.metrics_port)
+    metrics_server = MetricsServer(settings, JobLayout.of(spec, settings).standby, args.metrics_port)
     follower = SnapshotFollower(spec, settings, metrics_port=metrics_server.port)
     signal.signal(signal.SIGTERM, lambda *_: follower.stop_requested.set())
     signal.signal(signal.SIGINT, lambda *_: follower.stop_requested.set())
