@@ -1,12 +1,17 @@
 # The two commands of the README contract; both set up what is missing first (idempotently).
 #   make run   - the main job on the embedded stack (Kafka broker, Spark local[*], Delta, Airflow)
 #   make test  - lint, then the test suite (starts and stops its own broker, Spark and Airflow)
-.PHONY: run test lint setup lock down status bench
+.PHONY: run test lint setup lock down status bench production
 
 PY := .venv/bin/python
 
 run: setup
 	$(PY) -m streamstate_cli demo
+
+# The production shape on this machine (3 Kafka brokers, a Spark master and 2 workers, Airflow's processes on
+# PostgreSQL, Prometheus) and the main job on it through Airflow, as `make run` does; `make down` stops it too.
+production: setup
+	$(PY) -m streamstate_cli production
 
 # The suite on TEST_WORKERS workers (pytest-xdist; most of a test's time is waiting for a JVM, a broker or
 # Airflow, so two workers keep the two cores busier): one module per worker at a time, the modules that run

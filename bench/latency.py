@@ -444,8 +444,16 @@ def start_kafka_streams(settings: Settings, work: Path, classpath: str, topic: s
 
 
 # ----- one measurement -------------------------------------------------------------------------------------
-def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_s: float | None, classpath) -> dict:
+def create_source(settings: Settings, topic: str) -> None:
+    """The input topic, as its owner creates it on this Kafka: as many copies as the platform's own topics (three
+    on bench/production_shape.py's cluster, ``min.insync.replicas=2``)."""
     from spark_jobs.kafka_topics import ensure_topic
+
+    copies = settings.kafka_replication_factor
+    ensure_topic(settings.kafka, topic, PARTITIONS, copies, {"min.insync.replicas": str(min(2, copies))})
+
+
+def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_s: float | None, classpath) -> dict:
 
     tag = f"r{rate}" + ("" if trigger_s is None else f"_t{trigger_s:g}".replace(".", "p"))
     run = f"{peer}_{tag}_{int(time.time()) % 100000}"
@@ -453,7 +461,7 @@ def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_
     work.mkdir(parents=True)
     topic = f"bench-latency_{run}"
     started = time.monotonic()
-    ensure_topic(settings.kafka, topic, PARTITIONS)
+    create_source(settings, topic)
     if peer == "platform":
         running = start_platform(settings, work, run, trigger_s)
     elif peer == "plain_spark":

@@ -42,15 +42,29 @@ def alert_webhook_connection(airflow_url: str) -> dict[str, object]:
     return {"conn_type": "http", "host": f"{airflow_url.rstrip('/')}/streamstate/api/alerts"}
 
 
-class LocalAirflow:
-    """Airflow standalone (API server, scheduler, DAG processor, triggerer) for ``settings``;
-    ``extra_env``: Airflow configuration on top of this module's (``AIRFLOW__SECTION__KEY`` variables)."""
+#: Airflow's processes as a deployment runs them, each on its own (``airflow <name>``)
+AIRFLOW_PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
-    def __init__(self, settings: Settings, extra_env: Mapping[str, str] | None = None) -> None:
+
+class LocalAirflow:
+    """Airflow (API server, scheduler, DAG processor, triggerer) for ``settings``: ``airflow standalone`` on SQLite
+    (:meth:`start`, the embedded default), or, given ``database_url`` (PostgreSQL: :mod:`runtime.postgres`), each
+    process on its own with the LocalExecutor, as Airflow is deployed (:meth:`start_processes`), so one can be
+    killed and restarted alone. ``extra_env``: Airflow configuration on top of this module's
+    (``AIRFLOW__SECTION__KEY`` variables)."""
+
+    def __init__(
+        self, settings: Settings, extra_env: Mapping[str, str] | None = None, database_url: str | None = None
+    ) -> None:
         self.settings = settings
         self.extra_env = dict(extra_env or {})
+        self.database_url = database_url
         self.home = settings.airflow_home
         self.service = LocalService("airflow", self.home, settings.logs_dir / "airflow-standalone.log")
+        self.processes = {
+            name: LocalService(f"airflow-{name}", self.home, settings.logs_dir / f"airflow-{name}.log")
+            for name in AIRFLOW_PROCESSES
+        }
 
     def environment(self) -> dict[str, str]:
         s = self.settings
@@ -66,7 +80,7 @@ class LocalAirflow:
                 "AIRFLOW__API__HOST": s.host,
                 "AIRFLOW__API__PORT": str(s.airflow_port),
                 "AIRFLOW__API__BASE_URL": s.airflow_url,
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url or f"sqlite:///{self.home / 'airflow.db'}",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(s.airflow_scheduler_health_port),
@@ -78,6 +92,8 @@ class LocalAirflow:
                 "PYSPARK_DRIVER_PYTHON": sys.executable,
             }
         )
+        if self.database_url:
+            env["AIRFLOW__CORE__EXECUTOR"] = "LocalExecutor"
         # DAGs and tasks see the same deployment settings as the CLI that started Airflow.
         env.update(s.to_env())
         env.update(self.extra_env)
@@ -143,8 +159,11 @@ class LocalAirflow:
             "streamstate_webhook": alert_webhook_connection(self.settings.airflow_url),
         }
         stamp = self.home / ".prepared"
-        wanted = json.dumps({"airflow": airflow_version, "connections": connections}, sort_keys=True)
-        if stamp.exists() and stamp.read_text() == wanted and (self.home / "airflow.db").exists():
+        migrated = self.database_url is not None or (self.home / "airflow.db").exists()
+        wanted = json.dumps(
+            {"airflow": airflow_version, "connections": connections, "db": self.database_url}, sort_keys=True
+        )
+        if stamp.exists() and stamp.read_text() == wanted and migrated:
             return
         self._airflow("db", "migrate")
         connections_file = self.home / "connections.json"
@@ -166,6 +185,35 @@ class LocalAirflow:
             cwd=self.home,
         )
 
+    def start_processes(self, timeout_s: float = 300.0) -> None:
+        """Airflow as deployed: every process of :data:`AIRFLOW_PROCESSES` on its own (needs ``database_url``: the
+        LocalExecutor runs tasks beside the scheduler, which SQLite cannot serve), ready when the API server
+        reports the metadata database and the scheduler healthy. Idempotent: a process already running stays."""
+        if not self.database_url:
+            raise ServiceError("Airflow's processes on their own need a database server (database_url)")
+        self.prepare()  # also writes airflow.cfg once, whose generated secrets every process then shares
+        for name in AIRFLOW_PROCESSES:
+            self.start_process(name, wait=False)
+        deadline = time.monotonic() + timeout_s
+        while not self.is_ready():
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"{n}:\n{p.tail(10)}" for n, p in self.processes.items())
+                raise ServiceError(f"Airflow was not ready after {timeout_s:.0f} s:\n{tails}")
+            time.sleep(1)
+
+    def start_process(self, name: str, *, wait: bool = True, timeout_s: float = 120.0) -> int:
+        """(Re)start one of Airflow's processes; with ``wait``, until Airflow is healthy again."""
+        s = self.settings
+        ports = {"Airflow API server": (s.host, s.airflow_port)} if name == "api-server" else {}
+        return self.processes[name].start(
+            [str(VENV_BIN / "airflow"), name],
+            env=self.environment(),
+            ports=ports,
+            ready=self.is_ready if wait else lambda: True,
+            timeout_s=timeout_s,
+            cwd=self.home,
+        )
+
     def health(self) -> dict | None:
         try:
             with urllib.request.urlopen(f"{self.settings.airflow_url}/api/v2/monitor/health", timeout=3) as resp:
@@ -180,7 +228,9 @@ class LocalAirflow:
         return all(health.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler"))
 
     def stop(self, timeout_s: float = 30.0) -> bool:
-        return self.service.stop(timeout_s)
+        """Stop the standalone, or every process of a deployed Airflow. True if anything ran."""
+        stopped = [process.stop(timeout_s) for process in self.processes.values()]
+        return self.service.stop(timeout_s) or any(stopped)
 
     def describe(self) -> dict[str, object]:
         health = self.health() or {}

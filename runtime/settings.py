@@ -146,6 +146,10 @@ class Settings:
     #: ``local[*]`` on one machine, ``spark://host:7077`` on a standalone cluster.
     spark_master: str = "local[*]"
     spark_shuffle_partitions: int = 2
+    #: on a cluster, at most this many cores per Spark application (Spark's ``spark.cores.max``): a standalone
+    #: master otherwise gives the first application every core, and the next (a spare driver, a second job) none;
+    #: unset: Spark's default
+    spark_cores_max: int | None = None
     spark_driver_memory: str = "2g"
     #: more JVM options for every driver (a garbage collector, GC logging...), after the platform's own
     #: (its log4j configuration and class archive, which a plain ``spark.driver.extraJavaOptions`` would replace)
@@ -326,6 +330,8 @@ class Settings:
             raise SettingsError(f"{ENV_PREFIX}JAVA_HOME={self.java_home}: no bin/java there (expected a JDK's home)")
         if self.kafka_replication_factor < 1:
             raise SettingsError("kafka_replication_factor must be at least 1")
+        if self.spark_cores_max is not None and self.spark_cores_max < 1:
+            raise SettingsError(f"{ENV_PREFIX}SPARK_CORES_MAX must be at least 1 (or unset), got {self.spark_cores_max}")
         if self.restore_in_spark_min_records < 0:
             raise SettingsError(f"{ENV_PREFIX}RESTORE_IN_SPARK_MIN_RECORDS must be >= 0 (0: every store in Spark)")
         if self.driver_output_max_rows < 0:

@@ -1,4 +1,4 @@
-"""A local Spark standalone cluster (one master, one worker) from pyspark's own ``spark-class``.
+"""A local Spark standalone cluster (one master, one or more workers) from pyspark's own ``spark-class``.
 
 This is the deployment users move to when one machine's ``local[*]`` is not enough: the same jobs,
 submitted with ``--master spark://host:port``. Locally it proves that path; docker-compose runs the
@@ -27,7 +27,9 @@ class LocalSparkStandalone:
         worker_ui_port: int,
         worker_cores: int = 2,
         worker_memory: str = "2g",
+        workers: int = 1,
     ) -> None:
+        """``workers``: worker ``k`` (1-based) serves its UI on ``worker_ui_port + k - 1``."""
         import pyspark
 
         self.settings = settings
@@ -37,7 +39,8 @@ class LocalSparkStandalone:
         run_dir = settings.data_dir / "spark-standalone"
         self.work_dir = run_dir / "work"
         self.master = LocalService("spark-master", run_dir, settings.logs_dir / "spark-master.log")
-        self.worker = LocalService("spark-worker", run_dir, settings.logs_dir / "spark-worker.log")
+        names = ["spark-worker", *(f"spark-worker-{k}" for k in range(2, workers + 1))]
+        self.workers = [LocalService(name, run_dir, settings.logs_dir / f"{name}.log") for name in names]
 
     @property
     def master_url(self) -> str:
@@ -80,8 +83,16 @@ class LocalSparkStandalone:
             ready=lambda: port_in_use(host, self.master_port) and port_in_use(host, self.master_ui_port),
             timeout_s=timeout_s,
         )
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.worker.start(
+        for k, worker in enumerate(self.workers, start=1):
+            self.start_worker(worker, self.worker_ui_port + k - 1, k, timeout_s)
+        return self.master_url
+
+    def start_worker(self, worker: LocalService, ui_port: int, alive: int, timeout_s: float = 120) -> int:
+        """Start one worker; ready when the master counts ``alive`` workers."""
+        host = self.settings.host
+        work_dir = self.work_dir / worker.name
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return worker.start(
             self._spark_class(
                 "org.apache.spark.deploy.worker.Worker",
                 self.master_url,
@@ -92,17 +103,17 @@ class LocalSparkStandalone:
                 "--memory",
                 self.worker_memory,
                 "--webui-port",
-                str(self.worker_ui_port),
+                str(ui_port),
                 "--work-dir",
-                str(self.work_dir),
+                str(work_dir),
             ),
             env=self._env(),
-            ports={"Spark worker UI": (host, self.worker_ui_port)},
-            ready=lambda: self.alive_workers() >= 1,
+            ports={"Spark worker UI": (host, ui_port)},
+            ready=lambda: self.alive_workers() >= alive,
             timeout_s=timeout_s,
         )
-        return self.master_url
 
     def stop(self) -> None:
-        self.worker.stop()
+        for worker in self.workers:
+            worker.stop()
         self.master.stop()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up for a fresh Linux machine, idempotent: a second run only checks stamps (a few seconds).
-#   - system tools: Java 17+, Maven, Python 3.11 with venv, Chromium + chromedriver, Prometheus (apt-get when missing)
+#   - system tools: Java 17+, Maven, Python 3.11 with venv, Chromium + chromedriver, Prometheus, PostgreSQL (apt-get when missing)
 #   - .venv from requirements.lock (uv), this project installed editable
 #   - JVM jars resolved by Maven from jvm/*/pom.xml into .jvm/ (git-ignored)
 set -euo pipefail
@@ -25,6 +25,8 @@ if ! command -v mvn >/dev/null; then apt_install maven; fi
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then apt_install chromium chromium-driver; fi
 # Debian's Prometheus (the server and promtool): the monitoring tests scrape the platform and check its alert rules
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then apt_install --no-install-recommends prometheus; fi
+# Debian's PostgreSQL server: Airflow's metadata as deployed (runtime/postgres.py, the production-shape tests)
+if ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then apt_install --no-install-recommends postgresql; fi
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then

@@ -113,6 +113,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Delta replays its log with 50 tasks by default, each paying codegen for a wide schema;
         # on a few cores that costs seconds per table read. Scale it with the shuffle partitions.
         "spark.databricks.delta.snapshotPartitions": str(max(1, settings.spark_shuffle_partitions)),
+        **({"spark.cores.max": str(settings.spark_cores_max)} if settings.spark_cores_max else {}),
     }
 
 

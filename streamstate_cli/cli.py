@@ -104,6 +104,13 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
         if name == "airflow" and not args.services:  # nothing restarts them now; Kafka still runs
             for job in stop_job_processes(settings):
                 console.print(f"{job}: stopped")
+    if not args.services:  # `make down`: the production shape too (`make production`), when it was started here
+        from streamstate_cli.production import ProductionStack
+
+        production = ProductionStack.from_env()
+        if production.settings.data_dir.exists():
+            for name in production.stop():
+                console.print(f"production shape: {name} stopped")
     if args.wipe:
         if args.services and set(args.services) != set(SERVICES):
             console.print("[red]--wipe deletes all local data; use it without naming services[/red]")
@@ -172,6 +179,13 @@ def cmd_new_job(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_production(settings: Settings, args: argparse.Namespace) -> int:
+    """The production shape on this machine, and the main job on it through Airflow (streamstate_cli/production.py)."""
+    from streamstate_cli import production
+
+    return production.run(events=args.events, users=args.users, seconds=args.seconds)
+
+
 def cmd_monitoring(settings: Settings, args: argparse.Namespace) -> int:
     """Write this deployment's Prometheus configuration: a scrape configuration reading every platform process's
     target file (file-based discovery) and the platform's alert rules (runtime/prometheus.py)."""
@@ -232,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the job's name (lower-case letters, digits and _)")
     p.add_argument("--dir", default=".", help="where to write NAME.py and test_NAME.py (default: here)")
     p.set_defaults(func=cmd_new_job)
+
+    p = sub.add_parser(
+        "production", help="start the production shape here (3 brokers, a Spark cluster, Airflow on PostgreSQL, ...)"
+    )
+    p.add_argument("--events", type=int, default=20_000)
+    p.add_argument("--users", type=int, default=2_000)
+    p.add_argument("--seconds", type=float, default=30.0, help="produce the events over this long")
+    p.set_defaults(func=cmd_production)
 
     p = sub.add_parser("monitoring", help="write this deployment's Prometheus scrape configuration and alert rules")
     p.add_argument("--out", default="monitoring", help="the directory to write them in (default: monitoring)")

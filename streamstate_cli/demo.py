@@ -196,9 +196,29 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
     _print_summary_table(f"{spec.application_id}: summary", rows, summary)
 
 
-def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds: float) -> int:
+class EmbeddedStack:
+    """``make run``'s stack: the local broker and Airflow standalone on SQLite."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def start(self) -> None:
+        with console.status("starting the Kafka broker…"):
+            LocalKafkaBroker(self.settings).start()
+        console.print(f"[green]✓[/green] Kafka broker at {self.settings.kafka}")
+        with console.status("starting Airflow standalone (a first start migrates its database)…"):
+            LocalAirflow(self.settings).start()
+        console.print(f"[green]✓[/green] Airflow at {self.settings.airflow_url}")
+
+    def uis(self) -> list[tuple[str, str]]:
+        """Where the stack's UIs are, beyond Airflow's (the summary's rows)."""
+        return []
+
+
+def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds: float, stack=None) -> int:
     """The platform path: Airflow's ``supervise__purchase_counts`` launches and watches the driver while
-    events flow in; the summary comes from the jobs page's API and the Delta output."""
+    events flow in; the summary comes from the jobs page's API and the Delta output. ``stack``: what runs it
+    (:class:`EmbeddedStack` by default; the production shape's: streamstate_cli/production.py)."""
     from spark_jobs import kafka_topics
     from spark_jobs.generators import purchases
     from spark_jobs.layout import JobLayout
@@ -212,14 +232,11 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     layout = JobLayout.of(spec, settings)
     dag_id = f"supervise__{spec.name}"
     jvm.resolve(settings, log=console.print)
-    with console.status("starting the Kafka broker…"):
-        LocalKafkaBroker(settings).start()
-    console.print(f"[green]✓[/green] Kafka broker at {settings.kafka}")
-    with console.status("starting Airflow standalone (a first start migrates its database)…"):
-        LocalAirflow(settings).start()
-    console.print(f"[green]✓[/green] Airflow at {settings.airflow_url}")
+    stack = stack or EmbeddedStack(settings)
+    stack.start()
+    copies = settings.kafka_replication_factor
     kafka_topics.ensure_topic(
-        settings.kafka, spec.source_topic, spec.source_partitions, settings.kafka_replication_factor
+        settings.kafka, spec.source_topic, spec.source_partitions, copies, {"min.insync.replicas": str(min(2, copies))}
     )
 
     api = AirflowApi(settings.airflow_url)
@@ -301,6 +318,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
                 f"{summary['top'][0]['user_id']}",
             )
         ][: 1 if summary["top"] else 0],
+        *stack.uis(),
         ("Delta table", str(layout.output_table)),
         ("elapsed", f"{time.monotonic() - started:.0f} s"),
     ]

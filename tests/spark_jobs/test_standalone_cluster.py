@@ -82,7 +82,7 @@ def test_job_runs_on_a_standalone_cluster(cluster, settings, kafka_broker, spark
     assert proc.returncode == 0, "\n".join(errors) + "\n...\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
 
     # The application really ran on the cluster: the worker launched an executor for it.
-    apps = [p for p in (cluster.work_dir).iterdir() if p.name.startswith("app-")]
+    apps = list(cluster.work_dir.glob("*/app-*"))  # a work directory per worker
     assert apps, f"no executor directory under {cluster.work_dir}"
 
     report = json.loads(report_path(spec, on_cluster).read_text())
