@@ -331,7 +331,9 @@ class Settings:
         if self.kafka_replication_factor < 1:
             raise SettingsError("kafka_replication_factor must be at least 1")
         if self.spark_cores_max is not None and self.spark_cores_max < 1:
-            raise SettingsError(f"{ENV_PREFIX}SPARK_CORES_MAX must be at least 1 (or unset), got {self.spark_cores_max}")
+            raise SettingsError(
+                f"{ENV_PREFIX}SPARK_CORES_MAX must be at least 1 (or unset), got {self.spark_cores_max}"
+            )
         if self.restore_in_spark_min_records < 0:
             raise SettingsError(f"{ENV_PREFIX}RESTORE_IN_SPARK_MIN_RECORDS must be >= 0 (0: every store in Spark)")
         if self.driver_output_max_rows < 0:
