@@ -127,7 +127,12 @@ def main() -> None:
                     row["backlog"] = backlog(settings, args.events, work)
                     console.print(json.dumps(row["backlog"]))
                     measured = latency.measure(settings, args, work, "platform", args.rate, args.trigger, None)
-                    row["latency"] = {"produced_rate": measured["produced_rate"], **measured["sinks"]}
+                    row["latency"] = {
+                        "produced_rate": measured["produced_rate"],
+                        **measured["sinks"],
+                        "batches": measured.get("batches"),
+                        "seconds_per_batch": measured.get("seconds_per_batch"),
+                    }
             except Exception as err:  # noqa: BLE001 - a failed row is recorded; the run goes on
                 console.print(f"[red]{shape} failed: {err}[/]")
                 row["error"] = f"{type(err).__name__}: {err}"
@@ -176,6 +181,11 @@ def report_lines(rows: list[dict], command: str, args) -> list[str]:
     failed = [f"{r['shape']} round {r['round']}: {r['error'][:200]}" for r in rows if "error" in r]
     if failed:
         lines += ["", "Failed: " + "; ".join(failed)]
+    lines += ["", "Where a latency run's micro-batch time went (seconds per batch, warm-up included):", ""]
+    for r in rows:
+        if (phases := r.get("latency", {}).get("seconds_per_batch")) is not None:
+            spent = ", ".join(f"{name} {seconds:.3f}" for name, seconds in phases.items() if seconds)
+            lines.append(f"- {r['shape']}, round {r['round']}: {r['latency']['batches']} batches; per batch {spent}")
     loads = ", ".join(f"{r['shape']} {r['round']}: {r['load_1m_before']}" for r in rows)
     lines += ["", f"Load average (1 min) as each row began: {loads}.", ""]
     return lines
