@@ -36,15 +36,8 @@ class LocalKafkaCluster:
         self.settings = settings
         self.home = settings.data_dir / "kafka-cluster"
         quorum = tuple(KraftNode(k, settings.host, port, cport) for k, (port, cport) in enumerate(ports, start=1))
-        cluster_id_file = self.home / "cluster.id"
-        if not cluster_id_file.exists():
-            cluster_id_file.parent.mkdir(parents=True, exist_ok=True)
-            cluster_id_file.write_text(new_cluster_id())
-        cluster_id = cluster_id_file.read_text().strip()
         self.nodes = {
-            node.node_id: LocalKafkaBroker(
-                settings, node=node, quorum=quorum, cluster_id=cluster_id, home=self.home / f"node-{node.node_id}"
-            )
+            node.node_id: LocalKafkaBroker(settings, node=node, quorum=quorum, home=self.home / f"node-{node.node_id}")
             for node in quorum
         }
 
@@ -75,12 +68,22 @@ class LocalKafkaCluster:
     def start(self, timeout_s: float = 120.0) -> None:
         """Start every node that is not running. The nodes start together: a node's broker waits for the quorum,
         which needs a majority of controllers, so the first cannot be ready before the second has started."""
+        cluster_id = self.cluster_id()
         for broker in self.nodes.values():
+            broker.cluster_id = cluster_id
             broker._write_config()
             broker._format_storage_once()
         for node_id in self.nodes:
             self.restart(node_id, wait=False)
         self.wait_until_ready(timeout_s)
+
+    def cluster_id(self) -> str:
+        """The id every node's storage is formatted with: made at the first start, kept in ``cluster.id``."""
+        cluster_id_file = self.home / "cluster.id"
+        if not cluster_id_file.exists():
+            cluster_id_file.parent.mkdir(parents=True, exist_ok=True)
+            cluster_id_file.write_text(new_cluster_id())
+        return cluster_id_file.read_text().strip()
 
     def restart(self, node_id: int, *, wait: bool = True, timeout_s: float = 120.0) -> None:
         """(Re)start one node; with ``wait``, until it is back in the cluster's metadata."""
