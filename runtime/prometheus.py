@@ -12,7 +12,8 @@ limit exported beside it (``streamstate_*_budget_*``: its supervision policy and
 thresholds live in its declaration, not in Prometheus. How long a condition must hold is :class:`AlertWindows`:
 ``monitoring/alerts.yml`` is the rules with the production windows (``python -m streamstate_cli monitoring``
 writes a deployment's), ``monitoring/alerts.test.yml`` their ``promtool test rules`` unit tests; the monitoring tests
-run the same rules with windows of seconds against a live Prometheus and make each fire.
+run the same rules with windows of seconds against a live Prometheus and make each fire but the standby's
+(tests/production/test_monitoring.py says why).
 
 **The server.** :class:`LocalPrometheus` runs Debian's ``prometheus`` (set-up installs it) as a local service of
 the production shape, its data in ``<data_dir>/prometheus``.
