@@ -449,8 +449,8 @@ def create_source(settings: Settings, topic: str) -> None:
     on bench/production_shape.py's cluster, ``min.insync.replicas=2``)."""
     from spark_jobs.kafka_topics import ensure_topic
 
-    copies = settings.kafka_replication_factor
-    ensure_topic(settings.kafka, topic, PARTITIONS, copies, {"min.insync.replicas": str(min(2, copies))})
+    in_sync = {"min.insync.replicas": str(settings.kafka_min_insync_replicas)}
+    ensure_topic(settings.kafka, topic, PARTITIONS, settings.kafka_replication_factor, in_sync)
 
 
 def measure(settings: Settings, args, root: Path, peer: str, rate: int, trigger_s: float | None, classpath) -> dict:

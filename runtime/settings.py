@@ -250,6 +250,12 @@ class Settings:
         return self.data_dir / "status"
 
     @property
+    def kafka_min_insync_replicas(self) -> int:
+        """``min.insync.replicas`` of the topics the platform creates: 2 of 3 copies (a write survives one broker's
+        loss), 1 on a single broker."""
+        return min(2, self.kafka_replication_factor)
+
+    @property
     def metrics_targets_dir(self) -> Path:
         """Where every process serving ``/metrics`` lists itself for Prometheus' file-based discovery while it serves
         (one ``<name>.json`` each: spark_jobs/metrics.py)."""

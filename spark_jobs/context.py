@@ -750,7 +750,7 @@ class JobContext:
         if topic is not None:
             replication = self.settings.kafka_replication_factor
             policy = "compact" if self.spec.output_topic_kind() == "upserts" else "delete"
-            configs = {"cleanup.policy": policy, "min.insync.replicas": str(min(2, replication))}
+            configs = {"cleanup.policy": policy, "min.insync.replicas": str(self.settings.kafka_min_insync_replicas)}
             ensure_topic(self.settings.kafka, topic, self.spec.output_partitions, replication, configs)
         return topic
 

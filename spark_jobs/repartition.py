@@ -160,7 +160,7 @@ class Repartitioner:
         """The repartition topic (``spec.state_partitions`` partitions; records kept until purged, as Kafka
         Streams creates its own) and the progress topic (one partition, compacted)."""
         kafka, replication = self.settings.kafka, self.settings.kafka_replication_factor
-        in_sync = str(min(2, replication))
+        in_sync = str(self.settings.kafka_min_insync_replicas)
         kept = {"cleanup.policy": "delete", "retention.ms": "-1", "min.insync.replicas": in_sync}
         ensure_topic(kafka, self.layout.repartition_topic, self.spec.state_partitions, replication, kept)
         compacted = {"cleanup.policy": "compact", "min.insync.replicas": in_sync}

@@ -234,9 +234,12 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     jvm.resolve(settings, log=console.print)
     stack = stack or EmbeddedStack(settings)
     stack.start()
-    copies = settings.kafka_replication_factor
     kafka_topics.ensure_topic(
-        settings.kafka, spec.source_topic, spec.source_partitions, copies, {"min.insync.replicas": str(min(2, copies))}
+        settings.kafka,
+        spec.source_topic,
+        spec.source_partitions,
+        settings.kafka_replication_factor,
+        {"min.insync.replicas": str(settings.kafka_min_insync_replicas)},
     )
 
     api = AirflowApi(settings.airflow_url)
