@@ -48,12 +48,14 @@ from runtime.kafka_broker import LocalKafkaBroker
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators.purchases import produce
 from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import observe_driver, read_status
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.audit import audit_rows
 from spark_jobs.reprocess.compare import diffs_table, reports_table
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
+from spark_jobs.state.source_position import committed_source_offsets
 from spark_jobs.versions import JobVersions, current_output_path, read_rows
 from tests.conftest import stack_settings
 from tests.fixtures.reprocess_jobs import gift_card_input
@@ -391,7 +393,7 @@ def _reprocess_phase(settings: Settings, procs: Stack, v2) -> str:
     holder = JobLease(settings.status_dir, v2.application_id).holder()
     if holder is None:
         return "new version's driver starting (before the lease)"
-    committed = committed_input_offsets(settings.checkpoints / v2.application_id, v2.source_topic)
+    committed = (committed_source_offsets(JobLayout.of(v2, settings), settings.kafka) or {}).get(v2.source_topic)
     if committed != _end(settings, v2.source_topic):
         return f"new version running, catching up (committed {committed})"
     return "new version caught up, compare not started yet"

@@ -50,7 +50,7 @@ from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.source_position import committed_source_offsets
 from spark_jobs.versions import JobVersions, current_output_path, read_rows
-from tests.fixtures.reprocess_jobs import gift_card_input, gift_cards_doubled
+from tests.fixtures.reprocess_jobs import GROWN_PARTITIONS, gift_card_input, gift_cards_doubled
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration
@@ -176,6 +176,10 @@ def test_side_by_side_report_and_promote(settings, kafka_broker, run_dag):
     diffs = [r for r in read_rows(diffs_table(settings)) if r["run_id"] == report["run_id"]]
     assert {r["key"] for r in diffs} == {f'{{"user_id":"{user}"}}' for user in changed}
     assert list((settings.status_dir / "reports").glob("gift_card_counts-v1-v2-*.md"))
+    # v2 runs on 6 state partitions, v1 on its source's 2: moved by reprocessing, its outputs differ by the fix only
+    assert (v1.state_partitions, v2.state_partitions) == (2, GROWN_PARTITIONS)
+    changelogs = [changelog_topic_name(spec.application_id, "counts") for spec in (v1, v2)]
+    assert [len(partition_offsets(settings.kafka, topic)) for topic in changelogs] == [2, GROWN_PARTITIONS]
     # still side by side: readers see v1, both drivers run
     assert versions.current(v1.name) == 1 and current_output_path(settings, v1.name).endswith("gift_card_counts_v1")
     assert (
