@@ -38,6 +38,10 @@ def test_repo_dags_are_loaded_without_import_errors(airflow):
     assert airflow.import_errors() == []
 
 
+@pytest.mark.variation(
+    of="test_job_and_admin_dags_run_on_secured_kafka (tests/security/test_secured_kafka.py: the drain DAG through "
+    "spark_default, its output equal to the reference; here under the standalone's scheduler)"
+)
 def test_drain_dag_submits_the_job_through_spark_default(airflow, kafka_broker, settings, spark):
     spec = get_job("purchase_counts")
     ensure_topic(settings.kafka_bootstrap_servers, spec.source_topic, spec.source_partitions)

@@ -97,12 +97,18 @@ pytestmark = pytest.mark.integration
 
 
 CLOSED_WINDOWS_KILLED = "test_closed_windows_replayed_after_kills_are_written_once (tests/faults/test_driver_kills.py)"
+#: vote_counts killed with kill -9 mid-stream, input still arriving, its outputs, changelog and counts checked after
+#: the takeover: the same story with a warm spare resuming the checkpoint instead of a fresh driver
+SPARE_TAKES_OVER = "test_the_spare_takes_over_a_killed_driver (tests/spark_jobs/test_spare_driver.py)"
+KILLED_AND_RESTARTED_BY_ANOTHER = {"patient_heart_rate": CLOSED_WINDOWS_KILLED, "vote_counts": SPARE_TAKES_OVER}
 
 
 @pytest.mark.parametrize(
     "scenario",
     [
-        pytest.param(s, marks=pytest.mark.variation(of=CLOSED_WINDOWS_KILLED)) if s.job == "patient_heart_rate" else s
+        pytest.param(s, marks=pytest.mark.variation(of=KILLED_AND_RESTARTED_BY_ANOTHER[s.job]))
+        if s.job in KILLED_AND_RESTARTED_BY_ANOTHER
+        else s
         for s in SCENARIOS
     ],
     ids=[s.job for s in SCENARIOS],

@@ -108,6 +108,10 @@ def test_a_source_not_keyed_by_the_key_is_refused_record_by_record(harness, uniq
     assert read_status(harness.settings.status_dir, spec.application_id).dead_letters == {"wrong_key": len(events)}
 
 
+@pytest.mark.variation(
+    of="test_user_sessions_re_keyed_through_the_repartition_topic (stream time through the repartition topic; "
+    "here fixed windows)"
+)
 def test_heart_rate_re_keyed_through_the_repartition_topic(harness, settings, unique):
     """Unkeyed pulses over 3 partitions: one row per patient and window, equal to Kafka Streams' semantics
     applied in the repartition topic's order (stream time per repartition partition); a second run resumes."""
