@@ -29,6 +29,20 @@ S3_SERVER_HEAP = "-Xmx256m"
 ACCESS_KEY_ID = "streamstate-local"
 
 
+def s3proxy_properties(endpoint: str, basedir: Path | str, credential: str) -> dict[str, str]:
+    """S3Proxy's configuration for a server at ``endpoint`` keeping its buckets as directories under ``basedir``,
+    signed requests only (the identity :data:`ACCESS_KEY_ID`, the secret ``credential``). The local server writes
+    them to its properties file; docker-compose.yml passes them as ``-D`` options (S3Proxy reads both)."""
+    return {
+        "s3proxy.endpoint": endpoint,
+        "s3proxy.authorization": "aws-v2-or-v4",
+        "s3proxy.identity": ACCESS_KEY_ID,
+        "s3proxy.credential": credential,
+        "jclouds.provider": "filesystem",
+        "jclouds.filesystem.basedir": str(basedir),
+    }
+
+
 class LocalS3Server:
     """Starts, checks and stops one S3Proxy process. Source of truth: its pid file and its directory."""
 
@@ -62,14 +76,10 @@ class LocalS3Server:
             self.secret_file.touch(mode=0o600)
             self.secret_file.write_text(secrets.token_hex(20))
         self.config_file.touch(mode=0o600, exist_ok=True)
+        properties = s3proxy_properties(self.endpoint, self.blobs, self.secret_file.read_text().strip())
         self.config_file.write_text(
             "# Written by runtime/s3_server.py; edits are overwritten.\n"
-            f"s3proxy.endpoint={self.endpoint}\n"
-            "s3proxy.authorization=aws-v2-or-v4\n"
-            f"s3proxy.identity={ACCESS_KEY_ID}\n"
-            f"s3proxy.credential={self.secret_file.read_text().strip()}\n"
-            "jclouds.provider=filesystem\n"
-            f"jclouds.filesystem.basedir={self.blobs}\n"
+            + "".join(f"{key}={value}\n" for key, value in properties.items())
         )
 
     def start(self, timeout_s: float = 60.0) -> int:

@@ -9,13 +9,13 @@ Every part runs as it is deployed, each process on its own, from the same code a
   executors on the workers;
 - Airflow: the API server, scheduler, DAG processor and triggerer, each a process, on PostgreSQL
   (runtime/postgres.py) with the LocalExecutor;
+- tables, snapshots and checkpoints in an S3-API object store (S3Proxy, runtime/s3_server.py: a bucket ``lake``);
 - Prometheus scraping every driver, spare and standby it finds in their target files, with the platform's alert
   rules (runtime/prometheus.py).
 
 Its data lives beside the embedded stack's, in ``<data_dir>-production`` (``.local-production`` by default), and its
-ports (:class:`ProductionPorts`) differ from the embedded stack's, so both can run. Tables and
-checkpoints stay on the local disk here (the object store is the "Tables and checkpoints in an object store"
-setting; this stack does not start one).
+ports (:class:`ProductionPorts`) differ from the embedded stack's, so both can run. The status files and leases stay
+on its local disk: in production, a disk every Airflow host mounts.
 """
 
 from __future__ import annotations
@@ -26,9 +26,13 @@ from runtime.airflow_standalone import LocalAirflow
 from runtime.kafka_cluster import LocalKafkaCluster
 from runtime.postgres import LocalPostgres
 from runtime.prometheus import LocalPrometheus, render_alert_rules
+from runtime.s3_server import LocalS3Server
 from runtime.settings import Settings
 from runtime.spark_standalone import LocalSparkStandalone
 from streamstate_cli.demo import console, run_supervised_demo
+
+#: the object store's bucket of the job's tables (``tables/``) and checkpoints (``checkpoints/``)
+LAKE_BUCKET = "lake"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +50,7 @@ class ProductionPorts:
     #: the first worker's UI; the second's is the next port
     spark_worker_ui: int = 18082
     prometheus: int = 19090
+    s3: int = 19000
 
 
 class ProductionStack:
@@ -61,6 +66,12 @@ class ProductionStack:
             # two workers of 2 cores: the driver's application and its spare's get 2 each (without a cap the
             # first application takes all 4 and the other waits for cores that never come)
             spark_cores_max=base.spark_cores_max or 2,
+        )
+        self.s3 = LocalS3Server(own.data_dir / "s3", ports.s3, settings=own)
+        own = own.replace(
+            lake_uri=f"s3a://{LAKE_BUCKET}/tables",
+            checkpoint_uri=f"s3a://{LAKE_BUCKET}/checkpoints",
+            **self.s3.settings_fields(),
         )
         self.kafka = LocalKafkaCluster(own, list(ports.kafka))
         self.settings = self.kafka.client_settings(own)
@@ -80,11 +91,16 @@ class ProductionStack:
 
     def start(self) -> None:
         """Start every part not running yet, each ready before the next (Airflow's tasks need the others)."""
+        self._start("an S3-API object store", self._start_object_store, f"{self.s3.endpoint} (bucket {LAKE_BUCKET})")
         self._start("three Kafka brokers", self.kafka.start, self.kafka.bootstrap_servers)
         self._start("a Spark master and two workers", self.spark.start, self.spark.master_url)
         self._start("PostgreSQL", self.postgres.start, self.postgres.url)
         self._start("Airflow's four processes", self.airflow.start_processes, self.settings.airflow_url)
         self._start("Prometheus", self.prometheus.start, self.prometheus.url)
+
+    def _start_object_store(self) -> None:
+        self.s3.start()
+        self.s3.create_bucket(LAKE_BUCKET)
 
     @staticmethod
     def _start(what: str, start, where: str) -> None:
@@ -98,6 +114,7 @@ class ProductionStack:
             ("Kafka brokers", self.kafka.bootstrap_servers),
             ("Spark master UI", f"http://{host}:{self.ports.spark_master_ui}"),
             ("Prometheus", f"{self.prometheus.url}/alerts"),
+            ("S3-API object store", self.s3.endpoint),
         ]
 
     def stop(self) -> list[str]:
@@ -114,7 +131,8 @@ class ProductionStack:
                 stopped.append(name)
         self.spark.stop()
         self.kafka.stop()
-        return [*stopped, "spark", "kafka"]
+        self.s3.stop()
+        return [*stopped, "spark", "kafka", "s3"]
 
 
 def run(events: int, users: int, seconds: float) -> int:

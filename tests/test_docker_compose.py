@@ -4,6 +4,7 @@ against the pinned versions and against the configuration the code actually read
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def test_every_service_the_platform_expects_exists():
         "airflow-scheduler",
         "airflow-dag-processor",
         "airflow-triggerer",
+        "s3",
+        "prometheus",
     }
     assert expected <= set(SERVICES)
 
@@ -170,3 +173,42 @@ def test_prometheus_scrapes_what_the_platform_lists_with_the_shipped_rules():
     config = yaml.safe_load((PROJECT_ROOT / "docker" / "prometheus.yml").read_text())
     assert config == scrape_config(airflow_settings(), [Path("/etc/prometheus/alerts.yml")])
     assert ALERT_RULES_FILE.read_text() == render_alert_rules(airflow_settings())
+
+
+def test_the_master_keeps_what_it_knows_as_the_local_cluster_does():
+    from runtime.spark_standalone import master_recovery_options
+
+    master = SERVICES["spark-master"]
+    recovery = master["volumes"][0].split(":")[1]
+    assert master["environment"]["SPARK_MASTER_OPTS"] == master_recovery_options(recovery)
+
+
+def test_tables_and_checkpoints_are_in_the_compose_object_store_as_the_code_configures_it():
+    from urllib.parse import urlparse
+
+    from runtime.s3_server import ACCESS_KEY_ID, s3proxy_properties
+
+    settings = airflow_settings()
+    service = SERVICES["s3"]
+    script = service["entrypoint"][-1]
+    words = shlex.split(script)
+    options = dict(option.removeprefix("-D").split("=", 1) for option in words if option.startswith("-D"))
+    basedir = options["jclouds.filesystem.basedir"]
+    secret = f"/run/secrets/{service['secrets'][0]}"
+    # the code's server configuration, bound to every interface, the secret read from the compose secret
+    expected = s3proxy_properties(options["s3proxy.endpoint"], basedir, f"$$(cat {secret})")
+    assert options == expected
+    assert f"{basedir}:ro" not in service["volumes"] and any(v.endswith(f":{basedir}") for v in service["volumes"])
+    assert f"s3proxy-{PINS['s3proxy']['version']}-jar-with-dependencies.jar" in script
+
+    # the platform reaches it by the service's name and port, signs with its identity and the same secret
+    endpoint = urlparse(settings.s3_endpoint)
+    assert (endpoint.hostname, endpoint.port) == (service["hostname"], urlparse(options["s3proxy.endpoint"]).port)
+    assert settings.s3_access_key_id == ACCESS_KEY_ID
+    assert str(settings.s3_secret_access_key_file) == secret
+    for name in AIRFLOW:
+        assert SERVICES[name]["secrets"] == service["secrets"]
+    assert COMPOSE["secrets"][service["secrets"][0]] == {"environment": "STREAMSTATE_S3_SECRET"}
+    # in the bucket the server makes at its start
+    buckets = {urlparse(uri).netloc for uri in (settings.lake_uri, settings.checkpoint_uri)}
+    assert buckets == {"lake"} and f"mkdir -p {basedir}/lake" in script

@@ -1,27 +1,55 @@
-"""Airflow as deployed: its metadata in PostgreSQL (Debian's server, a data directory of the test's own), the
-LocalExecutor, the API server, scheduler, DAG processor and triggerer each a process of its own. The main job is
-started and supervised through the API; with its watch deferred on the triggerer, the scheduler and then the
-triggerer are killed with kill -9 and started again. The watch resumes, no second driver is launched (the lease's
-epoch stays), and when the driver is then killed the watch restarts it and on-call hears of it once."""
+"""The main job as deployed, every process of it failing: Airflow on PostgreSQL (Debian's server, a data directory
+of the test's own; the LocalExecutor; the API server, scheduler, DAG processor and triggerer each a process of its
+own) launching and supervising the driver on a Spark standalone cluster (a master and two workers, separate
+processes) whose checkpoint, snapshots and tables are in an S3-API object store (S3Proxy); the warm standby beside it.
+
+The job is started and supervised through Airflow's API. Then, one after another, while it runs:
+
+1. with the watch deferred on the triggerer, kill -9 of the scheduler and then of the triggerer, each started
+   again: the watch resumes and no second driver is launched (the lease's epoch stays);
+2. a worker lost (kill -9 of it and its executor) in the middle of a micro-batch: the driver held at
+   ``before_outputs`` with the batch's state computed and cached on the executors (every batch goes through
+   Spark: ``driver_output_max_rows=0``); the lost partitions are computed again on the other worker;
+3. the master restarted: the running application keeps running, and the master takes it back (its recovery
+   directory);
+4. a third worker joins: the running application, which may use more cores than the two workers had
+   (``spark.cores.max=3``), gets an executor there without a restart, and the next batch's tasks run on it;
+5. kill -9 of the driver: the watch restarts it on the cluster, its state read back from the object store, and
+   on-call hears of it once.
+
+After each, the Delta outputs (read from the object store) equal the reference over every event so far; at the
+end the state API answers from the live job and the standby keeps its snapshot in the object store, not on disk.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import tempfile
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from runtime.airflow_standalone import AirflowApi, LocalAirflow
+from runtime.kafka_broker import LocalKafkaBroker
 from runtime.postgres import LocalPostgres
 from runtime.process import free_port, kill_process_group
+from runtime.s3_server import LocalS3Server
+from runtime.spark_standalone import LocalSparkStandalone
+from spark_jobs import failpoints
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.layout import JobLayout
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import observe_driver
+from spark_jobs.lifecycle import FollowerState, observe_driver, read_standby_status, read_status
 from spark_jobs.registry import get_job
+from spark_jobs.versions import read_rows
+from tests.conftest import PRIVATE_BROKER_JAVA_OPTIONS, RECOVERY_PROPERTY, stack_settings
 from tests.helpers import driver_diagnosis, driver_pids, wait_for, wait_for_success
 from tests.plugins.test_on_call_in_browser import _received
 
@@ -29,43 +57,114 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.productio
 
 JOB = get_job("purchase_counts")
 SUPERVISE = f"supervise__{JOB.name}"
+#: the driver's second micro-batch is held this long with its state computed (the worker is lost meanwhile)
+HOLD_S = 10
 
 
-@pytest.fixture
-def deployed(private_stack):
-    """PostgreSQL and Airflow's four processes on it, for the test's own broker; stopped (and the drivers Airflow
-    launched stopped) afterwards."""
-    settings = private_stack.replace(spare_drivers=False)
-    home = Path(tempfile.mkdtemp(prefix="streamstate-postgres-"))
-    home.chmod(0o755)  # under root the server runs as the postgres user, which must reach it
+class Deployed:
+    """The stack's parts, for the test to break."""
+
+    def __init__(self, settings, airflow: LocalAirflow, spark: LocalSparkStandalone, s3: LocalS3Server) -> None:
+        self.settings, self.airflow, self.spark, self.s3 = settings, airflow, spark, s3
+        self.api = AirflowApi(settings.airflow_url)
+        self.layout = JobLayout.of(JOB, settings)
+        self.events: list[dict] = []
+
+    def produce(self, n: int, seed: int) -> None:
+        chunk = list(purchases.generate(n, users=40, seed=seed))
+        purchases.produce(self.settings.kafka, JOB.source_topic, chunk)
+        self.events.extend(chunk)
+
+    def last_batch(self) -> int:
+        status = read_status(self.settings.status_dir, JOB.application_id)
+        return status.batch_id if status and status.batch_id is not None else -1
+
+    def outputs(self) -> dict:
+        return {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in read_rows(self.layout.output_table)}
+
+    def caught_up(self) -> bool:
+        return self.outputs() == purchases.expected_counts(self.events)
+
+    def diagnose(self) -> str:
+        logs = "\n".join(f"{name}:\n{process.tail(15)}" for name, process in self.airflow.processes.items())
+        spark = "\n".join(f"{w.name}:\n{w.tail(10)}" for w in [self.spark.master, *self.spark.workers])
+        return f"{driver_diagnosis(self.settings, JOB.application_id)}\n{logs}\n{spark}"
+
+
+@pytest.fixture(scope="module")
+def deployed():
+    """PostgreSQL, Airflow's four processes, a Spark master and two workers, an S3-API server and a broker, all of
+    the test's own; stopped (and the drivers Airflow launched stopped) afterwards."""
+    home = Path(tempfile.mkdtemp(prefix="streamstate-deployed-"))
+    home.chmod(0o755)  # under root the database server runs as the postgres user, which must reach its directory
+    base = stack_settings(home / "stack", kafka_broker_java_options=PRIVATE_BROKER_JAVA_OPTIONS)
+    s3 = LocalS3Server(home / "s3", free_port())
+    # two workers of one core: the driver's application has an executor on each, so a lost worker leaves it one,
+    # and wants a third core (spark.cores.max=3) that only a joining worker gives it
+    spark = LocalSparkStandalone(
+        base, free_port(), free_port(), free_port(), worker_cores=1, worker_memory="2g", workers=2
+    )
+    settings = base.replace(
+        spare_drivers=False,
+        spark_master=spark.master_url,
+        spark_cores_max=3,
+        lake_uri="s3a://lake/tables",
+        checkpoint_uri="s3a://lake/checkpoints",
+        driver_output_max_rows=0,  # every batch's outputs by Spark, from the state the executors computed
+        **s3.settings_fields(),
+    )
+    broker = LocalKafkaBroker(settings)
     postgres = LocalPostgres(settings, free_port(), home=home / "postgres")
-    postgres.start()
-    # the runs the test triggers only, as the session's Airflow (tests/conftest.py): scheduled runs of every
-    # job's supervision would compete for the two cores
-    airflow = LocalAirflow(settings, {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False"}, database_url=postgres.url)
+    airflow = LocalAirflow(
+        settings,
+        # the runs the test triggers only, as the session's Airflow (tests/conftest.py); every driver Airflow
+        # launches holds its second batch before its outputs
+        {
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+            failpoints.ENV: f"before_outputs:2:hold:{HOLD_S}",
+        },
+        database_url=postgres.url,
+    )
     try:
+        s3.start()
+        s3.create_bucket("lake")
+        broker.start()
+        spark.start()
+        postgres.start()
         airflow.start_processes()
-        yield settings, airflow, AirflowApi(settings.airflow_url)
+        yield Deployed(settings, airflow, spark, s3)
     finally:
         airflow.stop()
         for app in (JOB.application_id, f"{JOB.application_id}.standby"):
             if (holder := JobLease(settings.status_dir, app).holder()) is not None:
                 os.kill(holder.pid, signal.SIGKILL)
-        postgres.stop()
+        for part in (postgres, spark, broker, s3):
+            part.stop()
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_the_watch_outlives_its_scheduler_and_triggerer_and_on_call_hears_once(deployed):
-    settings, airflow, api = deployed
-    app = JOB.application_id
-    lease = JobLease(settings.status_dir, app)
+def _tasks_run(settings, executor_id: str) -> int:
+    """How many tasks executor ``executor_id`` of the running driver has run (the driver's REST API)."""
+    ui = read_status(settings.status_dir, JOB.application_id).spark_ui
+    with urllib.request.urlopen(f"{ui}/api/v1/applications") as r:
+        (application,) = json.loads(r.read())
+    with urllib.request.urlopen(f"{ui}/api/v1/applications/{application['id']}/executors") as r:
+        executors = {e["id"]: e for e in json.loads(r.read())}
+    return executors[executor_id]["totalTasks"]
 
-    def diagnose() -> str:
-        logs = "\n".join(f"{name}:\n{process.tail(15)}" for name, process in airflow.processes.items())
-        return f"{driver_diagnosis(settings, app)}\n{logs}"
+
+def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, record_property):
+    settings, api, app = deployed.settings, deployed.api, JOB.application_id
+    lease = JobLease(settings.status_dir, app)
+    diagnose = deployed.diagnose
+
+    def recovered(fault: str, since: float, batch: int) -> None:
+        wait_for(lambda: deployed.last_batch() > batch, 300, f"a batch after {fault}", diagnose)
+        record_property(RECOVERY_PROPERTY + fault, round(time.monotonic() - since, 1))
+        wait_for(deployed.caught_up, 180, f"the outputs equal to the reference after {fault}", diagnose)
 
     ensure_topic(settings.kafka, JOB.source_topic, JOB.source_partitions)
-    purchases.produce(settings.kafka, JOB.source_topic, purchases.generate(300, users=30, seed=8))
+    deployed.produce(300, seed=8)
     wait_for_success(api, "start_streaming_job", api.trigger("start_streaming_job", {"job": JOB.name}), 300, diagnose)
     started = wait_for(
         lambda: observe_driver(settings.status_dir, app).state == "RUNNING" and lease.holder(),
@@ -73,16 +172,63 @@ def test_the_watch_outlives_its_scheduler_and_triggerer_and_on_call_hears_once(d
         "the driver RUNNING",
         diagnose,
     )
+    wait_for(deployed.caught_up, 180, "the first batch's outputs", diagnose)
+    # the application runs on the cluster, an executor on each worker
+    assert [a["name"] for a in deployed.spark.running_applications()] == [app]
+    assert {p.parent.parent.name for p in deployed.spark.work_dir.glob("*/app-*/*")} == {
+        w.name for w in deployed.spark.workers
+    }
 
-    api.trigger(SUPERVISE)
+    # 1. Airflow's scheduler and triggerer, each killed while the watch waits in the triggerer, then back
+    api.trigger(SUPERVISE, {"watch_s": 1800})  # a watch that lasts the whole test (else: until the next check)
     wait_for(lambda: "deferred" in api.task_states(SUPERVISE, "watch").values(), 180, "the watch to defer", diagnose)
-    for name in ("scheduler", "triggerer"):  # each killed while the watch waits in the triggerer, then back
-        kill_process_group(airflow.processes[name].pid())
-        airflow.start_process(name)
+    for name in ("scheduler", "triggerer"):
+        kill_process_group(deployed.airflow.processes[name].pid())
+        deployed.airflow.start_process(name)
     wait_for(lambda: "deferred" in api.task_states(SUPERVISE, "watch").values(), 180, "the watch resumed", diagnose)
     assert lease.holder().epoch == started.epoch and driver_pids(app) == {started.pid}, "no second driver"
 
-    os.kill(started.pid, signal.SIGKILL)  # the watch restarts it
+    # 2. a worker lost while the driver holds a batch whose state its executor computed and keeps
+    batch = deployed.last_batch()
+    deployed.produce(200, seed=9)
+    wait_for(
+        lambda: (failpoints.read_marker(settings.status_dir, app) or {}).get("pid") == started.pid,
+        120,
+        "the second batch held before its outputs",
+        diagnose,
+    )
+    deployed.spark.kill_worker(1)
+    recovered("kill -9 of a Spark worker mid-batch", time.monotonic(), batch)
+    deployed.spark.restart_worker(1)
+
+    # 3. the master restarted under the running application: its batches need no master meanwhile, and the
+    # master takes the application back
+    batch = deployed.last_batch()
+    since = time.monotonic()
+    restart = threading.Thread(target=deployed.spark.restart_master)
+    restart.start()
+    deployed.produce(200, seed=10)
+    recovered("restart of the Spark master", since, batch)
+    restart.join()
+    wait_for(lambda: [a["name"] for a in deployed.spark.running_applications()] == [app], 120, "the app recovered")
+
+    # 4. a third worker joins: the running application gets an executor there, and the next batch uses it
+    joined = deployed.spark.add_worker()
+    executor = wait_for(
+        lambda: next(deployed.spark.work_dir.glob(f"spark-worker-{joined}/app-*/*"), None), 120, "an executor there"
+    )
+    assert [a["cores"] for a in deployed.spark.running_applications()] == [3]
+    batch = deployed.last_batch()
+    deployed.produce(200, seed=12)
+    wait_for(lambda: deployed.last_batch() > batch, 300, "a batch with the new worker", diagnose)
+    wait_for(deployed.caught_up, 180, "the outputs equal to the reference with the new worker", diagnose)
+    assert _tasks_run(settings, executor.name) > 0, "no task of the batch ran on the new worker"
+
+    # 5. the driver: the watch restarts it on the cluster, and its state comes back from the object store
+    batch = deployed.last_batch()
+    since = time.monotonic()
+    os.kill(started.pid, signal.SIGKILL)
+    deployed.produce(200, seed=11)  # the new driver's first batch: its time from the kill is the recovery
     wait_for(
         lambda: (
             (driver := observe_driver(settings.status_dir, app)).alive
@@ -94,5 +240,31 @@ def test_the_watch_outlives_its_scheduler_and_triggerer_and_on_call_hears_once(d
         diagnose,
     )
     assert driver_pids(app) == {lease.holder().pid}
+    recovered("kill -9 of the driver (restarted by the watch)", since, batch)
     received = wait_for(lambda: _received(settings, f"streamstate/{app}/down"), 120, "the alert", diagnose)
     assert [alert["status"] for alert in received] == ["firing"], received  # once, not once per process restart
+
+    # the state API (served by Airflow's API server) answers from the live job; the standby follows the changelog
+    # into its snapshot in the object store
+    user, (count, _amount) = next(iter(purchases.expected_counts(deployed.events).items()))
+    with urllib.request.urlopen(f"{settings.airflow_url}/state-api/jobs/{JOB.name}/stores/counts/keys/{user}") as r:
+        answer = json.loads(r.read())
+    assert (answer["source"], answer["value"]["purchases"]) == ("live", count), answer
+    standby = wait_for(
+        lambda: (
+            (status := read_standby_status(settings.status_dir, app))
+            and status.state == FollowerState.FOLLOWING
+            and status.stores["counts"].batch_id is not None
+            and status
+        ),
+        180,
+        "the standby following, a snapshot of its own written",
+        diagnose,
+    )
+    assert standby.error is None
+
+    # everything a driver on another host reads is in the object store; nothing of it on the local disk
+    bucket = deployed.s3.blobs / "lake"
+    assert (bucket / "checkpoints" / app / "commits").is_dir()
+    assert (bucket / "tables" / "_state" / app / "counts" / "_delta_log").is_dir()
+    assert not [p for p in (settings.data_dir / "lake", settings.data_dir / "checkpoints") if p.exists()]
