@@ -8,6 +8,7 @@ needs Spark never starts Airflow.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -15,13 +16,15 @@ from pathlib import Path
 import pytest
 
 # In-process Airflow (the DagBag test) must never touch ~/airflow or the user's stack.
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="streamstate-tests-airflow-"))
+_OWN_AIRFLOW_HOME = None if "AIRFLOW_HOME" in os.environ else tempfile.mkdtemp(prefix="streamstate-tests-airflow-")
+os.environ.setdefault("AIRFLOW_HOME", _OWN_AIRFLOW_HOME or "")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from bench import kafka_streams_peer  # noqa: E402
 from runtime.airflow_standalone import AirflowApi, LocalAirflow  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
-from runtime.process import PORT_SLICE_ENV, free_service_ports  # noqa: E402
+from runtime.postgres import LocalPostgres  # noqa: E402
+from runtime.process import PORT_SLICE_ENV, free_port, free_service_ports  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 
 # `make test` runs the suite on several workers (pytest-xdist): each has a session stack of its own (broker,
@@ -29,8 +32,8 @@ from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
 if worker := os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ[PORT_SLICE_ENV] = f"{worker.removeprefix('gw')}/{os.environ['PYTEST_XDIST_WORKER_COUNT']}"
 
-#: the modules whose tests run an Airflow standalone: the session's (the ``airflow`` fixture) or, the last one,
-#: their own. One worker takes them as one unit, the "Airflow lane" (:func:`pytest_xdist_make_scheduler`)
+#: the modules whose tests run Airflow's processes: the session's (the ``airflow`` fixture) or, the last one, a
+#: standalone of their own (``make run``'s). One worker takes them as one unit, the "Airflow lane" (:func:`pytest_xdist_make_scheduler`)
 AIRFLOW_LANE = (
     "tests/plugins/test_jobs_page_browser.py",
     "tests/plugins/test_on_call_in_browser.py",
@@ -45,15 +48,15 @@ def _module(item: pytest.Item) -> str:
 
 
 def _uses_airflow(item: pytest.Item | None) -> bool:
-    """Whether ``item`` runs on the session's Airflow standalone (the ``airflow`` fixture)."""
+    """Whether ``item`` runs on the session's Airflow (the ``airflow`` fixture)."""
     return "airflow" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(config, items):
     """The order the tests run in, and the units of work the workers take (one module each, except the lane).
 
-    An Airflow standalone (scheduler, DAG processor, triggerer, API server) keeps both cores busy while it
-    is up, so the tests that run one come first, one after another in one lane, and the session's standalone
+    A running Airflow (scheduler, DAG processor, triggerer, API server) keeps both cores busy while it
+    is up, so the tests that run one come first, one after another in one lane, and the session's Airflow
     stops after the lane's last test that uses it (:func:`pytest_runtest_teardown`). The other modules
     follow, the integration modules before the unit tests, which fill the gaps at the end.
 
@@ -76,7 +79,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadfile`` with the Airflow lane's modules as one unit: only one worker starts a standalone."""
+    """``--dist loadfile`` with the Airflow lane's modules as one unit: only one worker starts Airflow."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -94,7 +97,7 @@ _session_airflow: list[LocalAirflow] = []
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    """Stop the session's Airflow standalone once no test after this one needs it (its fixture's own
+    """Stop the session's Airflow once no test after this one needs it (its fixture's own
     teardown, at the session's end, then finds it stopped)."""
     result = yield
     if _uses_airflow(item) and not _uses_airflow(nextitem):
@@ -159,12 +162,31 @@ def spark(settings: Settings):
     session.stop()
 
 
+def pytest_unconfigure(config):
+    if _OWN_AIRFLOW_HOME and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_OWN_AIRFLOW_HOME, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def airflow_db(settings: Settings) -> LocalAirflow:
+def airflow_database(settings: Settings):
+    """Airflow's metadata database as Airflow is deployed: PostgreSQL (Debian's server, runtime/postgres.py) of the
+    session's own. Every DAG test runs on it; the embedded default's SQLite is what ``make run``'s own test runs
+    (tests/runtime/test_main_job_command.py)."""
+    home = Path(tempfile.mkdtemp(prefix="streamstate-tests-postgres-"))
+    home.chmod(0o755)  # under root the server runs as the postgres user, which must reach its directory
+    postgres = LocalPostgres(settings, free_port(settings.host), home=home / "postgres")
+    postgres.start()
+    yield postgres.url
+    postgres.stop()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def airflow_db(settings: Settings, airflow_database: str) -> LocalAirflow:
     """Airflow's metadata DB and connections, without the services: enough for ``airflow dags test``
-    (tasks and triggers run in that process). Tests that only run DAGs use this, not the standalone
-    (whose services keep both cores busy while they are up)."""
-    local = LocalAirflow(settings)
+    (tasks and triggers run in that process). Tests that only run DAGs use this, not Airflow's processes
+    (which keep both cores busy while they are up)."""
+    local = LocalAirflow(settings, database_url=airflow_database)
     local.prepare()
     return local
 
@@ -180,8 +202,9 @@ def dag_runner(airflow_db: LocalAirflow):
 
 
 @pytest.fixture(scope="session")
-def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
-    """The Airflow standalone (its services and what they launch) on the session's metadata DB."""
+def airflow(settings: Settings, kafka_broker, airflow_db, airflow_database: str) -> AirflowApi:
+    """Airflow as deployed (its API server, scheduler, DAG processor and triggerer, each a process, with the
+    LocalExecutor, and what they launch) on the session's metadata DB."""
     from tests.helpers import STACK_JOB_MODULES
 
     # Tests trigger every run they wait for: the scheduled runs of a DAG a form unpaused would only queue
@@ -194,10 +217,11 @@ def airflow(settings: Settings, kafka_broker, airflow_db) -> AirflowApi:
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
         },
+        database_url=airflow_database,
     )
     with pytest.MonkeyPatch.context() as patch:  # the job modules are importable from this checkout
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")))))
-        local.start()
+        local.start_processes()
     _session_airflow.append(local)
     yield AirflowApi(settings.airflow_url)
     local.stop()
