@@ -45,7 +45,7 @@ from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.generators import purchases
 from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.layout import spare_name
+from spark_jobs.layout import JobDags, spare_name
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import BatchProgress, SpareState, SpareStatus, observe_driver, read_spare_status, read_status
 from streamstate_cli.cli import stop_job_processes
@@ -110,7 +110,7 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
     ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
     stop = threading.Event()
     producer = steady_input(settings, spec.source_topic, stop)
-    api.trigger(f"supervise__{job}")  # unpauses it: scheduled runs follow
+    api.trigger(JobDags(job).supervise)  # unpauses it: scheduled runs follow
     results = []
     results_memory: list[float] = []
     try:
@@ -163,12 +163,12 @@ def measure_path(settings: Settings, api: AirflowApi, job: str, kills: int, chec
         if results_memory:
             results[0]["spare_rss_mib"] = statistics.median(results_memory)
     finally:
-        api.set_paused(f"supervise__{job}", True)
+        api.set_paused(JobDags(job).supervise, True)
         stop.set()
         producer.join(30)
         run = api.trigger("stop_streaming_job", {"job": job, "reason": "benchmark done"})
         api.wait_for_run("stop_streaming_job", run, 300)
-        api.set_paused(f"supervise__{job}", True)  # (trigger unpaused the stop DAG, not this one)
+        api.set_paused(JobDags(job).supervise, True)  # (trigger unpaused the stop DAG, not this one)
     return results
 
 
@@ -198,7 +198,7 @@ def main() -> None:
         api = AirflowApi(settings.airflow_url)
         try:
             wait_for(
-                lambda: {f"supervise__recovery_{name}" for name in chosen} <= set(api.dag_ids()),
+                lambda: {JobDags(f"recovery_{name}").supervise for name in chosen} <= set(api.dag_ids()),
                 300,
                 "the supervise DAGs to be parsed",
             )

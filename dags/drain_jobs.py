@@ -9,12 +9,13 @@ from __future__ import annotations
 from airflow.sdk import dag
 from streamstate.operators.streaming_job import DrainStreamingJobOperator
 
+from spark_jobs.layout import JobDags
 from spark_jobs.registry import JobSpec, latest_jobs
 
 
 def drain_dag(job: JobSpec) -> None:
     @dag(
-        dag_id=f"drain__{job.name}",
+        dag_id=JobDags(job.name).drain,
         schedule=None,
         catchup=False,
         tags=["streamstate", "drain", job.name],

@@ -23,12 +23,13 @@ from streamstate.operators.streaming_job import (
     WatchStreamingJobOperator,
 )
 
+from spark_jobs.layout import JobDags
 from spark_jobs.registry import JobSpec, latest_jobs
 
 
 def supervise_dag(job: JobSpec) -> None:
     @dag(
-        dag_id=f"supervise__{job.name}",
+        dag_id=JobDags(job.name).supervise,
         schedule=dt.timedelta(seconds=job.supervision.check_every_s),
         start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
         catchup=False,

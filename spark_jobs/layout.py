@@ -397,6 +397,39 @@ def application_id(job: str, version: int) -> str:
     return f"{job}-v{version}"
 
 
+@dataclasses.dataclass(frozen=True)
+class JobDags:
+    """The Airflow DAG ids of the job named ``job`` (one for every version): the DAG files name their DAGs here, and
+    whatever links to, triggers or reads them (the jobs page, alerts, the demo, benchmarks) reads them here."""
+
+    job: str
+
+    @property
+    def supervise(self) -> str:
+        """Keeps the current version running (dags/supervise_jobs.py)."""
+        return f"{SUPERVISE_DAG_PREFIX}{self.job}"
+
+    @property
+    def drain(self) -> str:
+        """Runs the current version until its input is drained, then stops (dags/drain_jobs.py)."""
+        return f"{DRAIN_DAG_PREFIX}{self.job}"
+
+
+SUPERVISE_DAG_PREFIX, DRAIN_DAG_PREFIX, BATCH_DAG_PREFIX = "supervise__", "drain__", "batch__"
+
+
+def batch_dag_id(name: str) -> str:
+    """The DAG of the batch job ``name`` (dags/batch_jobs.py)."""
+    return f"{BATCH_DAG_PREFIX}{name}"
+
+
+def batch_job_of(dag_id: str) -> str:
+    """The batch job whose DAG is ``dag_id`` (the inverse of :func:`batch_dag_id`)."""
+    if not dag_id.startswith(BATCH_DAG_PREFIX):
+        raise ValueError(f"{dag_id!r} is not a batch job's DAG ({BATCH_DAG_PREFIX}<name>)")
+    return dag_id.removeprefix(BATCH_DAG_PREFIX)
+
+
 def rehearsal_input_topic(application_id: str, index: int) -> str:
     """The scratch copy of the ``index``-th input (0: the source, 1: a join's second input) that a spare's
     rehearsal of ``application_id`` (the rehearsal copy's own id) runs on (``spark_jobs/spare.py: rehearse``)."""

@@ -39,6 +39,7 @@ from runtime.kafka_connection import KafkaTarget
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.documents import from_json
+from spark_jobs.layout import JobDags
 
 JOB = "purchase_counts"
 console = Console(highlight=False, width=None if Console().is_terminal else 140)
@@ -230,7 +231,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     started = time.monotonic()
     spec = get_job(JOB)
     layout = JobLayout.of(spec, settings)
-    dag_id = f"supervise__{spec.name}"
+    dag_id = JobDags(spec.name).supervise
     jvm.resolve(settings, log=console.print)
     stack = stack or EmbeddedStack(settings)
     stack.start()

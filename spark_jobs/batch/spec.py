@@ -12,6 +12,7 @@ import functools
 import importlib
 import re
 
+from spark_jobs.layout import batch_dag_id
 from spark_jobs.registry import JobSpecError, check_job_name, registered_versions
 
 #: the columns every batch output starts with
@@ -80,7 +81,7 @@ class BatchJob:
 
     @property
     def dag_id(self) -> str:
-        return f"batch__{self.name}"
+        return batch_dag_id(self.name)
 
     @property
     def output_table_dir(self) -> str:

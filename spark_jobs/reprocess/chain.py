@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spark_jobs.layout import output_topic_name, output_topic_version
+from spark_jobs.layout import batch_dag_id, output_topic_name, output_topic_version
 from spark_jobs.registry import JobSpec, latest_jobs
 
 
@@ -60,13 +60,13 @@ def chain_notes(readers: Readers, mode: str, current: JobSpec, target: JobSpec, 
             notes.append(
                 f"batch job {name} reads {readers.job}'s serving version: once v{target.version} is promoted its "
                 f"next runs read it; intervals already written keep v{current.version}'s answers until you "
-                f"backfill them (airflow backfill create --dag-id batch__{name} --from-date ... --to-date ...)"
+                f"backfill them (airflow backfill create --dag-id {batch_dag_id(name)} --from-date ... --to-date ...)"
             )
         else:
             notes.append(
                 f"batch job {name} reads {readers.job}'s outputs, which the reset rewrites: once "
                 f"{readers.job} has caught up, backfill the intervals it recomputed (airflow backfill create "
-                f"--dag-id batch__{name} --from-date ... --to-date ...)"
+                f"--dag-id {batch_dag_id(name)} --from-date ... --to-date ...)"
             )
     for name, topic in readers.streaming_jobs:
         if beside:

@@ -144,3 +144,15 @@ def test_what_a_version_owns_is_what_its_layout_lists(spark, kafka_broker, setti
         *layout.standby.supervised(),
     ]
     assert [str(p) for p in required if not p.exists()] == []
+
+
+def test_a_jobs_dag_ids_come_from_one_place_and_a_batch_dag_names_its_job():
+    from spark_jobs.layout import JobDags, batch_dag_id, batch_job_of
+
+    assert (JobDags("purchase_counts").supervise, JobDags("purchase_counts").drain) == (
+        "supervise__purchase_counts",
+        "drain__purchase_counts",
+    )
+    assert batch_job_of(batch_dag_id("daily_top_movers")) == "daily_top_movers"
+    with pytest.raises(ValueError, match="is not a batch job's DAG"):
+        batch_job_of("supervise__daily_top_movers")

@@ -1,5 +1,5 @@
 """``JobLayout`` is the only speller of a job version's names: no module outside ``spark_jobs/layout.py``
-formats an application id, a topic, a transactional id or an output name of a version by hand. (A name
+formats an application id, a topic, a transactional id, an output name of a version or a job's DAG id by hand. (A name
 formatted elsewhere is how a reset, a purge or an audit comes to miss what a version owns.)"""
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: a name of a version's artifact spelled in an f-string: ``{...}-changelog``, ``{...}-dead-letter``, ``{job}-v{n}``
+#: a name of a version's artifact spelled in an f-string: ``{...}-changelog``, ``{...}-dead-letter``, ``{job}-v{n}``;
+#: a job's DAG id: ``supervise__{job}`` (``JobDags``, ``batch_dag_id``)
 HAND_SPELLED = re.compile(
     r"\}-(changelog|dead-letter|generations|repartition|repartition-progress|repartitioner|driver|outputs)\b|\}-v\{"
+    r"|\b(supervise|drain|batch)__\{"
 )
 #: names of things that are not a version's artifacts, each with why
 ALLOWED = {

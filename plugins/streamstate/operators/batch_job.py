@@ -11,6 +11,7 @@ from streamstate.supervision import Condition
 
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.batch.spec import get_batch_job
+from spark_jobs.layout import batch_job_of
 
 RUNNER = PROJECT_ROOT / "spark_jobs" / "batch" / "runner.py"
 #: the one condition a batch job's runs decide
@@ -46,7 +47,7 @@ def _interval(context) -> str:
 
 def batch_run_failed(context) -> None:
     """A task of a batch job's DAG failed: open ``batch_failed`` (sent once while it stays open)."""
-    job = get_batch_job(context["dag"].dag_id.removeprefix("batch__"))
+    job = get_batch_job(batch_job_of(context["dag"].dag_id))
     task = context["task_instance"]
     failed = Condition(
         BATCH_FAILED,
@@ -62,7 +63,7 @@ def batch_run_failed(context) -> None:
 
 def batch_run_succeeded(context) -> None:
     """A batch job's run succeeded: resolve its open ``batch_failed``, if any."""
-    _reconcile(context, get_batch_job(context["dag"].dag_id.removeprefix("batch__")), [])
+    _reconcile(context, get_batch_job(batch_job_of(context["dag"].dag_id)), [])
 
 
 def _reconcile(context, job, conditions: list[Condition]) -> None:

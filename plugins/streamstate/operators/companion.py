@@ -21,6 +21,7 @@ from streamstate.operators.streaming_job import job_spec, run_label
 from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_record, read_record
 from streamstate.triggers.streaming_job import LeaseTakenTrigger
 
+from spark_jobs.layout import JobDags
 from spark_jobs.lease import JobLease, LeaseHolder
 from spark_jobs.registry import JobSpec
 
@@ -137,7 +138,7 @@ class SuperviseCompanionOperator(BaseOperator):
             application_id=spec.application_id,
             source=self.source,
             conditions=self._conditions(spec, hook, action, holder),
-            links={"dag": f"{hook.settings.airflow_url}/dags/supervise__{spec.name}"},
+            links={"dag": f"{hook.settings.airflow_url}/dags/{JobDags(spec.name).supervise}"},
         )
         fired, resolved = delivery.fired_conditions, delivery.resolved_conditions
         self.log.info("%s: %s; fired %s, resolved %s", hook.application_id, action, fired, resolved)

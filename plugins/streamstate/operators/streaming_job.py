@@ -24,6 +24,7 @@ from streamstate.triggers.streaming_job import (
     StreamingJobStoppedTrigger,
 )
 
+from spark_jobs.layout import JobDags
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec, get_job
 
@@ -457,7 +458,7 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         assessment = assess(spec, seen, record)
         if assessment.action == "give_up" and record.crash_loop_since is None:
             record.crash_loop_since = seen.now
-        links = {"dag": f"{jobs.settings.airflow_url}/dags/supervise__{spec.name}"}
+        links = {"dag": f"{jobs.settings.airflow_url}/dags/{JobDags(spec.name).supervise}"}
         if seen.status and seen.status.spark_ui and seen.holder:
             links["spark_ui"] = seen.status.spark_ui
         delivery = AlertLedger(jobs.status_dir).reconcile_and_send(

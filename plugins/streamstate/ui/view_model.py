@@ -17,7 +17,7 @@ from streamstate.supervision import DESIRED_STOPPED, read_record
 
 from runtime.settings import Settings
 from spark_jobs.changelog_tuning.latest import LatestMeasurement, read_latest
-from spark_jobs.layout import spare_name
+from spark_jobs.layout import JobDags, spare_name
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import SnapshotTaken, StoreRestore, observe_driver, read_spare_status, read_standby_status
 from spark_jobs.registry import JobSpec, registered_versions
@@ -175,11 +175,11 @@ def job_row(
         ),
         driver=DriverProcess(holder.pid, holder.host, holder.epoch) if holder else None,
         links=Links(
-            supervise_dag=f"/dags/supervise__{spec.name}",
+            supervise_dag=f"/dags/{JobDags(spec.name).supervise}",
             # Airflow 3's UI has no trigger URL: a DAG's page opens its form with the Trigger button
             start_dag="/dags/start_streaming_job",
             stop_dag="/dags/stop_streaming_job",
-            drain_dag=f"/dags/drain__{spec.name}",
+            drain_dag=f"/dags/{JobDags(spec.name).drain}",
             reprocess_dag="/dags/reprocess_job",
             promote_dag="/dags/promote_job_version",
             tune_dag="/dags/tune_changelog_compaction",
