@@ -397,6 +397,15 @@ def application_id(job: str, version: int) -> str:
     return f"{job}-v{version}"
 
 
+def job_of(name: str) -> str:
+    """The job of a job version's name: its application id ``<job>-v<version>`` (the inverse of
+    :func:`application_id`), or its spare's or standby's name. A name of no job version is returned as it is."""
+    for suffix in (SPARE_SUFFIX, STANDBY_SUFFIX):
+        name = name.removesuffix(suffix)
+    job, separator, version = name.rpartition("-v")
+    return job if separator and job and version.isdigit() else name
+
+
 @dataclasses.dataclass(frozen=True)
 class JobDags:
     """The Airflow DAG ids of the job named ``job`` (one for every version): the DAG files name their DAGs here, and

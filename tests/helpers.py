@@ -12,6 +12,7 @@ from runtime.kafka_connection import client_config
 from spark_jobs.generators.purchases import expected_counts as expected_purchase_counts  # noqa: F401
 from spark_jobs.kafka_topics import partition_offsets
 from spark_jobs.kafka_topics import read_json_records as read_topic  # noqa: F401
+from spark_jobs.layout import job_of
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import read_status
 
@@ -189,7 +190,7 @@ def scrape_metrics(host: str, port: int) -> dict[tuple[str, tuple[tuple[str, str
 
 def driver_pids(application_id: str) -> set[int]:
     """Python drivers of the job (the processes that take the lease), from the process table."""
-    name = application_id.rsplit("-v", 1)[0].encode()
+    name = job_of(application_id).encode()
     pids = set()
     for entry in Path("/proc").iterdir():
         try:

@@ -28,7 +28,7 @@ from streamstate.notifiers import routing
 from streamstate.supervision import Condition
 
 from runtime.files import exclusive, write_json_atomically
-from spark_jobs.layout import AUDIT_REPORT_DIR, STANDBY_SUFFIX
+from spark_jobs.layout import AUDIT_REPORT_DIR, STANDBY_SUFFIX, job_of
 
 #: the ledger's folder in the status directory (its file and its locks)
 LEDGER_DIR = "alert_ledger"
@@ -150,7 +150,7 @@ class AlertLedger:
                         app,
                         source,
                         condition,
-                        app.rsplit("-v", 1)[0],
+                        job_of(app),
                         opened.get("severity", "info"),
                         opened.get("summary", ""),
                         opened.get("dedup_key") or dedup_key(app, condition),

@@ -156,3 +156,11 @@ def test_a_jobs_dag_ids_come_from_one_place_and_a_batch_dag_names_its_job():
     assert batch_job_of(batch_dag_id("daily_top_movers")) == "daily_top_movers"
     with pytest.raises(ValueError, match="is not a batch job's DAG"):
         batch_job_of("supervise__daily_top_movers")
+
+
+def test_the_job_of_a_versions_name():
+    from spark_jobs.layout import application_id, job_of, spare_name
+
+    app = application_id("top-v2-movers", 12)  # a job whose own name holds "-v"
+    assert [job_of(name) for name in (app, spare_name(app), f"{app}.standby")] == ["top-v2-movers"] * 3
+    assert job_of("not-a-version") == "not-a-version" and job_of("x-vy") == "x-vy"
