@@ -5,6 +5,7 @@ environment, same result shape as :meth:`runtime.airflow_standalone.LocalAirflow
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,3 +86,4 @@ class DagTestRunner:
             self._server.wait(30)
         except subprocess.TimeoutExpired:
             self._server.kill()
+        shutil.rmtree(self._outputs, ignore_errors=True)  # each run's output files: read by the test already
