@@ -46,6 +46,17 @@ def alert_webhook_connection(airflow_url: str) -> dict[str, object]:
 AIRFLOW_PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
+SQLITE_LOCK_TIMEOUT_S = 60
+
+
+def sqlite_url(path: Path) -> str:
+    """The standalone's SQLite database. A writer waits up to a minute for the file's lock (SQLite's default is
+    5 s): the scheduler, the DAG processor and the API server all write to it, and on a busy machine one of them
+    holds the lock for longer; the scheduler's loop dies on a ``database is locked`` and ``airflow standalone``
+    does not start it again, leaving every run queued."""
+    return f"sqlite:///{path}?timeout={SQLITE_LOCK_TIMEOUT_S}"
+
+
 class LocalAirflow:
     """Airflow (API server, scheduler, DAG processor, triggerer) for ``settings``: ``airflow standalone`` on SQLite
     (:meth:`start`, the embedded default), or, given ``database_url`` (PostgreSQL: :mod:`runtime.postgres`), each
@@ -80,7 +91,7 @@ class LocalAirflow:
                 "AIRFLOW__API__HOST": s.host,
                 "AIRFLOW__API__PORT": str(s.airflow_port),
                 "AIRFLOW__API__BASE_URL": s.airflow_url,
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url or f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url or sqlite_url(self.home / "airflow.db"),
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(s.airflow_scheduler_health_port),

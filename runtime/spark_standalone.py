@@ -75,7 +75,8 @@ class LocalSparkStandalone:
             **jvm.java_env(self.settings),  # executors on the drivers' JDK
         }
 
-    def _master_status(self) -> dict:
+    def master_status(self) -> dict:
+        """The master's status JSON (state, workers, activeapps), or {} while it does not answer."""
         try:
             with urllib.request.urlopen(f"http://{self.settings.host}:{self.master_ui_port}/json/", timeout=3) as r:
                 return json.loads(r.read())
@@ -86,17 +87,17 @@ class LocalSparkStandalone:
         return [str(self.spark_home / "bin" / "spark-class"), *args]
 
     def alive_workers(self) -> int:
-        return int(self._master_status().get("aliveworkers", 0))
+        return int(self.master_status().get("aliveworkers", 0))
 
     def _worker_alive(self, ui_port: int) -> bool:
         return any(
             w.get("state") == "ALIVE" and w.get("webuiaddress", "").endswith(f":{ui_port}")
-            for w in self._master_status().get("workers", [])
+            for w in self.master_status().get("workers", [])
         )
 
     def running_applications(self) -> list[dict]:
         """The master's running applications (its JSON: id, name, cores, state)."""
-        return list(self._master_status().get("activeapps", []))
+        return list(self.master_status().get("activeapps", []))
 
     def start(self, timeout_s: float = 120) -> str:
         self.start_master(timeout_s)
@@ -121,7 +122,7 @@ class LocalSparkStandalone:
             ),
             env=self._env(),
             ports={"Spark master": (host, self.master_port), "Spark master UI": (host, self.master_ui_port)},
-            ready=lambda: port_in_use(host, self.master_port) and self._master_status().get("status") == "ALIVE",
+            ready=lambda: port_in_use(host, self.master_port) and self.master_status().get("status") == "ALIVE",
             timeout_s=timeout_s,
         )
 

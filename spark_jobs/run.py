@@ -31,7 +31,7 @@ from spark_jobs.lease import ALREADY_RUNNING, FENCED, JobAlreadyRunning, JobLeas
 from spark_jobs.lifecycle import JobState, JobStatus, SnapshotTaken, StoreRestore, status_path
 from spark_jobs.metrics import Budgets, DriverMetrics, MetricsServer
 from spark_jobs.registry import JobSpec, get_job
-from spark_jobs.session import build_spark_session, release_state_stores, session_conf
+from spark_jobs.session import build_spark_session, release_state_stores, session_conf, stop_built_session
 from spark_jobs.spare import SpareDriver
 from spark_jobs.state.checkpoint_health import NEW_QUERY_DIRS, checkpoint_problem, new_query_leftovers, quarantine
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF, StateEncoding, latest_batch_id, state_encoding
@@ -186,6 +186,8 @@ def run(spec: JobSpec, settings: Settings, *, available_now: bool = False, spark
     try:
         return _run_leased(spec, settings, available_now, spark, epoch)
     finally:
+        if spark is None:  # the session this run built: stopped while the lease still says the driver runs
+            stop_built_session()
         lease.release()
 
 
@@ -206,6 +208,7 @@ def run_spare(spec: JobSpec, settings: Settings) -> RunReport | None:
     try:
         return _run_leased(spec, settings, False, spark, takeover.epoch, took_over_from_epoch=takeover.from_epoch)
     finally:
+        spark.stop()
         takeover.lease.release()
 
 

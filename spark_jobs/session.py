@@ -173,3 +173,13 @@ def release_state_stores(spark) -> None:
     (Executors of a cluster keep theirs until they end with the application.)"""
     if not spark.streams.active:
         spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+
+
+def stop_built_session() -> None:
+    """Stop the session :func:`build_spark_session` made in this thread, if any: a driver lets go of its
+    application (its executors on a cluster, its UI port, its JVM's memory) before it lets go of its lease, so
+    that whoever sees the lease free (a stop request, a supervisor, the spare) sees the driver gone."""
+    from pyspark.sql import SparkSession
+
+    if (spark := SparkSession.getActiveSession()) is not None:
+        spark.stop()

@@ -5,6 +5,9 @@ the operator's state rides in the event."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -180,3 +183,19 @@ def test_a_deferred_trigger_fires_no_sooner_than_its_fires_after(tmp_path):
     assert _first_event(held) == {"state": "timeout", "timeout_s": 1.0}
     assert time.monotonic() - started < 1.8  # not 1 s of waiting, then the 1 s timeout
     lease.release()
+
+
+def test_a_stopped_driver_is_stopped_once_its_process_has_exited(tmp_path):
+    """A driver lets go of its lease before its interpreter has exited: on the driver's host the trigger waits for
+    the process signalled as well, so that a stop that succeeded left no driver behind."""
+    exiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
+    here = StreamingJobStoppedTrigger(
+        APP, str(tmp_path), timeout_s=30, poll_s=0.1, pid=exiting.pid, host=socket.gethostname()
+    )
+    elsewhere = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=30, poll_s=0.1, pid=exiting.pid, host="b")
+    assert here.check() is None, "the lease is free but the process lives"
+    assert elsewhere.check() == {"state": "stopped", "final_state": None}  # another host's pid means nothing here
+    assert _first_event(here) == {"state": "stopped", "final_state": None}  # exited: a zombie until reaped
+    assert exiting.wait(timeout=1) == 0
+    revived = StreamingJobStoppedTrigger(**here.serialize()[1])
+    assert (revived.pid, revived.host) == (exiting.pid, socket.gethostname())

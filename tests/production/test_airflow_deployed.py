@@ -23,12 +23,12 @@ end the state API answers from the live job and the standby keeps its snapshot i
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -205,12 +205,17 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
     # master takes the application back
     batch = deployed.last_batch()
     since = time.monotonic()
-    restart = threading.Thread(target=deployed.spark.restart_master)
-    restart.start()
-    deployed.produce(200, seed=10)
-    recovered("restart of the Spark master", since, batch)
-    restart.join()
-    wait_for(lambda: [a["name"] for a in deployed.spark.running_applications()] == [app], 120, "the app recovered")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        restart = pool.submit(deployed.spark.restart_master)
+        deployed.produce(200, seed=10)
+        recovered("restart of the Spark master", since, batch)
+        restart.result()  # the master ALIVE again (its error, if it never was)
+    wait_for(
+        lambda: [a["name"] for a in deployed.spark.running_applications()] == [app],
+        120,
+        "the master to take the application back",
+        lambda: f"master: {deployed.spark.master_status()}\n{diagnose()}",
+    )
 
     # 4. a third worker joins: the running application gets an executor there, and the next batch uses it
     joined = deployed.spark.add_worker()

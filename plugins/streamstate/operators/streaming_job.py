@@ -398,7 +398,9 @@ class StopStreamingJobOperator(BaseOperator):
             spec.application_id,
         )
         self.job = spec.application_id  # for the messages after the deferral
-        trigger = StreamingJobStoppedTrigger(spec.application_id, str(jobs.status_dir), float(self.timeout_s))
+        trigger = StreamingJobStoppedTrigger(
+            spec.application_id, str(jobs.status_dir), float(self.timeout_s), pid=holder.pid, host=holder.host
+        )
         return defer_unless_settled(self, context, trigger, "execute_complete")
 
     def _stop_companion(self, companion: StreamingJobHook) -> None:

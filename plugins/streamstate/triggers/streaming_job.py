@@ -10,8 +10,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import inspect
+import os
+import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -184,22 +187,50 @@ class LeaseTakenTrigger(WaitingTrigger):
 
 
 class StreamingJobStoppedTrigger(WaitingTrigger):
-    """Fires when no driver holds the job's lease any more (``stopped``), or on timeout."""
+    """Fires when no driver holds the job's lease any more and the signalled driver's process (``pid`` on
+    ``host``, when this is that host) has exited (``stopped``), or on timeout."""
 
     def __init__(
-        self, application_id: str, status_dir: str, timeout_s: float, poll_s: float = 0.5, fires_after: float = 0.0
+        self,
+        application_id: str,
+        status_dir: str,
+        timeout_s: float,
+        poll_s: float = 0.5,
+        fires_after: float = 0.0,
+        pid: int | None = None,
+        host: str | None = None,
     ) -> None:
         super().__init__(fires_after)
         self.application_id = application_id
         self.status_dir = status_dir
         self.timeout_s = timeout_s
         self.poll_s = poll_s
+        self.pid, self.host = pid, host
 
     def check(self) -> dict | None:
         if JobLease(self.status_dir, self.application_id).holder() is not None:
             return None
+        if self.pid is not None and self.host == socket.gethostname() and _process_exists(self.pid):
+            return None  # the lease let go, the interpreter still exiting
         status = read_status(self.status_dir, self.application_id)
         return {"state": "stopped", "final_state": status.state.value if status else None}
+
+
+def _process_exists(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie, exited and not yet reaped, has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 class StreamingJobCaughtUpTrigger(WaitingTrigger):
