@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 
 class ServiceError(RuntimeError):
@@ -26,6 +27,17 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def listener(port: int) -> str:
+    """`` (<what ss says listens on port>)``, or an empty string when ss is not installed or says nothing."""
+    try:
+        out = subprocess.run(
+            ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, timeout=5, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return f" ({' '.join(out.split())})" if out else ""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -138,7 +150,7 @@ class LocalService:
             if port_in_use(host, port):
                 raise ServiceError(
                     f"cannot start {self.name}: {what} port {host}:{port} is already in use by another "
-                    f"process. Stop it, or choose another port (see README, 'Configuration')."
+                    f"process{listener(port)}. Stop it, or choose another port (see README, 'Configuration')."
                 )
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -172,15 +184,21 @@ class LocalService:
         if pid is None:
             return False
         _signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.pid() is not None:
-            time.sleep(0.2)
-        if self.pid() is not None:
+        if not self._gone_within(timeout_s):
             _signal_group(pid, signal.SIGKILL)
-            time.sleep(0.5)
+            # a killed JVM holds its ports until the kernel has torn it down: a restart on the same ports waits
+            self._gone_within(30.0)
         # Children that ignored SIGTERM (e.g. gunicorn workers) go with the group.
         _signal_group(pid, signal.SIGKILL)
         self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def _gone_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self.pid() is not None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
         return True
 
     def tail(self, lines: int = 25) -> str:
@@ -223,7 +241,7 @@ def group_members(pgid: int) -> list[int]:
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         fields = _stat_fields(stat)  # None: gone while listed
-        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+        if fields and int(fields[2]) == pgid and _process_state(int(stat.parent.name)) == "running":
             members.append(int(stat.parent.name))
     return members
 
@@ -242,12 +260,25 @@ def _stat_fields(stat: Path) -> list[str] | None:
         return None
 
 
-def _is_zombie(pid: int) -> bool:
+def _process_state(pid: int) -> Literal["running", "exited", "gone"]:
+    """``exited``: a zombie, its exit code all that is left. A process whose main thread has ended shows as a
+    zombie while its other threads still run (a JVM in its shutdown hooks, its ports still bound): it runs until
+    every thread has ended."""
     fields = _stat_fields(Path(f"/proc/{pid}/stat"))
-    return fields is not None and fields[0] == "Z"
+    if fields is None:
+        return "gone"
+    if fields[0] not in ("Z", "X"):
+        return "running"
+    for task in Path(f"/proc/{pid}/task").glob("*/stat"):
+        if (thread := _stat_fields(task)) is not None and thread[0] not in ("Z", "X"):
+            return "running"
+    return "exited"
+
+
+def _is_zombie(pid: int) -> bool:
+    return _process_state(pid) == "exited"
 
 
 def process_alive(pid: int | None) -> bool:
     """Whether ``pid`` runs (a zombie does not count: its exit code is all that is left)."""
-    fields = _stat_fields(Path(f"/proc/{pid}/stat")) if pid else None
-    return fields is not None and fields[0] not in ("Z", "X")
+    return bool(pid) and _process_state(pid) == "running"

@@ -5,7 +5,9 @@
     spark_jobs        the jobs, their state, reprocessing, audits
     runtime           settings, the JVM, Kafka and object-store connections, the local services
 
-A module imports its own layer and the ones below it, never one above: ``runtime`` is the ground floor.
+A module imports its own layer and the ones below it, never one above: ``runtime`` is the ground floor. Inside a
+layer the modules import in one direction too: no two of them import each other, however far round (a cycle makes
+the pair one module that cannot be read, tested or changed alone).
 """
 
 from __future__ import annotations
@@ -23,6 +25,55 @@ FORBIDDEN = {
     "plugins": {"streamstate_cli", "dags"},
     "dags": {"streamstate_cli"},
 }
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str], root: Path) -> set[str]:
+    """Which of ``modules`` ``path`` imports (``from a.b import c`` imports ``a.b``, and ``a.b.c`` when that is a
+    module), anywhere in it: at its top, in a function, under ``TYPE_CHECKING``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return (found & modules) - {module_name(path, root)}
+
+
+def import_cycles(layer: Path, root: Path = ROOT) -> list[list[str]]:
+    """The import cycles among the modules under ``layer``: each strongly connected component of the import graph
+    with more than one module (Tarjan's algorithm), its modules sorted."""
+    paths = {module_name(path, root): path for path in sorted(layer.rglob("*.py"))}
+    edges = {name: sorted(imported_modules(path, set(paths), root)) for name, path in paths.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for other in edges[name]:
+            if other not in index:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            component = []
+            while (member := stack.pop()) != name:
+                component.append(member)
+            if component:
+                cycles.append(sorted([name, *component]))
+
+    for name in paths:
+        if name not in index:
+            visit(name)
+    return cycles
 
 
 def imported_packages(path: Path) -> set[tuple[str, int]]:
@@ -51,3 +102,19 @@ def test_the_check_sees_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from spark_jobs.registry import get_job\n    return get_job\n")
     assert ("spark_jobs", 2) in imported_packages(module)
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_no_modules_of_a_layer_import_each_other(layer):
+    cycles = import_cycles(ROOT / layer)
+    assert cycles == [], f"{layer}: modules that import each other:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_check_sees_a_cycle_however_far_round(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("from pkg.b import x\n")
+    (package / "b.py").write_text("def f():\n    from pkg import c\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import y\n")
+    (package / "d.py").write_text("import pkg.a\n")
+    assert import_cycles(package, root=tmp_path) == [["pkg.a", "pkg.b", "pkg.c"]]

@@ -10,14 +10,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import inspect
-import os
 import socket
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from runtime.process import process_alive
 from spark_jobs.documents import to_json
 from spark_jobs.lease import ALREADY_RUNNING, JobLease
 from spark_jobs.lifecycle import JobState, published_by_holder, read_status
@@ -210,27 +209,10 @@ class StreamingJobStoppedTrigger(WaitingTrigger):
     def check(self) -> dict | None:
         if JobLease(self.status_dir, self.application_id).holder() is not None:
             return None
-        if self.pid is not None and self.host == socket.gethostname() and _process_exists(self.pid):
+        if self.pid is not None and self.host == socket.gethostname() and process_alive(self.pid):
             return None  # the lease let go, the interpreter still exiting
         status = read_status(self.status_dir, self.application_id)
         return {"state": "stopped", "final_state": status.state.value if status else None}
-
-
-def _process_exists(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not exited (a zombie, exited and not yet reaped, has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no procfs: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 class StreamingJobCaughtUpTrigger(WaitingTrigger):
