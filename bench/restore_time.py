@@ -28,7 +28,8 @@ from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import client_config
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker, ChangelogTopic, ChangelogWriter
+from spark_jobs.state.batch_records import BATCH_HEADER, BatchMarker
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.snapshotting import take_snapshot

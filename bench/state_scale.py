@@ -88,12 +88,13 @@ def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> di
         result["session_seconds"] = round(time.monotonic() - started, 2)
     if mode == "spare":
         from spark_jobs.registry import get_job
+        from spark_jobs.run import run
         from spark_jobs.spare import warm_up
 
         started = time.monotonic()
         # untimed for the restore: done while the spare waits; as for a job whose restore runs in Spark (this
         # one's own store is small), so the spare also rehearses a restore at scale (spare.rehearse_restore)
-        warm_up(spark, get_job(SPARE_JOB), settings.replace(restore_in_spark_min_records=0))
+        warm_up(spark, get_job(SPARE_JOB), settings.replace(restore_in_spark_min_records=0), run)
         result["warm_up_seconds"] = round(time.monotonic() - started, 2)
     started = time.monotonic()
     restored = restore_from_snapshot(snapshots, settings.kafka, topic, SilentRestoreListener(), spark=spark)

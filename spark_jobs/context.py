@@ -18,11 +18,13 @@ from spark_jobs.output_table import OutputCommit, OutputTable
 from spark_jobs.registry import JobSpec, store
 from spark_jobs.session import BATCH_CACHE_CONF, session_conf
 from spark_jobs.state import output_marks
+from spark_jobs.state.batch_records import OutputRecords
 from spark_jobs.state.changelog import (
     DRIVER_RECORDS_MAX,
     ChangelogTopic,
     ChangelogWriter,
     collects_in_driver,
+    fenced_writer,
     write_batches,
 )
 from spark_jobs.state.checkpoint_offsets import (
@@ -32,7 +34,7 @@ from spark_jobs.state.checkpoint_offsets import (
     latest_batch_id,
     records_between,
 )
-from spark_jobs.state.fencing import GENERATION_SPAN, OutputRecords, WriterFence, fenced_writer
+from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.store_changes import STORE_COLUMN, StoreChanges, restored_rows

@@ -29,14 +29,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from runtime.object_store import Location
 from runtime.settings import METRICS_TARGETS_DIR
 
-if TYPE_CHECKING:  # registry and settings import nothing from here; kept lazy for the driver's start-up
+if TYPE_CHECKING:  # kept lazy for the driver's start-up
     from runtime.settings import Settings
-    from spark_jobs.registry import JobSpec
 
 #: the platform's files inside a checkpoint (Spark ignores directories it does not know)
 CHECKPOINT_FILES_DIR = "streamstate"
@@ -158,6 +157,33 @@ class StatusFiles:
         return (self.lease, self.supervision, self.supervision_lock)
 
 
+class NamedStore(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class LaidOutJob(Protocol):
+    """What :meth:`JobLayout.of` reads of a job version: a :class:`spark_jobs.registry.JobSpec` (which imports
+    its names from this module, so this module names it only by what it reads)."""
+
+    @property
+    def application_id(self) -> str: ...
+    @property
+    def source_topic(self) -> str: ...
+    @property
+    def stores(self) -> tuple[NamedStore, ...]: ...
+    @property
+    def output_table_dirs(self) -> tuple[str, ...]: ...
+    @property
+    def repartition(self) -> bool: ...
+    @property
+    def output_topic(self) -> str | None: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def join_topic(self) -> str | None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class JobLayout:
     """Every artifact of one application id. Build it with :meth:`of`."""
@@ -181,7 +207,7 @@ class JobLayout:
     join_topic: str | None = None
 
     @classmethod
-    def of(cls, spec: JobSpec, settings: Settings) -> JobLayout:
+    def of(cls, spec: LaidOutJob, settings: Settings) -> JobLayout:
         return cls(
             application_id=spec.application_id,
             source_topic=spec.source_topic,

@@ -199,7 +199,7 @@ def run_spare(spec: JobSpec, settings: Settings) -> RunReport | None:
     Raises:
         JobAlreadyRunning: another spare of this job version is running (nothing was started).
     """
-    spare = SpareDriver(spec, settings, STOP_REQUEST.requested)
+    spare = SpareDriver(spec, settings, run, STOP_REQUEST.requested)
     spark = spare.prepare(lambda: build_spark_session(settings, spec.application_id))
     try:
         takeover = spare.wait_for_takeover()

@@ -37,7 +37,9 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from runtime.process import process_alive
 from runtime.settings import Settings
@@ -55,6 +57,19 @@ from spark_jobs.lifecycle import (
 from spark_jobs.registry import JobSpec
 
 log = logging.getLogger("streamstate.spare")
+
+
+class RunOutcome(Protocol):
+    """What the rehearsal reads of a run's report (:class:`spark_jobs.run.RunReport`)."""
+
+    error: str | None
+    input_rows: int
+    batches: int
+
+
+#: how the spare runs the job it rehearses: :func:`spark_jobs.run.run` (``spec, settings, *, available_now, spark``),
+#: given by the caller: run.py starts spares, so this module does not import it
+JobRunner = Callable[..., RunOutcome]
 
 #: how often the spare looks at the driver's lease (the kernel frees it the moment the driver dies)
 POLL_S = 0.1
@@ -107,8 +122,10 @@ class Takeover:
 class SpareDriver:
     """One job version's spare driver: warm up, watch the driver's lease, take over when the driver dies."""
 
-    def __init__(self, spec: JobSpec, settings: Settings, stop_requested: threading.Event | None = None) -> None:
-        self.spec, self.settings = spec, settings
+    def __init__(
+        self, spec: JobSpec, settings: Settings, run_job: JobRunner, stop_requested: threading.Event | None = None
+    ) -> None:
+        self.spec, self.settings, self.run_job = spec, settings, run_job
         #: set by the process's SIGTERM handler (spark_jobs/run.py): a stop noticed between py4j calls
         self.stop_requested = stop_requested or threading.Event()
         self.layout = JobLayout.of(spec, settings)
@@ -141,7 +158,7 @@ class SpareDriver:
         try:
             self._wait_for_a_settled_driver()
             spark = spark_factory()
-            warm_up(spark, self.spec, self.settings)
+            warm_up(spark, self.spec, self.settings, self.run_job)
             if self.stop_requested.is_set():
                 raise KeyboardInterrupt
         except BaseException as err:
@@ -277,7 +294,7 @@ def end_orphaned_jvm(epoch: int, status: PublishedStatus | None, wait_s: float =
     return pid
 
 
-def warm_up(spark, spec: JobSpec, settings: Settings) -> None:
+def warm_up(spark, spec: JobSpec, settings: Settings, run_job: JobRunner) -> None:
     """Run what a driver's first micro-batch and restore run, so that their classes are loaded and their plans
     compiled before the spare is needed: :func:`rehearse` (the job itself, on a scratch copy), then, on scratch
     data, the paths a rehearsal's few records do not take (a Spark Delta MERGE of a large batch), a Kafka read of
@@ -286,7 +303,7 @@ def warm_up(spark, spec: JobSpec, settings: Settings) -> None:
     from delta.tables import DeltaTable
 
     importlib.import_module(spec.entrypoint.split(":")[0])  # the job's own code, and the primitives it declares
-    rehearse(spark, spec, settings)
+    rehearse(spark, spec, settings, run_job)
     rehearse_restore(spark, spec, settings)
     layout = JobLayout.of(spec, settings)
     with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-warm-up-") as scratch_dir:
@@ -349,7 +366,7 @@ REHEARSAL_SUFFIX = "_spare_rehearsal"
 REHEARSAL_RECORDS = 32
 
 
-def rehearse(spark, spec: JobSpec, settings: Settings) -> str:
+def rehearse(spark, spec: JobSpec, settings: Settings, run_job: JobRunner) -> str:
     """Run the job itself on a scratch copy, in this Spark session: its own plan compiled, its processor
     started, a restore (there is no checkpoint), micro-batches (two at least) of the newest
     :data:`REHEARSAL_RECORDS` records of each source partition (of each input, for a join) through every sink;
@@ -364,7 +381,6 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> str:
     Returns what happened (also logged). Best effort: a rehearsal that fails (a broker that refuses to create
     topics, say) is logged, and the spare is still warm from the rest of :func:`warm_up`."""
     from spark_jobs.kafka_topics import copy_newest_records, delete_topics
-    from spark_jobs.run import run
 
     name = spec.name + REHEARSAL_SUFFIX
     copy_id = application_id(name, spec.version)
@@ -389,10 +405,10 @@ def rehearse(spark, spec: JobSpec, settings: Settings) -> str:
                 for topic, scratch_topic in inputs.items()
             )
             halves = scratch.replace(max_offsets_per_trigger=max(1, records // 2))
-            report = run(copy, halves, available_now=True, spark=spark)
+            report = run_job(copy, halves, available_now=True, spark=spark)
             outcome = report.error or f"{report.input_rows} records in {report.batches} batches"
             if report.error is None and replay_last_batch(layout.checkpoint):
-                replayed = run(copy, scratch, available_now=True, spark=spark)
+                replayed = run_job(copy, scratch, available_now=True, spark=spark)
                 outcome += f", the last replayed: {replayed.error or 'ok'}"
         except Exception as err:  # noqa: BLE001 - best effort (see the docstring)
             outcome = f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"

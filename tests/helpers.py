@@ -61,7 +61,7 @@ def write_changelog_batch(writer, batch_id: int, changes: dict[bytes, bytes | No
     (None: a tombstone), then a marker per partition. No Spark needed."""
     from confluent_kafka import Producer
 
-    from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker
+    from spark_jobs.state.batch_records import BATCH_HEADER, BatchMarker
 
     producer = Producer(client_config(writer.kafka, {"enable.idempotence": True, "acks": "all"}))
     for key, value in changes.items():

@@ -28,7 +28,8 @@ from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.changelog_tuning import topic_configs
 from spark_jobs.kafka_topics import BOUNDED_READ_PREFETCH, watermark_offsets
 from spark_jobs.registry import JobSpec, StoreSpec, registered_versions
-from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
+from spark_jobs.state.batch_records import MARKER_KEY
+from spark_jobs.state.changelog import changelog_topic_name
 
 #: the configs the tuning reads and may change
 TUNED_CONFIGS = (

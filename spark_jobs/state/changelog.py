@@ -20,7 +20,6 @@ trigger interval plays the seeds' ``commit.interval.ms``: one record per changed
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -29,14 +28,20 @@ from confluent_kafka import Producer
 from runtime.kafka_connection import KafkaTarget, as_connection, client_config
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import changelog_topic_name  # noqa: F401 - re-exported: the name has one owner
+from spark_jobs.state.batch_records import (
+    BATCH_HEADER,
+    MARKER_KEY,
+    BatchMarker,
+    MarkerRecords,
+    OutputRecords,
+    carried_void,
+)
+from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
-if TYPE_CHECKING:  # fencing builds writers: imported there, typed here
+if TYPE_CHECKING:
     from spark_jobs.driver_rows import DriverRows
-    from spark_jobs.state.fencing import OutputRecords, WriterFence
-
-MARKER_KEY = b"__streamstate.batch__"
-BATCH_HEADER = "streamstate.batch"
+    from spark_jobs.state.fencing import WriterFence
 
 StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru"]
 #: store kinds whose entries expire by time: their changelogs also delete by time (``compact,delete``)
@@ -46,8 +51,6 @@ TIME_DELETED_KINDS = ("windowed", "session")
 #: changelog keeps records this much longer than the store keeps windows. Records carry the write's
 #: wall-clock time, so a window written while stream time lags the clock (a replay) must outlive it.
 WINDOWED_CHANGELOG_EXTRA_RETENTION_MS = 86_400_000
-#: the void ranges a marker carries at most (one per driver start that followed a complete batch)
-MAX_VOID_RANGES = 64
 
 #: Spark's Kafka sink writing a batch's changes: LZ4-compressed record batches of up to 512 KB (the
 #: client's 16 KB default makes one request per ~100 changes). The stored values are JSON of one schema,
@@ -124,72 +127,6 @@ class ChangelogTopic:
         return ensure_topic(kafka, self.name, self.partitions, self.replication_factor, self.configs())
 
 
-@dataclasses.dataclass(frozen=True)
-class BatchMarker:
-    """The end of one micro-batch in one changelog partition.
-
-    Changelog batch ids grow monotonically per application id: every driver continues at ids above
-    every id an earlier driver used (a new generation, :mod:`.fencing`), and its markers declare the ids
-    between the last batch complete when it started and its first id void. The records of a batch that
-    was half-written by a killed driver, or written by a fenced one after the takeover, are never
-    applied. Each marker carries the void ranges of earlier drivers too (the newest
-    :data:`MAX_VOID_RANGES`): compaction keeps only the newest marker of a partition, and it must still
-    void what older markers voided.
-    """
-
-    batch_id: int
-    input_offsets: KafkaOffsets
-    records: int
-    #: (after, before): batch ids strictly between the two are void
-    void: tuple[tuple[int, int], ...] = ()
-    #: the event-time watermark the batch ran with (stream time, for jobs with windows)
-    watermark_ms: int = 0
-
-    def is_void(self, batch_id: int) -> bool:
-        return any(after < batch_id < before for after, before in self.void)
-
-    def to_bytes(self) -> bytes:
-        offsets = {t: {str(p): o for p, o in parts.items()} for t, parts in self.input_offsets.items()}
-        data = {"batch_id": self.batch_id, "input_offsets": offsets, "records": self.records}
-        if self.watermark_ms:
-            data["watermark_ms"] = self.watermark_ms
-        if self.void:
-            data["void"] = [list(r) for r in self.void]
-        return json.dumps(data).encode()
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> BatchMarker:
-        data = json.loads(raw)
-        offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in data["input_offsets"].items()}
-        void = [(int(a), int(b)) for a, b in data.get("void", ())]
-        if data.get("void_after") is not None and data.get("void_before") is not None:  # as markers said it before
-            void.append((int(data["void_after"]), int(data["void_before"])))
-        return cls(
-            batch_id=int(data["batch_id"]),
-            input_offsets=offsets,
-            records=int(data["records"]),
-            void=tuple(void),
-            watermark_ms=int(data.get("watermark_ms", 0)),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class MarkerRecords:
-    """One batch marker as written: the same record (key :data:`MARKER_KEY`) to each of ``partitions``."""
-
-    topic: str
-    partitions: range
-    value: bytes
-    headers: list
-
-
-def carried_void(previous: tuple[tuple[int, int], ...], after: int, before: int) -> tuple[tuple[int, int], ...]:
-    """The void ranges of a new driver's markers: the newest of ``previous`` (the last complete batch's
-    marker's) and its own ``(after, before)``."""
-    ranges = sorted({*previous, (after, before)}, key=lambda r: r[1])
-    return tuple(ranges[-MAX_VOID_RANGES:])
-
-
 class ChangelogWriter:
     """Appends one micro-batch of state changes, then its markers, to a store's changelog topic."""
 
@@ -257,7 +194,6 @@ class ChangelogWriter:
         from pyspark.sql import functions as F
 
         from spark_jobs.kafka_topics import kafka_partition
-        from spark_jobs.state.fencing import OutputRecords
 
         if rows is not None:
             collected = rows.arrow(changes)
@@ -345,6 +281,14 @@ class ChangelogWriter:
         if self._producer is not None:
             self._producer.flush(30)
             self._producer = None
+
+
+def fenced_writer(topic: ChangelogTopic, kafka: KafkaTarget, fence: WriterFence) -> ChangelogWriter:
+    """A store's changelog writer for the driver that claimed ``fence``: batch ids of its generation, markers
+    in its transactions, and the ids between the last complete batch and its first one declared void."""
+    last = last_complete_batch(kafka, topic.name)
+    void = carried_void(last.void if last else (), last.batch_id if last else -1, fence.batch_base)
+    return ChangelogWriter(topic, kafka, batch_base=fence.batch_base, void=void, fence=fence, last_complete=last)
 
 
 def write_batches(

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import BOUNDED_READ_PREFETCH, is_transient, partition_offsets, watermark_offsets
-from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord, cut_of, plan_cut
 

@@ -27,7 +27,7 @@ import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from spark_jobs.state.changelog import BatchMarker
+from spark_jobs.state.batch_records import BatchMarker
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ refused (``ProducerFencedException``). This module does the same for a job versi
    ``init_transactions``, or it would have been fenced), so generations never repeat.
 2. **Changelog batch ids** of generation ``g`` are ``g * GENERATION_SPAN + Spark's batch id``: above every
    id an older driver used or may still use. Each driver's markers declare the ids between the last
-   complete batch it found and its first id void (:class:`~.changelog.BatchMarker`), so the data records
+   complete batch it found and its first id void (:class:`~.batch_records.BatchMarker`), so the data records
    a fenced driver writes after the takeover (Spark's Kafka sink is not transactional) are never applied.
 3. **Markers** are written in a transaction of the claimed producer: once fenced, a driver's markers
    are refused (:class:`WriterFenced`, which stops its query) and its batch never becomes complete.
@@ -41,8 +41,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from runtime.kafka_connection import KafkaTarget, client_config
 from spark_jobs.kafka_topics import ensure_topic, read_partition
-from spark_jobs.state.changelog import MARKER_KEY, ChangelogTopic, ChangelogWriter, MarkerRecords, carried_void
-from spark_jobs.state.changelog_reader import last_complete_batch
+from spark_jobs.state.batch_records import MARKER_KEY, MarkerRecords, OutputRecords
 
 #: changelog batch ids of generation g are [g * GENERATION_SPAN, (g + 1) * GENERATION_SPAN): a query would
 #: need a billion micro-batches to reach the next generation's ids (31 years at one batch per second)
@@ -63,20 +62,6 @@ def describe_batch(changelog_batch_id: int | None) -> str:
         return "-"
     generation, batch = divmod(int(changelog_batch_id), GENERATION_SPAN)
     return f"{batch} (generation {generation})" if generation else str(batch)
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputRecords:
-    """Records for one topic, written with a batch's markers (:meth:`WriterFence.commit_markers`)."""
-
-    topic: str
-    keys: Sequence[bytes]
-    #: a value, or None: a tombstone
-    values: Sequence[bytes | None]
-    #: each record's partition; None: the producer's partitioner places them by key
-    partitions: Sequence[int] | None = None
-    #: headers every record carries (a changelog's batch header)
-    headers: Sequence[tuple[str, bytes]] = ()
 
 
 class WriterFenced(RuntimeError):
@@ -276,11 +261,3 @@ class WriterFence:
         if self._producer is not None:
             self._producer.flush(10)
             self._producer = None
-
-
-def fenced_writer(topic: ChangelogTopic, kafka: KafkaTarget, fence: WriterFence) -> ChangelogWriter:
-    """A store's changelog writer for the driver that claimed ``fence``: batch ids of its generation, markers
-    in its transactions, and the ids between the last complete batch and its first one declared void."""
-    last = last_complete_batch(kafka, topic.name)
-    void = carried_void(last.void if last else (), last.batch_id if last else -1, fence.batch_base)
-    return ChangelogWriter(topic, kafka, batch_base=fence.batch_base, void=void, fence=fence, last_complete=last)

@@ -41,6 +41,7 @@ from typing import Literal
 from runtime.object_store import Location
 from spark_jobs.layout import JobLayout, snapshot_table_path
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
+from spark_jobs.table_maintenance import maintain_table
 
 METADATA_KIND = "streamstate.snapshot/v1"
 
@@ -686,7 +687,5 @@ class SnapshotStore:
 
     def maintain(self, *, dry_run: bool = True, writer_running: str | None = None):
         """Compact the table's small files and vacuum files past the time-travel window
-        (:func:`spark_jobs.maintenance.maintain_table`); every snapshot inside the window stays readable."""
-        from spark_jobs.maintenance import maintain_table
-
+        (:func:`spark_jobs.table_maintenance.maintain_table`); every snapshot inside the window stays readable."""
         return maintain_table(self.table, "snapshot", dry_run=dry_run, writer_running=writer_running)

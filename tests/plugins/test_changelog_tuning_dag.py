@@ -21,7 +21,8 @@ from runtime.settings import PROJECT_ROOT
 from spark_jobs.changelog_tuning import history, topic_configs
 from spark_jobs.changelog_tuning.measure import broker_log_dirs, measure_changelog
 from spark_jobs.registry import get_job
-from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, changelog_topic_name
+from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.changelog import ChangelogTopic, changelog_topic_name
 from tests.helpers import wait_for as _wait
 
 pytestmark = pytest.mark.integration

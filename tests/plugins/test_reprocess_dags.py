@@ -45,7 +45,8 @@ from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.audit import audit_rows
 from spark_jobs.reprocess.compare import diffs_table, reports_table
-from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
+from spark_jobs.state.batch_records import MARKER_KEY
+from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.source_position import committed_source_offsets

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from streamstate.state_api.views import LiveView, StateTable
 
-from spark_jobs.state.changelog import BatchMarker, ChangelogTopic, ChangelogWriter
+from spark_jobs.state.batch_records import BatchMarker
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.snapshots import SnapshotStore
 from tests.helpers import wait_for
 from tests.spark_jobs.state.test_changelog_reader import _produce

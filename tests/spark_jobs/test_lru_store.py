@@ -33,7 +33,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import changelog_topic_name
 from spark_jobs.registry import JobSpecError, StoreSpec, get_job
 from spark_jobs.run import run
-from spark_jobs.state.changelog import MARKER_KEY
+from spark_jobs.state.batch_records import MARKER_KEY
 from spark_jobs.testing import JobHarness
 from tests.helpers import collect_available_now, file_stream, source_rows, state_key_schema, with_source_columns
 

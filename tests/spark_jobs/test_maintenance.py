@@ -17,22 +17,17 @@ from runtime.object_store import Location
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.layout import JobLayout, table_maintenance_file
 from spark_jobs.lease import JobLease
-from spark_jobs.maintenance import (
+from spark_jobs.maintenance import Freed, maintain, read_record, record_run, summarize, tables_to_maintain
+from spark_jobs.registry import get_job
+from spark_jobs.state.snapshots import SnapshotStore, snapshot_table_configuration
+from spark_jobs.table_maintenance import (
     MIN_FILES_TO_COMPACT,
     TIME_TRAVEL_DAYS,
     TIME_TRAVEL_RETENTION,
-    Freed,
     interval_hours,
-    maintain,
     maintain_table,
-    read_record,
-    record_run,
     retention_hours,
-    summarize,
-    tables_to_maintain,
 )
-from spark_jobs.registry import get_job
-from spark_jobs.state.snapshots import SnapshotStore, snapshot_table_configuration
 from spark_jobs.versions import JobVersions
 from tests.helpers import age_delta_removals
 

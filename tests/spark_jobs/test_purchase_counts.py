@@ -17,7 +17,8 @@ from spark_jobs.jobs import purchase_counts
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.registry import StoreSpec, get_job
 from spark_jobs.run import report_path, run
-from spark_jobs.state.changelog import MARKER_KEY, changelog_topic_name
+from spark_jobs.state.batch_records import MARKER_KEY
+from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from tests.helpers import delta_purchase_counts, end_offsets, expected_purchase_counts
 

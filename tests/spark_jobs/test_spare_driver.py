@@ -210,7 +210,7 @@ def test_the_spare_rehearses_the_job_and_its_replayed_batch_on_a_copy_of_the_new
     purchases.produce(settings.kafka_bootstrap_servers, spec.source_topic, events)
     before = partition_offsets(settings.kafka, spec.source_topic)
 
-    outcome = rehearse(spark, spec, settings)
+    outcome = rehearse(spark, spec, settings, run)
 
     assert outcome == f"{REHEARSAL_RECORDS * spec.source_partitions} records in 2 batches, the last replayed: ok"
     assert partition_offsets(settings.kafka, spec.source_topic) == before

@@ -99,9 +99,9 @@ def _driver(settings, spec, ending: str) -> subprocess.Popen:
 
 @pytest.fixture
 def ready_spare(settings, spec, monkeypatch):
-    monkeypatch.setattr(spare_module, "warm_up", lambda spark, spec, settings: None)
+    monkeypatch.setattr(spare_module, "warm_up", lambda spark, spec, settings, run_job: None)
     settings.status_dir.mkdir(parents=True, exist_ok=True)
-    spare = SpareDriver(spec, settings)
+    spare = SpareDriver(spec, settings, run_job=lambda *args, **kwargs: pytest.fail("no rehearsal here"))
     spare.prepare(lambda: None)
     yield spare
     spare.own_lease.release()
@@ -167,7 +167,9 @@ def test_one_spare_per_job_version_and_a_stop(settings, spec, ready_spare):
     from spark_jobs.lease import JobAlreadyRunning
 
     with pytest.raises(JobAlreadyRunning):
-        SpareDriver(spec, settings).prepare(lambda: pytest.fail("a second spare must not start Spark"))
+        SpareDriver(spec, settings, run_job=lambda *a, **k: None).prepare(
+            lambda: pytest.fail("a second spare must not start Spark")
+        )
     ready_spare.stop()
     assert read_spare_status(settings.status_dir, spec.application_id).state is SpareState.NOT_RUNNING
     assert JobLease(settings.status_dir, f"{spec.application_id}.spare").holder() is None

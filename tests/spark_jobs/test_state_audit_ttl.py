@@ -22,7 +22,8 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import StoreSpec, SupervisionPolicy, get_job
 from spark_jobs.run import run
-from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic
+from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.changelog import ChangelogTopic
 from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
 from spark_jobs.state_audit.ttl import tolerance_ms
 from tests.fixtures.audit_jobs import NEVER_EVICTS, TTL_COUNTS

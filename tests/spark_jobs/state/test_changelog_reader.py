@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, ChangelogWriter
+from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.changelog_reader import read_changelog
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient
 from spark_jobs.changelog_tuning.measure import broker_log_dirs, read_log_files
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.state import changelog_spark
-from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker, ChangelogTopic, ChangelogWriter
+from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.changelog_reader import apply_changes, read_changelog, summarize_range
 from spark_jobs.state.changelog_spark import read_changelog_frame
 from tests.spark_jobs.state.test_cut_rules import Log, adversarial_log, writer_log

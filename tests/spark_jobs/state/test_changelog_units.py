@@ -2,15 +2,8 @@
 
 import pytest
 
-from spark_jobs.state.changelog import (
-    BATCH_HEADER,
-    MAX_VOID_RANGES,
-    BatchMarker,
-    ChangelogTopic,
-    ChangelogWriter,
-    carried_void,
-    changelog_topic_name,
-)
+from spark_jobs.state.batch_records import BATCH_HEADER, MAX_VOID_RANGES, BatchMarker, carried_void
+from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter, changelog_topic_name
 from spark_jobs.state.changelog_reader import _batch_of
 from spark_jobs.state.checkpoint_offsets import (
     CheckpointOffsetsError,

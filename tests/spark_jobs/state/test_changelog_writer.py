@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.state.changelog import ChangelogTopic, write_batches
+from spark_jobs.state.changelog import ChangelogTopic, fenced_writer, write_batches
 from spark_jobs.state.changelog_reader import last_complete_batch
-from spark_jobs.state.fencing import WriterFence, fenced_writer
+from spark_jobs.state.fencing import WriterFence
 
 pytestmark = pytest.mark.integration
 

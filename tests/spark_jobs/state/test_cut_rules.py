@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from spark_jobs.state.changelog import BATCH_HEADER, MARKER_KEY, BatchMarker
+from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog_reader import BatchAssembler, CompleteBatches, _batch_of, apply_changes
 from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord, plan_cut
 

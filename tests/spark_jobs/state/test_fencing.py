@@ -8,9 +8,10 @@ import pytest
 from confluent_kafka import Producer
 
 from runtime.kafka_connection import client_config
-from spark_jobs.state.changelog import BATCH_HEADER, BatchMarker, ChangelogTopic
+from spark_jobs.state.batch_records import BATCH_HEADER, BatchMarker
+from spark_jobs.state.changelog import ChangelogTopic, fenced_writer
 from spark_jobs.state.changelog_reader import last_complete_batch, read_changelog
-from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence, WriterFenced, fenced_writer, read_claims
+from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence, WriterFenced, read_claims
 from spark_jobs.state.restore import tail_records
 
 pytestmark = pytest.mark.integration
