@@ -1,7 +1,7 @@
 # The two commands of the README contract; both set up what is missing first (idempotently).
 #   make run   - the main job on the embedded stack (Kafka broker, Spark local[*], Delta, Airflow)
 #   make test  - lint, then the test suite (starts and stops its own broker, Spark and Airflow)
-.PHONY: run test lint setup lock down status bench production
+.PHONY: run test lint setup lock down status bench bench-summary production
 
 PY := .venv/bin/python
 
@@ -30,8 +30,16 @@ setup:
 	@bash scripts/bootstrap.sh
 
 # The benchmarks of BENCHMARKS.md against Kafka Streams and plain Spark: both workloads, all sizes (hours; see README).
+# Their results (bench/results/*.json) reach the summary at the top of BENCHMARKS.md only through `make bench-summary`
+# afterwards (a test fails until then).
 bench: setup
 	$(PY) bench/compare.py
+
+# The summary at the top of BENCHMARKS.md and docs/img/benchmarks.png, rewritten from the newest result per benchmark
+# and size in bench/results/*.json: run it after `make bench` or any bench/*.py that saves a result (seconds; no
+# benchmark runs). `$(PY) bench/summary.py --check` exits 1 if the summary is stale.
+bench-summary: setup
+	$(PY) bench/summary.py
 
 down:
 	$(PY) -m streamstate_cli down
