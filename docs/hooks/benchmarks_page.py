@@ -1,8 +1,8 @@
 """MkDocs hook: BENCHMARKS.md, where the benchmarks write their results, as the site's page ``benchmarks/results.md``.
 
 The file stays at the repository's root (``bench/compare.py`` and the other benchmarks rewrite their sections of
-it); the site shows it as it is, with the charts it links (``bench/results/*.png``), so the page is never a stale
-copy.
+it); ``docs/benchmarks/results.md`` points to it (for a reader of the repository) and the site shows it there as it
+is, with the charts it links (``bench/results/*.png``), so the page is never a stale copy.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ IMAGE = re.compile(r"!\[[^\]]*\]\((bench/results/[^)\s]+)\)")
 
 
 def on_files(files, config):
-    text = SOURCE.read_text()
-    files.append(File.generated(config, PAGE, content=text))
-    for image in sorted(set(IMAGE.findall(text))):  # linked from the page as bench/results/...: beside it
+    for image in sorted(set(IMAGE.findall(SOURCE.read_text()))):  # linked from the page as bench/results/...
         files.append(File.generated(config, f"benchmarks/{image}", abs_src_path=str(ROOT / image)))
     return files
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 - MkDocs' hook signature
+    return SOURCE.read_text() if page.file.src_uri == PAGE else markdown
