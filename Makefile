@@ -1,7 +1,7 @@
 # The two commands of the README contract; both set up what is missing first (idempotently).
 #   make run   - the main job on the embedded stack (Kafka broker, Spark local[*], Delta, Airflow)
 #   make test  - lint, then the test suite (starts and stops its own broker, Spark and Airflow)
-.PHONY: run test lint setup lock down status bench bench-summary production
+.PHONY: run test lint docs setup lock down status bench bench-summary production
 
 PY := .venv/bin/python
 
@@ -21,17 +21,24 @@ TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# The formatter and linter over the whole tree (pyproject.toml [tool.ruff]): a badly formatted change fails in seconds.
+# The formatter and linter over the whole tree (pyproject.toml [tool.ruff]): a badly formatted change fails in seconds;
+# then the documentation site built with --strict (mkdocs.yml): a broken link, a page missing from the navigation or
+# an API reference that no longer resolves fails too. The build goes to site/ (git-ignored).
 lint: setup
 	.venv/bin/ruff format --check .
 	.venv/bin/ruff check .
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
+
+# The documentation site, served with live reload at http://127.0.0.1:8000 (docs/, mkdocs.yml).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve
 
 setup:
 	@bash scripts/bootstrap.sh
 
-# The benchmarks of BENCHMARKS.md against Kafka Streams and plain Spark: both workloads, all sizes (hours; see README).
-# Their results (bench/results/*.json) reach the summary at the top of BENCHMARKS.md only through `make bench-summary`
-# afterwards (a test fails until then).
+# The benchmarks of BENCHMARKS.md against Kafka Streams and plain Spark: both workloads, all sizes (hours; see
+# docs/benchmarks/index.md). Their results (bench/results/*.json) reach the summary at the top of BENCHMARKS.md only
+# through `make bench-summary` afterwards (a test fails until then).
 bench: setup
 	$(PY) bench/compare.py
 

@@ -274,7 +274,7 @@ WORKLOADS = {
         answers.table_payments,
         windowed=False,
         check=_payments_check,
-        # the twin's only deterministic setting (spark_jobs/generators/payments.py, README "two streams")
+        # the twin's only deterministic setting (spark_jobs/generators/payments.py, docs/writing-jobs/stream-stream-join.md)
         kafka_streams_options=("-Dstreams.__emit.interval.ms.kstreams.outer.join.spurious.results.fix__=0",),
     ),
 }

@@ -4,7 +4,7 @@
 and the platform's own tables (``_streamstate``). Compaction rewrites small files (the per-batch MERGEs
 of outputs, the standby's snapshot MERGEs) without changing data or history; vacuum deletes files no
 version of the last 7 days (``TIME_TRAVEL_DAYS``, or the table's own longer declared retention)
-references, so the time travel the README promises always holds.
+references, so the time travel the documentation promises always holds.
 
 **Scheduled runs apply** (compaction and vacuum, always within that retention). A table whose writer
 runs (the job version's driver, or for a snapshot table its standby) is vacuumed but not compacted:

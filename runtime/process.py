@@ -150,7 +150,7 @@ class LocalService:
             if port_in_use(host, port):
                 raise ServiceError(
                     f"cannot start {self.name}: {what} port {host}:{port} is already in use by another "
-                    f"process{listener(port)}. Stop it, or choose another port (see README, 'Configuration')."
+                    f"process{listener(port)}. Stop it, or choose another port (see docs/configuration.md)."
                 )
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)

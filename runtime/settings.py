@@ -60,9 +60,11 @@ class CompactionPolicy:
     max_uncompacted_ms: int = 6 * HOUR_MS
     #: Kafka 4 rejects segment.bytes below 1 MiB
     min_segment_bytes: int = MIB
+    #: the largest segment.bytes a recommendation sets
     max_segment_bytes: int = 1024 * MIB
     #: rolling more often than this makes many small segment files
     min_segment_ms: int = 10 * 60 * 1000
+    #: the lowest min.cleanable.dirty.ratio a recommendation sets
     min_dirty_ratio: float = 0.1
     #: Kafka's default min.cleanable.dirty.ratio
     max_dirty_ratio: float = 0.5
@@ -106,9 +108,11 @@ class Settings:
     data_dir: Path = PROJECT_ROOT / ".local"
     #: Resolved JVM jars (set-up writes them here from the jvm/ manifests).
     jvm_dir: Path = PROJECT_ROOT / ".jvm"
-    #: Host the local services bind to and advertise. Loopback only by default.
+    #: Host the local services bind to and advertise (the Spark driver too). Loopback only by default.
     host: str = "127.0.0.1"
+    #: the local broker's port
     kafka_port: int = 9092
+    #: the local broker's KRaft controller port
     kafka_controller_port: int = 9093
     #: When set, clients use these servers instead of the local broker (e.g. a compose cluster).
     kafka_external_bootstrap: str | None = None
@@ -118,16 +122,20 @@ class Settings:
     kafka_security_protocol: str = "PLAINTEXT"
     #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols only)
     kafka_sasl_mechanism: str | None = None
+    #: the SASL user
     kafka_sasl_username: str | None = None
     #: a file holding the SASL password (a mounted secret): the password itself is never a setting
     kafka_sasl_password_file: Path | None = None
     #: PEM CA file that signed the brokers' certificates (TLS protocols); unset = system trust store
     kafka_ssl_ca_file: Path | None = None
+    #: Airflow's API server and UI
     airflow_port: int = 8080
     #: Airflow's other listeners (scheduler health check, worker and triggerer log servers): typed
     #: here so two stacks (yours and the tests') never fight over Airflow's fixed defaults.
     airflow_scheduler_health_port: int = 8974
+    #: Airflow's worker log server (see ``airflow_scheduler_health_port``)
     airflow_worker_log_port: int = 8793
+    #: Airflow's triggerer log server (see ``airflow_scheduler_health_port``)
     airflow_triggerer_log_port: int = 8794
     #: where Delta tables live (job outputs, state snapshots, the platform's own tables): unset =
     #: ``<data_dir>/lake`` on the local disk; ``s3a://bucket/prefix`` puts them in an S3-API object
@@ -138,6 +146,7 @@ class Settings:
     checkpoint_uri: str | None = None
     #: an S3-API server other than AWS (``http(s)://host:port``: MinIO, Ceph, S3Proxy...); unset = AWS
     s3_endpoint: str | None = None
+    #: the object store's region
     s3_region: str = "us-east-1"
     #: unset: the AWS SDK's default credentials (environment, instance profile...)
     s3_access_key_id: str | None = None
@@ -145,16 +154,23 @@ class Settings:
     s3_secret_access_key_file: Path | None = None
     #: ``local[*]`` on one machine, ``spark://host:7077`` on a standalone cluster.
     spark_master: str = "local[*]"
+    #: Spark's ``spark.sql.shuffle.partitions`` in every job's session; a stateful query keeps the number its
+    #: checkpoint was created with
     spark_shuffle_partitions: int = 2
     #: on a cluster, at most this many cores per Spark application (Spark's ``spark.cores.max``): a standalone
     #: master otherwise gives the first application every core, and the next (a spare driver, a second job) none;
     #: unset: Spark's default
     spark_cores_max: int | None = None
+    #: ``spark.driver.memory`` of every driver
     spark_driver_memory: str = "2g"
-    #: more JVM options for every driver (a garbage collector, GC logging...), after the platform's own
-    #: (its log4j configuration and class archive, which a plain ``spark.driver.extraJavaOptions`` would replace)
+    #: more JVM options for every driver (a garbage collector, GC logging..., e.g. ``-XX:+UseParallelGC``), after
+    #: the platform's own (its log4j configuration and class archive, which a plain ``spark.driver.extraJavaOptions``
+    #: would replace; ``-XX:-DontCompileHugeMethods``: the JIT compiles Spark's large generated methods, which
+    #: HotSpot would leave interpreted; ``-Dorg.apache.avro.fastread=false``: Spark's Avro state encoder makes a
+    #: reader per value read, and Avro's fast reader would resolve the state's schema for each, executors too)
     spark_driver_java_options: str | None = None
     #: more JVM options for the local Kafka broker (runtime/kafka_broker.py), after its own heap and collector
+    #: (``-Xmx768m -XX:+UseG1GC``); the tests give theirs ``-XX:TieredStopAtLevel=1``
     kafka_broker_java_options: str | None = None
     #: the JDK every JVM of the platform runs on (Spark drivers, spark-submit, the local broker...): unset =
     #: ``JAVA_HOME`` when set, else the newest JDK Spark supports in /usr/lib/jvm (runtime/jvm.py: java_home)
@@ -174,7 +190,8 @@ class Settings:
     #: the driver, which is faster for it (no Spark jobs to plan). 0: always in Spark
     restore_in_spark_min_records: int = 1_000_000
     #: Comma-separated modules with more jobs (each lists ``JobSpec``s in ``JOBS``), e.g. a team's
-    #: own job package; it must be importable wherever drivers and Airflow tasks run.
+    #: own job package; it must be importable wherever drivers and Airflow tasks run. Every spark-submit ships it
+    #: to the executors.
     job_modules: str | None = None
     #: Comma-separated jars added to every Spark application (a team's own JVM code for its jobs)
     extra_jars: str | None = None
@@ -192,6 +209,7 @@ class Settings:
     state_api_port: int = 8791
     #: when set, every state query needs ``Authorization: Bearer <token>`` (never logged or shown)
     state_api_token: str | None = dataclasses.field(default=None, repr=False)
+    #: the largest ``page_size`` a state query of a key range may ask for
     state_api_max_page_size: int = 1000
     #: a live answer that takes longer falls back to the standby
     state_api_timeout_s: float = 2.0

@@ -6,7 +6,7 @@ past its time-travel window.
   A table whose writer runs is not compacted unless asked: a compaction that commits while a MERGE or a
   snapshot overwrite is under way fails that writer's commit (Delta's conflict rules);
 * **vacuum** of files no version inside the retention references. The retention is never shorter than
-  :data:`TIME_TRAVEL_DAYS` (the time travel the README promises) nor than the table's own declared
+  :data:`TIME_TRAVEL_DAYS` (the time travel the documentation promises) nor than the table's own declared
   ``delta.deletedFileRetentionDuration`` / ``delta.logRetentionDuration``: a table configured shorter
   is vacuumed at the promise, and one whose retention cannot be read is not vacuumed at all.
 
@@ -23,8 +23,8 @@ from typing import Literal
 
 from runtime.object_store import Location
 
-#: old versions of every table stay readable by time travel this long (README: "stay readable by time
-#: travel for 7 days", "Delta table maintenance")
+#: old versions of every table stay readable by time travel this long (docs/writing-jobs/index.md: "stay readable by
+#: time travel for 7 days"; docs/tuning/table-maintenance.md)
 TIME_TRAVEL_DAYS = 7
 #: the same promise as a Delta interval body (``interval 7 days``): the retention snapshot tables declare
 TIME_TRAVEL_RETENTION = f"{TIME_TRAVEL_DAYS} days"

@@ -9,7 +9,7 @@
     streamstate demo              the main job: stack up, the job launched and supervised by Airflow,
                                   events flowing, summary (the job keeps running until `down`)
 
-Settings come from STREAMSTATE_* variables (see runtime/settings.py and README "Configuration").
+Settings come from STREAMSTATE_* variables (see runtime/settings.py and docs/configuration.md).
 """
 
 from __future__ import annotations

@@ -234,11 +234,27 @@ def age_delta_removals(path: Path, days: float) -> None:
         commit.write_text("\n".join(lines) + "\n")
 
 
+#: the repository's documentation: README.md and the site's pages (docs/, mkdocs.yml)
+DOCUMENTATION = (Path(__file__).parents[1] / "README.md", *sorted((Path(__file__).parents[1] / "docs").rglob("*.md")))
+
+
+def docs_page(page: str) -> str:
+    """The text of the documentation site's page ``page`` (a path under docs/, e.g. ``writing-jobs/top-n.md``)."""
+    return (Path(__file__).parents[1] / "docs" / page).read_text()
+
+
+def documentation_text() -> str:
+    """README.md and every page of the site, one text: what the documentation promises, wherever a page says it."""
+    return "\n".join(path.read_text() for path in DOCUMENTATION)
+
+
 def readme_declaration(start: str) -> str:
-    """The README's Python block from the line starting with ``start`` to its closing ``)`` line: what a test holds
-    to the job module's own source (the README shows a declaration whole, and it must stay the real one)."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    declaration = readme[readme.index(start) :]
+    """The documentation's Python block (README.md or a page of docs/) from the line starting with ``start`` to its
+    closing ``)`` line: what a test holds to the job module's own source (a page shows a declaration whole, and it
+    must stay the real one)."""
+    text = next((t for t in map(Path.read_text, DOCUMENTATION) if start in t), None)
+    assert text is not None, f"no page of the documentation shows {start!r}"
+    declaration = text[text.index(start) :]
     return declaration[: declaration.index("\n)\n") + 3]
 
 

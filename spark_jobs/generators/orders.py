@@ -314,7 +314,7 @@ def growing_customers(
     answer in each. And an order's customer is always at most the fraction ``(1 - margin)`` of the way through the
     customer topic that the order is through the orders topic: a micro-batch that cuts both topics at the same
     fraction of their offsets (Spark's ``maxOffsetsPerTrigger``) holds the profile no later than the order, so
-    few orders wait for the profiles' topic (README "The task model")."""
+    few orders wait for the profiles' topic (docs/writing-jobs/stream-table-join.md, "The task model")."""
     import numpy as np
 
     span = scaled_span_ms(orders)

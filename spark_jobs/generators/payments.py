@@ -500,7 +500,7 @@ def scaled(
     span's two ends); a bound payment then pays the order exactly at the bound from the time it got. So a
     micro-batch that cuts both topics at the same fraction of their offsets (Spark's ``maxOffsetsPerTrigger``)
     holds them within seconds of each other, well within the grace, and few records wait for the other topic
-    (the platform takes both topics in time order across micro-batches: README "The task model").
+    (the platform takes both topics in time order across micro-batches: docs/writing-jobs/stream-table-join.md).
 
     A record's time is its ``event_time`` and Kafka timestamp. No record is behind its topic's latest time: what
     every peer joins the same way (plain Spark's watermark drops nothing), the unmatched ones aside (see

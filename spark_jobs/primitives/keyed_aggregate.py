@@ -34,7 +34,7 @@ Semantics, as a Kafka Streams ``groupByKey().aggregate()`` with a delete:
   keeps N per task (``streamstate.primitives.LruAggregate``), record by record in offset order: an
   aggregated event makes its key the most recently used; a new key that makes the partition hold more than
   N evicts the least recently used one with a tombstone (in the changelog and in the outputs, which are
-  the store; Kafka Streams forwards no eviction downstream, README "Known differences"); a deleting event removes its key and touches no other. The stored
+  the store; Kafka Streams forwards no eviction downstream, docs/writing-jobs/lru-store.md); a deleting event removes its key and touches no other. The stored
   value carries the key's ``recency`` (a per-partition sequence number) and ``source_partition``, so a
   restore rebuilds the exact order. None of this depends on how the input is cut into micro-batches;
 - a store of kind ``in_memory`` keeps the same values by the same rules in Spark's in-memory state store

@@ -11,8 +11,8 @@ drivers, and alerts reach the jobs page's inbox (the stack's default ``streamsta
   alert arrives; stopped from its form; the state-size report before and after an audit run
   triggered from its form.
 
-The last story's screenshots of the jobs page and the received alerts are the README's: with
-``UPDATE_README_SCREENSHOTS=1`` they are written to ``docs/img/`` too.
+The last story's screenshots of the jobs page and the received alerts are the documentation's (README.md, and
+docs/operating/on-call.md in the site): with ``UPDATE_README_SCREENSHOTS=1`` they are written to ``docs/img/`` too.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from runtime.object_store import Location
-from runtime.settings import PROJECT_ROOT, Settings
+from runtime.settings import Settings
 from spark_jobs.layout import JobLayout, table_maintenance_file
 from spark_jobs.lease import JobLease
 from spark_jobs.maintenance import Freed, maintain, read_record, record_run, summarize, tables_to_maintain
@@ -29,7 +29,7 @@ from spark_jobs.table_maintenance import (
     retention_hours,
 )
 from spark_jobs.versions import JobVersions
-from tests.helpers import age_delta_removals
+from tests.helpers import age_delta_removals, documentation_text
 
 PROMISE_HOURS = TIME_TRAVEL_DAYS * 24
 
@@ -74,9 +74,8 @@ def test_retention_is_never_shorter_than_the_promise_nor_than_what_the_table_dec
 
 
 def test_the_readme_promise_and_the_snapshot_tables_retention_are_the_constant():
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    promised = set(re.findall(r"time travel[^.;]*?(\d+) days", readme.replace("\n", " ")))
-    assert promised == {str(TIME_TRAVEL_DAYS)}, f"README promises time travel for {promised} days"
+    promised = set(re.findall(r"time travel[^.;]*?(\d+) days", documentation_text().replace("\n", " ")))
+    assert promised == {str(TIME_TRAVEL_DAYS)}, f"the documentation promises time travel for {promised} days"
     configuration = snapshot_table_configuration()
     assert configuration["delta.deletedFileRetentionDuration"] == f"interval {TIME_TRAVEL_RETENTION}"
     assert interval_hours(configuration["delta.logRetentionDuration"]) == PROMISE_HOURS

@@ -1,7 +1,7 @@
-"""README.md's job example ("Writing a job: a declaration") is a job a user can run: the code block is
-written to a module of its own outside this repository, registered through ``STREAMSTATE_JOB_MODULES``,
-and run on the broker twice (the second run resumes from its checkpoint). Its outputs and dead letters
-are what the README's rules say."""
+"""The documentation's job example (docs/writing-jobs/keyed-aggregate.md; README.md shows the same job, which
+tests/test_docs_site.py holds to it) is a job a user can run: the code block is written to a module of its own
+outside this repository, registered through ``STREAMSTATE_JOB_MODULES``, and run on the broker twice (the second
+run resumes from its checkpoint). Its outputs and dead letters are what the example's rules say."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def _at(minutes: int) -> str:
 
 
 def _readme_job() -> str:
-    text = (PROJECT_ROOT / "README.md").read_text()
+    text = (PROJECT_ROOT / "docs" / "writing-jobs" / "keyed-aggregate.md").read_text()
     found = re.search(r"<!-- readme-job -->\n```python\n(.*?)```", text, re.DOTALL)
-    assert found, "README.md lost its job example"
+    assert found, "docs/writing-jobs/keyed-aggregate.md lost its job example"
     return found.group(1)
 
 

@@ -145,12 +145,12 @@ def test_the_readme_shows_the_declaration_of_the_job():
     from pathlib import Path
 
     import spark_jobs.jobs.order_enrichment as job
-    from tests.helpers import readme_declaration
+    from tests.helpers import docs_page, readme_declaration
 
     assert readme_declaration("ORDER_ENRICHMENT = StreamTableJoin(") in Path(job.__file__).read_text()
-    readme, spec = (Path(__file__).parents[2] / "README.md").read_text(), get_job("order_enrichment")
-    assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in readme
-    assert 'kind="versioned", retention_ms=24 * 3600 * 1000' in readme and spec.stores[0].retention_ms == RETENTION_MS
+    page, spec = docs_page("writing-jobs/stream-table-join.md"), get_job("order_enrichment")
+    assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in page
+    assert 'kind="versioned", retention_ms=24 * 3600 * 1000' in page and spec.stores[0].retention_ms == RETENTION_MS
 
 
 def _placed_orders(settings, topic: str, place) -> list[list[tuple[tuple[int, int], orders.Record]]]:

@@ -160,7 +160,7 @@ def test_the_readme_shows_the_whole_declaration_of_the_job():
     from pathlib import Path
 
     import spark_jobs.jobs.customer_accounts as job
-    from tests.helpers import readme_declaration
+    from tests.helpers import docs_page, readme_declaration
 
     source = Path(job.__file__).read_text()
     for start in (
@@ -169,8 +169,8 @@ def test_the_readme_shows_the_whole_declaration_of_the_job():
         "CUSTOMER_ACCOUNTS = TableJoin(",
     ):
         assert readme_declaration(start) in source, start
-    readme, spec = (Path(__file__).parents[2] / "README.md").read_text(), get_job("customer_accounts")
-    assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in readme
+    page, spec = docs_page("writing-jobs/table-join.md"), get_job("customer_accounts")
+    assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in page
 
 
 def test_kafka_streams_joins_the_same_tables_to_the_same_rows(kafka_broker, settings, tmp_path, unique):

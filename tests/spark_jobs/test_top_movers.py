@@ -138,16 +138,17 @@ def test_the_readme_shows_the_whole_declaration_of_the_job():
     from pathlib import Path
 
     import spark_jobs.jobs.top_movers as job
+    from tests.helpers import docs_page
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    page = docs_page("writing-jobs/top-n.md")
     source = Path(job.__file__).read_text()
     for start in ("DAILY_CHANGE_SCHEMA = T.StructType(", "TOP_MOVERS = TopN("):
-        declaration = readme[readme.index(start) :]
+        declaration = page[page.index(start) :]
         declaration = declaration[: declaration.index("\n)\n") + 3]
         assert declaration in source, start
     spec, one = get_job("top_movers"), get_job("stock_price_changes")
     assert spec.source_topic == output_topic_name(one.output_topic, one.version)
-    assert f'source_topic="{spec.source_topic}"' in readme and one.output_partitions == 1
+    assert f'source_topic="{spec.source_topic}"' in page and one.output_partitions == 1
 
 
 @pytest.mark.faults

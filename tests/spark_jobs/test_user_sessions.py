@@ -106,9 +106,10 @@ def test_the_readme_shows_the_whole_declaration_of_the_job():
     from pathlib import Path
 
     import spark_jobs.jobs.user_sessions as job
+    from tests.helpers import docs_page
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    declaration = readme[readme.index("VISITS = SessionAggregate(") :]
+    page = docs_page("writing-jobs/session-aggregate.md")
+    declaration = page[page.index("VISITS = SessionAggregate(") :]
     declaration = declaration[: declaration.index("\n)\n") + 3]
     assert declaration in Path(job.__file__).read_text() and "retention_ms=2 * 3600 * 1000" in declaration
     assert (STORE.gap_ms, STORE.grace_ms, STORE.retention_ms) == (30 * MINUTE, 5 * MINUTE, 2 * 3600 * 1000)

@@ -40,7 +40,7 @@ import streamstate.jobs.DeadLetters;
  *   <li>a put of a key the store did not hold that makes the store exceed {@code maxEntries} <b>evicts the
  *       least recently used key</b>: a tombstone, in the changelog (what Kafka Streams' change-logging layer
  *       writes from an LRU's eviction listener; behind an aggregate's timestamped store it installs none, see
- *       README "Known differences") and in the outputs, which are the store projected to a table (Kafka
+ *       docs/writing-jobs/lru-store.md, "Known differences") and in the outputs, which are the store projected to a table (Kafka
  *       Streams forwards nothing downstream for an eviction);
  *   <li>a deleting event ({@link Rows#DELETE_COLUMN}) removes the key, a tombstone even when the store did
  *       not hold it (as {@link KeyedAggregate} does); it makes no other key more or less recent;
