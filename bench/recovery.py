@@ -48,7 +48,7 @@ from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import JobDags, spare_name
 from spark_jobs.lease import JobLease
 from spark_jobs.lifecycle import BatchProgress, SpareState, SpareStatus, observe_driver, read_spare_status, read_status
-from streamstate_cli.cli import stop_job_processes
+from streamstate_cli.job_processes import stop_job_processes
 
 console = Console()
 EVENTS_PER_S = 200

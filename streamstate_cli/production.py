@@ -30,6 +30,7 @@ from runtime.s3_server import LocalS3Server
 from runtime.settings import Settings
 from runtime.spark_standalone import LocalSparkStandalone
 from streamstate_cli.demo import console, run_supervised_demo
+from streamstate_cli.job_processes import stop_job_processes
 
 #: the object store's bucket of the job's tables (``tables/``) and checkpoints (``checkpoints/``)
 LAKE_BUCKET = "lake"
@@ -119,8 +120,6 @@ class ProductionStack:
 
     def stop(self) -> list[str]:
         """Stop every process, the job's drivers first; the names of what was stopped."""
-        from streamstate_cli.cli import stop_job_processes
-
         stopped = stop_job_processes(self.settings)
         for name, stop in (
             ("airflow", self.airflow.stop),

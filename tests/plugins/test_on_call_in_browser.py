@@ -39,7 +39,7 @@ from spark_jobs.lifecycle import observe_driver
 from spark_jobs.registry import get_job
 from spark_jobs.run import run
 from spark_jobs.versions import JobVersions
-from streamstate_cli.cli import stop_job_processes
+from streamstate_cli.job_processes import stop_job_processes
 from tests.fixtures import ui_jobs
 from tests.helpers import (
     driver_diagnosis,
