@@ -257,8 +257,9 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     def running() -> bool:
         return observe_driver(settings.status_dir, spec.application_id).state == "RUNNING"
 
+    scheduler_down = SchedulerWatch(LocalAirflow(settings).health, settings.logs_dir)
     with console.status(f"waiting for Airflow to launch {spec.application_id} (spark-submit, a JVM start)…"):
-        _wait(running, 600, f"{spec.application_id} to run (see {settings.logs_dir / 'jobs'})")
+        _wait(running, 600, f"{spec.application_id} to run (see {settings.logs_dir / 'jobs'})", scheduler_down)
     launched_by = _job_row(settings, spec.name).supervision.launched_by
     console.print(f"[green]✓[/green] {spec.application_id} RUNNING, launched by {launched_by}")
 
@@ -347,9 +348,38 @@ def _job_row(settings: Settings, job: str):
     return next(row for row in rows if row.job == job)
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
+def _wait(predicate, timeout_s: float, what: str, gave_up=None, poll_s: float = 1.0) -> None:
+    """Wait until ``predicate()``; TimeoutError after ``timeout_s``, or at once with what ``gave_up()`` says when it
+    says something (a wait that can no longer end well)."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
+        if gave_up is not None and (why := gave_up()):
+            raise RuntimeError(f"stopped waiting for {what}: {why}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
-        time.sleep(1)
+        time.sleep(poll_s)
+
+
+class SchedulerWatch:
+    """Says why a wait on Airflow can no longer end when its scheduler has not been healthy for ``grace_s`` (its
+    health endpoint: a heartbeat older than Airflow's threshold, or no answer): ``airflow standalone`` does not start
+    a scheduler that died again, and nothing a run waits for happens without one. The grace covers a heartbeat
+    late on a busy machine."""
+
+    def __init__(self, health, logs_dir: Path, grace_s: float = 120.0, clock=time.monotonic) -> None:
+        self.health, self.logs_dir, self.grace_s, self.clock = health, logs_dir, grace_s, clock
+        self.unhealthy_since: float | None = None
+
+    def __call__(self) -> str | None:
+        status = ((self.health() or {}).get("scheduler") or {}).get("status")
+        if status == "healthy":
+            self.unhealthy_since = None
+            return None
+        now = self.clock()
+        self.unhealthy_since = self.unhealthy_since if self.unhealthy_since is not None else now
+        if now - self.unhealthy_since < self.grace_s:
+            return None
+        return (
+            f"Airflow's scheduler has not been healthy for {now - self.unhealthy_since:.0f} s (status: {status}); "
+            f"see its log in {self.logs_dir}, then `make down` and start the stack again"
+        )
