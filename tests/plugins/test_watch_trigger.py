@@ -5,29 +5,35 @@ the operator's state rides in the event."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
 import threading
 import time
 
+from streamstate.triggers.events import WaitOutcome
 from streamstate.triggers.streaming_job import (
     LeaseTakenTrigger,
     StreamingJobExitedTrigger,
     StreamingJobStoppedTrigger,
 )
 
-from spark_jobs.lease import JobLease
+from spark_jobs.lease import JobLease, LeaseHolder
 
 APP = "watched-v1"
 
 
-def _first_event(trigger) -> dict:
+def _first_event(trigger) -> WaitOutcome:
+    """The trigger's first event, read back as a resumed operator reads it."""
+
     async def first():
         async for event in trigger.run():
             return event.payload
 
-    return asyncio.run(first())
+    payload = asyncio.run(first())
+    assert json.loads(json.dumps(payload)) == payload  # what Airflow stores: JSON
+    return WaitOutcome.of(payload)
 
 
 def test_exits_are_seen_within_a_poll_and_the_carry_comes_back(tmp_path):
@@ -42,7 +48,7 @@ def test_exits_are_seen_within_a_poll_and_the_carry_comes_back(tmp_path):
     released_at = time.monotonic()
     threading.Timer(0.5, lease.release).start()
     event = _first_event(trigger)
-    assert (event["state"], event["epoch"], event["carry"]) == ("exited", epoch, carry)
+    assert (event.state, event.epoch, event.carry) == ("exited", epoch, carry)
     assert time.monotonic() - released_at < 5
 
     newer = JobLease(tmp_path, APP)
@@ -50,10 +56,10 @@ def test_exits_are_seen_within_a_poll_and_the_carry_comes_back(tmp_path):
     follows = StreamingJobExitedTrigger(APP, str(tmp_path), epoch, timeout_s=30, poll_s=0.1, carry=carry)
     assert follows.check() is None and follows.epoch == epoch + 1  # it watches the new driver
     threading.Timer(0.3, newer.release).start()
-    assert _first_event(follows)["epoch"] == epoch + 1  # and sees it exit
+    assert _first_event(follows).epoch == epoch + 1  # and sees it exit
     newer.acquire()
     quiet = StreamingJobExitedTrigger(APP, str(tmp_path), epoch + 2, timeout_s=0.3, poll_s=0.1, carry=carry)
-    assert _first_event(quiet) == {"state": "timeout", "timeout_s": 0.3, "carry": carry}
+    assert _first_event(quiet) == WaitOutcome("timeout", timeout_s=0.3, carry=carry)
     newer.release()
 
 
@@ -75,14 +81,14 @@ def test_a_started_process_is_seen_once_it_takes_the_lease_and_a_dead_launch_fai
         lease = JobLease(tmp_path, APP)
         threading.Timer(0.3, lease.acquire).start()
         event = _first_event(trigger)
-        assert (event["state"], event["epoch"], event["carry"]) == ("running", previous + 1, carry)
+        assert (event.state, event.epoch, event.carry) == ("running", previous + 1, carry)
         lease.release()
     finally:
         launcher.kill()
         launcher.wait()
     exit_file.write_text("2")
     dead = LeaseTakenTrigger(APP, str(tmp_path), launcher.pid, str(exit_file), previous + 1, 30, 0.1)
-    assert dead.check() == {"state": "failed", "exit_code": 2}
+    assert dead.check() == WaitOutcome("failed", exit_code=2)
 
 
 def test_a_launch_its_task_never_waited_for_is_recorded_by_the_next_watch(tmp_path):
@@ -146,7 +152,7 @@ def test_an_operator_waits_in_its_worker_first_and_defers_only_for_the_rest(tmp_
     threading.Timer(0.3, lease.release).start()
     trigger = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=30, poll_s=0.1)
     result = deferral.defer_unless_settled(operator, {}, trigger, "stopped", within_s=5.0)
-    assert result == {"resumed_with": {"state": "stopped", "final_state": None}}  # no deferral
+    assert result == {"resumed_with": {"state": "stopped"}}  # no deferral: the payload a resumed task gets
 
     lease.acquire()
     short = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=0.3, poll_s=0.1)
@@ -172,15 +178,15 @@ def test_a_deferred_trigger_fires_no_sooner_than_its_fires_after(tmp_path):
     timeout."""
     fires_after = time.time() + 1.0
     gone = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=30, poll_s=0.1, fires_after=fires_after)
-    assert gone.check() == {"state": "stopped", "final_state": None}  # it could fire now
-    assert _first_event(gone) == {"state": "stopped", "final_state": None}
+    assert gone.check() == WaitOutcome("stopped")  # it could fire now
+    assert _first_event(gone) == WaitOutcome("stopped")
     assert time.time() >= fires_after
 
     lease = JobLease(tmp_path, APP)
     lease.acquire()
     started = time.monotonic()
     held = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=1.0, poll_s=0.1, fires_after=time.time() + 1.0)
-    assert _first_event(held) == {"state": "timeout", "timeout_s": 1.0}
+    assert _first_event(held) == WaitOutcome("timeout", timeout_s=1.0)
     assert time.monotonic() - started < 1.8  # not 1 s of waiting, then the 1 s timeout
     lease.release()
 
@@ -194,8 +200,22 @@ def test_a_stopped_driver_is_stopped_once_its_process_has_exited(tmp_path):
     )
     elsewhere = StreamingJobStoppedTrigger(APP, str(tmp_path), timeout_s=30, poll_s=0.1, pid=exiting.pid, host="b")
     assert here.check() is None, "the lease is free but the process lives"
-    assert elsewhere.check() == {"state": "stopped", "final_state": None}  # another host's pid means nothing here
-    assert _first_event(here) == {"state": "stopped", "final_state": None}  # exited: a zombie until reaped
+    assert elsewhere.check() == WaitOutcome("stopped")  # another host's pid means nothing here
+    assert _first_event(here) == WaitOutcome("stopped")  # exited: a zombie until reaped
     assert exiting.wait(timeout=1) == 0
     revived = StreamingJobStoppedTrigger(**here.serialize()[1])
     assert (revived.pid, revived.host) == (exiting.pid, socket.gethostname())
+
+
+def test_an_outcome_survives_the_trip_through_airflow_and_reads_older_events():
+    """A trigger's outcome is stored as JSON by the triggerer and read back by the resumed task: every field comes
+    back typed (the holder a LeaseHolder again), and an event a trigger of the previous release stored (the same keys,
+    ``final_state`` None spelled out, a key this release does not know) reads the same."""
+    holder = LeaseHolder(APP, epoch=3, pid=42, host="a", acquired_at="2026-12-07T00:00:00+00:00")
+    outcome = WaitOutcome("already_running", holder=holder, launch_at=1.5, version=2, carry={"launch_at": 1.5})
+    payload = json.loads(json.dumps(outcome.payload()))
+    assert WaitOutcome.of(payload) == outcome and WaitOutcome.of(payload).holder.epoch == 3
+    caught_up = WaitOutcome("caught_up", committed={"purchases": {"0": 7, "1": 9}})
+    assert WaitOutcome.of(json.loads(json.dumps(caught_up.payload()))) == caught_up
+    older = {"state": "stopped", "final_state": None, "error": None, "from_a_newer_trigger": True}
+    assert WaitOutcome.of(older) == WaitOutcome("stopped")

@@ -19,6 +19,7 @@ from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tai
 from streamstate.operators.deferral import defer_unless_settled
 from streamstate.operators.streaming_job import job_spec, run_label
 from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_record, read_record
+from streamstate.triggers.events import WaitOutcome
 from streamstate.triggers.streaming_job import LeaseTakenTrigger
 
 from spark_jobs.layout import JobDags
@@ -119,13 +120,14 @@ class SuperviseCompanionOperator(BaseOperator):
         """Resumed after a start: record how it went, then the alerts."""
         spec = job_spec(self.job)
         hook = self.hook(spec)
+        outcome = WaitOutcome.of(event)
         with locked_record(hook.status_dir, hook.application_id) as record:
-            launch = next((item for item in record.launches if item.at == event["carry"]["launch_at"]), None)
+            launch = next((item for item in record.launches if item.at == outcome.carry["launch_at"]), None)
             if launch is not None and launch.outcome is None:
-                if event["state"] == "running":
-                    launch.outcome, launch.epoch = "running", event["epoch"]
+                if outcome.state == "running":
+                    launch.outcome, launch.epoch = "running", outcome.epoch
                 else:
-                    if event["state"] == "timeout":
+                    if outcome.state == "timeout":
                         hook.stop_launch(launch.launcher_pid)
                     launch.outcome = "failed"
                     launch.error = f"exit {exit_code(launch.exit_file)}: {log_tail(launch.log, 5)}"

@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from streamstate.triggers.events import WaitOutcome
+
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from streamstate.triggers.streaming_job import WaitingTrigger
@@ -42,7 +44,7 @@ def defer_unless_settled(
     from now (raises ``TaskDeferred``, as ``BaseOperator.defer`` does)."""
     event = trigger.settled_within(within_s)
     if event is not None:
-        operator.log.info("settled without deferring: %s", event.get("state"))
+        operator.log.info("settled without deferring: %s", WaitOutcome.of(event).state)
         return getattr(operator, method_name)(context, event)
     trigger.fires_after = time.time() + DEFERRED_AT_LEAST_S
     operator.defer(trigger=trigger, method_name=method_name)

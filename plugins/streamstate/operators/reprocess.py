@@ -15,6 +15,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 from streamstate.operators.deferral import defer_unless_settled
 from streamstate.operators.streaming_job import StreamingJobFailed, apply_submit, run_label, who_triggered
+from streamstate.triggers.events import WaitOutcome
 from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
@@ -135,9 +136,10 @@ class WaitForCatchUpOperator(BaseOperator):
         return defer_unless_settled(self, context, trigger, "execute_complete")
 
     def execute_complete(self, context, event: dict):
-        if event["state"] != "caught_up":
+        outcome = WaitOutcome.of(event)
+        if outcome.state != "caught_up":
             raise StreamingJobFailed(f"not caught up: {event}")
-        self.log.info("caught up: committed %s", event["committed"])
+        self.log.info("caught up: committed %s", outcome.committed)
         return event
 
 

@@ -18,6 +18,7 @@ from streamstate.alert_ledger import AlertLedger
 from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail, process_alive
 from streamstate.operators.deferral import defer_unless_settled
 from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
+from streamstate.triggers.events import WaitOutcome
 from streamstate.triggers.streaming_job import (
     StreamingJobExitedTrigger,
     StreamingJobStartedTrigger,
@@ -96,16 +97,15 @@ def started_trigger(jobs: StreamingJobHook, launch: Launch, carry: dict | None =
     )
 
 
-def record_outcome(jobs: StreamingJobHook, launch: Launch, event: dict) -> None:
-    """``launch``'s outcome from its :func:`started_trigger`'s event (the caller holds the record's lock)."""
-    state = event["state"]
-    launch.outcome = {"running": "running", "already_running": "already_running"}.get(state, "failed")
-    launch.epoch = event.get("epoch")
-    if state == "timeout":
+def record_outcome(jobs: StreamingJobHook, launch: Launch, outcome: WaitOutcome) -> None:
+    """``launch``'s outcome from its :func:`started_trigger`'s (the caller holds the record's lock)."""
+    launch.outcome = {"running": "running", "already_running": "already_running"}.get(outcome.state, "failed")
+    launch.epoch = outcome.epoch
+    if outcome.state == "timeout":
         jobs.stop_launch(launch.launcher_pid)
         launch.error = f"not RUNNING after {jobs.spec.supervision.start_timeout_s:.0f}s (killed)"
-    elif state == "failed":
-        launch.error = event.get("error")
+    elif outcome.state == "failed":
+        launch.error = outcome.error
 
 
 def settle_unrecorded_launch(jobs: StreamingJobHook) -> Launch | None:
@@ -118,10 +118,10 @@ def settle_unrecorded_launch(jobs: StreamingJobHook) -> Launch | None:
         launch = record.last_launch
         if launch is None or launch.outcome is not None or launch.launcher_pid is None:
             return None
-        event = started_trigger(jobs, launch).check()
-        if event is None:
+        outcome = started_trigger(jobs, launch).check()
+        if outcome is None:
             return None
-        record_outcome(jobs, launch, event)
+        record_outcome(jobs, launch, outcome)
         return launch
 
 
@@ -216,20 +216,19 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         return jobs.launch(command, {**os.environ, **submit.env}, label)
 
     def execute_complete(self, context, event: dict):
-        spec = job_spec(self.job, event.get("version"))  # (events of triggers from before versions: current)
-        launch_at = event["launch_at"]
+        outcome = WaitOutcome.of(event)
+        spec = job_spec(self.job, outcome.version)  # (events of triggers from before versions: current)
         jobs = StreamingJobHook(spec)
         with locked_record(jobs.status_dir, spec.application_id) as record:
-            launch = next((item for item in record.launches if item.at == launch_at), None)
-            state = event["state"]
+            launch = next((item for item in record.launches if item.at == outcome.launch_at), None)
             if launch is not None and launch.outcome is None:
-                record_outcome(jobs, launch, event)
-        if state in ("running", "already_running"):
+                record_outcome(jobs, launch, outcome)
+        if outcome.state in ("running", "already_running"):
             self.log.info("%s: %s", spec.application_id, event)
             return event
         log = launch.log if launch else None
         raise StreamingJobFailed(
-            f"{spec.application_id} did not start: {launch.error if launch else state}\n"
+            f"{spec.application_id} did not start: {launch.error if launch else outcome.state}\n"
             f"--- {log} (tail) ---\n{log_tail(log)}"
         )
 
@@ -299,13 +298,12 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
         return defer_unless_settled(self, context, trigger, "driver_exited")
 
     def driver_exited(self, context, event: dict):
-        deadline, restarts = event["carry"]["deadline"], event["carry"]["restarts"]
-        if event["state"] == "timeout":
+        outcome = WaitOutcome.of(event)
+        deadline, restarts = outcome.carry["deadline"], outcome.carry["restarts"]
+        if outcome.state == "timeout":
             return {"state": "watched", "restarts": restarts}
-        error = f": {event['error']}" if event.get("error") else ""
-        self.log.warning(
-            "driver of lease epoch %s exited (last state %s%s)", event["epoch"], event.get("final_state"), error
-        )
+        error = f": {outcome.error}" if outcome.error else ""
+        self.log.warning("driver of lease epoch %s exited (last state %s%s)", outcome.epoch, outcome.final_state, error)
         return self._restart(context, job_spec(self.job), deadline, restarts)
 
     def _restart(self, context, spec: JobSpec, deadline: float, restarts: int):
@@ -326,7 +324,8 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
 
     def driver_restarted(self, context, event: dict):
         self.execute_complete(context, event)  # records the launch's outcome; raises if it did not start
-        return self._watch(context, event["carry"]["deadline"], event["carry"]["restarts"])
+        carry = WaitOutcome.of(event).carry
+        return self._watch(context, carry["deadline"], carry["restarts"])
 
 
 class DrainStreamingJobOperator(SparkSubmitOperator):
@@ -419,11 +418,12 @@ class StopStreamingJobOperator(BaseOperator):
         self.log.info("stopped %s (pid %s)", companion.application_id, holder.pid)
 
     def execute_complete(self, context, event: dict):
-        if event["state"] != "stopped":
+        outcome = WaitOutcome.of(event)
+        if outcome.state != "stopped":
             raise StreamingJobFailed(
                 f"{self.job} still runs after {float(self.timeout_s):.0f}s; run again with force=true"
             )
-        self.log.info("%s stopped (final state %s)", self.job, event.get("final_state"))
+        self.log.info("%s stopped (final state %s)", self.job, outcome.final_state)
         return event
 
 

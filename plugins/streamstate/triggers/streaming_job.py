@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
 import inspect
 import socket
 import time
 from collections.abc import AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from streamstate.triggers.events import WaitOutcome
 
 from runtime.process import process_alive
-from spark_jobs.documents import to_json
 from spark_jobs.lease import ALREADY_RUNNING, JobLease
 from spark_jobs.lifecycle import JobState, published_by_holder, read_status
 
@@ -42,18 +43,18 @@ class WaitingTrigger(BaseTrigger):
         return f"{type(self).__module__}.{type(self).__qualname__}", {n: getattr(self, n) for n in names}
 
     @abc.abstractmethod
-    def check(self) -> dict | None:
-        """What the trigger waits for, looked at once: the event (before :meth:`event`), or None (not yet)."""
+    def check(self) -> WaitOutcome | None:
+        """What the trigger waits for, looked at once: the outcome (before :meth:`event`), or None (not yet)."""
 
-    def event(self, checked: dict) -> dict:
-        """The event fired for what :meth:`check` (or the timeout) returned: the operator's echoes added."""
+    def event(self, checked: WaitOutcome) -> WaitOutcome:
+        """The outcome fired for what :meth:`check` (or the timeout) returned: the operator's echoes added."""
         return checked
 
-    def _look(self, waited_s: float) -> dict | None:
-        """:meth:`check`, or the timeout's event once ``waited_s`` reached ``timeout_s``; None: wait on."""
+    def _look(self, waited_s: float) -> WaitOutcome | None:
+        """:meth:`check`, or the timeout's outcome once ``waited_s`` reached ``timeout_s``; None: wait on."""
         checked = self.check()
         if checked is None and waited_s >= self.timeout_s:
-            checked = {"state": "timeout", "timeout_s": self.timeout_s}
+            checked = WaitOutcome("timeout", timeout_s=self.timeout_s)
         return checked
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -61,27 +62,28 @@ class WaitingTrigger(BaseTrigger):
         await asyncio.sleep(max(0.0, self.fires_after - time.time()))  # (counts towards the timeout)
         while (checked := await asyncio.to_thread(self._look, time.monotonic() - started)) is None:
             await asyncio.sleep(self.poll_s)
-        yield TriggerEvent(self.event(checked))
+        yield TriggerEvent(self.event(checked).payload())
 
     def settled_within(self, seconds: float) -> dict | None:
-        """The event this trigger would fire, when it would fire within ``seconds`` (what it waits for happened, or
-        its timeout passed), polled here in the caller's thread; else None, and ``timeout_s`` is then what is left
-        of the wait, for the deferral. See :func:`streamstate.operators.deferral.defer_unless_settled`."""
+        """The event (its payload, as a resumed operator gets it) this trigger would fire, when it would fire within
+        ``seconds`` (what it waits for happened, or its timeout passed), polled here in the caller's thread; else
+        None, and ``timeout_s`` is then what is left of the wait, for the deferral. See
+        :func:`streamstate.operators.deferral.defer_unless_settled`."""
         started = time.monotonic()
         while (checked := self._look(waited := time.monotonic() - started)) is None:
             if waited >= seconds:
                 self.timeout_s -= waited
                 return None
             time.sleep(self.poll_s)
-        return self.event(checked)
+        return self.event(checked).payload()
 
 
 class StreamingJobStartedTrigger(WaitingTrigger):
     """Fires when the driver of a launch runs (or restores), failed, found another driver running, or
     timed out.
 
-    Event ``state``: ``running`` (with ``epoch``, ``pid``), ``already_running``, ``failed`` (with
-    ``exit_code`` and ``error``) or ``timeout``.
+    Outcome ``state``: ``running`` (with ``epoch``, ``pid``, ``lifecycle_state``), ``already_running`` (with
+    ``holder``), ``failed`` (with ``exit_code`` and ``error``) or ``timeout``.
     """
 
     def __init__(
@@ -113,7 +115,7 @@ class StreamingJobStartedTrigger(WaitingTrigger):
         self.timeout_s = timeout_s
         self.poll_s = poll_s
 
-    def check(self) -> dict | None:
+    def check(self) -> WaitOutcome | None:
         from streamstate.hooks.streaming_job import exit_code, process_alive
 
         holder = JobLease(self.status_dir, self.application_id).holder()
@@ -123,25 +125,20 @@ class StreamingJobStartedTrigger(WaitingTrigger):
             if status.state in (JobState.RUNNING, JobState.RESTORING):
                 # Restoring counts as started: a long restore is watched by the restore budget alert,
                 # and killing it at the start timeout would only restart the restore.
-                return {
-                    "state": "running",
-                    "epoch": holder.epoch,
-                    "pid": holder.pid,
-                    "lifecycle_state": status.state.value,
-                }
+                return WaitOutcome("running", epoch=holder.epoch, pid=holder.pid, lifecycle_state=status.state.value)
             if status.state is JobState.ERROR:
-                return {"state": "failed", "exit_code": None, "error": status.error}
+                return WaitOutcome("failed", error=status.error)
         code = exit_code(self.exit_file)
         if code is not None or not process_alive(self.launcher_pid):
             if code == ALREADY_RUNNING:
-                return {"state": "already_running", "holder": to_json(holder) if holder else None}
+                return WaitOutcome("already_running", holder=holder)
             failed_epoch = (status.lease_epoch if status else None) or 0
             error = status.error if status and failed_epoch > self.previous_epoch else None
-            return {"state": "failed", "exit_code": code, "error": error or f"driver exited with code {code}"}
+            return WaitOutcome("failed", exit_code=code, error=error or f"driver exited with code {code}")
         return None
 
-    def event(self, checked: dict) -> dict:
-        return {**checked, "launch_at": self.launch_at, "version": self.version, "carry": self.carry}
+    def event(self, checked: WaitOutcome) -> WaitOutcome:
+        return dataclasses.replace(checked, launch_at=self.launch_at, version=self.version, carry=self.carry)
 
 
 class LeaseTakenTrigger(WaitingTrigger):
@@ -170,19 +167,19 @@ class LeaseTakenTrigger(WaitingTrigger):
         #: echoed in the event (see StreamingJobStartedTrigger.carry)
         self.carry = carry
 
-    def check(self) -> dict | None:
+    def check(self) -> WaitOutcome | None:
         from streamstate.hooks.streaming_job import exit_code, process_alive
 
         holder = JobLease(self.status_dir, self.application_id).holder()
         if holder is not None and holder.epoch > self.previous_epoch:
-            return {"state": "running", "epoch": holder.epoch, "pid": holder.pid}
+            return WaitOutcome("running", epoch=holder.epoch, pid=holder.pid)
         code = exit_code(self.exit_file)
         if code is not None or not process_alive(self.launcher_pid):
-            return {"state": "failed", "exit_code": code}
+            return WaitOutcome("failed", exit_code=code)
         return None
 
-    def event(self, checked: dict) -> dict:
-        return {**checked, "carry": self.carry}
+    def event(self, checked: WaitOutcome) -> WaitOutcome:
+        return dataclasses.replace(checked, carry=self.carry)
 
 
 class StreamingJobStoppedTrigger(WaitingTrigger):
@@ -206,13 +203,13 @@ class StreamingJobStoppedTrigger(WaitingTrigger):
         self.poll_s = poll_s
         self.pid, self.host = pid, host
 
-    def check(self) -> dict | None:
+    def check(self) -> WaitOutcome | None:
         if JobLease(self.status_dir, self.application_id).holder() is not None:
             return None
         if self.pid is not None and self.host == socket.gethostname() and process_alive(self.pid):
             return None  # the lease let go, the interpreter still exiting
         status = read_status(self.status_dir, self.application_id)
-        return {"state": "stopped", "final_state": status.state.value if status else None}
+        return WaitOutcome("stopped", final_state=status.state.value if status else None)
 
 
 class StreamingJobCaughtUpTrigger(WaitingTrigger):
@@ -236,7 +233,7 @@ class StreamingJobCaughtUpTrigger(WaitingTrigger):
         self.targets = {topic: {str(p): int(o) for p, o in by_p.items()} for topic, by_p in targets.items()}
         self.timeout_s, self.poll_s = timeout_s, poll_s
 
-    def check(self) -> dict | None:
+    def check(self) -> WaitOutcome | None:
         from runtime.settings import Settings
         from spark_jobs.layout import JobLayout
         from spark_jobs.registry import get_job
@@ -250,10 +247,11 @@ class StreamingJobCaughtUpTrigger(WaitingTrigger):
         behind = _json_offsets(source_behind(committed, self.targets))
         committed = _json_offsets(committed or {})
         if not behind:
-            return {"state": "caught_up", "committed": committed}
+            return WaitOutcome("caught_up", committed=committed)
         if JobLease(self.status_dir, spec.application_id).holder() is None:
             status = read_status(self.status_dir, spec.application_id)
-            return {"state": "stopped", "committed": committed, "behind": behind, "error": status and status.error}
+            error = status.error if status else None
+            return WaitOutcome("stopped", committed=committed, behind=behind, error=error)
         return None
 
 
@@ -285,7 +283,7 @@ class StreamingJobExitedTrigger(WaitingTrigger):
         #: echoed in the event (see StreamingJobStartedTrigger.carry)
         self.carry = carry
 
-    def check(self) -> dict | None:
+    def check(self) -> WaitOutcome | None:
         holder = JobLease(self.status_dir, self.application_id).holder()
         if holder is not None and holder.epoch > self.epoch:
             self.log.info(
@@ -299,12 +297,12 @@ class StreamingJobExitedTrigger(WaitingTrigger):
         if holder is not None and holder.epoch == self.epoch:
             return None
         status = read_status(self.status_dir, self.application_id)
-        return {
-            "state": "exited",
-            "epoch": self.epoch,
-            "final_state": status.state.value if status else None,
-            "error": status.error if status else None,
-        }
+        return WaitOutcome(
+            "exited",
+            epoch=self.epoch,
+            final_state=status.state.value if status else None,
+            error=status.error if status else None,
+        )
 
-    def event(self, checked: dict) -> dict:
-        return {**checked, "carry": self.carry}
+    def event(self, checked: WaitOutcome) -> WaitOutcome:
+        return dataclasses.replace(checked, carry=self.carry)
