@@ -22,6 +22,7 @@ from streamstate.operators.streaming_job import (
     LaunchStreamingJobOperator,
     WatchStreamingJobOperator,
 )
+from streamstate.supervision import CheckResult
 
 from spark_jobs.layout import JobDags
 from spark_jobs.registry import JobSpec, latest_jobs
@@ -54,8 +55,8 @@ def supervise_dag(job: JobSpec) -> None:
 
         # ignore_downstream_trigger_rules=False: a skip reaches the launch only, the watch still runs
         @task.short_circuit(trigger_rule="all_done", ignore_downstream_trigger_rules=False)
-        def should_start(assessment: dict | None) -> bool:
-            return bool(assessment) and assessment["action"] in ("start", "restart")
+        def should_start(check_result: dict | None) -> bool:
+            return bool(check_result) and CheckResult.of(check_result).action in ("start", "restart")
 
         launch = LaunchStreamingJobOperator(task_id="launch", job=job.name)
         should_start(check.output) >> launch

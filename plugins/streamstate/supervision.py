@@ -19,7 +19,9 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
+from spark_jobs.documents import from_json, to_json
 from spark_jobs.layout import StatusFiles, dead_letter_topic_name
 from spark_jobs.lease import FENCED, LeaseHolder
 from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, published_by_holder
@@ -59,7 +61,8 @@ class SupervisionRecord:
     #: dead-letter records at the previous check (growth is measured between checks)
     dead_letters_seen: int | None = None
     last_check_at: float | None = None
-    last_assessment: dict = dataclasses.field(default_factory=dict)
+    #: what the last check decided (None before the first)
+    last_assessment: Assessment | None = None
 
     @property
     def last_launch(self) -> Launch | None:
@@ -70,14 +73,14 @@ class SupervisionRecord:
         return [launch for launch in self.launches if launch.at >= since and launch.outcome != "already_running"]
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+        return json.dumps(to_json(self), indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> SupervisionRecord:
         data = json.loads(text)
-        data.pop("open_alerts", None)  # kept here before the alert ledger (streamstate/alert_ledger.py)
-        data["launches"] = [Launch(**launch) for launch in data.get("launches", [])]
-        return cls(**data)
+        if not data.get("last_assessment"):  # {} before the first check, as records said it before
+            data.pop("last_assessment", None)
+        return from_json(cls, data)  # (open_alerts, kept here before the alert ledger: ignored)
 
 
 def record_path(status_dir: Path, application_id: str) -> Path:
@@ -139,18 +142,37 @@ class Condition:
     next_step: str
 
 
+#: what a check decides to do
+Action = Literal["none", "start", "restart", "wait_backoff", "give_up"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Assessment:
-    #: running | restoring | starting | stopped | taken_over | down | crash_looping | not_started
+    """What one check found and decided (:func:`assess`)."""
+
+    #: running | restoring | starting | stopped | taken_over | down | crash_looping | not_started, or the driver's
+    #: published lifecycle state in lower case while it holds the lease (pending_shutdown, error, ...)
     state: str
-    #: none | start | restart | wait_backoff | give_up
-    action: str
+    action: Action
     reason: str
     conditions: tuple[Condition, ...] = ()
     backoff_remaining_s: float = 0.0
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """What the check task returns (its XCom): the assessment's decision and the alerts it fired and resolved. The
+    supervise DAG's ``should_start`` and the watch read it back with :meth:`of`."""
+
+    state: str
+    action: Action
+    reason: str
+    fired: tuple[str, ...] = ()
+    resolved: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, xcom: dict) -> CheckResult:
+        return from_json(cls, xcom)
 
 
 def assess(spec: JobSpec, seen: Observation, record: SupervisionRecord, *, log_hint: str = "") -> Assessment:

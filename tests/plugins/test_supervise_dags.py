@@ -237,7 +237,7 @@ def test_stop_dag_stops_cleanly_and_supervision_leaves_it_stopped(settings, airf
     assert read_status(settings.status_dir, app).state == "NOT_RUNNING"  # a clean stop, not a kill
     _ok(airflow_cli(f"supervise__{JOB.name}"))
     record = read_record(settings.status_dir, app)
-    assert lease.holder() is None and record.last_assessment["state"] == "stopped"
+    assert lease.holder() is None and record.last_assessment.state == "stopped"
     assert AlertLedger(settings.status_dir).open_alerts(app, "supervision") == []
     assert webhook.of(app)[-1][1] == "resolved"  # a stop on request is not an outage
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 
 from streamstate.alerts import FIRING, RESOLVED, OpenAlert, dedup_key, reconcile
 from streamstate.supervision import (
     DESIRED_STOPPED,
+    Assessment,
+    CheckResult,
+    Condition,
     Launch,
     Observation,
     SupervisionRecord,
@@ -16,7 +20,7 @@ from streamstate.supervision import (
     read_record,
 )
 
-from spark_jobs.documents import from_json
+from spark_jobs.documents import from_json, to_json
 from spark_jobs.lease import FENCED, LeaseHolder
 from spark_jobs.lifecycle import PublishedStatus
 from spark_jobs.registry import SupervisionPolicy, latest_jobs
@@ -248,3 +252,24 @@ def test_the_launch_command_reads_the_spark_connection_through_its_public_fields
     local = types.SimpleNamespace(host="local[*]", port=None, extra_dejson={"spark-binary": "spark-submit"})
     assert submit_command(submit, local) == submit.command()
     assert command[-len(submit.application_args) - 1 :] == [submit.application, *submit.application_args]
+
+
+def test_the_record_keeps_the_assessment_typed_and_reads_records_written_before():
+    """The supervision record (Airflow's check writes it, the jobs page and the next check read it) keeps the last
+    assessment as an Assessment, its conditions included; a record written by the previous release (an empty
+    assessment, ``open_alerts``, a launch field this release does not know) reads without loss."""
+    condition = Condition("down", "critical", "job-v1: no driver", {"exit_code": 1}, "look at the log")
+    record = SupervisionRecord("job-v1", last_assessment=Assessment("down", "restart", "no driver", (condition,)))
+    back = SupervisionRecord.from_json(record.to_json())
+    assert back == record and back.last_assessment.conditions[0].numbers == {"exit_code": 1}
+    older = {
+        "application_id": "job-v1",
+        "last_assessment": {},
+        "open_alerts": {"x": 1},
+        "launches": [{"at": 1.0, "by": "t", "launcher_pid": 7, "outcome": "running", "gone": True}],
+    }
+    read = SupervisionRecord.from_json(json.dumps(older))
+    assert read.last_assessment is None and read.last_launch == Launch(
+        at=1.0, by="t", launcher_pid=7, outcome="running"
+    )
+    assert CheckResult.of(to_json(CheckResult("down", "restart", "no driver", fired=("down",)))).fired == ("down",)

@@ -17,7 +17,15 @@ from airflow.sdk import BaseHook, BaseOperator
 from streamstate.alert_ledger import AlertLedger
 from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail, process_alive
 from streamstate.operators.deferral import defer_unless_settled
-from streamstate.supervision import DESIRED_RUNNING, DESIRED_STOPPED, Launch, Observation, assess, locked_record
+from streamstate.supervision import (
+    DESIRED_RUNNING,
+    DESIRED_STOPPED,
+    CheckResult,
+    Launch,
+    Observation,
+    assess,
+    locked_record,
+)
 from streamstate.triggers.events import WaitOutcome
 from streamstate.triggers.streaming_job import (
     StreamingJobExitedTrigger,
@@ -25,6 +33,7 @@ from streamstate.triggers.streaming_job import (
     StreamingJobStoppedTrigger,
 )
 
+from spark_jobs.documents import to_json
 from spark_jobs.layout import JobDags
 from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec, get_job
@@ -308,18 +317,18 @@ class WatchStreamingJobOperator(LaunchStreamingJobOperator):
 
     def _restart(self, context, spec: JobSpec, deadline: float, restarts: int):
         assessment = check_job(self, context, spec)
-        if assessment["action"] == "none" and StreamingJobHook(spec).running_instance() is not None:
+        if assessment.action == "none" and StreamingJobHook(spec).running_instance() is not None:
             # another driver holds the lease already (the spare took over, or a launch was quicker): watch it
             return self._watch(context, deadline, restarts)
-        if assessment["action"] == "none" and assessment["state"] == "starting":
+        if assessment.action == "none" and assessment.state == "starting":
             # a launch in flight that no task waits for (a try Airflow failed as it resumed, see
             # settle_unrecorded_launch): wait for it as its own task would have (nothing is launched), then watch;
             # _start defers, or returns when the driver took the lease meanwhile (or within the wait before a deferral)
             self._start(context, spec, "driver_restarted", {"deadline": deadline, "restarts": restarts})
             return self._watch(context, deadline, restarts)
-        if assessment["action"] not in ("start", "restart"):
-            self.log.info("not restarting %s: %s (%s)", spec.application_id, assessment["action"], assessment["reason"])
-            return {"state": assessment["state"], "action": assessment["action"], "restarts": restarts}
+        if assessment.action not in ("start", "restart"):
+            self.log.info("not restarting %s: %s (%s)", spec.application_id, assessment.action, assessment.reason)
+            return {"state": assessment.state, "action": assessment.action, "restarts": restarts}
         return self._start(context, spec, "driver_restarted", {"deadline": deadline, "restarts": restarts + 1})
 
     def driver_restarted(self, context, event: dict):
@@ -440,12 +449,12 @@ class CheckStreamingJobOperator(BaseOperator):
         self.job = job
 
     def execute(self, context):
-        return check_job(self, context, job_spec(self.job))
+        return to_json(check_job(self, context, job_spec(self.job)))
 
 
-def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
+def check_job(operator: BaseOperator, context, spec: JobSpec) -> CheckResult:
     """Observe the job, decide (:func:`~streamstate.supervision.assess`), fire and resolve its alerts, and
-    record it all under the supervision lock. Returns the assessment (``action``: what to do next)."""
+    record it all under the supervision lock. Returns the decision (``action``: what to do next)."""
     jobs = StreamingJobHook(spec)
     with locked_record(jobs.status_dir, spec.application_id) as record:
         last = record.last_launch
@@ -475,7 +484,7 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         if seen.dead_letters is not None:
             record.dead_letters_seen = seen.dead_letters
         record.last_check_at = seen.now
-        record.last_assessment = assessment.to_dict()
+        record.last_assessment = assessment
     operator.log.info(
         "%s: state=%s action=%s (%s); fired %s, resolved %s",
         spec.application_id,
@@ -485,16 +494,16 @@ def check_job(operator: BaseOperator, context, spec: JobSpec) -> dict:
         [a.condition for a in fire],
         [a.condition for a in resolve],
     )
-    result = {
-        "state": assessment.state,
-        "action": assessment.action,
-        "reason": assessment.reason,
-        "fired": [a.condition for a in fire],
-        "resolved": [a.condition for a in resolve],
-    }
+    result = CheckResult(
+        assessment.state,
+        assessment.action,
+        assessment.reason,
+        fired=tuple(a.condition for a in fire),
+        resolved=tuple(a.condition for a in resolve),
+    )
     if undelivered:
         # The decision still reaches the launch task (it runs on all_done); the failed task is the signal.
-        context["ti"].xcom_push(key="return_value", value=result)
+        context["ti"].xcom_push(key="return_value", value=to_json(result))
         raise StreamingJobFailed(
             "alerts not delivered on any channel: "
             + "; ".join(f"{a.dedup_key} ({a.status}): {r}" for a, r in undelivered)

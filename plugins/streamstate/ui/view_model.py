@@ -163,9 +163,9 @@ def job_row(
         lifecycle_summary=driver.summary(),
         last_published_state=status.state.value if status else None,
         supervision=SupervisionView(
-            state=assessment.get("state"),
-            action=assessment.get("action"),
-            reason=assessment.get("reason"),
+            state=assessment.state if assessment else None,
+            action=assessment.action if assessment else None,
+            reason=assessment.reason if assessment else None,
             desired=record.desired,
             stop_reason=record.stop_reason,
             crash_looping=record.crash_loop_since is not None,
