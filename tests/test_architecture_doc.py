@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGE = ROOT / "spark_jobs"
 PRIMITIVES = PACKAGE / "primitives" / "__init__.py"
-#: the modules that define a ``StoreKind`` literal: the registry's (what a ``StoreSpec`` accepts) and the changelog's
-STORE_KIND_MODULES = (PACKAGE / "registry.py", PACKAGE / "state" / "changelog.py")
+#: the module that defines the ``StoreKind`` literal (what a ``StoreSpec`` accepts; changelog topics use it too)
+STORE_KIND_MODULES = (PACKAGE / "registry.py",)
 DAGS = ROOT / "dags"
 MODULE_MAP_HOOK = ROOT / "docs" / "hooks" / "module_map.py"
 TOP_LEVEL = (

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
 
 from runtime.kafka_connection import KafkaTarget, as_connection, client_config
 from spark_jobs.kafka_topics import ensure_topic
 from spark_jobs.layout import changelog_topic_name  # noqa: F401 - re-exported: the name has one owner
+from spark_jobs.registry import StoreKind  # key_value, lru and in_memory stores' changelogs are alike: compacted
 from spark_jobs.state.batch_records import (
     BATCH_HEADER,
     MARKER_KEY,
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from spark_jobs.driver_rows import DriverRows
     from spark_jobs.state.fencing import WriterFence
 
-StoreKind = Literal["key_value", "windowed", "versioned", "session", "lru"]
 #: store kinds whose entries expire by time: their changelogs also delete by time (``compact,delete``)
 TIME_DELETED_KINDS = ("windowed", "session")
 
