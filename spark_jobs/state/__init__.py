@@ -3,6 +3,8 @@
 One owner per artifact, as in Kafka Streams' internals (the names themselves come from
 :mod:`spark_jobs.layout`):
 
+* :mod:`.batch_records` — the records of a micro-batch's changelog transaction as written and read: the batch
+  marker, its key and header, the records written with it. No I/O; the writers and readers below import it.
 * :mod:`.changelog` — the changelog topic of a store (configs) and the writer that appends every state
   change of a micro-batch plus its batch marker. Knows nothing about Delta.
 * :mod:`.cut_rules` — where a changelog is cut and which of its records a restore applies: the rules, no
