@@ -49,7 +49,7 @@ from runtime.kafka_connection import client_config
 from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic
 from spark_jobs.state.checkpoint_health import checkpoint_problem
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets
-from spark_jobs.state.fencing import FENCED_CODES, TRANSACTION_TIMEOUT_MS, WriterFenced
+from spark_jobs.state.fencing import TRANSACTION_TIMEOUT_MS, WriterFenced, close_producer, producer_refused
 
 log = logging.getLogger("streamstate.repartition")
 
@@ -298,7 +298,7 @@ class Repartitioner:
                 producer.commit_transaction(_TIMEOUT_S)
             except KafkaException as err:
                 error = err.args[0]
-                if error.code() in FENCED_CODES or error.fatal():
+                if producer_refused(error):
                     raise WriterFenced(
                         f"{self.spec.application_id}: the re-keying stage was fenced by a newer driver of the "
                         f"job version ({error}); its batch is not visible and this driver stops"
@@ -379,5 +379,5 @@ class Repartitioner:
 
     def close(self) -> None:
         if self._producer is not None:
-            self._producer.flush(10)
+            close_producer(self._producer, 10)
             self._producer = None

@@ -55,6 +55,24 @@ _TIMEOUT_S = 60.0
 FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
+def producer_refused(error: KafkaError) -> bool:
+    """Whether a transactional producer can write no more: a newer one with its transactional.id fenced it,
+    or it is in the fatal state a fencing leaves it in. The client learns of a fencing asynchronously (when it
+    adds a partition to the transaction), so a ``produce()`` made after that fails with ``_FATAL`` ("Local:
+    Fatal error"), not with the fencing's own code."""
+    return error.code() in FENCED_CODES or error.code() == KafkaError._FATAL or error.fatal()
+
+
+def close_producer(producer: Producer, timeout_s: float) -> None:
+    """Flush a producer before it is dropped. A refused producer (:func:`producer_refused`) has nothing left
+    it could deliver, and its error is the refusal already raised to the driver: closing it is no new failure."""
+    try:
+        producer.flush(timeout_s)
+    except KafkaException as err:
+        if not producer_refused(err.args[0]):
+            raise
+
+
 def describe_batch(changelog_batch_id: int | None) -> str:
     """A changelog batch id as users count batches: Spark's batch id within its driver's generation
     (``34 (generation 2)``, not ``2,000,000,034``)."""
@@ -239,7 +257,7 @@ class WriterFence:
                 producer.commit_transaction(_TIMEOUT_S)
             except KafkaException as err:
                 error = err.args[0]
-                if error.code() in FENCED_CODES or error.fatal():
+                if producer_refused(error):
                     self.refusal = self._fenced(what, error)
                     raise self.refusal from None
                 if error.txn_requires_abort():
@@ -259,5 +277,5 @@ class WriterFence:
 
     def close(self) -> None:
         if self._producer is not None:
-            self._producer.flush(10)
+            close_producer(self._producer, 10)
             self._producer = None
