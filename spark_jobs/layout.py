@@ -471,6 +471,23 @@ def rehearsal_input_topic(application_id: str, index: int) -> str:
     return f"{application_id}-input-{index}"
 
 
+#: the comparisons' reports in the status directory (one Markdown file per reprocessing run compared)
+COMPARISON_REPORT_DIR = "reports"
+
+
+def comparison_name(job: str, old_version: int, new_version: int) -> str:
+    """A comparison of two versions of ``job``: the name of its Spark application and its report's stem,
+    ``<job>-v<old>-v<new>`` (``spark_jobs/reprocess/compare.py``)."""
+    return f"{application_id(job, old_version)}-v{new_version}"
+
+
+def comparison_report_file(status_dir: Path, job: str, old_version: int, new_version: int, run_id: str) -> Path:
+    """The report of the comparison that the reprocessing run ``run_id`` (an Airflow run id) made."""
+    safe_run_id = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
+    name = f"{comparison_name(job, old_version, new_version)}-{safe_run_id}.md"
+    return Path(status_dir) / COMPARISON_REPORT_DIR / name
+
+
 def launch_files(logs_dir: Path, name: str, stamp: str) -> tuple[Path, Path]:
     """The log and exit-code files of one detached launch of ``name`` (a driver's application id, or its
     standby's name) at ``stamp``: what :meth:`JobLayout.log_files` finds."""

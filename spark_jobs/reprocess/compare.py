@@ -228,10 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("new_version", type=int)
     parser.add_argument("run_id")
     args = parser.parse_args(argv)
+    from spark_jobs.layout import comparison_name
     from spark_jobs.session import build_spark_session
 
     settings = Settings.from_env()
-    spark = build_spark_session(settings, f"compare-{args.job}-v{args.old_version}-v{args.new_version}")
+    spark = build_spark_session(settings, "compare-" + comparison_name(args.job, args.old_version, args.new_version))
     report = compare_outputs(spark, settings, args.job, args.old_version, args.new_version, args.run_id)
     print(render_report(report))
     spark.stop()

@@ -164,3 +164,11 @@ def test_the_job_of_a_versions_name():
     app = application_id("top-v2-movers", 12)  # a job whose own name holds "-v"
     assert [job_of(name) for name in (app, spare_name(app), f"{app}.standby")] == ["top-v2-movers"] * 3
     assert job_of("not-a-version") == "not-a-version" and job_of("x-vy") == "x-vy"
+
+
+def test_a_comparisons_report_is_named_after_both_versions_and_a_safe_run_id(tmp_path):
+    from spark_jobs.layout import comparison_name, comparison_report_file
+
+    assert comparison_name("gift_card_counts", 1, 2) == "gift_card_counts-v1-v2"
+    path = comparison_report_file(tmp_path, "gift_card_counts", 1, 2, "manual__2026-12-07T06:00:00+00:00")
+    assert path == tmp_path / "reports" / "gift_card_counts-v1-v2-manual__2026-12-07T06_00_00_00_00.md"

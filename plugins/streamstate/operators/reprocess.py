@@ -19,7 +19,7 @@ from streamstate.triggers.events import WaitOutcome
 from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
-from spark_jobs.layout import JobLayout, application_id
+from spark_jobs.layout import JobLayout, application_id, comparison_report_file
 from spark_jobs.registry import get_job
 from spark_jobs.reprocess.plan import BadReprocessRequest, ReprocessPlan, make_plan, write_start_offsets
 from spark_jobs.state.snapshots import SnapshotStore
@@ -172,19 +172,11 @@ class CompareOutputsOperator(SparkSubmitOperator):
         text = render_report(report)
         if gap := plan.history_gap_text():  # accepted when the plan was made: not a full replay
             text += "\n\nHistory gap accepted: " + gap
-        path = (
-            settings.status_dir
-            / "reports"
-            / f"{plan.job}-v{plan.current_version}-v{plan.target_version}-{_safe(run_id)}.md"
-        )
+        path = comparison_report_file(settings.status_dir, plan.job, plan.current_version, plan.target_version, run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
         self.log.info("report (%s):\n%s", path, text)
         return {**report, "report_file": str(path)}
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
 class ResetJobStateOperator(BaseOperator):
