@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from runtime.files import write_json_atomically
 from spark_jobs.documents import from_json, to_json
-from spark_jobs.layout import StatusFiles, spare_status_file, standby_status_file
+from spark_jobs.layout import StatusFiles, spare_name, spare_status_file, standby_name, standby_status_file
 
 if TYPE_CHECKING:
     from spark_jobs.lease import LeaseHolder
 
 S = TypeVar("S", bound=enum.Enum)
+#: a status document a lease holder publishes (a driver's, a spare driver's, a warm standby's)
+Published = TypeVar("Published")
 
 
 class IllegalTransition(RuntimeError):
@@ -308,126 +310,127 @@ class PublishedStatus:
         return sum(self.input_lag.values())
 
 
-@dataclasses.dataclass
 class JobStatus:
-    """The lifecycle of one run of a job version, published as a :class:`PublishedStatus` on every change."""
+    """The lifecycle of one run of a job version, kept as the :class:`PublishedStatus` it publishes: each change
+    makes the next document (under a lock) and publishes it, to ``publish_listeners`` (the driver's metrics)
+    and then to ``path``."""
 
-    application_id: str
-    path: Path
-    state: JobState = JobState.CREATED
-    progress: BatchProgress | None = None
-    restore: dict[str, StoreRestore] = dataclasses.field(default_factory=dict)
-    error: str | None = None
-    lease_epoch: int | None = None
-    snapshots: dict[str, SnapshotTaken] = dataclasses.field(default_factory=dict)
-    spark_ui: str | None = None
-    jvm_pid: int | None = None
-    idle_at: str | None = None
-    first_batch_id: int | None = None
-    metrics_port: int | None = None
-    dead_letters: dict[str, int] = dataclasses.field(default_factory=dict)
-    rekeying_lag: dict[str, int] = dataclasses.field(default_factory=dict)
-    listeners: list[Callable[[JobState, JobState], None]] = dataclasses.field(default_factory=list)
-    #: called with every document published, under the status lock (the driver's metrics follow it)
-    publish_listeners: list[Callable[[PublishedStatus], None]] = dataclasses.field(default_factory=list)
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        application_id: str,
+        path: Path,
+        *,
+        lease_epoch: int | None = None,
+        metrics_port: int | None = None,
+        listeners: Iterable[Callable[[JobState, JobState], None]] = (),
+        publish_listeners: Iterable[Callable[[PublishedStatus], None]] = (),
+    ) -> None:
+        self.path = Path(path)
+        #: called with (old, new) on every state change, outside the lock, as Kafka Streams does
+        self.listeners = list(listeners)
+        #: called with every document published, under the status lock
+        self.publish_listeners = list(publish_listeners)
         self._lock = threading.Lock()
-        self.started_at = _now()
+        self._published = PublishedStatus(
+            application_id,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=_now(),
+            lease_epoch=lease_epoch,
+            metrics_port=metrics_port,
+        )
         self.publish()
+
+    def document(self) -> PublishedStatus:
+        """What was published last."""
+        return self._published
+
+    @property
+    def application_id(self) -> str:
+        return self._published.application_id
+
+    @property
+    def state(self) -> JobState:
+        return self._published.state
+
+    @property
+    def error(self) -> str | None:
+        return self._published.error
+
+    @property
+    def lease_epoch(self) -> int | None:
+        return self._published.lease_epoch
+
+    @property
+    def restore(self) -> Mapping[str, StoreRestore]:
+        return self._published.restore
 
     def transition_to(self, new: JobState, error: str | None = None) -> None:
         with self._lock:
-            old = self.state
+            old = self._published.state
             JOB_LIFECYCLE.check(self.application_id, old, new)
-            self.state = new
-            if error:
-                self.error = error
-            self._publish_locked()
+            self._publish_locked(state=new, error=error or self._published.error)
         for listener in self.listeners:  # outside the lock, as Kafka Streams does
             listener(old, new)
+
+    def record_driver(self, spark_ui: str | None, jvm_pid: int | None) -> None:
+        """Where the driver's Spark UI is, and its Spark JVM's pid."""
+        self._update(spark_ui=spark_ui, jvm_pid=jvm_pid)
 
     def record_progress(self, progress: Mapping, sink_phase_ms: Mapping[str, int] | None = None) -> None:
         """Spark's StreamingQueryProgress (as JSON) of the latest micro-batch, and the batch function's phases."""
         with self._lock:
-            self.progress = BatchProgress.of(progress, sink_phase_ms)
-            if self.first_batch_id is None:
-                self.first_batch_id = self.progress.batch_id
-            self._publish_locked()
+            batch = BatchProgress.of(progress, sink_phase_ms)
+            first = self._published.first_batch_id
+            self._publish_locked(progress=batch, first_batch_id=batch.batch_id if first is None else first)
 
     def record_rekeying_progress(self, progress: Mapping) -> None:
         """The re-keying stage's StreamingQueryProgress (as JSON): its lag in the source."""
-        with self._lock:
-            self.rekeying_lag = input_lag_of(progress)
-            self._publish_locked()
+        self._update(rekeying_lag=input_lag_of(progress))
 
     def record_idle(self, timestamp: str) -> None:
-        with self._lock:
-            self.idle_at = timestamp
-            self._publish_locked()
+        self._update(idle_at=timestamp)
 
     def record_restore_progress(self, store: str, **numbers: object) -> None:
         """``numbers``: fields of :class:`StoreRestore` (a misspelt one raises)."""
         with self._lock:
-            self.restore = {
-                **self.restore,
-                store: dataclasses.replace(self.restore.get(store, StoreRestore()), **numbers),
-            }
-            self._publish_locked()
+            restore = self._published.restore
+            updated = dataclasses.replace(restore.get(store, StoreRestore()), **numbers)
+            self._publish_locked(restore={**restore, store: updated})
 
     def record_restores(self, summaries: Mapping[str, Mapping[str, object]]) -> None:
         """The restores this run made, store -> ``RestoredState.summary()`` (fields of :class:`StoreRestore`):
         they replace the progress recorded while reading; a store that restored nothing is not listed."""
         with self._lock:
-            self.restore = {
-                store: dataclasses.replace(self.restore.get(store, StoreRestore()), **numbers)
-                for store, numbers in summaries.items()
-            }
-            self._publish_locked()
+            restore = self._published.restore
+            self._publish_locked(
+                restore={
+                    store: dataclasses.replace(restore.get(store, StoreRestore()), **numbers)
+                    for store, numbers in summaries.items()
+                }
+            )
 
     def record_dead_letters(self, counts: Mapping[str, int]) -> None:
         with self._lock:
-            self.dead_letters = {
-                r: self.dead_letters.get(r, 0) + counts.get(r, 0) for r in {*self.dead_letters, *counts}
-            }
-            self._publish_locked()
+            so_far = self._published.dead_letters
+            self._publish_locked(dead_letters={r: so_far.get(r, 0) + counts.get(r, 0) for r in {*so_far, *counts}})
 
     def record_snapshot(self, store: str, snapshot: SnapshotTaken) -> None:
         with self._lock:
-            self.snapshots = {**self.snapshots, store: snapshot}
-            self._publish_locked()
+            self._publish_locked(snapshots={**self._published.snapshots, store: snapshot})
 
     def publish(self) -> None:
+        self._update()
+
+    def _update(self, **changes: object) -> None:
         with self._lock:
-            self._publish_locked()
+            self._publish_locked(**changes)
 
-    def document(self) -> PublishedStatus:
-        return PublishedStatus(
-            application_id=self.application_id,
-            state=self.state,
-            error=self.error,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            started_at=self.started_at,
-            updated_at=_now(),
-            progress=self.progress,
-            restore=dict(self.restore),
-            lease_epoch=self.lease_epoch,
-            snapshots=dict(self.snapshots),
-            spark_ui=self.spark_ui,
-            jvm_pid=self.jvm_pid,
-            idle_at=self.idle_at,
-            first_batch_id=self.first_batch_id,
-            metrics_port=self.metrics_port,
-            dead_letters=dict(self.dead_letters),
-            rekeying_lag=dict(self.rekeying_lag),
-        )
-
-    def _publish_locked(self) -> None:
-        document = self.document()
+    def _publish_locked(self, **changes: object) -> None:
+        self._published = dataclasses.replace(self._published, updated_at=_now(), **changes)
         for listener in self.publish_listeners:
-            listener(document)
-        write_json_atomically(self.path, to_json(document))
+            listener(self._published)
+        write_json_atomically(self.path, to_json(self._published))
 
 
 def status_path(status_dir: Path, application_id: str) -> Path:
@@ -537,33 +540,52 @@ def read_spare_status(status_dir: Path, application_id: str) -> SpareStatus | No
 
 # -- how a reader sees a driver ------------------------------------------------------------------------------
 
+#: what a driver, a spare driver and a warm standby publish: each says which lease epoch it was published in
+LeasedStatus = PublishedStatus | SpareStatus | StandbyStatus
+
 #: the state of a job version that has no status here: no driver of it ever published one
 NEVER_RAN = "NEVER_RAN"
 
 
-def published_by_holder(status: PublishedStatus | StandbyStatus | None, holder: LeaseHolder | None) -> bool:
-    """The one liveness rule: ``status`` (a published status document) is the word of the process that holds
-    the lease now (``holder``, see :meth:`spark_jobs.lease.JobLease.holder`). A killed driver's last status
-    says RUNNING forever; the kernel drops its lease when it dies, and the lease's epoch tells a new driver's
-    status from the one its predecessor left."""
-    if status is None or holder is None or status.lease_epoch is None:
-        return False
-    return status.lease_epoch == holder.epoch
+def published_in_epoch(status: LeasedStatus | None, epoch: int | None) -> bool:
+    """``status`` is the word of the process that held (or holds) lease epoch ``epoch``: a status an earlier or a
+    later holder left says nothing about that one."""
+    return status is not None and epoch is not None and status.lease_epoch == epoch
+
+
+def published_by_holder(status: LeasedStatus | None, holder: LeaseHolder | None) -> bool:
+    """The one liveness rule, for drivers, spare drivers and warm standbys alike: ``status`` (a published status
+    document) is the word of the process that holds the lease now (``holder``, see
+    :meth:`spark_jobs.lease.JobLease.holder`). A killed process's last status says RUNNING forever; the kernel
+    drops its lease when it dies, and the lease's epoch tells a new process's status from the one its predecessor
+    left."""
+    return holder is not None and published_in_epoch(status, holder.epoch)
 
 
 @dataclasses.dataclass(frozen=True)
-class DriverView:
-    """One look at a job version's driver: its published status and the lease's holder, read together."""
+class ProcessView(Generic[Published]):
+    """One look at a process of a job version (its driver, spare driver or warm standby): its published status
+    and its lease's holder, read together."""
 
-    #: the published status (None: no driver ever published one here)
-    status: PublishedStatus | None
-    #: the lease's holder (None: no driver runs)
+    #: the published status (None: no such process ever published one here)
+    status: Published | None
+    #: the lease's holder (None: no such process runs)
     holder: LeaseHolder | None
 
     @property
     def alive(self) -> bool:
-        """The status is the running driver's own (:func:`published_by_holder`)."""
+        """The status is the running process's own (:func:`published_by_holder`)."""
         return published_by_holder(self.status, self.holder)
+
+    @property
+    def live_status(self) -> Published | None:
+        """The status while it is the running process's own, else None (never a dead process's last word)."""
+        return self.status if self.alive else None
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverView(ProcessView[PublishedStatus]):
+    """One look at a job version's driver."""
 
     @property
     def state(self) -> str:
@@ -593,6 +615,22 @@ def observe_driver(status_dir: Path, application_id: str) -> DriverView:
     from spark_jobs.lease import JobLease
 
     return DriverView(read_status(status_dir, application_id), JobLease(status_dir, application_id).holder())
+
+
+def observe_spare(status_dir: Path, application_id: str) -> ProcessView[SpareStatus]:
+    """The spare driver of ``application_id`` as a reader sees it now (its status file and its own lease)."""
+    from spark_jobs.lease import JobLease
+
+    holder = JobLease(status_dir, spare_name(application_id)).holder()
+    return ProcessView(read_spare_status(status_dir, application_id), holder)
+
+
+def observe_standby(status_dir: Path, application_id: str) -> ProcessView[StandbyStatus]:
+    """The warm standby of ``application_id`` as a reader sees it now (its status file and its own lease)."""
+    from spark_jobs.lease import JobLease
+
+    holder = JobLease(status_dir, standby_name(application_id)).holder()
+    return ProcessView(read_standby_status(status_dir, application_id), holder)
 
 
 def current_state(status_dir: Path, application_id: str) -> str:

@@ -248,8 +248,7 @@ def _run_published(
         build = getattr(importlib.import_module(module_name), function_name)
         if check := getattr(build, "check", None):  # a declaration: refused before anything is touched
             check(spec)
-        status.spark_ui = spark.sparkContext.uiWebUrl
-        status.jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        status.record_driver(spark.sparkContext.uiWebUrl, int(spark._jvm.java.lang.ProcessHandle.current().pid()))
         context = JobContext(spark, spec, settings)
         context.snapshot_listeners.append(lambda store, snap: status.record_snapshot(store, SnapshotTaken.of(snap)))
         context.dead_letter_listeners.append(status.record_dead_letters)

@@ -51,6 +51,8 @@ from spark_jobs.lifecycle import (
     PublishedStatus,
     SpareState,
     SpareStatus,
+    published_by_holder,
+    published_in_epoch,
     read_status,
     write_spare_status,
 )
@@ -89,7 +91,7 @@ def driver_settled(status: PublishedStatus | None, holder: LeaseHolder | None) -
     recovery time is counted."""
     if holder is None:
         return True
-    if status is None or status.lease_epoch != holder.epoch or status.state is not JobState.RUNNING:
+    if not published_by_holder(status, holder) or status.state is not JobState.RUNNING:
         return False
     progress = status.progress
     two_batches = progress is not None and status.first_batch_id is not None and progress.batch_id is not None
@@ -105,7 +107,7 @@ def driver_died(watched_epoch: int, status: PublishedStatus | None) -> bool:
     starting. The rule reads only the driver's own word for its own epoch: a status left by an earlier epoch
     says nothing about this one.
     """
-    if status is None or status.lease_epoch != watched_epoch:
+    if not published_in_epoch(status, watched_epoch):
         return True
     return status.state in WORKING_STATES
 
@@ -277,7 +279,7 @@ def end_orphaned_jvm(epoch: int, status: PublishedStatus | None, wait_s: float =
     useful, so the new lease holder ends it first (what a cluster manager's fencing of a lost node does). The pid
     comes from the dead driver's own status for its own epoch, on this host, and must still be a Java process (a
     reused pid is left alone)."""
-    if status is None or status.lease_epoch != epoch or not status.jvm_pid or status.host != socket.gethostname():
+    if not published_in_epoch(status, epoch) or not status.jvm_pid or status.host != socket.gethostname():
         return None
     pid = status.jvm_pid
     if pid in (os.getpid(), os.getppid()):

@@ -18,12 +18,17 @@ from spark_jobs.lifecycle import (
     JobStatus,
     PublishedStatus,
     SnapshotTaken,
+    SpareState,
+    SpareStatus,
     StandbyStatus,
     StandbyStoreView,
     StoreRestore,
     observe_driver,
+    observe_spare,
+    observe_standby,
     read_standby_status,
     read_status,
+    write_spare_status,
     write_standby_status,
 )
 from spark_jobs.state.fencing import describe_batch
@@ -67,7 +72,13 @@ def test_a_normal_run_moves_through_legal_states_and_publishes_them(tmp_path):
 )
 def test_illegal_moves_raise_and_name_the_job(tmp_path, start, illegal):
     status = JobStatus("app-v1", tmp_path / "s.json")
-    status.state = start
+    legal_path = {
+        JobState.CREATED: [],
+        JobState.RUNNING: [JobState.RUNNING],
+        JobState.NOT_RUNNING: [JobState.RUNNING, JobState.PENDING_SHUTDOWN, JobState.NOT_RUNNING],
+    }
+    for state in legal_path[start]:
+        status.transition_to(state)
     with pytest.raises(IllegalTransition, match=rf"app-v1: illegal lifecycle move {start.value} -> {illegal.value}"):
         status.transition_to(illegal)
 
@@ -161,6 +172,33 @@ def test_a_dead_drivers_last_state_is_never_shown_as_current(tmp_path):
     assert dead.summary().startswith("DOWN since ") and dead.summary().endswith(", last RUNNING at batch 1")
     JobLease(tmp_path, "app-v1").acquire()  # a new driver, not published yet: the old status is not its own
     assert observe_driver(tmp_path, "app-v1").summary().startswith("STARTING")
+
+
+def test_a_spares_and_a_standbys_status_is_current_by_the_same_rule_as_a_drivers(tmp_path):
+    """A spare's or a standby's last status is shown only while the process that published it holds its own lease:
+    not after it died, not when a newer incarnation holds the lease and has not published yet."""
+    for name, write, observe in (
+        (
+            "app-v1.spare",
+            lambda epoch: write_spare_status(tmp_path, SpareStatus("app-v1", SpareState.READY, lease_epoch=epoch)),
+            observe_spare,
+        ),
+        (
+            "app-v1.standby",
+            lambda epoch: write_standby_status(
+                tmp_path, StandbyStatus("app-v1", FollowerState.FOLLOWING, lease_epoch=epoch)
+            ),
+            observe_standby,
+        ),
+    ):
+        assert observe(tmp_path, "app-v1").live_status is None  # never ran
+        lease = JobLease(tmp_path, name)
+        write(lease.acquire())
+        assert observe(tmp_path, "app-v1").alive
+        lease.release()  # died
+        assert observe(tmp_path, "app-v1").live_status is None and observe(tmp_path, "app-v1").status is not None
+        JobLease(tmp_path, name).acquire()  # the next one, not published yet
+        assert not observe(tmp_path, "app-v1").alive, name
 
 
 def test_batch_ids_are_shown_as_users_count_them():

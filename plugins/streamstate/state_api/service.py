@@ -27,9 +27,8 @@ from streamstate.state_api.views import LiveView, StandbyView, StateTable
 
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout
-from spark_jobs.lifecycle import current_state, read_standby_status
+from spark_jobs.lifecycle import current_state, observe_standby
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, get_job, registered_versions, store
-from spark_jobs.standby.follower import standby_running
 from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 from spark_jobs.versions import JobVersions
@@ -259,7 +258,8 @@ class StateQueryService:
 
     def describe_store(self, spec: JobSpec, store_spec: StoreSpec) -> dict:
         source = self.source(spec, store_spec)
-        follower = read_standby_status(self.settings.status_dir, spec.application_id)
+        standby = observe_standby(self.settings.status_dir, spec.application_id)
+        follower = standby.status
         store_view = follower.stores.get(store_spec.name) if follower else None
         return {
             "job": spec.name,
@@ -271,7 +271,7 @@ class StateQueryService:
             "changelog_topic": JobLayout.of(spec, self.settings).changelog_topic(store_spec.name),
             "keys": len(source.table),
             "standby": {
-                "follower_running": standby_running(self.settings.status_dir, spec.application_id) is not None,
+                "follower_running": standby.alive,
                 "follower_state": follower.state.value if follower else None,
                 "lag_ms": store_view.lag_ms if store_view else None,
                 "max_lag_ms": follower.max_lag_ms if follower else None,

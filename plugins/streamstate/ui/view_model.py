@@ -17,11 +17,10 @@ from streamstate.supervision import DESIRED_STOPPED, read_record
 
 from runtime.settings import Settings
 from spark_jobs.changelog_tuning.latest import LatestMeasurement, read_latest
-from spark_jobs.layout import JobDags, spare_name
+from spark_jobs.layout import JobDags
 from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import SnapshotTaken, StoreRestore, observe_driver, read_spare_status, read_standby_status
+from spark_jobs.lifecycle import SnapshotTaken, StoreRestore, observe_driver, observe_spare, observe_standby
 from spark_jobs.registry import JobSpec, registered_versions
-from spark_jobs.standby.follower import standby_running
 from spark_jobs.versions import JobVersions
 
 
@@ -150,11 +149,9 @@ def job_row(
     progress = status.progress if status else None
     record = read_record(settings.status_dir, spec.application_id)
     assessment = record.last_assessment
-    standby = read_standby_status(settings.status_dir, spec.application_id)
-    standby_alive = standby is not None and standby_running(settings.status_dir, spec.application_id) is not None
+    standby = observe_standby(settings.status_dir, spec.application_id).live_status
     measured = read_latest(settings) if measured is None else measured
-    spare = read_spare_status(settings.status_dir, spec.application_id)
-    spare_alive = spare is not None and JobLease(settings.status_dir, spare_name(spec.application_id)).holder()
+    spare = observe_spare(settings.status_dir, spec.application_id).live_status
     return JobRow(
         job=spec.name,
         application_id=spec.application_id,
@@ -201,9 +198,9 @@ def job_row(
             lag_ms=standby.lag_ms,
             stores={n: StandbyStoreRow(v.batch_id, v.rows, v.lag_ms) for n, v in standby.stores.items()},
         )
-        if standby_alive
+        if standby is not None
         else StandbyView(),
-        spare=spare.state.value if spare_alive and spare.lease_epoch == spare_alive.epoch else None,
+        spare=spare.state.value if spare is not None else None,
         stores=tuple(StoreRef(s.name, s.kind) for s in spec.stores),
         restore=dict(status.restore) if status else {},
         open_alerts=tuple(
