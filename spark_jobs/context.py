@@ -6,33 +6,24 @@ import concurrent.futures
 import dataclasses
 import functools
 import json
-import time
 
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs import failpoints
-from spark_jobs.driver_rows import DriverRows
-from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic, kafka_partition
+from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.output_table import OutputCommit, OutputTable
+from spark_jobs.output_table import OutputTable
 from spark_jobs.registry import JobSpec, store
-from spark_jobs.session import BATCH_CACHE_CONF, session_conf
 from spark_jobs.state import output_marks
-from spark_jobs.state.batch_records import OutputRecords
 from spark_jobs.state.changelog import (
-    DRIVER_RECORDS_MAX,
     ChangelogTopic,
     ChangelogWriter,
-    collects_in_driver,
     fenced_writer,
-    write_batches,
 )
 from spark_jobs.state.checkpoint_offsets import (
     KafkaOffsets,
     batch_end_offsets,
-    batch_watermark_ms,
     latest_batch_id,
-    records_between,
 )
 from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence
 from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
@@ -191,7 +182,7 @@ class JobContext:
 
         Called after the batch's changelog write, so the snapshot includes that batch.
         """
-        if not self._due(changelog_batch_id):
+        if not self.snapshot_due(changelog_batch_id):
             return None
         from spark_jobs.standby.follower import standby_running
         from spark_jobs.state.snapshotting import take_snapshot
@@ -213,11 +204,13 @@ class JobContext:
     def start_snapshots_if_due(self, store_names: list[str], changelog_batch_id: int) -> bool:
         """The stores' snapshots when the job's cadence says so, taken off the micro-batch's path by
         :attr:`snapshot_worker` (skipped while one runs); returns whether they started."""
-        if not self._due(changelog_batch_id):
+        if not self.snapshot_due(changelog_batch_id):
             return False
 
+        from spark_jobs.batch_sink import PhaseClock
+
         def take() -> None:
-            clock = _PhaseClock(self.phase_seconds)
+            clock = PhaseClock(self.phase_seconds)
             for name in store_names:
                 self.snapshot_if_due(name, changelog_batch_id)
             clock.lap("snapshot_background")
@@ -231,7 +224,7 @@ class JobContext:
 
         return SnapshotWorker(self.spark)
 
-    def _due(self, changelog_batch_id: int) -> bool:
+    def snapshot_due(self, changelog_batch_id: int) -> bool:
         """Whether the job's snapshot cadence (``snapshot_every_batches``) falls on this batch: counted within
         the driver's generation, after every N Spark batches, not at its first one."""
         every = self.spec.snapshot_every_batches
@@ -394,222 +387,18 @@ class JobContext:
         output_records=None,
         refused_letters=None,
     ):
-        """The ``foreachBatch`` function of a job whose processor emits store changes.
+        """The ``foreachBatch`` function of a job whose processor emits store changes: a
+        :class:`spark_jobs.batch_sink.BatchSink` (its docstring says what it does with each micro-batch, and what
+        each argument is). ``changes``: the store the processor keeps, or the stores (each picking its rows, see
+        :func:`spark_jobs.state.store_changes.several_stores`); the outputs are the first one's view. When the
+        query starts without a checkpoint, ``reconcile_outputs`` makes the outputs equal to the restored store
+        now, before the query starts."""
+        from spark_jobs.batch_sink import BatchSink
 
-        ``changes``: the store the processor keeps, or the stores (each picking its rows, see
-        :func:`spark_jobs.state.store_changes.several_stores`); the outputs are the first one's view.
-
-        ``reconcile_outputs(restored)``, for jobs whose outputs are a view of the store: when the query
-        starts without a checkpoint, it is called now, before the query starts, with the restored store
-        (``key`` + value columns; empty when nothing was restored), and makes the outputs equal to it
-        (not called when nothing was restored and the outputs hold nothing: they are equal already).
-        Without it a row written by a batch whose changelog never completed (a driver killed between
-        the two writes) could outlive the restore: the replay re-derives every key it touches, but not
-        a key whose later history no longer reaches the outputs.
-
-        Per micro-batch, first, for a job with several inputs: which of them have records written beyond the batch
-        (:attr:`input_lag`), the session setting its tasks read while the batch's Spark jobs run. Then the batch's
-        dead letters (rows with ``dead_letter.LETTER_COLUMN`` set, see
-        :meth:`with_dead_letters`) go to the dead-letter topic, and with them ``refused_letters(batch)``, the
-        rows the processor refused inside the batch (late events) as :meth:`write_rejected` takes them (None: none);
-        ``write_outputs(batch, batch_id, commit)`` updates
-        the job's outputs from the other rows (not called when there are none: nothing changed), each of its
-        table writes carrying ``commit`` (:class:`spark_jobs.output_table.OutputCommit`; a Spark write in the
-        call carries it too, through the session's conf); then the changes
-        go to each store's changelog, then every store's batch markers, in one transaction; then, when due, a
-        snapshot of each store is started in the background (:meth:`start_snapshots_if_due`). Both writes are
-        full values or tombstones, so a batch replayed after a crash rewrites the same results
-        (idempotent). The markers come after the outputs because they are what a restore trusts: a batch
-        complete in the changelog has its outputs written. (Changelog first lost outputs when a driver died
-        between the two and the checkpoint was then lost: the restore resumed after a batch whose outputs
-        were never written. Found by tests/faults/test_driver_kills.py.)
-
-        A job whose outputs are the store's view (``reconcile_outputs``) and that has an output topic commits
-        the transaction first and writes its outputs after it (failpoint ``between_markers_and_outputs``): a
-        reader of the topic gets a batch's results without waiting for the Delta commit, and nothing is lost
-        by the order, since a restore without the checkpoint makes the outputs equal to the restored store,
-        and with it Spark replays the batch, whose Delta write is still missing and whose transaction is not
-        repeated.
-
-        ``output_records(batch)``, for a job with an output topic (``JobSpec.output_topic``): the batch's results
-        as Kafka records (``key`` and ``value`` binary, a null value a tombstone), written to the topic in the
-        transaction of the batch's markers: a consumer reading committed sees a batch's results whole, and
-        only once its changelog is complete (a driver killed before the markers leaves none of them), and
-        once (a batch Spark replays after its transaction committed writes none:
-        :meth:`ChangelogWriter.committed_already`).
-
-        A batch of few input records (at most ``min(driver_output_max_rows, DRIVER_RECORDS_MAX)``, from the
-        offset log), after this driver's first, is run by the Spark job that collects what its sinks read and
-        its dead-letter counts (:mod:`spark_jobs.driver_rows`); a larger one is first materialised and counted
-        by a job of its own, and enters the driver only when its rows are few (``driver_output_max_rows``); its
-        stores' change rows, counted by that job too, go into the markers' transaction when they are few
-        (:data:`~spark_jobs.state.changelog.DRIVER_RECORDS_MAX`), else through Spark's Kafka sink. (The
-        bound on a small batch is its input: a record that closes many windows brings all their rows with it.)
-
-        ``write_outputs``'s writes are Delta idempotent writes whose version is the changelog batch id, so it
-        writes each output table at most once per batch (a second write to the same table in the batch
-        would be skipped), and a driver fenced by a newer one has its late writes skipped.
-        """
         stores = changes if isinstance(changes, tuple) else (changes,)
-        shown = stores[0]
-        if reconcile_outputs is not None and self.starts_without_checkpoint and not self._nothing_to_reconcile(shown):
-            clock = _PhaseClock(self.phase_seconds)
-            reconcile_outputs(self.restored_store(shown))
-            clock.lap("reconcile")
-        # Made at the first batch, after its state phase: the claim of the version they write under (the
-        # batch base, from its generation) may still be under way in the background until then.
-        writers: list[tuple[ChangelogWriter, StoreChanges]] = []
-        open_tables: dict = {}  # the outputs' delta-rs tables, reused by the next batches (OutputCommit)
-        checkpoint = self.checkpoint
-        events = output_records is not None and self.spec.output_topic_kind() == "events"
-        transaction_first = output_records is not None and reconcile_outputs is not None
-
-        # a batch reading at most this many input records (known from the offset log) has the rows its sinks
-        # read collected by the job that runs its plan: as many rows as the processor emits for them
-        few_inputs_max = min(self.settings.driver_output_max_rows, DRIVER_RECORDS_MAX)
-        last_end: tuple[int, dict] | None = None  # the last batch's id and end offsets: where the next one starts
-
-        def sink_frames(batch, end_offsets, rows: DriverRows | None, at_most: int | None, publish: bool = True):
-            """Each store's changelog records and the output topic's (None: none to write), announced to ``rows``
-            (the changelog's when the markers' transaction takes them, see ``collects_in_driver``)."""
-            changelog = [(writer, kept.changelog_records(batch)) for writer, kept in writers]
-            results = None
-            # not for a batch replayed after its transaction committed: its records are in the topic once
-            if publish and output_records is not None and not writers[0][0].committed_already(end_offsets):
-                results = output_records(batch)  # through the driver: one transaction writes them
-            if rows is not None:
-                rows.announce(results)
-                if collects_in_driver([writer for writer, _ in changelog], at_most=at_most):
-                    rows.announce(*(frame for _, frame in changelog))
-            return changelog, results
-
-        def write_batch(batch, batch_id: int) -> None:
-            end_offsets = batch_end_offsets(checkpoint, batch_id)
-            # a join's tasks take both topics in time order across batches: which inputs have records written
-            # beyond this batch, read once before it runs (spark_jobs/state/input_lag.py)
-            lag = {}
-            if self.input_lag is not None:
-                start = self._batch_start_offsets(batch_id) if self.spec.max_task_idle_ms else None
-                lag = self.input_lag.reading(batch_id, end_offsets, start).conf()
-            with session_conf(batch.sparkSession, lag):
-                write_read_batch(batch, batch_id, end_offsets)
-
-        def write_read_batch(batch, batch_id: int, end_offsets: KafkaOffsets) -> None:
-            nonlocal last_end
-            from spark_jobs import dead_letter
-
-            clock = _PhaseClock(self.phase_seconds, self._batch_phases(batch_id))
-            with session_conf(batch.sparkSession, BATCH_CACHE_CONF):  # read as the cache is declared
-                cached = batch.persist()  # several writes from one batch: run the stateful plan once
-            try:
-                follows = last_end is not None and last_end[0] == batch_id - 1
-                started = last_end[1] if follows else self._batch_start_offsets(batch_id)
-                inputs = records_between(started, end_offsets) if started is not None else None
-                last_end = (batch_id, end_offsets)
-                few = bool(writers) and inputs is not None and inputs <= few_inputs_max
-                rows = DriverRows() if few else None
-                lettered = batch
-                if few:
-                    # a batch of few input records: the Spark job that runs its plan (the state phase) also
-                    # collects what its sinks will read and its rows' dead-letter reasons (the counts), so no
-                    # job of its own materialises it first (spark_jobs/driver_rows.py)
-                    reasons = dead_letter.letter_reasons(batch)
-                    batch = dead_letter.without_letters(batch)
-                    changelog, results = sink_frames(batch, end_offsets, rows, at_most=None)
-                    counts = dead_letter.counted_reasons(rows.arrow(reasons))
-                    changed = counts.pop(None, 0)
-                    store_changes = changed  # a store's changes are some of the processor's rows
-                    clock.lap("state")
-                    results = results if changed else None
-                else:
-                    # one Spark job materialises it (so the state phase is timed apart from the writes), counting
-                    # the processor's rows and the dead letters it passed on as they pass (by reason: a second
-                    # job, over the cached rows, only when there are some), and each store's change rows: a
-                    # large batch's few changes are then collected into the markers' transaction, not written by
-                    # a Spark job of Kafka's sink
-                    count = dead_letter.count_batch(batch, {s.store: s.rows or "true" for s in stores})
-                    counts = count.by_reason
-                    changed = counts.pop(None, 0)
-                    store_changes = max(count.matching.values(), default=0)
-                    clock.lap("state")
-                    if not writers:
-                        writers.extend((self.changelog_writer(s.store), s) for s in stores)
-                    batch = dead_letter.without_letters(batch, some=bool(counts))
-                    if changed <= self.settings.driver_output_max_rows:
-                        rows = DriverRows()
-                    # a small batch's driver-side reads (its outputs, output records, changelog records) in one
-                    # Spark job: each frame announced before the outputs read theirs (spark_jobs/driver_rows.py)
-                    changelog, results = sink_frames(
-                        batch, end_offsets, rows, at_most=store_changes, publish=bool(changed)
-                    )
-                if counts:
-                    self._write_dead_letters(lettered, counts)
-                batch_base = writers[0][0].batch_base
-                refused = refused_letters(batch) if refused_letters is not None and changed else None
-                if refused is not None:
-                    self.write_rejected(refused)
-                clock.lap("dead_letters")
-                self.failpoint("before_outputs")
-                through_driver = changed <= self.settings.driver_output_max_rows
-
-                def write_delta_outputs() -> None:
-                    # an idempotent Delta write: skipped when a newer driver already wrote a higher batch id
-                    # (a fenced driver's late MERGE, see spark_jobs/state/fencing.py); its commits carry the
-                    # input position they reached (spark_jobs/state/output_marks.py)
-                    commit = OutputCommit(
-                        self.layout.output_transaction_app_id,
-                        batch_base + batch_id,
-                        end_offsets.get(self.input_topic, {}),
-                        through_driver=through_driver,
-                        rows=rows if through_driver else None,
-                        open_tables=open_tables,
-                    )
-                    if changed:  # a batch that changed nothing (e.g. only moved the watermark) writes nothing
-                        with session_conf(batch.sparkSession, commit.spark_conf()):
-                            write_outputs(batch, batch_id, commit)
-                    clock.lap("outputs")
-
-                def commit_transaction() -> None:
-                    records = ()
-                    if results is not None:
-                        published = rows.arrow(results) if rows is not None else results.toArrow()
-                        keys = published.column("key").to_pylist()
-                        values = published.column("value").to_pylist()
-                        partitions = None
-                        if events:
-                            count = self.spec.output_partitions
-                            partitions = [kafka_partition(key.decode(), count) for key in keys]
-                        records = (OutputRecords(self.layout.output_topic, keys, values, partitions),)
-                    write_batches(
-                        changelog,
-                        batch_id,
-                        end_offsets,
-                        batch_watermark_ms(checkpoint, batch_id),
-                        records,
-                        at_most=store_changes,
-                        rows=rows,
-                    )
-                    clock.lap("changelog")
-
-                if transaction_first:
-                    commit_transaction()
-                    self.failpoint("between_markers_and_outputs")
-                    write_delta_outputs()
-                else:
-                    write_delta_outputs()
-                    self.failpoint("between_outputs_and_markers")
-                    commit_transaction()
-            finally:
-                cached.unpersist()
-            self.start_snapshots_if_due([kept.store for kept in stores], batch_base + batch_id)
-            if self.repartitioner is not None and batch_id > 0 and self._due(batch_base + batch_id):
-                # below where this batch started, never its end: Spark replays this batch when killed before
-                # its commit log, reading from its start; the batch before it is committed, and the changelog
-                # complete past it, so neither a resume nor a restore reads below that start again
-                self.repartitioner.purge_below(started.get(self.input_topic, {}))
-            clock.lap("snapshot")
-
-        return write_batch
+        sink = BatchSink(self, stores, write_outputs, reconcile_outputs, output_records, refused_letters)
+        sink.reconcile()
+        return sink
 
     @functools.cached_property
     def input_lag(self):
@@ -628,7 +417,7 @@ class JobContext:
             self.spec.max_task_idle_ms,
         )
 
-    def _batch_phases(self, batch_id: int) -> dict:
+    def new_batch_phases(self, batch_id: int) -> dict:
         """Batch ``batch_id``'s phases, new (a replayed batch's count again); the oldest go when the progress of
         their batches was never asked for (a query stopped before Spark reported it)."""
         for old in list(self.batch_phase_ms):  # a copy: the progress listener's thread pops from it
@@ -653,7 +442,7 @@ class JobContext:
         crash or a restore): then a primitive that appends its outputs must insert them only if absent."""
         return output_marks.may_repeat(self._batch_start(batch_id), self.outputs_written_through)
 
-    def _batch_start_offsets(self, batch_id: int) -> KafkaOffsets | None:
+    def batch_start_offsets(self, batch_id: int) -> KafkaOffsets | None:
         """Where micro-batch ``batch_id`` starts reading every source: the end of the batch before it in the
         offset log (None for the first batch)."""
         return batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id else None
@@ -668,7 +457,7 @@ class JobContext:
             return None
         return {int(p): int(o) for p, o in offsets.items()}
 
-    def _write_dead_letters(self, batch, counts: dict[str, int]) -> None:
+    def write_dead_letters(self, batch, counts: dict[str, int]) -> None:
         """Send the batch's dead letters (the rows carrying one, ``counts`` of them by reason) to the job's
         dead-letter topic."""
         from spark_jobs import dead_letter
@@ -705,7 +494,7 @@ class JobContext:
             letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
         self._send_letters(letters, counts)
 
-    def _nothing_to_reconcile(self, changes: StoreChanges) -> bool:
+    def nothing_to_reconcile(self, changes: StoreChanges) -> bool:
         """Nothing was restored and no output table of the version holds a file: the outputs already equal
         the (empty) store. A new version's first start then skips the reconciling MERGE (seconds, most of
         a small job's start). Read with delta-rs: asking Spark (DESCRIBE DETAIL) costs as much as the MERGE."""
@@ -782,17 +571,3 @@ class JobContext:
             topic.ensure(self.settings.kafka)
             names.append(topic.name)
         return names
-
-
-class _PhaseClock:
-    """Adds the seconds since the previous lap to ``totals[phase]`` (and, in milliseconds, to ``batch[phase]``)."""
-
-    def __init__(self, totals: dict, batch: dict | None = None) -> None:
-        self.totals, self.batch, self.last = totals, batch, time.monotonic()
-
-    def lap(self, phase: str) -> None:
-        now = time.monotonic()
-        self.totals[phase] = round(self.totals.get(phase, 0.0) + now - self.last, 3)
-        if self.batch is not None:
-            self.batch[phase] = self.batch.get(phase, 0) + round((now - self.last) * 1000)
-        self.last = now
