@@ -333,6 +333,17 @@ class Settings:
         return settings
 
     def validate(self) -> None:
+        """SettingsError naming the first setting out of its bounds, in this order: the local services' ports,
+        Spark, the JDK and Kafka's replication, the job limits, the state API and metrics, the connections, the
+        compaction policy."""
+        self._validate_local_ports()
+        self._validate_spark_java_kafka()
+        self._validate_job_limits()
+        self._validate_state_api_and_metrics()
+        self._validate_connections()
+        self.compaction.validate()
+
+    def _validate_local_ports(self) -> None:
         ports = {
             "kafka_port": self.kafka_port,
             "kafka_controller_port": self.kafka_controller_port,
@@ -346,6 +357,8 @@ class Settings:
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()}={port} is not a TCP port")
         if len(set(ports.values())) != len(ports):
             raise SettingsError(f"the local services need distinct ports, got {ports}")
+
+    def _validate_spark_java_kafka(self) -> None:
         if not _SPARK_MASTER.match(self.spark_master):
             raise SettingsError(
                 f"{ENV_PREFIX}SPARK_MASTER={self.spark_master!r}: expected local[*], spark://host:port, k8s://… or yarn"
@@ -358,6 +371,8 @@ class Settings:
             raise SettingsError(
                 f"{ENV_PREFIX}SPARK_CORES_MAX must be at least 1 (or unset), got {self.spark_cores_max}"
             )
+
+    def _validate_job_limits(self) -> None:
         if self.restore_in_spark_min_records < 0:
             raise SettingsError(f"{ENV_PREFIX}RESTORE_IN_SPARK_MIN_RECORDS must be >= 0 (0: every store in Spark)")
         if self.driver_output_max_rows < 0:
@@ -369,6 +384,8 @@ class Settings:
                 f"{ENV_PREFIX}STANDBY_COMMIT_INTERVAL_S must be > 0 and below STANDBY_MAX_LAG_S "
                 f"({self.standby_commit_interval_s} vs {self.standby_max_lag_s})"
             )
+
+    def _validate_state_api_and_metrics(self) -> None:
         if (
             not 1 <= self.state_api_port <= 65535
             or self.state_api_max_page_size < 1
@@ -378,6 +395,8 @@ class Settings:
             raise SettingsError(f"{ENV_PREFIX}STATE_API_*: need a TCP port, a page size >= 1 and a timeout > 0")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"{ENV_PREFIX}METRICS_PORT={self.metrics_port} is not a TCP port (0: a free one)")
+
+    def _validate_connections(self) -> None:
         try:
             self.kafka  # noqa: B018 - building the connection validates the Kafka security settings
         except KafkaSecurityError as err:
@@ -387,7 +406,6 @@ class Settings:
             self.checkpoints  # noqa: B018
         except ObjectStoreError as err:
             raise SettingsError(f"{ENV_PREFIX}LAKE_URI / CHECKPOINT_URI / S3_*: {err}") from None
-        self.compaction.validate()
 
 
 def _boolean(raw: str) -> bool:

@@ -112,6 +112,20 @@ class StoreSpec:
     max_entries: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_name_and_kind()
+        if self.kind == "windowed":
+            self._check_windowed()
+        if self.kind == "session":
+            self._check_session()
+        elif self.gap_ms is not None:
+            raise JobSpecError(f"store {self.name!r}: gap_ms is for session stores")
+        if self.advance_ms is not None and self.kind != "windowed":
+            raise JobSpecError(f"store {self.name!r}: advance_ms is for windowed stores")
+        self._check_ttl()
+
+    def _check_name_and_kind(self) -> None:
+        """The name, a known kind, and what the kind needs: an lru store its max_entries, a store that expires
+        by time its retention."""
         if not re.match(r"^[a-z][a-z0-9_-]{0,62}$", self.name):
             raise JobSpecError(f"store name {self.name!r}: use lower-case letters, digits, - and _")
         if self.kind not in get_args(StoreKind):
@@ -122,26 +136,26 @@ class StoreSpec:
             raise JobSpecError(f"lru store {self.name!r}: max_entries must be >= 1, got {self.max_entries}")
         if self.kind not in ("key_value", "lru", "in_memory") and not self.retention_ms:
             raise JobSpecError(f"{self.kind} store {self.name!r} needs retention_ms")
-        if self.kind == "windowed":
-            if not self.window_ms or self.window_ms <= 0 or self.grace_ms < 0:
-                raise JobSpecError(f"windowed store {self.name!r} needs window_ms > 0 and grace_ms >= 0")
-            if self.advance_ms is not None and not 0 < self.advance_ms <= self.window_ms:
-                raise JobSpecError(
-                    f"windowed store {self.name!r}: advance_ms {self.advance_ms} must be > 0 and at most "
-                    f"window_ms {self.window_ms}"
-                )
-            if self.retention_ms < self.window_ms + self.grace_ms:
-                # The seeds: retention must cover window size + grace, or windows vanish while open.
-                raise JobSpecError(
-                    f"windowed store {self.name!r}: retention_ms {self.retention_ms} is shorter "
-                    f"than window_ms + grace_ms = {self.window_ms + self.grace_ms}"
-                )
-        if self.kind == "session":
-            self._check_session()
-        elif self.gap_ms is not None:
-            raise JobSpecError(f"store {self.name!r}: gap_ms is for session stores")
-        if self.advance_ms is not None and self.kind != "windowed":
-            raise JobSpecError(f"store {self.name!r}: advance_ms is for windowed stores")
+
+    def _check_windowed(self) -> None:
+        """A windowed store: a positive size, no negative grace, an advance within the size, and a retention
+        covering size + grace."""
+        if not self.window_ms or self.window_ms <= 0 or self.grace_ms < 0:
+            raise JobSpecError(f"windowed store {self.name!r} needs window_ms > 0 and grace_ms >= 0")
+        if self.advance_ms is not None and not 0 < self.advance_ms <= self.window_ms:
+            raise JobSpecError(
+                f"windowed store {self.name!r}: advance_ms {self.advance_ms} must be > 0 and at most "
+                f"window_ms {self.window_ms}"
+            )
+        if self.retention_ms < self.window_ms + self.grace_ms:
+            # The seeds: retention must cover window size + grace, or windows vanish while open.
+            raise JobSpecError(
+                f"windowed store {self.name!r}: retention_ms {self.retention_ms} is shorter "
+                f"than window_ms + grace_ms = {self.window_ms + self.grace_ms}"
+            )
+
+    def _check_ttl(self) -> None:
+        """A TTL only on a key-value store and positive; a known clock, other than the default only with a TTL."""
         if self.ttl_ms is not None and (self.kind != "key_value" or self.ttl_ms <= 0):
             raise JobSpecError(
                 f"store {self.name!r}: ttl_ms must be positive and is for key_value stores "

@@ -126,13 +126,7 @@ def run_drained_demo(settings: Settings, *, events: int, users: int) -> int:
     dlq = dead_letter_topic(spec.application_id)
     summary["dead_letters"] = (dlq, topic_record_count(settings.kafka, dlq))
     _print_summary(settings, spec, report, summary, in_topic, time.monotonic() - started, log_file)
-    if not summary["matches"]:
-        console.print(
-            f"[red]check failed: the Delta table {report['output']} differs from the counts computed "
-            f"in plain Python over the {in_topic:,} events of '{spec.source_topic}'[/red]"
-        )
-        return 1
-    return 0
+    return _check_outcome(summary["matches"], report["output"], in_topic, spec.source_topic)
 
 
 def _read_output(settings: Settings, path: str) -> dict:
@@ -150,6 +144,27 @@ def _read_output(settings: Settings, path: str) -> dict:
         "version": table.version(),
         "state": {r["user_id"]: (r["purchases"], r["amount_spent"]) for r in rows},
     }
+
+
+def _check_row(matches: bool) -> tuple[str, str]:
+    """The summary's row on the check: the Delta table against plain Python's counts over the topic."""
+    return (
+        "check",
+        "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
+        if matches
+        else "[red]MISMATCH[/red]",
+    )
+
+
+def _check_outcome(matches: bool, output_table: str, in_topic: int, topic: str) -> int:
+    """The demo's exit code: 0 when the check holds, else 1 after saying what differs."""
+    if matches:
+        return 0
+    console.print(
+        f"[red]check failed: the Delta table {output_table} differs from the counts computed "
+        f"in plain Python over the {in_topic:,} events of '{topic}'[/red]"
+    )
+    return 1
 
 
 def _print_summary_table(title: str, rows: list[tuple[str, str]], summary: dict) -> None:
@@ -174,12 +189,7 @@ def _print_summary(settings, spec, report, summary, in_topic, elapsed, log_file)
         ("events in topic (all runs)", f"{in_topic:,}"),
         ("keys in state", f"{report['state_rows']:,} users ({report['state_memory_bytes']:,} bytes in RocksDB)"),
         ("outputs written", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
-        (
-            "check",
-            "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
-            if summary["matches"]
-            else "[red]MISMATCH[/red]",
-        ),
+        _check_row(summary["matches"]),
         ("purchases counted", f"{summary['total_purchases']:,} (closed accounts' purchases are deleted)"),
         ("input offsets", json.dumps(report["end_offsets"])),
         *[
@@ -223,10 +233,7 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     from spark_jobs import kafka_topics
     from spark_jobs.generators import purchases
     from spark_jobs.layout import JobLayout
-    from spark_jobs.lease import JobLease
-    from spark_jobs.lifecycle import observe_driver, read_status
     from spark_jobs.registry import get_job
-    from spark_jobs.state.source_position import committed_source_offsets
 
     started = time.monotonic()
     spec = get_job(JOB)
@@ -242,6 +249,33 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
         settings.kafka_replication_factor,
         {"min.insync.replicas": str(settings.kafka_min_insync_replicas)},
     )
+    _launch_under_airflow(settings, spec, dag_id)
+    produced = _produce_while_running(settings, spec, events=events, users=users, seconds=seconds)
+    _wait_caught_up(settings, spec, layout)
+
+    view = _job_row(settings, spec.name)
+    summary = _read_output(settings, str(layout.output_table))
+    in_topic = topic_record_count(settings.kafka, spec.source_topic)
+    expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka, spec.source_topic))
+    matches = summary.pop("state") == expected
+    rows = [
+        *_supervised_job_rows(view, spec, dag_id, produced=produced, in_topic=in_topic),
+        ("outputs", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
+        _check_row(matches),
+        *_supervised_link_rows(settings, spec, summary),
+        *stack.uis(),
+        ("Delta table", str(layout.output_table)),
+        ("elapsed", f"{time.monotonic() - started:.0f} s"),
+    ]
+    _print_summary_table(f"{spec.application_id}: the platform running", rows, summary)
+    console.print(f"The job keeps running under {dag_id}; `make down` stops the stack and the job.")
+    return _check_outcome(matches, str(layout.output_table), in_topic, spec.source_topic)
+
+
+def _launch_under_airflow(settings: Settings, spec, dag_id: str) -> None:
+    """Has Airflow launch the driver (a trigger, or an unpause when it already runs) and waits until it runs."""
+    from spark_jobs.lease import JobLease
+    from spark_jobs.lifecycle import observe_driver
 
     api = AirflowApi(settings.airflow_url)
     with console.status(f"waiting for Airflow to parse {dag_id}…"):
@@ -263,6 +297,13 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     launched_by = _job_row(settings, spec.name).supervision.launched_by
     console.print(f"[green]✓[/green] {spec.application_id} RUNNING, launched by {launched_by}")
 
+
+def _produce_while_running(settings: Settings, spec, *, events: int, users: int, seconds: float) -> int:
+    """Produces a new seed's purchase events in one-second chunks over ``seconds``, as a live source would,
+    showing the job's input lag; returns how many it produced."""
+    from spark_jobs.generators import purchases
+    from spark_jobs.lifecycle import read_status
+
     seed = _next_seed(settings)
     batch = list(purchases.generate(events, users=users, seed=seed))
     steps = max(1, int(seconds))
@@ -278,6 +319,13 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     console.print(
         f"[green]✓[/green] produced {len(batch):,} events (seed {seed}) over {steps} s to '{spec.source_topic}'"
     )
+    return len(batch)
+
+
+def _wait_caught_up(settings: Settings, spec, layout) -> None:
+    """Waits until the job's checkpoint has committed every record now in its source topic."""
+    from spark_jobs import kafka_topics
+    from spark_jobs.state.source_position import committed_source_offsets
 
     ends = {p: high for p, (_, high) in kafka_topics.partition_offsets(settings.kafka, spec.source_topic).items()}
 
@@ -288,54 +336,38 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     with console.status("waiting for the job to commit every event…"):
         _wait(caught_up, 600, f"{spec.application_id} to catch up")
 
-    view = _job_row(settings, spec.name)
-    summary = _read_output(settings, str(layout.output_table))
-    in_topic = topic_record_count(settings.kafka, spec.source_topic)
-    expected = purchases.expected_counts(kafka_topics.read_json_records(settings.kafka, spec.source_topic))
-    matches = summary.pop("state") == expected
+
+def _supervised_job_rows(view, spec, dag_id: str, *, produced: int, in_topic: int) -> list[tuple[str, str]]:
+    """The summary's rows on the job itself, from its row of the jobs page."""
     snapshot = view.snapshots.get(spec.stores[0].name)
-    rows = [
+    return [
         (
             "job",
             f"{view.lifecycle_state} under {dag_id} (desired {view.supervision.desired}); "
             f"driver pid {view.driver.pid if view.driver else None}, launched by {view.supervision.launched_by}",
         ),
-        ("events produced (this run)", f"{len(batch):,}"),
+        ("events produced (this run)", f"{produced:,}"),
         ("events in topic (all runs)", f"{in_topic:,}"),
         ("micro-batches", f"latest {view.batch_id}, input lag {view.input_lag_records or 0:,} records"),
         ("keys in state", f"{view.state_rows or 0:,} users ({view.state_memory_bytes or 0:,} bytes in RocksDB)"),
         ("snapshot", f"batch {snapshot.batch_id}, {snapshot.rows} rows" if snapshot else "none yet"),
         ("spare driver", view.spare or "not running"),
         ("warm standby", view.standby.state),
-        ("outputs", f"{summary['keys']:,} rows in Delta (table version {summary['version']})"),
-        (
-            "check",
-            "[green]OK[/green]: Delta = plain-Python counts over every event in the topic"
-            if matches
-            else "[red]MISMATCH[/red]",
-        ),
-        ("Airflow UI", settings.airflow_url),
-        ("Streaming jobs page", f"{settings.airflow_url}/streamstate/"),
-        *[
+    ]
+
+
+def _supervised_link_rows(settings: Settings, spec, summary: dict) -> list[tuple[str, str]]:
+    """The addresses of Airflow's UI, the jobs page and (when the output has a row) a state query of its top user."""
+    rows = [("Airflow UI", settings.airflow_url), ("Streaming jobs page", f"{settings.airflow_url}/streamstate/")]
+    if summary["top"]:
+        rows.append(
             (
                 "state query",
                 f"{settings.airflow_url}/state-api/jobs/{spec.name}/stores/{spec.stores[0].name}/keys/"
                 f"{summary['top'][0]['user_id']}",
             )
-        ][: 1 if summary["top"] else 0],
-        *stack.uis(),
-        ("Delta table", str(layout.output_table)),
-        ("elapsed", f"{time.monotonic() - started:.0f} s"),
-    ]
-    _print_summary_table(f"{spec.application_id}: the platform running", rows, summary)
-    console.print(f"The job keeps running under {dag_id}; `make down` stops the stack and the job.")
-    if not matches:
-        console.print(
-            f"[red]check failed: the Delta table {layout.output_table} differs from the counts computed "
-            f"in plain Python over the {in_topic:,} events of '{spec.source_topic}'[/red]"
         )
-        return 1
-    return 0
+    return rows
 
 
 def _job_row(settings: Settings, job: str):

@@ -197,6 +197,44 @@ def read_log_files(log_dirs: list[Path], topic: str, partitions: int) -> LogFile
     return files
 
 
+@dataclasses.dataclass
+class _ScanTally:
+    """What a scan of a changelog has counted so far (the counts of :class:`ChangelogMeasurement`)."""
+
+    now_ms: int
+    #: records younger than this when superseded are history kept on purpose (min.compaction.lag.ms)
+    min_lag_ms: int
+    #: (partition, key) -> (timestamp ms, is tombstone, key + value bytes) of its latest record
+    latest: dict[tuple[int, bytes], tuple[int, bool, int]] = dataclasses.field(default_factory=dict)
+    records: int = 0
+    markers: int = 0
+    obsolete: int = 0
+    history: int = 0
+    oldest_obsolete_ms: int | None = None
+    scanned_bytes: int = 0
+    #: bytes of the records of the last hour
+    recent_bytes: int = 0
+    complete: bool = True
+
+    def count(self, partition: int, key: bytes, value: bytes | None, ts: int) -> None:
+        """Counts one record of ``partition`` (``key`` b"" for a null key; ``value`` None for a tombstone)."""
+        size = len(key) + len(value or b"")
+        self.records += 1
+        self.scanned_bytes += size
+        if ts >= self.now_ms - 3600_000:
+            self.recent_bytes += size
+        if key == MARKER_KEY:
+            self.markers += 1
+        previous = self.latest.get((partition, key))
+        if previous is not None:
+            self.obsolete += 1
+            if self.now_ms - previous[0] < self.min_lag_ms:
+                self.history += 1
+            elif self.oldest_obsolete_ms is None or previous[0] < self.oldest_obsolete_ms:
+                self.oldest_obsolete_ms = previous[0]
+        self.latest[(partition, key)] = (ts, value is None, size)
+
+
 def measure_changelog(
     kafka: KafkaTarget,
     topic: str,
@@ -212,6 +250,7 @@ def measure_changelog(
     configs = topic_configs.describe(admin, [topic], poll_timeout_s)[topic]
     now_ms = int(time.time() * 1000)
     min_lag_ms = int(configs["min.compaction.lag.ms"].value or 0) if "min.compaction.lag.ms" in configs else 0
+    tally = _ScanTally(now_ms, min_lag_ms)
 
     consumer = Consumer(
         client_config(
@@ -229,79 +268,85 @@ def measure_changelog(
         partitions = sorted(consumer.list_topics(topic, timeout=poll_timeout_s).topics[topic].partitions)
         bounds = {p: watermark_offsets(consumer, TopicPartition(topic, p), poll_timeout_s) for p in partitions}
         per_partition_cap = max(1, max_records // max(len(partitions), 1))
-        # (partition, key) -> (timestamp ms, is tombstone, key + value bytes) of its latest record
-        latest: dict[tuple[int, bytes], tuple[int, bool, int]] = {}
-        records = markers = obsolete = history = 0
-        oldest_obsolete_ms: int | None = None
-        scanned_bytes = recent_bytes = 0
-        complete = True
         for p in partitions:
-            low, high = bounds[p]
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            read = 0
-            while True:
-                msg = consumer.poll(poll_timeout_s)
-                if msg is None:
-                    raise TimeoutError(f"scanning {topic}[{p}]: no data for {poll_timeout_s}s before offset {high}")
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise RuntimeError(f"scanning {topic}[{p}]: {msg.error()}")
-                key, value = msg.key() or b"", msg.value()
-                size = len(key) + len(value or b"")
-                ts = msg.timestamp()[1]
-                records += 1
-                read += 1
-                scanned_bytes += size
-                if ts >= now_ms - 3600_000:
-                    recent_bytes += size
-                if key == MARKER_KEY:
-                    markers += 1
-                previous = latest.get((p, key))
-                if previous is not None:
-                    obsolete += 1
-                    if now_ms - previous[0] < min_lag_ms:
-                        history += 1
-                    elif oldest_obsolete_ms is None or previous[0] < oldest_obsolete_ms:
-                        oldest_obsolete_ms = previous[0]
-                latest[(p, key)] = (ts, value is None, size)
-                if msg.offset() + 1 >= high:
-                    break
-                if read >= per_partition_cap:
-                    complete = False
-                    break
+            _scan_partition(consumer, TopicPartition(topic, p), bounds[p], per_partition_cap, tally, poll_timeout_s)
     finally:
         consumer.close()
 
-    live = [(k, v) for k, v in latest.items() if k[1] != MARKER_KEY and not v[1]]
-    offset_span = sum(high - low for low, high in bounds.values())
     files = read_log_files(log_dirs or [], topic, len(partitions))
-    scan_dirty = obsolete / records if records else 0.0
+    return _measurement(topic, configs, len(partitions), bounds, tally, files, started)
+
+
+def _scan_partition(
+    consumer: Consumer,
+    partition: TopicPartition,
+    bounds: tuple[int, int],
+    cap: int,
+    tally: _ScanTally,
+    poll_timeout_s: float,
+) -> None:
+    """Counts ``partition``'s records from its low watermark to its high one (``bounds``), at most ``cap`` of
+    them (``tally.complete`` False when it stops there)."""
+    topic, p = partition.topic, partition.partition
+    low, high = bounds
+    if high <= low:
+        return
+    consumer.assign([TopicPartition(topic, p, low)])
+    read = 0
+    while True:
+        msg = consumer.poll(poll_timeout_s)
+        if msg is None:
+            raise TimeoutError(f"scanning {topic}[{p}]: no data for {poll_timeout_s}s before offset {high}")
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                break
+            raise RuntimeError(f"scanning {topic}[{p}]: {msg.error()}")
+        tally.count(p, msg.key() or b"", msg.value(), msg.timestamp()[1])
+        read += 1
+        if msg.offset() + 1 >= high:
+            break
+        if read >= cap:
+            tally.complete = False
+            break
+
+
+def _measurement(
+    topic: str,
+    configs: dict,
+    partitions: int,
+    bounds: dict[int, tuple[int, int]],
+    tally: _ScanTally,
+    files: LogFiles | None,
+    started: float,
+) -> ChangelogMeasurement:
+    """The measurement from the scan's counts and, when they were here, the log files (else the scan's estimates)."""
+    live = [(k, v) for k, v in tally.latest.items() if k[1] != MARKER_KEY and not v[1]]
+    offset_span = sum(high - low for low, high in bounds.values())
+    scan_dirty = tally.obsolete / tally.records if tally.records else 0.0
+    oldest = tally.oldest_obsolete_ms
     return ChangelogMeasurement(
         topic=topic,
         measured_at=dt.datetime.now(dt.timezone.utc),
-        partitions=len(partitions),
+        partitions=partitions,
         configs={name: configs[name].value for name in TUNED_CONFIGS if name in configs},
         overridden=sorted(name for name, value in configs.items() if not value.is_default),
         offset_span=offset_span,
-        records=records if complete else offset_span,
-        scan_complete=complete,
+        records=tally.records if tally.complete else offset_span,
+        scan_complete=tally.complete,
         live_keys=len(live),
         live_bytes=sum(v[2] for _, v in live),
-        tombstones=sum(1 for v in latest.values() if v[1]),
-        markers=markers,
-        obsolete=obsolete,
-        history_records=history,
-        oldest_obsolete_age_ms=None if oldest_obsolete_ms is None else max(0, now_ms - oldest_obsolete_ms),
-        bytes=files.bytes if files else scanned_bytes,
+        tombstones=sum(1 for v in tally.latest.values() if v[1]),
+        markers=tally.markers,
+        obsolete=tally.obsolete,
+        history_records=tally.history,
+        oldest_obsolete_age_ms=None if oldest is None else max(0, tally.now_ms - oldest),
+        bytes=files.bytes if files else tally.scanned_bytes,
         bytes_source="log_dirs" if files else "scan",
         segments=files.segments if files else None,
         active_segment_bytes=files.active_segment_bytes if files else None,
         dirty_ratio=round(files.dirty_ratio if files else scan_dirty, 4),
         dirty_ratio_source="log_dirs" if files else "scan",
-        write_bytes_per_s=round(recent_bytes / 3600 / max(len(partitions), 1), 3),
+        write_bytes_per_s=round(tally.recent_bytes / 3600 / max(partitions, 1), 3),
         scan_seconds=round(time.monotonic() - started, 3),
     )
 

@@ -172,79 +172,116 @@ def adversarial(
     at the end."""
     rng = random.Random(seed)
     start_ms = start_ms if start_ms is not None else (int(dt.datetime.now(dt.UTC).timestamp()) - 2 * 3600) * 1000
-    ids = [f"c{n:02d}" for n in range(customers)]
-    bounds = [-window_ms - 1, -window_ms, -window_ms + 1, window_ms - 1, window_ms, window_ms + 1]
-    closed = window_ms + grace_ms  # after this long past a record's time its window has closed
-    order_list: list[Record] = []
-    payment_list: list[Record] = []
-    unpaid: list[Record] = []
-    paid = 0
-
-    def order(order_id: str, t: int, arrival: int | None = None, amount: float = 1.0) -> Record:
-        value = {"order_id": order_id, "customer_id": rng.choice(ids), "amount": amount, "event_time": _iso(t)}
-        record = Record(order_id, value, t, t + rng.randrange(max_delay_ms) if arrival is None else arrival)
-        order_list.append(record)
-        return record
-
-    def pay(order_id: str, t: int, amount: float = 9.99, arrival: int | None = None) -> Record:
-        nonlocal paid
-        value = {"payment_id": f"p{paid:04d}", "order_id": order_id, "paid": amount, "event_time": _iso(t)}
-        paid += 1
-        record = Record(order_id, value, t, t + rng.randrange(max_delay_ms) if arrival is None else arrival)
-        payment_list.append(record)
-        return record
-
-    def retry(records: list[Record]) -> None:  # the same record again, a little later (a producer's retry)
-        records.append(dataclasses.replace(records[-1], arrival_ms=records[-1].arrival_ms + rng.randrange(1, 3_000)))
-
-    for n in range(orders):
-        amount = float(Decimal(rng.randint(100, 500_000)) / 100)
-        o = order(f"o{n:04d}", start_ms + rng.randrange(span_ms), amount=amount)
-        if rng.random() < 0.04:
-            retry(order_list)
-        draw = rng.random()
-        if draw < 0.15:
-            unpaid.append(o)
-            continue
-        offsets = [rng.choice(bounds) if draw < 0.45 else rng.randrange(-window_ms // 4, window_ms)]
-        if rng.random() < 0.08:  # paid twice (in two parts)
-            offsets.append(rng.randrange(-window_ms + 1, window_ms))
-        for offset in offsets:
-            pay(o.key, o.time_ms + offset, amount if len(offsets) == 1 else round(amount / 2, 2))
-            if rng.random() < 0.04:
-                retry(payment_list)
+    draws = _AdversarialDraws(rng, [f"c{n:02d}" for n in range(customers)], max_delay_ms, window_ms, grace_ms)
+    unpaid = draws.orders_and_payments(orders, start_ms, span_ms)
     for n in range(strays):  # payments of orders that never exist
-        pay(f"o9{n:03d}", start_ms + rng.randrange(span_ms))
-    early = [o for o in order_list if o.time_ms < start_ms + span_ms // 2]
-    early_unpaid = [o for o in unpaid if o.time_ms < start_ms + span_ms // 2]
-    retention = 2 * window_ms + grace_ms
-    for n in range(late):
-        # a late payment of an order (every other one unpaid until then): minutes after its window closed, the
-        # order still in the retention of the orders' window store, or after that
-        o = rng.choice(early_unpaid if n % 2 == 0 and early_unpaid else early)
-        t = o.time_ms + rng.randrange(window_ms // 4)
-        delay = closed + 1 + rng.randrange(4 * MINUTE) if n % 4 < 2 else retention + MINUTE + rng.randrange(window_ms)
-        pay(o.key, t, 1.0, t + delay)
-        # a late order with a payment on time, and every other one without
-        t = start_ms + rng.randrange(span_ms // 2)
-        late_order = order(f"o8{n:03d}", t, t + closed + 1 + rng.randrange(3 * window_ms))
-        if n % 2 == 0:
-            pay(late_order.key, t + rng.randrange(-window_ms // 2, window_ms // 2), 1.0)
+        draws.pay(f"o9{n:03d}", start_ms + rng.randrange(span_ms))
+    draws.late_records(late, start_ms, span_ms, unpaid)
     t0 = start_ms + span_ms + 25 * MINUTE
     for p in range(partitions):
+        draws.closing_scene(t0, p, partitions)
+    by_arrival = lambda r: (r.arrival_ms, r.time_ms)  # noqa: E731
+    return sorted(draws.order_list, key=by_arrival), sorted(draws.payment_list, key=by_arrival)
+
+
+class _AdversarialDraws:
+    """:func:`adversarial`'s records as it draws them: its steps, each drawing from the one ``rng`` in turn (so
+    the order of the steps and of their draws is what fixes the input of a seed)."""
+
+    def __init__(self, rng: random.Random, ids: list[str], max_delay_ms: int, window_ms: int, grace_ms: int) -> None:
+        self.rng, self.ids, self.max_delay_ms = rng, ids, max_delay_ms
+        self.window_ms = window_ms
+        self.closed = window_ms + grace_ms  # after this long past a record's time its window has closed
+        self.retention = 2 * window_ms + grace_ms
+        self.order_list: list[Record] = []
+        self.payment_list: list[Record] = []
+        self.paid = 0
+
+    def _arrival(self, t: int, arrival: int | None) -> int:
+        return t + self.rng.randrange(self.max_delay_ms) if arrival is None else arrival
+
+    def order(self, order_id: str, t: int, arrival: int | None = None, amount: float = 1.0) -> Record:
+        value = {
+            "order_id": order_id,
+            "customer_id": self.rng.choice(self.ids),
+            "amount": amount,
+            "event_time": _iso(t),
+        }
+        record = Record(order_id, value, t, self._arrival(t, arrival))
+        self.order_list.append(record)
+        return record
+
+    def pay(self, order_id: str, t: int, amount: float = 9.99, arrival: int | None = None) -> Record:
+        value = {"payment_id": f"p{self.paid:04d}", "order_id": order_id, "paid": amount, "event_time": _iso(t)}
+        self.paid += 1
+        record = Record(order_id, value, t, self._arrival(t, arrival))
+        self.payment_list.append(record)
+        return record
+
+    def retry(self, records: list[Record]) -> None:
+        """The same record again, a little later (a producer's retry)."""
+        last = records[-1]
+        records.append(dataclasses.replace(last, arrival_ms=last.arrival_ms + self.rng.randrange(1, 3_000)))
+
+    def orders_and_payments(self, orders: int, start_ms: int, span_ms: int) -> list[Record]:
+        """The span's orders and their payments (none, once near or at a window bound, or twice), some retried;
+        returns the unpaid orders."""
+        window_ms, rng = self.window_ms, self.rng
+        bounds = [-window_ms - 1, -window_ms, -window_ms + 1, window_ms - 1, window_ms, window_ms + 1]
+        unpaid: list[Record] = []
+        for n in range(orders):
+            amount = float(Decimal(rng.randint(100, 500_000)) / 100)
+            o = self.order(f"o{n:04d}", start_ms + rng.randrange(span_ms), amount=amount)
+            if rng.random() < 0.04:
+                self.retry(self.order_list)
+            draw = rng.random()
+            if draw < 0.15:
+                unpaid.append(o)
+                continue
+            offsets = [rng.choice(bounds) if draw < 0.45 else rng.randrange(-window_ms // 4, window_ms)]
+            if rng.random() < 0.08:  # paid twice (in two parts)
+                offsets.append(rng.randrange(-window_ms + 1, window_ms))
+            for offset in offsets:
+                self.pay(o.key, o.time_ms + offset, amount if len(offsets) == 1 else round(amount / 2, 2))
+                if rng.random() < 0.04:
+                    self.retry(self.payment_list)
+        return unpaid
+
+    def late_records(self, late: int, start_ms: int, span_ms: int, unpaid: list[Record]) -> None:
+        """``late`` late payments of orders of the span's first half and ``late`` late orders."""
+        window_ms, closed, rng = self.window_ms, self.closed, self.rng
+        early = [o for o in self.order_list if o.time_ms < start_ms + span_ms // 2]
+        early_unpaid = [o for o in unpaid if o.time_ms < start_ms + span_ms // 2]
+        for n in range(late):
+            # a late payment of an order (every other one unpaid until then): minutes after its window closed, the
+            # order still in the retention of the orders' window store, or after that
+            o = rng.choice(early_unpaid if n % 2 == 0 and early_unpaid else early)
+            t = o.time_ms + rng.randrange(window_ms // 4)
+            if n % 4 < 2:
+                delay = closed + 1 + rng.randrange(4 * MINUTE)
+            else:
+                delay = self.retention + MINUTE + rng.randrange(window_ms)
+            self.pay(o.key, t, 1.0, t + delay)
+            # a late order with a payment on time, and every other one without
+            t = start_ms + rng.randrange(span_ms // 2)
+            late_order = self.order(f"o8{n:03d}", t, t + closed + 1 + rng.randrange(3 * window_ms))
+            if n % 2 == 0:
+                self.pay(late_order.key, t + rng.randrange(-window_ms // 2, window_ms // 2), 1.0)
+
+    def closing_scene(self, t0: int, partition: int, partitions: int) -> None:
+        """The scene for rules 6 and 7 (see :func:`adversarial`) from ``t0``, its keys all in ``partition``."""
+        closed = self.closed
         keys = (f"o7{n:03d}" for n in range(1000))
-        mine = [k for k in keys if kafka_partition(k, partitions) == p]
+        mine = [k for k in keys if kafka_partition(k, partitions) == partition]
         x, a, b, c, d, s1, s2, s3 = mine[:8]
         for key, t in ((x, t0), (a, t0 + 2 * MINUTE), (b, t0 + 3 * MINUTE), (c, t0 + 4 * MINUTE)):
-            order(key, t, t)
-        pay(s1, t0 + closed + 1, arrival=t0 + closed + 1)
-        pay(x, t0 + MINUTE, arrival=t0 + closed + 2)
-        pay(s2, t0 + closed + 210_000, arrival=t0 + closed + 210_000)
-        pay(a, t0 + 6 * MINUTE, arrival=t0 + closed + 211_000)
-        pay(s3, t0 + 30 * MINUTE, arrival=t0 + 30 * MINUTE)
-        order(d, t0 + 30 * MINUTE + 1_000, t0 + 30 * MINUTE + 1_000)
-    by_arrival = lambda r: (r.arrival_ms, r.time_ms)  # noqa: E731
-    return sorted(order_list, key=by_arrival), sorted(payment_list, key=by_arrival)
+            self.order(key, t, t)
+        self.pay(s1, t0 + closed + 1, arrival=t0 + closed + 1)
+        self.pay(x, t0 + MINUTE, arrival=t0 + closed + 2)
+        self.pay(s2, t0 + closed + 210_000, arrival=t0 + closed + 210_000)
+        self.pay(a, t0 + 6 * MINUTE, arrival=t0 + closed + 211_000)
+        self.pay(s3, t0 + 30 * MINUTE, arrival=t0 + 30 * MINUTE)
+        self.order(d, t0 + 30 * MINUTE + 1_000, t0 + 30 * MINUTE + 1_000)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,6 +550,19 @@ def scaled(
     start = end_ms - orders * step
     rng = np.random.default_rng(seed)
     order_times = start + np.arange(orders) * step
+    payer, halves = _scaled_payers(rng, order_times, start, step, window_ms)
+    cents = rng.integers(100, 500_000, orders)
+    buyers = rng.integers(0, customers, orders)
+    pay_times = order_times  # the k-th payment in time order takes the k-th order's time
+    return _scaled_orders(order_times, buyers, cents), _scaled_payments(pay_times, payer, cents, halves)
+
+
+def _scaled_intents(rng, orders: int, window_ms: int, step: int):
+    """:func:`scaled`'s payment intents of its orders: ``(offsets, paid, bounds, second)``, each order's offset
+    from its time to its (first) payment's, which orders are paid, which exactly at a bound of the window, and
+    the indices of those paid twice."""
+    import numpy as np
+
     draw = rng.random(orders)
     once = draw >= 0.16
     bounds = (draw >= 0.15) & (draw < 0.16)
@@ -525,7 +575,16 @@ def scaled(
     sign = rng.choice([-1, 1], orders)
     offsets = np.where(outside, sign * rng.integers(window_ms + 1, window_ms + 5 * MINUTE + 1, orders), offsets)
     paid = once | bounds | twice | outside
-    second = np.flatnonzero(twice)
+    return offsets, paid, bounds, np.flatnonzero(twice)
+
+
+def _scaled_payers(rng, order_times, start: int, step: int, window_ms: int):
+    """``(payer, halves)``: the order the k-th payment in time order pays (``-1 - n``: the n-th payment of no
+    order), as many payments as orders; and which orders are paid in two halves."""
+    import numpy as np
+
+    orders = len(order_times)
+    offsets, paid, bounds, second = _scaled_intents(rng, orders, window_ms, step)
     payer = np.concatenate([np.flatnonzero(paid), second])
     wanted = np.concatenate(
         [
@@ -540,52 +599,46 @@ def scaled(
     bound = np.concatenate([np.where(bounds[paid], offsets[paid], 0), np.zeros(len(second) + strays, dtype=np.int64)])
     by_time = np.argsort(wanted, kind="stable")
     payer, bound = payer[by_time], bound[by_time]
-    pay_times = order_times  # the k-th payment in time order takes the k-th order's time
     at_bound = np.flatnonzero(bound != 0)
     bound_payer = at_bound - bound[at_bound] // step  # the order exactly ``bound`` before the payment's time
     inside = (bound_payer >= 0) & (bound_payer < orders)
     payer[at_bound[inside]] = bound_payer[inside]
-    cents = rng.integers(100, 500_000, orders)
-    buyers = rng.integers(0, customers, orders)
     halves = np.zeros(orders, dtype=bool)
     halves[second] = True
+    return payer, halves
 
-    def money(c: int) -> str:
-        return f"{c // 100}.{c % 100:02d}"
 
-    def order_records() -> Iterator[Encoded]:
-        for low in range(0, orders, CHUNK):
-            high = min(orders, low + CHUNK)
-            rows = zip(
-                range(low, high),
-                buyers[low:high].tolist(),
-                cents[low:high].tolist(),
-                iso_times(order_times[low:high]),
-                order_times[low:high].tolist(),
-                strict=True,
-            )
-            for i, buyer, amount, iso, t in rows:
-                key = f"o{i:08d}"
-                value = (
-                    f'{{"order_id": "{key}", "customer_id": "c{buyer:07d}", "amount": {money(amount)}, '
-                    f'"event_time": "{iso}"}}'
-                )
-                yield key, value.encode(), t
+def _money(cents: int) -> str:
+    return f"{cents // 100}.{cents % 100:02d}"
 
-    def payment_records() -> Iterator[Encoded]:
-        for low in range(0, orders, CHUNK):
-            high = min(orders, low + CHUNK)
-            rows = zip(
-                range(low, high),
-                payer[low:high].tolist(),
-                iso_times(pay_times[low:high]),
-                pay_times[low:high].tolist(),
-                strict=True,
-            )
-            for n, o, iso, t in rows:
-                key = f"o{o:08d}" if o >= 0 else f"s{-1 - o:08d}"
-                amount = money(cents[o] // 2 if halves[o] else cents[o]) if o >= 0 else "9.99"
-                value = f'{{"payment_id": "y{n:08d}", "order_id": "{key}", "paid": {amount}, "event_time": "{iso}"}}'
-                yield key, value.encode(), t
 
-    return order_records(), payment_records()
+def _chunked_rows(times, *columns) -> Iterator[tuple]:
+    """``(index, *columns' values, ISO time, time)`` for each row of the arrays ``times`` and ``columns``, made
+    into Python values a chunk at a time, so memory stays one chunk's worth however large the input."""
+    count = len(times)
+    for low in range(0, count, CHUNK):
+        high = min(count, low + CHUNK)
+        yield from zip(
+            range(low, high),
+            *(column[low:high].tolist() for column in columns),
+            iso_times(times[low:high]),
+            times[low:high].tolist(),
+            strict=True,
+        )
+
+
+def _scaled_orders(order_times, buyers, cents) -> Iterator[Encoded]:
+    for i, buyer, amount, iso, t in _chunked_rows(order_times, buyers, cents):
+        key = f"o{i:08d}"
+        value = (
+            f'{{"order_id": "{key}", "customer_id": "c{buyer:07d}", "amount": {_money(amount)}, "event_time": "{iso}"}}'
+        )
+        yield key, value.encode(), t
+
+
+def _scaled_payments(pay_times, payer, cents, halves) -> Iterator[Encoded]:
+    for n, o, iso, t in _chunked_rows(pay_times, payer):
+        key = f"o{o:08d}" if o >= 0 else f"s{-1 - o:08d}"
+        amount = _money(cents[o] // 2 if halves[o] else cents[o]) if o >= 0 else "9.99"
+        value = f'{{"payment_id": "y{n:08d}", "order_id": "{key}", "paid": {amount}, "event_time": "{iso}"}}'
+        yield key, value.encode(), t

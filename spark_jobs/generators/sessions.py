@@ -150,64 +150,106 @@ def expected(
        changes; otherwise the merged sessions leave the store (and the updates), the merged one (values:
        theirs merged in start order, then the event) enters, and closes at once if it is already due.
     """
-    state: dict[tuple[str, int], list] = {}  # (key, start) -> [end, values, closed]
-    emitted: dict[tuple[str, int], tuple[int, Values]] = {}
-    updated: dict[tuple[str, int], tuple[int, Values]] = {}
-    late: set[str] = set()
-    bridges: set[str] = set()
-    reopened: set[str] = set()
-    stream_times: dict[int, int] = {}
-    partition_of: dict[str, int] = {}
-
-    def close_and_evict(p: int, now: int) -> None:
-        for session, entry in list(state.items()):
-            if partition_of[session[0]] != p:
-                continue
-            if not entry[2] and entry[0] + gap_ms + grace_ms <= now:
-                entry[2] = True
-                emitted[session] = (entry[0], entry[1])
-            if entry[2] and entry[0] + retention_ms <= now:
-                del state[session]
-
+    replay = _SessionReplay(aggregate, merge, gap_ms, grace_ms, retention_ms, partitions, event_id)
     for event in events:
         if not (deletes(event) or applies(event)):
             continue
         k, t = event[key], millis(event[time])
-        p = partition_of.setdefault(k, kafka_partition(k, partitions))
-        if t > stream_times.get(p, -(2**63)):
-            stream_times[p] = t
-            close_and_evict(p, t)
-        now = stream_times[p]
+        p, now = replay.advance(k, t)
         if deletes(event):
-            for session in [s for s in state if s[0] == k]:
-                if not state.pop(session)[2]:
-                    updated.pop(session, None)
-            continue
+            replay.delete(k)
+        else:
+            replay.add(k, t, event, p, now)
+    return replay.sessions()
+
+
+class _SessionReplay:
+    """:func:`expected`'s store and outputs, with its steps (rules 1 to 3 of its docstring) as methods."""
+
+    def __init__(
+        self,
+        aggregate: Callable[[Values | None, dict], Values],
+        merge: Callable[[Values, Values], Values],
+        gap_ms: int,
+        grace_ms: int,
+        retention_ms: int,
+        partitions: int,
+        event_id: str,
+    ) -> None:
+        self.aggregate, self.merge, self.event_id = aggregate, merge, event_id
+        self.gap_ms, self.grace_ms, self.retention_ms, self.partitions = gap_ms, grace_ms, retention_ms, partitions
+        self.state: dict[tuple[str, int], list] = {}  # (key, start) -> [end, values, closed]
+        self.emitted: dict[tuple[str, int], tuple[int, Values]] = {}
+        self.updated: dict[tuple[str, int], tuple[int, Values]] = {}
+        self.late: set[str] = set()
+        self.bridges: set[str] = set()
+        self.reopened: set[str] = set()
+        self.stream_times: dict[int, int] = {}
+        self.partition_of: dict[str, int] = {}
+
+    def advance(self, k: str, t: int) -> tuple[int, int]:
+        """Rule 1 for an event of key ``k`` at ``t``: ``(its partition, the partition's stream time)``."""
+        p = self.partition_of.setdefault(k, kafka_partition(k, self.partitions))
+        if t > self.stream_times.get(p, -(2**63)):
+            self.stream_times[p] = t
+            self.close_and_evict(p, t)
+        return p, self.stream_times[p]
+
+    def close_and_evict(self, p: int, now: int) -> None:
+        """Closes (emits) partition ``p``'s sessions due at stream time ``now``; drops the closed ones past
+        retention."""
+        for session, entry in list(self.state.items()):
+            if self.partition_of[session[0]] != p:
+                continue
+            if not entry[2] and entry[0] + self.gap_ms + self.grace_ms <= now:
+                entry[2] = True
+                self.emitted[session] = (entry[0], entry[1])
+            if entry[2] and entry[0] + self.retention_ms <= now:
+                del self.state[session]
+
+    def delete(self, k: str) -> None:
+        """Rule 2: every session of ``k`` leaves the store, the open ones the updates too."""
+        for session in [s for s in self.state if s[0] == k]:
+            if not self.state.pop(session)[2]:
+                self.updated.pop(session, None)
+
+    def add(self, k: str, t: int, event: dict, p: int, now: int) -> None:
+        """Rule 3: ``event`` (key ``k``, time ``t``, of partition ``p`` at stream time ``now``) merges its key's
+        sessions in reach, unless it is late."""
+        state, gap_ms, event_id = self.state, self.gap_ms, self.event_id
         merged = sorted(
             (s for s, entry in state.items() if s[0] == k and s[1] - gap_ms <= t <= entry[0] + gap_ms),
             key=lambda s: s[1],
         )
         start = min([t, *(s[1] for s in merged)])
         end = max([t, *(state[s][0] for s in merged)])
-        if end + gap_ms + grace_ms < now:
-            late.add(event[event_id])
-            continue
+        if end + gap_ms + self.grace_ms < now:
+            self.late.add(event[event_id])
+            return
         if len(merged) > 1:
-            bridges.add(event[event_id])
+            self.bridges.add(event[event_id])
         if any(state[s][2] for s in merged):
-            reopened.add(event[event_id])
+            self.reopened.add(event[event_id])
         values = None
         for session in merged:
             old = state.pop(session)[1]
-            values = old if values is None else merge(values, old)
-            updated.pop(session, None)
-        values = aggregate(values, event)
+            values = old if values is None else self.merge(values, old)
+            self.updated.pop(session, None)
+        values = self.aggregate(values, event)
         state[(k, start)] = [end, values, False]
-        updated[(k, start)] = (end, values)
-        close_and_evict(p, now)
-    return Sessions(
-        {s: (v[0], v[1], v[2]) for s, v in state.items()}, emitted, updated, late, bridges, stream_times, reopened
-    )
+        self.updated[(k, start)] = (end, values)
+        self.close_and_evict(p, now)
+
+    def sessions(self) -> Sessions:
+        return Sessions(
+            {s: (v[0], v[1], v[2]) for s, v in self.state.items()},
+            self.emitted,
+            self.updated,
+            self.late,
+            self.bridges,
+            self.stream_times,
+            self.reopened,
+        )
 
 
 #: the reference job's values: (events, page_views, last_page)

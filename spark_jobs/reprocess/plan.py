@@ -217,6 +217,41 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
         BadReprocessRequest: unknown job or version, a bad start position, a missing confirmation...
     """
     now = now or dt.datetime.now(dt.timezone.utc)
+    job, mode, current, target = _requested_versions(settings, params)
+    _refuse_missing_inputs(settings, job, target)
+    inputs = target.input_kinds()
+    bounds = {topic: partition_offsets(settings.kafka, topic) for topic in inputs}
+    end = {topic: {p: high for p, (_low, high) in by_p.items()} for topic, by_p in bounds.items()}
+    position, start, gap, start_text = _start_of(settings, params, mode, current, inputs, now)
+    plan = ReprocessPlan(
+        job=job,
+        mode=mode,
+        current_version=current.version,
+        target_version=target.version,
+        inputs=inputs,
+        start=start_text,
+        start_offsets=start,
+        input_end=end,
+        truncate_outputs=bool(params.get("truncate_outputs")),
+        made_at=now.isoformat(timespec="seconds"),
+        history_gap=gap,
+        source_retention={topic: source_retention(settings.kafka, topic) for topic in inputs},
+    )
+    if position is not None:
+        plan.notes += _start_notes(position, inputs, bounds)
+    if mode == SIDE_BY_SIDE:
+        _side_by_side_actions(plan, settings, current, target)
+    elif mode == MIGRATE:
+        _migrate_actions(plan, settings, current, target)
+    else:
+        _reset_actions(plan, settings, current, target)
+    plan.notes += chain_notes(readers_of(current), mode, current, target, plan.truncate_outputs)
+    return plan
+
+
+def _requested_versions(settings: Settings, params: dict) -> tuple[str, str, JobSpec, JobSpec]:
+    """``(job, mode, current version, target version)`` the form asks for, refused when the registry or the
+    mode cannot have it (a target that is not newer, state a migration cannot carry, a reset unconfirmed)."""
     job, mode = params.get("job"), params.get("mode")
     if job not in registered_versions():
         raise BadReprocessRequest(f"unknown job {job!r}; registered jobs: {', '.join(registered_versions())}")
@@ -246,6 +281,10 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"reset deletes {job}'s state: type the job name {job!r} in 'confirm' to run it "
             "(or run with dry_run to see the plan)"
         )
+    return job, mode, current, target
+
+
+def _refuse_missing_inputs(settings: Settings, job: str, target: JobSpec) -> None:
     present = existing_topics(settings.kafka, list(target.input_topics))
     missing = [topic for topic in target.input_topics if topic not in present]
     if missing:
@@ -253,60 +292,48 @@ def make_plan(settings: Settings, params: dict, now: dt.datetime | None = None) 
             f"{job} v{target.version}'s input topic {missing[0]!r} does not exist on "
             f"{settings.kafka_bootstrap_servers}: there is nothing to reprocess"
         )
-    inputs = target.input_kinds()
-    bounds = {topic: partition_offsets(settings.kafka, topic) for topic in inputs}
-    end = {topic: {p: high for p, (_low, high) in by_p.items()} for topic, by_p in bounds.items()}
+
+
+def _start_of(
+    settings: Settings, params: dict, mode: str, current: JobSpec, inputs: dict[str, InputKind], now: dt.datetime
+) -> tuple[StartPosition | None, KafkaOffsets, KafkaOffsets, str]:
+    """``(the requested position (None for a migration), start offsets, history gap, the start described)``."""
     if mode == MIGRATE:
         # the new version starts where the current version's state stands, not at a chosen position
         committed = committed_source_offsets(JobLayout.of(current, settings), settings.kafka)
-        start, gap = committed or {}, {}
         start_text = f"v{current.version}'s input position (its last complete batch when the migration runs)"
-    else:
-        position = StartPosition.from_params(params)
-        try:
-            start, gap = position.resolve_inputs(
-                settings.kafka, inputs, now, accept_history_gap=bool(params.get("accept_history_gap"))
-            )
-        except BadStartPosition as err:
-            raise BadReprocessRequest(str(err)) from None
-        start_text = position.describe()
-    plan = ReprocessPlan(
-        job=job,
-        mode=mode,
-        current_version=current.version,
-        target_version=target.version,
-        inputs=inputs,
-        start=start_text,
-        start_offsets=start,
-        input_end=end,
-        truncate_outputs=bool(params.get("truncate_outputs")),
-        made_at=now.isoformat(timespec="seconds"),
-        history_gap=gap,
-        source_retention={topic: source_retention(settings.kafka, topic) for topic in inputs},
-    )
+        return None, committed or {}, {}, start_text
+    position = StartPosition.from_params(params)
+    try:
+        start, gap = position.resolve_inputs(
+            settings.kafka, inputs, now, accept_history_gap=bool(params.get("accept_history_gap"))
+        )
+    except BadStartPosition as err:
+        raise BadReprocessRequest(str(err)) from None
+    return position, start, gap, position.describe()
+
+
+def _start_notes(
+    position: StartPosition, inputs: dict[str, InputKind], bounds: dict[str, dict[int, tuple[int, int]]]
+) -> list[str]:
+    """What a requested position does not give: history that retention already deleted; tables read whole."""
+    notes = []
     for topic, by_p in bounds.items():
-        from_earliest = mode != MIGRATE and (position.kind == EARLIEST or inputs[topic] == "table")
+        from_earliest = position.kind == EARLIEST or inputs[topic] == "table"
         if from_earliest and any(low > 0 for low, _h in by_p.values()):
-            plan.notes.append(
+            notes.append(
                 f"the retention of {topic} already deleted the head of "
                 + ", ".join(f"partition {p} (offsets below {low})" for p, (low, _h) in sorted(by_p.items()) if low > 0)
                 + ": earliest is what remains, not the whole history"
             )
-    if mode != MIGRATE and position.kind != EARLIEST and "table" in inputs.values():
+    if position.kind != EARLIEST and "table" in inputs.values():
         tables = [topic for topic, kind in inputs.items() if kind == "table"]
-        plan.notes.append(
+        notes.append(
             f"{', '.join(tables)} {'is a table' if len(tables) == 1 else 'are tables'}: read from earliest whatever "
             "the start (the topic is the table: started later, rows last changed before the start would be missing)"
             + (" unless start_offsets name it" if position.kind == OFFSETS else "")
         )
-    if mode == SIDE_BY_SIDE:
-        _side_by_side_actions(plan, settings, current, target)
-    elif mode == MIGRATE:
-        _migrate_actions(plan, settings, current, target)
-    else:
-        _reset_actions(plan, settings, current, target)
-    plan.notes += chain_notes(readers_of(current), mode, current, target, plan.truncate_outputs)
-    return plan
+    return notes
 
 
 def _sizes(settings: Settings, spec: JobSpec):
