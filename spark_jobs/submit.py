@@ -43,7 +43,9 @@ class SubmitSpec:
     py_files: str
     env: dict[str, str]
 
-    def command(self, spark_submit: str | None = None) -> list[str]:
+    def command(self, spark_submit: str | None = None, *, queue: str | None = None) -> list[str]:
+        """The spark-submit command line (``spark_submit``: the binary, default this environment's;
+        ``queue``: the YARN queue)."""
         cmd = [
             spark_submit or spark_submit_binary(),
             "--master",
@@ -53,6 +55,8 @@ class SubmitSpec:
             "--deploy-mode",
             "client",
         ]
+        if queue:
+            cmd += ["--queue", queue]
         for key, value in self.conf.items():
             cmd += ["--conf", f"{key}={value}"]
         cmd += ["--jars", self.jars, "--py-files", self.py_files, self.application, *self.application_args]

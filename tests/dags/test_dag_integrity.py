@@ -69,7 +69,7 @@ def test_every_registered_job_is_supervised_and_controllable(dagbag_for):
         assert not dag.task_dict["standby"].upstream_task_ids  # the standby is kept whatever the job's check says
         assert not dag.task_dict["spare"].upstream_task_ids  # the spare too
         launch = dag.task_dict["launch"]
-        assert launch.job == name and launch._conn_id == "spark_default"
+        assert launch.job == name and launch.conn_id == "spark_default"
     for control in ("start_streaming_job", "stop_streaming_job"):
         assert bag.dags[control].params.get_param("job").schema["enum"] == sorted(latest_jobs())
 

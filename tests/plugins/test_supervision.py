@@ -234,26 +234,6 @@ def test_record_round_trips_under_its_lock(tmp_path):
     assert again.launches[0].epoch == 2 and again.crash_loop_since == NOW
 
 
-def test_the_launch_command_reads_the_spark_connection_through_its_public_fields(tmp_path):
-    """The detached launch builds spark-submit from the platform's SubmitSpec and the connection's host, port
-    and spark-binary (no private method or attribute of the provider's hook)."""
-    import types
-
-    from streamstate.operators.streaming_job import submit_command
-
-    from runtime.settings import Settings
-    from spark_jobs.registry import get_job
-    from spark_jobs.submit import submit_spec
-
-    submit = submit_spec(get_job("purchase_counts"), Settings(data_dir=tmp_path))
-    cluster = types.SimpleNamespace(host="spark://master", port=7077, extra_dejson={"spark-binary": "spark3-submit"})
-    command = submit_command(submit, cluster)
-    assert command[0] == "spark3-submit" and command[command.index("--master") + 1] == "spark://master:7077"
-    local = types.SimpleNamespace(host="local[*]", port=None, extra_dejson={"spark-binary": "spark-submit"})
-    assert submit_command(submit, local) == submit.command()
-    assert command[-len(submit.application_args) - 1 :] == [submit.application, *submit.application_args]
-
-
 def test_the_record_keeps_the_assessment_typed_and_reads_records_written_before():
     """The supervision record (Airflow's check writes it, the jobs page and the next check read it) keeps the last
     assessment as an Assessment, its conditions included; a record written by the previous release (an empty

@@ -7,6 +7,8 @@ it takes over; from then on it holds the driver's lease and is the driver.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamstate.hooks.streaming_job import StreamingJobHook
 
 from runtime.settings import Settings
@@ -14,13 +16,24 @@ from spark_jobs.layout import spare_name
 from spark_jobs.lifecycle import SpareStatus, read_spare_status
 from spark_jobs.registry import JobSpec
 
+if TYPE_CHECKING:
+    from spark_jobs.submit import SubmitSpec
+
 
 class SpareDriverHook(StreamingJobHook):
     """The spare's lease, status and detached launches (``spark-submit ... run.py <job> --spare``)."""
 
-    def __init__(self, spec: JobSpec, settings: Settings | None = None) -> None:
-        super().__init__(spec, settings)
+    def __init__(
+        self, spec: JobSpec, settings: Settings | None = None, *, conn_id: str = StreamingJobHook.default_conn_name
+    ) -> None:
+        super().__init__(spec, settings, conn_id=conn_id)
         self.application_id = spare_name(spec.application_id)
+
+    def submit_spec(self) -> SubmitSpec:
+        """The spare's spark-submit (``run.py <job> --spare``), launched on the same connection as the driver."""
+        from spark_jobs.submit import submit_spec
+
+        return submit_spec(self.spec, self.settings, spare=True)
 
     def status(self) -> SpareStatus | None:
         return read_spare_status(self.status_dir, self.spec.application_id)

@@ -36,3 +36,6 @@ class StandbyHook(StreamingJobHook):
     def launch_follower(self, run_label: str) -> dict:
         env = {**os.environ, **self.settings.to_env()}
         return self.launch(self.command(), env, run_label)
+
+    def launch_driver(self, run_label: str) -> dict:
+        raise TypeError(f"{self.application_id} is a snapshot follower, not a Spark driver: use launch_follower")

@@ -8,18 +8,15 @@ alert is ``spare_down`` (a warning: the job runs, only a failover is slower), un
 
 from __future__ import annotations
 
-import os
-
-from airflow.sdk import BaseHook
 from streamstate.hooks.spare import SpareDriverHook
 from streamstate.operators.companion import SuperviseCompanionOperator
-from streamstate.operators.streaming_job import submit_command
 
 from spark_jobs.registry import JobSpec
 
 
 class SuperviseSpareOperator(SuperviseCompanionOperator):
-    """One check of the job's spare driver: start it if needed (spark-submit on ``spark_default``), then its alert."""
+    """One check of the job's spare driver: start it if needed (spark-submit on the Spark connection ``conn_id``,
+    :class:`~streamstate.hooks.spare.SpareDriverHook`), then its alert."""
 
     source = "spare"
     title = "spare driver"
@@ -30,17 +27,13 @@ class SuperviseSpareOperator(SuperviseCompanionOperator):
 
     def __init__(self, *, job: str, conn_id: str = "spark_default", **kwargs) -> None:
         super().__init__(job=job, **kwargs)
-        self.spark_conn_id = conn_id
+        self.conn_id = conn_id
 
     def hook(self, spec: JobSpec) -> SpareDriverHook:
-        return SpareDriverHook(spec)
+        return SpareDriverHook(spec, conn_id=self.conn_id)
 
     def not_wanted(self, spec: JobSpec, hook: SpareDriverHook) -> str | None:
         return hook.not_wanted()
 
     def launch(self, hook: SpareDriverHook, label: str) -> dict:
-        from spark_jobs.submit import submit_spec
-
-        submit = submit_spec(hook.spec, hook.settings, spare=True)
-        command = submit_command(submit, BaseHook.get_connection(self.spark_conn_id))
-        return hook.launch(command, {**os.environ, **submit.env}, label)
+        return hook.launch_driver(label)

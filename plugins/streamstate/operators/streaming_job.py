@@ -8,12 +8,10 @@ without touching anything.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseHook, BaseOperator
+from airflow.sdk import BaseOperator
 from streamstate.alert_ledger import AlertLedger
 from streamstate.hooks.streaming_job import StreamingJobHook, exit_code, log_tail, process_alive
 from streamstate.operators.deferral import defer_unless_settled
@@ -56,16 +54,6 @@ def apply_submit(operator: SparkSubmitOperator, submit) -> None:
         submit.jars,
         submit.py_files,
         submit.env,
-    )
-
-
-def submit_command(submit, connection) -> list[str]:
-    """The spark-submit command of ``submit`` (a ``SubmitSpec``) against a Spark connection: its host (and
-    port) is the master, as the provider reads it; ``spark-submit`` is this environment's."""
-    master = f"{connection.host}:{connection.port}" if connection.port else connection.host
-    binary = (connection.extra_dejson or {}).get("spark-binary", "spark-submit")
-    return dataclasses.replace(submit, master=master or submit.master).command(
-        None if binary == "spark-submit" else binary
     )
 
 
@@ -134,8 +122,8 @@ def settle_unrecorded_launch(jobs: StreamingJobHook) -> Launch | None:
         return launch
 
 
-class LaunchStreamingJobOperator(SparkSubmitOperator):
-    """Start a registered job's driver with spark-submit on ``spark_default``, unless it runs already.
+class LaunchStreamingJobOperator(BaseOperator):
+    """Start a registered job's driver with spark-submit on the Spark connection ``conn_id``, unless it runs already.
 
     The driver is started detached and the task waits until it is RUNNING (or failed): up to
     :data:`~streamstate.operators.deferral.SETTLE_BEFORE_DEFER_S` in its worker, then deferred, so neither a
@@ -145,9 +133,11 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
     :param job: registered job name (templated: the start DAG takes it from a Param).
     :param version: the version to start (templated); default: the current one (version pointer).
     :param manual: a person asked for it: clears a stop request and the crash-loop mark.
+    :param conn_id: the Spark connection (:class:`~streamstate.hooks.streaming_job.StreamingJobHook` resolves it
+        and builds the command; a ``deploy-mode`` other than client fails the launch).
     """
 
-    template_fields = (*SparkSubmitOperator.template_fields, "job", "version")
+    template_fields = ("job", "version")
 
     def __init__(
         self,
@@ -155,11 +145,11 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         job: str,
         version: int | str | None = None,
         manual: bool = False,
-        conn_id: str = "spark_default",
+        conn_id: str = StreamingJobHook.default_conn_name,
         **kwargs,
     ) -> None:
-        super().__init__(conn_id=conn_id, **kwargs)
-        self.spark_conn_id = conn_id
+        super().__init__(**kwargs)
+        self.conn_id = conn_id
         self.job = job
         self.version = version
         self.manual = manual
@@ -173,7 +163,7 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
         (:func:`~streamstate.operators.deferral.defer_unless_settled`); ``method_name`` receives the trigger's
         event (with ``carry`` in it)."""
         label = run_label(context)
-        jobs = StreamingJobHook(spec)
+        jobs = StreamingJobHook(spec, conn_id=self.conn_id)
         now = time.time()
         with locked_record(jobs.status_dir, spec.application_id) as record:
             if self.manual:
@@ -207,22 +197,12 @@ class LaunchStreamingJobOperator(SparkSubmitOperator):
                 launch = last
             else:
                 previous_epoch = JobLease(jobs.status_dir, spec.application_id).last_epoch()
-                launch = Launch(at=now, by=label, previous_epoch=previous_epoch, **self._launch(jobs, label))
+                launch = Launch(at=now, by=label, previous_epoch=previous_epoch, **jobs.launch_driver(label))
                 record.launches.append(launch)
         self.log.info(
             "driver of %s starting (launcher pid %s); log: %s", spec.application_id, launch.launcher_pid, launch.log
         )
         return defer_unless_settled(self, context, started_trigger(jobs, launch, carry), method_name)
-
-    def _launch(self, jobs: StreamingJobHook, label: str) -> dict:
-        from spark_jobs.submit import submit_spec
-
-        submit = submit_spec(jobs.spec, jobs.settings)
-        apply_submit(self, submit)  # the task's rendered fields show what runs
-        # detached, so not through the provider's hook (its submit() waits for the driver); the master and
-        # the spark-submit binary come from the connection, read through Airflow's public API
-        command = submit_command(submit, BaseHook.get_connection(self.spark_conn_id))
-        return jobs.launch(command, {**os.environ, **submit.env}, label)
 
     def execute_complete(self, context, event: dict):
         outcome = WaitOutcome.of(event)
