@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import types
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from runtime.settings import Settings
@@ -76,6 +77,23 @@ class RunReport:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    def add_progress(self, progress: Mapping) -> None:
+        """Fold one StreamingQueryProgress (as JSON) of the job's query into the report."""
+        if progress.get("numInputRows", 0) > 0:
+            self.batches += 1
+        self.input_rows += progress.get("numInputRows", 0)
+        self.last_batch_id = progress.get("batchId")
+        operators = progress.get("stateOperators") or []
+        if operators:
+            self.state_rows = sum(op.get("numRowsTotal", 0) for op in operators)
+            self.state_memory_bytes = sum(op.get("memoryUsedBytes", 0) for op in operators)
+        for source in progress.get("sources") or []:
+            end = source.get("endOffset")
+            if isinstance(end, str):
+                end = json.loads(end)
+            if end:
+                self.end_offsets = end
 
 
 log = logging.getLogger("streamstate.run")
@@ -146,20 +164,7 @@ def _progress_collector(
                 return  # another query of this session (e.g. a test's)
             status.record_progress(progress, batch_phases(progress.get("batchId")))
             with self.lock:
-                if progress.get("numInputRows", 0) > 0:
-                    report.batches += 1
-                report.input_rows += progress.get("numInputRows", 0)
-                report.last_batch_id = progress.get("batchId")
-                operators = progress.get("stateOperators") or []
-                if operators:
-                    report.state_rows = sum(op.get("numRowsTotal", 0) for op in operators)
-                    report.state_memory_bytes = sum(op.get("memoryUsedBytes", 0) for op in operators)
-                for source in progress.get("sources") or []:
-                    end = source.get("endOffset")
-                    if isinstance(end, str):
-                        end = json.loads(end)
-                    if end:
-                        report.end_offsets = end
+                report.add_progress(progress)
 
         @_logged
         def onQueryIdle(self, event) -> None:  # noqa: N802
@@ -241,7 +246,50 @@ def _run_published(
     took_over_from_epoch: int | None = None,
 ) -> RunReport:
     """The run, with its lifecycle published to ``status`` (and from there to its metrics)."""
-    epoch = status.lease_epoch
+    spark, build, context, quarantined = _prepare(spec, settings, spark, status)
+    report = RunReport(
+        job=spec.name,
+        application_id=spec.application_id,
+        started_at=_now(),
+        checkpoint=str(context.checkpoint),
+        output=context.output_path,
+        restores=status.restore,
+        quarantined_checkpoint=quarantined,
+        lease_epoch=status.lease_epoch,
+        took_over_from_epoch=took_over_from_epoch,
+    )
+    rekeying_query = context.layout.repartition_topic if context.repartitioner is not None else None
+    collector = _progress_collector(report, status, rekeying_query, context.pop_batch_phases)
+    spark.streams.addListener(collector)
+    try:
+        _run_queries(context, build, available_now, status, report, collector, rekeying_query)
+        # The listener bus is asynchronous: let it deliver the last progress events.
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
+        report.state_encoding = state_encoding(context.checkpoint) if spec.stores else None
+        if status.state is JobState.RUNNING:
+            status.transition_to(JobState.PENDING_SHUTDOWN)
+        status.transition_to(JobState.NOT_RUNNING)
+    except Exception as err:
+        refusal = taken_over(context, err) or state_format_changed(context, err)
+        if status.state is not JobState.ERROR:
+            error = str(refusal) if refusal else f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            status.transition_to(JobState.ERROR, error=error)
+        report.error = str(refusal) if refusal else report.error or status.error
+        if refusal is not None:
+            raise refusal from err
+        raise
+    finally:
+        spark.streams.removeListener(collector)
+        _finish(context, report)
+    return report
+
+
+def _prepare(
+    spec: JobSpec, settings: Settings, spark, status: JobStatus
+) -> tuple[object, Callable, JobContext, dict | None]:
+    """Everything before the queries start: the session, the job's ``build``, its topics, the claim of the version,
+    the checkpoint checked (and quarantined when unusable), the stores restored. Returns the session, ``build``, the
+    job context and what was quarantined (None: nothing)."""
     try:
         spark = spark or build_spark_session(settings, spec.application_id)
         module_name, function_name = spec.entrypoint.split(":")
@@ -269,79 +317,66 @@ def _run_published(
     except Exception as err:
         status.transition_to(JobState.ERROR, error=f"{type(err).__name__}: {err}")
         raise
+    return spark, build, context, quarantined
 
-    report = RunReport(
-        job=spec.name,
-        application_id=spec.application_id,
-        started_at=_now(),
-        checkpoint=str(context.checkpoint),
-        output=context.output_path,
-        restores=status.restore,
-        quarantined_checkpoint=quarantined,
-        lease_epoch=epoch,
-        took_over_from_epoch=took_over_from_epoch,
-    )
-    rekeying_query = context.layout.repartition_topic if context.repartitioner is not None else None
-    collector = _progress_collector(report, status, rekeying_query, context.pop_batch_phases)
-    spark.streams.addListener(collector)
+
+def _run_queries(
+    context: JobContext,
+    build: Callable,
+    available_now: bool,
+    status: JobStatus,
+    report: RunReport,
+    collector,
+    rekeying_query: str | None,
+) -> None:
+    """Start the job's queries (the re-keying stage first, when the job has one) and wait until they end, fail or
+    are asked to stop (SIGTERM, Ctrl-C: the stateful query stopped between batches)."""
+    spec = context.spec
+
+    def with_trigger(w):
+        return w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
+
+    rekeying = query = None
     try:
-
-        def with_trigger(w):
-            return w.trigger(availableNow=True) if available_now else w.trigger(processingTime=spec.trigger_interval)
-
-        rekeying = query = None
-        try:
-            if context.repartitioner is not None:
-                # the source re-keyed into the repartition topic by a query of its own
-                # (spark_jobs/repartition.py); drained first when the run drains, so that the stateful
-                # stage then finds every record there
-                rekeying_writer = context.repartitioner.writer().queryName(rekeying_query)
-                rekeying = with_trigger(rekeying_writer).start()
-                if available_now:
-                    _await_stoppable(rekeying)
-            writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
-            query = start_stateful_query(context, with_trigger(writer))
-            collector.main_query_id = str(query.id)
-            status.transition_to(JobState.RUNNING)
-            _await_stoppable(query, beside=None if available_now else rekeying)
-        except KeyboardInterrupt:
-            status.transition_to(JobState.PENDING_SHUTDOWN)
-            if query is not None:
-                query.stop()
-        finally:
-            STOP_REQUEST.queries_running = False
-            if rekeying is not None and rekeying.isActive:
-                rekeying.stop()
-        # The listener bus is asynchronous: let it deliver the last progress events.
-        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
-        report.state_encoding = state_encoding(context.checkpoint) if spec.stores else None
-        if status.state is JobState.RUNNING:
-            status.transition_to(JobState.PENDING_SHUTDOWN)
-        status.transition_to(JobState.NOT_RUNNING)
-    except Exception as err:
-        refusal = taken_over(context, err) or state_format_changed(context, err)
-        if status.state is not JobState.ERROR:
-            error = str(refusal) if refusal else f"{type(err).__name__}: {str(err).splitlines()[0]}"
-            status.transition_to(JobState.ERROR, error=error)
-        report.error = str(refusal) if refusal else report.error or status.error
-        if refusal is not None:
-            raise refusal from err
-        raise
+        if context.repartitioner is not None:
+            # the source re-keyed into the repartition topic by a query of its own (spark_jobs/repartition.py);
+            # drained first when the run drains, so that the stateful stage then finds every record there
+            rekeying = with_trigger(context.repartitioner.writer().queryName(rekeying_query)).start()
+            if available_now:
+                _await_stoppable(rekeying)
+        writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)
+        query = start_stateful_query(context, with_trigger(writer))
+        collector.main_query_id = str(query.id)
+        status.transition_to(JobState.RUNNING)
+        _await_stoppable(query, beside=None if available_now else rekeying)
+    except KeyboardInterrupt:
+        status.transition_to(JobState.PENDING_SHUTDOWN)
+        if query is not None:
+            query.stop()
     finally:
-        spark.streams.removeListener(collector)
-        # the session may run the next query over this checkpoint, deleted or not: no stopped query's state
-        # store may write into it after this returns
-        release_state_stores(spark)
-        report.phase_seconds = dict(context.phase_seconds)
-        if spec.stores and context.claim_refused is None:
-            report.generation = context.writer_fence.generation
-            if context.writer_fence.fenced_by is not None:
-                report.fenced_by = dataclasses.asdict(context.writer_fence.fenced_by)
+        STOP_REQUEST.queries_running = False
+        if rekeying is not None and rekeying.isActive:
+            rekeying.stop()
+
+
+def _finish(context: JobContext, report: RunReport) -> None:
+    """After the run, whatever its end: no state store of it left open, the report completed and written (also
+    when closing what the job opened fails)."""
+    spec, settings = context.spec, context.settings
+    # the session may run the next query over this checkpoint, deleted or not: no stopped query's state
+    # store may write into it after this returns
+    release_state_stores(context.spark)
+    report.phase_seconds = dict(context.phase_seconds)
+    if spec.stores and context.claim_refused is None:
+        report.generation = context.writer_fence.generation
+        if context.writer_fence.fenced_by is not None:
+            report.fenced_by = dataclasses.asdict(context.writer_fence.fenced_by)
+    try:
         context.close()
+    finally:
         report.finished_at = _now()
         settings.status_dir.mkdir(parents=True, exist_ok=True)
         report_path(spec, settings).write_text(report.to_json())
-    return report
 
 
 def _await_stoppable(query, beside=None) -> None:
