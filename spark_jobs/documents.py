@@ -5,6 +5,9 @@ The writer builds a frozen dataclass and stores :func:`to_json`; every reader ge
 another version of the platform need: a field the document lacks takes its default, a field the dataclass does
 not know is ignored. Nested documents are rebuilt by their field's declared type: a dataclass, ``X | None``,
 ``Mapping[str, X]``, ``tuple[X, ...]``, ``list[X]``, enums and datetimes (ISO 8601).
+
+A row of a Delta table is such a document too: :func:`to_row` writes it (datetimes kept for the table's
+timestamp columns) and :func:`from_json` reads it back.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ T = TypeVar("T")
 def to_json(document: object) -> dict[str, Any]:
     """The document as JSON-ready data (enums by value)."""
     return _plain(dataclasses.asdict(document))
+
+
+def to_row(document: object) -> dict[str, Any]:
+    """The document as a row of an Arrow/Delta table: as :func:`to_json`, but datetimes stay datetimes (a
+    timestamp column takes them). :func:`from_json` reads such a row back."""
+    return _plain(dataclasses.asdict(document), keep_datetimes=True)
 
 
 def from_json(cls: type[T], data: Mapping[str, Any] | None) -> T:
@@ -60,13 +69,13 @@ def _key(hint: Any, key: str) -> Any:
     return int(key) if hint is int else key
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, keep_datetimes: bool = False) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, dt.datetime):
-        return value.isoformat()
+        return value if keep_datetimes else value.isoformat()
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _plain(v, keep_datetimes) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, keep_datetimes) for v in value]
     return value

@@ -14,6 +14,7 @@ from pathlib import Path
 from runtime.settings import Settings
 from spark_jobs.layout import AUDIT_REPORT_DIR, audit_plot_file
 from spark_jobs.maintenance import MaintenanceRecord, read_record
+from spark_jobs.state_audit.rows import StoreAudit
 
 
 def report_dir(settings: Settings) -> Path:
@@ -24,26 +25,26 @@ def chart_name(application_id: str, store: str) -> str:
     return audit_plot_file(Path(), application_id, store).name
 
 
-def render_chart(rows: list[dict], path: Path) -> None:
+def render_chart(rows: list[StoreAudit], path: Path) -> None:
     """State rows and restore estimates over time for one store, budgets as dashed lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    times = [r["audited_at"] for r in rows]
+    times = [r.audited_at for r in rows]
     last = rows[-1]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
-    top.plot(times, [r.get("state_rows") for r in rows], marker="o", label="live rows")
-    if last.get("budget_max_rows"):
-        top.axhline(last["budget_max_rows"], color="tab:red", linestyle="--", label="rows budget")
+    top.plot(times, [r.state_rows for r in rows], marker="o", label="live rows")
+    if last.budget_max_rows:
+        top.axhline(last.budget_max_rows, color="tab:red", linestyle="--", label="rows budget")
     top.set_ylabel("rows")
     top.legend(loc="upper left", fontsize=8)
-    top.set_title(f"{last['application_id']} / {last['store']}", fontsize=10)
-    bottom.plot(times, [r.get("restore_snapshot_tail_s") for r in rows], marker="o", label="restore: snapshot + tail")
-    bottom.plot(times, [r.get("restore_full_replay_s") for r in rows], marker="x", label="restore: full replay")
-    if last.get("budget_max_restore_s"):
-        bottom.axhline(last["budget_max_restore_s"], color="tab:red", linestyle="--", label="restore budget")
+    top.set_title(f"{last.application_id} / {last.store}", fontsize=10)
+    bottom.plot(times, [r.restore_snapshot_tail_s for r in rows], marker="o", label="restore: snapshot + tail")
+    bottom.plot(times, [r.restore_full_replay_s for r in rows], marker="x", label="restore: full replay")
+    if last.budget_max_restore_s:
+        bottom.axhline(last.budget_max_restore_s, color="tab:red", linestyle="--", label="restore budget")
     bottom.set_ylabel("seconds (estimated)")
     bottom.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()
@@ -74,7 +75,7 @@ def maintenance_summary(record: MaintenanceRecord) -> str:
     )
 
 
-def write_report(settings: Settings, by_store: dict[tuple[str, str], list[dict]]) -> Path:
+def write_report(settings: Settings, by_store: dict[tuple[str, str], list[StoreAudit]]) -> Path:
     """Charts and the index page for every store's audit rows (oldest first). Returns the page."""
     out = report_dir(settings)
     out.mkdir(parents=True, exist_ok=True)
@@ -83,39 +84,37 @@ def write_report(settings: Settings, by_store: dict[tuple[str, str], list[dict]]
         render_chart(rows, out / chart_name(app, store))
         r = rows[-1]
         flags = []
-        if r.get("unbounded"):
-            flags.append(f'<b class="bad">unbounded growth</b>: {html.escape(r.get("unbounded_reason") or "")}')
-        if r.get("days_to_budget") is not None:
-            flags.append(
-                f"budget crossed{'' if r['days_to_budget'] == 0 else ' in ' + _fmt(r['days_to_budget'], ' days')}"
-            )
-        if r.get("errors"):
-            flags.append(f'<span class="bad">{html.escape(r["errors"])}</span>')
+        if r.unbounded:
+            flags.append(f'<b class="bad">unbounded growth</b>: {html.escape(r.unbounded_reason or "")}')
+        if r.days_to_budget is not None:
+            flags.append(f"budget crossed{'' if r.days_to_budget == 0 else ' in ' + _fmt(r.days_to_budget, ' days')}")
+        if r.errors:
+            flags.append(f'<span class="bad">{html.escape(r.errors)}</span>')
         ttl_row = ""
-        if r.get("ttl_verdict"):
-            if r["ttl_verdict"] == "ttl_not_enforced":
-                flags.append(f'<b class="bad">TTL not enforced</b>: {html.escape(r.get("ttl_reason") or "")}')
+        if r.ttl_verdict:
+            if r.ttl_verdict == "ttl_not_enforced":
+                flags.append(f'<b class="bad">TTL not enforced</b>: {html.escape(r.ttl_reason or "")}')
             ttl_row = (
-                f"<tr><th>TTL {_fmt(r.get('ttl_ms'), ' ms')}</th><td>{html.escape(r['ttl_verdict'])}: "
-                f"{_fmt(r.get('ttl_keys_overdue'))} of {_fmt(r.get('ttl_keys_checked'))} live keys overdue</td>"
-                f'<td colspan="2"><small>{html.escape(r.get("ttl_reason") or "")}</small></td></tr>\n'
+                f"<tr><th>TTL {_fmt(r.ttl_ms, ' ms')}</th><td>{html.escape(r.ttl_verdict)}: "
+                f"{_fmt(r.ttl_keys_overdue)} of {_fmt(r.ttl_keys_checked)} live keys overdue</td>"
+                f'<td colspan="2"><small>{html.escape(r.ttl_reason or "")}</small></td></tr>\n'
             )
-        lines.append(f"""<section><h3>{html.escape(app)} / {html.escape(store)} <small>({html.escape(r["kind"])})</small></h3>
+        lines.append(f"""<section><h3>{html.escape(app)} / {html.escape(store)} <small>({html.escape(r.kind)})</small></h3>
 <table>
-<tr><th>live rows</th><td>{_fmt(r.get("state_rows"))} ({html.escape(r.get("state_rows_source") or "")})</td>
-<th>state bytes / on disk</th><td>{_fmt(r.get("state_bytes"))} / {_fmt(r.get("state_disk_bytes"))}</td></tr>
-<tr><th>snapshot</th><td>{_fmt(r.get("snapshot_rows"))} rows, {_fmt(r.get("snapshot_bytes"))} B, {_fmt(r.get("snapshot_files"))} files,
-{_fmt(r.get("snapshot_versions"))} versions, {_fmt(r.get("snapshot_age_s"), " s")} old<br>
-<small>table on disk {_fmt(r.get("snapshot_disk_bytes"), " B")}; maintenance can vacuum {_fmt(r.get("snapshot_vacuumable_bytes"), " B")},
-has freed {_fmt(r.get("snapshot_freed_bytes"), " B")}</small></td>
-<th>changelog</th><td>{_fmt(r.get("changelog_records"))} records, {_fmt(r.get("changelog_live_keys"))} live keys,
-{_fmt(r.get("changelog_tombstones"))} tombstones <small>({html.escape(r.get("changelog_source") or "")})</small></td></tr>
-<tr><th>restore estimate</th><td>{_fmt(r.get("restore_snapshot_tail_s"), " s")} (snapshot + {_fmt(r.get("tail_records"))} tail records),
-{_fmt(r.get("restore_full_replay_s"), " s")} full replay</td>
-<th>dead letters</th><td>{_fmt(r.get("dead_letter_records"))} (growth {_fmt(r.get("dead_letter_growth"))})</td></tr>
-<tr><th>growth per day</th><td>{_fmt(r.get("rows_per_day"), " rows")}, {_fmt(r.get("bytes_per_day"), " B")}</td>
-<th>budget</th><td>rows {_fmt(r.get("budget_max_rows"))}, bytes {_fmt(r.get("budget_max_bytes"))},
-restore {_fmt(r.get("budget_max_restore_s"), " s")}</td></tr>
+<tr><th>live rows</th><td>{_fmt(r.state_rows)} ({html.escape(r.state_rows_source or "")})</td>
+<th>state bytes / on disk</th><td>{_fmt(r.state_bytes)} / {_fmt(r.state_disk_bytes)}</td></tr>
+<tr><th>snapshot</th><td>{_fmt(r.snapshot_rows)} rows, {_fmt(r.snapshot_bytes)} B, {_fmt(r.snapshot_files)} files,
+{_fmt(r.snapshot_versions)} versions, {_fmt(r.snapshot_age_s, " s")} old<br>
+<small>table on disk {_fmt(r.snapshot_disk_bytes, " B")}; maintenance can vacuum {_fmt(r.snapshot_vacuumable_bytes, " B")},
+has freed {_fmt(r.snapshot_freed_bytes, " B")}</small></td>
+<th>changelog</th><td>{_fmt(r.changelog_records)} records, {_fmt(r.changelog_live_keys)} live keys,
+{_fmt(r.changelog_tombstones)} tombstones <small>({html.escape(r.changelog_source or "")})</small></td></tr>
+<tr><th>restore estimate</th><td>{_fmt(r.restore_snapshot_tail_s, " s")} (snapshot + {_fmt(r.tail_records)} tail records),
+{_fmt(r.restore_full_replay_s, " s")} full replay</td>
+<th>dead letters</th><td>{_fmt(r.dead_letter_records)} (growth {_fmt(r.dead_letter_growth)})</td></tr>
+<tr><th>growth per day</th><td>{_fmt(r.rows_per_day, " rows")}, {_fmt(r.bytes_per_day, " B")}</td>
+<th>budget</th><td>rows {_fmt(r.budget_max_rows)}, bytes {_fmt(r.budget_max_bytes)},
+restore {_fmt(r.budget_max_restore_s, " s")}</td></tr>
 {ttl_row}</table>
 <p>{"<br>".join(flags) or "no findings"}</p>
 <img src="{chart_name(app, store)}" alt="state rows and restore estimate of {html.escape(app)}/{html.escape(store)}">

@@ -13,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spark_jobs.registry import StateBudget, StoreSpec
+from spark_jobs.state_audit.rows import BudgetCheck, Measure, StoreAudit
 
 if TYPE_CHECKING:
     from spark_jobs.state_audit.ttl import TtlCheck
+
+__all__ = ["BudgetCheck", "Unbounded", "budget_checks", "days_until", "growth_per_day", "unbounded_growth"]
 
 DAY_S = 86_400.0
 #: how many audits in a row must show only additions before a store counts as unbounded
@@ -64,10 +68,10 @@ class Unbounded:
 
 
 def unbounded_growth(
-    store: StoreSpec, history: list[dict], windows_beyond_retention: int | None, ttl: TtlCheck | None = None
+    store: StoreSpec, history: list[StoreAudit], windows_beyond_retention: int | None, ttl: TtlCheck | None = None
 ) -> Unbounded:
-    """``history``: this store's audit rows, oldest first, the current one last (``state_rows`` and
-    ``changelog_tombstones`` are read); ``ttl``: the measured eviction of a store with ``ttl_ms``."""
+    """``history``: this store's audits, oldest first, the current one last (their live rows and changelog
+    tombstones are read); ``ttl``: the measured eviction of a store with ``ttl_ms``."""
     if store.kind in ("windowed", "session"):
         things, since = ("windows", "start") if store.kind == "windowed" else ("sessions", "end")
         if windows_beyond_retention:
@@ -90,12 +94,12 @@ def unbounded_growth(
     return _keys_only_added(history)
 
 
-def _keys_only_added(history: list[dict]) -> Unbounded:
-    recent = [r for r in history if r.get("state_rows") is not None][-UNBOUNDED_AFTER_AUDITS:]
+def _keys_only_added(history: list[StoreAudit]) -> Unbounded:
+    recent = [r for r in history if r.state_rows is not None][-UNBOUNDED_AFTER_AUDITS:]
     if len(recent) < UNBOUNDED_AFTER_AUDITS:
         return Unbounded(False, f"fewer than {UNBOUNDED_AFTER_AUDITS} audits")
-    keys = [r["state_rows"] for r in recent]
-    tombstones = max((r.get("changelog_tombstones") or 0) for r in history)
+    keys = [r.state_rows for r in recent]
+    tombstones = max((r.changelog_tombstones or 0) for r in history)
     if all(b >= a for a, b in itertools.pairwise(keys)) and keys[-1] > keys[0] and tombstones == 0:
         return Unbounded(
             True,
@@ -105,26 +109,15 @@ def _keys_only_added(history: list[dict]) -> Unbounded:
     return Unbounded(False, "keys are removed (tombstones seen) or the key count is stable")
 
 
-@dataclasses.dataclass(frozen=True)
-class BudgetCheck:
-    """One measure against its budget."""
-
-    measure: str  # rows | bytes | restore_s
-    current: float
-    limit: float
-    per_day: float | None
-    days_left: float | None
-
-    @property
-    def crossed(self) -> bool:
-        return self.current > self.limit
-
-
 def budget_checks(
-    budget: StateBudget, current: dict[str, float | None], per_day: dict[str, float | None]
+    budget: StateBudget, current: Mapping[Measure, float | None], per_day: Mapping[Measure, float | None]
 ) -> list[BudgetCheck]:
     """Every limited measure with a current value: where it is, how fast it grows, days left."""
-    limits = {"rows": budget.max_rows, "bytes": budget.max_bytes, "restore_s": budget.max_restore_s}
+    limits: dict[Measure, float | None] = {
+        "rows": budget.max_rows,
+        "bytes": budget.max_bytes,
+        "restore_s": budget.max_restore_s,
+    }
     checks = []
     for measure, limit in limits.items():
         value = current.get(measure)

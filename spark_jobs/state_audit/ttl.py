@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Self
+from typing import Final, Self
 
 from confluent_kafka import Consumer
 
@@ -38,8 +38,11 @@ from spark_jobs.changelog_tuning.recommend import human_ms
 from spark_jobs.kafka_topics import BOUNDED_READ_PREFETCH, read_partition
 from spark_jobs.registry import JobSpec, StoreSpec, trigger_interval_s
 from spark_jobs.state.changelog_reader import BatchAssembler
+from spark_jobs.state_audit.rows import SnapshotEntry, TtlVerdict
 
-VERIFIED, NOT_ENFORCED, UNVERIFIABLE = "ttl_verified", "ttl_not_enforced", "ttl_unverifiable"
+VERIFIED: Final = "ttl_verified"
+NOT_ENFORCED: Final = "ttl_not_enforced"
+UNVERIFIABLE: Final = "ttl_unverifiable"
 #: overdue keys up to this share of the live keys are noise (the clocks of the executors that wrote
 #: the records differ by a little), not a processor that does not evict
 OVERDUE_TOLERANCE_SHARE = 0.001
@@ -60,7 +63,7 @@ class KeyWrite:
 class TtlCheck:
     """What the audit found about one store's TTL."""
 
-    verdict: str
+    verdict: TtlVerdict
     #: live keys whose idle time was measured
     keys_checked: int
     #: live keys idle longer than the TTL + tolerance at the newest batch
@@ -131,23 +134,17 @@ def ttl_verdict(
     )
 
 
-def event_time_ttl_verdict(ttl_ms: int, values: Iterable[dict]) -> TtlCheck:
-    """An event-time TTL (``streamstate.primitives.ExpiringAggregate``) judged on a snapshot's decoded
-    values: a key (``event_time_ms``, ``source_partition``) is overdue when its event time + ``ttl_ms`` is
-    not after its partition's stream time (the entry with ``stream_time_ms``). The processor expires such a
-    key before the batch ends, so a snapshot, taken after a batch, holds none."""
-    values = list(values)
-    stream_times = {
-        v.get("source_partition"): v["stream_time_ms"] for v in values if isinstance(v.get("stream_time_ms"), int)
-    }
-    live = [v for v in values if isinstance(v.get("event_time_ms"), int) and v.get("stream_time_ms") is None]
+def event_time_ttl_verdict(ttl_ms: int, entries: Iterable[SnapshotEntry]) -> TtlCheck:
+    """An event-time TTL (``streamstate.primitives.ExpiringAggregate``) judged on a snapshot's entries: a key
+    (``event_time_ms``, ``source_partition``) is overdue when its event time + ``ttl_ms`` is not after its
+    partition's stream time (the entry with ``stream_time_ms``). The processor expires such a key before the
+    batch ends, so a snapshot, taken after a batch, holds none."""
+    entries = list(entries)
+    stream_times = {e.source_partition: e.stream_time_ms for e in entries if isinstance(e.stream_time_ms, int)}
+    live = [e for e in entries if isinstance(e.event_time_ms, int) and e.stream_time_ms is None]
     if not stream_times:
         return TtlCheck(UNVERIFIABLE, len(live), 0, None, "no snapshot with the partitions' stream times yet")
-    behind = [
-        stream_times[v.get("source_partition")] - v["event_time_ms"]
-        for v in live
-        if v.get("source_partition") in stream_times
-    ]
+    behind = [stream_times[e.source_partition] - e.event_time_ms for e in live if e.source_partition in stream_times]
     overdue = [b for b in behind if b >= ttl_ms]
     oldest = max(overdue, default=None)
     promise = f"event-time TTL {human_ms(ttl_ms)}"

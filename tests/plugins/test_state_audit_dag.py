@@ -25,6 +25,7 @@ from spark_jobs.run import run
 from spark_jobs.state.restore_history import restore_measurements
 from spark_jobs.state_audit.collect import audit_rows
 from spark_jobs.state_audit.report import report_dir
+from spark_jobs.state_audit.rows import StoreAudit
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def _restore(settings, spark, spec) -> None:
     assert report.restores, "the driver must have restored"
 
 
-def _latest(settings, job: str) -> dict:
+def _latest(settings, job: str) -> StoreAudit:
     return audit_rows(settings, get_job(job).application_id, "counts")[-1]
 
 
@@ -114,15 +115,15 @@ def test_growth_budgets_unbounded_restore_estimate_and_report(settings, spark, a
         audit()
         row = _latest(settings, "growing_counts")
         # live rows read out of the checkpoint by Spark's statestore reader
-        assert (row["state_rows"], row["state_rows_source"]) == (100 * (i + 1), "checkpoint")
+        assert (row.state_rows, row.state_rows_source) == (100 * (i + 1), "checkpoint")
         if i == 0:
             assert webhook.received == []  # 100 rows, budget 150
         else:  # crossed at 200 rows, and not announced again at 300
             assert [(a["condition"], a["status"]) for a in webhook.received] == [("state_budget_counts", "firing")]
 
     grown, churned = _latest(settings, "growing_counts"), _latest(settings, "churning_counts")
-    assert grown["unbounded"] and "keys only ever added" in grown["unbounded_reason"]
-    assert not churned["unbounded"] and churned["changelog_tombstones"] > 0 and churned["state_rows"] == 100
+    assert grown.unbounded and "keys only ever added" in grown.unbounded_reason
+    assert not churned.unbounded and churned.changelog_tombstones > 0 and churned.state_rows == 100
     assert all(a["application_id"] == growing.application_id for a in webhook.received)
     assert (
         "200 rows > budget 150" in webhook.received[0]["summary"]
@@ -130,7 +131,7 @@ def test_growth_budgets_unbounded_restore_estimate_and_report(settings, spark, a
     )
 
     # the audit's estimate (from the two restores measured above) vs the next real restore of this store
-    estimate = grown["restore_snapshot_tail_s"]
+    estimate = grown.restore_snapshot_tail_s
     _restore(settings, spark, growing)
     measured = restore_measurements(settings)[-1]
     assert (measured["application_id"], measured["snapshot_rows"], measured["keys"]) == (

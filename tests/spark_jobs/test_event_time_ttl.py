@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 from spark_jobs.generators import activity
 from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
+from spark_jobs.state_audit.rows import SnapshotEntry
 from spark_jobs.state_audit.ttl import NOT_ENFORCED, UNVERIFIABLE, VERIFIED, event_time_ttl_verdict
 from spark_jobs.testing import JobHarness
 from tests.helpers import collect_available_now, file_stream, source_rows, with_source_columns
@@ -158,9 +159,9 @@ def test_a_store_refuses_a_ttl_clock_it_cannot_keep():
 
 
 def test_the_audit_judges_an_event_time_ttl_on_the_snapshot():
-    times = [{"source_partition": 0, "stream_time_ms": 100_000}, {"source_partition": 1, "stream_time_ms": 50_000}]
-    fresh = [{"event_time_ms": 60_000, "source_partition": 0}, {"event_time_ms": 0, "source_partition": 1}]
+    times = [SnapshotEntry(source_partition=0, stream_time_ms=100_000), SnapshotEntry(1, stream_time_ms=50_000)]
+    fresh = [SnapshotEntry(source_partition=0, event_time_ms=60_000), SnapshotEntry(1, event_time_ms=0)]
     assert event_time_ttl_verdict(TTL_MS, times + fresh).verdict == VERIFIED
-    overdue = event_time_ttl_verdict(TTL_MS, [*times, *fresh, {"event_time_ms": 40_000, "source_partition": 0}])
+    overdue = event_time_ttl_verdict(TTL_MS, [*times, *fresh, SnapshotEntry(0, event_time_ms=40_000)])
     assert (overdue.verdict, overdue.keys_overdue, overdue.oldest_overdue_ms) == (NOT_ENFORCED, 1, 60_000)
     assert event_time_ttl_verdict(TTL_MS, fresh).verdict == UNVERIFIABLE

@@ -82,8 +82,8 @@ def test_an_in_memory_store_gives_purchase_counts_answers_whatever_the_batching_
 
     # the audit reads the store (one row per live user)
     audited = audit_checkpoint(spark, settings, spec, f"audit-{unique}")
-    assert [r for r in audited if r.get("error")] == []
-    assert sum(r["rows"] for r in audited) == len(want)
+    assert [r for r in audited if r.error] == []
+    assert sum(r.rows for r in audited) == len(want)
 
     # a restart loads the map from the checkpoint; a lost checkpoint restores it from the changelog
     first, second, rest = events[:100], events[100:160], events[160:]

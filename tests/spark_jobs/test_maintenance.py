@@ -217,20 +217,20 @@ def test_the_state_size_audit_counts_what_maintenance_can_free_and_freed(setting
         store.write({b"u1": str(batch).encode()}, batch, {}, {0: batch})
     age_delta_removals(Path(store.path), TIME_TRAVEL_DAYS + 1)
 
-    def audit(run_id: str) -> dict:
+    def audit(run_id: str):
         return audit_store(
             settings, run_id, spec, spec.stores[0], checkpoint_rows=[], changelog=None, restores=[], history=[]
         )
 
     before = audit("before")
-    assert before["snapshot_vacuumable_bytes"] > 0 and before["snapshot_freed_bytes"] == 0
+    assert before.snapshot_vacuumable_bytes > 0 and before.snapshot_freed_bytes == 0
     record_run(settings, summarize(maintain(settings, dry_run=False), dry_run=False))
     after = audit("after")
-    assert after["snapshot_freed_bytes"] == before["snapshot_vacuumable_bytes"]
-    assert after["snapshot_vacuumable_bytes"] == 0
-    assert after["snapshot_disk_bytes"] < before["snapshot_disk_bytes"]
+    assert after.snapshot_freed_bytes == before.snapshot_vacuumable_bytes
+    assert after.snapshot_vacuumable_bytes == 0
+    assert after.snapshot_disk_bytes < before.snapshot_disk_bytes
     assert store.read(store.latest()) == {b"u1": b"2"}
 
     page = write_report(settings, {(spec.application_id, "counts"): [before, after]}).read_text()
-    assert f"has freed {after['snapshot_freed_bytes']:,} B" in page
-    assert f"Delta table maintenance freed 2 files, {after['snapshot_freed_bytes']:,} B so far" in page
+    assert f"has freed {after.snapshot_freed_bytes:,} B" in page
+    assert f"Delta table maintenance freed 2 files, {after.snapshot_freed_bytes:,} B so far" in page

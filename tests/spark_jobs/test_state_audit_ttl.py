@@ -25,6 +25,7 @@ from spark_jobs.run import run
 from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog import ChangelogTopic
 from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
+from spark_jobs.state_audit.rows import StoreAudit
 from spark_jobs.state_audit.ttl import tolerance_ms
 from tests.fixtures.audit_jobs import NEVER_EVICTS, TTL_COUNTS
 
@@ -51,7 +52,7 @@ def _users(numbers: range) -> dict[str, dict]:
     return {f"u{n:03d}": {"purchases": 1, "amount_spent": "1.50", "touched_at_ms": 0} for n in numbers}
 
 
-def _audit(settings, version: int, batches: list[tuple[int, dict]]) -> dict:
+def _audit(settings, version: int, batches: list[tuple[int, dict]]) -> StoreAudit:
     """Write ``batches`` ((age in ms, changes), oldest first) to a fresh version's changelog and audit it."""
     spec = dataclasses.replace(TTL_COUNTS, version=version)
     store = spec.stores[0]
@@ -65,17 +66,17 @@ def _audit(settings, version: int, batches: list[tuple[int, dict]]) -> dict:
         settings, f"test-ttl-{version}", spec, store, checkpoint_rows=[], changelog=None, restores=[], history=[]
     )
     record_audit(settings, [row])
-    assert audit_rows(settings, spec.application_id, store.name)[-1]["ttl_verdict"] == row["ttl_verdict"]
+    assert audit_rows(settings, spec.application_id, store.name)[-1].ttl_verdict == row.ttl_verdict
     return row
 
 
 def test_keys_idle_past_the_ttl_and_never_tombstoned_mean_the_ttl_is_not_enforced(settings, kafka_broker):
     # 10 users last written 3 h ago (TTL 1 h) and still there; 10 active ones written now
     row = _audit(settings, 1, [(3 * HOUR_MS, _users(range(10))), (0, _users(range(10, 20)))])
-    assert row["ttl_verdict"] == "ttl_not_enforced", row["ttl_reason"]
-    assert (row["ttl_keys_checked"], row["ttl_keys_overdue"]) == (20, 10)
-    assert 3 * HOUR_MS - 60_000 <= row["ttl_oldest_overdue_ms"] <= 3 * HOUR_MS + 60_000
-    assert row["unbounded"] and "TTL is not enforced" in row["unbounded_reason"]
+    assert row.ttl_verdict == "ttl_not_enforced", row.ttl_reason
+    assert (row.ttl_keys_checked, row.ttl_keys_overdue) == (20, 10)
+    assert 3 * HOUR_MS - 60_000 <= row.ttl_oldest_overdue_ms <= 3 * HOUR_MS + 60_000
+    assert row.unbounded and "TTL is not enforced" in row.unbounded_reason
 
 
 def test_expired_keys_tombstoned_verify_the_ttl(settings, kafka_broker):
@@ -84,15 +85,15 @@ def test_expired_keys_tombstoned_verify_the_ttl(settings, kafka_broker):
     row = _audit(
         settings, 2, [(3 * HOUR_MS, _users(range(10))), (2 * HOUR_MS - 60_000, evicted), (0, _users(range(10, 20)))]
     )
-    assert row["ttl_verdict"] == "ttl_verified", row["ttl_reason"]
-    assert (row["ttl_keys_checked"], row["ttl_keys_overdue"]) == (10, 0)
-    assert not row["unbounded"] and "evicted (measured" in row["unbounded_reason"]
+    assert row.ttl_verdict == "ttl_verified", row.ttl_reason
+    assert (row.ttl_keys_checked, row.ttl_keys_overdue) == (10, 0)
+    assert not row.unbounded and "evicted (measured" in row.unbounded_reason
 
 
 def test_a_store_younger_than_its_ttl_is_unverifiable_and_not_called_bounded(settings, kafka_broker):
     row = _audit(settings, 3, [(10 * 60_000, _users(range(10))), (0, _users(range(10, 20)))])
-    assert row["ttl_verdict"] == "ttl_unverifiable", row["ttl_reason"]
-    assert "are evicted" not in row["unbounded_reason"] and "not verified" in row["unbounded_reason"]
+    assert row.ttl_verdict == "ttl_unverifiable", row.ttl_reason
+    assert "are evicted" not in row.unbounded_reason and "not verified" in row.unbounded_reason
 
 
 @pytest.mark.parametrize(
@@ -143,5 +144,5 @@ def test_a_real_jobs_eviction_is_measured(spark, kafka_broker, settings, unique,
         restores=[],
         history=[],
     )
-    assert row["ttl_verdict"] == verdict, row["ttl_reason"]
-    assert (row["ttl_keys_checked"], row["ttl_keys_overdue"]) == ((10, 0) if entrypoint != NEVER_EVICTS else (20, 10))
+    assert row.ttl_verdict == verdict, row.ttl_reason
+    assert (row.ttl_keys_checked, row.ttl_keys_overdue) == ((10, 0) if entrypoint != NEVER_EVICTS else (20, 10))

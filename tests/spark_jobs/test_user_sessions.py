@@ -131,6 +131,7 @@ def test_a_session_store_is_declared_checked_addressed_and_audited_by_its_sessio
     from spark_jobs.state.changelog import ChangelogTopic
     from spark_jobs.state_audit import trends
     from spark_jobs.state_audit.collect import windows_beyond_retention
+    from spark_jobs.state_audit.rows import SnapshotEntry
 
     for bad, field in (
         (dict(gap_ms=0), "gap_ms > 0"),
@@ -153,10 +154,13 @@ def test_a_session_store_is_declared_checked_addressed_and_audited_by_its_sessio
 
     horizon = STORE.retention_ms  # counted from a session's end
     values = [
-        {"session_start_ms": 0, "session_end_ms": horizon, "source_partition": 0},
-        {"session_start_ms": 0, "session_end_ms": 0, "source_partition": 1},
-        {"session_end_ms": None, "source_partition": 0, "stream_time_ms": 2 * horizon - 1},
-        {"session_end_ms": None, "source_partition": 1, "stream_time_ms": horizon + 1},
+        SnapshotEntry.decode(json.dumps(value))
+        for value in (
+            {"session_start_ms": 0, "session_end_ms": horizon, "source_partition": 0},
+            {"session_start_ms": 0, "session_end_ms": 0, "source_partition": 1},
+            {"session_end_ms": None, "source_partition": 0, "stream_time_ms": 2 * horizon - 1},
+            {"session_end_ms": None, "source_partition": 1, "stream_time_ms": horizon + 1},
+        )
     ]
     assert windows_beyond_retention(STORE, values, stream_time_ms=0) == 1  # partition 1's, by its own time
     assert trends.unbounded_growth(STORE, [], 1).flagged and "sessions" in trends.unbounded_growth(STORE, [], 1).reason

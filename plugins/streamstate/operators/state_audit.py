@@ -8,7 +8,7 @@ to evict idle keys.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
@@ -18,18 +18,53 @@ from streamstate.operators.streaming_job import apply_submit
 from streamstate.supervision import Condition
 
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.changelog_tuning import history as tuning_history
+from spark_jobs.documents import from_json, to_json
 from spark_jobs.kafka_topics import existing_topics
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import registered_versions
 from spark_jobs.state.restore_history import restore_measurements
-from spark_jobs.state_audit import trends
-from spark_jobs.state_audit.checkpoint_state import checkpoint_audit_table
-from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
+from spark_jobs.state_audit.checkpoint_state import checkpoint_rows
+from spark_jobs.state_audit.collect import audit_rows, audit_store, latest_changelog_measurements, record_audit
 from spark_jobs.state_audit.report import write_report
-from spark_jobs.versions import read_rows
+from spark_jobs.state_audit.rows import Measure, StoreAudit, TtlVerdict
 
-UNITS = {"rows": "rows", "bytes": "bytes", "restore_s": "s restore"}
+UNITS: dict[Measure, str] = {"rows": "rows", "bytes": "bytes", "restore_s": "s restore"}
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreSummary:
+    """One store's line in the audit task's result."""
+
+    application_id: str
+    store: str
+    state_rows: int | None
+    unbounded: bool | None
+    days_to_budget: float | None
+    ttl_verdict: TtlVerdict | None
+
+    @classmethod
+    def of(cls, audit: StoreAudit) -> StoreSummary:
+        return cls(
+            audit.application_id,
+            audit.store,
+            audit.state_rows,
+            audit.unbounded,
+            audit.days_to_budget,
+            audit.ttl_verdict,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditResult:
+    """What the audit task returns (its XCom): the report page and a summary of every store audited. Read it
+    back with :meth:`of`."""
+
+    report: str
+    stores: tuple[StoreSummary, ...] = ()
+
+    @classmethod
+    def of(cls, xcom: dict) -> AuditResult:
+        return from_json(cls, xcom)
 
 
 class ReadCheckpointStateOperator(SparkSubmitOperator):
@@ -54,28 +89,28 @@ class ReadCheckpointStateOperator(SparkSubmitOperator):
         super().execute(context)
 
 
-def conditions_for(row: dict) -> list[Condition]:
+def conditions_for(audit: StoreAudit) -> list[Condition]:
     """A crossed budget (error), or one projected to be crossed within warn_days (warning); a declared
     TTL that does not evict (warning)."""
-    return budget_conditions(row) + ttl_conditions(row)
+    return budget_conditions(audit) + ttl_conditions(audit)
 
 
-def ttl_conditions(row: dict) -> list[Condition]:
+def ttl_conditions(audit: StoreAudit) -> list[Condition]:
     """The store declares ``ttl_ms`` but its changelog holds live keys idle far longer (``ttl_not_enforced``)."""
-    if row.get("ttl_verdict") != "ttl_not_enforced":
+    if audit.ttl_verdict != "ttl_not_enforced":
         return []
-    store = row["store"]
+    store = audit.store
     numbers = {
-        "ttl_ms": row.get("ttl_ms"),
-        "keys_checked": row.get("ttl_keys_checked"),
-        "keys_overdue": row.get("ttl_keys_overdue"),
-        "oldest_overdue_ms": row.get("ttl_oldest_overdue_ms"),
+        "ttl_ms": audit.ttl_ms,
+        "keys_checked": audit.ttl_keys_checked,
+        "keys_overdue": audit.ttl_keys_overdue,
+        "oldest_overdue_ms": audit.ttl_oldest_overdue_ms,
     }
     return [
         Condition(
             f"state_ttl_not_enforced_{store}",
             "warning",
-            f"store {store} declares a TTL but does not evict: {row.get('ttl_reason')}",
+            f"store {store} declares a TTL but does not evict: {audit.ttl_reason}",
             numbers,
             "check that the job's processor registers a timer per key and deletes the key when it fires "
             "(and that the job still runs batches); until then the store keeps every key it ever saw",
@@ -83,21 +118,19 @@ def ttl_conditions(row: dict) -> list[Condition]:
     ]
 
 
-def budget_conditions(row: dict) -> list[Condition]:
+def _likely_cause(audit: StoreAudit) -> str:
+    if audit.unbounded:
+        return audit.unbounded_reason
+    return f"growing {audit.rows_per_day:,.0f} rows/day" if audit.rows_per_day else "size without visible growth"
+
+
+def budget_conditions(audit: StoreAudit) -> list[Condition]:
     """A crossed budget (error), or one projected to be crossed within warn_days (warning)."""
-    checks = [
-        trends.BudgetCheck(**{k: v for k, v in c.items() if k != "crossed"}) for c in json.loads(row["budget_status"])
-    ]
-    cause = (
-        row["unbounded_reason"]
-        if row.get("unbounded")
-        else (
-            f"growing {row['rows_per_day']:,.0f} rows/day" if row.get("rows_per_day") else "size without visible growth"
-        )
-    )
+    checks = audit.budget_status
+    cause = _likely_cause(audit)
     numbers = {c.measure: round(c.current, 1) for c in checks} | {f"max_{c.measure}": c.limit for c in checks}
     crossed = [c for c in checks if c.crossed]
-    store = row["store"]
+    store = audit.store
     if crossed:
         what = ", ".join(f"{c.current:,.0f} {UNITS[c.measure]} > budget {c.limit:,.0f}" for c in crossed)
         return [
@@ -110,7 +143,7 @@ def budget_conditions(row: dict) -> list[Condition]:
                 "after checking the restore time; the state-size report has the trend",
             )
         ]
-    soon = [c for c in checks if c.days_left is not None and c.days_left <= (row.get("budget_warn_days") or 7)]
+    soon = [c for c in checks if c.days_left is not None and c.days_left <= (audit.budget_warn_days or 7)]
     if soon:
         first = min(soon, key=lambda c: c.days_left)
         return [
@@ -133,14 +166,13 @@ class AuditStateSizeOperator(BaseOperator):
     def execute(self, context):
         settings = Settings.from_env()
         run_id = context["run_id"]
-        checkpoint_rows = [r for r in read_rows(checkpoint_audit_table(settings)) if r["run_id"] == run_id]
-        if not checkpoint_rows:
+        read = checkpoint_rows(settings, run_id)
+        if not read:
             self.log.warning(
                 "no live state read from checkpoints in this run (the read task failed, or no job has "
                 "committed a batch): live rows come from the jobs' latest progress"
             )
-        measured = tuning_history.measurements(settings)
-        latest_changelog = {m["topic"]: m for m in measured}  # oldest first: the newest wins
+        latest_changelog = latest_changelog_measurements(settings)
         restores = restore_measurements(settings)
         ledger = AlertLedger(settings.status_dir)
         audited, by_store, undelivered = [], {}, []
@@ -153,70 +185,56 @@ class AuditStateSizeOperator(BaseOperator):
                     continue  # never ran here
                 for store in spec.stores:
                     history = audit_rows(settings, spec.application_id, store.name)
-                    row = audit_store(
+                    audit = audit_store(
                         settings,
                         run_id,
                         spec,
                         store,
                         checkpoint_rows=[
-                            r
-                            for r in checkpoint_rows
-                            if r["application_id"] == spec.application_id and r["store"] == store.name
+                            r for r in read if r.application_id == spec.application_id and r.store == store.name
                         ],
                         changelog=latest_changelog.get(layout.changelog_topic(store.name)),
                         restores=restores,
                         history=history,
                     )
-                    audited.append(row)
-                    by_store[(spec.application_id, store.name)] = history + [row]
-                    self.log.info(
-                        "%s/%s: %s live rows (%s), restore ~%s s (snapshot + tail) / ~%s s (full), %s/day, "
-                        "days to budget %s%s",
-                        spec.application_id,
-                        store.name,
-                        row.get("state_rows"),
-                        row.get("state_rows_source"),
-                        _round(row.get("restore_snapshot_tail_s")),
-                        _round(row.get("restore_full_replay_s")),
-                        _round(row.get("rows_per_day")),
-                        _round(row.get("days_to_budget")),
-                        f"; UNBOUNDED: {row['unbounded_reason']}" if row["unbounded"] else "",
-                    )
-                    if row.get("ttl_verdict"):
-                        self.log.info(
-                            "%s/%s: %s: %s", spec.application_id, store.name, row["ttl_verdict"], row["ttl_reason"]
-                        )
-                    undelivered += self._alert(context, ledger, spec, row)
+                    audited.append(audit)
+                    by_store[(spec.application_id, store.name)] = [*history, audit]
+                    self._log(audit)
+                    undelivered += self._alert(context, ledger, spec, audit)
         record_audit(settings, audited)
         page = write_report(settings, by_store)
         self.log.info("report: %s (%d stores)", page, len(by_store))
         if undelivered:
             raise AirflowFailException(f"alerts not delivered on any channel: {undelivered}")
-        return {
-            "report": str(page),
-            "stores": [
-                {
-                    "application_id": r["application_id"],
-                    "store": r["store"],
-                    "state_rows": r.get("state_rows"),
-                    "unbounded": r["unbounded"],
-                    "days_to_budget": r.get("days_to_budget"),
-                    "ttl_verdict": r.get("ttl_verdict"),
-                }
-                for r in audited
-            ],
-        }
+        return to_json(AuditResult(str(page), tuple(StoreSummary.of(audit) for audit in audited)))
+
+    def _log(self, audit: StoreAudit) -> None:
+        """One line per store (two with a TTL check)."""
+        self.log.info(
+            "%s/%s: %s live rows (%s), restore ~%s s (snapshot + tail) / ~%s s (full), %s/day, days to budget %s%s",
+            audit.application_id,
+            audit.store,
+            audit.state_rows,
+            audit.state_rows_source,
+            _round(audit.restore_snapshot_tail_s),
+            _round(audit.restore_full_replay_s),
+            _round(audit.rows_per_day),
+            _round(audit.days_to_budget),
+            f"; UNBOUNDED: {audit.unbounded_reason}" if audit.unbounded else "",
+        )
+        if audit.ttl_verdict:
+            self.log.info("%s/%s: %s: %s", audit.application_id, audit.store, audit.ttl_verdict, audit.ttl_reason)
 
     @staticmethod
-    def _alert(context, ledger: AlertLedger, spec, row: dict) -> list[str]:
+    def _alert(context, ledger: AlertLedger, spec, audit: StoreAudit) -> list[str]:
         """Fire / resolve this store's budget and TTL alerts; the job's other alerts are left alone."""
-        store = row["store"]
+        store = audit.store
         delivery = ledger.reconcile_and_send(
             context,
             job=spec.name,
             application_id=spec.application_id,
             source="state_audit",
-            conditions=conditions_for(row),
+            conditions=conditions_for(audit),
             links={"report": "/streamstate/state-audit/index.html"},
             scope={f"state_budget_{store}", f"state_budget_forecast_{store}", f"state_ttl_not_enforced_{store}"},
         )

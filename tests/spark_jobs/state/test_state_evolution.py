@@ -105,7 +105,7 @@ def test_a_store_added_in_place_starts_empty_and_the_other_keeps_its_state(spark
     # the state audit reads each store of the one operator apart
     live_rows = {}
     for row in audit_checkpoint(spark, settings, with_items, "evolution"):
-        live_rows[row["store"]] = live_rows.get(row["store"], 0) + row["rows"]
+        live_rows[row.store] = live_rows.get(row.store, 0) + row.rows
     assert live_rows == {STORE: len(so_far), ITEMS: len(expected_items(batches[1]))}
 
     # the checkpoint lost: both stores restored, to one input position, and both go on from there
