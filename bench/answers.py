@@ -42,7 +42,7 @@ from decimal import Decimal
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
-from spark_jobs.kafka_topics import partition_offsets
+from spark_jobs.io.kafka_topics import partition_offsets
 
 #: how many differing keys a mismatch names
 SHOWN_KEYS = 10

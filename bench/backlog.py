@@ -2,7 +2,7 @@
 never stopped.
 
 Three runs of ``order_payments`` (the windowed stream-stream outer join) over the same input (``--orders`` orders
-and as many payments, spark_jobs.generators.payments.scaled: both topics advancing together in time), each on a
+and as many payments, spark_jobs.reference.generators.payments.scaled: both topics advancing together in time), each on a
 broker of its own, each driver a spark-submit process as Airflow launches it:
 
 * ``never stopped``: the driver runs (one micro-batch per trigger) while the input is written in steady chunks
@@ -40,15 +40,15 @@ from bench import answers  # noqa: E402
 from bench.private_stack import append_section, private_broker  # noqa: E402
 from runtime.process import group_members  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
-from spark_jobs.generators import payments  # noqa: E402
-from spark_jobs.generators.producer import produce_encoded  # noqa: E402
-from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
+from spark_jobs.driver.lease import JobLease  # noqa: E402
+from spark_jobs.driver.submit import submit_spec  # noqa: E402
+from spark_jobs.io.kafka_topics import ensure_topic  # noqa: E402
 from spark_jobs.layout import JobLayout  # noqa: E402
-from spark_jobs.lease import JobLease  # noqa: E402
+from spark_jobs.reference.generators import payments  # noqa: E402
+from spark_jobs.reference.generators.producer import produce_encoded  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, latest_batch_id, records_between  # noqa: E402
 from spark_jobs.state.source_position import committed_ends  # noqa: E402
-from spark_jobs.submit import submit_spec  # noqa: E402
 
 JOB = "order_payments"
 

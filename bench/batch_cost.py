@@ -39,9 +39,9 @@ WORKLOADS = {
 
 
 def _produce(settings, spec, workload: str, events: int) -> None:
-    from spark_jobs.generators import purchases, sessions
-    from spark_jobs.generators.producer import produce_keyed
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.io.kafka_topics import ensure_topic
+    from spark_jobs.reference.generators import purchases, sessions
+    from spark_jobs.reference.generators.producer import produce_keyed
 
     ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
     if workload == "purchases":
@@ -133,9 +133,9 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
 
+    from spark_jobs.driver.run import run
+    from spark_jobs.driver.session import build_spark_session
     from spark_jobs.registry import get_job
-    from spark_jobs.run import run
-    from spark_jobs.session import build_spark_session
     from spark_jobs.testing import close_spark_kafka_producers
 
     spec = get_job(args.job)

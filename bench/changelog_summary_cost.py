@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.settings import Settings  # noqa: E402
-from spark_jobs.session import build_spark_session  # noqa: E402
+from spark_jobs.driver.session import build_spark_session  # noqa: E402
 from spark_jobs.state import changelog_spark  # noqa: E402
 from spark_jobs.state.batch_records import MARKER_KEY, BatchMarker  # noqa: E402
 from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord  # noqa: E402

@@ -18,7 +18,7 @@ pre-loaded input from a cold start, one after the other:
   committed offsets reach the input's end; then its state directory is wiped and it is started again, and
   its full changelog restore is timed (restore listener: first start to last end);
 * **plain Spark** (bench/plain_spark_peer.py): the same aggregation as a bare query, process start to exit;
-* **the platform** (``python -m spark_jobs.run <job> --available-now``: purchase_counts,
+* **the platform** (``python -m spark_jobs.driver.run <job> --available-now``: purchase_counts,
   patient_heart_rate, temperature_averages, user_sessions, order_enrichment or order_payments): process start to
   exit, changelog + snapshots + status + dead letters included; then
   two restores of the store it left, each in its own process (bench/platform_restore_probe.py): the full
@@ -73,11 +73,11 @@ from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.kafka_connection import KafkaConnection  # noqa: E402
 from runtime.process import free_port  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
-from spark_jobs.dead_letter import dead_letter_topic  # noqa: E402
-from spark_jobs.generators import orders, payments, pulse, purchases, sessions, temperatures  # noqa: E402
-from spark_jobs.generators.producer import produce_encoded  # noqa: E402
-from spark_jobs.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
+from spark_jobs.io.dead_letter import dead_letter_topic  # noqa: E402
+from spark_jobs.io.kafka_topics import delete_topics, ensure_topic, partition_offsets  # noqa: E402
 from spark_jobs.layout import changelog_topic_name  # noqa: E402
+from spark_jobs.reference.generators import orders, payments, pulse, purchases, sessions, temperatures  # noqa: E402
+from spark_jobs.reference.generators.producer import produce_encoded  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 
 console = Console()
@@ -171,13 +171,13 @@ def end_of_join_input() -> int:
 
 def enrichment_input(events: int, profiles: int) -> tuple[Iterable, Iterable]:
     """``events`` orders and ``profiles`` customer profiles, one each, every profile earlier than its customer's
-    orders (spark_jobs.generators.orders.growing_customers): the row valid at an order's time (the platform,
+    orders (spark_jobs.reference.generators.orders.growing_customers): the row valid at an order's time (the platform,
     Kafka Streams) is the latest one (plain Spark), whatever the micro-batches."""
     return orders.growing_customers(events, profiles, end_of_join_input(), seed=3)
 
 
 def payments_input(events: int, keys: int) -> tuple[Iterable, Iterable]:
-    """``events`` records: ``keys`` orders and as many payments (spark_jobs.generators.payments.scaled), each
+    """``events`` records: ``keys`` orders and as many payments (spark_jobs.reference.generators.payments.scaled), each
     topic in time order."""
     assert events == 2 * keys, f"payments: {events} events are {keys} orders and as many payments"
     return payments.scaled(keys, end_of_join_input(), seed=3)
@@ -274,7 +274,7 @@ WORKLOADS = {
         answers.table_payments,
         windowed=False,
         check=_payments_check,
-        # the twin's only deterministic setting (spark_jobs/generators/payments.py, docs/writing-jobs/stream-stream-join.md)
+        # the twin's only deterministic setting (spark_jobs/reference/generators/payments.py, docs/writing-jobs/stream-stream-join.md)
         kafka_streams_options=("-Dstreams.__emit.interval.ms.kstreams.outer.join.spurious.results.fix__=0",),
     ),
 }
@@ -529,7 +529,7 @@ class Bench:
         env = self._platform_settings(work, max_offsets).to_env()
         job, store = self.job, self.workload.store
         run = run_measured(
-            [PYTHON, "-m", "spark_jobs.run", job.name, "--version", str(job.version), "--available-now"],
+            [PYTHON, "-m", "spark_jobs.driver.run", job.name, "--version", str(job.version), "--available-now"],
             env,
             self.args.timeout,
         )

@@ -32,7 +32,7 @@ import json, sys, time
 started = time.monotonic()
 from runtime import class_archive
 from runtime.settings import Settings
-from spark_jobs import session
+from spark_jobs.driver import session
 if sys.argv[1] == "without":
     class_archive.driver_java_options = lambda settings: []
 spark = session.build_spark_session(Settings.from_env().replace(spark_master="local[2]"), "driver-start")

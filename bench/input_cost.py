@@ -8,21 +8,21 @@ micro-batch's worth at the 1e7-event benchmark size), each variant written to Sp
 that nothing is pruned, side by side, REPEATS times:
 
 * **parse**: ``from_json`` of the value, what plain Spark does (bench/plain_spark_peer.py);
-* **decode, JVM decoder**: :func:`spark_jobs.dead_letter.decode_json` as the jobs run it: one pass over
+* **decode, JVM decoder**: :func:`spark_jobs.io.dead_letter.decode_json` as the jobs run it: one pass over
   each record's bytes (``streamstate.primitives.JsonDecoder``) for the object check, the event and the
   fields as written;
 * **decode, Spark's functions**: the same three columns from ``from_json`` and ``try_parse_json`` (two
   parses per record: how the jobs decoded before 2026-11-27, and how a schema the JVM decoder does not
   read is decoded);
-* **classify, the processor's input**: the job's own classification (spark_jobs.jobs.purchase_counts.classify)
+* **classify, the processor's input**: the job's own classification (spark_jobs.reference.jobs.purchase_counts.classify)
   as the job's query hands it to the processor: every record, valid ones decoded, rejected ones with their
-  dead-letter records (spark_jobs.dead_letter.with_dead_letters): what the job's one query reads; with
+  dead-letter records (spark_jobs.io.dead_letter.with_dead_letters): what the job's one query reads; with
   either decoder.
 
 The report also counts ``from_json`` in the executed plan of the processor's input: how many times Spark's
 own decoder reads a record.
 
-``--workload temperatures`` measures the same over temperature readings (spark_jobs.jobs.temperature_averages:
+``--workload temperatures`` measures the same over temperature readings (spark_jobs.reference.jobs.temperature_averages:
 a double, a time and three strings per event; ``--users`` is then the number of sensors).
 
     .venv/bin/python bench/input_cost.py [--workload purchases] [--events 800000] [--users 100000] [--repeats 3]
@@ -44,11 +44,11 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from bench.private_stack import append_section, private_broker  # noqa: E402
-from spark_jobs import dead_letter  # noqa: E402
-from spark_jobs.generators import purchases, temperatures  # noqa: E402
-from spark_jobs.jobs import purchase_counts, temperature_averages  # noqa: E402
-from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
-from spark_jobs.session import build_spark_session  # noqa: E402
+from spark_jobs.driver.session import build_spark_session  # noqa: E402
+from spark_jobs.io import dead_letter  # noqa: E402
+from spark_jobs.io.kafka_topics import ensure_topic  # noqa: E402
+from spark_jobs.reference.generators import purchases, temperatures  # noqa: E402
+from spark_jobs.reference.jobs import purchase_counts, temperature_averages  # noqa: E402
 from spark_jobs.testing import decoding_with  # noqa: E402
 
 console = Console()

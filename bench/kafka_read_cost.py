@@ -4,7 +4,7 @@ Spark's Kafka source asks the broker for the partition's earliest and latest off
 after **every** poll of its consumer (``InternalKafkaConsumer.fetch``: ``getAvailableOffsetRange``), and the Java
 consumer returns at most ``max.poll.records`` (500) records a poll: about 8,000 round trips per million records
 read, which a profile of the joins showed as the Kafka reads' largest part (BENCHMARKS.md). The platform's sources
-read with :data:`spark_jobs.kafka_topics.SPARK_SOURCE_FETCH` (larger polls, larger fetches).
+read with :data:`spark_jobs.io.kafka_topics.SPARK_SOURCE_FETCH` (larger polls, larger fetches).
 
 ``--events`` purchase events on a 2-partition topic of a private broker, read whole by a Spark batch read (the same
 consumer a micro-batch uses) into Spark's ``noop`` sink, read committed as the jobs read; the variants alternate,
@@ -28,9 +28,9 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from bench.private_stack import append_section, private_broker  # noqa: E402
-from spark_jobs.generators import purchases  # noqa: E402
-from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic  # noqa: E402
-from spark_jobs.session import build_spark_session  # noqa: E402
+from spark_jobs.driver.session import build_spark_session  # noqa: E402
+from spark_jobs.io.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic  # noqa: E402
+from spark_jobs.reference.generators import purchases  # noqa: E402
 
 console = Console()
 TOPIC = "bench-kafka-read"

@@ -32,8 +32,8 @@ from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import client_config
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.io.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.reference.generators import purchases
 
 console = Console()
 APP_DIR = PROJECT_ROOT / "bench" / "kafka_streams"

@@ -18,7 +18,7 @@ Two sinks, two readers:
 
 Peers:
 
-* **platform**: ``python -m spark_jobs.run latency_<run>`` (bench/latency_jobs.py: purchase_counts with an
+* **platform**: ``python -m spark_jobs.driver.run latency_<run>`` (bench/latency_jobs.py: purchase_counts with an
   upsert output topic, at the measured trigger interval; the platform's defaults otherwise: changelog,
   snapshots every 10 batches, dead letters, status); both sinks;
 * **plain_spark**: bench/plain_spark_peer.py ``--trigger`` (the same Kafka source, RocksDB state and Delta
@@ -326,8 +326,8 @@ def _wait(predicate, check, timeout_s: float, what: str) -> None:
 
 def start_platform(settings: Settings, work: Path, run: str, trigger_s: float) -> Running:
     from bench import latency_jobs
+    from spark_jobs.driver.lifecycle import observe_driver
     from spark_jobs.layout import output_topic_name
-    from spark_jobs.lifecycle import observe_driver
 
     spec = latency_jobs.spec(run, trigger_s)
     assert spec.source_topic == f"bench-latency_{run}"  # measure() created it
@@ -341,7 +341,7 @@ def start_platform(settings: Settings, work: Path, run: str, trigger_s: float) -
     }
     log = work / "peer.log"
     proc = subprocess.Popen(
-        [PYTHON, "-m", "spark_jobs.run", spec.name, "--version", str(spec.version)],
+        [PYTHON, "-m", "spark_jobs.driver.run", spec.name, "--version", str(spec.version)],
         env=env,
         cwd=PROJECT_ROOT,
         stdout=log.open("wb"),
@@ -352,7 +352,7 @@ def start_platform(settings: Settings, work: Path, run: str, trigger_s: float) -
 
     def batches() -> dict:
         """The run report's seconds per phase (state, dead letters, outputs, changelog, snapshot), per batch."""
-        from spark_jobs.run import report_path
+        from spark_jobs.driver.run import report_path
 
         report = json.loads(report_path(spec, peer_settings).read_text())
         n = max(1, report.get("batches") or 0)
@@ -420,7 +420,7 @@ def start_plain_spark(settings: Settings, work: Path, topic: str, trigger_s: flo
 
 def start_kafka_streams(settings: Settings, work: Path, classpath: str, topic: str) -> Running:
     from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.io.kafka_topics import ensure_topic
 
     output = f"{topic}-out"
     ensure_topic(settings.kafka, output, PARTITIONS, config=OUTPUT_TOPIC_CONFIG)
@@ -447,7 +447,7 @@ def start_kafka_streams(settings: Settings, work: Path, classpath: str, topic: s
 def create_source(settings: Settings, topic: str) -> None:
     """The input topic, as its owner creates it on this Kafka: as many copies as the platform's own topics (three
     on bench/production_shape.py's cluster, ``min.insync.replicas=2``)."""
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.io.kafka_topics import ensure_topic
 
     in_sync = {"min.insync.replicas": str(settings.kafka_min_insync_replicas)}
     ensure_topic(settings.kafka, topic, PARTITIONS, settings.kafka_replication_factor, in_sync)

@@ -19,7 +19,7 @@ def spec(run: str, trigger_s: float) -> JobSpec:
         source_topic=f"bench-{name}",
         key_field="user_id",
         output_table=name,
-        entrypoint="spark_jobs.jobs.purchase_counts:build",
+        entrypoint="spark_jobs.reference.jobs.purchase_counts:build",
         stores=(StoreSpec("counts"),),
         trigger_interval=f"{trigger_s:g} seconds",
         output_topic=f"bench-{name}-out",

@@ -32,9 +32,9 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.private_stack import append_section, private_broker
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import StoreMigration, get_job
 from spark_jobs.state.snapshotting import take_snapshot
 
@@ -47,7 +47,7 @@ def add_tier(old):
     """The benchmark's migration function: every value gains ``tier`` (the tests' tiered_counts migration)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.purchase_counts import STATE_DDL
+    from spark_jobs.reference.jobs.purchase_counts import STATE_DDL
 
     v = F.from_json("value", STATE_DDL).alias("v")
     tier = F.when(F.col("v.amount_spent") >= GOLD, "gold").otherwise("standard").alias("tier")
@@ -55,8 +55,8 @@ def add_tier(old):
 
 
 def one_size(events: int, batches: int) -> dict:
-    from spark_jobs.run import run
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.driver.run import run
+    from spark_jobs.driver.session import build_spark_session
     from spark_jobs.state.migration import migrate_state
     from spark_jobs.state.snapshots import SnapshotStore
 

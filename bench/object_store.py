@@ -1,6 +1,6 @@
 """The same job with its tables and checkpoint on the local disk and in an S3-API object store, side by side.
 
-purchase_counts processes a pre-loaded topic from a cold start (``python -m spark_jobs.run purchase_counts
+purchase_counts processes a pre-loaded topic from a cold start (``python -m spark_jobs.driver.run purchase_counts
 --available-now``: outputs, changelog, snapshots, dead letters, status), once on the local disk and once
 with ``STREAMSTATE_LAKE_URI`` and ``STREAMSTATE_CHECKPOINT_URI`` on a local S3Proxy (runtime/s3_server.py)
 over the same disk, alternating which goes first, for REPEATS rounds. Before any figure is reported, the two output
@@ -34,9 +34,9 @@ from runtime.object_store import Location
 from runtime.process import free_port
 from runtime.s3_server import LocalS3Server
 from runtime.settings import Settings
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import delete_topics, ensure_topic
+from spark_jobs.io.kafka_topics import delete_topics, ensure_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
 
 console = Console()
@@ -63,7 +63,7 @@ def run_once(base: Settings, server: LocalS3Server, place: str, work: Path, roun
             checkpoint_uri=f"s3a://lake/r{round_no}-checkpoints",
             **server.settings_fields(),
         )
-    cmd = [sys.executable, "-m", "spark_jobs.run", job.name, "--version", str(job.version), "--available-now"]
+    cmd = [sys.executable, "-m", "spark_jobs.driver.run", job.name, "--version", str(job.version), "--available-now"]
     run = run_measured(cmd, settings.to_env(), timeout_s=7200)
     answer = run.answer
     if answer.get("error") or answer.get("input_rows") is None:

@@ -29,7 +29,7 @@ by Spark's stream-static join: the profiles topic read once as a batch table whe
 row of each key, by Kafka timestamp then offset; cached), each micro-batch of orders ``left``-joined with it on
 the customer id, appended to a Delta table with the order's Kafka partition and offset. No versions, no grace: an
 order sees the table as read at the start (bench/compare.py generates the input so that this is the row valid at
-the order's time: see spark_jobs.generators.orders.growing_customers).
+the order's time: see spark_jobs.reference.generators.orders.growing_customers).
 
 ``--workload payments`` (``<topic>`` is ``<orders>,<payments>``): orders and payments matched within 10 minutes,
 Spark's stream-stream ``full_outer`` join of two Kafka sources on the order id and ``order_time BETWEEN
@@ -63,7 +63,7 @@ STARTED = time.monotonic()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from runtime.settings import Settings  # noqa: E402
-from spark_jobs.session import build_spark_session  # noqa: E402
+from spark_jobs.driver.session import build_spark_session  # noqa: E402
 
 
 def main() -> None:
@@ -136,7 +136,7 @@ def purchase_counts(raw, output: str, batches: dict):
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.purchase_counts import COUNTS, EVENT_SCHEMA
+    from spark_jobs.reference.jobs.purchase_counts import COUNTS, EVENT_SCHEMA
 
     schema = COUNTS.output_schema("user_id")
     DeltaTable.createIfNotExists(raw.sparkSession).location(output).addColumns(schema).execute()
@@ -168,7 +168,7 @@ def purchase_counts(raw, output: str, batches: dict):
 def pulse_windows(raw, output: str, batches: dict):
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.patient_heart_rate import EVENT_SCHEMA
+    from spark_jobs.reference.jobs.patient_heart_rate import EVENT_SCHEMA
 
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
     beats = (
@@ -190,7 +190,7 @@ def pulse_windows(raw, output: str, batches: dict):
 def temperature_windows(raw, output: str, batches: dict):
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.temperature_averages import EVENT_SCHEMA
+    from spark_jobs.reference.jobs.temperature_averages import EVENT_SCHEMA
 
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
     windows = (
@@ -221,7 +221,7 @@ def temperature_windows(raw, output: str, batches: dict):
 def user_sessions(raw, output: str, batches: dict):
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.user_sessions import EVENT_SCHEMA
+    from spark_jobs.reference.jobs.user_sessions import EVENT_SCHEMA
 
     events = raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
     visits = (
@@ -244,7 +244,7 @@ def _latest_rows(spark, settings: Settings, topic: str):
     cached before the stream starts (what a stream-static join reads each micro-batch)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.order_enrichment import CUSTOMER_SCHEMA
+    from spark_jobs.reference.jobs.order_enrichment import CUSTOMER_SCHEMA
 
     records = (
         spark.read.format("kafka")
@@ -267,7 +267,7 @@ def _latest_rows(spark, settings: Settings, topic: str):
 def order_enrichment(raw, customers, output: str, batches: dict):
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.order_enrichment import ORDER_SCHEMA
+    from spark_jobs.reference.jobs.order_enrichment import ORDER_SCHEMA
 
     orders = raw.select(
         F.from_json(F.col("value").cast("string"), ORDER_SCHEMA).alias("o"),
@@ -283,7 +283,7 @@ def order_enrichment(raw, customers, output: str, batches: dict):
 def order_payments(raw_orders, raw_payments, output: str, batches: dict):
     from pyspark.sql import functions as F
 
-    from spark_jobs.jobs.order_payments import ORDER_SCHEMA, PAYMENT_SCHEMA
+    from spark_jobs.reference.jobs.order_payments import ORDER_SCHEMA, PAYMENT_SCHEMA
 
     def side(raw, schema, fields: dict[str, str]):
         parsed = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("e"), "partition", "offset")

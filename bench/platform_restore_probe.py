@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from runtime.settings import Settings  # noqa: E402
-from spark_jobs.context import JobContext  # noqa: E402
+from spark_jobs.driver.context import JobContext  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 from spark_jobs.state.restore import SilentRestoreListener, restore_from_snapshot  # noqa: E402
 

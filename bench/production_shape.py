@@ -69,8 +69,8 @@ def kafka_of(shape: str) -> Iterator[Settings]:
 def backlog(settings: Settings, events: int, work: Path) -> dict:
     """``events`` purchases drained by one ``--available-now`` run: events/s over the run's micro-batches."""
     from bench import latency_jobs
-    from spark_jobs.generators import purchases
-    from spark_jobs.run import report_path
+    from spark_jobs.driver.run import report_path
+    from spark_jobs.reference.generators import purchases
 
     run = f"backlog_{int(time.time()) % 100000}"
     spec = latency_jobs.spec(run, 0)
@@ -80,7 +80,7 @@ def backlog(settings: Settings, events: int, work: Path) -> dict:
     env = {**os.environ, **peer.to_env(), "BENCH_LATENCY_RUN": run, "BENCH_LATENCY_TRIGGER_S": "0"}
     started = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "spark_jobs.run", spec.name, "--version", "1", "--available-now"],
+        [sys.executable, "-m", "spark_jobs.driver.run", spec.name, "--version", "1", "--available-now"],
         env={**env, "PYTHONPATH": str(PROJECT_ROOT)},
         cwd=PROJECT_ROOT,
         stdout=(work / f"{run}.log").open("wb"),

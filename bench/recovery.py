@@ -12,7 +12,7 @@ window and the backoff, so every kill is a first crash)
 * **to a batch**: that driver has completed a micro-batch after the kill (the backlog of the outage
   in it: the input lag falls).
 
-``spare``: the job's spare driver (spark_jobs/spare.py, warm, waiting) takes over; each kill waits until a
+``spare``: the job's spare driver (spark_jobs/driver/spare.py, warm, waiting) takes over; each kill waits until a
 spare is READY again (the supervise DAG's next run starts it after a takeover); ``watched``: no spare, the
 watch task restarts the driver (``SupervisionPolicy.watch``); ``scheduled``: only the next scheduled check
 does (``watch=False``). Medians (min-max) go to BENCHMARKS.md, with the spare's memory (RSS of its process
@@ -43,11 +43,18 @@ from bench.private_stack import append_section, private_broker
 from runtime.airflow_standalone import AirflowApi, LocalAirflow
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import (
+    BatchProgress,
+    SpareState,
+    SpareStatus,
+    observe_driver,
+    read_spare_status,
+    read_status,
+)
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobDags, spare_name
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import BatchProgress, SpareState, SpareStatus, observe_driver, read_spare_status, read_status
+from spark_jobs.reference.generators import purchases
 from streamstate_cli.job_processes import stop_job_processes
 
 console = Console()

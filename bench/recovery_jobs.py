@@ -18,7 +18,7 @@ def _spec(name: str, watch: bool, spare: bool, what: str) -> JobSpec:
         source_topic=f"bench-{name}",
         key_field="user_id",
         output_table=name,
-        entrypoint="spark_jobs.jobs.purchase_counts:build",
+        entrypoint="spark_jobs.reference.jobs.purchase_counts:build",
         stores=(StoreSpec("counts"),),
         trigger_interval="1 second",
         snapshot_every_batches=20,

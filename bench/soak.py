@@ -38,14 +38,14 @@ from runtime.alert_inbox import AlertInbox  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.process import free_service_ports, stop_process_group  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
-from spark_jobs.generators import purchases  # noqa: E402
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets  # noqa: E402
+from spark_jobs.driver.lifecycle import BatchProgress, read_status  # noqa: E402
+from spark_jobs.driver.submit import submit_spec  # noqa: E402
+from spark_jobs.io.kafka_topics import ensure_topic, partition_offsets  # noqa: E402
 from spark_jobs.layout import JobLayout  # noqa: E402
-from spark_jobs.lifecycle import BatchProgress, read_status  # noqa: E402
+from spark_jobs.reference.generators import purchases  # noqa: E402
 from spark_jobs.registry import get_job  # noqa: E402
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets  # noqa: E402
 from spark_jobs.state.snapshots import snapshot_history, snapshot_path  # noqa: E402
-from spark_jobs.submit import submit_spec  # noqa: E402
 
 console = Console()
 RESULTS = PROJECT_ROOT / "bench" / "results"
@@ -103,7 +103,7 @@ def output_matches_reference(settings: Settings, spec) -> bool:
 
     from deltalake import DeltaTable
 
-    from spark_jobs.kafka_topics import read_json_records
+    from spark_jobs.io.kafka_topics import read_json_records
 
     expected = purchases.expected_counts(read_json_records(settings.kafka, spec.source_topic))
     rows = (

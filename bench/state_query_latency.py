@@ -34,10 +34,10 @@ from bench.restore_time import ChangelogSimulator  # noqa: E402
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.process import free_port
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import JobState, JobStatus, status_path
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import JobState, JobStatus, status_path
+from spark_jobs.operations.standby.follower import StoreFollower
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import StoreFollower
 
 console = Console()
 
@@ -95,7 +95,7 @@ def main() -> None:
     broker.start()
     api = None
     try:
-        from spark_jobs.context import JobContext
+        from spark_jobs.driver.context import JobContext
 
         topic = JobContext(None, spec, settings).changelog_topic("counts")
         topic.ensure(settings.kafka)

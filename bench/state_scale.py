@@ -9,7 +9,7 @@ batches, and each restore runs in a fresh process of its own so its peak memory 
 - ``spark``: ``restore_from_snapshot(spark=...)`` (snapshot from Delta, tail from Kafka's batch source,
   cut by the same rules), evaluated with ``count()`` the way the job's first batch evaluates it;
 - ``spare``: the same Spark restore in a session that first ran what a spare driver runs before it is READY
-  (:func:`spark_jobs.spare.warm_up` of purchase_counts over a few hundred purchases: a rehearsal of the job, a
+  (:func:`spark_jobs.driver.spare.warm_up` of purchase_counts over a few hundred purchases: a rehearsal of the job, a
   restore's and a micro-batch's code paths): what a lost checkpoint costs when the warm spare takes over;
 - ``kafka_streams``: the Kafka Streams peer's purchase_counts store of the same KEYS users (one purchase
   each, then as many changes as the platform's tail holds), restored from its changelog after its state
@@ -52,8 +52,8 @@ from bench.kafka_streams_peer import build as build_kafka_streams
 from bench.private_stack import append_section, private_broker
 from bench.restore_time import ChangelogSimulator
 from runtime.settings import Settings
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
 from spark_jobs.state.changelog import ChangelogTopic
 from spark_jobs.state.changelog_reader import read_changelog
@@ -78,18 +78,18 @@ def measure(mode: str, settings: Settings, topic: str, snapshot_path: str) -> di
     result: dict = {"mode": mode}
     spark = None
     if mode in ("spark", "spare"):
-        from spark_jobs.session import build_spark_session
-        from spark_jobs.spare import spare_driver_settings
+        from spark_jobs.driver.session import build_spark_session
+        from spark_jobs.driver.spare import spare_driver_settings
 
-        if mode == "spare":  # the JVM a spark-submit of a spare driver starts (spark_jobs/submit.py)
+        if mode == "spare":  # the JVM a spark-submit of a spare driver starts (spark_jobs/driver/submit.py)
             settings = spare_driver_settings(settings)
         started = time.monotonic()
         spark = build_spark_session(settings, "bench-state-scale")
         result["session_seconds"] = round(time.monotonic() - started, 2)
     if mode == "spare":
+        from spark_jobs.driver.run import run
+        from spark_jobs.driver.spare import warm_up
         from spark_jobs.registry import get_job
-        from spark_jobs.run import run
-        from spark_jobs.spare import warm_up
 
         started = time.monotonic()
         # untimed for the restore: done while the spare waits; as for a job whose restore runs in Spark (this
@@ -161,7 +161,7 @@ def kafka_streams_restore(settings: Settings, classpath: str, keys: int, changed
 
 def catch_up_snapshot(settings: Settings, topic: str, snapshot_path: str) -> dict:
     """Bring the snapshot to the changelog's head with Spark (a layer of the tail): the base of :func:`snapshots`."""
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.driver.session import build_spark_session
 
     spark = build_spark_session(settings, "bench-state-scale")
     snapshots = SnapshotStore(snapshot_path, "bench-v1", "counts")
@@ -174,7 +174,7 @@ def catch_up_snapshot(settings: Settings, topic: str, snapshot_path: str) -> dic
 def snapshots(settings: Settings, topic: str, snapshot_path: str) -> dict:
     """The snapshot of the changelog's last batch, written as a layer and in full in one session."""
 
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.driver.session import build_spark_session
 
     spark = build_spark_session(settings, "bench-state-scale")
     store = SnapshotStore(snapshot_path, "bench-v1", "counts")
@@ -315,7 +315,7 @@ def main() -> None:
                 f"{args.churn_fraction:.0%} of the keys. Kafka Streams: bench/kafka_streams, 2 stream threads, -Xmx2g; "
                 "the same keys, one purchase each then the tail's changes; seconds exclude the JVM's and the Spark "
                 "session's start. Warm: the same Spark restore again in the same session. Spare: the Spark restore "
-                f"in a session that first ran a spare driver's warm-up (`spark_jobs.spare.warm_up` of {SPARE_JOB} as a "
+                f"in a session that first ran a spare driver's warm-up (`spark_jobs.driver.spare.warm_up` of {SPARE_JOB} as a "
                 "job whose restore runs in Spark, so with its restore rehearsal at scale; its seconds are in the warm "
                 "column's place, as warm-up)."
             ),

@@ -11,7 +11,7 @@ read. A built-in aggregation combines a key's events before the shuffle; a trans
 gets every event shuffled and sorted to it, so several events per key is where they part.
 
 ``--encodings`` also runs each processor with the other state encoding: the platform runs jobs with Avro
-state (it evolves in place, see spark_jobs/run.py), Spark's default is UnsafeRow; ``--batches`` cuts the
+state (it evolves in place, see spark_jobs/driver/run.py), Spark's default is UnsafeRow; ``--batches`` cuts the
 input into that many micro-batches, so that later ones read (decode) state the earlier ones wrote.
 
     .venv/bin/python bench/state_update_cost.py [--keys 20000] [--events-per-key 1] [--repeats 2]
@@ -36,13 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.private_stack import append_section, private_broker  # noqa: E402
 from runtime.settings import Settings  # noqa: E402
-from spark_jobs.generators import purchases  # noqa: E402
-from spark_jobs.jobs.purchase_counts import COUNTS, EVENT_SCHEMA, STORE, PurchaseCounter, state_changes  # noqa: E402
-from spark_jobs.jobs.recent_buyers import RECENT  # noqa: E402
-from spark_jobs.kafka_topics import ensure_topic  # noqa: E402
+from spark_jobs.driver.session import build_spark_session, session_conf  # noqa: E402
+from spark_jobs.io.kafka_topics import ensure_topic  # noqa: E402
 from spark_jobs.primitives.pipeline import IN_MEMORY_QUERY_CONF  # noqa: E402
+from spark_jobs.reference.generators import purchases  # noqa: E402
+from spark_jobs.reference.jobs.purchase_counts import COUNTS, EVENT_SCHEMA, STORE, PurchaseCounter, state_changes  # noqa: E402
+from spark_jobs.reference.jobs.recent_buyers import RECENT  # noqa: E402
 from spark_jobs.registry import StoreSpec  # noqa: E402
-from spark_jobs.session import build_spark_session, session_conf  # noqa: E402
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF  # noqa: E402
 
 console = Console()

@@ -9,7 +9,7 @@ page -> state-size report). The audit runs even when the checkpoint read fails (
 from the jobs' latest progress).
 
 Rows: ``_streamstate/state_audit``, ``_streamstate/state_checkpoint_audit``. Logic lives in
-spark_jobs/state_audit and plugins/streamstate/operators/state_audit.py.
+spark_jobs/operations/state_audit and plugins/streamstate/operators/state_audit.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ unless ``dry_run`` is switched off, and logs per table the files it would compac
 bytes a vacuum would delete; ``compact_running`` (manual runs) compacts running writers' tables too.
 
 Each run's summary and the totals freed so far: ``<status>/state_audit/table_maintenance.json``
-(shown in the state-size report). Logic: spark_jobs/maintenance.py.
+(shown in the state-size report). Logic: spark_jobs/operations/maintenance.py.
 """
 
 from __future__ import annotations

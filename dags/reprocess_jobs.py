@@ -11,7 +11,7 @@
 - ``purge_retired_versions`` (daily): delete a retired version's data once the retention confirmed at
   its promotion has passed.
 
-Logic lives in spark_jobs/reprocess and plugins/streamstate/operators/reprocess.py.
+Logic lives in spark_jobs/operations/reprocess and plugins/streamstate/operators/reprocess.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and is a dry run unless told otherwise. ``rollback`` restores exactly what a cha
 holds the topic until someone applies to it by name.
 
 Measurements: ``_streamstate/changelog_measurements``; decisions: ``_streamstate/changelog_config_changes``.
-Logic lives in spark_jobs/changelog_tuning and plugins/streamstate/operators/changelog_tuning.py.
+Logic lives in spark_jobs/operations/changelog_tuning and plugins/streamstate/operators/changelog_tuning.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from streamstate.operators.changelog_tuning import (
     VerifyCompactionOperator,
 )
 
-from spark_jobs.changelog_tuning.measure import changelog_targets
+from spark_jobs.operations.changelog_tuning.measure import changelog_targets
 
 TOPICS = sorted({target.topic for target in changelog_targets()})
 

@@ -2,7 +2,7 @@
 
 **Discovery.** Every driver, spare and standby that serves ``/metrics`` lists itself in
 ``<status_dir>/metrics-targets/<name>.json`` while it serves (:attr:`Settings.metrics_targets_dir`,
-spark_jobs/metrics.py); :func:`scrape_config` points Prometheus' file-based discovery at that directory, so a
+spark_jobs/driver/metrics.py); :func:`scrape_config` points Prometheus' file-based discovery at that directory, so a
 process is scraped from its start and dropped when it stops. A process killed with kill -9 leaves its file: its
 ``up`` is 0 until a restart of the same name replaces it, which is what :data:`RULES`' ``StreamstateProcessDown``
 watches. Scraped labels are kept as the platform wrote them (``honor_labels``): ``application_id`` and ``role``.

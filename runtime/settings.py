@@ -28,7 +28,7 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 ENV_PREFIX = "STREAMSTATE_"
 #: in the status directory: the Prometheus target file of every process serving ``/metrics`` (Settings.metrics_targets_dir)
 METRICS_TARGETS_DIR = "metrics-targets"
-#: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.failpoints), the
+#: ``STREAMSTATE_`` variables that are not settings: the fault tests' failpoints (spark_jobs.driver.failpoints), the
 #: slice of the free ports a test worker chooses from (runtime.process.free_port)
 NOT_SETTINGS = frozenset({"STREAMSTATE_FAILPOINTS", PORT_SLICE_ENV})
 # local, local[N], local[*], local[N,F], spark://host:port[,host:port], k8s://https://…, yarn
@@ -183,7 +183,7 @@ class Settings:
     max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     #: a micro-batch that changed at most this many output rows is committed to the output table by delta-rs
     #: from the driver (tens of milliseconds); a larger one by a Spark MERGE on the executors (a second or
-    #: more, but its rows never enter the driver). 0: always Spark (spark_jobs/output_table.py)
+    #: more, but its rows never enter the driver). 0: always Spark (spark_jobs/io/output_table.py)
     driver_output_max_rows: int = 1_000_000
     #: a store whose restore reads at least this many records (snapshot rows + changelog tail) is
     #: restored by Spark's executors, never entering the driver process; a smaller one is restored in
@@ -197,11 +197,11 @@ class Settings:
     extra_jars: str | None = None
     #: bounds and targets of the changelog tuning DAG
     compaction: CompactionPolicy = CompactionPolicy()
-    #: keep a spare driver per supervised job version (spark_jobs/spare.py) where the job's
+    #: keep a spare driver per supervised job version (spark_jobs/driver/spare.py) where the job's
     #: ``SupervisionPolicy.spare_driver`` asks for one; off: none anywhere on this deployment (it costs a
     #: second driver's memory per job)
     spare_drivers: bool = True
-    #: warm standby (spark_jobs/standby): commit the followed changes to the Delta snapshot this often
+    #: warm standby (spark_jobs/operations/standby): commit the followed changes to the Delta snapshot this often
     standby_commit_interval_s: float = 5.0
     #: the standby's bound: a change reaches the snapshot within this (a lag metric above it alerts)
     standby_max_lag_s: float = 30.0
@@ -216,7 +216,7 @@ class Settings:
     #: ... but the first query of a store waits this long for its live view's first load (the snapshot read,
     #: the changelog caught up: seconds on a loaded machine), not to answer from a stale standby then
     state_api_first_load_s: float = 20.0
-    #: every driver and standby serves Prometheus metrics on this port (spark_jobs/metrics.py); 0 takes
+    #: every driver and standby serves Prometheus metrics on this port (spark_jobs/driver/metrics.py); 0 takes
     #: a free port (several processes on one host), published in the process's status file
     metrics_port: int = 0
 
@@ -276,7 +276,7 @@ class Settings:
     @property
     def metrics_targets_dir(self) -> Path:
         """Where every process serving ``/metrics`` lists itself for Prometheus' file-based discovery while it serves
-        (one ``<name>.json`` each: spark_jobs/metrics.py)."""
+        (one ``<name>.json`` each: spark_jobs/driver/metrics.py)."""
         return self.status_dir / METRICS_TARGETS_DIR
 
     @property

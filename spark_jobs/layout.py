@@ -113,17 +113,17 @@ class StatusFiles:
 
     @property
     def lifecycle(self) -> Path:
-        """The lifecycle status a driver publishes (spark_jobs/lifecycle.py)."""
+        """The lifecycle status a driver publishes (spark_jobs/driver/lifecycle.py)."""
         return self._file(".status.json")
 
     @property
     def last_run(self) -> Path:
-        """The report of the driver's last run (spark_jobs/run.py)."""
+        """The report of the driver's last run (spark_jobs/driver/run.py)."""
         return self._file(".last-run.json")
 
     @property
     def lease(self) -> Path:
-        """The single-instance lease with its epoch (spark_jobs/lease.py)."""
+        """The single-instance lease with its epoch (spark_jobs/driver/lease.py)."""
         return self._file(".lease")
 
     @property
@@ -137,12 +137,12 @@ class StatusFiles:
 
     @property
     def failpoint(self) -> Path:
-        """Where a driver stopped by a test's failpoint says so (spark_jobs/failpoints.py)."""
+        """Where a driver stopped by a test's failpoint says so (spark_jobs/driver/failpoints.py)."""
         return self._file(".failpoint.json")
 
     @property
     def metrics_target(self) -> Path:
-        """Where Prometheus finds the process's ``/metrics`` while it serves them (spark_jobs/metrics.py)."""
+        """Where Prometheus finds the process's ``/metrics`` while it serves them (spark_jobs/driver/metrics.py)."""
         return Path(self.status_dir) / METRICS_TARGETS_DIR / f"{self.name}.json"
 
     @property
@@ -364,16 +364,16 @@ class JobLayout:
 
     @property
     def spare_status(self) -> Path:
-        """The spare driver's status: warming, ready, taking over (spark_jobs/spare.py)."""
+        """The spare driver's status: warming, ready, taking over (spark_jobs/driver/spare.py)."""
         return spare_status_file(self.status_dir, self.application_id)
 
     @property
     def standby_status(self) -> Path:
-        """The warm standby's status: its stores, lags and snapshot versions (spark_jobs/standby)."""
+        """The warm standby's status: its stores, lags and snapshot versions (spark_jobs/operations/standby)."""
         return standby_status_file(self.status_dir, self.application_id)
 
     def audit_plot(self, store: str) -> Path:
-        """The state-size audit's plot of one store (spark_jobs/state_audit/report.py)."""
+        """The state-size audit's plot of one store (spark_jobs/operations/state_audit/report.py)."""
         return audit_plot_file(self.status_dir, self.application_id, store)
 
     def log_files(self) -> tuple[Path, ...]:
@@ -467,7 +467,7 @@ def batch_job_of(dag_id: str) -> str:
 
 def rehearsal_input_topic(application_id: str, index: int) -> str:
     """The scratch copy of the ``index``-th input (0: the source, 1: a join's second input) that a spare's
-    rehearsal of ``application_id`` (the rehearsal copy's own id) runs on (``spark_jobs/spare.py: rehearse``)."""
+    rehearsal of ``application_id`` (the rehearsal copy's own id) runs on (``spark_jobs/driver/spare.py: rehearse``)."""
     return f"{application_id}-input-{index}"
 
 
@@ -477,7 +477,7 @@ COMPARISON_REPORT_DIR = "reports"
 
 def comparison_name(job: str, old_version: int, new_version: int) -> str:
     """A comparison of two versions of ``job``: the name of its Spark application and its report's stem,
-    ``<job>-v<old>-v<new>`` (``spark_jobs/reprocess/compare.py``)."""
+    ``<job>-v<old>-v<new>`` (``spark_jobs/operations/reprocess/compare.py``)."""
     return f"{application_id(job, old_version)}-v{new_version}"
 
 
@@ -543,7 +543,7 @@ def standby_name(application_id: str) -> str:
 
 
 #: the Delta table maintenance's record (latest run, latest applied run, totals freed), in the audit's
-#: report directory: the state-size audit shows what maintenance freed (spark_jobs/maintenance.py)
+#: report directory: the state-size audit shows what maintenance freed (spark_jobs/operations/maintenance.py)
 TABLE_MAINTENANCE_FILE = Path(AUDIT_REPORT_DIR) / "table_maintenance.json"
 
 

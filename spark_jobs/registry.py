@@ -255,7 +255,7 @@ class SupervisionPolicy:
         watch: between checks, the supervise DAG's watch task restarts a driver that exits within
             seconds (with the same check: backoff, crash loop, alerts); False: only the scheduled
             checks restart it.
-        spare_driver: keep a spare driver of the job warm beside its driver (spark_jobs/spare.py): it takes
+        spare_driver: keep a spare driver of the job warm beside its driver (spark_jobs/driver/spare.py): it takes
             over within seconds when the driver dies, at the cost of a second driver's memory. The
             deployment's ``STREAMSTATE_SPARE_DRIVERS=false`` turns every job's off.
     """
@@ -302,7 +302,7 @@ class JobSpec:
         output_table: Delta table the job's results are merged into; each version writes its own,
             ``<lake>/<output_table>_v<version>`` (see :attr:`output_table_dir`).
         entrypoint: ``module:function``, ``build(ctx: JobContext)``: returns the query's stream writer
-            (spark_jobs/context.py gives it the session, the spec, the settings and the artifacts).
+            (spark_jobs/driver/context.py gives it the session, the spec, the settings and the artifacts).
         trigger_interval: micro-batch interval, e.g. ``"5 seconds"`` (the seeds' commit interval).
         stores: the job's state stores, each logged to its own changelog topic.
         snapshot_every_batches: take a Delta state snapshot after every N-th micro-batch (0: never).
@@ -477,7 +477,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_topic="purchases",
         key_field="user_id",
         output_table="purchase_counts",
-        entrypoint="spark_jobs.jobs.purchase_counts:build",
+        entrypoint="spark_jobs.reference.jobs.purchase_counts:build",
         stores=(StoreSpec("counts", budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600)),),
         description="Purchases and amount spent per user; account_closed deletes the user (the seeds' "
         "purchase-count scenario).",
@@ -495,7 +495,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_topic="patient-events",
         key_field="patient_id",
         output_table="patient_heart_rate",
-        entrypoint="spark_jobs.jobs.patient_heart_rate:build",
+        entrypoint="spark_jobs.reference.jobs.patient_heart_rate:build",
         stores=(
             StoreSpec(
                 "pulse-counts",
@@ -518,7 +518,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_topic="sensor-readings",
         key_field="sensor_id",
         output_table="temperature_averages",
-        entrypoint="spark_jobs.jobs.temperature_averages:AVERAGES",
+        entrypoint="spark_jobs.reference.jobs.temperature_averages:AVERAGES",
         stores=(
             StoreSpec(
                 "temperature-windows",
@@ -543,7 +543,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_topic="user-activity",
         key_field="user_id",
         output_table="user_sessions",
-        entrypoint="spark_jobs.jobs.user_sessions:VISITS",
+        entrypoint="spark_jobs.reference.jobs.user_sessions:VISITS",
         stores=(
             StoreSpec(
                 "user-sessions",
@@ -566,7 +566,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         join_topic="accounts",
         key_field="customer_id",
         output_table="customer_accounts",
-        entrypoint="spark_jobs.jobs.customer_accounts:CUSTOMER_ACCOUNTS",
+        entrypoint="spark_jobs.reference.jobs.customer_accounts:CUSTOMER_ACCOUNTS",
         stores=(
             StoreSpec(
                 "customer-accounts",
@@ -583,7 +583,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         join_topic="customer-profiles",
         key_field="customer_id",
         output_table="order_enrichment",
-        entrypoint="spark_jobs.jobs.order_enrichment:ORDER_ENRICHMENT",
+        entrypoint="spark_jobs.reference.jobs.order_enrichment:ORDER_ENRICHMENT",
         stores=(
             StoreSpec(
                 "customer-profiles",
@@ -603,7 +603,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         join_topic="payments",
         key_field="order_id",
         output_table="order_payments",
-        entrypoint="spark_jobs.jobs.order_payments:ORDER_PAYMENTS",
+        entrypoint="spark_jobs.reference.jobs.order_payments:ORDER_PAYMENTS",
         stores=(
             StoreSpec(
                 "order-payments",
@@ -620,7 +620,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_topic="votes",
         key_field="voter_id",
         output_table="votes",
-        entrypoint="spark_jobs.jobs.vote_counts:build",
+        entrypoint="spark_jobs.reference.jobs.vote_counts:build",
         stores=(
             StoreSpec(
                 "latest-votes",
@@ -639,7 +639,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_topic="stock-ticks",
         key_field="symbol",
         output_table="stock_price_changes",
-        entrypoint="spark_jobs.jobs.stock_price_changes:DAILY_CHANGES",
+        entrypoint="spark_jobs.reference.jobs.stock_price_changes:DAILY_CHANGES",
         stores=(
             StoreSpec(
                 "daily-changes",
@@ -665,7 +665,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_partitions=1,
         key_field="window_start",
         output_table="top_movers",
-        entrypoint="spark_jobs.jobs.top_movers:TOP_MOVERS",
+        entrypoint="spark_jobs.reference.jobs.top_movers:TOP_MOVERS",
         stores=(
             StoreSpec(
                 "day-members", budget=StateBudget(max_rows=1_000_000, max_bytes=512 * 1024**2, max_restore_s=300)
@@ -682,7 +682,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         source_topic="purchases",
         key_field="user_id",
         output_table="recent_buyers",
-        entrypoint="spark_jobs.jobs.recent_buyers:RECENT",
+        entrypoint="spark_jobs.reference.jobs.recent_buyers:RECENT",
         stores=(
             StoreSpec(
                 "recent-buyers",
@@ -701,7 +701,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         key_field="user_id",
         output_table="purchase_counts_in_memory",
         # purchase_counts' declaration as it is: the store's kind is the spec's choice, not the declaration's
-        entrypoint="spark_jobs.jobs.purchase_counts:COUNTS",
+        entrypoint="spark_jobs.reference.jobs.purchase_counts:COUNTS",
         stores=(
             StoreSpec(
                 "counts",

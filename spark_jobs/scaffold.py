@@ -18,7 +18,7 @@ Register it with STREAMSTATE_JOB_MODULES={name} (this module importable where dr
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
 from spark_jobs.registry import JobSpec, StoreSpec
 

@@ -29,12 +29,12 @@ from confluent_kafka import Consumer, TopicPartition
 from runtime.kafka_connection import client_config
 from runtime.process import free_service_ports
 from runtime.settings import Settings
-from spark_jobs import dead_letter
-from spark_jobs.dead_letter import HEADER_PREFIX, dead_letter_topic
-from spark_jobs.generators.producer import produce_keyed, produce_unkeyed
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.driver.run import RunReport, run
+from spark_jobs.io import dead_letter
+from spark_jobs.io.dead_letter import HEADER_PREFIX, dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.reference.generators.producer import produce_keyed, produce_unkeyed
 from spark_jobs.registry import JobSpec, get_job
-from spark_jobs.run import RunReport, run
 from spark_jobs.versions import read_rows
 
 
@@ -89,7 +89,7 @@ class JobHarness:
         if self.spark is None:
             from pyspark.sql import SparkSession
 
-            from spark_jobs.session import build_spark_session
+            from spark_jobs.driver.session import build_spark_session
 
             # A session this process already runs is the one Spark would hand out anyway: use it, and
             # leave it running afterwards (it is not the harness's to stop).
@@ -190,7 +190,7 @@ if pytest is not None:
 @contextlib.contextmanager
 def decoding_with(decoder: dead_letter.Decoder) -> Iterator[None]:
     """Inside the block, every job decodes its JSON events with ``decoder`` (see
-    :func:`spark_jobs.dead_letter.decode_json`): to check that a job classifies its input alike with the JVM
+    :func:`spark_jobs.io.dead_letter.decode_json`): to check that a job classifies its input alike with the JVM
     decoder and with Spark's functions, or to measure one against the other."""
     real = dead_letter.decode_json
     dead_letter.decode_json = lambda raw, schema, _=None: real(raw, schema, decoder)

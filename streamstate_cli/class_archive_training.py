@@ -26,7 +26,7 @@ def _record(archive: Path, *, aot_cache: bool = False) -> None:
 
     from pyspark.sql import functions as F
 
-    from spark_jobs.session import LOG4J_CONFIG, build_spark_session
+    from spark_jobs.driver.session import LOG4J_CONFIG, build_spark_session
 
     recording = f"-XX:AOTCacheOutput={archive}" if aot_cache else f"-XX:ArchiveClassesAtExit={archive}"
     options = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} {recording} {' '.join(QUIET_OPTIONS)}"
@@ -69,7 +69,7 @@ def _restore_shaped_read(spark, settings: Settings, table: str) -> None:
 
     from runtime.kafka_broker import LocalKafkaBroker
     from runtime.process import free_port
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.io.kafka_topics import ensure_topic
     from spark_jobs.state.snapshots import overlay
 
     ports = sorted({free_port() for _ in range(3)})

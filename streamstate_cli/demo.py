@@ -47,7 +47,7 @@ console = Console(highlight=False, width=None if Console().is_terminal else 140)
 
 def topic_record_count(kafka: KafkaTarget, topic: str) -> int:
     """Records currently in ``topic`` (sum over partitions of high minus low watermark)."""
-    from spark_jobs.kafka_topics import partition_offsets
+    from spark_jobs.io.kafka_topics import partition_offsets
 
     return sum(high - low for low, high in partition_offsets(kafka, topic, 10).values())
 
@@ -69,13 +69,13 @@ def run_demo(settings: Settings, *, events: int, users: int, with_airflow: bool,
 
 def run_drained_demo(settings: Settings, *, events: int, users: int) -> int:
     """Kafka, Spark and Delta only: the job drains its input with ``spark-submit --available-now``."""
-    from spark_jobs import kafka_topics
-    from spark_jobs.dead_letter import dead_letter_topic
-    from spark_jobs.generators import purchases
+    from spark_jobs.driver.run import report_path
+    from spark_jobs.driver.submit import submit_spec
+    from spark_jobs.io import kafka_topics
+    from spark_jobs.io.dead_letter import dead_letter_topic
     from spark_jobs.layout import JobLayout
+    from spark_jobs.reference.generators import purchases
     from spark_jobs.registry import get_job
-    from spark_jobs.run import report_path
-    from spark_jobs.submit import submit_spec
 
     started = time.monotonic()
     spec = get_job(JOB)
@@ -230,9 +230,9 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
     """The platform path: Airflow's ``supervise__purchase_counts`` launches and watches the driver while
     events flow in; the summary comes from the jobs page's API and the Delta output. ``stack``: what runs it
     (:class:`EmbeddedStack` by default; the production shape's: streamstate_cli/production.py)."""
-    from spark_jobs import kafka_topics
-    from spark_jobs.generators import purchases
+    from spark_jobs.io import kafka_topics
     from spark_jobs.layout import JobLayout
+    from spark_jobs.reference.generators import purchases
     from spark_jobs.registry import get_job
 
     started = time.monotonic()
@@ -274,8 +274,8 @@ def run_supervised_demo(settings: Settings, *, events: int, users: int, seconds:
 
 def _launch_under_airflow(settings: Settings, spec, dag_id: str) -> None:
     """Has Airflow launch the driver (a trigger, or an unpause when it already runs) and waits until it runs."""
-    from spark_jobs.lease import JobLease
-    from spark_jobs.lifecycle import observe_driver
+    from spark_jobs.driver.lease import JobLease
+    from spark_jobs.driver.lifecycle import observe_driver
 
     api = AirflowApi(settings.airflow_url)
     with console.status(f"waiting for Airflow to parse {dag_id}…"):
@@ -301,8 +301,8 @@ def _launch_under_airflow(settings: Settings, spec, dag_id: str) -> None:
 def _produce_while_running(settings: Settings, spec, *, events: int, users: int, seconds: float) -> int:
     """Produces a new seed's purchase events in one-second chunks over ``seconds``, as a live source would,
     showing the job's input lag; returns how many it produced."""
-    from spark_jobs.generators import purchases
-    from spark_jobs.lifecycle import read_status
+    from spark_jobs.driver.lifecycle import read_status
+    from spark_jobs.reference.generators import purchases
 
     seed = _next_seed(settings)
     batch = list(purchases.generate(events, users=users, seed=seed))
@@ -324,7 +324,7 @@ def _produce_while_running(settings: Settings, spec, *, events: int, users: int,
 
 def _wait_caught_up(settings: Settings, spec, layout) -> None:
     """Waits until the job's checkpoint has committed every record now in its source topic."""
-    from spark_jobs import kafka_topics
+    from spark_jobs.io import kafka_topics
     from spark_jobs.state.source_position import committed_source_offsets
 
     ends = {p: high for p, (_, high) in kafka_topics.partition_offsets(settings.kafka, spec.source_topic).items()}

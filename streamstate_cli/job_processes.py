@@ -10,8 +10,8 @@ import socket
 import time
 
 from runtime.settings import Settings
+from spark_jobs.driver.lease import JobLease
 from spark_jobs.layout import spare_name, standby_name
-from spark_jobs.lease import JobLease
 from spark_jobs.registry import registered_versions
 
 

@@ -153,7 +153,7 @@ def kafka_broker(settings: Settings):
 
 @pytest.fixture(scope="session")
 def spark(settings: Settings):
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.driver.session import build_spark_session
     from spark_jobs.testing import close_spark_kafka_producers
 
     session = build_spark_session(settings, "streamstate-tests")

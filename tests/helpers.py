@@ -9,12 +9,12 @@ from pathlib import Path
 
 from runtime.alert_inbox import AlertInbox
 from runtime.kafka_connection import client_config
-from spark_jobs.generators.purchases import expected_counts as expected_purchase_counts  # noqa: F401
-from spark_jobs.kafka_topics import partition_offsets
-from spark_jobs.kafka_topics import read_json_records as read_topic  # noqa: F401
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.io.kafka_topics import partition_offsets
+from spark_jobs.io.kafka_topics import read_json_records as read_topic  # noqa: F401
 from spark_jobs.layout import job_of
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.reference.generators.purchases import expected_counts as expected_purchase_counts  # noqa: F401
 
 #: jobs the suite's Airflow standalone registers beside the built-in ones (the ``airflow`` fixture): a job
 #: with two versions for the browser test of the reprocessing form's migrate mode (tests/fixtures/ui_jobs.py)
@@ -30,7 +30,7 @@ def purchase_counts_copy(prefix: str, unique: str, bootstrap_servers: str, **cha
     created), with ``changes`` (e.g. another ``entrypoint`` or ``stores``)."""
     import dataclasses
 
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.io.kafka_topics import ensure_topic
     from spark_jobs.registry import get_job
 
     spec = dataclasses.replace(
@@ -46,7 +46,7 @@ def purchase_counts_copy(prefix: str, unique: str, bootstrap_servers: str, **cha
 
 def purchase_batches(*shapes: tuple[int, int, int]) -> list[list[dict]]:
     """One list of purchase events per (count, users, seed)."""
-    from spark_jobs.generators import purchases
+    from spark_jobs.reference.generators import purchases
 
     return [list(purchases.generate(n, users=users, seed=seed)) for n, users, seed in shapes]
 
@@ -129,7 +129,7 @@ def source_rows(events: list[dict], schema, key_field: str, partitions: int, tim
 
     from pyspark.sql import Row
 
-    from spark_jobs.generators.producer import kafka_partition
+    from spark_jobs.reference.generators.producer import kafka_partition
 
     times = {f.name for f in schema.fields if f.dataType.simpleString() == "timestamp"}
     offsets = dict.fromkeys(range(partitions), 0)
@@ -197,7 +197,7 @@ def driver_pids(application_id: str) -> set[int]:
             cmd = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
         except OSError:
             continue
-        if any(part.endswith(b"spark_jobs/run.py") for part in cmd) and name in cmd and b"java" not in cmd[0]:
+        if any(part.endswith(b"spark_jobs/driver/run.py") for part in cmd) and name in cmd and b"java" not in cmd[0]:
             pids.add(int(entry.name))
     return pids
 
@@ -283,7 +283,7 @@ def rate_limited_cuts(sizes: dict, limit: int) -> list[dict]:
 def order_payment_cuts(kafka, spec, limit: int) -> list[dict]:
     """:func:`rate_limited_cuts` of an ``order_payments`` copy's two topics, as (side, partition) -> end offset
     (``payments.expected_join_in_cuts``)."""
-    from spark_jobs.generators import payments
+    from spark_jobs.reference.generators import payments
 
     sides = {spec.source_topic: payments.ORDER, spec.join_topic: payments.PAYMENT}
     sizes = {
@@ -296,7 +296,7 @@ def every_record(kafka, topic: str) -> list[tuple[int, str, bytes | None]]:
     """Every committed record of ``topic``: (partition, key as text, value), each partition in offset order."""
     from confluent_kafka import Consumer
 
-    from spark_jobs.kafka_topics import read_partition
+    from spark_jobs.io.kafka_topics import read_partition
 
     settings = {"group.id": f"read-{topic}", "enable.partition.eof": True, "isolation.level": "read_committed"}
     consumer = Consumer(client_config(kafka, settings))

@@ -90,7 +90,7 @@ def test_the_versioned_page_shows_the_reference_jobs_declaration():
     from tests.helpers import readme_declaration
 
     declaration = readme_declaration("VOTES = VersionedLatest(")
-    assert declaration in (ROOT / "spark_jobs" / "jobs" / "vote_counts.py").read_text()
+    assert declaration in (ROOT / "spark_jobs" / "reference" / "jobs" / "vote_counts.py").read_text()
 
 
 def test_the_results_page_is_benchmarks_md():

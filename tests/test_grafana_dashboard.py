@@ -15,13 +15,13 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.registry import Collector
 
-import spark_jobs.metrics
-import spark_jobs.standby.follower
+import spark_jobs.driver.metrics
+import spark_jobs.operations.standby.follower
 import spark_jobs.state.restore
 from runtime.settings import PROJECT_ROOT
 
 DASHBOARD = PROJECT_ROOT / "docker" / "grafana" / "streamstate-dashboard.json"
-METRIC_MODULES = (spark_jobs.metrics, spark_jobs.standby.follower, spark_jobs.state.restore)
+METRIC_MODULES = (spark_jobs.driver.metrics, spark_jobs.operations.standby.follower, spark_jobs.state.restore)
 #: a metric name in PromQL (metric names may hold colons, recording rules' do)
 METRIC_NAME = re.compile(r"\bstreamstate_[A-Za-z0-9_:]*")
 
@@ -83,9 +83,11 @@ def exported(monkeypatch) -> dict[str, set[str]]:
         return {0: (0, 3)}
 
     # also covers a DeadLetterCollector another test left registered: collecting it must not reach Kafka
-    monkeypatch.setattr(spark_jobs.metrics, "partition_offsets", offsets)
+    monkeypatch.setattr(spark_jobs.driver.metrics, "partition_offsets", offsets)
     # DriverMetrics registers the dead-letter collector only while a driver runs: collect one directly
-    dead_letters = spark_jobs.metrics.DeadLetterCollector("dashboard-test-v1", "dashboard-test-v1-dead-letter", "")
+    dead_letters = spark_jobs.driver.metrics.DeadLetterCollector(
+        "dashboard-test-v1", "dashboard-test-v1-dead-letter", ""
+    )
     families = [*REGISTRY.collect(), *dead_letters.collect()]
     names: dict[str, set[str]] = {}
     for family in families:
@@ -99,7 +101,7 @@ def exported(monkeypatch) -> dict[str, set[str]]:
 
 def test_the_metric_modules_define_no_collector_this_test_does_not_collect():
     # a new custom collector needs its own stub above, like the dead-letter one, or its metrics go unchecked
-    assert set(_custom_collectors()) == {"spark_jobs.metrics.DeadLetterCollector"}
+    assert set(_custom_collectors()) == {"spark_jobs.driver.metrics.DeadLetterCollector"}
 
 
 def test_the_dashboard_parses_and_every_panel_says_what_on_call_reads_from_it():

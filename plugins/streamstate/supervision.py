@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Literal
 
 from spark_jobs.documents import from_json, to_json
+from spark_jobs.driver.lease import FENCED, LeaseHolder
+from spark_jobs.driver.lifecycle import BatchProgress, JobState, PublishedStatus, published_by_holder
 from spark_jobs.layout import StatusFiles, dead_letter_topic_name
-from spark_jobs.lease import FENCED, LeaseHolder
-from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, published_by_holder
 from spark_jobs.registry import JobSpec
 
 DESIRED_RUNNING = "running"
@@ -119,9 +119,9 @@ class Observation:
     """What one check saw."""
 
     now: float
-    #: the lease holder record (spark_jobs/lease.py), None when no driver holds the lease
+    #: the lease holder record (spark_jobs/driver/lease.py), None when no driver holds the lease
     holder: LeaseHolder | None
-    #: the job's published status (spark_jobs/lifecycle.py), None when it never ran here
+    #: the job's published status (spark_jobs/driver/lifecycle.py), None when it never ran here
     status: PublishedStatus | None
     #: whether the process that ran the last launch is still alive
     launcher_alive: bool = False
@@ -372,8 +372,8 @@ def _alive(spec: JobSpec, seen: Observation) -> tuple[str, list[Condition]]:
 
 def _wrong_key_conditions(spec: JobSpec, status: PublishedStatus) -> list[Condition]:
     """Records of the running driver's source whose Kafka key is not their key field: refused, never applied
-    (spark_jobs/dead_letter.py), so the job's answers leave them out until the source is keyed or re-keyed."""
-    from spark_jobs.dead_letter import WRONG_KEY  # pyspark: not at DAG parse time
+    (spark_jobs/io/dead_letter.py), so the job's answers leave them out until the source is keyed or re-keyed."""
+    from spark_jobs.io.dead_letter import WRONG_KEY  # pyspark: not at DAG parse time
 
     refused = status.dead_letters.get(WRONG_KEY, 0)
     if not refused:

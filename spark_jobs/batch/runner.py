@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", required=True, help="the data interval's start, ISO 8601")
     parser.add_argument("--end", required=True, help="the data interval's end, ISO 8601")
     args = parser.parse_args(argv)
-    from spark_jobs.session import build_spark_session
+    from spark_jobs.driver.session import build_spark_session
 
     job = get_batch_job(args.batch_job)
     settings = Settings.from_env()

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar, Literal, get_args
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input, resolved, stream_time_key

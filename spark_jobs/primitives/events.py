@@ -8,20 +8,20 @@ from typing import ClassVar
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from spark_jobs.registry import InputKind, JobSpecError
 
 
 @dataclasses.dataclass(frozen=True)
 class JsonEvents:
     """The source topic's records: JSON objects decoded to ``schema``, classified by
-    :func:`spark_jobs.dead_letter.classify_events`. A record without the job's key, with a ``type`` not in
+    :func:`spark_jobs.io.dead_letter.classify_events`. A record without the job's key, with a ``type`` not in
     ``types``, or breaking one of ``rules`` goes to the job's dead-letter topic, named with why.
 
     Attributes:
         schema: the event's fields (a ``StructType``); the job's ``key_field`` must be a string field.
         types: the values the ``type`` field may take (empty: the events have no ``type`` to check).
-        rules: a function returning ``(condition, message)`` pairs over :func:`spark_jobs.dead_letter.event`
+        rules: a function returning ``(condition, message)`` pairs over :func:`spark_jobs.io.dead_letter.event`
             fields, checked in order: the first condition that holds rejects the record with its message.
             A function because Spark columns can only be built once Spark runs (a declaration is imported
             by Airflow too).

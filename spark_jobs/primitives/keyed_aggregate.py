@@ -51,8 +51,8 @@ from typing import ClassVar, Literal, get_args
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
-from spark_jobs.dead_letter import sql_string
+from spark_jobs.io import dead_letter
+from spark_jobs.io.dead_letter import sql_string
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.pipeline import (
     DELETE_COLUMN,

@@ -14,11 +14,11 @@ from typing import ClassVar
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.driver.session import IN_MEMORY_PROVIDER, PROVIDER_CONF
+from spark_jobs.io import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind, StoreSpec
 from spark_jobs.registry import store as store_spec
-from spark_jobs.session import IN_MEMORY_PROVIDER, PROVIDER_CONF
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF
 from spark_jobs.state.store_changes import STORE_COLUMN, TOMBSTONE, StoreChanges, several_stores
 

@@ -201,7 +201,7 @@ class SessionAggregate(EventTimeAggregate):
         )
 
     def _session_writer(self, outputs, key_field: str, may_repeat):
-        """What a batch's emit rows do to the outputs (an :class:`spark_jobs.output_table.OutputTable`). The
+        """What a batch's emit rows do to the outputs (an :class:`spark_jobs.io.output_table.OutputTable`). The
         processor emits at most one row per session and batch, its last change: with ``emit="close"`` each
         session as it closed, with ``emit="update"`` every change (merged-away and deleted open sessions as
         tombstones). With ``emit="close"`` a session is a new row of the outputs unless it is *reopened* (it

@@ -4,7 +4,7 @@ JoinWindows.ofTimeDifferenceAndGrace(window, grace))`` (the seeds' stream-stream
 to orders within 10 minutes).
 
 Semantics (``streamstate.primitives.StreamStreamJoin``, Java): Kafka Streams 4.3.1's, rule by rule, as
-:mod:`spark_jobs.generators.payments` states them with the Kafka Streams class each comes from, per task (a
+:mod:`spark_jobs.reference.generators.payments` states them with the Kafka Streams class each comes from, per task (a
 partition of both topics, which are co-partitioned):
 
 - records are taken in timestamp order (each topic's in offset order; on a tie, the topic not taken last), across
@@ -34,7 +34,7 @@ With the spec's ``output_topic`` each result also goes to an event topic (``JobC
 keyed by the join key, the row as JSON), once, in the transaction of its batch's markers.
 
 A left stream not keyed by the join key is re-keyed first (``JobSpec(repartition=True)``, Kafka Streams'
-``selectKey`` before the join; :mod:`spark_jobs.repartition`): the join reads the repartition topic and the right
+``selectKey`` before the join; :mod:`spark_jobs.io.repartition`): the join reads the repartition topic and the right
 topic, and a left record carries its place in the source (from the repartition topic's headers) through the
 windows and the changelog, so a result with a left record names it: ``source_partition`` and ``left_offset`` are
 the record's source partition and offset, ``right_offset`` the right record's offset in its task's partition. A
@@ -49,7 +49,8 @@ from typing import ClassVar, Literal, get_args
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
+from spark_jobs.io.repartition import origin_columns
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import StoreDeclaration
@@ -57,7 +58,6 @@ from spark_jobs.primitives.stream_table_join import ORIGIN_FIELDS
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
 from spark_jobs.registry import store as store_spec
-from spark_jobs.repartition import origin_columns
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 StreamsJoinKind = Literal["inner", "left", "outer"]

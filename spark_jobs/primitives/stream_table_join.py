@@ -48,7 +48,8 @@ from typing import ClassVar, Literal, get_args
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
+from spark_jobs.io.repartition import origin_columns
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
@@ -56,7 +57,6 @@ from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.primitives.top_n import UpsertTable
 from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
 from spark_jobs.registry import store as store_spec
-from spark_jobs.repartition import origin_columns
 from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
 
 StreamJoinKind = Literal["inner", "left"]

@@ -35,7 +35,7 @@ from typing import ClassVar, Literal, get_args
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
 from spark_jobs.primitives.top_n import UpsertTable
@@ -107,7 +107,7 @@ class TableJoin(StoreDeclaration):
             ``"account_"`` when both tables have an ``updated_at``); a name both sides give is refused.
         summaries: companion outputs recomputed from the outputs after every batch.
 
-    Example (``spark_jobs/jobs/customer_accounts.py``)::
+    Example (``spark_jobs/reference/jobs/customer_accounts.py``)::
 
         CUSTOMER_ACCOUNTS = TableJoin(
             store="customer-accounts",

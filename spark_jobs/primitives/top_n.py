@@ -37,7 +37,7 @@ from typing import ClassVar, Literal, get_args
 
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from spark_jobs.primitives.keyed_aggregate import _NAME
 from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, resolved
 from spark_jobs.registry import InputKind, JobSpec, JobSpecError
@@ -149,7 +149,7 @@ class TopN(StoreDeclaration):
         ties: shown fields that break a tie of scores, the smaller first, before the Kafka key does (e.g.
             ``("symbol",)``: the rule a batch step's ``ORDER BY change DESC, symbol`` states).
 
-    Example (``spark_jobs/jobs/top_movers.py``)::
+    Example (``spark_jobs/reference/jobs/top_movers.py``)::
 
         TOP_MOVERS = TopN(
             store="day-members",

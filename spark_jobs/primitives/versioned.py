@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.pipeline import StoreDeclaration
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec

@@ -167,7 +167,7 @@ class WindowedAggregate(EventTimeAggregate):
         return rows.writeStream.outputMode("append").foreachBatch(sink)
 
     def _window_writer(self, outputs, key_field: str, window_ms: int, may_repeat):
-        """What a batch's change rows do to the outputs (an :class:`spark_jobs.output_table.OutputTable`).
+        """What a batch's change rows do to the outputs (an :class:`spark_jobs.io.output_table.OutputTable`).
         ``emit="close"``: append the windows that closed (a closed window never changes); a batch that may
         repeat written outputs (``may_repeat(batch_id)``: a replay after a crash or a restore, see
         ``spark_jobs/state/output_marks.py``) inserts them only if absent instead, so a replayed window is not

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Producer
 
 from runtime.kafka_connection import KafkaTarget, as_connection, client_config
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import changelog_topic_name  # noqa: F401 - re-exported: the name has one owner
 from spark_jobs.registry import StoreKind  # key_value, lru and in_memory stores' changelogs are alike: compacted
 from spark_jobs.state.batch_records import (
@@ -41,7 +41,7 @@ from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 
 if TYPE_CHECKING:
-    from spark_jobs.driver_rows import DriverRows
+    from spark_jobs.io.driver_rows import DriverRows
     from spark_jobs.state.fencing import WriterFence
 
 #: store kinds whose entries expire by time: their changelogs also delete by time (``compact,delete``)
@@ -187,13 +187,13 @@ class ChangelogWriter:
         """``changes`` as the records of the batch's transaction (:func:`write_batches`), each in the partition
         Spark's Kafka sink (the Java client's partitioner: murmur2 of the key) puts it in, tagged with the batch
         id; None when there are more than :data:`DRIVER_RECORDS_MAX` (then :meth:`write_records`). With ``rows``,
-        ``changes`` is read through the batch's :class:`~spark_jobs.driver_rows.DriverRows` (announced there,
+        ``changes`` is read through the batch's :class:`~spark_jobs.io.driver_rows.DriverRows` (announced there,
         known to be within the bound), else collected on its own."""
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyspark.sql import functions as F
 
-        from spark_jobs.kafka_topics import kafka_partition
+        from spark_jobs.io.kafka_topics import kafka_partition
 
         if rows is not None:
             collected = rows.arrow(changes)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, client_config
-from spark_jobs.kafka_topics import BOUNDED_READ_PREFETCH, is_transient, partition_offsets, watermark_offsets
+from spark_jobs.io.kafka_topics import BOUNDED_READ_PREFETCH, is_transient, partition_offsets, watermark_offsets
 from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
 from spark_jobs.state.cut_rules import BatchSpan, MarkerRecord, cut_of, plan_cut
@@ -247,7 +247,7 @@ def summarize_range(
     what :func:`.cut_rules.plan_cut` plans from. Values are read and dropped, so memory grows with the
     batches in the range, not its records (the first pass of a Spark read of a short tail, done here
     rather than by a Spark job). The consumer's prefetch queue is the read's memory
-    (:data:`~spark_jobs.kafka_topics.BOUNDED_READ_PREFETCH`)."""
+    (:data:`~spark_jobs.io.kafka_topics.BOUNDED_READ_PREFETCH`)."""
     consumer = _consumer(kafka, topic)
     markers: list[MarkerRecord] = []
     spans: dict[tuple[int, int | None], tuple[int, int, int]] = {}
@@ -409,7 +409,7 @@ class ChangelogTail:
         """The topic's end offset per partition now.
 
         Raises:
-            KafkaException: no answer (a transient error, see :func:`~spark_jobs.kafka_topics.is_transient`,
+            KafkaException: no answer (a transient error, see :func:`~spark_jobs.io.kafka_topics.is_transient`,
                 retried for ``timeout_s``); after ``_UNKNOWN_PARTITION`` the tail has a new consumer
                 (:meth:`reopen`) for the next call.
         """

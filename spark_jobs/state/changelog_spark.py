@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, TopicPartition
 
 from runtime.kafka_connection import KafkaTarget, as_connection, client_config
-from spark_jobs.kafka_topics import SPARK_SOURCE_FETCH, watermark_offsets
+from spark_jobs.io.kafka_topics import SPARK_SOURCE_FETCH, watermark_offsets
 from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog_reader import summarize_range
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets

@@ -1,6 +1,6 @@
 """One writer per job version across hosts: Kafka's transactional producer epoch as the fence.
 
-The lease (:mod:`spark_jobs.lease`) keeps a second driver from starting on the same host. Drivers on two
+The lease (:mod:`spark_jobs.driver.lease`) keeps a second driver from starting on the same host. Drivers on two
 hosts do not see each other's lease, and a driver that was paused (SIGSTOP, a long GC, a partition) may
 wake up after another took over. Kafka Streams answers this with a transactional producer per task: a
 new instance's ``initTransactions`` bumps the producer epoch and every later write of the old one is
@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from runtime.kafka_connection import KafkaTarget, client_config
-from spark_jobs.kafka_topics import ensure_topic, read_partition
+from spark_jobs.io.kafka_topics import ensure_topic, read_partition
 from spark_jobs.state.batch_records import MARKER_KEY, MarkerRecords, OutputRecords
 
 #: changelog batch ids of generation g are [g * GENERATION_SPAN, (g + 1) * GENERATION_SPAN): a query would

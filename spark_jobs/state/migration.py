@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         print(plan.render())
         if args.dry_run:
             return 0
-        from spark_jobs.session import build_spark_session
+        from spark_jobs.driver.session import build_spark_session
 
         spark = build_spark_session(settings, f"migrate-{new.application_id}")
         for store, snapshot in migrate_state(settings, old, new, spark).items():

@@ -25,7 +25,7 @@ written in one of two modes (:data:`SnapshotMode`), the way RocksDB-backed incre
 Both carry the same metadata. A layered snapshot does not know its live row count (that would need a
 lookup of every changed key in the base): its ``rows`` is None, and ``rows_scanned`` (base + layers)
 is what a reader reads. Spark's executors write the job's snapshots of large stores; the warm standby
-(:mod:`spark_jobs.standby`) appends layers with delta-rs.
+(:mod:`spark_jobs.operations.standby`) appends layers with delta-rs.
 :class:`SnapshotStore` is the only code that reads or writes a snapshot table (driver, standby, state
 API, audit); it does not read Kafka. It works without Spark (delta-rs).
 """
@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Literal
 
 from runtime.object_store import Location
+from spark_jobs.io.table_maintenance import maintain_table
 from spark_jobs.layout import JobLayout, snapshot_table_path
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets
-from spark_jobs.table_maintenance import maintain_table
 
 METADATA_KIND = "streamstate.snapshot/v1"
 
@@ -687,5 +687,5 @@ class SnapshotStore:
 
     def maintain(self, *, dry_run: bool = True, writer_running: str | None = None):
         """Compact the table's small files and vacuum files past the time-travel window
-        (:func:`spark_jobs.table_maintenance.maintain_table`); every snapshot inside the window stays readable."""
+        (:func:`spark_jobs.io.table_maintenance.maintain_table`); every snapshot inside the window stays readable."""
         return maintain_table(self.table, "snapshot", dry_run=dry_run, writer_running=writer_running)

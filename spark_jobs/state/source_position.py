@@ -2,7 +2,7 @@
 wait, the comparison and the promotion read.
 
 For a job reading its source directly, that is the offsets its checkpoint's newest committed batch ends
-at. A job that re-keys its source (``JobSpec.repartition``, :mod:`spark_jobs.repartition`) consumes it in
+at. A job that re-keys its source (``JobSpec.repartition``, :mod:`spark_jobs.io.repartition`) consumes it in
 two stages: the re-keying query's checkpoint records how far the source was re-keyed (``rekeyed``), the
 stateful query's how far it applied the repartition topic. A source record counts as consumed only when
 both are done, as a Kafka Streams application has consumed an input only when its sub-topology behind
@@ -116,7 +116,7 @@ def _pending_origins(
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from runtime.kafka_connection import client_config
-    from spark_jobs.repartition import origin_in
+    from spark_jobs.io.repartition import origin_in
 
     consumer = Consumer(
         client_config(

@@ -10,9 +10,9 @@ import pytest
 
 from bench import answers
 from bench.answers import AnswersDiffer, check_enrichment_agree, check_payments_agree
-from spark_jobs.generators import orders as order_generator
-from spark_jobs.generators import payments as payment_generator
-from spark_jobs.generators.producer import kafka_partition
+from spark_jobs.reference.generators import orders as order_generator
+from spark_jobs.reference.generators import payments as payment_generator
+from spark_jobs.reference.generators.producer import kafka_partition
 
 END_MS = 1_790_000_000_000
 MINUTE = 60_000

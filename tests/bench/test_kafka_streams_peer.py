@@ -15,8 +15,8 @@ import pytest
 
 from bench import answers
 from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 
 pytestmark = pytest.mark.integration
 
@@ -90,11 +90,11 @@ def test_a_failed_peer_ends_the_wait_with_its_cause(kafka_broker, settings, clas
 
 def test_peer_closes_the_same_windows_as_the_platform_reference(kafka_broker, settings, classpath, tmp_path, unique):
     """Kafka Streams' windows (per-task stream time, grace, suppress until close) on adversarial pulses
-    equal spark_jobs.generators.pulse.expected, the reference the platform's window processor is held
+    equal spark_jobs.reference.generators.pulse.expected, the reference the platform's window processor is held
     to under any micro-batching (tests/spark_jobs/test_patient_heart_rate_semantics.py). The peer has no
     check-outs, so the input has none."""
-    from spark_jobs.generators import pulse
-    from spark_jobs.generators.producer import kafka_partition
+    from spark_jobs.reference.generators import pulse
+    from spark_jobs.reference.generators.producer import kafka_partition
 
     start = pulse.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
     events = [e for e in pulse.adversarial(400, patients=8, seed=21, start=start) if e["type"] == pulse.PULSE]
@@ -122,9 +122,9 @@ def test_peer_computes_the_same_hopping_windows_as_the_platform_reference(
 ):
     """Kafka Streams' hopping windows (5 min advancing by 1 min, 30 s grace, 2 h retention) with an
     aggregate beyond a count, emitted on close and on every update, equal
-    spark_jobs.generators.temperatures.expected: the reference temperature_averages' processor is held to
+    spark_jobs.reference.generators.temperatures.expected: the reference temperature_averages' processor is held to
     under any micro-batching (tests/spark_jobs/test_temperature_averages.py). The peer has no removals."""
-    from spark_jobs.generators import temperatures
+    from spark_jobs.reference.generators import temperatures
 
     start = temperatures.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
     events = list(temperatures.adversarial(400, sensors=8, seed=21, start=start, removals=False))
@@ -161,10 +161,10 @@ def test_peer_expires_the_same_keys_by_event_time_as_the_platform_reference(
 ):
     """A keyed aggregate with an event-time TTL in Kafka Streams' Processor API (per-task stream time,
     users expiring 60 s after their latest click, logouts deleting, late clicks for absent users dropped)
-    ends with the store spark_jobs.generators.activity.expected computes: the reference the platform's
+    ends with the store spark_jobs.reference.generators.activity.expected computes: the reference the platform's
     ExpiringAggregate is held to under any micro-batching (tests/spark_jobs/test_event_time_ttl.py)."""
-    from spark_jobs.generators import activity
-    from spark_jobs.generators.producer import produce_keyed
+    from spark_jobs.reference.generators import activity
+    from spark_jobs.reference.generators.producer import produce_keyed
 
     start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=3)  # the app stamps records with event time
     events = activity.generate(300, seed=21, start=start)
@@ -186,9 +186,9 @@ def test_peer_expires_the_same_keys_by_event_time_as_the_platform_reference(
 def test_peer_computes_the_same_sessions_as_the_platform_reference(kafka_broker, settings, classpath, tmp_path, unique):
     """Kafka Streams' session windows (30 min inactivity gap, 5 min grace, 2 h retention; a merger adding
     counts) on adversarial clicks, emitted on close (suppress) and on every update (merged sessions as
-    tombstones), equal spark_jobs.generators.sessions.expected: the reference user_sessions' processor is held
+    tombstones), equal spark_jobs.reference.generators.sessions.expected: the reference user_sessions' processor is held
     to under any micro-batching (tests/spark_jobs/test_user_sessions.py). The peer has no deletes."""
-    from spark_jobs.generators import sessions
+    from spark_jobs.reference.generators import sessions
 
     start = sessions.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
     events = list(sessions.adversarial(400, users=8, seed=21, start=start, deletes=False))
@@ -224,13 +224,13 @@ def test_peer_computes_the_same_daily_top_movers_as_the_platform_reference(
 ):
     """The seeds' two-stage pattern in Kafka Streams: change and ticks per symbol per day (1-day windows,
     10 min grace, suppress until close) to an intermediate topic, read back as a table regrouped by day
-    (adder and subtractor) into the day's top 10, equal spark_jobs.generators.ticks' references
+    (adder and subtractor) into the day's top 10, equal spark_jobs.reference.generators.ticks' references
     (daily_changes, then top_movers): what the platform's streaming job and the batch step
     daily_top_movers are held to. The generator's late ticks (change 100 on the first day) must not count."""
-    from spark_jobs.generators import ticks
-    from spark_jobs.generators.producer import kafka_partition, produce_keyed
-    from spark_jobs.generators.windows import millis
-    from spark_jobs.kafka_topics import partition_offsets
+    from spark_jobs.io.kafka_topics import partition_offsets
+    from spark_jobs.reference.generators import ticks
+    from spark_jobs.reference.generators.producer import kafka_partition, produce_keyed
+    from spark_jobs.reference.generators.windows import millis
 
     start = ticks.START - dt.timedelta(days=3)  # in the past: the app stamps records with event time
     events = ticks.generate(days=3, symbols=24, seed=7, start=start)
@@ -327,8 +327,8 @@ def test_the_table_join_twin_joins_customers_and_accounts(kafka_broker, settings
     from confluent_kafka import Producer
 
     from runtime.kafka_connection import client_config
-    from spark_jobs.generators.producer import kafka_partition
-    from spark_jobs.kafka_topics import partition_offsets
+    from spark_jobs.io.kafka_topics import partition_offsets
+    from spark_jobs.reference.generators.producer import kafka_partition
 
     customers_topic, accounts_topic = f"customers-{unique}", f"accounts-{unique}"
 
@@ -433,17 +433,17 @@ def test_the_stream_table_join_twin_enriches_orders_as_of_their_time(
 ):
     """Kafka Streams' stream-table join (``leftJoin`` with a 1 min grace period over a versioned table with 24 h
     of history, KIP-923) of adversarial orders with a customers change stream equals
-    spark_jobs.generators.orders.expected_enrichment, the reference the platform's order_enrichment is held to:
+    spark_jobs.reference.generators.orders.expected_enrichment, the reference the platform's order_enrichment is held to:
     each order joined once with the customer row valid at its time (updates and deletes within seconds of an
     order, orders at the time of an update, retried orders, late orders, a customer that never exists),
     the orders of each partition's last minute of stream time still held at the end, amounts as written; a tie
     between an order and another customer's change after a table record, then a late order
-    (:func:`~spark_jobs.generators.orders.tie_then_late`)."""
+    (:func:`~spark_jobs.reference.generators.orders.tie_then_late`)."""
     from decimal import Decimal
 
-    from spark_jobs.generators import orders as generator
-    from spark_jobs.generators.producer import kafka_partition
-    from spark_jobs.kafka_topics import partition_offsets, read_partition
+    from spark_jobs.io.kafka_topics import partition_offsets, read_partition
+    from spark_jobs.reference.generators import orders as generator
+    from spark_jobs.reference.generators.producer import kafka_partition
 
     orders, customers = generator.adversarial()
     tie_orders, tie_customers = generator.tie_then_late(max(r.time_ms for r in orders + customers), 2)
@@ -505,7 +505,7 @@ def test_the_stream_table_join_twin_enriches_orders_as_of_their_time(
 def test_the_stream_stream_join_twin_matches_orders_and_payments(kafka_broker, settings, classpath, tmp_path, unique):
     """Kafka Streams' windowed stream-stream joins (``join``, ``leftJoin``, ``outerJoin`` of orders with payments,
     10 min before and after, 1 min grace, KS 3.1+ semantics) of adversarial input over 2 partitions emit exactly
-    what spark_jobs.generators.payments.expected_join computes, result by result (matched by the sides' source
+    what spark_jobs.reference.generators.payments.expected_join computes, result by result (matched by the sides' source
     partitions and offsets), with the timestamps it implies: payments at the window's bounds, unpaid orders,
     payments of no order, orders paid twice, retried records, late records (joined while the other side still
     holds their partner, else emitted unmatched at once), unmatched records emitted once their window has closed
@@ -514,9 +514,9 @@ def test_the_stream_stream_join_twin_matches_orders_and_payments(kafka_broker, s
     depends on the input alone."""
     from decimal import Decimal
 
-    from spark_jobs.generators import payments as generator
-    from spark_jobs.generators.producer import kafka_partition
-    from spark_jobs.kafka_topics import read_partition
+    from spark_jobs.io.kafka_topics import read_partition
+    from spark_jobs.reference.generators import payments as generator
+    from spark_jobs.reference.generators.producer import kafka_partition
 
     window, grace = 10 * 60_000, 60_000
     orders, payments = generator.adversarial(window_ms=window, grace_ms=grace)
@@ -534,7 +534,7 @@ def test_the_stream_stream_join_twin_matches_orders_and_payments(kafka_broker, s
     joins = ("inner", "left", "outer")
     want = {how: generator.expected_join(orders, payments, 2, window, grace, how) for how in joins}
 
-    # the input covers the rules (spark_jobs/generators/payments.py)
+    # the input covers the rules (spark_jobs/reference/generators/payments.py)
     def gap(coordinates) -> int:
         op, oo, pp, po = coordinates
         return written["payment"][pp, po].time_ms - written["order"][op, oo].time_ms

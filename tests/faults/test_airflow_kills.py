@@ -8,7 +8,7 @@ Real stack, no mocks: a Kafka broker of the module's own, ``airflow dags test`` 
 that process: the whole group is killed), spark-submit drivers, Delta tables read back with delta-rs.
 
 What the design says outlives the kill (``plugins/streamstate/hooks/streaming_job.py``,
-``spark_jobs/lease.py``): a launched driver runs detached in its own session; the rerun must adopt it
+``spark_jobs/driver/lease.py``): a launched driver runs detached in its own session; the rerun must adopt it
 (the lease holder, or the launch in flight in the supervision record) and never start a second one,
 so the lease's epoch (incremented per acquisition) stays 1. The compare step of a reprocessing run is
 a client-mode spark-submit in the task's process group: it dies with the task, and no report may be
@@ -46,14 +46,14 @@ from streamstate.supervision import read_record
 
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs.generators.purchases import produce
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import observe_driver, read_status
+from spark_jobs.io.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import observe_driver, read_status
+from spark_jobs.operations.reprocess.audit import audit_rows
+from spark_jobs.operations.reprocess.compare import diffs_table, reports_table
+from spark_jobs.reference.generators.purchases import produce
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.audit import audit_rows
-from spark_jobs.reprocess.compare import diffs_table, reports_table
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.state.source_position import committed_source_offsets
 from spark_jobs.versions import JobVersions, current_output_path, read_rows
@@ -147,7 +147,9 @@ class Stack:
             pid
             for pid, cmd in self.processes().items()
             if b"java" not in cmd[0]
-            and any(part.endswith(b"spark_jobs/run.py") and cmd[i + 1 : i + 4] == tail for i, part in enumerate(cmd))
+            and any(
+                part.endswith(b"spark_jobs/driver/run.py") and cmd[i + 1 : i + 4] == tail for i, part in enumerate(cmd)
+            )
         }
 
     def submits(self, spec) -> set[int]:

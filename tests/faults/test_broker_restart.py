@@ -1,5 +1,5 @@
 """The broker stops and comes back while the readers of a changelog run: the warm standby
-(spark_jobs/standby) and the state API's live view wait it out and carry on, nothing lost.
+(spark_jobs/operations/standby) and the state API's live view wait it out and carry on, nothing lost.
 
 Both follow the changelog with a librdkafka consumer; a broker restart reaches them as transport
 errors, timed-out watermark requests and metadata timeouts. Giving up on those would take the standby
@@ -16,9 +16,9 @@ import pytest
 from streamstate.state_api.views import LiveView
 
 from runtime.kafka_broker import LocalKafkaBroker
-from spark_jobs.lifecycle import read_standby_status
+from spark_jobs.driver.lifecycle import read_standby_status
+from spark_jobs.operations.standby.follower import SnapshotFollower
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import SnapshotFollower
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter
 from spark_jobs.state.snapshots import SnapshotStore, latest_snapshot, snapshot_path
 from tests.conftest import stack_settings

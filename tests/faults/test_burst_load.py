@@ -21,11 +21,11 @@ import pytest
 from bench.compare import process_tree_rss
 from bench.soak import output_matches_reference, sample
 from runtime.process import stop_process_group
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.lifecycle import read_status
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.submit import submit_spec
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]

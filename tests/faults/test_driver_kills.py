@@ -2,7 +2,7 @@
 restart drains everything. The Delta output and the changelog must equal the reference computation
 over every event in the topic: nothing lost, nothing counted twice, no stale row.
 
-A kill lands where a failpoint (:mod:`spark_jobs.failpoints`) holds the driver: while it restores,
+A kill lands where a failpoint (:mod:`spark_jobs.driver.failpoints`) holds the driver: while it restores,
 inside a batch before anything is written, or between the batch's outputs and its changelog markers
 (the moment that matters most: the outputs are ahead of what a restore trusts), or with a snapshot
 due and not yet written. Wall-clock delays
@@ -28,17 +28,17 @@ import pytest
 
 from runtime.process import kill_process_group
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs import failpoints
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver import failpoints
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.driver.run import run
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import read_status
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import JobSpec, get_job, registered_versions
-from spark_jobs.run import run
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
-from spark_jobs.submit import submit_spec
 from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic
 from tests.spark_jobs.test_purchase_counts import decode_counts
 
@@ -189,7 +189,7 @@ def test_closed_windows_replayed_after_kills_are_written_once(private_stack, spa
     past the replays must append."""
     from deltalake import DeltaTable
 
-    from spark_jobs.generators import pulse
+    from spark_jobs.reference.generators import pulse
     from tests.spark_jobs.test_crash_recovery import check_heart_rate
 
     settings = private_stack
@@ -222,7 +222,7 @@ def test_closed_windows_replayed_after_kills_are_written_once(private_stack, spa
     check_heart_rate(spark, report.output, changelog.state, read_topic(bootstrap, spec.source_topic))
     # appended while nothing was written, merged by the two replays, appended past them. A replay that
     # re-derives only windows written already changes no row: a Spark MERGE commits that as a MERGE, delta-rs
-    # (a small batch's writer, spark_jobs/output_table.py) as an empty commit ("EMPTY": a WRITE without metrics)
+    # (a small batch's writer, spark_jobs/io/output_table.py) as an empty commit ("EMPTY": a WRITE without metrics)
     writes = [
         "EMPTY" if c["operation"] == "WRITE" and not c.get("operationMetrics") else c["operation"]
         for c in reversed(DeltaTable(report.output).history())

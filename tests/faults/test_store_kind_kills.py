@@ -1,4 +1,4 @@
-"""kill -9 of the Spark driver at the named phases of the job (:mod:`spark_jobs.failpoints`), for the reference
+"""kill -9 of the Spark driver at the named phases of the job (:mod:`spark_jobs.driver.failpoints`), for the reference
 job of each store kind beside purchase_counts' key-value store (tests/faults/test_driver_kills.py): an ``lru``
 store (``recent_buyers``, 10 users per partition: it evicts), Spark's ``in_memory`` store
 (``purchase_counts_in_memory``), a ``session`` store (``user_sessions``), a TopN over an upsert topic
@@ -33,13 +33,21 @@ from collections.abc import Callable
 import pytest
 
 from runtime.settings import Settings
-from spark_jobs.generators import customer_accounts, orders, payments, purchases, recent_buyers, sessions, upserts
-from spark_jobs.jobs.order_payments import ORDER_PAYMENTS
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
+from spark_jobs.reference.generators import (
+    customer_accounts,
+    orders,
+    payments,
+    purchases,
+    recent_buyers,
+    sessions,
+    upserts,
+)
+from spark_jobs.reference.jobs.order_payments import ORDER_PAYMENTS
 from spark_jobs.registry import JobSpec, registered_versions
-from spark_jobs.run import run
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.versions import read_rows
@@ -152,7 +160,7 @@ def _produce_sessions(settings: Settings, spec: JobSpec):
 
 
 def _check_sessions(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
-    from spark_jobs.jobs.user_sessions import VISITS
+    from spark_jobs.reference.jobs.user_sessions import VISITS
 
     by_key = _unique(rows, lambda r: (r["user_id"], _ms(r["session_start"])))
     outputs = {key: (_ms(r["session_end"]), tuple(r[v] for v in VISITS.values)) for key, r in by_key.items()}
@@ -211,7 +219,7 @@ def _produce_rekeyed_enrichment(settings: Settings, spec: JobSpec):
     """Orders without keys over 3 partitions: re-keyed by customer into the 2 partitions of the table. With the
     grace longer than a micro-batch's skew, the answer does not depend on the order the re-keying stage wrote
     the orders in: the reference over the orders keyed by customer, row for row (their places differ)."""
-    from spark_jobs.generators.producer import produce_unkeyed
+    from spark_jobs.reference.generators.producer import produce_unkeyed
 
     stream, table = orders.adversarial(orders=300, customers=10, seed=78, span_ms=3 * 3600_000)
     ensure_topic(settings.kafka, spec.join_topic, spec.state_partitions)
@@ -261,7 +269,7 @@ def _produce_rekeyed_payments(settings: Settings, spec: JobSpec):
     import random
     from decimal import Decimal
 
-    from spark_jobs.generators.producer import produce_unkeyed
+    from spark_jobs.reference.generators.producer import produce_unkeyed
 
     rng, span_ms = random.Random(79), 8 * payments.MINUTE
     assert span_ms < ORDER_PAYMENTS.window_ms

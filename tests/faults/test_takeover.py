@@ -19,17 +19,17 @@ import pytest
 
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.settings import PROJECT_ROOT
-from spark_jobs import failpoints
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver import failpoints
+from spark_jobs.driver.lease import FENCED
+from spark_jobs.driver.run import report_path
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import FENCED
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import registered_versions
-from spark_jobs.run import report_path
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import last_complete_batch, read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN
-from spark_jobs.submit import submit_spec
 from tests.conftest import PRIVATE_BROKER_JAVA_OPTIONS, stack_settings
 from tests.faults.hosts import can_make_hosts, hosts
 from tests.faults.test_driver_kills import assert_outputs_and_changelog_equal_reference

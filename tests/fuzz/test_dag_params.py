@@ -14,9 +14,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.operations.reprocess.plan import BadReprocessRequest, make_plan
 from spark_jobs.registry import latest_jobs
-from spark_jobs.reprocess.plan import BadReprocessRequest, make_plan
 
 pytestmark = pytest.mark.integration
 

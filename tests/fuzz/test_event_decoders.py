@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
-from spark_jobs.jobs import patient_heart_rate, purchase_counts, temperature_averages, vote_counts
+from spark_jobs.io import dead_letter
+from spark_jobs.reference.jobs import patient_heart_rate, purchase_counts, temperature_averages, vote_counts
 
 pytestmark = pytest.mark.integration
 

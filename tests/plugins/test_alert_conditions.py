@@ -27,13 +27,13 @@ from streamstate.supervision import read_record
 
 from runtime.alert_inbox import AlertInbox
 from runtime.kafka_connection import client_config
-from spark_jobs.context import JobContext
-from spark_jobs.dead_letter import dead_letter_topic
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import FollowerState, JobState, JobStatus, read_standby_status, status_path
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import FollowerState, JobState, JobStatus, read_standby_status, status_path
+from spark_jobs.io.dead_letter import dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.operations.standby.follower import SnapshotFollower, StoreFollower, standby_id, standby_running
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import SnapshotFollower, StoreFollower, standby_id, standby_running
 from spark_jobs.state.changelog import ChangelogWriter
 from tests.helpers import wait_for, write_changelog_batch
 
@@ -125,7 +125,7 @@ def test_every_driver_condition_fires_once_and_resolves_once(stack):
     policy = JOB.supervision
     ensure_topic(settings.kafka, dead_letter_topic(APP), 1)
     lease = JobLease(settings.status_dir, APP)
-    epoch = lease.acquire()  # the driver holds its lease and publishes its status, as spark_jobs/run.py does
+    epoch = lease.acquire()  # the driver holds its lease and publishes its status, as spark_jobs/driver/run.py does
     driver = JobStatus(APP, status_path(settings.status_dir, APP), lease_epoch=epoch)
 
     # Restoring for longer than the budget.

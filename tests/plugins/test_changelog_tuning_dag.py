@@ -18,8 +18,8 @@ from streamstate.ui.jobs_page import render_rows
 from streamstate.ui.view_model import job_row
 
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.changelog_tuning import history, topic_configs
-from spark_jobs.changelog_tuning.measure import broker_log_dirs, measure_changelog
+from spark_jobs.operations.changelog_tuning import history, topic_configs
+from spark_jobs.operations.changelog_tuning.measure import broker_log_dirs, measure_changelog
 from spark_jobs.registry import get_job
 from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog import ChangelogTopic, changelog_topic_name

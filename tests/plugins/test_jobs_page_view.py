@@ -12,11 +12,9 @@ from streamstate.supervision import Condition
 from streamstate.ui import jobs_page
 from streamstate.ui.view_model import JobRow, job_row
 
-from spark_jobs.changelog_tuning.latest import LatestMeasurement, write_latest
 from spark_jobs.documents import from_json
-from spark_jobs.layout import standby_name
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import (
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import (
     FollowerState,
     JobState,
     JobStatus,
@@ -26,6 +24,8 @@ from spark_jobs.lifecycle import (
     status_path,
     write_standby_status,
 )
+from spark_jobs.layout import standby_name
+from spark_jobs.operations.changelog_tuning.latest import LatestMeasurement, write_latest
 from spark_jobs.registry import latest_jobs
 
 

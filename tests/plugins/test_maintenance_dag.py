@@ -8,9 +8,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from runtime.settings import PROJECT_ROOT
+from spark_jobs.io.table_maintenance import MIN_FILES_TO_COMPACT
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import get_job
-from spark_jobs.table_maintenance import MIN_FILES_TO_COMPACT
 
 pytestmark = pytest.mark.integration
 

@@ -32,12 +32,12 @@ import pytest
 from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import observe_driver
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import observe_driver
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
 from spark_jobs.versions import JobVersions
 from streamstate_cli.job_processes import stop_job_processes
 from tests.fixtures import ui_jobs

@@ -36,15 +36,21 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.generators import orders
-from spark_jobs.generators.producer import produce_unkeyed
-from spark_jobs.generators.purchases import expected_counts, generate, produce
-from spark_jobs.kafka_topics import ensure_topic, existing_topics, offsets_for_time, partition_offsets, truncate_topic
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.io.kafka_topics import (
+    ensure_topic,
+    existing_topics,
+    offsets_for_time,
+    partition_offsets,
+    truncate_topic,
+)
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
+from spark_jobs.operations.reprocess.audit import audit_rows
+from spark_jobs.operations.reprocess.compare import diffs_table, reports_table
+from spark_jobs.reference.generators import orders
+from spark_jobs.reference.generators.producer import produce_unkeyed
+from spark_jobs.reference.generators.purchases import expected_counts, generate, produce
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.audit import audit_rows
-from spark_jobs.reprocess.compare import diffs_table, reports_table
 from spark_jobs.state.batch_records import MARKER_KEY
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
@@ -130,7 +136,7 @@ def _start_standby(settings, spec) -> subprocess.Popen:
     """The version's warm standby, launched as supervision launches it (a detached follower process)."""
     env = {**os.environ, **settings.to_env(), "STREAMSTATE_JOB_MODULES": JOB_MODULES, "PYTHONPATH": str(PROJECT_ROOT)}
     follower = subprocess.Popen(
-        [sys.executable, "-m", "spark_jobs.standby", spec.name, "--version", str(spec.version)],
+        [sys.executable, "-m", "spark_jobs.operations.standby", spec.name, "--version", str(spec.version)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

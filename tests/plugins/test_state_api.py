@@ -26,12 +26,9 @@ from streamstate.state_api.app import create_app
 
 from runtime.process import kill_process_group, stop_process_group
 from runtime.settings import Settings
-from spark_jobs import failpoints
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets
-from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import (
+from spark_jobs.driver import failpoints
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import (
     JobState,
     JobStatus,
     StandbyStatus,
@@ -40,11 +37,14 @@ from spark_jobs.lifecycle import (
     read_status,
     status_path,
 )
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN
-from spark_jobs.submit import submit_spec
 from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic, scrape_metrics, wait_for
 from tests.spark_jobs.test_purchase_counts import decode_counts
 
@@ -141,7 +141,7 @@ def test_live_then_standby_then_live_again(private_stack, spark):
     purchases.produce(bootstrap, JOB.source_topic, list(purchases.generate(3000, users=400, seed=71)))
     _produce_raw(bootstrap, JOB.source_topic, NOT_JSON)  # dead letters (the reference computation skips them)
     follower = subprocess.Popen(
-        [sys.executable, "-m", "spark_jobs.standby", JOB.name, "--version", str(JOB.version)],
+        [sys.executable, "-m", "spark_jobs.operations.standby", JOB.name, "--version", str(JOB.version)],
         env={**os.environ, **settings.to_env()},
         stdout=open(settings.data_dir / "follower.log", "w"),
         stderr=subprocess.STDOUT,

@@ -17,15 +17,15 @@ import shutil
 import pytest
 
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.changelog_tuning.tuner import measure_all
-from spark_jobs.generators.purchases import produce
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.operations.changelog_tuning.tuner import measure_all
+from spark_jobs.operations.state_audit.collect import audit_rows
+from spark_jobs.operations.state_audit.report import report_dir
+from spark_jobs.operations.state_audit.rows import StoreAudit
+from spark_jobs.reference.generators.purchases import produce
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
 from spark_jobs.state.restore_history import restore_measurements
-from spark_jobs.state_audit.collect import audit_rows
-from spark_jobs.state_audit.report import report_dir
-from spark_jobs.state_audit.rows import StoreAudit
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from streamstate.hooks.standby import StandbyHook
 from streamstate.hooks.streaming_job import SparkConnection, StreamingJobHook, UnsupportedSparkConnection
 
 from runtime.settings import Settings
+from spark_jobs.driver.submit import spark_submit_binary
 from spark_jobs.registry import get_job
-from spark_jobs.submit import spark_submit_binary
 
 CONN = "spark_streamstate_test"
 

@@ -19,13 +19,13 @@ from streamstate.alert_ledger import AlertLedger
 from streamstate.supervision import read_record
 
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.generators import pulse
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import JobState, SpareState, read_spare_status, read_standby_status, read_status
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import spare_name
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import JobState, SpareState, read_spare_status, read_standby_status, read_status
+from spark_jobs.operations.standby.follower import standby_id
+from spark_jobs.reference.generators import pulse
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import standby_id
 from tests.fixtures import two_stage_jobs
 from tests.helpers import STACK_JOB_MODULES, driver_diagnosis, driver_pids
 from tests.helpers import wait_for as _wait
@@ -337,7 +337,7 @@ def test_the_two_stage_top_movers_run_under_supervision_and_both_come_back_after
     topic), each started by its supervision DAG: stage 2's outputs reach the reference for the closed days;
     both drivers killed with kill -9 and restarted by supervision, the next day's ticks close it and the
     outputs equal the reference over everything."""
-    from spark_jobs.generators.producer import produce_keyed
+    from spark_jobs.reference.generators.producer import produce_keyed
     from spark_jobs.versions import read_rows
     from tests.spark_jobs.test_batch_jobs import LATER, TICKS
     from tests.spark_jobs.test_top_movers import _ranking, _reference_movers

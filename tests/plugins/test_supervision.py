@@ -21,8 +21,8 @@ from streamstate.supervision import (
 )
 
 from spark_jobs.documents import from_json, to_json
-from spark_jobs.lease import FENCED, LeaseHolder
-from spark_jobs.lifecycle import PublishedStatus
+from spark_jobs.driver.lease import FENCED, LeaseHolder
+from spark_jobs.driver.lifecycle import PublishedStatus
 from spark_jobs.registry import SupervisionPolicy, latest_jobs
 
 SPEC = dataclasses.replace(

@@ -19,7 +19,7 @@ from streamstate.triggers.streaming_job import (
     StreamingJobStoppedTrigger,
 )
 
-from spark_jobs.lease import JobLease, LeaseHolder
+from spark_jobs.driver.lease import JobLease, LeaseHolder
 
 APP = "watched-v1"
 
@@ -105,7 +105,7 @@ def test_a_launch_its_task_never_waited_for_is_recorded_by_the_next_watch(tmp_pa
     from runtime.files import write_json_atomically
     from runtime.settings import Settings
     from spark_jobs.documents import to_json
-    from spark_jobs.lifecycle import JobState, PublishedStatus, status_path
+    from spark_jobs.driver.lifecycle import JobState, PublishedStatus, status_path
     from spark_jobs.registry import get_job
 
     jobs = StreamingJobHook(get_job("purchase_counts"), Settings().replace(data_dir=tmp_path))

@@ -41,12 +41,12 @@ from runtime.postgres import LocalPostgres
 from runtime.process import free_port, kill_process_group
 from runtime.s3_server import LocalS3Server
 from runtime.spark_standalone import LocalSparkStandalone
-from spark_jobs import failpoints
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver import failpoints
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import FollowerState, observe_driver, read_standby_status, read_status
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import FollowerState, observe_driver, read_standby_status, read_status
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
 from spark_jobs.versions import read_rows
 from tests.conftest import PRIVATE_BROKER_JAVA_OPTIONS, RECOVERY_PROPERTY, stack_settings

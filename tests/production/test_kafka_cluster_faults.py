@@ -35,15 +35,15 @@ from streamstate.hooks.streaming_job import StreamingJobHook
 from bench.answers import latest_per_key
 from runtime.process import stop_process_group
 from runtime.settings import PROJECT_ROOT
-from spark_jobs import failpoints
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver import failpoints
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
-from spark_jobs.lifecycle import read_status
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import registered_versions
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
-from spark_jobs.submit import submit_spec
 from spark_jobs.versions import read_rows
 from tests.conftest import RECOVERY_PROPERTY, stack_settings
 from tests.helpers import every_record, wait_for

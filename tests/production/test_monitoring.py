@@ -30,12 +30,12 @@ import pytest
 from runtime.process import free_port, kill_process_group, stop_process_group
 from runtime.prometheus import AlertWindows, LocalPrometheus, alert_rules, render_alert_rules
 from runtime.settings import PROJECT_ROOT
-from spark_jobs import failpoints
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.lifecycle import read_status
+from spark_jobs.driver import failpoints
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import registered_versions
-from spark_jobs.submit import submit_spec
 from tests.helpers import wait_for
 from tests.test_grafana_dashboard import DASHBOARD
 
@@ -102,7 +102,7 @@ def test_prometheus_scrapes_the_platform_and_each_shipped_alert_fires_when_cause
         # once the driver has taken a snapshot (it leaves them to a running standby), its standby joins
         wait_for(lambda: read_status(settings.status_dir, app).snapshots, 120, "the driver's first snapshot")
         standby = subprocess.Popen(
-            [sys.executable, "-m", "spark_jobs.standby", spec.name, "--version", str(spec.version)],
+            [sys.executable, "-m", "spark_jobs.operations.standby", spec.name, "--version", str(spec.version)],
             env=env,
             stdout=open(tmp_path / "standby.log", "w"),
             stderr=subprocess.STDOUT,

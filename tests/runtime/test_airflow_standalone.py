@@ -9,8 +9,8 @@ import time
 import pytest
 
 from runtime.airflow_standalone import LocalAirflow
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job, latest_jobs
 from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic, wait_for_success
 

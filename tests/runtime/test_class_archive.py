@@ -16,7 +16,7 @@ from streamstate_cli.class_archive_training import COMMAND as TRAINING
 _DRIVER = """
 import sys
 from runtime.settings import Settings
-from spark_jobs.session import build_spark_session, spark_conf
+from spark_jobs.driver.session import build_spark_session, spark_conf
 
 settings = Settings.from_env()
 options = spark_conf(settings)["spark.driver.extraJavaOptions"] + " -Xlog:class+load:file=" + sys.argv[1]
@@ -39,9 +39,9 @@ _RESTORE_CLASSES = (
 def test_a_driver_loads_spark_from_the_archive_set_up_built(settings, tmp_path):
     archive = class_archive.archive_path(settings)
     assert archive is not None and archive.is_file(), f"set-up (make setup) built no class archive at {archive}"
-    from spark_jobs.submit import application_submit_spec
+    from spark_jobs.driver.submit import application_submit_spec
 
-    submitted = application_submit_spec(settings, "check", PROJECT_ROOT / "spark_jobs" / "run.py", ())
+    submitted = application_submit_spec(settings, "check", PROJECT_ROOT / "spark_jobs" / "driver" / "run.py", ())
     assert f"-XX:SharedArchiveFile={archive}" in submitted.conf["spark.driver.extraJavaOptions"]  # spark-submit too
 
     loads = tmp_path / "class-load.log"

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.process import ServiceError
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
 
 pytestmark = pytest.mark.integration
 

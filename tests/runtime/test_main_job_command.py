@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.driver.lease import JobLease
 from spark_jobs.layout import spare_name, standby_name
-from spark_jobs.lease import JobLease
 from spark_jobs.registry import get_job
 from tests.conftest import fresh_ports
 

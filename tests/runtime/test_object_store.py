@@ -6,8 +6,8 @@ import pytest
 
 from runtime.object_store import Location, ObjectStoreConnection, ObjectStoreError
 from runtime.settings import Settings, SettingsError
+from spark_jobs.driver.session import spark_conf
 from spark_jobs.layout import snapshot_table_path
-from spark_jobs.session import spark_conf
 
 
 def test_an_object_store_location_keeps_its_scheme_through_joins():

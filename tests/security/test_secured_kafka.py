@@ -21,11 +21,11 @@ from runtime.alert_inbox import AlertInbox
 from runtime.kafka_broker import LocalKafkaBroker
 from runtime.kafka_connection import KafkaConnection, client_config
 from runtime.settings import PROJECT_ROOT, Settings
-from spark_jobs import kafka_topics
-from spark_jobs.generators import purchases
-from spark_jobs.lifecycle import read_standby_status
+from spark_jobs.driver.lifecycle import read_standby_status
+from spark_jobs.io import kafka_topics
+from spark_jobs.operations.standby.follower import SnapshotFollower
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.standby.follower import SnapshotFollower
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.snapshots import SnapshotStore, snapshot_path
 from tests.conftest import stack_settings

@@ -1,7 +1,7 @@
 """A job's first start on a bare cluster: a broker that creates no topic on first use
 (``auto.create.topics.enable=false``, as the local broker and most production clusters run) and holds only the
 job's source topics, the way a user deploys a new job. The platform creates every topic a version writes before
-any of its queries starts (:meth:`spark_jobs.context.JobContext.ensure_topics`); a re-keyed job's re-keying stage
+any of its queries starts (:meth:`spark_jobs.driver.context.JobContext.ensure_topics`); a re-keyed job's re-keying stage
 writes its first batch's dead letters before the stateful stage is even built, so its dead-letter topic must
 already be there (it was not: the driver died after 60 s of ``Topic ... not present in metadata``, and again on
 every restart).
@@ -24,14 +24,14 @@ from streamstate.hooks.streaming_job import StreamingJobHook
 
 from runtime.kafka_connection import client_config
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.generators import purchases
-from spark_jobs.generators.producer import produce_unkeyed
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.driver.lifecycle import JobState
+from spark_jobs.driver.run import run
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.layout import JobLayout
-from spark_jobs.lifecycle import JobState
+from spark_jobs.reference.generators import purchases
+from spark_jobs.reference.generators.producer import produce_unkeyed
 from spark_jobs.registry import registered_versions
-from spark_jobs.run import run
-from spark_jobs.submit import submit_spec
 from spark_jobs.versions import read_rows
 from tests.helpers import wait_for
 
@@ -99,7 +99,7 @@ def test_a_re_keyed_job_drains_its_first_backlog_on_a_broker_holding_only_its_so
     dead letter names its record's place in the source topic, whichever stage refused it: the re-keying stage
     the unroutable records, the stateful stage a purchase of a negative amount (read from the repartition topic,
     its place in the source carried in the record's headers)."""
-    from spark_jobs.kafka_topics import read_partition
+    from spark_jobs.io.kafka_topics import read_partition
     from tests.spark_jobs.test_dead_letter import read_with_headers
 
     settings = private_stack.replace(job_modules=MODULES)

@@ -17,7 +17,7 @@ from runtime.alert_inbox import AlertInbox
 from spark_jobs.batch.intervals import Interval
 from spark_jobs.batch.runner import output_path, run_interval, table_commits
 from spark_jobs.batch.spec import batch_jobs, get_batch_job
-from spark_jobs.generators import ticks
+from spark_jobs.reference.generators import ticks
 from spark_jobs.registry import get_job
 from spark_jobs.testing import JobHarness
 from spark_jobs.versions import current_output_path

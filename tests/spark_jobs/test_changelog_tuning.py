@@ -10,10 +10,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from runtime.settings import CompactionPolicy, Settings, SettingsError
-from spark_jobs.changelog_tuning import history, topic_configs
-from spark_jobs.changelog_tuning.measure import ChangelogMeasurement
-from spark_jobs.changelog_tuning.recommend import recommend
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.operations.changelog_tuning import history, topic_configs
+from spark_jobs.operations.changelog_tuning.measure import ChangelogMeasurement
+from spark_jobs.operations.changelog_tuning.recommend import recommend
 from spark_jobs.registry import JobSpec, StoreSpec, registered_versions
 from spark_jobs.state.changelog import ChangelogTopic
 

@@ -22,14 +22,14 @@ from collections.abc import Callable
 import pytest
 
 from runtime.process import kill_process_group
-from spark_jobs.generators import pulse, votes
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.lifecycle import read_status
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.driver.run import run
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import pulse, votes
 from spark_jobs.registry import get_job, store
-from spark_jobs.run import run
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
-from spark_jobs.submit import submit_spec
 from tests.helpers import read_topic
 
 

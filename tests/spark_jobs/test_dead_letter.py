@@ -9,11 +9,11 @@ import json
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from spark_jobs.dead_letter import HEADER_PREFIX, dead_letter_topic
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.dead_letter import HEADER_PREFIX, dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
 from tests.helpers import delta_purchase_counts, expected_purchase_counts
 
 pytestmark = pytest.mark.integration
@@ -114,14 +114,14 @@ def test_the_classification_decodes_each_record_once_whatever_its_rules_read(spa
     import importlib
     import types
 
-    from spark_jobs import dead_letter
+    from spark_jobs.io import dead_letter
     from spark_jobs.testing import decoding_with
 
     raw = spark.createDataFrame(
         [(b"u1", b'{"type": "purchase"}', "t", 0, 0, None)],
         "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP",
     )
-    classify = importlib.import_module(f"spark_jobs.jobs.{job}").classify
+    classify = importlib.import_module(f"spark_jobs.reference.jobs.{job}").classify
     expected = {
         "jvm": {"UDF(value": 1, "from_json(": 0, "parseJson(": 0, "get_json_object(": 0},
         "spark": {"UDF(value": 0, "from_json(": 1, "parseJson(": 1, "get_json_object(": 0},
@@ -162,11 +162,11 @@ def test_the_processor_input_compiles_to_methods_the_jit_takes(spark, job, decla
     import importlib
     import types
 
-    from spark_jobs import dead_letter
+    from spark_jobs.io import dead_letter
     from spark_jobs.registry import get_job
     from spark_jobs.registry import store as store_spec
 
-    spec, module = get_job(job), importlib.import_module(f"spark_jobs.jobs.{job}")
+    spec, module = get_job(job), importlib.import_module(f"spark_jobs.reference.jobs.{job}")
     raw = spark.createDataFrame(
         [(b"u1", b'{"type": "x"}', "t", 0, 0, None)],
         "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP",
@@ -192,8 +192,8 @@ def test_rejected_records_ride_through_the_processor_that_never_sees_them(spark,
     import datetime as dt
     import types
 
-    from spark_jobs import dead_letter
-    from spark_jobs.jobs import purchase_counts
+    from spark_jobs.io import dead_letter
+    from spark_jobs.reference.jobs import purchase_counts
 
     good = [{**GOOD, "event_id": f"e{i}", "user_id": user} for i, user in enumerate(["u1", "u2", "u1"])]
     values = [json.dumps(e).encode() for e in good] + [raw for _, raw in POISON]
@@ -238,7 +238,7 @@ def test_a_batch_is_counted_by_letter_reason_in_one_job_when_it_holds_no_letter(
     """The count that materialises a micro-batch: its rows by dead-letter reason (None: the processor's) in one
     Spark job of one stage (no shuffle of its own) when no row carries a letter; the reasons are grouped (a
     second job, of two stages) only when some do."""
-    from spark_jobs.dead_letter import LETTER_COLUMN, count_batch, counted_reasons, letter_reasons
+    from spark_jobs.io.dead_letter import LETTER_COLUMN, count_batch, counted_reasons, letter_reasons
 
     reason = f"array(named_struct('key', '{HEADER_PREFIX}reason', 'value', CAST(r AS BINARY)))"
     letters = f"CASE WHEN r IS NOT NULL THEN named_struct('headers', {reason}) END AS {LETTER_COLUMN}"

@@ -6,7 +6,7 @@ import decimal
 
 import pytest
 
-from spark_jobs.driver_rows import DriverRows
+from spark_jobs.io.driver_rows import DriverRows
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """The keyed aggregate with a TTL counted in event time (``StoreSpec(ttl_clock="event_time")``,
 ``KeyedAggregate(time=...)``; ``streamstate.primitives.ExpiringAggregate``), held to a plain-Python
-reference of its documented semantics (``spark_jobs.generators.activity.expected``; the Kafka Streams peer
+reference of its documented semantics (``spark_jobs.reference.generators.activity.expected``; the Kafka Streams peer
 is held to it too, in tests/bench/test_kafka_streams_peer.py):
 
 * the processor on the same events cut into micro-batches in different ways: the store it ends with,
@@ -22,11 +22,11 @@ import shutil
 import pytest
 from pyspark.sql import types as T
 
-from spark_jobs.generators import activity
+from spark_jobs.operations.state_audit.rows import SnapshotEntry
+from spark_jobs.operations.state_audit.ttl import NOT_ENFORCED, UNVERIFIABLE, VERIFIED, event_time_ttl_verdict
 from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
+from spark_jobs.reference.generators import activity
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
-from spark_jobs.state_audit.rows import SnapshotEntry
-from spark_jobs.state_audit.ttl import NOT_ENFORCED, UNVERIFIABLE, VERIFIED, event_time_ttl_verdict
 from spark_jobs.testing import JobHarness
 from tests.helpers import collect_available_now, file_stream, source_rows, with_source_columns
 

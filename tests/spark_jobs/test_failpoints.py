@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from spark_jobs import failpoints
+from spark_jobs.driver import failpoints
 
 
 def test_a_point_is_armed_for_several_times_each_with_its_action(monkeypatch):

@@ -25,13 +25,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from spark_jobs.dead_letter import dead_letter_topic
-from spark_jobs.generators import purchases
-from spark_jobs.jobs.purchase_counts import COUNTS
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.dead_letter import dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.operations.state_audit.checkpoint_state import audit_checkpoint
+from spark_jobs.reference.generators import purchases
+from spark_jobs.reference.jobs.purchase_counts import COUNTS
 from spark_jobs.registry import JobSpecError, StoreSpec, get_job
-from spark_jobs.run import run
-from spark_jobs.state_audit.checkpoint_state import audit_checkpoint
 from spark_jobs.testing import JobHarness
 from tests.helpers import delta_purchase_counts
 from tests.spark_jobs.test_dead_letter import read_with_headers

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from tests.fuzz.test_event_decoders import JOBS, KAFKA_SOURCE_SCHEMA, events
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from spark_jobs.kafka_topics import is_transient
+from spark_jobs.io.kafka_topics import is_transient
 
 
 def test_broker_restarts_and_timeouts_are_transient():

@@ -14,11 +14,11 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
-from spark_jobs.jobs import purchase_counts
+from spark_jobs.driver.session import session_conf
 from spark_jobs.primitives import Aggregate, JsonEvents, KeyedAggregate
 from spark_jobs.primitives.pipeline import IN_MEMORY_QUERY_CONF
+from spark_jobs.reference.jobs import purchase_counts
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, registered_versions
-from spark_jobs.session import session_conf
 from tests.helpers import collect_available_now, file_stream, state_key_schema
 
 SCHEMA = T.StructType(

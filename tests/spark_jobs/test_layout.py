@@ -11,19 +11,19 @@ from streamstate.supervision import locked_record, record_path
 
 from runtime.kafka_connection import client_config
 from runtime.settings import Settings
-from spark_jobs import failpoints, lease, lifecycle
-from spark_jobs.context import JobContext
-from spark_jobs.dead_letter import dead_letter_topic
-from spark_jobs.generators import pulse, purchases, votes
-from spark_jobs.kafka_topics import ensure_topic, existing_topics
+from spark_jobs.driver import failpoints, lease, lifecycle
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.run import report_path, run
+from spark_jobs.io.dead_letter import dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic, existing_topics
 from spark_jobs.layout import JobLayout, standby_status_file
+from spark_jobs.operations.standby.follower import SnapshotFollower, standby_id
+from spark_jobs.operations.state_audit.report import chart_name, report_dir
+from spark_jobs.reference.generators import pulse, purchases, votes
 from spark_jobs.registry import JobSpecError, get_job
-from spark_jobs.run import report_path, run
-from spark_jobs.standby.follower import SnapshotFollower, standby_id
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.checkpoint_health import RESTORE_RECORD
 from spark_jobs.state.snapshots import snapshot_path
-from spark_jobs.state_audit.report import chart_name, report_dir
 
 
 def test_every_name_of_a_version_comes_from_its_layout(tmp_path):

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from spark_jobs.lease import ALREADY_RUNNING, RECORD_BYTES, JobAlreadyRunning, JobLease, lease_path
-from spark_jobs.lifecycle import read_status
+from spark_jobs.driver.lease import ALREADY_RUNNING, RECORD_BYTES, JobAlreadyRunning, JobLease, lease_path
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.driver.submit import submit_spec
 from spark_jobs.registry import get_job
-from spark_jobs.submit import submit_spec
 
 
 def test_second_holder_is_refused_and_epochs_increase(tmp_path):
@@ -42,7 +42,7 @@ def test_the_record_is_rewritten_in_place_at_a_fixed_size(tmp_path):
 
 def test_the_lease_dies_with_its_holder_even_on_kill_9(tmp_path):
     code = (
-        "import sys, time; from spark_jobs.lease import JobLease; "
+        "import sys, time; from spark_jobs.driver.lease import JobLease; "
         f"JobLease({str(tmp_path)!r}, 'app-v1').acquire(); print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from spark_jobs.documents import from_json, to_json
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import (
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import (
     FOLLOWER_LIFECYCLE,
     BatchProgress,
     FollowerState,
@@ -210,10 +210,10 @@ def test_a_real_run_publishes_its_progress_numbers(spark, kafka_broker, settings
     """What supervision and the jobs page read: the driver's own progress in the status file."""
     import dataclasses
 
-    from spark_jobs.generators import purchases
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.driver.run import run
+    from spark_jobs.io.kafka_topics import ensure_topic
+    from spark_jobs.reference.generators import purchases
     from spark_jobs.registry import get_job
-    from spark_jobs.run import run
 
     job = dataclasses.replace(
         get_job("purchase_counts"),

@@ -1,6 +1,6 @@
 """A keyed aggregate in an ``lru`` store (``StoreSpec(kind="lru", max_entries=N)``;
 ``streamstate.primitives.LruAggregate``), held to the plain-Python reference of its documented semantics
-(``spark_jobs.generators.recent_buyers.expected``) and to Kafka Streams' ``Stores.lruMap`` (the
+(``spark_jobs.reference.generators.recent_buyers.expected``) and to Kafka Streams' ``Stores.lruMap`` (the
 ``recent_buyers`` case of ``bench/kafka_streams``):
 
 * the processor on the same events cut into micro-batches of every size down to one record: after every
@@ -25,14 +25,14 @@ from types import SimpleNamespace
 import pytest
 
 from bench import answers
-from spark_jobs.generators import purchases, recent_buyers
-from spark_jobs.generators.producer import kafka_partition
-from spark_jobs.jobs.purchase_counts import COUNTS
-from spark_jobs.jobs.recent_buyers import RECENT
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import changelog_topic_name
+from spark_jobs.reference.generators import purchases, recent_buyers
+from spark_jobs.reference.generators.producer import kafka_partition
+from spark_jobs.reference.jobs.purchase_counts import COUNTS
+from spark_jobs.reference.jobs.recent_buyers import RECENT
 from spark_jobs.registry import JobSpecError, StoreSpec, get_job
-from spark_jobs.run import run
 from spark_jobs.state.batch_records import MARKER_KEY
 from spark_jobs.testing import JobHarness
 from tests.helpers import collect_available_now, file_stream, source_rows, state_key_schema, with_source_columns

@@ -15,12 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from runtime.object_store import Location
 from runtime.settings import Settings
-from spark_jobs.layout import JobLayout, table_maintenance_file
-from spark_jobs.lease import JobLease
-from spark_jobs.maintenance import Freed, maintain, read_record, record_run, summarize, tables_to_maintain
-from spark_jobs.registry import get_job
-from spark_jobs.state.snapshots import SnapshotStore, snapshot_table_configuration
-from spark_jobs.table_maintenance import (
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.io.table_maintenance import (
     MIN_FILES_TO_COMPACT,
     TIME_TRAVEL_DAYS,
     TIME_TRAVEL_RETENTION,
@@ -28,6 +24,10 @@ from spark_jobs.table_maintenance import (
     maintain_table,
     retention_hours,
 )
+from spark_jobs.layout import JobLayout, table_maintenance_file
+from spark_jobs.operations.maintenance import Freed, maintain, read_record, record_run, summarize, tables_to_maintain
+from spark_jobs.registry import get_job
+from spark_jobs.state.snapshots import SnapshotStore, snapshot_table_configuration
 from spark_jobs.versions import JobVersions
 from tests.helpers import age_delta_removals, documentation_text
 
@@ -207,8 +207,8 @@ def test_the_record_adds_what_applied_runs_freed_dry_runs_add_nothing(tmp_path):
 
 
 def test_the_state_size_audit_counts_what_maintenance_can_free_and_freed(settings, kafka_broker, tmp_path):
-    from spark_jobs.state_audit.collect import audit_store
-    from spark_jobs.state_audit.report import write_report
+    from spark_jobs.operations.state_audit.collect import audit_store
+    from spark_jobs.operations.state_audit.report import write_report
 
     settings = dataclasses.replace(settings, data_dir=tmp_path)  # the shared broker, tables of this test only
     spec = get_job("purchase_counts")

@@ -10,10 +10,10 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.lifecycle import BatchProgress, JobState, PublishedStatus, SnapshotTaken, StoreRestore
+from spark_jobs.driver.metrics import DriverMetrics, MetricsServer
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import StatusFiles
-from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, SnapshotTaken, StoreRestore
-from spark_jobs.metrics import DriverMetrics, MetricsServer
 from tests.helpers import scrape_metrics
 
 pytestmark = pytest.mark.integration
@@ -105,7 +105,7 @@ def _registered_samples():
 def test_the_jobs_limits_and_a_running_restore_are_exported_beside_its_metrics(unique):
     """What the shipped alert rules compare (monitoring/alerts.yml): the job's own budgets, and when a running
     restore began (gone once it finished). No broker: the dead-letter topic is read only when scraped."""
-    from spark_jobs.metrics import Budgets
+    from spark_jobs.driver.metrics import Budgets
     from spark_jobs.registry import StateBudget, StoreSpec, get_job
 
     spec = get_job("purchase_counts")

@@ -12,16 +12,16 @@ from deltalake import DeltaTable
 
 from runtime.process import free_port
 from runtime.s3_server import LocalS3Server
-from spark_jobs.context import JobContext
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.run import run
+from spark_jobs.driver.session import session_conf
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.io.table_maintenance import maintain_table
+from spark_jobs.operations.reprocess.plan import delta_size
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.plan import delta_size
-from spark_jobs.run import run
-from spark_jobs.session import session_conf
 from spark_jobs.state.restore_history import restore_measurements
 from spark_jobs.state.snapshotting import take_snapshot
-from spark_jobs.table_maintenance import maintain_table
 from tests.helpers import delta_purchase_counts
 from tests.spark_jobs.test_purchase_counts import expected_purchase_counts
 

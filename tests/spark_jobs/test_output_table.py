@@ -1,4 +1,4 @@
-"""A batch's writes to a Delta output table (spark_jobs/output_table.py): delta-rs from the driver and a Spark
+"""A batch's writes to a Delta output table (spark_jobs/io/output_table.py): delta-rs from the driver and a Spark
 MERGE on the executors leave the same rows, the same idempotent-write ``txn`` and the same input marks, and
 both skip a batch the table holds already (real Spark, real Delta)."""
 
@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 from pyspark.sql import types as T
 
 from runtime.object_store import Location
-from spark_jobs.output_table import OutputCommit, OutputTable
+from spark_jobs.io.output_table import OutputCommit, OutputTable
 from spark_jobs.state import output_marks
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ from decimal import Decimal
 import pytest
 
 from bench.answers import latest_per_key
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
 from spark_jobs.versions import read_rows
@@ -51,8 +51,8 @@ def test_the_upsert_topic_holds_what_the_outputs_hold(settings, kafka_broker, sp
 
 
 def test_windowed_and_session_jobs_take_an_output_topic_and_its_partitions_need_one():
-    from spark_jobs.jobs.patient_heart_rate import HEART_RATE
-    from spark_jobs.jobs.user_sessions import VISITS
+    from spark_jobs.reference.jobs.patient_heart_rate import HEART_RATE
+    from spark_jobs.reference.jobs.user_sessions import VISITS
 
     VISITS.check(dataclasses.replace(get_job("user_sessions"), output_topic="sessions"))
     HEART_RATE.check(dataclasses.replace(get_job("patient_heart_rate"), output_topic="windows"))
@@ -68,8 +68,8 @@ def test_a_batch_killed_between_its_transaction_and_its_outputs_publishes_it_onc
     replays the batch from the checkpoint and publishes nothing again; killed there once more with the
     checkpoint lost, the last run restores the store and makes the outputs equal to it. After a drain the
     topic and the outputs equal the reference, each key's results published once per batch that changed it."""
+    from spark_jobs.driver.run import run
     from spark_jobs.registry import registered_versions
-    from spark_jobs.run import run
     from tests.faults.test_driver_kills import Kill, kill_at
     from tests.helpers import every_record
 

@@ -11,12 +11,12 @@ import shutil
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from spark_jobs.context import JobContext
-from spark_jobs.dead_letter import dead_letter_topic
-from spark_jobs.generators import pulse
-from spark_jobs.kafka_topics import ensure_topic, read_json_records
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.run import run
+from spark_jobs.io.dead_letter import dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic, read_json_records
+from spark_jobs.reference.generators import pulse
 from spark_jobs.registry import get_job, store
-from spark_jobs.run import run
 from spark_jobs.state.changelog import windowed_changelog_retention_ms
 from spark_jobs.state.changelog_reader import read_changelog
 from tests.spark_jobs.test_dead_letter import read_with_headers

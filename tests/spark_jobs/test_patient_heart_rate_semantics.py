@@ -1,5 +1,5 @@
 """patient_heart_rate's window processor against the plain-Python reference of Kafka Streams'
-semantics (spark_jobs.generators.pulse.expected), on the same events cut into micro-batches in
+semantics (spark_jobs.reference.generators.pulse.expected), on the same events cut into micro-batches in
 different ways: emitted windows, the store, and late pulses must be the same whatever the cut.
 
 The named events cover what a per-batch stream time got wrong: a pulse exactly at the grace
@@ -15,8 +15,8 @@ import os
 
 import pytest
 
-from spark_jobs.generators import pulse
-from spark_jobs.jobs.patient_heart_rate import EVENT_SCHEMA, LATE, STREAM_TIME_KEY_PREFIX, window_changes
+from spark_jobs.reference.generators import pulse
+from spark_jobs.reference.jobs.patient_heart_rate import EVENT_SCHEMA, LATE, STREAM_TIME_KEY_PREFIX, window_changes
 from spark_jobs.registry import StoreSpec
 from tests.helpers import collect_available_now, file_stream, source_rows, with_source_columns
 

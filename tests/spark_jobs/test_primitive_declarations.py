@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from spark_jobs.jobs import vote_counts
 from spark_jobs.primitives import Aggregate
+from spark_jobs.reference.jobs import vote_counts
 from spark_jobs.registry import JobSpecError, StoreSpec, get_job
 
 VOTES, SPEC = vote_counts.VOTES, get_job("vote_counts")
@@ -42,7 +42,7 @@ def test_a_versioned_declaration_that_cannot_run_is_refused(change, spec_change,
 
 
 def test_patient_heart_rate_declared_keeps_the_state_format_its_versions_wrote():
-    from spark_jobs.jobs import patient_heart_rate
+    from spark_jobs.reference.jobs import patient_heart_rate
 
     declared, spec = patient_heart_rate.HEART_RATE, get_job("patient_heart_rate")
     declared.check(spec)
@@ -83,7 +83,7 @@ def test_patient_heart_rate_declared_keeps_the_state_format_its_versions_wrote()
     ],
 )
 def test_a_windows_declaration_that_cannot_run_is_refused(change, spec_change, message):
-    from spark_jobs.jobs import patient_heart_rate
+    from spark_jobs.reference.jobs import patient_heart_rate
 
     spec = get_job("patient_heart_rate")
     with pytest.raises(JobSpecError, match=f"job patient_heart_rate: {message}"):

@@ -12,11 +12,11 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from spark_jobs.generators import purchases
-from spark_jobs.jobs import purchase_counts
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import report_path, run
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
+from spark_jobs.reference.jobs import purchase_counts
 from spark_jobs.registry import StoreSpec, get_job
-from spark_jobs.run import report_path, run
 from spark_jobs.state.batch_records import MARKER_KEY
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog

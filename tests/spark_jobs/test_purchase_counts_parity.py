@@ -11,7 +11,13 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
-from spark_jobs.jobs.purchase_counts import CHANGE_DDL, EVENT_SCHEMA, STATE_DDL, PurchaseCounter, state_changes
+from spark_jobs.reference.jobs.purchase_counts import (
+    CHANGE_DDL,
+    EVENT_SCHEMA,
+    STATE_DDL,
+    PurchaseCounter,
+    state_changes,
+)
 from tests.helpers import collect_available_now, file_stream
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import Producer
 
 from runtime.settings import PROJECT_ROOT
-from spark_jobs.dead_letter import dead_letter_topic
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.dead_letter import dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
 from spark_jobs.versions import read_rows
 from tests.spark_jobs.test_dead_letter import read_with_headers
 

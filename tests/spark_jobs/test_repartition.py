@@ -18,13 +18,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from runtime.kafka_connection import client_config
-from spark_jobs import dead_letter
-from spark_jobs.generators import pulse, purchases
-from spark_jobs.kafka_topics import partition_offsets
+from spark_jobs.driver.lifecycle import read_status
+from spark_jobs.io import dead_letter
+from spark_jobs.io.kafka_topics import partition_offsets
+from spark_jobs.io.repartition import ORIGIN_HEADER_PREFIX, PROGRESS_KEY
 from spark_jobs.layout import JobLayout
-from spark_jobs.lifecycle import read_status
+from spark_jobs.reference.generators import pulse, purchases
 from spark_jobs.registry import get_job, store
-from spark_jobs.repartition import ORIGIN_HEADER_PREFIX, PROGRESS_KEY
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets, latest_committed_batch_id
 from spark_jobs.testing import JobHarness
 
@@ -49,7 +49,7 @@ def _spec(job: str, unique: str, **changes):
 def _source_places(settings, topic: str) -> dict[bytes, set[tuple[str, int, int]]]:
     """Each record's value in ``topic`` -> its places there (topic, partition, offset), as a dead letter names
     them (a duplicated record has several)."""
-    from spark_jobs.kafka_topics import read_partition
+    from spark_jobs.io.kafka_topics import read_partition
 
     consumer = Consumer(client_config(settings.kafka, {"group.id": f"places-{topic}", "enable.partition.eof": True}))
     places = collections.defaultdict(set)
@@ -147,7 +147,7 @@ def test_user_sessions_re_keyed_through_the_repartition_topic(harness, settings,
     """Unkeyed clicks over 3 partitions: one row per user and session, equal to the session rules applied in
     the repartition topic's order (stream time per repartition partition: the reference's partition of a user
     is its repartition partition, both murmur2 of the key), late events dead-lettered."""
-    from spark_jobs.generators import sessions
+    from spark_jobs.reference.generators import sessions
 
     spec = _spec("user_sessions", unique, repartition=True)
     events = list(sessions.adversarial(300, users=7, seed=23))
@@ -235,10 +235,10 @@ def test_kill_9_around_the_repartition_write_counts_nothing_twice(settings, kafk
     lost: both stages resume, the re-keying one from its progress record), and between a stateful batch's outputs and its
     markers; then a drain. Each source record is in the repartition topic exactly once, and the outputs and
     the changelog equal the reference applied in the repartition topic's order."""
-    from spark_jobs.generators.producer import produce_unkeyed
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.driver.run import run
+    from spark_jobs.io.kafka_topics import ensure_topic
+    from spark_jobs.reference.generators.producer import produce_unkeyed
     from spark_jobs.registry import registered_versions
-    from spark_jobs.run import run
     from spark_jobs.state.changelog_reader import read_changelog
     from tests.faults.test_driver_kills import Kill, kill_at
     from tests.spark_jobs.test_purchase_counts import decode_counts
@@ -277,8 +277,8 @@ def test_kafka_streams_groups_the_unkeyed_source_to_the_same_counts(harness, set
     from decimal import Decimal
 
     from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
-    from spark_jobs.generators.producer import produce_unkeyed
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.io.kafka_topics import ensure_topic
+    from spark_jobs.reference.generators.producer import produce_unkeyed
     from tests.bench.test_kafka_streams_peer import _compacted_view
     from tests.helpers import wait_for
 

@@ -1,13 +1,13 @@
 """Airflow knows the chain: the plan of a reprocessing run names every job reading the job's outputs (a
 batch step over its Delta table, a streaming job over its upsert topic) and what to do about each
-(spark_jobs/reprocess/chain.py; pure, from the registries)."""
+(spark_jobs/operations/reprocess/chain.py; pure, from the registries)."""
 
 from __future__ import annotations
 
 import pytest
 
+from spark_jobs.operations.reprocess.chain import Readers, chain_notes, readers_of
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.chain import Readers, chain_notes, readers_of
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The side-by-side report (spark_jobs/reprocess/compare.py) on real Delta tables and Spark, without the DAG:
+"""The side-by-side report (spark_jobs/operations/reprocess/compare.py) on real Delta tables and Spark, without the DAG:
 every key classified, the diff rows and the report row written once per run id (a retried run replaces its
 own rows and nobody else's), also into a reports table an earlier release wrote through Spark."""
 
@@ -12,8 +12,8 @@ import pytest
 from deltalake import write_deltalake
 
 from spark_jobs.layout import JobLayout
+from spark_jobs.operations.reprocess.compare import compare_outputs, diffs_table, render_report, reports_table
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.compare import compare_outputs, diffs_table, render_report, reports_table
 from spark_jobs.versions import read_rows
 
 pytestmark = pytest.mark.integration

@@ -12,15 +12,15 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_jobs.generators.purchases import generate, produce
-from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.io.kafka_topics import ensure_topic, existing_topics, partition_offsets
 from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
+from spark_jobs.operations.reprocess.plan import RESET, SIDE_BY_SIDE, BadReprocessRequest, ReprocessPlan, make_plan
+from spark_jobs.operations.reprocess.positions import BadStartPosition, parse_datetime, parse_duration
+from spark_jobs.operations.reprocess.purge import purge_candidates, purge_version
+from spark_jobs.operations.reprocess.reset import ResetRefused, reset_in_place
+from spark_jobs.reference.generators.purchases import generate, produce
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.plan import RESET, SIDE_BY_SIDE, BadReprocessRequest, ReprocessPlan, make_plan
-from spark_jobs.reprocess.positions import BadStartPosition, parse_datetime, parse_duration
-from spark_jobs.reprocess.purge import purge_candidates, purge_version
-from spark_jobs.reprocess.reset import ResetRefused, reset_in_place
 from spark_jobs.versions import JobVersions
 
 JOB_MODULES = "tests.fixtures.reprocess_jobs"
@@ -292,8 +292,8 @@ def test_a_start_the_source_no_longer_holds_is_refused_unless_the_gap_is_accepte
 
 def _timed(kafka, topic: str, keys_and_times: list[tuple[str, int]]) -> None:
     """Records of ``topic`` (2 partitions), each with its key and Kafka timestamp (ms), in list order."""
-    from spark_jobs.generators.orders import Record
-    from spark_jobs.generators.orders import produce as produce_records
+    from spark_jobs.reference.generators.orders import Record
+    from spark_jobs.reference.generators.orders import produce as produce_records
 
     ensure_topic(kafka, topic, 2)
     produce_records(kafka, topic, [Record(key, {"key": key}, at, at) for key, at in keys_and_times], 2)
@@ -351,6 +351,6 @@ def test_a_joins_streams_start_at_the_position_and_its_table_from_earliest(setti
 
 
 def offsets_for_time_after(bootstrap: str, topic: str, iso: str) -> dict[int, int]:
-    from spark_jobs.kafka_topics import offsets_for_time
+    from spark_jobs.io.kafka_topics import offsets_for_time
 
     return offsets_for_time(bootstrap, topic, int(dt.datetime.fromisoformat(iso).timestamp() * 1000))

@@ -2,7 +2,7 @@
 cut into micro-batches, equal the plain-Python reference, and equal what the Kafka Streams app of
 ``bench/kafka_streams`` computes from the same valid events.
 
-The input is adversarial (spark_jobs.generators.purchases.adversarial): users created and closed inside
+The input is adversarial (spark_jobs.reference.generators.purchases.adversarial): users created and closed inside
 one batch, closes of users that never bought, duplicates, out-of-order times, amounts at and past what
 the declared type holds exactly. More seeds than CI runs::
 
@@ -17,11 +17,11 @@ from decimal import Decimal
 
 import pytest
 
-from spark_jobs.dead_letter import dead_letter_topic
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.dead_letter import dead_letter_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
 from tests.helpers import delta_purchase_counts, wait_for
 from tests.spark_jobs.test_dead_letter import read_with_headers
 
@@ -106,7 +106,7 @@ def test_kafka_streams_computes_the_same_counts_from_the_same_valid_events(
 def test_vote_counts_do_not_depend_on_batching(spark, kafka_broker, settings, unique):
     """The latest vote by event time, and the counts, whatever the cut: votes arrive out of order, some
     twice (a retried producer), ties in event time are broken by event id."""
-    from spark_jobs.generators import votes
+    from spark_jobs.reference.generators import votes
 
     events = list(votes.generate(voters=15, seed=3, max_votes=6, shuffle_window=20))
     events += events[::9]  # duplicates, arriving late
@@ -139,7 +139,7 @@ def test_kafka_streams_counts_the_same_votes(kafka_broker, settings, tmp_path, u
     event time here: on a tie Kafka Streams keeps the later arrival, vote_counts the larger event id
     (README, "Semantics")."""
     from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
-    from spark_jobs.generators import votes
+    from spark_jobs.reference.generators import votes
 
     events = list(votes.generate(voters=40, seed=4, max_votes=6, shuffle_window=30))
     events += events[::7]  # duplicates, arriving late
@@ -179,7 +179,7 @@ REFUSED = (b"{not json", b'{"customer_id": "c01", "order_id": "o-x", "amount": 1
 
 
 def _enrichment_input(partitions: int):
-    from spark_jobs.generators import orders
+    from spark_jobs.reference.generators import orders
 
     stream, table = orders.adversarial(orders=70, customers=6, seed=23, late_orders=4)
     tie_stream, tie_table = orders.tie_then_late(max(r.time_ms for r in stream + table), partitions)
@@ -202,8 +202,8 @@ def _enrichment_input(partitions: int):
 
 
 def _payments_input(partitions: int):
-    from spark_jobs.generators import payments
-    from spark_jobs.jobs.order_payments import ORDER_PAYMENTS
+    from spark_jobs.reference.generators import payments
+    from spark_jobs.reference.jobs.order_payments import ORDER_PAYMENTS
     from tests.spark_jobs.test_stream_stream_join import results_by_place
 
     orders, paid = payments.adversarial(orders=70, seed=13, late=4, strays=6, partitions=partitions)
@@ -231,7 +231,7 @@ def test_a_joins_outputs_and_dead_letters_do_not_depend_on_batching(
     Kafka Streams twins equal it: tests/bench/test_kafka_streams_peer.py), on adversarial input (late table
     updates, versions at the boundaries, tombstones, duplicates, out-of-order records on both sides, ties between
     the topics, records the job refuses)."""
-    from spark_jobs.generators.producer import produce_unkeyed
+    from spark_jobs.reference.generators.producer import produce_unkeyed
     from spark_jobs.versions import read_rows
 
     spec = get_job(job)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime import jvm
-from spark_jobs.session import ROCKSDB_PROVIDER, spark_conf
+from spark_jobs.driver.session import ROCKSDB_PROVIDER, spark_conf
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_delta_round_trip_and_time_travel(spark, settings, unique):
 def test_kafka_source_reads_the_local_broker(spark, kafka_broker, settings, unique):
     from confluent_kafka import Producer
 
-    from spark_jobs.kafka_topics import ensure_topic
+    from spark_jobs.io.kafka_topics import ensure_topic
 
     topic = f"spark-read-{unique}"
     ensure_topic(settings.kafka_bootstrap_servers, topic, partitions=2)

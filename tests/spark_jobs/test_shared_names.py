@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import dead_letter
+from spark_jobs.io import dead_letter
 from spark_jobs.primitives import keyed_aggregate, pipeline, windows
 
 JAVA = Path(__file__).resolve().parents[2] / "jvm" / "state-processors" / "src" / "streamstate"

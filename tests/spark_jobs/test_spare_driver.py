@@ -1,4 +1,4 @@
-"""The spare driver takes over a killed driver (spark_jobs/spare.py): nothing lost, nothing twice.
+"""The spare driver takes over a killed driver (spark_jobs/driver/spare.py): nothing lost, nothing twice.
 
 The driver and its spare run as users run them (spark-submit, processing-time trigger) while events keep
 arriving. Once the driver has committed batches and the spare is warm, the driver's whole process group is
@@ -22,14 +22,10 @@ from confluent_kafka.admin import AdminClient
 
 from runtime.kafka_connection import client_config
 from runtime.process import kill_process_group
-from spark_jobs.generators import purchases, votes
-from spark_jobs.kafka_topics import ensure_topic, existing_topics, partition_offsets
-from spark_jobs.layout import JobLayout
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import JobState, SpareState, read_spare_status, read_status
-from spark_jobs.registry import get_job
-from spark_jobs.run import run
-from spark_jobs.spare import (
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import JobState, SpareState, read_spare_status, read_status
+from spark_jobs.driver.run import run
+from spark_jobs.driver.spare import (
     REHEARSAL_RECORDS,
     REHEARSAL_RESTORE_KEYS,
     REHEARSAL_RESTORE_TAIL,
@@ -37,9 +33,13 @@ from spark_jobs.spare import (
     rehearse,
     rehearse_restore,
 )
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic, existing_topics, partition_offsets
+from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import purchases, votes
+from spark_jobs.registry import get_job
 from spark_jobs.state.changelog import changelog_topic_name
 from spark_jobs.state.changelog_reader import read_changelog
-from spark_jobs.submit import submit_spec
 from tests.helpers import purchase_counts_copy, read_topic
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The spare driver's rules (spark_jobs/spare.py), without Spark: when it takes over and when it stands down.
+"""The spare driver's rules (spark_jobs/driver/spare.py), without Spark: when it takes over and when it stands down.
 
 The "driver" here is a real process holding the real lease and publishing the real status document; the spare
 watches it exactly as it watches a Spark driver (a warm-up is not part of these rules and is skipped).
@@ -18,18 +18,25 @@ from pathlib import Path
 import pytest
 
 from runtime.settings import Settings
-from spark_jobs import spare as spare_module
-from spark_jobs.lease import JobLease, LeaseHolder
-from spark_jobs.lifecycle import BatchProgress, JobState, PublishedStatus, SpareState, read_spare_status, read_status
+from spark_jobs.driver import spare as spare_module
+from spark_jobs.driver.lease import JobLease, LeaseHolder
+from spark_jobs.driver.lifecycle import (
+    BatchProgress,
+    JobState,
+    PublishedStatus,
+    SpareState,
+    read_spare_status,
+    read_status,
+)
+from spark_jobs.driver.spare import SpareDriver, driver_died, driver_settled, spare_driver_settings
 from spark_jobs.registry import JobSpec
-from spark_jobs.spare import SpareDriver, driver_died, driver_settled, spare_driver_settings
 
 DRIVER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from spark_jobs.lease import JobLease
-    from spark_jobs.lifecycle import JobState, JobStatus, status_path
+    from spark_jobs.driver.lease import JobLease
+    from spark_jobs.driver.lifecycle import JobState, JobStatus, status_path
 
     status_dir, app, ending = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     lease = JobLease(status_dir, app)
@@ -164,7 +171,7 @@ def test_a_spare_never_starts_a_job_that_is_not_running(settings, spec, ready_sp
 
 
 def test_one_spare_per_job_version_and_a_stop(settings, spec, ready_spare):
-    from spark_jobs.lease import JobAlreadyRunning
+    from spark_jobs.driver.lease import JobAlreadyRunning
 
     with pytest.raises(JobAlreadyRunning):
         SpareDriver(spec, settings, run_job=lambda *a, **k: None).prepare(

@@ -17,11 +17,11 @@ import pytest
 
 from runtime.process import free_port
 from runtime.spark_standalone import LocalSparkStandalone
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import report_path
+from spark_jobs.driver.submit import submit_spec
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import registered_versions
-from spark_jobs.run import report_path
-from spark_jobs.submit import submit_spec
 from tests.helpers import delta_purchase_counts, expected_purchase_counts, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -44,7 +44,7 @@ def cluster(settings, tmp_path):
 
 #: a team's job module: purchase_counts' rules in a Python processor of its own
 CLUSTER_JOBS = '''
-from spark_jobs.jobs import purchase_counts
+from spark_jobs.reference.jobs import purchase_counts
 from spark_jobs.registry import JobSpec, StoreSpec
 
 

@@ -9,12 +9,12 @@ import json
 
 import pytest
 
+from spark_jobs.operations.state_audit import trends
+from spark_jobs.operations.state_audit.collect import windows_beyond_retention
+from spark_jobs.operations.state_audit.report import write_report
+from spark_jobs.operations.state_audit.rows import SnapshotEntry, StoreAudit
+from spark_jobs.operations.state_audit.ttl import KeyWrite, TtlCheck, ttl_verdict
 from spark_jobs.registry import StateBudget, StoreSpec
-from spark_jobs.state_audit import trends
-from spark_jobs.state_audit.collect import windows_beyond_retention
-from spark_jobs.state_audit.report import write_report
-from spark_jobs.state_audit.rows import SnapshotEntry, StoreAudit
-from spark_jobs.state_audit.ttl import KeyWrite, TtlCheck, ttl_verdict
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 KV = StoreSpec("counts", budget=StateBudget(max_rows=1_000, max_restore_s=60, warn_days=7))
@@ -207,7 +207,7 @@ def test_an_audit_table_written_before_the_ttl_check_gains_its_columns(tmp_path)
     import pyarrow as pa
 
     from runtime.settings import Settings
-    from spark_jobs.state_audit.collect import audit_rows, audit_table, record_audit
+    from spark_jobs.operations.state_audit.collect import audit_rows, audit_table, record_audit
     from spark_jobs.versions import append_rows
 
     settings = Settings(data_dir=tmp_path)
@@ -229,7 +229,7 @@ def test_an_audit_table_written_before_the_ttl_check_gains_its_columns(tmp_path)
 
 
 def test_an_audit_row_round_trips_through_its_table_row():
-    from spark_jobs.state_audit.rows import PartitionState
+    from spark_jobs.operations.state_audit.rows import PartitionState
 
     checks = tuple(trends.budget_checks(KV.budget, {"rows": 1_200, "restore_s": 30}, {"rows": 10, "restore_s": None}))
     audit = _audit(
@@ -288,8 +288,8 @@ def test_an_older_audit_row_still_reads():
 
 
 def test_the_audit_tables_columns_are_the_rows_fields():
-    from spark_jobs.state_audit import checkpoint_state, collect
-    from spark_jobs.state_audit.rows import CheckpointStateRow
+    from spark_jobs.operations.state_audit import checkpoint_state, collect
+    from spark_jobs.operations.state_audit.rows import CheckpointStateRow
 
     assert set(collect._schema().names) == {f.name for f in dataclasses.fields(StoreAudit)}
     assert set(checkpoint_state._schema().names) == {f.name for f in dataclasses.fields(CheckpointStateRow)}
@@ -297,7 +297,7 @@ def test_the_audit_tables_columns_are_the_rows_fields():
 
 def test_checkpoint_rows_measurements_and_snapshot_entries_read_typed():
     from spark_jobs.documents import to_row
-    from spark_jobs.state_audit.rows import ChangelogMeasurement, CheckpointStateRow
+    from spark_jobs.operations.state_audit.rows import ChangelogMeasurement, CheckpointStateRow
 
     read = CheckpointStateRow("run", _at(0), "a-v1", 1, 7, "counts", operator_id=0, partition=2, rows=5, bytes=50)
     assert CheckpointStateRow.of(to_row(read)) == read

@@ -17,16 +17,16 @@ import pytest
 from confluent_kafka import Producer
 
 from runtime.kafka_connection import client_config
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.operations.state_audit.collect import audit_rows, audit_store, record_audit
+from spark_jobs.operations.state_audit.rows import StoreAudit
+from spark_jobs.operations.state_audit.ttl import tolerance_ms
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import StoreSpec, SupervisionPolicy, get_job
-from spark_jobs.run import run
 from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog import ChangelogTopic
-from spark_jobs.state_audit.collect import audit_rows, audit_store, record_audit
-from spark_jobs.state_audit.rows import StoreAudit
-from spark_jobs.state_audit.ttl import tolerance_ms
 from tests.fixtures.audit_jobs import NEVER_EVICTS, TTL_COUNTS
 
 pytestmark = pytest.mark.integration
@@ -98,7 +98,7 @@ def test_a_store_younger_than_its_ttl_is_unverifiable_and_not_called_bounded(set
 
 @pytest.mark.parametrize(
     ("entrypoint", "verdict"),
-    [("spark_jobs.jobs.purchase_counts:build", "ttl_verified"), (NEVER_EVICTS, "ttl_not_enforced")],
+    [("spark_jobs.reference.jobs.purchase_counts:build", "ttl_verified"), (NEVER_EVICTS, "ttl_not_enforced")],
     ids=["the-reference-processor-evicts", "a-processor-that-never-evicts"],
 )
 def test_a_real_jobs_eviction_is_measured(spark, kafka_broker, settings, unique, entrypoint, verdict):

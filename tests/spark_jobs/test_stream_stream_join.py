@@ -1,6 +1,6 @@
 """The windowed stream-stream join (:class:`spark_jobs.primitives.StreamStreamJoin`, ``order_payments``): orders and
 payments at most 10 minutes apart, held to the plain-Python reference of Kafka Streams 4.3.1's rules
-(:mod:`spark_jobs.generators.payments`, which the Kafka Streams twin in tests/bench/test_kafka_streams_peer.py
+(:mod:`spark_jobs.reference.generators.payments`, which the Kafka Streams twin in tests/bench/test_kafka_streams_peer.py
 equals record for record) for inner, left and outer joins, over adversarial input: payments at the window's
 bounds (inside, at, outside by 1 ms), unpaid orders, payments of no order, orders paid twice, duplicates, both
 topics out of order, records arriving after their window closed, and the scene where Kafka Streams holds closed
@@ -15,9 +15,9 @@ import shutil
 
 import pytest
 
-from spark_jobs.generators import payments
-from spark_jobs.kafka_topics import ensure_topic, kafka_partition
+from spark_jobs.io.kafka_topics import ensure_topic, kafka_partition
 from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import payments
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.testing import JobHarness
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 WINDOW_MS, GRACE_MS = 10 * 60_000, 60_000
 ENTRYPOINTS = {
-    "outer": "spark_jobs.jobs.order_payments:ORDER_PAYMENTS",
+    "outer": "spark_jobs.reference.jobs.order_payments:ORDER_PAYMENTS",
     "left": "tests.fixtures.join_jobs:LEFT_PAYMENTS",
     "inner": "tests.fixtures.join_jobs:INNER_PAYMENTS",
 }
@@ -171,7 +171,7 @@ def test_left_and_inner_joins_equal_kafka_streams(settings, kafka_broker, spark,
 
 
 def test_a_stream_stream_join_is_declared_and_checked():
-    from spark_jobs.jobs.order_payments import ORDER_PAYMENTS
+    from spark_jobs.reference.jobs.order_payments import ORDER_PAYMENTS
 
     spec = get_job("order_payments")
     ORDER_PAYMENTS.check(spec)
@@ -192,7 +192,7 @@ def test_a_stream_stream_join_is_declared_and_checked():
 def test_the_readme_shows_the_declaration_of_the_job():
     from pathlib import Path
 
-    import spark_jobs.jobs.order_payments as job
+    import spark_jobs.reference.jobs.order_payments as job
     from tests.helpers import readme_declaration
 
     assert readme_declaration("ORDER_PAYMENTS = StreamStreamJoin(") in Path(job.__file__).read_text()
@@ -204,7 +204,7 @@ def _repartitioned(kafka, topic: str, place) -> list[list[tuple[int, tuple[int, 
     from confluent_kafka import Consumer
 
     from runtime.kafka_connection import client_config
-    from spark_jobs.kafka_topics import partition_offsets, read_partition
+    from spark_jobs.io.kafka_topics import partition_offsets, read_partition
 
     config = {"group.id": f"read-{topic}", "enable.partition.eof": True, "isolation.level": "read_committed"}
     consumer = Consumer(client_config(kafka, config))
@@ -224,7 +224,7 @@ def _repartitioned(kafka, topic: str, place) -> list[list[tuple[int, tuple[int, 
 
 
 def _origin(msg, _order) -> tuple[int, int]:
-    from spark_jobs.repartition import ORIGIN_HEADER_PREFIX
+    from spark_jobs.io.repartition import ORIGIN_HEADER_PREFIX
 
     headers = dict(msg.headers())
     return tuple(int(headers[ORIGIN_HEADER_PREFIX + name]) for name in ("partition", "offset"))
@@ -236,7 +236,7 @@ def _ks_origin(_msg, order) -> tuple[int, int]:
 
 
 def _ends(kafka, topic: str) -> dict[int, int]:
-    from spark_jobs.kafka_topics import partition_offsets
+    from spark_jobs.io.kafka_topics import partition_offsets
 
     return {p: high for p, (_low, high) in partition_offsets(kafka, topic).items()}
 
@@ -278,7 +278,7 @@ def test_orders_not_keyed_by_order_id_are_re_keyed_before_the_join(settings, kaf
 
     from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
     from runtime.kafka_connection import client_config
-    from spark_jobs.kafka_topics import read_partition
+    from spark_jobs.io.kafka_topics import read_partition
     from tests.helpers import wait_for
 
     spec = dataclasses.replace(

@@ -1,6 +1,6 @@
 """The stream-table join (:class:`spark_jobs.primitives.StreamTableJoin`, ``order_enrichment``): orders joined with
 their customer's row valid at the order's time (a versioned table, a minute of grace), held to the plain-Python
-reference (:func:`spark_jobs.generators.orders.expected_enrichment`, Kafka Streams' task record by record) over
+reference (:func:`spark_jobs.reference.generators.orders.expected_enrichment`, Kafka Streams' task record by record) over
 adversarial input: both topics out of order, customers updated at, before and after an order's time, deleted and
 brought back, customers without orders and orders without customers, retried (duplicate) orders, orders arriving
 minutes late; the input arriving in chunks, with a lost checkpoint between them (the table's versions, the orders
@@ -15,9 +15,9 @@ import shutil
 
 import pytest
 
-from spark_jobs.generators import orders
-from spark_jobs.kafka_topics import ensure_topic, kafka_partition
+from spark_jobs.io.kafka_topics import ensure_topic, kafka_partition
 from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import orders
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
 from tests.helpers import every_record
@@ -108,7 +108,7 @@ def test_an_inner_join_over_three_partitions_in_one_batch(settings, kafka_broker
 
 
 def test_a_stream_table_join_is_declared_and_checked():
-    from spark_jobs.jobs.order_enrichment import ORDER_ENRICHMENT
+    from spark_jobs.reference.jobs.order_enrichment import ORDER_ENRICHMENT
 
     spec = get_job("order_enrichment")
     ORDER_ENRICHMENT.check(spec)
@@ -127,8 +127,8 @@ def test_a_stream_table_join_is_declared_and_checked():
         dataclasses.replace(ORDER_ENRICHMENT, time="order_id").check(spec)
     from pyspark.sql import types as T
 
-    from spark_jobs.jobs.order_enrichment import CUSTOMER_SCHEMA
     from spark_jobs.primitives import UpsertTable
+    from spark_jobs.reference.jobs.order_enrichment import CUSTOMER_SCHEMA
 
     with_amount = T.StructType([*CUSTOMER_SCHEMA.fields, T.StructField("amount", T.DoubleType())])
     clash = dataclasses.replace(ORDER_ENRICHMENT, table=UpsertTable(with_amount, ("customer_id",), "plain"))
@@ -144,7 +144,7 @@ def test_a_stream_table_join_is_declared_and_checked():
 def test_the_readme_shows_the_declaration_of_the_job():
     from pathlib import Path
 
-    import spark_jobs.jobs.order_enrichment as job
+    import spark_jobs.reference.jobs.order_enrichment as job
     from tests.helpers import docs_page, readme_declaration
 
     assert readme_declaration("ORDER_ENRICHMENT = StreamTableJoin(") in Path(job.__file__).read_text()
@@ -159,7 +159,7 @@ def _placed_orders(settings, topic: str, place) -> list[list[tuple[tuple[int, in
     from confluent_kafka import Consumer
 
     from runtime.kafka_connection import client_config
-    from spark_jobs.kafka_topics import partition_offsets, read_partition
+    from spark_jobs.io.kafka_topics import partition_offsets, read_partition
 
     config = {"group.id": f"read-{topic}", "enable.partition.eof": True, "isolation.level": "read_committed"}
     consumer = Consumer(client_config(settings.kafka, config))
@@ -187,8 +187,8 @@ def test_orders_not_keyed_by_customer_are_re_keyed_before_the_join(settings, kaf
     order's place in the source, not in a repartition topic, also for the orders held over a lost checkpoint.
     Two runs, the checkpoint lost between them; bad orders in the second are dead letters of the re-keying stage."""
     from bench.kafka_streams_peer import OUTPUT_TOPIC_CONFIG, KafkaStreamsPeer, build
-    from spark_jobs.generators.producer import produce_unkeyed
-    from spark_jobs.repartition import ORIGIN_HEADER_PREFIX
+    from spark_jobs.io.repartition import ORIGIN_HEADER_PREFIX
+    from spark_jobs.reference.generators.producer import produce_unkeyed
     from tests.helpers import wait_for
 
     spec = _spec(unique, partitions=3, repartition=True, repartition_partitions=2, output_topic=f"enriched-{unique}")
@@ -274,8 +274,8 @@ def _topics(settings) -> list[str]:
 def test_a_re_keyed_join_starts_each_stage_where_a_reprocessing_said(settings, tmp_path):
     """A reprocessing's start (one position per input) splits over the two stages: the source's is the re-keying
     stage's start, the table's the stateful stage's, whose repartition topic is read from its beginning."""
-    from spark_jobs.context import JobContext
-    from spark_jobs.reprocess.plan import write_start_offsets
+    from spark_jobs.driver.context import JobContext
+    from spark_jobs.operations.reprocess.plan import write_start_offsets
 
     stack = settings.replace(data_dir=tmp_path)
     spec = _spec("start", partitions=3, repartition=True, repartition_partitions=2)
@@ -295,7 +295,7 @@ def test_a_re_keyed_stream_is_refused_unless_its_repartition_topic_has_the_table
 ):
     """Kafka Streams sizes a join's repartition topic by the table's partitions; here the declaration does
     (``repartition_partitions``), checked at start before either stage runs."""
-    from spark_jobs.run import run
+    from spark_jobs.driver.run import run
 
     spec = _spec(unique, partitions=3, repartition=True, repartition_partitions=2)
     ensure_topic(settings.kafka, spec.source_topic, 3)

@@ -1,6 +1,6 @@
 """The table-table join (:class:`spark_jobs.primitives.TableJoin`, ``customer_accounts``): two CDC topics read
 as tables and joined on their key, held to the plain-Python reference
-(:func:`spark_jobs.generators.customer_accounts.expected_join`) for inner, left and outer joins: updates,
+(:func:`spark_jobs.reference.generators.customer_accounts.expected_join`) for inner, left and outer joins: updates,
 deletes on both sides, keys on one side only, refused records on both, any cut of the input, a lost
 checkpoint; co-partitioning checked at start."""
 
@@ -14,11 +14,11 @@ from decimal import Decimal
 import pytest
 
 from bench.answers import latest_per_key
-from spark_jobs.generators import customer_accounts
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import customer_accounts
 from spark_jobs.registry import JobSpecError, get_job
-from spark_jobs.run import run
 from spark_jobs.testing import JobHarness
 from tests.helpers import every_record
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 def _spec(unique: str, join: str = "left", partitions: int = 2, **changes):
     entrypoint = {
-        "left": "spark_jobs.jobs.customer_accounts:CUSTOMER_ACCOUNTS",
+        "left": "spark_jobs.reference.jobs.customer_accounts:CUSTOMER_ACCOUNTS",
         "inner": "tests.fixtures.join_jobs:INNER",
         "outer": "tests.fixtures.join_jobs:OUTER",
     }[join]
@@ -132,8 +132,8 @@ def test_inputs_that_are_not_co_partitioned_are_refused_naming_both(settings, ka
 def test_a_table_join_is_declared_and_checked():
     from pyspark.sql import types as T
 
-    from spark_jobs.jobs.customer_accounts import ACCOUNT_SCHEMA, CUSTOMER_ACCOUNTS
     from spark_jobs.primitives import UpsertTable
+    from spark_jobs.reference.jobs.customer_accounts import ACCOUNT_SCHEMA, CUSTOMER_ACCOUNTS
 
     spec = get_job("customer_accounts")
     CUSTOMER_ACCOUNTS.check(spec)
@@ -159,7 +159,7 @@ def test_a_table_join_is_declared_and_checked():
 def test_the_readme_shows_the_whole_declaration_of_the_job():
     from pathlib import Path
 
-    import spark_jobs.jobs.customer_accounts as job
+    import spark_jobs.reference.jobs.customer_accounts as job
     from tests.helpers import docs_page, readme_declaration
 
     source = Path(job.__file__).read_text()

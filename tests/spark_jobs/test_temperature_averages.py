@@ -1,5 +1,5 @@
 """temperature_averages: hopping windows and aggregates beyond a count, held to the plain-Python reference
-of Kafka Streams' semantics (spark_jobs.generators.temperatures.expected):
+of Kafka Streams' semantics (spark_jobs.reference.generators.temperatures.expected):
 
 * the windows processor on the same events cut into micro-batches in different ways: what it emits on
   close, every update (``emit="update"``), the store and the late events must be the same whatever the cut;
@@ -19,9 +19,9 @@ import shutil
 
 import pytest
 
-from spark_jobs.generators import temperatures, windows
-from spark_jobs.jobs.temperature_averages import AVERAGES, EVENT_SCHEMA
 from spark_jobs.primitives.windows import LATE
+from spark_jobs.reference.generators import temperatures, windows
+from spark_jobs.reference.jobs.temperature_averages import AVERAGES, EVENT_SCHEMA
 from spark_jobs.registry import get_job
 from spark_jobs.registry import store as store_spec
 from spark_jobs.testing import JobHarness

@@ -1,10 +1,10 @@
 """Jobs that feed jobs: the seeds' two-stage top movers, streaming. ``stock_price_changes`` writes each closed
 day to its one-partition upsert topic in the transaction of its batch's markers; ``top_movers`` reads that
 topic as a table and ranks each day's changes (:class:`spark_jobs.primitives.TopN`). Both held to the
-plain-Python reference (:mod:`spark_jobs.generators.ticks`), which the batch step ``daily_top_movers``
+plain-Python reference (:mod:`spark_jobs.reference.generators.ticks`), which the batch step ``daily_top_movers``
 (tests/spark_jobs/test_batch_jobs.py) and the Kafka Streams twin (tests/bench/test_kafka_streams_peer.py) are
 held to as well; the table's own semantics (updates, tombstones, ties, refused records, any cut of the input,
-1 or 3 partitions, a lost checkpoint) against :mod:`spark_jobs.generators.upserts`."""
+1 or 3 partitions, a lost checkpoint) against :mod:`spark_jobs.reference.generators.upserts`."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import shutil
 import pytest
 
 from bench.answers import latest_per_key
-from spark_jobs.generators import ticks, upserts
-from spark_jobs.kafka_topics import ensure_topic, partition_offsets
+from spark_jobs.io.kafka_topics import ensure_topic, partition_offsets
 from spark_jobs.layout import JobLayout, output_topic_name
+from spark_jobs.reference.generators import ticks, upserts
 from spark_jobs.registry import JobSpecError, get_job
 from spark_jobs.testing import JobHarness
 from spark_jobs.versions import read_rows
@@ -122,7 +122,7 @@ def test_a_table_is_ranked_by_its_rows_latest_values_whatever_the_cut(settings, 
 
 
 def test_a_top_n_is_declared_and_checked():
-    from spark_jobs.jobs.top_movers import TOP_MOVERS
+    from spark_jobs.reference.jobs.top_movers import TOP_MOVERS
 
     spec = get_job("top_movers")
     TOP_MOVERS.check(spec)
@@ -137,7 +137,7 @@ def test_a_top_n_is_declared_and_checked():
 def test_the_readme_shows_the_whole_declaration_of_the_job():
     from pathlib import Path
 
-    import spark_jobs.jobs.top_movers as job
+    import spark_jobs.reference.jobs.top_movers as job
     from tests.helpers import docs_page
 
     page = docs_page("writing-jobs/top-n.md")
@@ -157,8 +157,8 @@ def test_either_stage_killed_9_mid_batch_leaves_the_top_movers_equal_to_the_refe
     so stage 2 (reading committed) sees none of them; kill -9 of stage 2 at the same point with its checkpoint
     lost: the restart restores an empty store, removes the rows its killed batch wrote, replays, and the top
     movers equal the reference."""
-    from spark_jobs.generators.producer import produce_keyed
-    from spark_jobs.run import run
+    from spark_jobs.driver.run import run
+    from spark_jobs.reference.generators.producer import produce_keyed
     from tests.faults.test_driver_kills import Kill, kill_at
 
     stack = private_stack

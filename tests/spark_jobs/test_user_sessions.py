@@ -1,5 +1,5 @@
 """user_sessions: session windows (Kafka Streams' ``SessionWindows``) held to the plain-Python reference
-spark_jobs.generators.sessions.expected:
+spark_jobs.reference.generators.sessions.expected:
 
 * the reference itself on named cases (no Spark): merging, a late event within grace bridging two sessions,
   a closed session extended and emitted again, the grace boundary, deletes, eviction;
@@ -22,11 +22,11 @@ import shutil
 import pytest
 
 from bench.answers import latest_per_key
-from spark_jobs.generators import sessions
-from spark_jobs.jobs.user_sessions import EVENT_SCHEMA, VISITS
 from spark_jobs.layout import JobLayout
 from spark_jobs.primitives.event_time import CHANGE
 from spark_jobs.primitives.sessions import EMIT, LATE
+from spark_jobs.reference.generators import sessions
+from spark_jobs.reference.jobs.user_sessions import EVENT_SCHEMA, VISITS
 from spark_jobs.registry import get_job
 from spark_jobs.registry import store as store_spec
 from spark_jobs.testing import JobHarness
@@ -105,7 +105,7 @@ def test_the_reference_merges_bridges_re_emits_and_refuses_late_events():
 def test_the_readme_shows_the_whole_declaration_of_the_job():
     from pathlib import Path
 
-    import spark_jobs.jobs.user_sessions as job
+    import spark_jobs.reference.jobs.user_sessions as job
     from tests.helpers import docs_page
 
     page = docs_page("writing-jobs/session-aggregate.md")
@@ -127,11 +127,11 @@ def test_a_session_closes_at_end_plus_gap_plus_grace_not_before():
 def test_a_session_store_is_declared_checked_addressed_and_audited_by_its_sessions_end():
     from streamstate.state_api.keys import InvalidKey, KeySchema
 
+    from spark_jobs.operations.state_audit import trends
+    from spark_jobs.operations.state_audit.collect import windows_beyond_retention
+    from spark_jobs.operations.state_audit.rows import SnapshotEntry
     from spark_jobs.registry import JobSpecError, StoreSpec
     from spark_jobs.state.changelog import ChangelogTopic
-    from spark_jobs.state_audit import trends
-    from spark_jobs.state_audit.collect import windows_beyond_retention
-    from spark_jobs.state_audit.rows import SnapshotEntry
 
     for bad, field in (
         (dict(gap_ms=0), "gap_ms > 0"),

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-from spark_jobs.context import JobContext
-from spark_jobs.generators import votes
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import votes
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
 from spark_jobs.state.changelog_reader import read_changelog
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """SpareDriverHook: a job version's spare driver (a second driver, warm, that takes over when the driver dies).
 
 The spare is run and watched like the warm standby (same detached launch, same lease semantics), under its own
-name ``<application_id>.spare`` (spark_jobs/spare.py): its lease, status and supervision record are its own until
+name ``<application_id>.spare`` (spark_jobs/driver/spare.py): its lease, status and supervision record are its own until
 it takes over; from then on it holds the driver's lease and is the driver.
 """
 
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 from streamstate.hooks.streaming_job import StreamingJobHook
 
 from runtime.settings import Settings
+from spark_jobs.driver.lifecycle import SpareStatus, read_spare_status
 from spark_jobs.layout import spare_name
-from spark_jobs.lifecycle import SpareStatus, read_spare_status
 from spark_jobs.registry import JobSpec
 
 if TYPE_CHECKING:
-    from spark_jobs.submit import SubmitSpec
+    from spark_jobs.driver.submit import SubmitSpec
 
 
 class SpareDriverHook(StreamingJobHook):
@@ -31,7 +31,7 @@ class SpareDriverHook(StreamingJobHook):
 
     def submit_spec(self) -> SubmitSpec:
         """The spare's spark-submit (``run.py <job> --spare``), launched on the same connection as the driver."""
-        from spark_jobs.submit import submit_spec
+        from spark_jobs.driver.submit import submit_spec
 
         return submit_spec(self.spec, self.settings, spare=True)
 

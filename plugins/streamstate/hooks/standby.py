@@ -12,13 +12,13 @@ import sys
 from streamstate.hooks.streaming_job import StreamingJobHook
 
 from runtime.settings import Settings
-from spark_jobs.lifecycle import StandbyStatus, read_standby_status
+from spark_jobs.driver.lifecycle import StandbyStatus, read_standby_status
+from spark_jobs.operations.standby.follower import standby_id
 from spark_jobs.registry import JobSpec
-from spark_jobs.standby.follower import standby_id
 
 
 class StandbyHook(StreamingJobHook):
-    """The follower's lease, status and detached launches (``python -m spark_jobs.standby``)."""
+    """The follower's lease, status and detached launches (``python -m spark_jobs.operations.standby``)."""
 
     def __init__(self, spec: JobSpec, settings: Settings | None = None) -> None:
         super().__init__(spec, settings)
@@ -31,7 +31,14 @@ class StandbyHook(StreamingJobHook):
         return None  # a follower reads changelogs; it has no input of its own to dead-letter
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "spark_jobs.standby", self.spec.name, "--version", str(self.spec.version)]
+        return [
+            sys.executable,
+            "-m",
+            "spark_jobs.operations.standby",
+            self.spec.name,
+            "--version",
+            str(self.spec.version),
+        ]
 
     def launch_follower(self, run_label: str) -> dict:
         env = {**os.environ, **self.settings.to_env()}

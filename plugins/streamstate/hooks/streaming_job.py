@@ -36,14 +36,14 @@ from airflow.sdk import BaseHook
 
 from runtime.process import process_alive  # noqa: F401 - its home is runtime; callers import it from here
 from runtime.settings import Settings
-from spark_jobs.dead_letter import dead_letter_topic
+from spark_jobs.driver.lease import JobLease, LeaseHolder
+from spark_jobs.driver.lifecycle import PublishedStatus, read_status
+from spark_jobs.io.dead_letter import dead_letter_topic
 from spark_jobs.layout import launch_files
-from spark_jobs.lease import JobLease, LeaseHolder
-from spark_jobs.lifecycle import PublishedStatus, read_status
 from spark_jobs.registry import JobSpec
 
 if TYPE_CHECKING:
-    from spark_jobs.submit import SubmitSpec
+    from spark_jobs.driver.submit import SubmitSpec
 
 #: the provider's default ``spark-binary``: here, this environment's spark-submit (its Spark is the pinned one)
 DEFAULT_SPARK_BINARY = "spark-submit"
@@ -155,7 +155,7 @@ class StreamingJobHook(BaseHook):
 
     def dead_letters(self) -> int | None:
         """Records in the job's dead-letter topic, or None when it does not exist or Kafka is down."""
-        from spark_jobs.kafka_topics import partition_offsets
+        from spark_jobs.io.kafka_topics import partition_offsets
 
         try:
             return sum(
@@ -179,13 +179,13 @@ class StreamingJobHook(BaseHook):
 
     def submit_spec(self) -> SubmitSpec:
         """The platform's spark-submit description of this job version's driver."""
-        from spark_jobs.submit import submit_spec
+        from spark_jobs.driver.submit import submit_spec
 
         return submit_spec(self.spec, self.settings)
 
     def submit_command(self, submit: SubmitSpec) -> list[str]:
         """spark-submit of ``submit`` on the connection: its master, queue, Kubernetes namespace and binary
-        (``spark-submit``: this environment's, :func:`~spark_jobs.submit.spark_submit_binary`), in client mode
+        (``spark-submit``: this environment's, :func:`~spark_jobs.driver.submit.spark_submit_binary`), in client mode
         always (a ``spark.submit.deployMode`` in Spark's defaults cannot move the driver elsewhere)."""
         spark = self.spark
         conf = dict(submit.conf)

@@ -26,7 +26,7 @@ class RunBatchJobOperator(SparkSubmitOperator):
         self.batch_job = batch_job
 
     def execute(self, context):
-        from spark_jobs.submit import application_submit_spec
+        from spark_jobs.driver.submit import application_submit_spec
 
         job = get_batch_job(self.batch_job)
         interval = (

@@ -1,6 +1,6 @@
 """Operators of the changelog compaction tuning DAG: measure, tune (dry run / apply / roll back), verify.
 
-The logic is in ``spark_jobs.changelog_tuning`` (plain Python); these operators read the run's
+The logic is in ``spark_jobs.operations.changelog_tuning`` (plain Python); these operators read the run's
 params, log every measurement and every recommendation with its reason, and hand the measurements
 to the next tasks through XCom.
 """
@@ -14,12 +14,12 @@ from streamstate.operators.streaming_job import who_triggered
 from streamstate.supervision import Condition
 
 from runtime.settings import Settings
-from spark_jobs.changelog_tuning import history
-from spark_jobs.changelog_tuning.latest import LatestMeasurement, write_latest
-from spark_jobs.changelog_tuning.measure import ChangelogMeasurement, changelog_targets, describe_measurement
-from spark_jobs.changelog_tuning.recommend import human_ms, recommend
-from spark_jobs.changelog_tuning.tuner import apply_recommendations, measure_all, roll_back
 from spark_jobs.layout import application_id
+from spark_jobs.operations.changelog_tuning import history
+from spark_jobs.operations.changelog_tuning.latest import LatestMeasurement, write_latest
+from spark_jobs.operations.changelog_tuning.measure import ChangelogMeasurement, changelog_targets, describe_measurement
+from spark_jobs.operations.changelog_tuning.recommend import human_ms, recommend
+from spark_jobs.operations.changelog_tuning.tuner import apply_recommendations, measure_all, roll_back
 
 MEASURE_TASK = "measure"
 MODES = ("dry_run", "apply", "rollback")

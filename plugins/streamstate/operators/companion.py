@@ -22,8 +22,8 @@ from streamstate.supervision import DESIRED_STOPPED, Condition, Launch, locked_r
 from streamstate.triggers.events import WaitOutcome
 from streamstate.triggers.streaming_job import LeaseTakenTrigger
 
+from spark_jobs.driver.lease import JobLease, LeaseHolder
 from spark_jobs.layout import JobDags
-from spark_jobs.lease import JobLease, LeaseHolder
 from spark_jobs.registry import JobSpec
 
 

@@ -1,5 +1,5 @@
 """MaintainDeltaTablesOperator: compact and vacuum every Delta table of the platform (thin over
-``spark_jobs.maintenance``; delta-rs, no Spark session)."""
+``spark_jobs.operations.maintenance``; delta-rs, no Spark session)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class MaintainDeltaTablesOperator(BaseOperator):
     ``compact_running`` (manual runs only) also compacts tables whose writer runs."""
 
     def execute(self, context):
-        from spark_jobs.maintenance import maintain, record_run, summarize
+        from spark_jobs.operations.maintenance import maintain, record_run, summarize
 
         params = context["params"]
         manual = context["dag_run"].run_type == "manual"

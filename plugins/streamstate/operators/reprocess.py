@@ -1,6 +1,6 @@
 """Operators of the reprocessing DAGs: plan, prepare, wait for catch-up, compare, reset, promote, audit.
 
-The logic is in ``spark_jobs.reprocess`` (plain Python, testable without Airflow) and
+The logic is in ``spark_jobs.operations.reprocess`` (plain Python, testable without Airflow) and
 ``spark_jobs.versions``; these operators read the DAG run's params, hand over the plan through XCom
 and say in the task log what they did. Every step is safe to run again (a cleared task, a re-run).
 """
@@ -20,8 +20,8 @@ from streamstate.triggers.streaming_job import StreamingJobCaughtUpTrigger
 
 from runtime.settings import Settings
 from spark_jobs.layout import JobLayout, application_id, comparison_report_file
+from spark_jobs.operations.reprocess.plan import BadReprocessRequest, ReprocessPlan, make_plan, write_start_offsets
 from spark_jobs.registry import get_job
-from spark_jobs.reprocess.plan import BadReprocessRequest, ReprocessPlan, make_plan, write_start_offsets
 from spark_jobs.state.snapshots import SnapshotStore
 
 PLAN_TASK = "plan"
@@ -83,8 +83,8 @@ class MigrateStateOperator(SparkSubmitOperator):
 
     def execute(self, context):
         from runtime.settings import PROJECT_ROOT
+        from spark_jobs.driver.submit import application_submit_spec
         from spark_jobs.state.migration import migrated_and_running
-        from spark_jobs.submit import application_submit_spec
 
         plan, settings = _plan(context), Settings.from_env()
         target = plan.spec()
@@ -121,7 +121,7 @@ class WaitForCatchUpOperator(BaseOperator):
         self.timeout_min = timeout_min
 
     def execute(self, context):
-        from spark_jobs.kafka_topics import partition_offsets
+        from spark_jobs.io.kafka_topics import partition_offsets
 
         plan, settings = _plan(context), Settings.from_env()
         spec = plan.spec()
@@ -144,7 +144,7 @@ class WaitForCatchUpOperator(BaseOperator):
 
 
 class CompareOutputsOperator(SparkSubmitOperator):
-    """Run the comparison (``spark_jobs/reprocess/compare.py``) on ``spark_default``, then log the
+    """Run the comparison (``spark_jobs/operations/reprocess/compare.py``) on ``spark_default``, then log the
     readable report, keep it as a file in ``<status_dir>/reports/`` and return it (XCom)."""
 
     def __init__(self, *, conn_id: str = "spark_default", **kwargs) -> None:
@@ -152,8 +152,8 @@ class CompareOutputsOperator(SparkSubmitOperator):
 
     def execute(self, context):
         from runtime.settings import PROJECT_ROOT
-        from spark_jobs.reprocess.compare import render_report, reports_table
-        from spark_jobs.submit import application_submit_spec
+        from spark_jobs.driver.submit import application_submit_spec
+        from spark_jobs.operations.reprocess.compare import render_report, reports_table
         from spark_jobs.versions import read_rows
 
         plan, settings = _plan(context), Settings.from_env()
@@ -162,7 +162,10 @@ class CompareOutputsOperator(SparkSubmitOperator):
         apply_submit(
             self,
             application_submit_spec(
-                settings, f"compare-{plan.job}", PROJECT_ROOT / "spark_jobs" / "reprocess" / "compare.py", args
+                settings,
+                f"compare-{plan.job}",
+                PROJECT_ROOT / "spark_jobs" / "operations" / "reprocess" / "compare.py",
+                args,
             ),
         )
         super().execute(context)
@@ -183,7 +186,7 @@ class ResetJobStateOperator(BaseOperator):
     """Execute the reset part of the plan under the job's lease (refuses while a driver holds it)."""
 
     def execute(self, context):
-        from spark_jobs.reprocess.reset import ResetRefused, reset_in_place
+        from spark_jobs.operations.reprocess.reset import ResetRefused, reset_in_place
 
         try:
             done = reset_in_place(Settings.from_env(), _plan(context))
@@ -206,7 +209,7 @@ class PromoteJobVersionOperator(BaseOperator):
         self.job, self.version, self.dry_run, self.confirm = job, version, dry_run, confirm
 
     def execute(self, context):
-        from spark_jobs.lease import JobLease
+        from spark_jobs.driver.lease import JobLease
         from spark_jobs.registry import JobSpecError
         from spark_jobs.state.source_position import committed_source_offsets
         from spark_jobs.versions import JobVersions
@@ -231,7 +234,7 @@ class PromoteJobVersionOperator(BaseOperator):
             )
         running = JobLease(settings.status_dir, new.application_id).holder() is not None
         if new.version != old.version:
-            from spark_jobs.reprocess.purge import owned_targets
+            from spark_jobs.operations.reprocess.purge import owned_targets
 
             self.log.info(
                 "v%s and its standby will be stopped and retired; purge_retired_versions deletes, after "
@@ -315,7 +318,7 @@ class RecordReprocessingOperator(BaseOperator):
         self.plan_task = plan_task
 
     def execute(self, context):
-        from spark_jobs.reprocess.audit import record_run
+        from spark_jobs.operations.reprocess.audit import record_run
 
         ti, params = context["ti"], dict(context["params"])
         plan = ti.xcom_pull(task_ids=self.plan_task) or {}
@@ -363,7 +366,7 @@ class PurgeRetiredVersionsOperator(BaseOperator):
         self.dry_run = dry_run
 
     def execute(self, context):
-        from spark_jobs.reprocess.purge import purge_candidates, purge_version
+        from spark_jobs.operations.reprocess.purge import purge_candidates, purge_version
 
         settings = Settings.from_env()
         dry_run = str(self.dry_run).lower() == "true"

@@ -1,4 +1,4 @@
-"""SuperviseSpareOperator: keep a job's spare driver started (spark_jobs/spare.py), and tell on-call when it is not.
+"""SuperviseSpareOperator: keep a job's spare driver started (spark_jobs/driver/spare.py), and tell on-call when it is not.
 
 Part of ``supervise__<job>`` (a companion of the driver: :mod:`streamstate.operators.companion`). The spare is
 wanted where the job's ``SupervisionPolicy.spare_driver`` and the deployment's ``STREAMSTATE_SPARE_DRIVERS`` say

@@ -1,6 +1,6 @@
 """Operators of the state-size audit DAG: read the checkpoints (Spark), then audit, alert and report.
 
-The logic is in ``spark_jobs.state_audit``; these operators pick the stores, hand the rows over, log
+The logic is in ``spark_jobs.operations.state_audit``; these operators pick the stores, hand the rows over, log
 one line per store and tell on-call (once per condition, resolved when it clears) when a store has
 crossed a budget or is projected to within its ``warn_days``, or when its declared TTL is measured not
 to evict idle keys.
@@ -19,14 +19,19 @@ from streamstate.supervision import Condition
 
 from runtime.settings import PROJECT_ROOT, Settings
 from spark_jobs.documents import from_json, to_json
-from spark_jobs.kafka_topics import existing_topics
+from spark_jobs.io.kafka_topics import existing_topics
 from spark_jobs.layout import JobLayout
+from spark_jobs.operations.state_audit.checkpoint_state import checkpoint_rows
+from spark_jobs.operations.state_audit.collect import (
+    audit_rows,
+    audit_store,
+    latest_changelog_measurements,
+    record_audit,
+)
+from spark_jobs.operations.state_audit.report import write_report
+from spark_jobs.operations.state_audit.rows import Measure, StoreAudit, TtlVerdict
 from spark_jobs.registry import registered_versions
 from spark_jobs.state.restore_history import restore_measurements
-from spark_jobs.state_audit.checkpoint_state import checkpoint_rows
-from spark_jobs.state_audit.collect import audit_rows, audit_store, latest_changelog_measurements, record_audit
-from spark_jobs.state_audit.report import write_report
-from spark_jobs.state_audit.rows import Measure, StoreAudit, TtlVerdict
 
 UNITS: dict[Measure, str] = {"rows": "rows", "bytes": "bytes", "restore_s": "s restore"}
 
@@ -68,13 +73,13 @@ class AuditResult:
 
 
 class ReadCheckpointStateOperator(SparkSubmitOperator):
-    """Run ``spark_jobs/state_audit/checkpoint_state.py`` on ``spark_default`` for this run."""
+    """Run ``spark_jobs/operations/state_audit/checkpoint_state.py`` on ``spark_default`` for this run."""
 
     def __init__(self, *, conn_id: str = "spark_default", **kwargs) -> None:
         super().__init__(conn_id=conn_id, application="", **kwargs)
 
     def execute(self, context):
-        from spark_jobs.submit import application_submit_spec
+        from spark_jobs.driver.submit import application_submit_spec
 
         settings = Settings.from_env()
         apply_submit(
@@ -82,7 +87,7 @@ class ReadCheckpointStateOperator(SparkSubmitOperator):
             application_submit_spec(
                 settings,
                 "state-audit-checkpoints",
-                PROJECT_ROOT / "spark_jobs" / "state_audit" / "checkpoint_state.py",
+                PROJECT_ROOT / "spark_jobs" / "operations" / "state_audit" / "checkpoint_state.py",
                 (context["run_id"],),
             ),
         )

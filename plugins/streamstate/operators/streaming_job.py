@@ -2,7 +2,7 @@
 
 All of them read and change the job's supervision record only under its lock, so racing DAG runs, a
 retried task and a stop request see each other's decisions. The driver's own lease
-(``spark_jobs/lease.py``) is the last line: even a launch that slipped through exits with code 3
+(``spark_jobs/driver/lease.py``) is the last line: even a launch that slipped through exits with code 3
 without touching anything.
 """
 
@@ -32,8 +32,8 @@ from streamstate.triggers.streaming_job import (
 )
 
 from spark_jobs.documents import to_json
+from spark_jobs.driver.lease import JobLease
 from spark_jobs.layout import JobDags
-from spark_jobs.lease import JobLease
 from spark_jobs.registry import JobSpec, get_job
 
 
@@ -42,7 +42,7 @@ class StreamingJobFailed(RuntimeError):
 
 
 def apply_submit(operator: SparkSubmitOperator, submit) -> None:
-    """Hand a job's spark-submit description (``spark_jobs.submit.SubmitSpec``) to the provider's operator
+    """Hand a job's spark-submit description (``spark_jobs.driver.submit.SubmitSpec``) to the provider's operator
     (its public fields: what the task's rendered view shows, and what ``SparkSubmitOperator.execute`` runs)."""
     operator.application, operator.application_args, operator.name = (
         submit.application,
@@ -333,7 +333,7 @@ class DrainStreamingJobOperator(SparkSubmitOperator):
 
     def execute(self, context):
         from runtime.settings import Settings
-        from spark_jobs.submit import submit_spec
+        from spark_jobs.driver.submit import submit_spec
 
         apply_submit(self, submit_spec(job_spec(self.job), Settings.from_env(), available_now=True))
         return super().execute(context)

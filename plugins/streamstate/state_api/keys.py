@@ -2,8 +2,8 @@
 
 A store is addressed by its job's key field (``user_id``, ``voter_id``, ``patient_id``); a windowed
 store also by the window's start (epoch ms, aligned to the window size), because its changelog key is
-``<key>@<window_start_ms>`` (spark_jobs/jobs/patient_heart_rate.py); a session store by the session's start
-(epoch ms, any), its changelog key ``<key>@<session_start_ms>`` (spark_jobs/jobs/user_sessions.py). Anything else is refused with a
+``<key>@<window_start_ms>`` (spark_jobs/reference/jobs/patient_heart_rate.py); a session store by the session's start
+(epoch ms, any), its changelog key ``<key>@<session_start_ms>`` (spark_jobs/reference/jobs/user_sessions.py). Anything else is refused with a
 message that says what was expected, before any state is touched.
 """
 

@@ -26,8 +26,8 @@ from streamstate.state_api.keys import InvalidKey, KeySchema
 from streamstate.state_api.views import LiveView, StandbyView, StateTable
 
 from runtime.settings import Settings
+from spark_jobs.driver.lifecycle import current_state, observe_standby
 from spark_jobs.layout import JobLayout
-from spark_jobs.lifecycle import current_state, observe_standby
 from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec, get_job, registered_versions, store
 from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore

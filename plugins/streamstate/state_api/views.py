@@ -10,7 +10,7 @@ Spark instead (the ``statestore`` data source over the checkpoint) costs a Spark
 and reads RocksDB files the running query is replacing.
 
 **Standby** (:class:`StandbyView`): the store's Delta snapshot table as the warm standby keeps it
-(spark_jobs/standby), loaded once per Delta version. It needs neither the job nor Kafka to be up.
+(spark_jobs/operations/standby), loaded once per Delta version. It needs neither the job nor Kafka to be up.
 
 Both hold a :class:`StateTable`: a dict for point lookups and a sorted key list, rebuilt only when
 the state changed since the last range scan, for range and prefix scans with paging.
@@ -26,7 +26,7 @@ import time
 from confluent_kafka import KafkaException
 
 from runtime.kafka_connection import KafkaTarget
-from spark_jobs.kafka_topics import is_transient
+from spark_jobs.io.kafka_topics import is_transient
 from spark_jobs.state.changelog_reader import ChangelogTail
 from spark_jobs.state.snapshots import SnapshotInfo, SnapshotStore
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from spark_jobs.documents import from_json, to_json
-from spark_jobs.lease import LeaseHolder
+from spark_jobs.driver.lease import LeaseHolder
 
 #: what the wait ended with: a launched process ``running`` (holds its lease), ``already_running`` (another held it),
 #: ``failed``; a stopped driver ``stopped``; a drained version ``caught_up``; a watched driver ``exited``; or

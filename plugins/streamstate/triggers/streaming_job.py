@@ -19,8 +19,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from streamstate.triggers.events import WaitOutcome
 
 from runtime.process import process_alive
-from spark_jobs.lease import ALREADY_RUNNING, JobLease
-from spark_jobs.lifecycle import JobState, published_by_holder, read_status
+from spark_jobs.driver.lease import ALREADY_RUNNING, JobLease
+from spark_jobs.driver.lifecycle import JobState, published_by_holder, read_status
 
 
 class WaitingTrigger(BaseTrigger):
@@ -263,7 +263,7 @@ def _json_offsets(offsets: dict) -> dict:
 class StreamingJobExitedTrigger(WaitingTrigger):
     """Fires when the driver holding lease ``epoch`` no longer holds it and no newer driver does (``exited``: it
     stopped, or died and the kernel dropped its flock), or when ``timeout_s`` has passed (``timeout``). A newer
-    driver holding the lease (the job's spare driver took over, spark_jobs/spare.py) is watched in its place:
+    driver holding the lease (the job's spare driver took over, spark_jobs/driver/spare.py) is watched in its place:
     there is nothing to restart, and the task is not resumed (its worker would compete with the new driver's
     first batch for the machine)."""
 

@@ -144,7 +144,7 @@ def alerts_page() -> str:
 @app.get("/state-audit/{name}")
 def state_audit_report(name: str):
     """The audit DAG's report files: ``index.html`` and the charts (only names, no paths)."""
-    from spark_jobs.state_audit.report import report_dir
+    from spark_jobs.operations.state_audit.report import report_dir
 
     folder = report_dir(_settings())
     if name == "" or "/" in name or name.startswith(".") or not (name.endswith(".html") or name.endswith(".png")):
@@ -159,7 +159,7 @@ def state_audit_report(name: str):
 
 @app.get("/state-audit/", response_class=HTMLResponse)
 def state_audit_index():
-    from spark_jobs.state_audit.report import report_dir
+    from spark_jobs.operations.state_audit.report import report_dir
 
     if not (report_dir(_settings()) / "index.html").is_file():
         return HTMLResponse(render("audit_missing.html", refresh=None), status_code=404)

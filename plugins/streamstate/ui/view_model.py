@@ -16,10 +16,10 @@ from streamstate.alert_ledger import AlertLedger
 from streamstate.supervision import DESIRED_STOPPED, read_record
 
 from runtime.settings import Settings
-from spark_jobs.changelog_tuning.latest import LatestMeasurement, read_latest
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.lifecycle import SnapshotTaken, StoreRestore, observe_driver, observe_spare, observe_standby
 from spark_jobs.layout import JobDags
-from spark_jobs.lease import JobLease
-from spark_jobs.lifecycle import SnapshotTaken, StoreRestore, observe_driver, observe_spare, observe_standby
+from spark_jobs.operations.changelog_tuning.latest import LatestMeasurement, read_latest
 from spark_jobs.registry import JobSpec, registered_versions
 from spark_jobs.versions import JobVersions
 

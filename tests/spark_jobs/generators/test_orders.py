@@ -1,4 +1,4 @@
-"""The stream-table join's plain-Python reference (:func:`spark_jobs.generators.orders.expected_enrichment`) on
+"""The stream-table join's plain-Python reference (:func:`spark_jobs.reference.generators.orders.expected_enrichment`) on
 hand-made cases: what each rule of Kafka Streams' task does to one order (the join tests hold the platform and
 the Kafka Streams twin to this reference on adversarial input)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from spark_jobs.generators.orders import Record, expected_enrichment
+from spark_jobs.reference.generators.orders import Record, expected_enrichment
 
 MINUTE = 60_000
 

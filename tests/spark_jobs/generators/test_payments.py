@@ -1,4 +1,4 @@
-"""The stream-stream join's plain-Python reference (:func:`spark_jobs.generators.payments.expected_join`) on
+"""The stream-stream join's plain-Python reference (:func:`spark_jobs.reference.generators.payments.expected_join`) on
 hand-made cases, one per rule of its module docstring: what Kafka Streams' task does with a few orders and
 payments (tests/bench/test_kafka_streams_peer.py holds the Kafka Streams twin to this reference on adversarial
 input). Times in minutes of event time; the twin's window: 10 minutes before and after, 1 minute grace."""
@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from spark_jobs.generators.payments import ORDER, PAYMENT, Record, expected_join, task_order
+from spark_jobs.reference.generators.payments import ORDER, PAYMENT, Record, expected_join, task_order
 
 MINUTE = 60_000
 W, G = 10 * MINUTE, MINUTE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from spark_jobs.generators import purchases
+from spark_jobs.reference.generators import purchases
 
 
 def test_events_started_by_start_ending_by_end_by_then():

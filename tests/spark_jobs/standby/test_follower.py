@@ -11,13 +11,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from spark_jobs.context import JobContext
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
-from spark_jobs.lease import JobLease
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.lease import JobLease
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.operations.standby.follower import StoreFollower, standby_id
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
-from spark_jobs.standby.follower import StoreFollower, standby_id
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.snapshotting import take_snapshot
 from tests.helpers import expected_purchase_counts

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_jobs.changelog_tuning.measure import broker_log_dirs, read_log_files
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.operations.changelog_tuning.measure import broker_log_dirs, read_log_files
 from spark_jobs.state import changelog_spark
 from spark_jobs.state.batch_records import BATCH_HEADER, MARKER_KEY, BatchMarker
 from spark_jobs.state.changelog import ChangelogTopic, ChangelogWriter

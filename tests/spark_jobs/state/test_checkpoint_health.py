@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.context import JobContext
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.run import run, set_aside_new_query_leftovers
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.run import run, set_aside_new_query_leftovers
 from spark_jobs.state.checkpoint_health import RESTORE_RECORD, checkpoint_problem, new_query_leftovers, quarantine
 from spark_jobs.state.fencing import GENERATION_SPAN
 from tests.helpers import delta_purchase_counts, expected_purchase_counts

@@ -14,12 +14,12 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.generators import purchases
-from spark_jobs.jobs.purchase_counts import STORE
-from spark_jobs.kafka_topics import truncate_topic
+from spark_jobs.driver.run import StateFormatChanged, run
+from spark_jobs.io.kafka_topics import truncate_topic
 from spark_jobs.layout import JobLayout
+from spark_jobs.reference.generators import purchases
+from spark_jobs.reference.jobs.purchase_counts import STORE
 from spark_jobs.registry import StoreMigration
-from spark_jobs.run import StateFormatChanged, run
 from spark_jobs.state.checkpoint_offsets import committed_input_offsets
 from spark_jobs.state.migration import (
     MIGRATED_BATCH_ID,
@@ -167,8 +167,8 @@ def test_a_new_version_whose_outputs_gained_a_column_writes_it_beside_the_copied
     from delta.tables import DeltaTable
     from pyspark.sql import types as T
 
-    from spark_jobs.context import JobContext
-    from spark_jobs.jobs.purchase_counts import COUNTS
+    from spark_jobs.driver.context import JobContext
+    from spark_jobs.reference.jobs.purchase_counts import COUNTS
 
     v4 = dataclasses.replace(purchase_counts_copy("out", unique, settings.kafka_bootstrap_servers), version=4)
     ctx = JobContext(spark, v4, settings)

@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 
-from spark_jobs.context import JobContext
-from spark_jobs.generators import purchases
-from spark_jobs.kafka_topics import ensure_topic
+from spark_jobs.driver.context import JobContext
+from spark_jobs.driver.run import run
+from spark_jobs.io.kafka_topics import ensure_topic
+from spark_jobs.reference.generators import purchases
 from spark_jobs.registry import get_job
-from spark_jobs.run import run
 from spark_jobs.state import snapshotting
 from spark_jobs.state.changelog_reader import read_changelog
 from spark_jobs.state.fencing import GENERATION_SPAN

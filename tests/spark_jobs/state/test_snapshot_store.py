@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from spark_jobs.io.table_maintenance import maintain_table
 from spark_jobs.state.restore import STORE_SCHEMA
 from spark_jobs.state.snapshots import SnapshotConflict, SnapshotInfo, SnapshotStore, overlay
-from spark_jobs.table_maintenance import maintain_table
 from tests.helpers import age_delta_removals
 
 

@@ -12,16 +12,16 @@ from decimal import Decimal
 
 import pytest
 
-from spark_jobs.generators import purchases
-from spark_jobs.jobs.purchase_counts import STORE
+from spark_jobs.driver.run import StateFormatChanged, run
 from spark_jobs.layout import JobLayout
+from spark_jobs.operations.state_audit.checkpoint_state import audit_checkpoint
+from spark_jobs.reference.generators import purchases
+from spark_jobs.reference.jobs.purchase_counts import STORE
 from spark_jobs.registry import JobSpecError, StoreSpec
-from spark_jobs.run import StateFormatChanged, run
 from spark_jobs.state.checkpoint_offsets import state_encoding
 from spark_jobs.state.migration import read_store
 from spark_jobs.state.snapshots import SnapshotStore
 from spark_jobs.state.snapshotting import take_snapshot
-from spark_jobs.state_audit.checkpoint_state import audit_checkpoint
 from tests.fixtures.reprocess_jobs import ITEMS, expected_items, tier_of
 from tests.helpers import delta_purchase_counts, expected_purchase_counts, purchase_batches, purchase_counts_copy
 

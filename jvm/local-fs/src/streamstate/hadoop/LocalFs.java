@@ -15,7 +15,7 @@ import org.apache.hadoop.fs.local.LocalConfigKeys;
 /**
  * The {@code file:} scheme for Hadoop's {@code FileContext} API (Spark's checkpoint files, Delta's log):
  * Hadoop's {@code LocalFs} (checksummed, over {@code RawLocalFs}) with {@link ProcessFreeRawLocalFileSystem}
- * underneath. Configured as {@code fs.AbstractFileSystem.file.impl} by spark_jobs/session.py.
+ * underneath. Configured as {@code fs.AbstractFileSystem.file.impl} by spark_jobs/driver/session.py.
  */
 public class LocalFs extends ChecksumFs {
   public LocalFs(URI uri, Configuration conf) throws IOException, URISyntaxException {

@@ -21,7 +21,7 @@ import scala.jdk.javaapi.CollectionConverters;
 /**
  * Rejected input records ride through a job's processor to its sink, so that one streaming query reads
  * and classifies the input once and writes both the outputs and the dead letters of each micro-batch
- * (spark_jobs/dead_letter.py builds the column; JobContext.state_change_sink writes it).
+ * (spark_jobs/io/dead_letter.py builds the column; JobContext.state_change_sink writes it).
  *
  * <p>An input row whose {@link #COLUMN} is not null is a rejected record: the processor never sees it,
  * and it leaves as one output row with the processor's columns null and {@link #COLUMN} set. The

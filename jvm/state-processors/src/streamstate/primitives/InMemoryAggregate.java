@@ -33,7 +33,7 @@ import streamstate.jobs.DeadLetters;
  * Streams' in-memory store ({@code Stores.inMemoryKeyValueStore}: no local database, a full restore on every
  * start). That store serves Spark's older stateful API, {@code flatMapGroupsWithState}, with one value per
  * key: this processor. The job's query must run with that provider (the pipeline sets it for the query:
- * spark_jobs/session.py {@code IN_MEMORY_PROVIDER}; an existing checkpoint keeps the provider it was started with).
+ * spark_jobs/driver/session.py {@code IN_MEMORY_PROVIDER}; an existing checkpoint keeps the provider it was started with).
  *
  * <p>Input columns: those of {@link KeyedAggregate}. The stored value and the change rows are
  * {@link KeyedAggregate}'s ({@code touched_at_ms} is the micro-batch's processing time), so the changelog,

@@ -46,7 +46,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 import scala.Option;
 
 /**
- * A job's JSON events decoded in one pass over each record's bytes (spark_jobs/dead_letter.py): what
+ * A job's JSON events decoded in one pass over each record's bytes (spark_jobs/io/dead_letter.py): what
  * Spark's {@code from_json} and {@code try_parse_json} found between them, parsing each record once.
  *
  * <p>Output, per record, a struct of:

@@ -30,7 +30,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * {@code window} apart, joined, as Kafka Streams' {@code KStream#join / leftJoin / outerJoin(KStream, joiner,
  * JoinWindows.ofTimeDifferenceAndGrace(window, grace))} does (4.3.1, without spurious early left/outer results).
  * A job declares it in Python (spark_jobs/primitives/stream_stream_join.py); the rules are stated, each with the
- * Kafka Streams class it comes from, in spark_jobs/generators/payments.py, whose plain-Python task this processor
+ * Kafka Streams class it comes from, in spark_jobs/reference/generators/payments.py, whose plain-Python task this processor
  * follows step by step. In short, per task (a partition of both topics):
  * <ul>
  *   <li>records are taken in timestamp order, each side's in offset order; on a tie, the side not taken last;

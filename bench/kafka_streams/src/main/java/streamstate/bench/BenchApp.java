@@ -130,7 +130,7 @@ import org.apache.kafka.streams.state.Stores;
  *       decimals as written). Kafka Streams throttles the emission of unmatched records by wall-clock time
  *       (internal config {@code __emit.interval.ms.kstreams.outer.join.spurious.results.fix__}, 1000 ms): with
  *       {@code -Dstreams.__emit.interval.ms.kstreams.outer.join.spurious.results.fix__=0} the output depends on
- *       the input alone (spark_jobs/generators/payments.py states the rules).
+ *       the input alone (spark_jobs/reference/generators/payments.py states the rules).
  *   <li>{@code order_payments_inner_rekeyed}, {@code ..._left_rekeyed}, {@code ..._outer_rekeyed}: the same joins
  *       of orders that are not keyed by their order id: each order gets its source partition and offset, then
  *       {@code selectKey} by its {@code order_id} (an order without one dropped), so Kafka Streams writes the

@@ -1,0 +1,573 @@
+"""What a job's ``build`` function gets: the session, its spec, the deployment and its artifacts."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import json
+
+from runtime.object_store import Location
+from runtime.settings import Settings
+from spark_jobs.driver import failpoints
+from spark_jobs.io.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic
+from spark_jobs.io.output_table import OutputTable
+from spark_jobs.layout import JobLayout
+from spark_jobs.registry import JobSpec, store
+from spark_jobs.state import output_marks
+from spark_jobs.state.changelog import (
+    ChangelogTopic,
+    ChangelogWriter,
+    fenced_writer,
+)
+from spark_jobs.state.checkpoint_offsets import (
+    KafkaOffsets,
+    batch_end_offsets,
+    latest_batch_id,
+)
+from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence
+from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
+from spark_jobs.state.snapshots import SnapshotStore
+from spark_jobs.state.store_changes import STORE_COLUMN, StoreChanges, restored_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class JobContext:
+    spark: object  # pyspark.sql.SparkSession (not imported here: DAG files import this module)
+    spec: JobSpec
+    settings: Settings
+    #: store -> state rebuilt from snapshot + changelog when the query starts without a checkpoint
+    restored: dict[str, RestoredState] = dataclasses.field(default_factory=dict)
+    #: session settings the job's queries must start with (applied by the runner around start)
+    query_conf: dict = dataclasses.field(default_factory=dict)
+    #: changelog writers handed out, closed (their producers flushed) when the run ends
+    open_writers: list = dataclasses.field(default_factory=list)
+    #: store -> its changelog writer, made beside the query's start by :meth:`claim_in_background`
+    prepared_writers: dict = dataclasses.field(default_factory=dict)
+    #: called with (store, SnapshotInfo) after every snapshot (the runner publishes it in the status)
+    snapshot_listeners: list = dataclasses.field(default_factory=list)
+    #: called with {reason: records} after every batch that wrote dead letters (the runner publishes the
+    #: run's totals in the status: metrics by reason, and on-call hears of records not keyed by the key)
+    dead_letter_listeners: list = dataclasses.field(default_factory=list)
+    #: seconds spent per phase of the state-change batches (state, changelog, outputs, snapshot), summed
+    #: over the run: the run report's answer to "where does a batch's time go"
+    phase_seconds: dict = dataclasses.field(default_factory=dict)
+    #: micro-batch id -> its own milliseconds per phase, until its progress is published (:meth:`pop_batch_phases`)
+    batch_phase_ms: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def layout(self) -> JobLayout:
+        """Every name and path this job version owns."""
+        return JobLayout.of(self.spec, self.settings)
+
+    def kafka_source(self):
+        """The stateful stage's input as a streaming DataFrame, starting where the restored state ends: the
+        job's source topic, or its repartition topic when the job re-keys its source (``JobSpec.repartition``,
+        :mod:`spark_jobs.io.repartition`), and a join's second input (``JobSpec.join_topic``: one source reads
+        both, so one checkpoint offset, one changelog marker and one restore position cover both; refused
+        unless co-partitioned, :meth:`check_co_partitioned`). Read committed, as Kafka Streams reads under
+        exactly-once: a repartition topic and another job's output topic are written in transactions, and a
+        batch a killed writer aborted must never be read (a source of plain producers reads the same either way).
+        A re-keyed job's records carry their place in the source topic (:data:`spark_jobs.io.dead_letter.ORIGIN_COLUMNS`,
+        from the repartition topic's headers): a dead letter of either stage names its record's place there."""
+        if self.spec.join_topic:
+            self.check_co_partitioned()
+        reader = (
+            self.spark.readStream.format("kafka")
+            .options(**self.settings.kafka.spark_options())
+            .option("subscribe", ",".join(self.input_topics))
+            .option("startingOffsets", self.starting_offsets)
+            # Consumer groups named after the version (Kafka Streams: application.id is the group).
+            .option("groupIdPrefix", self.spec.application_id)
+            .option("kafka.isolation.level", "read_committed")
+            # a re-keyed record's place in the source (spark_jobs.io.repartition.origin_columns)
+            .option("includeHeaders", str(self.spec.repartition).lower())
+            .options(**SPARK_SOURCE_FETCH)
+        )
+        if self.settings.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
+        source = reader.load()
+        if not self.spec.repartition:
+            return source
+        # a re-keyed record's place in the source topic, which its dead letter names (as the re-keying stage's do)
+        from pyspark.sql import functions as F
+
+        from spark_jobs.io.dead_letter import ORIGIN_COLUMNS
+        from spark_jobs.io.repartition import origin_columns
+
+        rekeyed = F.col("topic") == F.lit(self.input_topic)
+        origin = (F.lit(self.spec.source_topic), *origin_columns())
+        return source.select(
+            "*", *(F.when(rekeyed, c).alias(name) for c, name in zip(origin, ORIGIN_COLUMNS, strict=True))
+        )
+
+    @property
+    def input_topic(self) -> str:
+        """The topic the stateful stage reads (:attr:`JobLayout.state_input_topic`); a join's left side."""
+        return self.layout.state_input_topic
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        """Every topic the stateful stage reads (:attr:`JobLayout.state_input_topics`)."""
+        return self.layout.state_input_topics
+
+    def check_co_partitioned(self) -> None:
+        """A join's inputs must have ``state_partitions`` partitions each (Kafka Streams' co-partitioning
+        rule: a key's records of both sides in the same task; a re-keyed left side's repartition topic has
+        ``repartition_partitions``); raises :class:`JobSpecError` naming both topics and their counts otherwise."""
+        from spark_jobs.io.kafka_topics import partition_counts
+        from spark_jobs.registry import JobSpecError
+
+        counts = partition_counts(self.settings.kafka, list(self.input_topics))
+        wanted = self.spec.state_partitions
+        if set(counts.values()) != {wanted}:
+            shown = ", ".join(
+                f"{topic} has {n if n is not None else 'no topic, no'} partitions" for topic, n in counts.items()
+            )
+            declared = "repartition_partitions" if self.spec.repartition else "source_partitions"
+            raise JobSpecError(
+                f"job {self.spec.name}: a join's inputs must be co-partitioned, {wanted} partitions each "
+                f"({declared}), keyed by {self.spec.key_field}: {shown}"
+            )
+
+    @functools.cached_property
+    def repartitioner(self):
+        """The stage re-keying the source into the repartition topic (:mod:`spark_jobs.io.repartition`), when
+        the job declares ``repartition``; else None."""
+        if not self.spec.repartition:
+            return None
+        from spark_jobs.io.repartition import Repartitioner
+
+        return Repartitioner(self)
+
+    @property
+    def starting_offsets(self) -> str:
+        """Kafka ``startingOffsets`` for a new query: right after the restored state, else where a
+        reprocessing run said to start (:meth:`start_offsets`; for a job that re-keys, the repartition topic
+        from its beginning and a join's ``join_topic`` from its start), else earliest."""
+        positions = {json.dumps(r.input_offsets, sort_keys=True) for r in self.restored.values() if r.input_offsets}
+        if not positions:
+            start = self.start_offsets()
+            if start is None:
+                return "earliest"
+            # (a repartition topic is not in it: the re-keying stage starts at the start, its topic is new)
+            offsets = {topic: start.get(topic) for topic in self.input_topics}
+        elif len(positions) > 1:
+            raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
+        else:
+            offsets = json.loads(positions.pop())
+        # a topic without a position (a join's side without records yet, a new repartition topic): its earliest
+        earliest = {str(p): -2 for p in range(self.spec.state_partitions)}
+        return json.dumps({topic: offsets.get(topic) or earliest for topic in self.input_topics})
+
+    def start_offsets(self) -> dict[str, dict[str, int]] | None:
+        """Where a reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint): input
+        topic -> partition -> offset, for each of the spec's ``input_topics``; None without one. A re-keyed
+        job's ``source_topic`` position is its re-keying stage's start."""
+        start_file = self.layout.start_offsets_file
+        return json.loads(start_file.read_text()) if start_file.exists() else None
+
+    def with_dead_letters(self, classified, *source_columns: str, key: str | None = None):
+        """The processor's input: every record of ``classified`` (see spark_jobs.io.dead_letter.classify) with
+        its decoded fields and the named Kafka source columns; a rejected one carries its dead-letter record
+        instead, which the processor passes on and :meth:`state_change_sink` writes to the job's dead-letter
+        topic in the same micro-batch. ``key``: the field the processor groups by, kept on rejected records
+        (see :func:`spark_jobs.io.dead_letter.with_dead_letters`)."""
+        from spark_jobs.io import dead_letter
+
+        return dead_letter.with_dead_letters(classified, self.spec.application_id, key, *source_columns)
+
+    def snapshot_if_due(self, store_name: str, changelog_batch_id: int):
+        """Take a snapshot of ``store_name`` when the job's cadence says so; returns it, or None.
+
+        Called after the batch's changelog write, so the snapshot includes that batch.
+        """
+        if not self.snapshot_due(changelog_batch_id):
+            return None
+        from spark_jobs.driver.lease import JobLease
+        from spark_jobs.state.snapshotting import take_snapshot
+
+        if JobLease(self.settings.status_dir, self.layout.standby.name).holder() is not None:
+            return None  # the warm standby runs: it keeps this store's snapshots (one writer per table)
+
+        self.failpoint("before_snapshot")
+        snapshot = take_snapshot(
+            self.snapshot_store(store_name),
+            self.settings.kafka,
+            self.changelog_topic(store_name).name,
+            spark=self.spark_for_state(store_name),
+        )
+        for listener in self.snapshot_listeners:
+            listener(store_name, snapshot)
+        return snapshot
+
+    def start_snapshots_if_due(self, store_names: list[str], changelog_batch_id: int) -> bool:
+        """The stores' snapshots when the job's cadence says so, taken off the micro-batch's path by
+        :attr:`snapshot_worker` (skipped while one runs); returns whether they started."""
+        if not self.snapshot_due(changelog_batch_id):
+            return False
+
+        from spark_jobs.driver.batch_sink import PhaseClock
+
+        def take() -> None:
+            clock = PhaseClock(self.phase_seconds)
+            for name in store_names:
+                self.snapshot_if_due(name, changelog_batch_id)
+            clock.lap("snapshot_background")
+
+        return self.snapshot_worker.start(take)
+
+    @functools.cached_property
+    def snapshot_worker(self):
+        """The thread this driver's snapshots are taken in (:class:`spark_jobs.state.snapshotting.SnapshotWorker`)."""
+        from spark_jobs.state.snapshotting import SnapshotWorker
+
+        return SnapshotWorker(self.spark)
+
+    def snapshot_due(self, changelog_batch_id: int) -> bool:
+        """Whether the job's snapshot cadence (``snapshot_every_batches``) falls on this batch: counted within
+        the driver's generation, after every N Spark batches, not at its first one."""
+        every = self.spec.snapshot_every_batches
+        return every > 0 and (changelog_batch_id % GENERATION_SPAN + 1) % every == 0
+
+    def spark_for_state(self, store_name: str):
+        """The Spark session when the store is large enough to be restored and snapshotted by Spark's
+        executors (``restore_in_spark_min_records``), else None: a small store is faster in this process."""
+        from spark_jobs.state.restore import restore_size
+
+        size = restore_size(self.snapshot_store(store_name), self.settings.kafka, self.changelog_topic(store_name).name)
+        return self.spark if size >= self.settings.restore_in_spark_min_records else None
+
+    def snapshot_store(self, store_name: str) -> SnapshotStore:
+        s = store(self.spec, store_name)
+        return SnapshotStore(self.layout.snapshot_table(s.name), self.spec.application_id, s.name)
+
+    @property
+    def checkpoint(self) -> Location:
+        """The query checkpoint of this job version (one per application id)."""
+        return self.layout.checkpoint
+
+    @property
+    def output_path(self) -> str:
+        return str(self.layout.output_table)
+
+    def output_table(self, keys: tuple[str, ...]) -> OutputTable:
+        """The version's main output table, its rows identified by ``keys`` (see :mod:`spark_jobs.io.output_table`)."""
+        return OutputTable(self.layout.output_table, keys)
+
+    def ensure_output_table(self, schema) -> None:
+        """Create the main output table of this version with ``schema`` (a StructType),
+        or add the columns of ``schema`` it lacks (nullable). A version whose outputs gained a column may
+        start from a copy of the previous version's tables (a migration copies them), whose rows then read
+        the new column as null, as Delta's schema evolution gives them. A column removed or retyped is
+        not changed here: the job's writes meet Delta's own error for it.
+
+        Read and created with delta-rs (a Spark create costs ~0.5 s of a small job's start, delta-rs ~0.01 s);
+        a column added through Spark."""
+        from deltalake import DeltaTable
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        table = self.layout.output_table
+        path, options = str(table), table.storage_options()
+        if not DeltaTable.is_deltatable(path, storage_options=options):
+            # TIMESTAMP columns as UTC instants: Delta's timestamp type, as Spark creates it
+            DeltaTable.create(path, to_arrow_schema(schema, timezone="UTC"), mode="ignore", storage_options=options)
+            return
+        present = {f.name.lower() for f in DeltaTable(path, storage_options=options).schema().fields}
+        if missing := [f for f in schema.fields if f.name.lower() not in present]:
+            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+
+    def changelog_topic(self, store_name: str) -> ChangelogTopic:
+        s = store(self.spec, store_name)
+        return ChangelogTopic(
+            application_id=self.spec.application_id,
+            store=s.name,
+            partitions=self.spec.state_partitions,
+            replication_factor=self.settings.kafka_replication_factor,
+            kind=s.kind,
+            retention_ms=s.retention_ms,
+            overrides=s.changelog_configs,
+        )
+
+    @property
+    def restore_record(self) -> Location:
+        """``restore.json`` in the checkpoint: how this checkpoint's state was restored, if it was."""
+        return self.layout.restore_record
+
+    @functools.cached_property
+    def writer_fence(self) -> WriterFence:
+        """This driver's claim of the job version (claimed on first use, or by :meth:`claim_in_background`):
+        every older driver of the version, on any host, is fenced from then on (:mod:`spark_jobs.state.fencing`).
+
+        Raises:
+            WriterFenced: a newer driver claimed the version while this one was claiming it.
+        """
+        claim = self.__dict__.get("_fence_claim")
+        return claim.result() if claim is not None else self._claim_fence()
+
+    def claim_in_background(self) -> None:
+        """Claim the job version, then make each store's changelog writer (it reads where the changelog's last
+        complete batch is), in a thread of their own, beside what comes next (Spark's start of the query and
+        the first batch's state phase: over a second, when a spare driver takes over). Whatever writes uses
+        :attr:`writer_fence`, which waits for the claim."""
+        if "writer_fence" not in self.__dict__ and "_fence_claim" not in self.__dict__:
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="writer-fence")
+            self.__dict__["_fence_claim"] = pool.submit(self._claim_fence)
+            for s in self.spec.stores:
+                self.prepared_writers[s.name] = pool.submit(self._open_writer, s.name)
+            pool.shutdown(wait=False)
+
+    @property
+    def claim_refused(self) -> Exception | None:
+        """Why the claim of the job version failed, if it was claimed in the background and failed."""
+        claim = self.__dict__.get("_fence_claim")
+        return claim.exception() if claim is not None else None
+
+    def _claim_fence(self) -> WriterFence:
+        layout = self.layout
+        fence = WriterFence(
+            self.settings.kafka,
+            self.spec.application_id,
+            layout.transactional_id,
+            layout.generations_topic,
+            self.settings.kafka_replication_factor,
+        )
+        fence.claim_generation()
+        return fence
+
+    def changelog_writer(self, store_name: str) -> ChangelogWriter:
+        """The store's changelog writer: batch ids of this driver's generation, markers in its transactions,
+        and every id between the last complete batch and its own declared void."""
+        prepared = self.prepared_writers.pop(store_name, None)
+        return prepared.result() if prepared is not None else self._open_writer(store_name)
+
+    def _open_writer(self, store_name: str) -> ChangelogWriter:
+        writer = fenced_writer(self.changelog_topic(store_name), self.settings.kafka, self.writer_fence)
+        self.open_writers.append(writer)
+        return writer
+
+    def initial_state(self, changes: StoreChanges):
+        """The restored store as typed rows (``key`` + value columns) for ``transformWithState``'s
+        ``initialState``, or None when nothing was restored. Spark reads it only in the first batch
+        of a query without a checkpoint: exactly when a restore happened."""
+        if changes.store not in self.restored:
+            return None
+        return restored_rows(self.restored[changes.store].store_frame(self.spark), changes.value_ddl)
+
+    def initial_states(self, stores: tuple[StoreChanges, ...]):
+        """Several stores' restored rows for one processor's ``initialState`` (see :meth:`initial_state`):
+        ``key``, ``store`` (:data:`STORE_COLUMN`) and every store's value columns, null but the row's
+        store's; None when nothing was restored. A store restored empty has no rows (one added since)."""
+        from pyspark.sql import functions as F
+
+        frames = [
+            self.initial_state(s).withColumn(STORE_COLUMN, F.lit(s.store)) for s in stores if s.store in self.restored
+        ]
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames) if frames else None
+
+    @property
+    def starts_without_checkpoint(self) -> bool:
+        """The query starts from restored state (or none), not from a checkpoint of its own."""
+        return latest_batch_id(self.checkpoint) is None
+
+    def restored_store(self, changes: StoreChanges):
+        """The store as it was restored (``key`` + value columns), empty when nothing was restored."""
+        if changes.store in self.restored:
+            store = self.restored[changes.store].store_frame(self.spark)
+        else:
+            store = self.spark.createDataFrame([], STORE_SCHEMA)
+        return restored_rows(store, changes.value_ddl)
+
+    def state_change_sink(
+        self,
+        changes: StoreChanges | tuple[StoreChanges, ...],
+        write_outputs,
+        reconcile_outputs=None,
+        output_records=None,
+        refused_letters=None,
+    ):
+        """The ``foreachBatch`` function of a job whose processor emits store changes: a
+        :class:`spark_jobs.driver.batch_sink.BatchSink` (its docstring says what it does with each micro-batch, and what
+        each argument is). ``changes``: the store the processor keeps, or the stores (each picking its rows, see
+        :func:`spark_jobs.state.store_changes.several_stores`); the outputs are the first one's view. When the
+        query starts without a checkpoint, ``reconcile_outputs`` makes the outputs equal to the restored store
+        now, before the query starts."""
+        from spark_jobs.driver.batch_sink import BatchSink
+
+        stores = changes if isinstance(changes, tuple) else (changes,)
+        sink = BatchSink(self, stores, write_outputs, reconcile_outputs, output_records, refused_letters)
+        sink.reconcile()
+        return sink
+
+    @functools.cached_property
+    def input_lag(self):
+        """The record of which inputs had records written beyond each micro-batch, for a job with several inputs
+        (:class:`spark_jobs.state.input_lag.InputLagRecord`); None for a job with one, or whose inputs are all
+        tables (a table-table join applies each update as it comes, waiting for none)."""
+        if len(self.input_topics) < 2 or "stream" not in self.spec.input_kinds().values():
+            return None
+        from spark_jobs.state.input_lag import InputLagRecord
+        from spark_jobs.state.source_position import committed_ends
+
+        return InputLagRecord(
+            self.layout.input_lag,
+            self.input_topics,
+            lambda topic: committed_ends(self.settings.kafka, topic),
+            self.spec.max_task_idle_ms,
+        )
+
+    def new_batch_phases(self, batch_id: int) -> dict:
+        """Batch ``batch_id``'s phases, new (a replayed batch's count again); the oldest go when the progress of
+        their batches was never asked for (a query stopped before Spark reported it)."""
+        for old in list(self.batch_phase_ms):  # a copy: the progress listener's thread pops from it
+            if old < batch_id - 10:
+                self.batch_phase_ms.pop(old, None)
+        self.batch_phase_ms[batch_id] = {}
+        return self.batch_phase_ms[batch_id]
+
+    def pop_batch_phases(self, batch_id: int | None) -> dict[str, int]:
+        """The milliseconds per phase the batch function spent on micro-batch ``batch_id`` (empty: it did not
+        run it), forgotten once asked for (the progress listener publishes them with the batch's progress)."""
+        return self.batch_phase_ms.pop(batch_id, {})
+
+    @functools.cached_property
+    def outputs_written_through(self) -> dict[int, int] | None:
+        """The highest source offsets any output write of this version reached (read once, before this
+        driver's first write; see :func:`spark_jobs.state.output_marks.written_input_end`)."""
+        return output_marks.written_input_end(self.layout.output_table)
+
+    def outputs_may_repeat(self, batch_id: int) -> bool:
+        """Whether micro-batch ``batch_id`` may re-derive outputs that are written already (a replay after a
+        crash or a restore): then a primitive that appends its outputs must insert them only if absent."""
+        return output_marks.may_repeat(self._batch_start(batch_id), self.outputs_written_through)
+
+    def batch_start_offsets(self, batch_id: int) -> KafkaOffsets | None:
+        """Where micro-batch ``batch_id`` starts reading every source: the end of the batch before it in the
+        offset log (None for the first batch)."""
+        return batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id else None
+
+    def _batch_start(self, batch_id: int) -> dict[int, int] | None:
+        """The source offsets micro-batch ``batch_id`` starts reading at (None when not known exactly)."""
+        if batch_id > 0:
+            return batch_end_offsets(self.checkpoint, batch_id - 1).get(self.input_topic)
+        start = self.starting_offsets
+        offsets = json.loads(start).get(self.input_topic) if start.startswith("{") else None
+        if not offsets or any(int(o) < 0 for o in offsets.values()):  # -2/-1: Kafka's earliest/latest
+            return None
+        return {int(p): int(o) for p, o in offsets.items()}
+
+    def write_dead_letters(self, batch, counts: dict[str, int]) -> None:
+        """Send the batch's dead letters (the rows carrying one, ``counts`` of them by reason) to the job's
+        dead-letter topic."""
+        from spark_jobs.io import dead_letter
+
+        letter = dead_letter.LETTER_COLUMN
+        self._send_letters(batch.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), counts)
+
+    def write_letters(self, letters) -> None:
+        """Dead-letter records (key, value, headers) of this batch to the job's dead-letter topic, counted by
+        reason for :attr:`dead_letter_listeners` (the count is the one Spark job that finds there are none)."""
+        from spark_jobs.io import dead_letter
+
+        if counts := dead_letter.count_by_reason(letters):
+            self._send_letters(letters, counts)
+
+    def _send_letters(self, letters, counts: dict[str, int]) -> None:
+        from spark_jobs.io import dead_letter
+
+        dead_letter.write_letters(letters, self.spec.application_id, self.settings.kafka)
+        for listener in self.dead_letter_listeners:
+            listener(counts)
+
+    def write_rejected(self, rejected) -> None:
+        """Records a processor rejected inside a batch (late events: Kafka source columns, the reason and the
+        message, see :func:`spark_jobs.io.dead_letter.dead_letter_records`) as dead letters, counted. A re-keyed
+        job's name their records' places in the source topic (:meth:`Repartitioner.in_source_coordinates`)."""
+        from spark_jobs.io import dead_letter
+
+        letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
+        if not (counts := dead_letter.count_by_reason(letters)):
+            return
+        if self.repartitioner is not None:
+            rejected = self.repartitioner.in_source_coordinates(rejected)
+            letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
+        self._send_letters(letters, counts)
+
+    def nothing_to_reconcile(self, changes: StoreChanges) -> bool:
+        """Nothing was restored and no output table of the version holds a file: the outputs already equal
+        the (empty) store. A new version's first start then skips the reconciling MERGE (seconds, most of
+        a small job's start). Read with delta-rs: asking Spark (DESCRIBE DETAIL) costs as much as the MERGE."""
+        from deltalake import DeltaTable
+
+        if changes.store in self.restored:
+            return False
+        for table in self.layout.output_tables:
+            options = table.storage_options()
+            if (
+                DeltaTable.is_deltatable(str(table), storage_options=options)
+                and DeltaTable(str(table), storage_options=options).file_uris()
+            ):
+                return False
+        return True
+
+    def failpoint(self, name: failpoints.Failpoint) -> None:
+        """Where a fault test may stop this driver (see :mod:`spark_jobs.driver.failpoints`; off by default)."""
+        failpoints.reached(name, self.settings.status_dir, self.spec.application_id)
+
+    def close(self) -> None:
+        """Flush and close what the job opened (the changelog marker producers, the fence's producer), once
+        a snapshot being taken is committed."""
+        if "snapshot_worker" in self.__dict__:  # started
+            self.snapshot_worker.wait()
+        for prepared in self.prepared_writers.values():  # made, or failed, before their producers are closed
+            prepared.exception()
+        while self.open_writers:
+            self.open_writers.pop().close()
+        if self.__dict__.get("repartitioner") is not None:
+            self.repartitioner.close()
+        claim = self.__dict__.get("_fence_claim")
+        if "writer_fence" in self.__dict__ or (claim is not None and claim.exception() is None):  # claimed
+            self.writer_fence.close()
+
+    def ensure_output_topic(self) -> str | None:
+        """Create the version's output topic when the job has one; returns its name. What it holds is the
+        declaration's (``JobSpec.output_topic_kind``). ``upserts`` (an aggregate's rows): compacted, the latest
+        result per key is what a reader restores from it, a deleted key's tombstone removes it. ``events`` (a
+        join's results): deleted by retention, never compacted (two results of a key are two events), each
+        record in the partition Kafka's Java clients would put its key in (murmur2), as a Kafka Streams ``to()``
+        writes it, so a job reading it is co-partitioned with other Java-keyed topics."""
+        topic = self.layout.output_topic
+        if topic is not None:
+            replication = self.settings.kafka_replication_factor
+            policy = "compact" if self.spec.output_topic_kind() == "upserts" else "delete"
+            configs = {"cleanup.policy": policy, "min.insync.replicas": str(self.settings.kafka_min_insync_replicas)}
+            ensure_topic(self.settings.kafka, topic, self.spec.output_partitions, replication, configs)
+        return topic
+
+    def ensure_topics(self) -> None:
+        """Create every topic this version writes, before any of its queries starts (idempotent): each store's
+        changelog, the re-keying stage's repartition and progress topics, the dead-letter topic (the re-keying
+        stage's first batch may already write to it) and the output topic. A broker that does not create topics
+        on first use (``auto.create.topics.enable=false``, as most production clusters and the local broker run)
+        then finds every one in place; the drivers' generations topic is created by the claim that first writes
+        it (:class:`spark_jobs.state.fencing.WriterFence`)."""
+        self.ensure_changelog_topics()
+        if self.repartitioner is not None:
+            self.repartitioner.ensure_topics()
+        ensure_topic(
+            self.settings.kafka,
+            self.layout.dead_letter_topic,
+            self.spec.source_partitions,
+            self.settings.kafka_replication_factor,
+        )
+        self.ensure_output_topic()
+
+    def ensure_changelog_topics(self) -> list[str]:
+        """Create every store's changelog topic (idempotent); returns the topic names."""
+        names = []
+        for s in self.spec.stores:
+            topic = self.changelog_topic(s.name)
+            topic.ensure(self.settings.kafka)
+            names.append(topic.name)
+        return names
