@@ -21,10 +21,10 @@ Both writes are full values or tombstones, so a batch replayed after a crash rew
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from spark_jobs.driver.phases import PhaseClock
 from spark_jobs.driver.session import BATCH_CACHE_CONF, session_conf
 from spark_jobs.io import dead_letter
 from spark_jobs.io.driver_rows import DriverRows
@@ -34,6 +34,9 @@ from spark_jobs.state.batch_records import OutputRecords
 from spark_jobs.state.changelog import DRIVER_RECORDS_MAX, ChangelogWriter, collects_in_driver, write_batches
 from spark_jobs.state.checkpoint_offsets import KafkaOffsets, batch_end_offsets, batch_watermark_ms, records_between
 from spark_jobs.state.store_changes import StoreChanges
+
+if TYPE_CHECKING:
+    from spark_jobs.driver.stores import JobStores
 
 #: ``write_outputs(batch, batch_id, commit)``: updates the job's outputs from a batch's rows
 WriteOutputs = Callable[[object, int, OutputCommit], None]
@@ -81,23 +84,21 @@ class SinkContext(Protocol):
     def repartitioner(self): ...  # spark_jobs.io.repartition.Repartitioner | None
     @property
     def starts_without_checkpoint(self) -> bool: ...
-    def restored_store(self, changes: StoreChanges): ...
+    @property
+    def stores(self) -> JobStores: ...
     def nothing_to_reconcile(self, changes: StoreChanges) -> bool: ...
     def batch_start_offsets(self, batch_id: int) -> KafkaOffsets | None: ...
     def new_batch_phases(self, batch_id: int) -> dict: ...
-    def changelog_writer(self, store_name: str) -> ChangelogWriter: ...
     def write_dead_letters(self, batch, counts: dict[str, int]) -> None: ...
     def write_rejected(self, rejected) -> None: ...
     def failpoint(self, name: str) -> None: ...
-    def start_snapshots_if_due(self, store_names: list[str], changelog_batch_id: int) -> bool: ...
-    def snapshot_due(self, changelog_batch_id: int) -> bool: ...
 
 
 class BatchSink:
     """The ``foreachBatch`` function of a job whose processor emits store changes
     (:meth:`JobContext.state_change_sink` makes it).
 
-    ``stores``: the stores the processor keeps, each picking its rows (see
+    ``changes``: the stores the processor keeps, each picking its rows (see
     :func:`spark_jobs.state.store_changes.several_stores`); the outputs are the first one's view.
 
     ``reconcile_outputs(restored)``, for jobs whose outputs are a view of the store: when the query starts
@@ -143,14 +144,14 @@ class BatchSink:
     def __init__(
         self,
         context: SinkContext,
-        stores: tuple[StoreChanges, ...],
+        changes: tuple[StoreChanges, ...],
         write_outputs: WriteOutputs,
         reconcile_outputs: Callable[[object], None] | None = None,
         output_records: Callable[[object], object] | None = None,
         refused_letters: Callable[[object], object | None] | None = None,
     ) -> None:
         self.context = context
-        self.stores = stores
+        self.changes = changes
         self.write_outputs = write_outputs
         self.reconcile_outputs = reconcile_outputs
         self.output_records = output_records
@@ -173,13 +174,13 @@ class BatchSink:
     def reconcile(self) -> None:
         """Make the outputs equal to the restored store, before the query starts without a checkpoint (see the
         class docstring); nothing to do for a job without ``reconcile_outputs``."""
-        context, shown = self.context, self.stores[0]
+        context, shown = self.context, self.changes[0]
         if self.reconcile_outputs is None or not context.starts_without_checkpoint:
             return
         if context.nothing_to_reconcile(shown):
             return
         clock = PhaseClock(context.phase_seconds)
-        self.reconcile_outputs(context.restored_store(shown))
+        self.reconcile_outputs(context.stores.restored_store(shown))
         clock.lap("reconcile")
 
     def __call__(self, batch, batch_id: int) -> None:
@@ -254,12 +255,12 @@ class BatchSink:
         processor's rows and the dead letters it passed on as they pass (by reason: a second job, over the cached
         rows, only when there are some), and each store's change rows: a large batch's few changes are then
         collected into the markers' transaction, not written by a Spark job of Kafka's sink."""
-        count = dead_letter.count_batch(batch, {s.store: s.rows or "true" for s in self.stores})
+        count = dead_letter.count_batch(batch, {s.store: s.rows or "true" for s in self.changes})
         letters = count.by_reason
         changed = letters.pop(None, 0)
         store_changes = max(count.matching.values(), default=0)
         if not self.writers:
-            self.writers.extend((self.context.changelog_writer(s.store), s) for s in self.stores)
+            self.writers.extend((self.context.stores.changelog_writer(s.store), s) for s in self.changes)
         kept = dead_letter.without_letters(batch, some=bool(letters))
         # a small batch's driver-side reads (its outputs, output records, changelog records) in one Spark job:
         # each frame announced before the outputs read theirs (spark_jobs/io/driver_rows.py)
@@ -342,23 +343,10 @@ class BatchSink:
     def _after(self, batch_id: int, started: KafkaOffsets | None) -> None:
         context = self.context
         changelog_batch_id = self.batch_base + batch_id
-        context.start_snapshots_if_due([kept.store for kept in self.stores], changelog_batch_id)
-        if context.repartitioner is not None and batch_id > 0 and context.snapshot_due(changelog_batch_id):
+        stores = context.stores
+        stores.start_snapshots_if_due([kept.store for kept in self.changes], changelog_batch_id, context.phase_seconds)
+        if context.repartitioner is not None and batch_id > 0 and stores.snapshot_due(changelog_batch_id):
             # below where this batch started, never its end: Spark replays this batch when killed before its
             # commit log, reading from its start; the batch before it is committed, and the changelog complete
             # past it, so neither a resume nor a restore reads below that start again
             context.repartitioner.purge_below(started.get(context.input_topic, {}))
-
-
-class PhaseClock:
-    """Adds the seconds since the previous lap to ``totals[phase]`` (and, in milliseconds, to ``batch[phase]``)."""
-
-    def __init__(self, totals: dict, batch: dict | None = None) -> None:
-        self.totals, self.batch, self.last = totals, batch, time.monotonic()
-
-    def lap(self, phase: str) -> None:
-        now = time.monotonic()
-        self.totals[phase] = round(self.totals.get(phase, 0.0) + now - self.last, 3)
-        if self.batch is not None:
-            self.batch[phase] = self.batch.get(phase, 0) + round((now - self.last) * 1000)
-        self.last = now

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import json
@@ -10,25 +9,22 @@ import json
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.driver import failpoints
+from spark_jobs.driver.stores import JobStores
 from spark_jobs.io.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic
 from spark_jobs.io.output_table import OutputTable
 from spark_jobs.layout import JobLayout
-from spark_jobs.registry import JobSpec, store
+from spark_jobs.registry import JobSpec
 from spark_jobs.state import output_marks
 from spark_jobs.state.changelog import (
     ChangelogTopic,
-    ChangelogWriter,
-    fenced_writer,
 )
 from spark_jobs.state.checkpoint_offsets import (
     KafkaOffsets,
     batch_end_offsets,
     latest_batch_id,
 )
-from spark_jobs.state.fencing import GENERATION_SPAN, WriterFence
-from spark_jobs.state.restore import STORE_SCHEMA, RestoredState
 from spark_jobs.state.snapshots import SnapshotStore
-from spark_jobs.state.store_changes import STORE_COLUMN, StoreChanges, restored_rows
+from spark_jobs.state.store_changes import StoreChanges
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,16 +32,8 @@ class JobContext:
     spark: object  # pyspark.sql.SparkSession (not imported here: DAG files import this module)
     spec: JobSpec
     settings: Settings
-    #: store -> state rebuilt from snapshot + changelog when the query starts without a checkpoint
-    restored: dict[str, RestoredState] = dataclasses.field(default_factory=dict)
     #: session settings the job's queries must start with (applied by the runner around start)
     query_conf: dict = dataclasses.field(default_factory=dict)
-    #: changelog writers handed out, closed (their producers flushed) when the run ends
-    open_writers: list = dataclasses.field(default_factory=list)
-    #: store -> its changelog writer, made beside the query's start by :meth:`claim_in_background`
-    prepared_writers: dict = dataclasses.field(default_factory=dict)
-    #: called with (store, SnapshotInfo) after every snapshot (the runner publishes it in the status)
-    snapshot_listeners: list = dataclasses.field(default_factory=list)
     #: called with {reason: records} after every batch that wrote dead letters (the runner publishes the
     #: run's totals in the status: metrics by reason, and on-call hears of records not keyed by the key)
     dead_letter_listeners: list = dataclasses.field(default_factory=list)
@@ -59,6 +47,12 @@ class JobContext:
     def layout(self) -> JobLayout:
         """Every name and path this job version owns."""
         return JobLayout.of(self.spec, self.settings)
+
+    @functools.cached_property
+    def stores(self) -> JobStores:
+        """The job version's stores in this driver: their changelogs and the claim they are written under, their
+        restore, their snapshots (:mod:`spark_jobs.driver.stores`)."""
+        return JobStores(self.spark, self.spec, self.settings, self.failpoint)
 
     def kafka_source(self):
         """The stateful stage's input as a streaming DataFrame, starting where the restored state ends: the
@@ -145,7 +139,9 @@ class JobContext:
         """Kafka ``startingOffsets`` for a new query: right after the restored state, else where a
         reprocessing run said to start (:meth:`start_offsets`; for a job that re-keys, the repartition topic
         from its beginning and a join's ``join_topic`` from its start), else earliest."""
-        positions = {json.dumps(r.input_offsets, sort_keys=True) for r in self.restored.values() if r.input_offsets}
+        positions = {
+            json.dumps(r.input_offsets, sort_keys=True) for r in self.stores.restored.values() if r.input_offsets
+        }
         if not positions:
             start = self.start_offsets()
             if start is None:
@@ -177,70 +173,9 @@ class JobContext:
 
         return dead_letter.with_dead_letters(classified, self.spec.application_id, key, *source_columns)
 
-    def snapshot_if_due(self, store_name: str, changelog_batch_id: int):
-        """Take a snapshot of ``store_name`` when the job's cadence says so; returns it, or None.
-
-        Called after the batch's changelog write, so the snapshot includes that batch.
-        """
-        if not self.snapshot_due(changelog_batch_id):
-            return None
-        from spark_jobs.driver.lease import JobLease
-        from spark_jobs.state.snapshotting import take_snapshot
-
-        if JobLease(self.settings.status_dir, self.layout.standby.name).holder() is not None:
-            return None  # the warm standby runs: it keeps this store's snapshots (one writer per table)
-
-        self.failpoint("before_snapshot")
-        snapshot = take_snapshot(
-            self.snapshot_store(store_name),
-            self.settings.kafka,
-            self.changelog_topic(store_name).name,
-            spark=self.spark_for_state(store_name),
-        )
-        for listener in self.snapshot_listeners:
-            listener(store_name, snapshot)
-        return snapshot
-
-    def start_snapshots_if_due(self, store_names: list[str], changelog_batch_id: int) -> bool:
-        """The stores' snapshots when the job's cadence says so, taken off the micro-batch's path by
-        :attr:`snapshot_worker` (skipped while one runs); returns whether they started."""
-        if not self.snapshot_due(changelog_batch_id):
-            return False
-
-        from spark_jobs.driver.batch_sink import PhaseClock
-
-        def take() -> None:
-            clock = PhaseClock(self.phase_seconds)
-            for name in store_names:
-                self.snapshot_if_due(name, changelog_batch_id)
-            clock.lap("snapshot_background")
-
-        return self.snapshot_worker.start(take)
-
-    @functools.cached_property
-    def snapshot_worker(self):
-        """The thread this driver's snapshots are taken in (:class:`spark_jobs.state.snapshotting.SnapshotWorker`)."""
-        from spark_jobs.state.snapshotting import SnapshotWorker
-
-        return SnapshotWorker(self.spark)
-
-    def snapshot_due(self, changelog_batch_id: int) -> bool:
-        """Whether the job's snapshot cadence (``snapshot_every_batches``) falls on this batch: counted within
-        the driver's generation, after every N Spark batches, not at its first one."""
-        every = self.spec.snapshot_every_batches
-        return every > 0 and (changelog_batch_id % GENERATION_SPAN + 1) % every == 0
-
-    def spark_for_state(self, store_name: str):
-        """The Spark session when the store is large enough to be restored and snapshotted by Spark's
-        executors (``restore_in_spark_min_records``), else None: a small store is faster in this process."""
-        from spark_jobs.state.restore import restore_size
-
-        size = restore_size(self.snapshot_store(store_name), self.settings.kafka, self.changelog_topic(store_name).name)
-        return self.spark if size >= self.settings.restore_in_spark_min_records else None
-
     def snapshot_store(self, store_name: str) -> SnapshotStore:
-        s = store(self.spec, store_name)
-        return SnapshotStore(self.layout.snapshot_table(s.name), self.spec.application_id, s.name)
+        """The store's snapshot table (:attr:`stores`)."""
+        return self.stores.handle(store_name).snapshots
 
     @property
     def checkpoint(self) -> Location:
@@ -279,105 +214,27 @@ class JobContext:
             self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
 
     def changelog_topic(self, store_name: str) -> ChangelogTopic:
-        s = store(self.spec, store_name)
-        return ChangelogTopic(
-            application_id=self.spec.application_id,
-            store=s.name,
-            partitions=self.spec.state_partitions,
-            replication_factor=self.settings.kafka_replication_factor,
-            kind=s.kind,
-            retention_ms=s.retention_ms,
-            overrides=s.changelog_configs,
-        )
+        """The store's changelog topic (:attr:`stores`)."""
+        return self.stores.handle(store_name).changelog
 
     @property
     def restore_record(self) -> Location:
         """``restore.json`` in the checkpoint: how this checkpoint's state was restored, if it was."""
         return self.layout.restore_record
 
-    @functools.cached_property
-    def writer_fence(self) -> WriterFence:
-        """This driver's claim of the job version (claimed on first use, or by :meth:`claim_in_background`):
-        every older driver of the version, on any host, is fenced from then on (:mod:`spark_jobs.state.fencing`).
-
-        Raises:
-            WriterFenced: a newer driver claimed the version while this one was claiming it.
-        """
-        claim = self.__dict__.get("_fence_claim")
-        return claim.result() if claim is not None else self._claim_fence()
-
-    def claim_in_background(self) -> None:
-        """Claim the job version, then make each store's changelog writer (it reads where the changelog's last
-        complete batch is), in a thread of their own, beside what comes next (Spark's start of the query and
-        the first batch's state phase: over a second, when a spare driver takes over). Whatever writes uses
-        :attr:`writer_fence`, which waits for the claim."""
-        if "writer_fence" not in self.__dict__ and "_fence_claim" not in self.__dict__:
-            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="writer-fence")
-            self.__dict__["_fence_claim"] = pool.submit(self._claim_fence)
-            for s in self.spec.stores:
-                self.prepared_writers[s.name] = pool.submit(self._open_writer, s.name)
-            pool.shutdown(wait=False)
-
-    @property
-    def claim_refused(self) -> Exception | None:
-        """Why the claim of the job version failed, if it was claimed in the background and failed."""
-        claim = self.__dict__.get("_fence_claim")
-        return claim.exception() if claim is not None else None
-
-    def _claim_fence(self) -> WriterFence:
-        layout = self.layout
-        fence = WriterFence(
-            self.settings.kafka,
-            self.spec.application_id,
-            layout.transactional_id,
-            layout.generations_topic,
-            self.settings.kafka_replication_factor,
-        )
-        fence.claim_generation()
-        return fence
-
-    def changelog_writer(self, store_name: str) -> ChangelogWriter:
-        """The store's changelog writer: batch ids of this driver's generation, markers in its transactions,
-        and every id between the last complete batch and its own declared void."""
-        prepared = self.prepared_writers.pop(store_name, None)
-        return prepared.result() if prepared is not None else self._open_writer(store_name)
-
-    def _open_writer(self, store_name: str) -> ChangelogWriter:
-        writer = fenced_writer(self.changelog_topic(store_name), self.settings.kafka, self.writer_fence)
-        self.open_writers.append(writer)
-        return writer
-
     def initial_state(self, changes: StoreChanges):
-        """The restored store as typed rows (``key`` + value columns) for ``transformWithState``'s
-        ``initialState``, or None when nothing was restored. Spark reads it only in the first batch
-        of a query without a checkpoint: exactly when a restore happened."""
-        if changes.store not in self.restored:
-            return None
-        return restored_rows(self.restored[changes.store].store_frame(self.spark), changes.value_ddl)
+        """The restored store as typed rows for ``transformWithState``'s ``initialState``, or None when nothing
+        was restored (:meth:`JobStores.initial_state`)."""
+        return self.stores.initial_state(changes)
 
     def initial_states(self, stores: tuple[StoreChanges, ...]):
-        """Several stores' restored rows for one processor's ``initialState`` (see :meth:`initial_state`):
-        ``key``, ``store`` (:data:`STORE_COLUMN`) and every store's value columns, null but the row's
-        store's; None when nothing was restored. A store restored empty has no rows (one added since)."""
-        from pyspark.sql import functions as F
-
-        frames = [
-            self.initial_state(s).withColumn(STORE_COLUMN, F.lit(s.store)) for s in stores if s.store in self.restored
-        ]
-        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames) if frames else None
+        """Several stores' restored rows for one processor's ``initialState`` (:meth:`JobStores.initial_states`)."""
+        return self.stores.initial_states(stores)
 
     @property
     def starts_without_checkpoint(self) -> bool:
         """The query starts from restored state (or none), not from a checkpoint of its own."""
         return latest_batch_id(self.checkpoint) is None
-
-    def restored_store(self, changes: StoreChanges):
-        """The store as it was restored (``key`` + value columns), empty when nothing was restored."""
-        if changes.store in self.restored:
-            store = self.restored[changes.store].store_frame(self.spark)
-        else:
-            store = self.spark.createDataFrame([], STORE_SCHEMA)
-        return restored_rows(store, changes.value_ddl)
 
     def state_change_sink(
         self,
@@ -500,7 +357,7 @@ class JobContext:
         a small job's start). Read with delta-rs: asking Spark (DESCRIBE DETAIL) costs as much as the MERGE."""
         from deltalake import DeltaTable
 
-        if changes.store in self.restored:
+        if changes.store in self.stores.restored:
             return False
         for table in self.layout.output_tables:
             options = table.storage_options()
@@ -516,19 +373,12 @@ class JobContext:
         failpoints.reached(name, self.settings.status_dir, self.spec.application_id)
 
     def close(self) -> None:
-        """Flush and close what the job opened (the changelog marker producers, the fence's producer), once
-        a snapshot being taken is committed."""
-        if "snapshot_worker" in self.__dict__:  # started
-            self.snapshot_worker.wait()
-        for prepared in self.prepared_writers.values():  # made, or failed, before their producers are closed
-            prepared.exception()
-        while self.open_writers:
-            self.open_writers.pop().close()
+        """Flush and close what the job opened (the stores' producers, once a snapshot being taken is committed;
+        the re-keying stage's producer)."""
+        if "stores" in self.__dict__:
+            self.stores.close()
         if self.__dict__.get("repartitioner") is not None:
             self.repartitioner.close()
-        claim = self.__dict__.get("_fence_claim")
-        if "writer_fence" in self.__dict__ or (claim is not None and claim.exception() is None):  # claimed
-            self.writer_fence.close()
 
     def ensure_output_topic(self) -> str | None:
         """Create the version's output topic when the job has one; returns its name. What it holds is the
@@ -565,9 +415,4 @@ class JobContext:
 
     def ensure_changelog_topics(self) -> list[str]:
         """Create every store's changelog topic (idempotent); returns the topic names."""
-        names = []
-        for s in self.spec.stores:
-            topic = self.changelog_topic(s.name)
-            topic.ensure(self.settings.kafka)
-            names.append(topic.name)
-        return names
+        return self.stores.ensure_changelog_topics()

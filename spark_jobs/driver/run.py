@@ -37,8 +37,7 @@ from spark_jobs.registry import JobSpec, get_job
 from spark_jobs.state.checkpoint_health import NEW_QUERY_DIRS, checkpoint_problem, new_query_leftovers, quarantine
 from spark_jobs.state.checkpoint_offsets import STATE_ENCODING_CONF, StateEncoding, latest_batch_id, state_encoding
 from spark_jobs.state.fencing import WriterFenced
-from spark_jobs.state.restore import LoggingRestoreListener, RestoredState, RestoreListener, restore_from_snapshot
-from spark_jobs.state.restore_history import record_restore
+from spark_jobs.state.restore import LoggingRestoreListener
 
 
 @dataclasses.dataclass
@@ -298,7 +297,9 @@ def _prepare(
             check(spec)
         status.record_driver(spark.sparkContext.uiWebUrl, int(spark._jvm.java.lang.ProcessHandle.current().pid()))
         context = JobContext(spark, spec, settings)
-        context.snapshot_listeners.append(lambda store, snap: status.record_snapshot(store, SnapshotTaken.of(snap)))
+        context.stores.snapshot_listeners.append(
+            lambda store, snap: status.record_snapshot(store, SnapshotTaken.of(snap))
+        )
         context.dead_letter_listeners.append(status.record_dead_letters)
         context.ensure_topics()  # every topic a query below writes: none may start before its topics exist
         if spec.join_topic:
@@ -306,12 +307,12 @@ def _prepare(
         if spec.stores:
             # claim the version (fence older drivers, on any host) beside the query's start; its first write,
             # and any read of the state to restore, waits for the claim
-            context.claim_in_background()
+            context.stores.claim_in_background()
         quarantined = quarantine_if_unusable(context)
         if spec.stores and latest_batch_id(context.checkpoint) is None:
-            _ = context.writer_fence  # claimed before the state is read
+            _ = context.stores.writer_fence  # claimed before the state is read
             status.transition_to(JobState.RESTORING)
-        restores = restore_if_needed(context, StatusRestoreListener(status, settings.status_dir))
+        restores = context.stores.restore_if_needed(StatusRestoreListener(status, settings.status_dir))
         status.record_restores({name: restored.summary() for name, restored in restores.items()})
         set_aside_new_query_leftovers(context)
     except Exception as err:
@@ -367,10 +368,11 @@ def _finish(context: JobContext, report: RunReport) -> None:
     # store may write into it after this returns
     release_state_stores(context.spark)
     report.phase_seconds = dict(context.phase_seconds)
-    if spec.stores and context.claim_refused is None:
-        report.generation = context.writer_fence.generation
-        if context.writer_fence.fenced_by is not None:
-            report.fenced_by = dataclasses.asdict(context.writer_fence.fenced_by)
+    if spec.stores and context.stores.claim_refused is None:
+        fence = context.stores.writer_fence
+        report.generation = fence.generation
+        if fence.fenced_by is not None:
+            report.fenced_by = dataclasses.asdict(fence.fenced_by)
     try:
         context.close()
     finally:
@@ -400,10 +402,10 @@ def taken_over(context: JobContext, err: Exception) -> WriterFenced | None:
     fence refused (its error crosses the JVM wrapped in a query failure), or a batch Spark's offset log
     refused because another driver wrote the shared checkpoint first."""
     if context.spec.stores:
-        if (refused := context.claim_refused) is not None:  # the claim itself (in the background) failed
+        if (refused := context.stores.claim_refused) is not None:  # the claim itself (in the background) failed
             return refused if isinstance(refused, WriterFenced) else None
-        if context.writer_fence.refusal is not None:
-            return context.writer_fence.refusal
+        if context.stores.writer_fence.refusal is not None:
+            return context.stores.writer_fence.refusal
     if "CONCURRENT_STREAM_LOG_UPDATE" in str(err):
         return WriterFenced(
             f"{context.spec.application_id}: another driver wrote this job version's checkpoint {context.checkpoint} "
@@ -522,33 +524,6 @@ class StatusRestoreListener(LoggingRestoreListener):
     def on_restore_end(self, store, result) -> None:
         super().on_restore_end(store, result)
         self.status.record_restore_progress(store, **result.summary(), finished_at=_now())
-
-
-def restore_if_needed(context: JobContext, listener: RestoreListener | None = None) -> dict[str, RestoredState]:
-    """Rebuild every store when the query has no checkpoint to resume from.
-
-    A checkpoint with a committed offset log resumes by itself (Spark restores RocksDB from it). Without
-    one, each store is rebuilt from its latest snapshot + changelog tail and the query starts at the
-    input offsets of that state; the result is also written to ``<checkpoint>/streamstate/restore.json``.
-    A store of ``restore_in_spark_min_records`` records or more is rebuilt by Spark's executors (the
-    query's ``initialState`` reads it lazily), a smaller one in this process.
-    """
-    if latest_batch_id(context.checkpoint) is not None:
-        return {}
-    for s in context.spec.stores:
-        restored = restore_from_snapshot(
-            context.snapshot_store(s.name),
-            context.settings.kafka,
-            context.changelog_topic(s.name).name,
-            listener,
-            spark=context.spark_for_state(s.name),
-        )
-        record_restore(context.settings, context.spec, restored)  # this deployment's restore throughput
-        if restored.batch_id is not None or restored.next_batch_id > 0:
-            context.restored[s.name] = restored
-    if context.restored:
-        context.restore_record.write_text(json.dumps({n: r.summary() for n, r in context.restored.items()}, indent=2))
-    return context.restored
 
 
 def _now() -> str:

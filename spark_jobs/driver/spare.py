@@ -467,7 +467,7 @@ def rehearse_restore(spark, spec: JobSpec, settings: Settings, *, force: bool = 
     if not force:
         context = JobContext(spark, spec, settings)
         try:
-            if not any(context.spark_for_state(s.name) is not None for s in spec.stores):
+            if not any(context.stores.spark_for_state(s.name) is not None for s in spec.stores):
                 return None
         except Exception as err:  # noqa: BLE001 - a broker or table not reachable now: the takeover finds out
             log.info("restore rehearsal skipped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)

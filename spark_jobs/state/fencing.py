@@ -7,7 +7,7 @@ new instance's ``initTransactions`` bumps the producer epoch and every later wri
 refused (``ProducerFencedException``). This module does the same for a job version:
 
 1. **Claim.** At start (beside Spark's start of the query: its first write, and any read of the state to
-   restore, waits for the claim; ``JobContext.claim_in_background``), a driver opens the version's transactional producer
+   restore, waits for the claim; ``JobStores.claim_in_background``), a driver opens the version's transactional producer
    (``transactional.id`` = :meth:`JobLayout.transactional_id`) and calls ``init_transactions``: any older
    driver of the version is fenced from then on. It then reads the version's generations topic and
    commits, in a transaction, a record claiming the next **generation** (1, 2, 3, ...). Of two drivers that
