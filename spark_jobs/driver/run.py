@@ -204,8 +204,8 @@ def run_spare(spec: JobSpec, settings: Settings) -> RunReport | None:
         JobAlreadyRunning: another spare of this job version is running (nothing was started).
     """
     spare = SpareDriver(spec, settings, run, STOP_REQUEST.requested)
-    spark = spare.prepare(lambda: build_spark_session(settings, spec.application_id))
-    try:
+    try:  # a stop while it warms up or waits is no failure: the spare has nothing of the job's to finish
+        spark = spare.prepare(lambda: build_spark_session(settings, spec.application_id))
         takeover = spare.wait_for_takeover()
     except KeyboardInterrupt:
         return None

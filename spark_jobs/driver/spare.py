@@ -308,7 +308,10 @@ def warm_up(spark, spec: JobSpec, settings: Settings, run_job: JobRunner) -> Non
     rehearse(spark, spec, settings, run_job)
     rehearse_restore(spark, spec, settings)
     layout = JobLayout.of(spec, settings)
-    with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-warm-up-") as scratch_dir:
+    # a stop (SIGTERM) interrupts the scratch query mid-write: what it leaves is scratch, never an error of its own
+    with tempfile.TemporaryDirectory(
+        prefix=f"{spec.application_id}-warm-up-", ignore_cleanup_errors=True
+    ) as scratch_dir:
         scratch = Path(scratch_dir)
         (scratch / "input").mkdir()
         for batch in range(2):
@@ -395,7 +398,9 @@ def rehearse(spark, spec: JobSpec, settings: Settings, run_job: JobRunner) -> st
         output_topic=spec.output_topic + REHEARSAL_SUFFIX if spec.output_topic else None,
     )
     started, topics = time.monotonic(), list(inputs.values())
-    with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-rehearsal-") as scratch_dir:
+    with tempfile.TemporaryDirectory(
+        prefix=f"{spec.application_id}-rehearsal-", ignore_cleanup_errors=True
+    ) as scratch_dir:
         scratch = settings.replace(data_dir=Path(scratch_dir), lake_uri=None, checkpoint_uri=None, metrics_port=0)
         layout = JobLayout.of(copy, scratch)
         topics += layout.topics
@@ -480,7 +485,9 @@ def rehearse_restore(spark, spec: JobSpec, settings: Settings, *, force: bool = 
         replication_factor=settings.kafka_replication_factor,
     )
     try:
-        with tempfile.TemporaryDirectory(prefix=f"{spec.application_id}-restore-rehearsal-") as scratch_dir:
+        with tempfile.TemporaryDirectory(
+            prefix=f"{spec.application_id}-restore-rehearsal-", ignore_cleanup_errors=True
+        ) as scratch_dir:
             topic.ensure(settings.kafka)
             store = SnapshotStore(str(Path(scratch_dir) / "snapshot"), topic.application_id, topic.store)
             # the snapshot of batch 0, before any changelog record (delta-rs: quicker than Spark's Delta writer)

@@ -61,6 +61,9 @@ def test_make_run_is_the_platform_running_until_make_down(tmp_path):
     assert f"{app}: stopped" in down.stdout
     assert JobLease(status_dir, app).holder() is None and JobLease(status_dir, standby_name(app)).holder() is None
     assert JobLease(status_dir, spare_name(app)).holder() is None  # make run keeps a spare driver; down stops it
+    # a stop is no failure: the driver, the standby and the spare (warming up or waiting) each exit 0 on it
+    exits = {path.name: path.read_text().strip() for path in (Path(tmp_path) / "logs" / "jobs").glob("*.exit")}
+    assert exits and set(exits.values()) == {"0"}, exits
 
     try:  # without Airflow: the stopped job drains the new events from its checkpoint
         drained = _cli(env, "demo", "--no-airflow", "--events", "3000", "--users", "250")
