@@ -160,7 +160,7 @@ class SpareDriver:
         try:
             self._wait_for_a_settled_driver()
             spark = spark_factory()
-            warm_up(spark, self.spec, self.settings, self.run_job)
+            warm_up(spark, self.spec, self.settings, self.run_job, self.stop_requested)
             if self.stop_requested.is_set():
                 raise KeyboardInterrupt
         except BaseException as err:
@@ -296,17 +296,26 @@ def end_orphaned_jvm(epoch: int, status: PublishedStatus | None, wait_s: float =
     return pid
 
 
-def warm_up(spark, spec: JobSpec, settings: Settings, run_job: JobRunner) -> None:
+def warm_up(
+    spark, spec: JobSpec, settings: Settings, run_job: JobRunner, stop_requested: threading.Event | None = None
+) -> None:
     """Run what a driver's first micro-batch and restore run, so that their classes are loaded and their plans
     compiled before the spare is needed: :func:`rehearse` (the job itself, on a scratch copy), then, on scratch
     data, the paths a rehearsal's few records do not take (a Spark Delta MERGE of a large batch), a Kafka read of
     the job's input, and the job's own Delta logs read as the driver's first batch and a restore read them.
-    Nothing the job owns is written."""
+    Nothing the job owns is written. A stop request (``stop_requested`` set) raises KeyboardInterrupt between the
+    steps (a stopped rehearsal returns on its own), so a spare stopped while it warms up stops within a step."""
     from delta.tables import DeltaTable
+
+    def unless_stopped() -> None:
+        if stop_requested is not None and stop_requested.is_set():
+            raise KeyboardInterrupt
 
     importlib.import_module(spec.entrypoint.split(":")[0])  # the job's own code, and the primitives it declares
     rehearse(spark, spec, settings, run_job)
+    unless_stopped()
     rehearse_restore(spark, spec, settings)
+    unless_stopped()
     layout = JobLayout.of(spec, settings)
     # a stop (SIGTERM) interrupts the scratch query mid-write: what it leaves is scratch, never an error of its own
     with tempfile.TemporaryDirectory(
@@ -343,6 +352,7 @@ def warm_up(spark, spec: JobSpec, settings: Settings, run_job: JobRunner) -> Non
             .start()
         )
         query.awaitTermination()
+    unless_stopped()
     reads = [
         lambda: (
             spark.read.format("kafka")
