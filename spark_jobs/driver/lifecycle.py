@@ -313,7 +313,10 @@ class PublishedStatus:
 class JobStatus:
     """The lifecycle of one run of a job version, kept as the :class:`PublishedStatus` it publishes: each change
     makes the next document (under a lock) and publishes it, to ``publish_listeners`` (the driver's metrics)
-    and then to ``path``."""
+    and then to ``path``. Its fields change only through its methods (an attribute set from outside is refused, never
+    silently left out of the document)."""
+
+    __slots__ = ("path", "listeners", "publish_listeners", "_lock", "_published")
 
     def __init__(
         self,
@@ -322,6 +325,7 @@ class JobStatus:
         *,
         lease_epoch: int | None = None,
         metrics_port: int | None = None,
+        started_at: str | None = None,
         listeners: Iterable[Callable[[JobState, JobState], None]] = (),
         publish_listeners: Iterable[Callable[[PublishedStatus], None]] = (),
     ) -> None:
@@ -335,7 +339,7 @@ class JobStatus:
             application_id,
             pid=os.getpid(),
             host=socket.gethostname(),
-            started_at=_now(),
+            started_at=started_at or _now(),
             lease_epoch=lease_epoch,
             metrics_port=metrics_port,
         )

@@ -126,7 +126,9 @@ def test_every_driver_condition_fires_once_and_resolves_once(stack):
     ensure_topic(settings.kafka, dead_letter_topic(APP), 1)
     lease = JobLease(settings.status_dir, APP)
     epoch = lease.acquire()  # the driver holds its lease and publishes its status, as spark_jobs/driver/run.py does
-    driver = JobStatus(APP, status_path(settings.status_dir, APP), lease_epoch=epoch)
+    # a run that started longer ago than the no-progress limit (its first batches below are as old)
+    quiet = max(120.0, policy.no_progress_triggers * JOB.trigger_interval_s) + 60
+    driver = JobStatus(APP, status_path(settings.status_dir, APP), lease_epoch=epoch, started_at=_iso(quiet))
 
     # Restoring for longer than the budget.
     driver.transition_to(JobState.RESTORING)
@@ -138,8 +140,6 @@ def test_every_driver_condition_fires_once_and_resolves_once(stack):
     # longer than the no-progress limit, and dead letters piling up.
     driver.record_restore_progress(STORE, seconds=12.5)
     driver.transition_to(JobState.RUNNING)
-    quiet = max(120.0, policy.no_progress_triggers * JOB.trigger_interval_s) + 60
-    driver.started_at = _iso(quiet)
     driver.record_progress(_progress(0, duration_ms=4_000, behind=0, seconds_ago=quiet + 30))
     driver.record_progress(
         _progress(

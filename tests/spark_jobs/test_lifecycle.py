@@ -234,3 +234,10 @@ def test_a_real_run_publishes_its_progress_numbers(spark, kafka_broker, settings
     assert {"state", "outputs", "changelog"} <= set(status.progress.sink_phase_ms)
     assert sum(status.progress.sink_phase_ms.values()) <= status.progress.phase_ms["addBatch"] + 5  # ms rounded
     assert status.spark_ui and status.spark_ui.startswith("http")
+
+
+def test_a_status_field_set_from_outside_is_refused_not_left_out_of_the_document(tmp_path):
+    status = JobStatus("app-v1", tmp_path / "app-v1.status.json", started_at="2026-12-07T00:00:00+00:00")
+    assert read_status(tmp_path, "app-v1").started_at == "2026-12-07T00:00:00+00:00"
+    with pytest.raises(AttributeError):
+        status.started_at = "2026-12-08T00:00:00+00:00"
