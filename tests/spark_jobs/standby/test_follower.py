@@ -92,7 +92,7 @@ def test_standby_follows_the_changelog_and_shortens_restores(spark, kafka_broker
     lease = JobLease(settings.status_dir, standby_id(job.application_id))
     lease.acquire()
     try:
-        assert ctx.snapshot_if_due("counts", 0) is None
+        assert ctx.stores.snapshot_if_due("counts", 0) is None
     finally:
         lease.release()
 
