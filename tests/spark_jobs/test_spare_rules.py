@@ -106,7 +106,7 @@ def _driver(settings, spec, ending: str) -> subprocess.Popen:
 
 @pytest.fixture
 def ready_spare(settings, spec, monkeypatch):
-    monkeypatch.setattr(spare_module, "warm_up", lambda spark, spec, settings, run_job: None)
+    monkeypatch.setattr(spare_module, "warm_up", lambda spark, spec, settings, run_job, stop_requested=None: None)
     settings.status_dir.mkdir(parents=True, exist_ok=True)
     spare = SpareDriver(spec, settings, run_job=lambda *args, **kwargs: pytest.fail("no rehearsal here"))
     spare.prepare(lambda: None)
