@@ -250,8 +250,25 @@ RECOVERY_PROPERTY = "recovery: "
 _recoveries: list[tuple[str, str, float]] = []
 
 
+#: seconds each module's tests took (setup, call and teardown), to see where the suite's time goes
+_module_seconds: dict[str, float] = {}
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine so far, from /proc/stat (Linux)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+_cpu_at_start = _cpu_jiffies()
+
+
 def pytest_runtest_logreport(report):
-    """Collect the recovery times of the fault tests (the controller sees every worker's reports)."""
+    """Collect the recovery times of the fault tests and each module's time (the controller sees every
+    worker's reports)."""
+    module = report.nodeid.split("::")[0]
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
     if report.when == "call":
         for name, seconds in report.user_properties:
             if name.startswith(RECOVERY_PROPERTY):
@@ -259,6 +276,14 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if len(_module_seconds) > 1:
+        # Whether another worker could help: a suite whose cores are busy all along gains nothing from one.
+        busy, total = (now - then for now, then in zip(_cpu_jiffies(), _cpu_at_start, strict=True))
+        terminalreporter.section(f"the slowest modules (test-seconds); the machine's CPUs {busy / total:.0%} busy")
+        slowest = sorted(_module_seconds.items(), key=lambda pair: -pair[1])
+        for module, seconds in slowest[:25]:
+            terminalreporter.write_line(f"{seconds:7.0f}  {module}")
+        terminalreporter.write_line(f"{sum(_module_seconds.values()):7.0f}  all {len(_module_seconds)} modules")
     if _recoveries:
         terminalreporter.section("time to recover from each fault (seconds)")
         for test, fault, seconds in _recoveries:
