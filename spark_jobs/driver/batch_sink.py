@@ -4,7 +4,7 @@
 Per micro-batch, in this order:
 
 1. **Inputs' lag** (a job with several inputs): which of them have records written beyond the batch
-   (:attr:`JobContext.input_lag`), the session setting its tasks read while the batch's Spark jobs run.
+   (:attr:`JobSources.input_lag`), the session setting its tasks read while the batch's Spark jobs run.
 2. **The state phase**: the stateful plan runs, and what the sinks below read is counted, or collected by the
    same Spark job when the batch is small (:class:`StatePhase`).
 3. **Dead letters**: the rows the decoders refused (``dead_letter.LETTER_COLUMN`` set) and the rows the
@@ -36,6 +36,7 @@ from spark_jobs.state.checkpoint_offsets import KafkaOffsets, batch_end_offsets,
 from spark_jobs.state.store_changes import StoreChanges
 
 if TYPE_CHECKING:
+    from spark_jobs.driver.sources import JobSources
     from spark_jobs.driver.stores import JobStores
 
 #: ``write_outputs(batch, batch_id, commit)``: updates the job's outputs from a batch's rows
@@ -77,17 +78,12 @@ class SinkContext(Protocol):
     @property
     def checkpoint(self): ...
     @property
-    def input_topic(self) -> str: ...
-    @property
-    def input_lag(self): ...  # spark_jobs.state.input_lag.InputLagRecord | None
-    @property
-    def repartitioner(self): ...  # spark_jobs.io.repartition.Repartitioner | None
+    def sources(self) -> JobSources: ...
     @property
     def starts_without_checkpoint(self) -> bool: ...
     @property
     def stores(self) -> JobStores: ...
     def nothing_to_reconcile(self, changes: StoreChanges) -> bool: ...
-    def batch_start_offsets(self, batch_id: int) -> KafkaOffsets | None: ...
     def new_batch_phases(self, batch_id: int) -> dict: ...
     def write_dead_letters(self, batch, counts: dict[str, int]) -> None: ...
     def write_rejected(self, rejected) -> None: ...
@@ -189,9 +185,9 @@ class BatchSink:
         # a join's tasks take both topics in time order across batches: which inputs have records written
         # beyond this batch, read once before it runs (spark_jobs/state/input_lag.py)
         lag = {}
-        if context.input_lag is not None:
-            start = context.batch_start_offsets(batch_id) if context.spec.max_task_idle_ms else None
-            lag = context.input_lag.reading(batch_id, end_offsets, start).conf()
+        if (input_lag := context.sources.input_lag) is not None:
+            start = context.sources.batch_start_offsets(batch_id) if context.spec.max_task_idle_ms else None
+            lag = input_lag.reading(batch_id, end_offsets, start).conf()
         with session_conf(batch.sparkSession, lag):
             self._write(batch, batch_id, end_offsets)
 
@@ -234,7 +230,7 @@ class BatchSink:
         when this driver ran it."""
         if self.last_end is not None and self.last_end[0] == batch_id - 1:
             return self.last_end[1]
-        return self.context.batch_start_offsets(batch_id)
+        return self.context.sources.batch_start_offsets(batch_id)
 
     def _state_phase_of_few(self, batch, end_offsets: KafkaOffsets) -> StatePhase:
         """A batch of few input records: the Spark job that runs its plan also collects what its sinks will read
@@ -302,7 +298,7 @@ class BatchSink:
         commit = OutputCommit(
             context.layout.output_transaction_app_id,
             self.batch_base + batch_id,
-            end_offsets.get(context.input_topic, {}),
+            end_offsets.get(context.sources.input_topic, {}),
             through_driver=through_driver,
             rows=phase.rows if through_driver else None,
             open_tables=self.open_tables,
@@ -345,8 +341,9 @@ class BatchSink:
         changelog_batch_id = self.batch_base + batch_id
         stores = context.stores
         stores.start_snapshots_if_due([kept.store for kept in self.changes], changelog_batch_id, context.phase_seconds)
-        if context.repartitioner is not None and batch_id > 0 and stores.snapshot_due(changelog_batch_id):
+        repartitioner = context.sources.repartitioner
+        if repartitioner is not None and batch_id > 0 and stores.snapshot_due(changelog_batch_id):
             # below where this batch started, never its end: Spark replays this batch when killed before its
             # commit log, reading from its start; the batch before it is committed, and the changelog complete
             # past it, so neither a resume nor a restore reads below that start again
-            context.repartitioner.purge_below(started.get(context.input_topic, {}))
+            repartitioner.purge_below(started.get(context.sources.input_topic, {}))

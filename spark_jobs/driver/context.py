@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.driver import failpoints
+from spark_jobs.driver.sources import JobSources
 from spark_jobs.driver.stores import JobStores
-from spark_jobs.io.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic
+from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.io.output_table import OutputTable
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec
@@ -19,8 +19,6 @@ from spark_jobs.state.changelog import (
     ChangelogTopic,
 )
 from spark_jobs.state.checkpoint_offsets import (
-    KafkaOffsets,
-    batch_end_offsets,
     latest_batch_id,
 )
 from spark_jobs.state.snapshots import SnapshotStore
@@ -54,114 +52,27 @@ class JobContext:
         restore, their snapshots (:mod:`spark_jobs.driver.stores`)."""
         return JobStores(self.spark, self.spec, self.settings, self.failpoint)
 
+    @functools.cached_property
+    def sources(self) -> JobSources:
+        """The job version's inputs in this driver: the topics its stateful stage reads, where it starts reading
+        them, the re-keying stage (:mod:`spark_jobs.driver.sources`)."""
+        return JobSources(
+            self.spark, self.spec, self.settings, self.stores.restored, self.write_letters, self.failpoint
+        )
+
     def kafka_source(self):
-        """The stateful stage's input as a streaming DataFrame, starting where the restored state ends: the
-        job's source topic, or its repartition topic when the job re-keys its source (``JobSpec.repartition``,
-        :mod:`spark_jobs.io.repartition`), and a join's second input (``JobSpec.join_topic``: one source reads
-        both, so one checkpoint offset, one changelog marker and one restore position cover both; refused
-        unless co-partitioned, :meth:`check_co_partitioned`). Read committed, as Kafka Streams reads under
-        exactly-once: a repartition topic and another job's output topic are written in transactions, and a
-        batch a killed writer aborted must never be read (a source of plain producers reads the same either way).
-        A re-keyed job's records carry their place in the source topic (:data:`spark_jobs.io.dead_letter.ORIGIN_COLUMNS`,
-        from the repartition topic's headers): a dead letter of either stage names its record's place there."""
-        if self.spec.join_topic:
-            self.check_co_partitioned()
-        reader = (
-            self.spark.readStream.format("kafka")
-            .options(**self.settings.kafka.spark_options())
-            .option("subscribe", ",".join(self.input_topics))
-            .option("startingOffsets", self.starting_offsets)
-            # Consumer groups named after the version (Kafka Streams: application.id is the group).
-            .option("groupIdPrefix", self.spec.application_id)
-            .option("kafka.isolation.level", "read_committed")
-            # a re-keyed record's place in the source (spark_jobs.io.repartition.origin_columns)
-            .option("includeHeaders", str(self.spec.repartition).lower())
-            .options(**SPARK_SOURCE_FETCH)
-        )
-        if self.settings.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(self.settings.max_offsets_per_trigger))
-        source = reader.load()
-        if not self.spec.repartition:
-            return source
-        # a re-keyed record's place in the source topic, which its dead letter names (as the re-keying stage's do)
-        from pyspark.sql import functions as F
-
-        from spark_jobs.io.dead_letter import ORIGIN_COLUMNS
-        from spark_jobs.io.repartition import origin_columns
-
-        rekeyed = F.col("topic") == F.lit(self.input_topic)
-        origin = (F.lit(self.spec.source_topic), *origin_columns())
-        return source.select(
-            "*", *(F.when(rekeyed, c).alias(name) for c, name in zip(origin, ORIGIN_COLUMNS, strict=True))
-        )
+        """The stateful stage's input as a streaming DataFrame (:meth:`JobSources.stream`)."""
+        return self.sources.stream()
 
     @property
     def input_topic(self) -> str:
-        """The topic the stateful stage reads (:attr:`JobLayout.state_input_topic`); a join's left side."""
-        return self.layout.state_input_topic
+        """The topic the stateful stage reads; a join's left side (:attr:`JobSources.input_topic`)."""
+        return self.sources.input_topic
 
     @property
     def input_topics(self) -> tuple[str, ...]:
-        """Every topic the stateful stage reads (:attr:`JobLayout.state_input_topics`)."""
-        return self.layout.state_input_topics
-
-    def check_co_partitioned(self) -> None:
-        """A join's inputs must have ``state_partitions`` partitions each (Kafka Streams' co-partitioning
-        rule: a key's records of both sides in the same task; a re-keyed left side's repartition topic has
-        ``repartition_partitions``); raises :class:`JobSpecError` naming both topics and their counts otherwise."""
-        from spark_jobs.io.kafka_topics import partition_counts
-        from spark_jobs.registry import JobSpecError
-
-        counts = partition_counts(self.settings.kafka, list(self.input_topics))
-        wanted = self.spec.state_partitions
-        if set(counts.values()) != {wanted}:
-            shown = ", ".join(
-                f"{topic} has {n if n is not None else 'no topic, no'} partitions" for topic, n in counts.items()
-            )
-            declared = "repartition_partitions" if self.spec.repartition else "source_partitions"
-            raise JobSpecError(
-                f"job {self.spec.name}: a join's inputs must be co-partitioned, {wanted} partitions each "
-                f"({declared}), keyed by {self.spec.key_field}: {shown}"
-            )
-
-    @functools.cached_property
-    def repartitioner(self):
-        """The stage re-keying the source into the repartition topic (:mod:`spark_jobs.io.repartition`), when
-        the job declares ``repartition``; else None."""
-        if not self.spec.repartition:
-            return None
-        from spark_jobs.io.repartition import Repartitioner
-
-        return Repartitioner(self)
-
-    @property
-    def starting_offsets(self) -> str:
-        """Kafka ``startingOffsets`` for a new query: right after the restored state, else where a
-        reprocessing run said to start (:meth:`start_offsets`; for a job that re-keys, the repartition topic
-        from its beginning and a join's ``join_topic`` from its start), else earliest."""
-        positions = {
-            json.dumps(r.input_offsets, sort_keys=True) for r in self.stores.restored.values() if r.input_offsets
-        }
-        if not positions:
-            start = self.start_offsets()
-            if start is None:
-                return "earliest"
-            # (a repartition topic is not in it: the re-keying stage starts at the start, its topic is new)
-            offsets = {topic: start.get(topic) for topic in self.input_topics}
-        elif len(positions) > 1:
-            raise RuntimeError(f"{self.spec.application_id}: stores restored to different input positions {positions}")
-        else:
-            offsets = json.loads(positions.pop())
-        # a topic without a position (a join's side without records yet, a new repartition topic): its earliest
-        earliest = {str(p): -2 for p in range(self.spec.state_partitions)}
-        return json.dumps({topic: offsets.get(topic) or earliest for topic in self.input_topics})
-
-    def start_offsets(self) -> dict[str, dict[str, int]] | None:
-        """Where a reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint): input
-        topic -> partition -> offset, for each of the spec's ``input_topics``; None without one. A re-keyed
-        job's ``source_topic`` position is its re-keying stage's start."""
-        start_file = self.layout.start_offsets_file
-        return json.loads(start_file.read_text()) if start_file.exists() else None
+        """Every topic the stateful stage reads (:attr:`JobSources.input_topics`)."""
+        return self.sources.input_topics
 
     def with_dead_letters(self, classified, *source_columns: str, key: str | None = None):
         """The processor's input: every record of ``classified`` (see spark_jobs.io.dead_letter.classify) with
@@ -257,23 +168,6 @@ class JobContext:
         sink.reconcile()
         return sink
 
-    @functools.cached_property
-    def input_lag(self):
-        """The record of which inputs had records written beyond each micro-batch, for a job with several inputs
-        (:class:`spark_jobs.state.input_lag.InputLagRecord`); None for a job with one, or whose inputs are all
-        tables (a table-table join applies each update as it comes, waiting for none)."""
-        if len(self.input_topics) < 2 or "stream" not in self.spec.input_kinds().values():
-            return None
-        from spark_jobs.state.input_lag import InputLagRecord
-        from spark_jobs.state.source_position import committed_ends
-
-        return InputLagRecord(
-            self.layout.input_lag,
-            self.input_topics,
-            lambda topic: committed_ends(self.settings.kafka, topic),
-            self.spec.max_task_idle_ms,
-        )
-
     def new_batch_phases(self, batch_id: int) -> dict:
         """Batch ``batch_id``'s phases, new (a replayed batch's count again); the oldest go when the progress of
         their batches was never asked for (a query stopped before Spark reported it)."""
@@ -297,22 +191,7 @@ class JobContext:
     def outputs_may_repeat(self, batch_id: int) -> bool:
         """Whether micro-batch ``batch_id`` may re-derive outputs that are written already (a replay after a
         crash or a restore): then a primitive that appends its outputs must insert them only if absent."""
-        return output_marks.may_repeat(self._batch_start(batch_id), self.outputs_written_through)
-
-    def batch_start_offsets(self, batch_id: int) -> KafkaOffsets | None:
-        """Where micro-batch ``batch_id`` starts reading every source: the end of the batch before it in the
-        offset log (None for the first batch)."""
-        return batch_end_offsets(self.checkpoint, batch_id - 1) if batch_id else None
-
-    def _batch_start(self, batch_id: int) -> dict[int, int] | None:
-        """The source offsets micro-batch ``batch_id`` starts reading at (None when not known exactly)."""
-        if batch_id > 0:
-            return batch_end_offsets(self.checkpoint, batch_id - 1).get(self.input_topic)
-        start = self.starting_offsets
-        offsets = json.loads(start).get(self.input_topic) if start.startswith("{") else None
-        if not offsets or any(int(o) < 0 for o in offsets.values()):  # -2/-1: Kafka's earliest/latest
-            return None
-        return {int(p): int(o) for p, o in offsets.items()}
+        return output_marks.may_repeat(self.sources.batch_start(batch_id), self.outputs_written_through)
 
     def write_dead_letters(self, batch, counts: dict[str, int]) -> None:
         """Send the batch's dead letters (the rows carrying one, ``counts`` of them by reason) to the job's
@@ -346,8 +225,8 @@ class JobContext:
         letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
         if not (counts := dead_letter.count_by_reason(letters)):
             return
-        if self.repartitioner is not None:
-            rejected = self.repartitioner.in_source_coordinates(rejected)
+        if (repartitioner := self.sources.repartitioner) is not None:
+            rejected = repartitioner.in_source_coordinates(rejected)
             letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
         self._send_letters(letters, counts)
 
@@ -377,8 +256,8 @@ class JobContext:
         the re-keying stage's producer)."""
         if "stores" in self.__dict__:
             self.stores.close()
-        if self.__dict__.get("repartitioner") is not None:
-            self.repartitioner.close()
+        if "sources" in self.__dict__:
+            self.sources.close()
 
     def ensure_output_topic(self) -> str | None:
         """Create the version's output topic when the job has one; returns its name. What it holds is the
@@ -403,8 +282,7 @@ class JobContext:
         then finds every one in place; the drivers' generations topic is created by the claim that first writes
         it (:class:`spark_jobs.state.fencing.WriterFence`)."""
         self.ensure_changelog_topics()
-        if self.repartitioner is not None:
-            self.repartitioner.ensure_topics()
+        self.sources.ensure_topics()
         ensure_topic(
             self.settings.kafka,
             self.layout.dead_letter_topic,

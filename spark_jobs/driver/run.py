@@ -257,7 +257,7 @@ def _run_published(
         lease_epoch=status.lease_epoch,
         took_over_from_epoch=took_over_from_epoch,
     )
-    rekeying_query = context.layout.repartition_topic if context.repartitioner is not None else None
+    rekeying_query = context.layout.repartition_topic if context.sources.repartitioner is not None else None
     collector = _progress_collector(report, status, rekeying_query, context.pop_batch_phases)
     spark.streams.addListener(collector)
     try:
@@ -303,7 +303,7 @@ def _prepare(
         context.dead_letter_listeners.append(status.record_dead_letters)
         context.ensure_topics()  # every topic a query below writes: none may start before its topics exist
         if spec.join_topic:
-            context.check_co_partitioned()  # refused before a stage starts
+            context.sources.check_co_partitioned()  # refused before a stage starts
         if spec.stores:
             # claim the version (fence older drivers, on any host) beside the query's start; its first write,
             # and any read of the state to restore, waits for the claim
@@ -339,10 +339,10 @@ def _run_queries(
 
     rekeying = query = None
     try:
-        if context.repartitioner is not None:
+        if context.sources.repartitioner is not None:
             # the source re-keyed into the repartition topic by a query of its own (spark_jobs/io/repartition.py);
             # drained first when the run drains, so that the stateful stage then finds every record there
-            rekeying = with_trigger(context.repartitioner.writer().queryName(rekeying_query)).start()
+            rekeying = with_trigger(context.sources.repartitioner.writer().queryName(rekeying_query)).start()
             if available_now:
                 _await_stoppable(rekeying)
         writer = build(context).option("checkpointLocation", report.checkpoint).queryName(spec.application_id)

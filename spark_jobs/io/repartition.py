@@ -41,12 +41,16 @@ import dataclasses
 import json
 import logging
 import threading
+from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from runtime.kafka_connection import client_config
+from runtime.settings import Settings
 from spark_jobs.io.kafka_topics import SPARK_SOURCE_FETCH, ensure_topic
+from spark_jobs.layout import JobLayout
+from spark_jobs.registry import JobSpec
 from spark_jobs.state.checkpoint_health import checkpoint_problem
 from spark_jobs.state.checkpoint_offsets import batch_end_offsets
 from spark_jobs.state.fencing import TRANSACTION_TIMEOUT_MS, WriterFenced, close_producer, producer_refused
@@ -146,11 +150,26 @@ def origins_of(kafka, topic: str, places: list[tuple[int, int]]) -> dict[tuple[i
 
 
 class Repartitioner:
-    """The re-keying stage of a job version (see the module docstring). Build it with the job's context."""
+    """The re-keying stage of a job version (see the module docstring); its sources' owner makes it
+    (:attr:`spark_jobs.driver.sources.JobSources.repartitioner`).
 
-    def __init__(self, ctx) -> None:
-        self.ctx = ctx
-        self.spec, self.settings, self.layout = ctx.spec, ctx.settings, ctx.layout
+    ``start_offsets()``: where a reprocessing run said to start (topic -> partition -> offset), or None;
+    ``write_letters(letters)``: sends a batch's dead letters where the stateful stage's go; ``failpoint(name)``:
+    where a fault test may stop the driver."""
+
+    def __init__(
+        self,
+        spark,
+        spec: JobSpec,
+        settings: Settings,
+        *,
+        start_offsets: Callable[[], dict[str, dict[str, int]] | None],
+        write_letters: Callable,
+        failpoint: Callable[[str], None],
+    ) -> None:
+        self.spark, self.spec, self.settings = spark, spec, settings
+        self.layout = JobLayout.of(spec, settings)
+        self._start_offsets, self._write_letters, self._failpoint = start_offsets, write_letters, failpoint
         self._producer: Producer | None = None
         self._progress: RepartitionProgress | None = None
         self._lock = threading.Lock()
@@ -199,7 +218,7 @@ class Repartitioner:
         source = self.spec.source_topic
         if progress is not None and progress.offsets:
             return json.dumps({source: {str(p): o for p, o in progress.offsets.items()}})
-        start = (self.ctx.start_offsets() or {}).get(source)
+        start = (self._start_offsets() or {}).get(source)
         return json.dumps({source: start}) if start else "earliest"
 
     # ----- the query -------------------------------------------------------------------------------
@@ -220,7 +239,7 @@ class Repartitioner:
         self._open_producer()
         key_field = self.spec.key_field
         reader = (
-            self.ctx.spark.readStream.format("kafka")
+            self.spark.readStream.format("kafka")
             .options(**self.settings.kafka.spark_options())
             .option("subscribe", self.spec.source_topic)
             .option("startingOffsets", self.starting_offsets(self._progress))
@@ -259,17 +278,17 @@ class Repartitioner:
         cached = batch.persist()
         try:
             letters = batch.where(F.col(dead_letter.LETTER_COLUMN).isNotNull()).select(f"{dead_letter.LETTER_COLUMN}.*")
-            self.ctx.write_letters(letters)
+            self._write_letters(letters)
             records = batch.where(F.col(dead_letter.LETTER_COLUMN).isNull()).drop(dead_letter.LETTER_COLUMN).toArrow()
         finally:
             cached.unpersist()
-        self.ctx.failpoint("before_repartition_write")
+        self._failpoint("before_repartition_write")
         progress = RepartitionProgress(
             self.spec.source_topic, {**(self._progress.offsets if self._progress else {}), **end}
         )
         self._commit(records, progress)
         self._progress = progress
-        self.ctx.failpoint("after_repartition_write")
+        self._failpoint("after_repartition_write")
 
     def _commit(self, records, progress: RepartitionProgress) -> None:
         topic, source = self.layout.repartition_topic, self.spec.source_topic

@@ -281,10 +281,15 @@ def test_a_re_keyed_join_starts_each_stage_where_a_reprocessing_said(settings, t
     spec = _spec("start", partitions=3, repartition=True, repartition_partitions=2)
     context = JobContext(None, spec, stack)
     layout = context.layout
-    assert context.starting_offsets == "earliest" and context.repartitioner.starting_offsets(None) == "earliest"
+    assert (
+        context.sources.starting_offsets == "earliest"
+        and context.sources.repartitioner.starting_offsets(None) == "earliest"
+    )
     write_start_offsets(layout, {spec.source_topic: {0: 5, 1: 6, 2: 7}, spec.join_topic: {0: 0, 1: 0}})
-    assert json.loads(context.repartitioner.starting_offsets(None)) == {spec.source_topic: {"0": 5, "1": 6, "2": 7}}
-    assert json.loads(context.starting_offsets) == {
+    assert json.loads(context.sources.repartitioner.starting_offsets(None)) == {
+        spec.source_topic: {"0": 5, "1": 6, "2": 7}
+    }
+    assert json.loads(context.sources.starting_offsets) == {
         layout.repartition_topic: {"0": -2, "1": -2},
         spec.join_topic: {"0": 0, "1": 0},
     }

@@ -568,7 +568,7 @@ def _starts_text(plan: ReprocessPlan) -> str:
 
 def write_start_offsets(layout: JobLayout, offsets: KafkaOffsets) -> Location:
     """Leave the start position (topic -> partition -> offset, every input of the version) where the job's first
-    query reads it (``JobContext.starting_offsets``)."""
+    query reads it (``JobSources.starting_offsets``)."""
     path = layout.start_offsets_file
     path.write_text(
         json.dumps({topic: {str(p): o for p, o in sorted(by_p.items())} for topic, by_p in offsets.items()}, indent=2)
