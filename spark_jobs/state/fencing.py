@@ -250,6 +250,11 @@ class WriterFence:
 
     def _in_transaction(self, produce, what: str) -> None:
         with self._lock:
+            # A fenced producer never writes again (Kafka fences the instance, not one transaction), and what its
+            # client says when asked again is librdkafka's state, not the fencing: a commit the fencing failed may
+            # still count as in progress, and the next call fails with _CONFLICT (seen in a suite run).
+            if self.refusal is not None:
+                raise self.refusal
             producer = self._producer
             try:
                 producer.begin_transaction()

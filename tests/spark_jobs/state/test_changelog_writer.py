@@ -7,6 +7,7 @@ import pytest
 from spark_jobs.state.changelog import ChangelogTopic, fenced_writer, write_batches
 from spark_jobs.state.changelog_reader import last_complete_batch
 from spark_jobs.state.fencing import WriterFence
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +37,9 @@ def test_several_stores_complete_a_batch_together_or_not_at_all(spark, kafka_bro
     # The replayed batch completes both, at one batch id and one input position.
     assert write_batches([(counts, changes), (items, changes)], 0, {"in": {0: 2}}) == {"counts": 2, "items": 2}
     for writer in writers:
-        complete = last_complete_batch(kafka, writer.topic.name)
+        # A commit returns once the coordinator has decided it; the markers that make the records readable to
+        # read_committed consumers reach the topic's partitions just after (Kafka's two-phase commit), later
+        # still on a busy machine (a suite run read nothing yet here).
+        complete = wait_for(lambda w=writer: last_complete_batch(kafka, w.topic.name), 30, "the batch's markers")
         assert (complete.batch_id, complete.input_offsets) == (fence.batch_base, {"in": {0: 2}})
     fence.close()

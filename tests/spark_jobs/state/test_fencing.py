@@ -95,23 +95,27 @@ def test_the_last_complete_batch_is_found_behind_a_long_unfinished_one(kafka_bro
 
 
 def test_a_fenced_driver_is_told_so_however_its_client_learns_it_and_closes_quietly(kafka_broker, settings, unique):
-    """The client learns of a fencing asynchronously: the commit, a produce() after it learned (``_FATAL``),
-    or begin_transaction() may be what fails. Each is the takeover (the driver exits FENCED), and closing the
-    fenced producer, with records still queued, raises nothing that would hide it (seen in CI: exit 1)."""
-    kafka, app = settings.kafka, f"fence-fatal-{unique}"
-    topic = ChangelogTopic(app, "store", partitions=4)
-    topic.ensure(kafka)
-    fence_a = WriterFence(kafka, app, f"{app}-driver", f"{app}-generations")
-    fence_a.claim_generation()
-    a = fenced_writer(topic, kafka, fence_a)
-    fence_b = WriterFence(kafka, app, f"{app}-driver", f"{app}-generations")
-    fence_b.claim_generation()
+    """The client learns of a fencing asynchronously: the commit, or a produce() after it learned (``_FATAL``),
+    may be what fails (a few records: the commit; many: a produce). Each is the takeover (the driver exits
+    FENCED); a fenced writer stays refused whatever its client says when asked again (a commit the fencing
+    failed may still count as in progress: ``_CONFLICT``), and closing the fenced producer, with records still
+    queued, raises nothing that would hide it (seen in CI: exit 1)."""
+    kafka = settings.kafka
+    for count in (10, 20_000):
+        app = f"fence-fatal-{unique}-{count}"
+        topic = ChangelogTopic(app, "store", partitions=4)
+        topic.ensure(kafka)
+        fence_a = WriterFence(kafka, app, f"{app}-driver", f"{app}-generations")
+        fence_a.claim_generation()
+        a = fenced_writer(topic, kafka, fence_a)
+        fence_b = WriterFence(kafka, app, f"{app}-driver", f"{app}-generations")
+        fence_b.claim_generation()
 
-    records = OutputRecords(topic.name, [b"k%d" % i for i in range(20_000)], [b"v" * 100] * 20_000)
-    for spark_batch in (1, 2, 3):  # the first refusal leaves A's client fatal: the later ones fail earlier
-        marker = a.marker_records(a.marker(spark_batch, {"in": {0: spark_batch}}, len(records.keys)))
-        with pytest.raises(WriterFenced, match=r"generation 1 .*was fenced by generation 2"):
-            fence_a.commit_markers([marker], [records])
-    fence_a.close()
-    fence_b.close()
-    assert read_changelog(kafka, topic.name).state == {}
+        records = OutputRecords(topic.name, [b"k%d" % i for i in range(count)], [b"v" * 100] * count)
+        for spark_batch in (1, 2, 3):
+            marker = a.marker_records(a.marker(spark_batch, {"in": {0: spark_batch}}, len(records.keys)))
+            with pytest.raises(WriterFenced, match=r"generation 1 .*was fenced by generation 2"):
+                fence_a.commit_markers([marker], [records])
+        fence_a.close()
+        fence_b.close()
+        assert read_changelog(kafka, topic.name).state == {}
