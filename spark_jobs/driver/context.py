@@ -1,4 +1,10 @@
-"""What a job's ``build`` function gets: the session, its spec, the deployment and its artifacts."""
+"""What a job's ``build`` function gets: the session, its spec, the deployment and its artifacts.
+
+The context is a front over the owners of a job version's parts in its driver, each made once, on first use:
+its inputs (:attr:`JobContext.sources`, :mod:`spark_jobs.driver.sources`), its stores (:attr:`JobContext.stores`,
+:mod:`spark_jobs.driver.stores`) and what it writes besides them (:attr:`JobContext.outputs`,
+:mod:`spark_jobs.driver.outputs`); the batch sink a stateful job's query ends in (:meth:`JobContext.state_change_sink`,
+:mod:`spark_jobs.driver.batch_sink`) writes through them."""
 
 from __future__ import annotations
 
@@ -8,13 +14,12 @@ import functools
 from runtime.object_store import Location
 from runtime.settings import Settings
 from spark_jobs.driver import failpoints
+from spark_jobs.driver.outputs import JobOutputs
 from spark_jobs.driver.sources import JobSources
 from spark_jobs.driver.stores import JobStores
-from spark_jobs.io.kafka_topics import ensure_topic
 from spark_jobs.io.output_table import OutputTable
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec
-from spark_jobs.state import output_marks
 from spark_jobs.state.changelog import (
     ChangelogTopic,
 )
@@ -51,6 +56,12 @@ class JobContext:
         """The job version's stores in this driver: their changelogs and the claim they are written under, their
         restore, their snapshots (:mod:`spark_jobs.driver.stores`)."""
         return JobStores(self.spark, self.spec, self.settings, self.failpoint)
+
+    @functools.cached_property
+    def outputs(self) -> JobOutputs:
+        """What the job version writes besides its state in this driver: its output tables, output topic and dead
+        letters (:mod:`spark_jobs.driver.outputs`)."""
+        return JobOutputs(self.spark, self.spec, self.settings, self.dead_letter_listeners)
 
     @functools.cached_property
     def sources(self) -> JobSources:
@@ -98,31 +109,12 @@ class JobContext:
         return str(self.layout.output_table)
 
     def output_table(self, keys: tuple[str, ...]) -> OutputTable:
-        """The version's main output table, its rows identified by ``keys`` (see :mod:`spark_jobs.io.output_table`)."""
-        return OutputTable(self.layout.output_table, keys)
+        """The version's main output table, its rows identified by ``keys`` (:meth:`JobOutputs.table`)."""
+        return self.outputs.table(keys)
 
     def ensure_output_table(self, schema) -> None:
-        """Create the main output table of this version with ``schema`` (a StructType),
-        or add the columns of ``schema`` it lacks (nullable). A version whose outputs gained a column may
-        start from a copy of the previous version's tables (a migration copies them), whose rows then read
-        the new column as null, as Delta's schema evolution gives them. A column removed or retyped is
-        not changed here: the job's writes meet Delta's own error for it.
-
-        Read and created with delta-rs (a Spark create costs ~0.5 s of a small job's start, delta-rs ~0.01 s);
-        a column added through Spark."""
-        from deltalake import DeltaTable
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        table = self.layout.output_table
-        path, options = str(table), table.storage_options()
-        if not DeltaTable.is_deltatable(path, storage_options=options):
-            # TIMESTAMP columns as UTC instants: Delta's timestamp type, as Spark creates it
-            DeltaTable.create(path, to_arrow_schema(schema, timezone="UTC"), mode="ignore", storage_options=options)
-            return
-        present = {f.name.lower() for f in DeltaTable(path, storage_options=options).schema().fields}
-        if missing := [f for f in schema.fields if f.name.lower() not in present]:
-            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-            self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+        """Create the main output table with ``schema``, or add the columns it lacks (:meth:`JobOutputs.ensure_table`)."""
+        self.outputs.ensure_table(schema)
 
     def changelog_topic(self, store_name: str) -> ChangelogTopic:
         """The store's changelog topic (:attr:`stores`)."""
@@ -182,16 +174,11 @@ class JobContext:
         run it), forgotten once asked for (the progress listener publishes them with the batch's progress)."""
         return self.batch_phase_ms.pop(batch_id, {})
 
-    @functools.cached_property
-    def outputs_written_through(self) -> dict[int, int] | None:
-        """The highest source offsets any output write of this version reached (read once, before this
-        driver's first write; see :func:`spark_jobs.state.output_marks.written_input_end`)."""
-        return output_marks.written_input_end(self.layout.output_table)
-
     def outputs_may_repeat(self, batch_id: int) -> bool:
         """Whether micro-batch ``batch_id`` may re-derive outputs that are written already (a replay after a
-        crash or a restore): then a primitive that appends its outputs must insert them only if absent."""
-        return output_marks.may_repeat(self.sources.batch_start(batch_id), self.outputs_written_through)
+        crash or a restore): then a primitive that appends its outputs must insert them only if absent
+        (:meth:`JobOutputs.may_repeat`)."""
+        return self.outputs.may_repeat(self.sources.batch_start(batch_id))
 
     def write_dead_letters(self, batch, counts: dict[str, int]) -> None:
         """Send the batch's dead letters (the rows carrying one, ``counts`` of them by reason) to the job's
@@ -199,7 +186,7 @@ class JobContext:
         from spark_jobs.io import dead_letter
 
         letter = dead_letter.LETTER_COLUMN
-        self._send_letters(batch.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), counts)
+        self.outputs.send_letters(batch.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), counts)
 
     def write_letters(self, letters) -> None:
         """Dead-letter records (key, value, headers) of this batch to the job's dead-letter topic, counted by
@@ -207,14 +194,7 @@ class JobContext:
         from spark_jobs.io import dead_letter
 
         if counts := dead_letter.count_by_reason(letters):
-            self._send_letters(letters, counts)
-
-    def _send_letters(self, letters, counts: dict[str, int]) -> None:
-        from spark_jobs.io import dead_letter
-
-        dead_letter.write_letters(letters, self.spec.application_id, self.settings.kafka)
-        for listener in self.dead_letter_listeners:
-            listener(counts)
+            self.outputs.send_letters(letters, counts)
 
     def write_rejected(self, rejected) -> None:
         """Records a processor rejected inside a batch (late events: Kafka source columns, the reason and the
@@ -228,24 +208,13 @@ class JobContext:
         if (repartitioner := self.sources.repartitioner) is not None:
             rejected = repartitioner.in_source_coordinates(rejected)
             letters = dead_letter.dead_letter_records(rejected, self.spec.application_id)
-        self._send_letters(letters, counts)
+        self.outputs.send_letters(letters, counts)
 
     def nothing_to_reconcile(self, changes: StoreChanges) -> bool:
         """Nothing was restored and no output table of the version holds a file: the outputs already equal
         the (empty) store. A new version's first start then skips the reconciling MERGE (seconds, most of
-        a small job's start). Read with delta-rs: asking Spark (DESCRIBE DETAIL) costs as much as the MERGE."""
-        from deltalake import DeltaTable
-
-        if changes.store in self.stores.restored:
-            return False
-        for table in self.layout.output_tables:
-            options = table.storage_options()
-            if (
-                DeltaTable.is_deltatable(str(table), storage_options=options)
-                and DeltaTable(str(table), storage_options=options).file_uris()
-            ):
-                return False
-        return True
+        a small job's start)."""
+        return changes.store not in self.stores.restored and self.outputs.hold_nothing()
 
     def failpoint(self, name: failpoints.Failpoint) -> None:
         """Where a fault test may stop this driver (see :mod:`spark_jobs.driver.failpoints`; off by default)."""
@@ -260,19 +229,8 @@ class JobContext:
             self.sources.close()
 
     def ensure_output_topic(self) -> str | None:
-        """Create the version's output topic when the job has one; returns its name. What it holds is the
-        declaration's (``JobSpec.output_topic_kind``). ``upserts`` (an aggregate's rows): compacted, the latest
-        result per key is what a reader restores from it, a deleted key's tombstone removes it. ``events`` (a
-        join's results): deleted by retention, never compacted (two results of a key are two events), each
-        record in the partition Kafka's Java clients would put its key in (murmur2), as a Kafka Streams ``to()``
-        writes it, so a job reading it is co-partitioned with other Java-keyed topics."""
-        topic = self.layout.output_topic
-        if topic is not None:
-            replication = self.settings.kafka_replication_factor
-            policy = "compact" if self.spec.output_topic_kind() == "upserts" else "delete"
-            configs = {"cleanup.policy": policy, "min.insync.replicas": str(self.settings.kafka_min_insync_replicas)}
-            ensure_topic(self.settings.kafka, topic, self.spec.output_partitions, replication, configs)
-        return topic
+        """Create the version's output topic when the job has one; returns its name (:meth:`JobOutputs.ensure_topic`)."""
+        return self.outputs.ensure_topic()
 
     def ensure_topics(self) -> None:
         """Create every topic this version writes, before any of its queries starts (idempotent): each store's
@@ -283,13 +241,8 @@ class JobContext:
         it (:class:`spark_jobs.state.fencing.WriterFence`)."""
         self.ensure_changelog_topics()
         self.sources.ensure_topics()
-        ensure_topic(
-            self.settings.kafka,
-            self.layout.dead_letter_topic,
-            self.spec.source_partitions,
-            self.settings.kafka_replication_factor,
-        )
-        self.ensure_output_topic()
+        self.outputs.ensure_dead_letter_topic()
+        self.outputs.ensure_topic()
 
     def ensure_changelog_topics(self) -> list[str]:
         """Create every store's changelog topic (idempotent); returns the topic names."""
