@@ -68,7 +68,7 @@ class JobContext:
         """The job version's inputs in this driver: the topics its stateful stage reads, where it starts reading
         them, the re-keying stage (:mod:`spark_jobs.driver.sources`)."""
         return JobSources(
-            self.spark, self.spec, self.settings, self.stores.restored, self.write_letters, self.failpoint
+            self.spark, self.spec, self.settings, self.stores.restored, self.outputs.write_letters, self.failpoint
         )
 
     def kafka_source(self):
@@ -190,11 +190,8 @@ class JobContext:
 
     def write_letters(self, letters) -> None:
         """Dead-letter records (key, value, headers) of this batch to the job's dead-letter topic, counted by
-        reason for :attr:`dead_letter_listeners` (the count is the one Spark job that finds there are none)."""
-        from spark_jobs.io import dead_letter
-
-        if counts := dead_letter.count_by_reason(letters):
-            self.outputs.send_letters(letters, counts)
+        reason for :attr:`dead_letter_listeners` (:meth:`JobOutputs.write_letters`)."""
+        self.outputs.write_letters(letters)
 
     def write_rejected(self, rejected) -> None:
         """Records a processor rejected inside a batch (late events: Kafka source columns, the reason and the

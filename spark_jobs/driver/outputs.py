@@ -119,6 +119,14 @@ class JobOutputs:
         )
 
     # ----- dead letters -----------------------------------------------------------------------------
+    def write_letters(self, letters) -> None:
+        """Dead-letter records (key, value, headers) of a batch to the dead-letter topic, counted by reason for
+        the listeners (the count is the one Spark job that finds there are none)."""
+        from spark_jobs.io import dead_letter
+
+        if counts := dead_letter.count_by_reason(letters):
+            self.send_letters(letters, counts)
+
     def send_letters(self, letters, counts: dict[str, int]) -> None:
         """Dead-letter records (key, value, headers), ``counts`` of them by reason, to the dead-letter topic; then
         the listeners hear the counts."""
