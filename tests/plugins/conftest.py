@@ -22,3 +22,11 @@ def ui(settings, airflow):
 
     with chromium() as browser:
         yield AirflowUi(browser, settings.airflow_url, settings.logs_dir / "ui-screenshots")
+
+
+@pytest.fixture(autouse=True)
+def _park_the_browser(request):
+    """After a test that used the browser, its last page is left (it would go on polling Airflow)."""
+    yield
+    if "ui" in request.fixturenames:
+        request.getfixturevalue("ui").park()
