@@ -26,6 +26,7 @@ from runtime.kafka_broker import LocalKafkaBroker  # noqa: E402
 from runtime.postgres import LocalPostgres  # noqa: E402
 from runtime.process import PORT_SLICE_ENV, free_port, free_service_ports  # noqa: E402
 from runtime.settings import PROJECT_ROOT, Settings  # noqa: E402
+from tests.cpu_by_process import Sampler, report_lines, tally  # noqa: E402
 
 # `make test` runs the suite on several workers (pytest-xdist): each has a session stack of its own (broker,
 # Spark session, Airflow) and chooses free ports in a slice of the range no other worker chooses from.
@@ -263,6 +264,15 @@ def _cpu_jiffies() -> tuple[int, int]:
 
 _cpu_at_start = _cpu_jiffies()
 
+#: every process's CPU, sampled by the run's controller (not by each xdist worker) for the report at its end
+_cpu_sampler: Sampler | None = None
+
+
+def pytest_configure(config):
+    global _cpu_sampler
+    if not os.environ.get("PYTEST_XDIST_WORKER") and Path("/proc/stat").exists():
+        _cpu_sampler = Sampler().start()
+
 
 def pytest_runtest_logreport(report):
     """Collect the recovery times of the fault tests and each module's time (the controller sees every
@@ -284,6 +294,11 @@ def pytest_terminal_summary(terminalreporter):
         for module, seconds in slowest[:25]:
             terminalreporter.write_line(f"{seconds:7.0f}  {module}")
         terminalreporter.write_line(f"{sum(_module_seconds.values()):7.0f}  all {len(_module_seconds)} modules")
+        if _cpu_sampler is not None:
+            terminalreporter.section("where the CPU went (CPU-seconds, by kind of process: tests/cpu_by_process.py)")
+            ticks = os.sysconf("SC_CLK_TCK")
+            for line in report_lines(tally(_cpu_sampler.stop()), machine_busy_s=busy / ticks):
+                terminalreporter.write_line(line)
     if _recoveries:
         terminalreporter.section("time to recover from each fault (seconds)")
         for test, fault, seconds in _recoveries:

@@ -147,7 +147,7 @@ class BatchProgress:
     state_rows: int = 0
     state_memory_bytes: int = 0
     rocksdb: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    #: when Spark reported the batch (ISO-8601)
+    #: when the batch's trigger began (ISO-8601; Spark's ``timestamp``): it ended ``batch_duration_ms`` later
     progress_at: str | None = None
 
     @classmethod

@@ -24,6 +24,7 @@ end the state API answers from the live job and the standby keeps its snapshot i
 from __future__ import annotations
 
 import concurrent.futures
+import datetime as dt
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from streamstate.supervision import read_record
 
 from runtime.airflow_standalone import AirflowApi, LocalAirflow
 from runtime.kafka_broker import LocalKafkaBroker
@@ -157,6 +159,41 @@ def _tasks_run(settings, executor_ids: set[str]) -> int:
 # suite's 15-min default on a machine busier still (a run beside two other heavy ones on 2026-12-07 passed every fault
 # but the last when the default stopped it)
 @pytest.mark.timeout(1800)
+def _restart_stages(settings, app: str, killed_at: float) -> dict[str, float]:
+    """Where a restart by the watch spent its time after the kill (seconds, each stage from the end of the one
+    before): until the watch launched the new driver, until that driver's process published, its restore, until
+    its first batch began, and that batch (named with its longest phases). Read while the first batch is the
+    driver's latest; a stage that left no record is left out."""
+    launch = read_record(settings.status_dir, app).last_launch
+    status = read_status(settings.status_dir, app)
+    first = status.progress if status.progress and status.batch_id == status.first_batch_id else None
+    began = _epoch_s(first.progress_at) if first else None
+    # Spark's phases of the batch, then the platform's inside its addBatch (state, outputs, changelog, ...)
+    phases = [
+        *sorted((first.phase_ms if first else {}).items(), key=lambda phase: -phase[1])[:3],
+        *sorted((first.sink_phase_ms if first else {}).items(), key=lambda phase: -phase[1])[:3],
+    ]
+    at = {
+        "the watch's relaunch": launch.at if launch else None,
+        "the new driver's start": _epoch_s(status.started_at),
+        "its restore": max((_epoch_s(r.finished_at) or 0.0 for r in status.restore.values()), default=None),
+        "until its first batch began": began,
+        f"its first batch ({', '.join(f'{name} {ms / 1000:.1f} s' for name, ms in phases)})": (
+            began + first.batch_duration_ms / 1000 if began and first.batch_duration_ms else None
+        ),
+    }
+    stages, before = {}, killed_at
+    for stage, moment in at.items():
+        if moment:
+            stages[stage] = round(moment - before, 1)
+            before = moment
+    return stages
+
+
+def _epoch_s(iso: str | None) -> float | None:
+    return dt.datetime.fromisoformat(iso).timestamp() if iso else None
+
+
 def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, record_property):
     settings, api, app = deployed.settings, deployed.api, JOB.application_id
     lease = JobLease(settings.status_dir, app)
@@ -166,6 +203,14 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
         wait_for(lambda: deployed.last_batch() > batch, 300, f"a batch after {fault}", diagnose)
         record_property(RECOVERY_PROPERTY + fault, round(time.monotonic() - since, 1))
         wait_for(deployed.caught_up, 180, f"the outputs equal to the reference after {fault}", diagnose)
+
+    def outlived(fault: str) -> None:
+        """The driver lived through ``fault``: not restarted by the watch (which would hide its death)."""
+        holder = lease.holder()
+        assert holder and holder.epoch == started.epoch and driver_pids(app) == {started.pid}, (
+            f"the driver did not outlive {fault}: lease {holder}, drivers {driver_pids(app)} (started {started})\n"
+            f"{diagnose()}"
+        )
 
     ensure_topic(settings.kafka, JOB.source_topic, JOB.source_partitions)
     deployed.produce(300, seed=8)
@@ -203,6 +248,7 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
     )
     deployed.spark.kill_worker(1)
     recovered("kill -9 of a Spark worker mid-batch", time.monotonic(), batch)
+    outlived("the kill of a worker")
     deployed.spark.restart_worker(1)
 
     # 3. the master restarted under the running application: its batches need no master meanwhile, and the
@@ -220,11 +266,17 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
         "the master to take the application back",
         lambda: f"master: {deployed.spark.master_status()}\n{diagnose()}",
     )
+    outlived("the master's restart")
 
     # 4. a third worker joins: the running application gets an executor there, and the next batch uses it
     joined = deployed.spark.add_worker()
     on_joined = f"spark-worker-{joined}/app-*/*"  # an executor's directory, named by its id
-    wait_for(lambda: next(deployed.spark.work_dir.glob(on_joined), None), 120, "an executor there")
+    wait_for(
+        lambda: next(deployed.spark.work_dir.glob(on_joined), None),
+        120,
+        "an executor there",
+        lambda: f"master: {deployed.spark.master_status()}\n{diagnose()}",
+    )
     assert [a["cores"] for a in deployed.spark.running_applications()] == [3]
     batch = deployed.last_batch()
     deployed.produce(200, seed=12)
@@ -234,10 +286,11 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
     # run: the first directory's id was no executor the driver knew)
     executors = {d.name for d in deployed.spark.work_dir.glob(on_joined)}
     assert _tasks_run(settings, executors) > 0, f"no task of the batch ran on the new worker (executors {executors})"
+    outlived("a worker joining")
 
     # 5. the driver: the watch restarts it on the cluster, and its state comes back from the object store
     batch = deployed.last_batch()
-    since = time.monotonic()
+    since, killed_at = time.monotonic(), time.time()
     os.kill(started.pid, signal.SIGKILL)
     deployed.produce(200, seed=11)  # the new driver's first batch: its time from the kill is the recovery
     wait_for(
@@ -251,7 +304,11 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
         diagnose,
     )
     assert driver_pids(app) == {lease.holder().pid}
+    wait_for(lambda: deployed.last_batch() > batch, 300, "the new driver's first batch", diagnose)
+    stages = _restart_stages(settings, app, killed_at)  # read at its first batch, which the status then shows
     recovered("kill -9 of the driver (restarted by the watch)", since, batch)
+    for stage, seconds in stages.items():
+        record_property(f"{RECOVERY_PROPERTY}  of which {stage}", seconds)
     received = wait_for(lambda: _received(settings, f"streamstate/{app}/down"), 120, "the alert", diagnose)
     assert [alert["status"] for alert in received] == ["firing"], received  # once, not once per process restart
 
