@@ -155,10 +155,6 @@ def _tasks_run(settings, executor_ids: set[str]) -> int:
         return sum(e["totalTasks"] for e in json.loads(r.read()) if e["id"] in executor_ids)
 
 
-# six faults in a row, each wait bounded on its own: 7 min alone, 10 beside the suite's other worker, more than the
-# suite's 15-min default on a machine busier still (a run beside two other heavy ones on 2026-12-07 passed every fault
-# but the last when the default stopped it)
-@pytest.mark.timeout(1800)
 def _restart_stages(settings, app: str, killed_at: float) -> dict[str, float]:
     """Where a restart by the watch spent its time after the kill (seconds, each stage from the end of the one
     before): until the watch launched the new driver, until that driver's process published, its restore, until
@@ -169,10 +165,14 @@ def _restart_stages(settings, app: str, killed_at: float) -> dict[str, float]:
     first = status.progress if status.progress and status.batch_id == status.first_batch_id else None
     began = _epoch_s(first.progress_at) if first else None
     # Spark's phases of the batch, then the platform's inside its addBatch (state, outputs, changelog, ...)
-    phases = [
-        *sorted((first.phase_ms if first else {}).items(), key=lambda phase: -phase[1])[:3],
-        *sorted((first.sink_phase_ms if first else {}).items(), key=lambda phase: -phase[1])[:3],
-    ]
+    phases = (
+        [
+            *sorted(first.phase_ms.items(), key=lambda phase: -phase[1])[:3],
+            *sorted(first.sink_phase_ms.items(), key=lambda phase: -phase[1])[:3],
+        ]
+        if first
+        else []
+    )
     at = {
         "the watch's relaunch": launch.at if launch else None,
         "the new driver's start": _epoch_s(status.started_at),
@@ -194,6 +194,10 @@ def _epoch_s(iso: str | None) -> float | None:
     return dt.datetime.fromisoformat(iso).timestamp() if iso else None
 
 
+# six faults in a row, each wait bounded on its own: 7 min alone, 10 beside the suite's other worker, more than the
+# suite's 15-min default on a machine busier still (a run beside two other heavy ones on 2026-12-07 passed every fault
+# but the last when the default stopped it)
+@pytest.mark.timeout(1800)
 def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, record_property):
     settings, api, app = deployed.settings, deployed.api, JOB.application_id
     lease = JobLease(settings.status_dir, app)
