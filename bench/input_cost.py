@@ -73,7 +73,7 @@ def variant(raw, name: str, workload: str):
         return decoded.select(dead_letter.OBJECT_COLUMN, dead_letter.EVENT_COLUMN, dead_letter.WRITTEN_COLUMN)
     # The job's own rules: classify() only asks its context for the Kafka source.
     with decoding_with(DECODER[name]):
-        classified = job.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+        classified = job.classify(types.SimpleNamespace(sources=types.SimpleNamespace(stream=lambda: raw)))
     return dead_letter.with_dead_letters(classified, "bench", key_field, "offset")
 
 

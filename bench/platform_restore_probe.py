@@ -45,9 +45,9 @@ def main() -> None:
     spec = get_job(args.job, args.version)
     context = JobContext(None, spec, settings)  # a restore needs no Spark: delta-rs + the Kafka consumer
     restored = restore_from_snapshot(
-        context.snapshot_store(args.store),
+        context.stores.handle(args.store).snapshots,
         settings.kafka,
-        context.changelog_topic(args.store).name,
+        context.stores.handle(args.store).changelog.name,
         SilentRestoreListener(),
         use_snapshot=args.mode == "snapshot",
     )

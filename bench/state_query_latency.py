@@ -97,7 +97,7 @@ def main() -> None:
     try:
         from spark_jobs.driver.context import JobContext
 
-        topic = JobContext(None, spec, settings).changelog_topic("counts")
+        topic = JobContext(None, spec, settings).stores.handle("counts").changelog
         topic.ensure(settings.kafka)
         simulator = ChangelogSimulator(settings, topic, args.keys, 6, args.keys // 5, seed=11)
         simulator.write(6)

@@ -24,7 +24,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from spark_jobs.driver.phases import PhaseClock
 from spark_jobs.driver.session import BATCH_CACHE_CONF, session_conf
 from spark_jobs.io import dead_letter
 from spark_jobs.io.driver_rows import DriverRows
@@ -36,6 +35,8 @@ from spark_jobs.state.checkpoint_offsets import KafkaOffsets, batch_end_offsets,
 from spark_jobs.state.store_changes import StoreChanges
 
 if TYPE_CHECKING:
+    from spark_jobs.driver.outputs import JobOutputs
+    from spark_jobs.driver.phases import BatchPhases
     from spark_jobs.driver.sources import JobSources
     from spark_jobs.driver.stores import JobStores
 
@@ -70,23 +71,17 @@ class SinkContext(Protocol):
 
     spec: object  # spark_jobs.registry.JobSpec
     settings: object  # runtime.settings.Settings
-    #: seconds per phase, summed over the run (the run report's)
-    phase_seconds: dict
+    #: the phases' times, summed over the run and per batch
+    phases: BatchPhases
 
     @property
     def layout(self): ...  # spark_jobs.layout.JobLayout
     @property
-    def checkpoint(self): ...
-    @property
     def sources(self) -> JobSources: ...
     @property
-    def starts_without_checkpoint(self) -> bool: ...
-    @property
     def stores(self) -> JobStores: ...
-    def nothing_to_reconcile(self, changes: StoreChanges) -> bool: ...
-    def new_batch_phases(self, batch_id: int) -> dict: ...
-    def write_dead_letters(self, batch, counts: dict[str, int]) -> None: ...
-    def write_rejected(self, rejected) -> None: ...
+    @property
+    def outputs(self) -> JobOutputs: ...
     def failpoint(self, name: str) -> None: ...
 
 
@@ -111,7 +106,7 @@ class BatchSink:
     each output table at most once per batch, and a driver fenced by a newer one has its late writes skipped.
 
     ``refused_letters(batch)``: the rows the processor refused inside the batch (late events) as
-    :meth:`JobContext.write_rejected` takes them (None: none).
+    :func:`spark_jobs.io.dead_letter.dead_letter_records` takes them (None: none).
 
     ``output_records(batch)``, for a job with an output topic (``JobSpec.output_topic``): the batch's results as
     Kafka records (``key`` and ``value`` binary, a null value a tombstone), written to the topic in the transaction
@@ -171,17 +166,19 @@ class BatchSink:
         """Make the outputs equal to the restored store, before the query starts without a checkpoint (see the
         class docstring); nothing to do for a job without ``reconcile_outputs``."""
         context, shown = self.context, self.changes[0]
-        if self.reconcile_outputs is None or not context.starts_without_checkpoint:
+        if self.reconcile_outputs is None or not context.sources.starts_without_checkpoint:
             return
-        if context.nothing_to_reconcile(shown):
+        # nothing restored and no output table holds a file: the outputs already equal the (empty) store, and a
+        # new version's first start skips the reconciling MERGE (seconds, most of a small job's start)
+        if shown.store not in context.stores.restored and context.outputs.hold_nothing():
             return
-        clock = PhaseClock(context.phase_seconds)
+        clock = context.phases.clock()
         self.reconcile_outputs(context.stores.restored_store(shown))
         clock.lap("reconcile")
 
     def __call__(self, batch, batch_id: int) -> None:
         context = self.context
-        end_offsets = batch_end_offsets(context.checkpoint, batch_id)
+        end_offsets = batch_end_offsets(context.layout.checkpoint, batch_id)
         # a join's tasks take both topics in time order across batches: which inputs have records written
         # beyond this batch, read once before it runs (spark_jobs/state/input_lag.py)
         lag = {}
@@ -193,7 +190,7 @@ class BatchSink:
 
     def _write(self, batch, batch_id: int, end_offsets: KafkaOffsets) -> None:
         context = self.context
-        clock = PhaseClock(context.phase_seconds, context.new_batch_phases(batch_id))
+        clock = context.phases.clock(batch_id)
         with session_conf(batch.sparkSession, BATCH_CACHE_CONF):  # read as the cache is declared
             cached = batch.persist()  # several writes from one batch: run the stateful plan once
         try:
@@ -279,12 +276,27 @@ class BatchSink:
         return changelog, results
 
     def _write_letters(self, phase: StatePhase) -> None:
+        """The batch's dead letters (the rows carrying one) and the records its processor refused (late events),
+        to the job's dead-letter topic, counted by reason. A re-keyed job's refused records are named by their
+        places in the source topic (:meth:`Repartitioner.in_source_coordinates`)."""
+        context = self.context
+        application_id = context.spec.application_id
         if phase.letters:
-            self.context.write_dead_letters(phase.lettered, phase.letters)
-        if self.refused_letters is not None and phase.changed:
-            refused = self.refused_letters(phase.batch)
-            if refused is not None:
-                self.context.write_rejected(refused)
+            letter = dead_letter.LETTER_COLUMN
+            context.outputs.send_letters(
+                phase.lettered.where(f"`{letter}` IS NOT NULL").select(f"{letter}.*"), phase.letters
+            )
+        if self.refused_letters is None or not phase.changed:
+            return
+        refused = self.refused_letters(phase.batch)
+        if refused is None:
+            return
+        letters = dead_letter.dead_letter_records(refused, application_id)
+        if not (counts := dead_letter.count_by_reason(letters)):
+            return
+        if (repartitioner := context.sources.repartitioner) is not None:
+            letters = dead_letter.dead_letter_records(repartitioner.in_source_coordinates(refused), application_id)
+        context.outputs.send_letters(letters, counts)
 
     def _write_outputs(self, phase: StatePhase, batch_id: int, end_offsets: KafkaOffsets) -> None:
         """An idempotent Delta write: skipped when a newer driver already wrote a higher batch id (a fenced
@@ -313,7 +325,7 @@ class BatchSink:
             phase.changelog,
             batch_id,
             end_offsets,
-            batch_watermark_ms(context.checkpoint, batch_id),
+            batch_watermark_ms(context.layout.checkpoint, batch_id),
             self._output_records(phase),
             at_most=phase.store_changes,
             rows=phase.rows,
@@ -326,7 +338,7 @@ class BatchSink:
         keys = published.column("key").to_pylist()
         values = published.column("value").to_pylist()
         partitions = None
-        if self.events:  # where Kafka's Java clients would put each key (see JobContext.ensure_output_topic)
+        if self.events:  # where Kafka's Java clients would put each key (see JobOutputs.ensure_topic)
             count = self.context.spec.output_partitions
             partitions = [kafka_partition(key.decode(), count) for key in keys]
         return (OutputRecords(self.context.layout.output_topic, keys, values, partitions),)
@@ -340,7 +352,7 @@ class BatchSink:
         context = self.context
         changelog_batch_id = self.batch_base + batch_id
         stores = context.stores
-        stores.start_snapshots_if_due([kept.store for kept in self.changes], changelog_batch_id, context.phase_seconds)
+        stores.start_snapshots_if_due([kept.store for kept in self.changes], changelog_batch_id, context.phases.seconds)
         repartitioner = context.sources.repartitioner
         if repartitioner is not None and batch_id > 0 and stores.snapshot_due(changelog_batch_id):
             # below where this batch started, never its end: Spark replays this batch when killed before its

@@ -11,7 +11,7 @@ One owner for:
   :meth:`JobOutputs.send_letters`).
 
 The job context (:class:`spark_jobs.driver.context.JobContext`) makes one (``ctx.outputs``); a declaration's
-``build`` and the batch sink write through the context's front (``ctx.output_table``, ``ctx.write_dead_letters``).
+``build`` and the batch sink write through it (``ctx.outputs.table(keys)``, ``ctx.outputs.send_letters``).
 """
 
 from __future__ import annotations

@@ -250,21 +250,21 @@ def _run_published(
         job=spec.name,
         application_id=spec.application_id,
         started_at=_now(),
-        checkpoint=str(context.checkpoint),
-        output=context.output_path,
+        checkpoint=str(context.layout.checkpoint),
+        output=str(context.layout.output_table),
         restores=status.restore,
         quarantined_checkpoint=quarantined,
         lease_epoch=status.lease_epoch,
         took_over_from_epoch=took_over_from_epoch,
     )
     rekeying_query = context.layout.repartition_topic if context.sources.repartitioner is not None else None
-    collector = _progress_collector(report, status, rekeying_query, context.pop_batch_phases)
+    collector = _progress_collector(report, status, rekeying_query, context.phases.pop)
     spark.streams.addListener(collector)
     try:
         _run_queries(context, build, available_now, status, report, collector, rekeying_query)
         # The listener bus is asynchronous: let it deliver the last progress events.
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
-        report.state_encoding = state_encoding(context.checkpoint) if spec.stores else None
+        report.state_encoding = state_encoding(context.layout.checkpoint) if spec.stores else None
         if status.state is JobState.RUNNING:
             status.transition_to(JobState.PENDING_SHUTDOWN)
         status.transition_to(JobState.NOT_RUNNING)
@@ -309,7 +309,7 @@ def _prepare(
             # and any read of the state to restore, waits for the claim
             context.stores.claim_in_background()
         quarantined = quarantine_if_unusable(context)
-        if spec.stores and latest_batch_id(context.checkpoint) is None:
+        if spec.stores and latest_batch_id(context.layout.checkpoint) is None:
             _ = context.stores.writer_fence  # claimed before the state is read
             status.transition_to(JobState.RESTORING)
         restores = context.stores.restore_if_needed(StatusRestoreListener(status, settings.status_dir))
@@ -367,7 +367,7 @@ def _finish(context: JobContext, report: RunReport) -> None:
     # the session may run the next query over this checkpoint, deleted or not: no stopped query's state
     # store may write into it after this returns
     release_state_stores(context.spark)
-    report.phase_seconds = dict(context.phase_seconds)
+    report.phase_seconds = dict(context.phases.seconds)
     if spec.stores and context.stores.claim_refused is None:
         fence = context.stores.writer_fence
         report.generation = fence.generation
@@ -408,7 +408,7 @@ def taken_over(context: JobContext, err: Exception) -> WriterFenced | None:
             return context.stores.writer_fence.refusal
     if "CONCURRENT_STREAM_LOG_UPDATE" in str(err):
         return WriterFenced(
-            f"{context.spec.application_id}: another driver wrote this job version's checkpoint {context.checkpoint} "
+            f"{context.spec.application_id}: another driver wrote this job version's checkpoint {context.layout.checkpoint} "
             "(Spark's offset log refused this driver's next batch): it took the version over, so this driver stops"
         )
     return None
@@ -468,7 +468,7 @@ def state_format_changed(context: JobContext, err: Exception) -> StateFormatChan
         return None
     return StateFormatChanged(
         f"{context.spec.application_id}: the job's state format changed incompatibly with the state in its "
-        f"checkpoint {context.checkpoint} (Spark: {found}). Register the change as a new version and start it "
+        f"checkpoint {context.layout.checkpoint} (Spark: {found}). Register the change as a new version and start it "
         "from this version's state: reprocess_job mode migrate (or side_by_side to recompute it from the source)"
     )
 
@@ -476,7 +476,7 @@ def state_format_changed(context: JobContext, err: Exception) -> StateFormatChan
 def quarantine_if_unusable(context: JobContext) -> dict | None:
     """Move a damaged checkpoint aside so the job restores instead of failing (or resuming on
     empty state). Returns {"path", "reason"} of what it moved, if anything."""
-    checkpoint = context.checkpoint
+    checkpoint = context.layout.checkpoint
     problem = checkpoint_problem(checkpoint, stateful=bool(context.spec.stores))
     if problem is None:
         return None
@@ -499,8 +499,8 @@ def set_aside_new_query_leftovers(context: JobContext) -> None:
     and commit directories, which Spark refuses to start over and which nothing can resume from without
     an offset log. Such leftovers appeared in object storage after a checkpoint was moved aside (a
     directory left behind); the restore record beside them stays."""
-    if leftovers := new_query_leftovers(context.checkpoint):
-        moved = quarantine(context.checkpoint, entries=NEW_QUERY_DIRS)
+    if leftovers := new_query_leftovers(context.layout.checkpoint):
+        moved = quarantine(context.layout.checkpoint, entries=NEW_QUERY_DIRS)
         event = {"event": "checkpoint_leftovers_set_aside", "application_id": context.spec.application_id}
         log.warning(json.dumps({**event, "leftovers": leftovers, "moved_to": str(moved)}))
 

@@ -7,13 +7,15 @@ One owner for everything a driver does with the topics its stateful stage reads:
   other inputs), and the rule that a join's inputs are co-partitioned (:meth:`JobSources.check_co_partitioned`);
 * the re-keying stage when the job declares ``repartition`` (:attr:`JobSources.repartitioner`);
 * where a new query starts reading (:attr:`JobSources.starting_offsets`: after the restored state, else where a
-  reprocessing run said, else the earliest record), and where each micro-batch started (:meth:`batch_start`);
-* the stateful stage's streaming DataFrame (:meth:`JobSources.stream`);
+  reprocessing run said, else the earliest record; :attr:`JobSources.starts_without_checkpoint`), and where each
+  micro-batch started (:meth:`batch_start`);
+* the stateful stage's streaming DataFrame (:meth:`JobSources.stream`), and its records decoded with the rejected
+  ones' dead letters riding along (:meth:`JobSources.with_dead_letters`);
 * for a job with several inputs, which of them had records written beyond each micro-batch
   (:attr:`JobSources.input_lag`).
 
 The job context (:class:`spark_jobs.driver.context.JobContext`) makes one (``ctx.sources``); a declaration's
-``build`` reads through the context's front (``ctx.kafka_source()``).
+``build`` reads through it (``ctx.sources.stream()``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from runtime.settings import Settings
 from spark_jobs.io.kafka_topics import SPARK_SOURCE_FETCH
 from spark_jobs.layout import JobLayout
 from spark_jobs.registry import JobSpec, JobSpecError
-from spark_jobs.state.checkpoint_offsets import KafkaOffsets, batch_end_offsets
+from spark_jobs.state.checkpoint_offsets import KafkaOffsets, batch_end_offsets, latest_batch_id
 from spark_jobs.state.restore import RestoredState
 
 #: Kafka's "earliest" in a ``startingOffsets`` JSON document
@@ -120,6 +122,11 @@ class JobSources:
         earliest = {str(p): EARLIEST for p in range(self.spec.state_partitions)}
         return json.dumps({topic: offsets.get(topic) or earliest for topic in self.input_topics})
 
+    @property
+    def starts_without_checkpoint(self) -> bool:
+        """The query starts from restored state (or none), not from a checkpoint of its own."""
+        return latest_batch_id(self.layout.checkpoint) is None
+
     def start_offsets(self) -> dict[str, dict[str, int]] | None:
         """Where a reprocessing run said to start (``streamstate/start-offsets.json`` in the checkpoint): input
         topic -> partition -> offset, for each of the spec's ``input_topics``; None without one. A re-keyed
@@ -184,6 +191,16 @@ class JobSources:
         return source.select(
             "*", *(F.when(rekeyed, c).alias(name) for c, name in zip(origin, ORIGIN_COLUMNS, strict=True))
         )
+
+    def with_dead_letters(self, classified, *source_columns: str, key: str | None = None):
+        """The processor's input: every record of ``classified`` (see :func:`spark_jobs.io.dead_letter.classify`)
+        with its decoded fields and the named Kafka source columns; a rejected one carries its dead-letter record
+        instead, which the processor passes on and the batch sink writes to the job's dead-letter topic in the same
+        micro-batch. ``key``: the field the processor groups by, kept on rejected records (see
+        :func:`spark_jobs.io.dead_letter.with_dead_letters`)."""
+        from spark_jobs.io import dead_letter
+
+        return dead_letter.with_dead_letters(classified, self.spec.application_id, key, *source_columns)
 
     @functools.cached_property
     def input_lag(self):

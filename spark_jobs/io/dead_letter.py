@@ -258,7 +258,7 @@ def valid(classified: DataFrame, *source_columns: str) -> DataFrame:
     return classified.where(F.col(ERROR_COLUMN).isNull()).select(f"{EVENT_COLUMN}.*", *source_columns)
 
 
-#: a re-keyed record's place in the source, beside the repartition topic's own columns (JobContext.kafka_source):
+#: a re-keyed record's place in the source, beside the repartition topic's own columns (JobSources.stream):
 #: a dead letter names it, so that both stages' letters name their record's place in the job's source topic
 ORIGIN_COLUMNS = ("_origin_topic", "_origin_partition", "_origin_offset")
 

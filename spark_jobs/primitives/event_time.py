@@ -5,7 +5,9 @@ window, :class:`~spark_jobs.primitives.WindowedAggregate`; a session,
 Their declarations are the same (store, events, the event-time field, values, outputs, emit mode, where,
 delete_when, summaries); so are their checks, their outputs' schema (the key, the span's start and end,
 then the outputs), the classification (a record without a valid event time is a dead letter) and the
-processor's input. Each primitive names its span's columns and keeps its own store rows and sink.
+processor's input, the call of the processor and the job's query (:meth:`EventTimeAggregate.build`). Each
+primitive names its span's columns and its processor, and keeps its own store rows and how a batch's spans
+reach the outputs.
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from typing import ClassVar, Literal, get_args
 from spark_jobs.io import dead_letter
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME, INPUT_PREFIX, Aggregate
-from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration, processor_input, resolved, stream_time_key
-from spark_jobs.registry import JobSpec, JobSpecError
+from spark_jobs.primitives.pipeline import (
+    DELETE_COLUMN,
+    StoreDeclaration,
+    late_letters,
+    processor_input,
+    resolved,
+    stream_time_key,
+)
+from spark_jobs.registry import JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
 from spark_jobs.state.store_changes import StoreChanges
 
-#: the processor's row kind of a store change
-CHANGE = "change"
+#: the processor's row kinds: a store change, a late event
+CHANGE, LATE = "change", "late"
 
 EmitMode = Literal["close", "update"]
 
@@ -46,6 +55,44 @@ class EventTimeAggregate(StoreDeclaration):
     span_columns: ClassVar[tuple[str, str]] = ("", "")
     #: columns of the processor's rows and of the outputs that a value or an output may not be named
     taken_columns: ClassVar[tuple[str, ...]] = ()
+    #: the Java processor's class in ``streamstate.primitives``
+    processor: ClassVar[str] = ""
+
+    # -- what each primitive gives ----------------------------------------------------------------
+
+    def state_ddl_for(self, key_field: str) -> str:
+        """A store entry: a span of a key, or a partition's stream time (key and start null)."""
+        raise NotImplementedError
+
+    def output_ddl_for(self, key_field: str) -> str:
+        """The processor's rows: store changes (kind = change), late events (kind = late) and the primitive's own."""
+        raise NotImplementedError
+
+    def processor_args(self, store: StoreSpec) -> tuple:
+        """The processor's own parameters, between the aggregates' kinds and the key column."""
+        raise NotImplementedError
+
+    def span_aggregates(self) -> list:
+        """A key's restored spans as the processor's initial state holds them: aggregate columns over the key's
+        stored rows (``<Processor>.initialDdl``)."""
+        raise NotImplementedError
+
+    def span_writer(self, outputs, key_field: str, store: StoreSpec, may_repeat):
+        """``write(batch, batch_id, commit) -> bool``: what a batch's rows do to the outputs (an
+        :class:`spark_jobs.io.output_table.OutputTable`), and whether it wrote. ``may_repeat(batch_id)``: the
+        batch may repeat outputs written already (a replay, see ``spark_jobs/state/output_marks.py``)."""
+        raise NotImplementedError
+
+    def span_records(self, batch, key_field: str, store: StoreSpec):
+        """A batch's changes of the outputs as upsert records for the job's output topic."""
+        raise NotImplementedError
+
+    @staticmethod
+    def late_message() -> str:
+        """Why a late event was refused, for its dead letter (SQL over the processor's late rows)."""
+        raise NotImplementedError
+
+    # -- shared -------------------------------------------------------------------------------------
 
     @property
     def values_ddl(self) -> str:
@@ -130,12 +177,78 @@ class EventTimeAggregate(StoreDeclaration):
         spec = ctx.spec
         self.check(spec)
         key_field, store = spec.key_field, store_spec(spec, self.store)
-        ctx.ensure_output_table(self.output_schema(key_field))
-        events = ctx.with_dead_letters(
-            self.classify(ctx.kafka_source(), key_field), "partition", "offset", "timestamp", "value", key=key_field
+        ctx.outputs.ensure_table(self.output_schema(key_field))
+        events = ctx.sources.with_dead_letters(
+            self.classify(ctx.sources.stream(), key_field), "partition", "offset", "timestamp", "value", key=key_field
         )
         changes = self.store_changes_for(key_field)
-        return store, changes, self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
+        return store, changes, self.changes(events, key_field, ctx.stores.initial_state(changes), store, job=spec.name)
+
+    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
+        """The processor's rows (:meth:`output_ddl_for`) for ``events`` (the processor's input, with the
+        source's ``partition``, ``offset``, ``timestamp`` and ``value``), seeded with ``initial`` (restored
+        ``key`` + state rows) after a restore."""
+        from pyspark.sql import DataFrame
+
+        needed = self.processor_events(events, key_field, job)
+        spark = events.sparkSession
+        seeded = None if initial is None else self.initial_rows(initial, key_field)._jdf
+        jdf = getattr(spark._jvm.streamstate.primitives, self.processor).changes(
+            needed._jdf,
+            "partition",
+            seeded,
+            self.store,
+            self.output_ddl_for(key_field),
+            self.values_ddl,
+            ",".join(agg.kind for agg in self.values.values()),
+            *self.processor_args(store),
+            key_field,
+            self.time,
+        )
+        return DataFrame(jdf, spark)
+
+    def initial_rows(self, restored, key_field: str):
+        """The restored store (``key`` + state rows) in the processor's initial-state shape: one row per key (its
+        spans, :meth:`span_aggregates`) and one per partition's stream time (key null)."""
+        from pyspark.sql import functions as F
+
+        spans = (
+            restored.where(F.col(key_field).isNotNull())
+            .groupBy("source_partition", F.col(key_field).alias("key"))
+            .agg(*self.span_aggregates())
+        )
+        times = restored.where(F.col(key_field).isNull()).select(
+            "source_partition", F.lit(None).cast("string").alias("key"), "stream_time_ms"
+        )
+        return spans.unionByName(times, allowMissingColumns=True)
+
+    def build(self, ctx, processor=None):
+        """The job's query: :class:`StoreDeclaration`'s pipeline with the spans' sink (:meth:`span_writer`, then
+        the summaries; late events to dead letters); no Python processor."""
+        store, changes, rows = self.processed(ctx, processor)
+        key_field = ctx.spec.key_field
+        outputs = ctx.outputs.table(self.output_key(key_field))
+        write_spans = self.span_writer(outputs, key_field, store, ctx.outputs_may_repeat)
+        write_summaries = self.summary_writer(str(ctx.layout.output_table), self.summary_paths(ctx))
+        source_topic = ctx.sources.input_topic
+
+        def write_outputs(batch, batch_id: int, commit) -> None:
+            if write_spans(batch, batch_id, commit):
+                write_summaries(batch.sparkSession)
+
+        def refused_letters(batch):
+            return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, self.late_message(), key=key_field)
+
+        output_records = None
+        if ctx.outputs.ensure_topic():
+
+            def output_records(batch):
+                return self.span_records(batch, key_field, store)
+
+        sink = ctx.state_change_sink(
+            changes, write_outputs, output_records=output_records, refused_letters=refused_letters
+        )
+        return rows.writeStream.outputMode("append").foreachBatch(sink)
 
     def processor_events(self, events, key_field: str, job: str):
         """The processor's input: the events it reads (``where`` or ``delete_when``), with their key, event

@@ -45,7 +45,7 @@ class StoreDeclaration:
     summaries: Mapping[str, str]
     #: the store kinds this primitive keeps
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
-    #: what the job's output topic holds (``JobContext.ensure_output_topic``)
+    #: what the job's output topic holds (``JobOutputs.ensure_topic``)
     output_topic_kind: ClassVar[OutputTopicKind] = "upserts"
 
     @property
@@ -88,7 +88,9 @@ class StoreDeclaration:
         """The processor's input: the job's source decoded and classified (:meth:`classify`), every record with
         its fields and :attr:`source_columns`, a rejected one with its dead letter (``JobContext.with_dead_letters``)."""
         key_field = ctx.spec.key_field
-        return ctx.with_dead_letters(self.classify(ctx.kafka_source(), key_field), *self.source_columns, key=key_field)
+        return ctx.sources.with_dead_letters(
+            self.classify(ctx.sources.stream(), key_field), *self.source_columns, key=key_field
+        )
 
     def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
         """The store's change rows (``key``, ``tombstone``, the stored value) for the processor's input.
@@ -181,16 +183,16 @@ class StoreDeclaration:
             # (and an available-now run would never end); expired keys are evicted by the next batch
             # that has input instead.
             ctx.query_conf["spark.sql.streaming.noDataMicroBatches.enabled"] = "false"
-        ctx.ensure_output_table(self.output_schema(spec.key_field))
+        ctx.outputs.ensure_table(self.output_schema(spec.key_field))
         events = self.input_rows(ctx)
-        initial = ctx.initial_state(changes) if len(stores) == 1 else ctx.initial_states(stores)
+        initial = ctx.stores.initial_state(changes) if len(stores) == 1 else ctx.stores.initial_states(stores)
         if processor is None:
             rows = self.changes(events, spec.key_field, initial, store, job=spec.name, offset_ordered=True)
         else:
             logic = processor(store.ttl_ms)
             rows = processor_changes(events, spec.key_field, initial, logic, stores, timed=bool(store.ttl_ms))
         write_store, reconcile_outputs = self._output_writers(ctx, spec.key_field)
-        source_topic = ctx.input_topic
+        source_topic = ctx.sources.input_topic
 
         def write_outputs(batch, _batch_id: int, commit) -> None:
             if len(stores) > 1:  # the outputs show the declaration's store; the others are the processor's own
@@ -201,7 +203,7 @@ class StoreDeclaration:
             return self.late_rows(batch, spec.key_field, source_topic)
 
         output_records = None
-        if ctx.ensure_output_topic():
+        if ctx.outputs.ensure_topic():
 
             def output_records(batch):
                 if len(stores) > 1:
@@ -266,7 +268,7 @@ class StoreDeclaration:
         from pyspark.sql import functions as F
 
         values = self.output_values
-        output_path, outputs = ctx.output_path, ctx.output_table((key_field,))
+        output_path, outputs = str(ctx.layout.output_table), ctx.outputs.table((key_field,))
         on = f"t.`{key_field}` = s.`{key_field}`"
         assign = {f"`{c}`": f"s.`{c}`" for c in values}
         insert = {f"`{c}`": f"s.`{c}`" for c in (key_field, *values)}

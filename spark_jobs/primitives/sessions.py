@@ -40,15 +40,12 @@ import dataclasses
 from typing import ClassVar
 
 from spark_jobs.primitives.event_time import EventTimeAggregate
-from spark_jobs.primitives.pipeline import (
-    iso_time,
-    late_letters,
-)
+from spark_jobs.primitives.pipeline import iso_time
 from spark_jobs.registry import StoreSpec
 from spark_jobs.state.store_changes import TOMBSTONE
 
-#: the processor's row kinds: a store change, a change of the outputs, a late event
-EMIT, LATE = "emit", "late"
+#: the processor's row kind of a change of the outputs (besides a store change and a late event)
+EMIT = "emit"
 #: columns of the processor's rows and of the outputs that a value or an output may not be named
 _TAKEN = (
     "key",
@@ -97,6 +94,7 @@ class SessionAggregate(EventTimeAggregate):
     """
 
     store_kinds: ClassVar[tuple[str, ...]] = ("session",)
+    processor: ClassVar[str] = "SessionAggregate"
     span: ClassVar[str] = "session"
     span_columns: ClassVar[tuple[str, str]] = ("session_start", "session_end")
     taken_columns: ClassVar[tuple[str, ...]] = _TAKEN
@@ -119,60 +117,11 @@ class SessionAggregate(EventTimeAggregate):
             "source_timestamp TIMESTAMP, raw BINARY"
         )
 
-    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
-        """The processor's rows (:meth:`output_ddl_for`) for ``events`` (the processor's input, with the
-        source's ``partition``, ``offset``, ``timestamp`` and ``value``), seeded with ``initial`` (restored
-        ``key`` + state rows) after a restore."""
-        from pyspark.sql import DataFrame
+    def processor_args(self, store: StoreSpec) -> tuple:
+        return (store.gap_ms, store.grace_ms, store.retention_ms, self.emit == "update")
 
-        needed = self.processor_events(events, key_field, job)
-        spark = events.sparkSession
-        seeded = None if initial is None else self._initial_sessions(initial, key_field)._jdf
-        jdf = spark._jvm.streamstate.primitives.SessionAggregate.changes(
-            needed._jdf,
-            "partition",
-            seeded,
-            self.store,
-            self.output_ddl_for(key_field),
-            self.values_ddl,
-            ",".join(agg.kind for agg in self.values.values()),
-            store.gap_ms,
-            store.grace_ms,
-            store.retention_ms,
-            self.emit == "update",
-            key_field,
-            self.time,
-        )
-        return DataFrame(jdf, spark)
-
-    def build(self, ctx, processor=None):
-        """The job's query: :class:`StoreDeclaration`'s pipeline, with the sessions' sink (the processor's
-        changes of the outputs merged in; late events to dead letters); no Python processor."""
-
-        store, changes, rows = self.processed(ctx, processor)
-        key_field = ctx.spec.key_field
-        outputs = ctx.output_table((key_field, "session_start"))
-        write_sessions = self._session_writer(outputs, key_field, ctx.outputs_may_repeat)
-        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
-        source_topic = ctx.input_topic
-
-        def write_outputs(batch, batch_id: int, commit) -> None:
-            if write_sessions(batch, batch_id, commit):
-                write_summaries(batch.sparkSession)
-
-        def refused_letters(batch):
-            return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
-
-        output_records = None
-        if ctx.ensure_output_topic():
-
-            def output_records(batch):
-                return self.output_records(batch, key_field)
-
-        sink = ctx.state_change_sink(
-            changes, write_outputs, output_records=output_records, refused_letters=refused_letters
-        )
-        return rows.writeStream.outputMode("append").foreachBatch(sink)
+    def span_records(self, batch, key_field: str, store: StoreSpec):
+        return self.output_records(batch, key_field)
 
     def _emitted(self, batch, key_field: str):
         """A batch's changes of the outputs (the processor's emit rows): the output row, whether it leaves the
@@ -200,7 +149,7 @@ class SessionAggregate(EventTimeAggregate):
             F.when(~F.col("_gone"), F.to_json(F.struct(*values))).cast("binary").alias("value"),
         )
 
-    def _session_writer(self, outputs, key_field: str, may_repeat):
+    def span_writer(self, outputs, key_field: str, store: StoreSpec, may_repeat):
         """What a batch's emit rows do to the outputs (an :class:`spark_jobs.io.output_table.OutputTable`). The
         processor emits at most one row per session and batch, its last change: with ``emit="close"`` each
         session as it closed, with ``emit="update"`` every change (merged-away and deleted open sessions as
@@ -226,40 +175,25 @@ class SessionAggregate(EventTimeAggregate):
 
         return write
 
-    def _initial_sessions(self, restored, key_field: str):
-        """The restored store (``key`` + state rows) in the processor's initial-state shape
-        (``SessionAggregate.initialDdl``): one row per key and one per partition's stream time."""
+    def span_aggregates(self) -> list:
+        """A key's restored sessions as ``SessionAggregate.initialDdl`` holds them: in start order."""
         from pyspark.sql import functions as F
 
         session = F.struct("session_start_ms", "session_end_ms", "closed", "reopened", *self.values)
-        sessions = (
-            restored.where(F.col(key_field).isNotNull())
-            .groupBy("source_partition", key_field)
-            .agg(F.sort_array(F.collect_list(session)).alias("sessions"))
-            .select(
-                "source_partition",
-                F.col(key_field).alias("key"),
-                "sessions",
-                F.lit(None).cast("bigint").alias("stream_time_ms"),
-            )
-        )
-        times = restored.where(F.col(key_field).isNull()).select(
-            "source_partition", F.lit(None).cast("string").alias("key"), "stream_time_ms"
-        )
-        return sessions.unionByName(times, allowMissingColumns=True)
+        return [F.sort_array(F.collect_list(session)).alias("sessions")]
 
-
-def _late_message() -> str:
-    """Why a late event was refused, for the dead letter (SQL): the session it would have made and the stream
-    time it had closed by."""
-    parts = [
-        "'session ['",
-        iso_time("session_start_ms"),
-        "', '",
-        iso_time("session_end_ms"),
-        "'] had closed (end + gap + grace before stream time): stream time of partition '",
-        "CAST(source_partition AS STRING)",
-        "' was '",
-        iso_time("stream_time_ms"),
-    ]
-    return f"concat({', '.join(parts)})"
+    @staticmethod
+    def late_message() -> str:
+        """Why a late event was refused, for the dead letter (SQL): the session it would have made and the stream
+        time it had closed by."""
+        parts = [
+            "'session ['",
+            iso_time("session_start_ms"),
+            "', '",
+            iso_time("session_end_ms"),
+            "'] had closed (end + gap + grace before stream time): stream time of partition '",
+            "CAST(source_partition AS STRING)",
+            "' was '",
+            iso_time("stream_time_ms"),
+        ]
+        return f"concat({', '.join(parts)})"

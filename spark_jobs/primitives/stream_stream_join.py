@@ -30,7 +30,7 @@ The outputs are the results, appended: the key, the declared ``fields`` (by defa
 and the results' place: ``source_partition``, ``left_offset`` and ``right_offset`` (-1 for an absent side),
 which identify an output row (a batch inserts only the rows not written yet: a replay repeats none). The store's changelog
 holds each key's records of each side, the waiting records and the task's times: a restore continues all.
-With the spec's ``output_topic`` each result also goes to an event topic (``JobContext.ensure_output_topic``:
+With the spec's ``output_topic`` each result also goes to an event topic (``JobOutputs.ensure_topic``:
 keyed by the join key, the row as JSON), once, in the transaction of its batch's markers.
 
 A left stream not keyed by the join key is re-keyed first (``JobSpec(repartition=True)``, Kafka Streams'
@@ -53,15 +53,13 @@ from spark_jobs.io import dead_letter
 from spark_jobs.io.repartition import origin_columns
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
-from spark_jobs.primitives.pipeline import StoreDeclaration
-from spark_jobs.primitives.stream_table_join import ORIGIN_FIELDS
+from spark_jobs.primitives.stream_join import JOINED, ORIGIN_FIELDS, StreamJoin, struct_ddl
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
-from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
-from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+from spark_jobs.state.store_changes import TOMBSTONE
 
 StreamsJoinKind = Literal["inner", "left", "outer"]
-CHANGE, JOINED = "change", "joined"
 TIME_MS, LEFT_ROW, RIGHT_ROW = "_time_ms", "_left_row", "_right_row"
 #: the columns that identify an output row: the result's place in both topics
 RESULT_COORDINATES = ("source_partition", "left_offset", "right_offset")
@@ -69,7 +67,7 @@ _SIDES = ("left", "right")
 
 
 @dataclasses.dataclass(frozen=True)
-class StreamStreamJoin(StoreDeclaration):
+class StreamStreamJoin(StreamJoin):
     """A job whose outputs are the records of ``left`` (the spec's ``source_topic``) and ``right`` (its
     ``join_topic``) joined within ``window_ms`` of each other (see the module docstring). Callable: the job's
     ``build(ctx)``.
@@ -97,7 +95,8 @@ class StreamStreamJoin(StoreDeclaration):
     fields: Mapping[str, str] = dataclasses.field(default_factory=dict)
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("key_value",)
-    output_topic_kind: ClassVar[OutputTopicKind] = "events"
+    processor: ClassVar[str] = "StreamStreamJoin"
+    same_name_hint: ClassVar[str] = "a field of both streams: declare the outputs' fields"
 
     @property
     def input_kinds(self) -> tuple[InputKind, ...]:
@@ -120,8 +119,7 @@ class StreamStreamJoin(StoreDeclaration):
         return self._row_fields(side, key_field) + (list(ORIGIN_FIELDS) if rekeyed and side == "left" else [])
 
     def _row_ddl(self, side: str, key_field: str, rekeyed: bool) -> str:
-        fields = self._held_fields(side, key_field, rekeyed)
-        return "STRUCT<" + ", ".join(f"`{f.name}`: {f.dataType.simpleString()}" for f in fields) + ">"
+        return struct_ddl(self._held_fields(side, key_field, rekeyed))
 
     def output_fields(self, key_field: str) -> list[tuple[str, str, str]]:
         """The outputs' columns after the key, in order: (name, side, field)."""
@@ -147,9 +145,6 @@ class StreamStreamJoin(StoreDeclaration):
             f"left_offset BIGINT, right_offset BIGINT, left_row {self._row_ddl('left', key_field, rekeyed)}, "
             f"right_row {self._row_ddl('right', key_field, rekeyed)}, result_time_ms BIGINT"
         )
-
-    def store_changes_for(self, key_field: str, rekeyed: bool = False) -> StoreChanges:
-        return StoreChanges(self.store, self.state_ddl_for(key_field, rekeyed), rows=f"kind = '{CHANGE}'")
 
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return RESULT_COORDINATES
@@ -186,13 +181,7 @@ class StreamStreamJoin(StoreDeclaration):
             if not _NAME.match(name):
                 raise JobSpecError(f"fields.{name}: use lower-case letters, digits and _")
         store_spec(spec, self.store)
-        seen = {"key", "kind", TOMBSTONE}
-        for field in self.output_schema(spec.key_field).fields:
-            if field.name in seen:
-                raise JobSpecError(
-                    f"fields: {field.name!r} is a reserved name or a field of both streams: declare the outputs' fields"
-                )
-            seen.add(field.name)
+        self.check_output_names(spec)
 
     def input_rows(self, ctx):
         """Both topics decoded and classified, each by its own rules, in one pass over the source."""
@@ -226,35 +215,11 @@ class StreamStreamJoin(StoreDeclaration):
                 rows["right"].cast(structs["right"]).alias(RIGHT_ROW),
             )
 
-        classified = classify_two_topics(ctx.kafka_source(), spec.join_topic, rules("left"), rules("right"), event)
-        return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
+        classified = classify_two_topics(ctx.sources.stream(), spec.join_topic, rules("left"), rules("right"), event)
+        return ctx.sources.with_dead_letters(classified, "partition", "offset", key=key_field)
 
-    def changes(
-        self,
-        events,
-        key_field: str,
-        initial,
-        store,
-        job: str = "?",
-        offset_ordered: bool = False,
-        rekeyed: bool = False,
-    ):
-        """The processor's rows (:meth:`output_ddl_for`), seeded with ``initial`` (the restored store)."""
-        from pyspark.sql import DataFrame
-
-        spark = events.sparkSession
-        jdf = spark._jvm.streamstate.primitives.StreamStreamJoin.changes(
-            events._jdf,
-            "partition",
-            None if initial is None else initial._jdf,
-            self.store,
-            self.output_ddl_for(key_field, rekeyed),
-            self.window_ms,
-            self.grace_ms,
-            self.join,
-            key_field,
-        )
-        return DataFrame(jdf, spark)
+    def processor_args(self, store: StoreSpec) -> tuple:
+        return (self.window_ms, self.grace_ms, self.join)
 
     def joined_rows(self, batch, key_field: str, rekeyed: bool = False):
         """A batch's results as output rows (:meth:`output_schema`): with a re-keyed left record, the result's place
@@ -272,32 +237,7 @@ class StreamStreamJoin(StoreDeclaration):
             *(f"{column} AS `{name}`" for column, name in zip(place, RESULT_COORDINATES, strict=True)),
         )
 
-    def build(self, ctx, processor=None):
-        """The job's query: both topics classified, the Java processor, the results inserted if absent, store
-        changes to the changelog."""
-        spec = ctx.spec
-        if processor is not None:
-            raise JobSpecError(f"job {spec.name}: a StreamStreamJoin runs its Java processor only")
-        self.check(spec)
-        key_field, store, rekeyed = spec.key_field, store_spec(spec, self.store), spec.repartition
-        ctx.ensure_output_table(self.output_schema(key_field))
-        changes = self.store_changes_for(key_field, rekeyed)
-        initial = ctx.initial_state(changes)
-        rows = self.changes(self.input_rows(ctx), key_field, initial, store, job=spec.name, rekeyed=rekeyed)
-        outputs = ctx.output_table(RESULT_COORDINATES)
-        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
-
-        def write_outputs(batch, _batch_id: int, commit) -> None:
-            # Always insert-if-absent: a batch of the right topic alone emits results too, and the output marks
-            # that let a batch append (spark_jobs/state/output_marks.py) follow the left topic only.
-            if outputs.insert_absent(self.joined_rows(batch, key_field, rekeyed), commit):
-                write_summaries(batch.sparkSession)
-
-        output_records = None
-        if ctx.ensure_output_topic():
-
-            def output_records(batch):
-                return self.event_records(self.joined_rows(batch, key_field, rekeyed), key_field)
-
-        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
-        return rows.writeStream.outputMode("append").foreachBatch(sink)
+    def writes(self, outputs, ctx, batch_id: int):
+        # always insert-if-absent: a batch of the right topic alone emits results too, and the output marks that let
+        # a batch append (spark_jobs/state/output_marks.py) follow the left topic only
+        return outputs.insert_absent

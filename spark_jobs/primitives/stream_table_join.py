@@ -36,7 +36,7 @@ The store's changelog holds the table's versions per key, the events waiting out
 (``~buffer@<partition>@<offset>``), the records of either topic waiting for the other
 (``~waiting@<partition>@<stream|table>@<offset>``) and each partition's stream and table times and the topic it
 took last (``~stream-time@<partition>``): a restore continues all of them exactly. With the spec's ``output_topic`` each joined event also goes to an event
-topic (``JobContext.ensure_output_topic``: keyed by the join key, the row as JSON), once, in the transaction of
+topic (``JobOutputs.ensure_topic``: keyed by the join key, the row as JSON), once, in the transaction of
 its batch's markers: what a Kafka Streams ``join(...).to(topic)`` writes under exactly-once.
 """
 
@@ -52,28 +52,24 @@ from spark_jobs.io import dead_letter
 from spark_jobs.io.repartition import origin_columns
 from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import _NAME
-from spark_jobs.primitives.pipeline import DELETE_COLUMN, StoreDeclaration
+from spark_jobs.primitives.pipeline import DELETE_COLUMN
+from spark_jobs.primitives.stream_join import JOINED, ORIGIN_FIELDS, StreamJoin, struct_ddl
 from spark_jobs.primitives.table_join import RIGHT, classify_two_topics
 from spark_jobs.primitives.top_n import UpsertTable
-from spark_jobs.registry import InputKind, JobSpec, JobSpecError, OutputTopicKind
+from spark_jobs.registry import InputKind, JobSpec, JobSpecError, StoreSpec
 from spark_jobs.registry import store as store_spec
-from spark_jobs.state.store_changes import TOMBSTONE, StoreChanges
+from spark_jobs.state.store_changes import TOMBSTONE
 
 StreamJoinKind = Literal["inner", "left"]
-CHANGE, JOINED = "change", "joined"
 #: the processor's input columns (``streamstate.primitives.StreamTableJoin``)
 TIME_MS, STREAM_ROW, TABLE_ROW = "_time_ms", "_stream_row", "_table_row"
-#: the columns that identify an output row: the joined event's place in the stream
-EVENT_COORDINATES = ("source_partition", "source_offset")
-#: a re-keyed event's coordinates, carried through the processor (:meth:`StreamTableJoin._held_fields`)
-ORIGIN_FIELDS = (
-    T.StructField(EVENT_COORDINATES[0], T.IntegerType()),
-    T.StructField(EVENT_COORDINATES[1], T.LongType()),
-)
+#: the columns that identify an output row: the joined event's place in the stream (a re-keyed event's carried
+#: through the processor, :data:`ORIGIN_FIELDS`)
+EVENT_COORDINATES = tuple(f.name for f in ORIGIN_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True)
-class StreamTableJoin(StoreDeclaration):
+class StreamTableJoin(StreamJoin):
     """A job whose outputs are the events of ``stream`` joined with ``table``'s row for their key (see the
     module docstring). Callable: the job's ``build(ctx)``.
 
@@ -99,7 +95,8 @@ class StreamTableJoin(StoreDeclaration):
     right_prefix: str = ""
     summaries: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_kinds: ClassVar[tuple[str, ...]] = ("versioned", "key_value")
-    output_topic_kind: ClassVar[OutputTopicKind] = "events"
+    processor: ClassVar[str] = "StreamTableJoin"
+    same_name_hint: ClassVar[str] = "a field of both the stream and the table: give the table's fields a right_prefix"
 
     @property
     def input_kinds(self) -> tuple[InputKind, ...]:
@@ -124,14 +121,11 @@ class StreamTableJoin(StoreDeclaration):
             if f.name not in self.table.key
         ]
 
-    def _row_ddl(self, fields: list[T.StructField]) -> str:
-        return "STRUCT<" + ", ".join(f"`{f.name}`: {f.dataType.simpleString()}" for f in fields) + ">"
-
     def state_ddl_for(self, key_field: str, rekeyed: bool = False) -> str:
         """A store entry: a table key's versions, a held event, a record waiting for the other topic, or a
         partition's times and the side it took last (see the module docstring)."""
-        version = f"STRUCT<valid_from: BIGINT, present: BOOLEAN, row: {self._row_ddl(self._table_fields())}>"
-        held_row = self._row_ddl(self._held_fields(key_field, rekeyed))
+        version = f"STRUCT<valid_from: BIGINT, present: BOOLEAN, row: {struct_ddl(self._table_fields())}>"
+        held_row = struct_ddl(self._held_fields(key_field, rekeyed))
         held = f"STRUCT<time_ms: BIGINT, offset: BIGINT, key: STRING, row: {held_row}>"
         return (
             f"source_partition INT, versions ARRAY<{version}>, buffered {held}, stream_time_ms BIGINT, "
@@ -143,12 +137,9 @@ class StreamTableJoin(StoreDeclaration):
         return (
             f"kind STRING, key STRING, {TOMBSTONE} BOOLEAN, {self.state_ddl_for(key_field, rekeyed)}, "
             f"source_offset BIGINT, event_time_ms BIGINT, "
-            f"stream_row {self._row_ddl(self._held_fields(key_field, rekeyed))}, "
-            f"table_row {self._row_ddl(self._table_fields())}"
+            f"stream_row {struct_ddl(self._held_fields(key_field, rekeyed))}, "
+            f"table_row {struct_ddl(self._table_fields())}"
         )
-
-    def store_changes_for(self, key_field: str, rekeyed: bool = False) -> StoreChanges:
-        return StoreChanges(self.store, self.state_ddl_for(key_field, rekeyed), rows=f"kind = '{CHANGE}'")
 
     def output_key(self, key_field: str) -> tuple[str, ...]:
         return EVENT_COORDINATES
@@ -195,14 +186,7 @@ class StreamTableJoin(StoreDeclaration):
             )
         if self.right_prefix and not _NAME.match(self.right_prefix + "x"):
             raise JobSpecError(f"right_prefix: {self.right_prefix!r}: use lower-case letters, digits and _")
-        seen = {"key", "kind", TOMBSTONE}
-        for field in self.output_schema(spec.key_field).fields:
-            if field.name in seen:
-                raise JobSpecError(
-                    f"fields: {field.name!r} is a reserved name or a field of both the stream and the table: give "
-                    "the table's fields a right_prefix"
-                )
-            seen.add(field.name)
+        self.check_output_names(spec)
 
     def input_rows(self, ctx):
         """Both topics decoded and classified, each by its own rules, in one pass over the source."""
@@ -242,36 +226,13 @@ class StreamTableJoin(StoreDeclaration):
                 rows[1].alias(TABLE_ROW),
             )
 
-        classified = classify_two_topics(ctx.kafka_source(), spec.join_topic, stream_rules, self.table.classify, event)
-        return ctx.with_dead_letters(classified, "partition", "offset", key=key_field)
-
-    def changes(
-        self,
-        events,
-        key_field: str,
-        initial,
-        store,
-        job: str = "?",
-        offset_ordered: bool = False,
-        rekeyed: bool = False,
-    ):
-        """The processor's rows (:meth:`output_ddl_for`), seeded with ``initial`` (the restored store)."""
-        from pyspark.sql import DataFrame
-
-        spark = events.sparkSession
-        jdf = spark._jvm.streamstate.primitives.StreamTableJoin.changes(
-            events._jdf,
-            "partition",
-            None if initial is None else initial._jdf,
-            self.store,
-            self.output_ddl_for(key_field, rekeyed),
-            store.kind == "versioned",
-            store.retention_ms or 0,
-            self.grace_ms,
-            self.join == "left",
-            key_field,
+        classified = classify_two_topics(
+            ctx.sources.stream(), spec.join_topic, stream_rules, self.table.classify, event
         )
-        return DataFrame(jdf, spark)
+        return ctx.sources.with_dead_letters(classified, "partition", "offset", key=key_field)
+
+    def processor_args(self, store: StoreSpec) -> tuple:
+        return (store.kind == "versioned", store.retention_ms or 0, self.grace_ms, self.join == "left")
 
     def joined_rows(self, batch, key_field: str, rekeyed: bool = False):
         """A batch's joined events as output rows (:meth:`output_schema`): a re-keyed event's coordinates are its
@@ -282,33 +243,6 @@ class StreamTableJoin(StoreDeclaration):
         place = [f"stream_row.`{c}` AS `{c}`" if rekeyed else f"`{c}`" for c in EVENT_COORDINATES]
         return batch.where(f"kind = '{JOINED}'").selectExpr(f"key AS `{key_field}`", *stream, *table, *place)
 
-    def build(self, ctx, processor=None):
-        """The job's query: both topics classified, the Java processor, the joined events appended (inserted
-        only if absent when a batch may repeat written outputs), store changes to the changelog."""
-        spec = ctx.spec
-        if processor is not None:
-            raise JobSpecError(f"job {spec.name}: a StreamTableJoin runs its Java processor only")
-        self.check(spec)
-        key_field, store, rekeyed = spec.key_field, store_spec(spec, self.store), spec.repartition
-        ctx.ensure_output_table(self.output_schema(key_field))
-        changes = self.store_changes_for(key_field, rekeyed)
-        initial = ctx.initial_state(changes)
-        rows = self.changes(self.input_rows(ctx), key_field, initial, store, job=spec.name, rekeyed=rekeyed)
-        outputs = ctx.output_table(EVENT_COORDINATES)
-        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
-
-        def write_outputs(batch, batch_id: int, commit) -> None:
-            joined = self.joined_rows(batch, key_field, rekeyed)
-            # a replay may repeat rows written already; else appending writes the batch alone (no MERGE)
-            write = outputs.insert_absent if ctx.outputs_may_repeat(batch_id) else outputs.append
-            if write(joined, commit):
-                write_summaries(batch.sparkSession)
-
-        output_records = None
-        if ctx.ensure_output_topic():
-
-            def output_records(batch):
-                return self.event_records(self.joined_rows(batch, key_field, rekeyed), key_field)
-
-        sink = ctx.state_change_sink(changes, write_outputs, output_records=output_records)
-        return rows.writeStream.outputMode("append").foreachBatch(sink)
+    def writes(self, outputs, ctx, batch_id: int):
+        # a replay may repeat rows written already; else appending writes the batch alone (no MERGE)
+        return outputs.insert_absent if ctx.outputs_may_repeat(batch_id) else outputs.append

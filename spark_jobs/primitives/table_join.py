@@ -220,8 +220,8 @@ class TableJoin(StoreDeclaration):
     def input_rows(self, ctx):
         """Both topics decoded and classified, each by its own table's rules, in one pass over the source."""
         spec = ctx.spec
-        classified = self.classify_sides(ctx.kafka_source(), spec.join_topic, spec.key_field)
-        return ctx.with_dead_letters(classified, "offset", key=spec.key_field)
+        classified = self.classify_sides(ctx.sources.stream(), spec.join_topic, spec.key_field)
+        return ctx.sources.with_dead_letters(classified, "offset", key=spec.key_field)
 
     def classify_sides(self, source, right_topic: str, key_field: str):
         """``source`` (both topics' records) classified: a left record by :attr:`left`'s rules, a right one by

@@ -270,14 +270,14 @@ class TopN(StoreDeclaration):
             raise JobSpecError(f"job {spec.name}: a TopN runs its Java processor only")
         self.check(spec)
         key_field, store = spec.key_field, store_spec(spec, self.store)
-        ctx.ensure_output_table(self.output_schema(key_field))
-        classified = self.classify(ctx.kafka_source(), key_field)
-        events = ctx.with_dead_letters(classified, "partition", "offset", key=GROUP)
+        ctx.outputs.ensure_table(self.output_schema(key_field))
+        classified = self.classify(ctx.sources.stream(), key_field)
+        events = ctx.sources.with_dead_letters(classified, "partition", "offset", key=GROUP)
         changes = self.store_changes_for(key_field)
-        rows = self.changes(events, key_field, ctx.initial_state(changes), store, job=spec.name)
+        rows = self.changes(events, key_field, ctx.stores.initial_state(changes), store, job=spec.name)
         write_outputs, reconcile_outputs = self._ranking_writers(ctx, key_field)
         output_records = None
-        if ctx.ensure_output_topic():
+        if ctx.outputs.ensure_topic():
 
             def output_records(batch):
                 return self.output_records(batch, key_field)
@@ -314,7 +314,7 @@ class TopN(StoreDeclaration):
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        output_path, outputs = ctx.output_path, ctx.output_table((key_field, "rank"))
+        output_path, outputs = str(ctx.layout.output_table), ctx.outputs.table((key_field, "rank"))
         columns = (key_field, "rank", *self.shown_fields(key_field))
         on = f"t.`{key_field}` = s.`{key_field}` AND t.rank = s.rank"
         assign = {f"`{c}`": f"s.`{c}`" for c in columns}

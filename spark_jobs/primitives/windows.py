@@ -33,14 +33,10 @@ import dataclasses
 from typing import ClassVar
 
 from spark_jobs.primitives.event_time import CHANGE, EventTimeAggregate
-from spark_jobs.primitives.pipeline import (
-    iso_time,
-    late_letters,
-)
+from spark_jobs.primitives.pipeline import iso_time
 from spark_jobs.registry import StoreSpec
 from spark_jobs.state.store_changes import TOMBSTONE
 
-LATE = "late"
 #: columns of the processor's rows and of the outputs that a value or an output may not be named
 _TAKEN = (
     "key",
@@ -90,6 +86,7 @@ class WindowedAggregate(EventTimeAggregate):
     """
 
     store_kinds: ClassVar[tuple[str, ...]] = ("windowed",)
+    processor: ClassVar[str] = "WindowedAggregate"
     span: ClassVar[str] = "window"
     span_columns: ClassVar[tuple[str, str]] = ("window_start", "window_end")
     taken_columns: ClassVar[tuple[str, ...]] = _TAKEN
@@ -111,62 +108,7 @@ class WindowedAggregate(EventTimeAggregate):
             "source_timestamp TIMESTAMP, raw BINARY, open_windows INT"
         )
 
-    def changes(self, events, key_field: str, initial, store: StoreSpec, job: str = "?", offset_ordered: bool = False):
-        """The processor's rows (:meth:`output_ddl_for`) for ``events`` (the processor's input, with the
-        source's ``partition``, ``offset``, ``timestamp`` and ``value``), seeded with ``initial`` (restored
-        ``key`` + state rows) after a restore."""
-        from pyspark.sql import DataFrame
-
-        needed = self.processor_events(events, key_field, job)
-        spark = events.sparkSession
-        seeded = None if initial is None else self._initial_windows(initial, key_field)._jdf
-        jdf = spark._jvm.streamstate.primitives.WindowedAggregate.changes(
-            needed._jdf,
-            "partition",
-            seeded,
-            self.store,
-            self.output_ddl_for(key_field),
-            self.values_ddl,
-            ",".join(agg.kind for agg in self.values.values()),
-            store.window_ms,
-            store.window_advance_ms,
-            store.grace_ms,
-            store.retention_ms,
-            key_field,
-            self.time,
-        )
-        return DataFrame(jdf, spark)
-
-    def build(self, ctx, processor=None):
-        """The job's query: :class:`StoreDeclaration`'s pipeline, with the windows' sink (closed windows
-        inserted once, or every change upserted; late events to dead letters); no Python processor."""
-
-        store, changes, rows = self.processed(ctx, processor)
-        key_field = ctx.spec.key_field
-        outputs = ctx.output_table((key_field, "window_start"))
-        write_windows = self._window_writer(outputs, key_field, store.window_ms, ctx.outputs_may_repeat)
-        write_summaries = self.summary_writer(ctx.output_path, self.summary_paths(ctx))
-        source_topic = ctx.input_topic
-
-        def write_outputs(batch, batch_id: int, commit) -> None:
-            if write_windows(batch, batch_id, commit):
-                write_summaries(batch.sparkSession)
-
-        def refused_letters(batch):
-            return late_letters(batch.where(f"kind = '{LATE}'"), source_topic, _late_message(), key=key_field)
-
-        output_records = None
-        if ctx.ensure_output_topic():
-
-            def output_records(batch):
-                return self.output_records(batch, key_field, window_ms=store.window_ms)
-
-        sink = ctx.state_change_sink(
-            changes, write_outputs, output_records=output_records, refused_letters=refused_letters
-        )
-        return rows.writeStream.outputMode("append").foreachBatch(sink)
-
-    def _window_writer(self, outputs, key_field: str, window_ms: int, may_repeat):
+    def span_writer(self, outputs, key_field: str, store: StoreSpec, may_repeat):
         """What a batch's change rows do to the outputs (an :class:`spark_jobs.io.output_table.OutputTable`).
         ``emit="close"``: append the windows that closed (a closed window never changes); a batch that may
         repeat written outputs (``may_repeat(batch_id)``: a replay after a crash or a restore, see
@@ -174,6 +116,8 @@ class WindowedAggregate(EventTimeAggregate):
         written twice. ``emit="update"``: upsert every changed window and delete the open windows a delete
         removed (tombstones with ``closed = false``; evictions leave the outputs alone, as Kafka Streams'
         emitted updates stay). It returns whether it wrote to the outputs (then the summaries are recomputed)."""
+
+        window_ms = store.window_ms
 
         def write(batch, batch_id: int, commit) -> bool:
             if self.emit == "close":
@@ -203,6 +147,12 @@ class WindowedAggregate(EventTimeAggregate):
             f"{TOMBSTONE} AND closed = false AS _gone",
         )
 
+    def processor_args(self, store: StoreSpec) -> tuple:
+        return (store.window_ms, store.window_advance_ms, store.grace_ms, store.retention_ms)
+
+    def span_records(self, batch, key_field: str, store: StoreSpec):
+        return self.output_records(batch, key_field, window_ms=store.window_ms)
+
     def output_records(self, batch, key_field: str, *, window_ms: int):
         """A batch's emitted windows (:meth:`_emitted`) as upsert records for the job's output topic: the key
         the JSON object of the key field and ``window_start`` (``{"patient_id": "p1", "window_start":
@@ -216,47 +166,32 @@ class WindowedAggregate(EventTimeAggregate):
             F.when(~F.col("_gone"), F.to_json(F.struct(*values))).cast("binary").alias("value"),
         )
 
-    def _initial_windows(self, restored, key_field: str):
-        """The restored store (``key`` + state rows) in the processor's initial-state shape
-        (``WindowedAggregate.initialDdl``): one row per key and one per partition's stream time."""
+    def span_aggregates(self) -> list:
+        """A key's restored windows as ``WindowedAggregate.initialDdl`` holds them: its open windows (start and
+        values) and its closed windows' starts, each in start order."""
         from pyspark.sql import functions as F
 
         open_window = F.struct("window_start_ms", *self.values)
-        windows = (
-            restored.where(F.col(key_field).isNotNull())
-            .groupBy("source_partition", key_field)
-            .agg(
-                F.sort_array(F.collect_list(F.when(~F.col("closed"), open_window))).alias("open_windows"),
-                F.sort_array(F.collect_list(F.when(F.col("closed"), F.col("window_start_ms")))).alias("closed_starts"),
-            )
-            .select(
-                "source_partition",
-                F.col(key_field).alias("key"),
-                "open_windows",
-                "closed_starts",
-                F.lit(None).cast("bigint").alias("stream_time_ms"),
-            )
-        )
-        times = restored.where(F.col(key_field).isNull()).select(
-            "source_partition", F.lit(None).cast("string").alias("key"), "stream_time_ms"
-        )
-        return windows.unionByName(times, allowMissingColumns=True)
+        return [
+            F.sort_array(F.collect_list(F.when(~F.col("closed"), open_window))).alias("open_windows"),
+            F.sort_array(F.collect_list(F.when(F.col("closed"), F.col("window_start_ms")))).alias("closed_starts"),
+        ]
 
-
-def _late_message() -> str:
-    """Why a late event was refused, for the dead letter (SQL): its latest closed window, the stream time that
-    closed it and, for hopping windows, how many open windows still counted it."""
-    counted = (
-        "CASE WHEN open_windows > 0 THEN concat('; counted in its ', CAST(open_windows AS STRING), ' open windows') "
-        "ELSE '' END"
-    )
-    parts = [
-        "'window starting '",
-        iso_time("window_start_ms"),
-        "' had closed: stream time of partition '",
-        "CAST(source_partition AS STRING)",
-        "' was '",
-        iso_time("stream_time_ms"),
-        counted,
-    ]
-    return f"concat({', '.join(parts)})"
+    @staticmethod
+    def late_message() -> str:
+        """Why a late event was refused, for the dead letter (SQL): its latest closed window, the stream time that
+        closed it and, for hopping windows, how many open windows still counted it."""
+        counted = (
+            "CASE WHEN open_windows > 0 THEN concat('; counted in its ', CAST(open_windows AS STRING), ' open windows') "
+            "ELSE '' END"
+        )
+        parts = [
+            "'window starting '",
+            iso_time("window_start_ms"),
+            "' had closed: stream time of partition '",
+            "CAST(source_partition AS STRING)",
+            "' was '",
+            iso_time("stream_time_ms"),
+            counted,
+        ]
+        return f"concat({', '.join(parts)})"

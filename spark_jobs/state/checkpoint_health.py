@@ -38,7 +38,7 @@ def _check_log_file(path: Location, min_lines: int) -> str | None:
     return None
 
 
-#: written by the job when it starts from a restored state (``JobContext.restore_record``)
+#: written by the job when it starts from a restored state (``JobLayout.restore_record``)
 RESTORE_RECORD = layout.RESTORE_RECORD
 
 #: what Spark requires empty or absent when it starts a query whose offset log has no entry

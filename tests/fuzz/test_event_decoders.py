@@ -140,7 +140,7 @@ def _classify(spark, module, values: list[bytes | None], key_field: str = ""):
     now = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
     rows = [(_kafka_key(v, key_field), v, "in", 0, i, now, 0) for i, v in enumerate(values)]
     source = spark.createDataFrame(rows, KAFKA_SOURCE_SCHEMA)
-    return module.classify(types.SimpleNamespace(kafka_source=lambda: source))
+    return module.classify(types.SimpleNamespace(sources=types.SimpleNamespace(stream=lambda: source)))
 
 
 @pytest.mark.parametrize("job", list(JOBS))

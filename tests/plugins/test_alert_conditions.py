@@ -221,7 +221,9 @@ def test_standby_down_and_standby_lag_fire_once_and_resolve_once(stack):
     # reports (the real follower's lag and publisher) passes the bound, and standby_lag_<store> fires.
     StandbyHook(JOB).stop()
     wait_for(lambda: standby_running(settings.status_dir, APP) is None, 30, "the follower to stop")
-    topic = JobContext(None, JOB, settings).changelog_topic(STORE)  # (no Spark: only the topic's names and configs)
+    topic = (
+        JobContext(None, JOB, settings).stores.handle(STORE).changelog
+    )  # (no Spark: only the topic's names and configs)
     topic.ensure(settings.kafka)
     follower = SnapshotFollower(JOB, settings)
     follower.lease.acquire()

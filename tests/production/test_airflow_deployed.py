@@ -32,6 +32,7 @@ import signal
 import tempfile
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,29 @@ class Deployed:
     def diagnose(self) -> str:
         logs = "\n".join(f"{name}:\n{process.tail(15)}" for name, process in self.airflow.processes.items())
         spark = "\n".join(f"{w.name}:\n{w.tail(10)}" for w in [self.spark.master, *self.spark.workers])
-        return f"{driver_diagnosis(self.settings, JOB.application_id)}\n{logs}\n{spark}"
+        # who launched what: the supervision record's latest launches, and each driver process's parent
+        launches = read_record(self.settings.status_dir, JOB.application_id).launches[-4:]
+        drivers = "\n".join(_process_lineage(pid) for pid in sorted(driver_pids(JOB.application_id)))
+        return (
+            f"{driver_diagnosis(self.settings, JOB.application_id)}\nlaunches: {launches}\n"
+            f"driver processes:\n{drivers}\n{logs}\n{spark}"
+        )
+
+
+def _process_lineage(pid: int) -> str:
+    """``pid``'s command line and its parent's (which launcher or process started it), from ``/proc``."""
+
+    def command(p: int) -> str:
+        try:
+            return Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+        except OSError:
+            return "(gone)"
+
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return f"  {pid}: (gone)"
+    return f"  {pid}: {command(pid)}\n    parent {parent}: {command(parent)}"
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +240,12 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
             f"the driver did not outlive {fault}: lease {holder}, drivers {driver_pids(app)} (started {started})\n"
             f"{diagnose()}"
         )
+        if others := driver_pids(app) - {started.pid}:  # named in the suite's warnings: who launched them is open
+            lineage = "\n".join(_process_lineage(pid) for pid in sorted(others))
+            launches = read_record(settings.status_dir, app).launches[-3:]
+            warnings.warn(
+                f"after {fault}, driver processes besides {started.pid}:\n{lineage}\nlaunches: {launches}", stacklevel=2
+            )
 
     ensure_topic(settings.kafka, JOB.source_topic, JOB.source_partitions)
     deployed.produce(300, seed=8)

@@ -128,7 +128,7 @@ def test_the_classification_decodes_each_record_once_whatever_its_rules_read(spa
     }
     for decoder, parses in expected.items():
         with decoding_with(decoder):
-            classified = classify(types.SimpleNamespace(kafka_source=lambda: raw))
+            classified = classify(types.SimpleNamespace(sources=types.SimpleNamespace(stream=lambda: raw)))
         for rows in (
             dead_letter.valid(classified, "offset"),
             dead_letter.with_dead_letters(classified, "t", None, "offset"),
@@ -136,7 +136,12 @@ def test_the_classification_decodes_each_record_once_whatever_its_rules_read(spa
             plan = rows._jdf.queryExecution().executedPlan().toString()
             assert {name: plan.count(name) for name in parses} == parses, plan
     # the default, for every reference job's schema
-    plan = classify(types.SimpleNamespace(kafka_source=lambda: raw))._jdf.queryExecution().executedPlan().toString()
+    plan = (
+        classify(types.SimpleNamespace(sources=types.SimpleNamespace(stream=lambda: raw)))
+        ._jdf.queryExecution()
+        .executedPlan()
+        .toString()
+    )
     assert plan.count("UDF(value") == 1 and "from_json(" not in plan, plan
 
 
@@ -171,7 +176,7 @@ def test_the_processor_input_compiles_to_methods_the_jit_takes(spark, job, decla
         [(b"u1", b'{"type": "x"}', "t", 0, 0, None)],
         "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP",
     )
-    classified = module.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    classified = module.classify(types.SimpleNamespace(sources=types.SimpleNamespace(stream=lambda: raw)))
     events = dead_letter.with_dead_letters(
         classified, "app", spec.key_field, "partition", "offset", "timestamp", "value"
     )
@@ -204,7 +209,7 @@ def test_rejected_records_ride_through_the_processor_that_never_sees_them(spark,
     spark.createDataFrame(rows, schema).write.parquet(str(tmp_path / "input"))
     raw = spark.readStream.schema(schema).parquet(str(tmp_path / "input"))  # a stream, as the job's source is
 
-    classified = purchase_counts.classify(types.SimpleNamespace(kafka_source=lambda: raw))
+    classified = purchase_counts.classify(types.SimpleNamespace(sources=types.SimpleNamespace(stream=lambda: raw)))
     events = dead_letter.with_dead_letters(classified, "app-v1", "user_id", "offset")
     logic = None if processor == "java" else purchase_counts.PurchaseCounter
     changes = purchase_counts.state_changes(events, None, None, logic)

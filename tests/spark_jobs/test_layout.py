@@ -52,8 +52,10 @@ def test_every_name_of_a_version_comes_from_its_layout(tmp_path):
     assert layout.checkpoint / RESTORE_RECORD == layout.restore_record
     assert report_dir(settings) / chart_name(app, "pulse-counts") == layout.audit_plot("pulse-counts")
     context = JobContext(None, spec, settings)
-    assert context.checkpoint == layout.checkpoint and context.output_path == str(layout.output_table)
-    assert context.snapshot_store("pulse-counts").table == layout.snapshot_table("pulse-counts")
+    assert context.layout.checkpoint == layout.checkpoint and str(context.layout.output_table) == str(
+        layout.output_table
+    )
+    assert context.stores.handle("pulse-counts").snapshots.table == layout.snapshot_table("pulse-counts")
     # Versions never share anything but their source topic.
     other = JobLayout.of(dataclasses.replace(spec, version=spec.version + 1), settings)
     assert not {a.location for a in layout.artifacts()} & {a.location for a in other.artifacts()}
@@ -74,7 +76,7 @@ def test_a_job_that_re_keys_owns_its_repartition_topics(tmp_path):
     assert layout.repartition_transactional_id == f"{app}-repartitioner"
     assert layout.repartition_checkpoint.path.is_relative_to(layout.checkpoint.path)
     assert layout.state_input_topic == layout.repartition_topic
-    assert JobContext(None, spec, settings).changelog_topic("counts").partitions == 5
+    assert JobContext(None, spec, settings).stores.handle("counts").changelog.partitions == 5
     plain_layout = JobLayout.of(plain, settings)
     assert plain_layout.repartition_topics == () and plain_layout.state_input_topic == plain.source_topic
     with pytest.raises(JobSpecError, match="repartition_partitions"):

@@ -58,8 +58,8 @@ def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(
         get_job("purchase_counts"), name=f"s3_{unique}", source_topic=f"s3-{unique}", output_table=f"s3_{unique}"
     )
     ctx = JobContext(spark, job, settings)
-    bootstrap, changelog = settings.kafka_bootstrap_servers, ctx.changelog_topic("counts").name
-    snapshots = ctx.snapshot_store("counts")
+    bootstrap, changelog = settings.kafka_bootstrap_servers, ctx.stores.handle("counts").changelog.name
+    snapshots = ctx.stores.handle("counts").snapshots
     assert snapshots.path == f"s3a://lake/{unique}/_state/{job.application_id}/counts"
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
     batches = [
@@ -80,13 +80,17 @@ def test_a_job_keeps_its_tables_in_the_object_store_and_restores_from_there(
 
     # The checkpoint loses its state files, then more input: it is moved aside (in the store: objects
     # copied, then deleted) and the state comes back from the snapshots.
-    assert str(ctx.checkpoint) == f"s3a://lake/{unique}-checkpoints/{job.application_id}"
-    assert (ctx.checkpoint / "state").remove()
+    assert str(ctx.layout.checkpoint) == f"s3a://lake/{unique}-checkpoints/{job.application_id}"
+    assert (ctx.layout.checkpoint / "state").remove()
     purchases.produce(bootstrap, job.source_topic, batches[2])
     report = run(job, settings, available_now=True, spark=spark)
     moved = report.quarantined_checkpoint
-    assert "no state store files" in moved["reason"] and moved["path"].startswith(str(ctx.checkpoint) + ".corrupt-")
-    assert ctx.layout.quarantined_checkpoints()[0].exists() and ctx.checkpoint.exists()  # a new one, written by Spark
+    assert "no state store files" in moved["reason"] and moved["path"].startswith(
+        str(ctx.layout.checkpoint) + ".corrupt-"
+    )
+    assert (
+        ctx.layout.quarantined_checkpoints()[0].exists() and ctx.layout.checkpoint.exists()
+    )  # a new one, written by Spark
     restore = report.restores["counts"]
     assert restore.in_spark and restore.full_replay is False and restore.snapshot_batch_id == second.batch_id
     assert report.input_rows == len(batches[2])

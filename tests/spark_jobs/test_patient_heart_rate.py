@@ -48,7 +48,7 @@ def _emitted(spark, job, settings) -> dict[tuple[str, int], int]:
 
 def _store(settings, job) -> tuple[dict[tuple[str, int], tuple[int, bool]], dict[int, int]]:
     """The store as its changelog holds it: windows, and each partition's stream time."""
-    topic = JobContext(None, job, settings).changelog_topic(STORE).name
+    topic = JobContext(None, job, settings).stores.handle(STORE).changelog.name
     windows, stream_times = {}, {}
     for value in read_changelog(settings.kafka_bootstrap_servers, topic).state.values():
         v = json.loads(value)
@@ -135,7 +135,7 @@ def test_windowed_changelog_deletes_by_time_and_restore_keeps_stream_time(spark,
     pulse.produce(bootstrap, job.source_topic, rounds[0])
     run(job, settings, available_now=True, spark=spark)
 
-    name = ctx.changelog_topic(STORE).name
+    name = ctx.stores.handle(STORE).changelog.name
     admin = AdminClient({"bootstrap.servers": bootstrap})
     described = next(iter(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values())).result()
     assert described["cleanup.policy"].value == "compact,delete"
@@ -143,7 +143,7 @@ def test_windowed_changelog_deletes_by_time_and_restore_keeps_stream_time(spark,
 
     # Lose the checkpoint. The next round holds a pulse for a window that closed before the loss:
     # still late after the restore, because stream time was restored with the state.
-    shutil.rmtree(ctx.checkpoint)
+    shutil.rmtree(ctx.layout.checkpoint)
     rounds.append(
         list(
             pulse.generate(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.io import dead_letter
-from spark_jobs.primitives import keyed_aggregate, pipeline, windows
+from spark_jobs.primitives import event_time, keyed_aggregate, pipeline
 
 JAVA = Path(__file__).resolve().parents[2] / "jvm" / "state-processors" / "src" / "streamstate"
 #: (Java class file under streamstate/, its constant) -> the Python value that must equal it
@@ -20,8 +20,8 @@ SHARED = {
     ("primitives/KeyedAggregate.java", "INPUT_PREFIX"): keyed_aggregate.INPUT_PREFIX,
     ("primitives/ExpiringAggregate.java", "CHANGE"): keyed_aggregate.CHANGE,
     ("primitives/ExpiringAggregate.java", "LATE"): keyed_aggregate.LATE,
-    ("primitives/WindowedAggregate.java", "CHANGE"): windows.CHANGE,
-    ("primitives/WindowedAggregate.java", "LATE"): windows.LATE,
+    ("primitives/WindowedAggregate.java", "CHANGE"): event_time.CHANGE,
+    ("primitives/WindowedAggregate.java", "LATE"): event_time.LATE,
 }
 
 

@@ -19,7 +19,7 @@ import shutil
 
 import pytest
 
-from spark_jobs.primitives.windows import LATE
+from spark_jobs.primitives.event_time import LATE
 from spark_jobs.reference.generators import temperatures, windows
 from spark_jobs.reference.jobs.temperature_averages import AVERAGES, EVENT_SCHEMA
 from spark_jobs.registry import get_job

@@ -23,8 +23,8 @@ import pytest
 
 from bench.answers import latest_per_key
 from spark_jobs.layout import JobLayout
-from spark_jobs.primitives.event_time import CHANGE
-from spark_jobs.primitives.sessions import EMIT, LATE
+from spark_jobs.primitives.event_time import CHANGE, LATE
+from spark_jobs.primitives.sessions import EMIT
 from spark_jobs.reference.generators import sessions
 from spark_jobs.reference.jobs.user_sessions import EVENT_SCHEMA, VISITS
 from spark_jobs.registry import get_job

@@ -46,7 +46,7 @@ def _outputs(spark, settings, job):
 
 
 def _changelog_state(settings, job) -> dict[str, str]:
-    topic = JobContext(None, job, settings).changelog_topic(STORE).name
+    topic = JobContext(None, job, settings).stores.handle(STORE).changelog.name
     state = read_changelog(settings.kafka_bootstrap_servers, topic).state
     return {k.decode(): json.loads(v)["candidate"] for k, v in state.items()}
 
@@ -64,7 +64,7 @@ def test_voter5_latest_vote_by_event_time_wins_across_batches(spark, kafka_broke
     assert latest == {"voter5": "blue", "voter6": "green"}
     assert counts == {"blue": 1, "green": 1}
     # The versioned store kept voter5's history, oldest first.
-    topic = JobContext(None, job, settings).changelog_topic(STORE).name
+    topic = JobContext(None, job, settings).stores.handle(STORE).changelog.name
     value = json.loads(read_changelog(bootstrap, topic).state[b"voter5"])
     assert [(v["candidate"], v["event_id"]) for v in value["history"]] == [("red", "e-001"), ("blue", "e-002")]
 
@@ -80,7 +80,7 @@ def test_shuffled_votes_equal_an_independent_computation_and_survive_a_lost_chec
     run(job, settings, available_now=True, spark=spark)
 
     # Lose the checkpoint between the halves: the store is rebuilt from its changelog.
-    shutil.rmtree(JobContext(spark, job, settings).checkpoint)
+    shutil.rmtree(JobContext(spark, job, settings).layout.checkpoint)
     votes.produce(bootstrap, job.source_topic, events[half:])
     report = run(job, settings, available_now=True, spark=spark)
     assert report.restores[STORE].keys > 0

@@ -31,8 +31,8 @@ from pyspark.sql import types as T
 
 from spark_jobs.driver.context import JobContext
 from spark_jobs.primitives import Aggregate, JsonEvents, WindowedAggregate
+from spark_jobs.primitives.event_time import LATE  # noqa: F401 - the job's vocabulary
 from spark_jobs.primitives.pipeline import STREAM_TIME_KEY_PREFIX  # noqa: F401 - the job's vocabulary
-from spark_jobs.primitives.windows import LATE  # noqa: F401 - the job's vocabulary
 from spark_jobs.registry import StoreSpec
 
 STORE = "pulse-counts"
@@ -69,7 +69,7 @@ def window_changes(events: DataFrame, initial: DataFrame | None, store: StoreSpe
 
 def classify(ctx: JobContext) -> DataFrame:
     """The job's raw Kafka records, decoded and classified (a pulse or a check-out needs an event time)."""
-    return HEART_RATE.classify(ctx.kafka_source(), "patient_id")
+    return HEART_RATE.classify(ctx.sources.stream(), "patient_id")
 
 
 def build(ctx: JobContext):

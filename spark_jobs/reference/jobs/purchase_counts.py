@@ -172,7 +172,7 @@ def _now_ms(timer_values) -> int:
 
 def classify(ctx: JobContext) -> DataFrame:
     """The job's raw Kafka records, decoded and classified by its validation rules."""
-    return COUNTS.events.classify(ctx.kafka_source(), "user_id")
+    return COUNTS.events.classify(ctx.sources.stream(), "user_id")
 
 
 def build(ctx: JobContext, processor: type[PurchaseCounter] | None = None):

@@ -66,4 +66,4 @@ AVERAGES = WindowedAggregate(
 
 def classify(ctx):
     """The job's raw Kafka records, decoded and classified (its rules, then a valid event time)."""
-    return AVERAGES.classify(ctx.kafka_source(), "sensor_id")
+    return AVERAGES.classify(ctx.sources.stream(), "sensor_id")

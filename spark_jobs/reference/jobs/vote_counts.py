@@ -58,7 +58,7 @@ STATE_DDL = VOTES.state_ddl
 
 def classify(ctx: JobContext) -> DataFrame:
     """The job's raw Kafka records, decoded and classified (its rules and the primitive's)."""
-    return VOTES.classify(ctx.kafka_source(), "voter_id")
+    return VOTES.classify(ctx.sources.stream(), "voter_id")
 
 
 def build(ctx: JobContext):

@@ -56,8 +56,8 @@ def test_standby_follows_the_changelog_and_shortens_restores(spark, kafka_broker
     )
     ctx = JobContext(spark, job, settings)
     bootstrap = settings.kafka_bootstrap_servers
-    changelog = ctx.changelog_topic("counts").name
-    snapshots = ctx.snapshot_store("counts")
+    changelog = ctx.stores.handle("counts").changelog.name
+    snapshots = ctx.stores.handle("counts").snapshots
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
     first, second, third = (
         list(purchases.generate(n, users=u, seed=s)) for n, u, s in ((2000, 300, 41), (1500, 500, 42), (700, 600, 43))
@@ -97,7 +97,7 @@ def test_standby_follows_the_changelog_and_shortens_restores(spark, kafka_broker
         lease.release()
 
     # Checkpoint lost: the restore starts from the standby's snapshot, so it replays nothing already in it.
-    shutil.rmtree(ctx.checkpoint)
+    shutil.rmtree(ctx.layout.checkpoint)
     purchases.produce(bootstrap, job.source_topic, third)
     report = run(job, settings, available_now=True, spark=spark)
     restore = report.restores["counts"]

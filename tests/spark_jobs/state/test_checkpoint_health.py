@@ -110,7 +110,9 @@ def test_leftovers_that_would_stop_a_new_query_are_set_aside_and_the_restore_rec
         and new_query_leftovers(_checkpoint(tmp_path / "resumes")) == []
     )
 
-    context = types.SimpleNamespace(checkpoint=checkpoint, spec=types.SimpleNamespace(application_id="app-v1"))
+    context = types.SimpleNamespace(
+        layout=types.SimpleNamespace(checkpoint=checkpoint), spec=types.SimpleNamespace(application_id="app-v1")
+    )
     set_aside_new_query_leftovers(context)
     assert new_query_leftovers(checkpoint) == [] and (checkpoint / RESTORE_RECORD).exists()
     (moved,) = [p for p in tmp_path.iterdir() if p.name.startswith("app-v1.corrupt-")]
@@ -157,7 +159,7 @@ def test_a_corrupt_checkpoint_is_quarantined_and_state_restored(spark, kafka_bro
         purchases.produce(bootstrap, job.source_topic, events)
         run(job, settings, available_now=True, spark=spark)
 
-    checkpoint = JobContext(spark, job, settings).checkpoint.path
+    checkpoint = JobContext(spark, job, settings).layout.checkpoint.path
     damage(checkpoint)
     purchases.produce(bootstrap, job.source_topic, rounds[2])
     report = run(job, settings, available_now=True, spark=spark)

@@ -174,14 +174,14 @@ def test_a_new_version_whose_outputs_gained_a_column_writes_it_beside_the_copied
     ctx = JobContext(spark, v4, settings)
     output_schema = COUNTS.output_schema("user_id")
     copied = spark.createDataFrame([("u1", 3, Decimal("120.00"), None)], output_schema)
-    copied.write.format("delta").save(ctx.output_path)  # what copy_outputs leaves: v3's schema
+    copied.write.format("delta").save(str(ctx.layout.output_table))  # what copy_outputs leaves: v3's schema
     with_tier = T.StructType([*output_schema.fields, T.StructField("tier", T.StringType())])
-    ctx.ensure_output_table(with_tier)
-    ctx.ensure_output_table(with_tier)  # a restart: nothing to add
-    table = DeltaTable.forPath(spark, ctx.output_path)
+    ctx.outputs.ensure_table(with_tier)
+    ctx.outputs.ensure_table(with_tier)  # a restart: nothing to add
+    table = DeltaTable.forPath(spark, str(ctx.layout.output_table))
     assert [(f.name, f.dataType) for f in table.toDF().schema.fields] == [(f.name, f.dataType) for f in with_tier]
     new_rows = spark.createDataFrame([("u2", 1, Decimal("5.00"), None, "standard")], with_tier)
     merge = table.alias("t").merge(new_rows.alias("s"), "t.user_id = s.user_id")
     merge.whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
-    rows = {r.user_id: r.tier for r in spark.read.format("delta").load(ctx.output_path).collect()}
+    rows = {r.user_id: r.tier for r in spark.read.format("delta").load(str(ctx.layout.output_table)).collect()}
     assert rows == {"u1": None, "u2": "standard"}

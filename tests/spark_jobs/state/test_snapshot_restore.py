@@ -51,8 +51,8 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     )
     ctx = JobContext(spark, job, settings)
     bootstrap = settings.kafka_bootstrap_servers
-    changelog = ctx.changelog_topic("counts").name
-    snapshots = ctx.snapshot_store("counts")
+    changelog = ctx.stores.handle("counts").changelog.name
+    snapshots = ctx.stores.handle("counts").snapshots
     ensure_topic(bootstrap, job.source_topic, job.source_partitions)
     batches = [
         list(purchases.generate(n, users=users, seed=seed))
@@ -77,7 +77,7 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     tail_delivered = read_changelog(bootstrap, changelog, first.changelog_offsets).records_read
 
     # Lose the checkpoint, then more input arrives.
-    shutil.rmtree(ctx.checkpoint)
+    shutil.rmtree(ctx.layout.checkpoint)
     purchases.produce(bootstrap, job.source_topic, batches[2])
     report = run(job, settings, available_now=True, spark=spark)
 
@@ -129,7 +129,7 @@ def test_rebuild_from_snapshot_and_tail(spark, kafka_broker, settings, unique, r
     assert decode_counts(snapshots.read(second)) == everything
     # restored to the second driver's (generation 2) Spark batch 1
     assert (
-        json.loads((ctx.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"]
+        json.loads((ctx.layout.checkpoint / "streamstate" / "restore.json").read_text())["counts"]["batch_id"]
         == 2 * GENERATION_SPAN + 1
     )
 
@@ -147,7 +147,7 @@ def test_job_takes_snapshots_on_its_cadence(spark, kafka_broker, settings, uniqu
     purchases.produce(settings.kafka_bootstrap_servers, job.source_topic, events)
     run(job, settings, available_now=True, spark=spark)
 
-    latest = JobContext(spark, job, settings).snapshot_store("counts").latest()
+    latest = JobContext(spark, job, settings).stores.handle("counts").snapshots.latest()
     assert latest is not None and latest.batch_id == GENERATION_SPAN
     assert latest.input_offsets == {job.source_topic: end_offsets(settings.kafka_bootstrap_servers, job.source_topic)}
     assert latest.rows == len(expected_purchase_counts(events))

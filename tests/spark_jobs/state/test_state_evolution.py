@@ -132,7 +132,7 @@ def test_a_store_added_in_place_starts_empty_and_the_other_keeps_its_state(spark
 
 def count_per_key(ctx):
     """A job whose state is a built-in aggregation (Spark keeps no Avro state for it)."""
-    counts = ctx.kafka_source().groupBy("key").count()
+    counts = ctx.sources.stream().groupBy("key").count()
     return counts.writeStream.outputMode("update").foreachBatch(lambda batch, _id: batch.count())
 
 

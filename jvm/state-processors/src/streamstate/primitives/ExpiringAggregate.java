@@ -1,6 +1,5 @@
 package streamstate.primitives;
 
-import java.sql.Timestamp;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
@@ -22,7 +21,6 @@ import org.apache.spark.sql.types.StructType;
 
 import scala.Tuple2;
 import scala.collection.Iterator;
-import scala.jdk.javaapi.CollectionConverters;
 
 import streamstate.jobs.DeadLetters;
 
@@ -111,29 +109,8 @@ public final class ExpiringAggregate {
     }
 
     @Override
-    protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      List<Row> events = Rows.inOffsetOrder(rows);
-      int[] inputs = Rows.inputIndexes(events, kinds.length);
-      Batch batch = new Batch(partition);
-      for (Row event : events) {
-        long t = event.<Timestamp>getAs(timeColumn).getTime();
-        batch.advance(t);
-        String key = event.getAs(keyColumn);
-        if (Boolean.TRUE.equals(event.getAs(Rows.DELETE_COLUMN))) {
-          batch.remove(key);
-          continue;
-        }
-        Entry current = batch.get(key);
-        if (current == null && t + ttlMs <= batch.now) {
-          batch.out.add(output(LATE, false, key, null, t, partition, batch.now, event.getAs("offset"),
-              event.getAs("timestamp"), event.getAs("value")));
-          continue;
-        }
-        Object[] aggregates = current == null ? KeyedAggregate.Kind.fresh(kinds, values) : current.aggregates;
-        KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
-        batch.put(key, new Entry(aggregates, current == null ? t : Math.max(current.eventTime, t)));
-      }
-      return CollectionConverters.asScala(batch.finish().iterator());
+    protected Batch newBatch(int partition) {
+      return new Batch(partition);
     }
 
     @Override
@@ -161,7 +138,7 @@ public final class ExpiringAggregate {
     }
 
     /** One micro-batch of one partition: the keys it reads cached, written back once at the end. */
-    private final class Batch extends TaskBatch {
+    private final class Batch extends EventBatch {
       /** key -> its value, or null once removed in this batch */
       final Map<String, Entry> cache = new HashMap<>();
       /** expiry time -> keys, once an advance made the batch index the partition (null until then) */
@@ -192,6 +169,21 @@ public final class ExpiringAggregate {
         }
       }
 
+      /** The event applied to its key's value; late when the key had expired (or never was) and the event
+       * is older than the ttl. */
+      @Override
+      void apply(String key, long t, Row event, int[] inputs) {
+        Entry current = get(key);
+        if (current == null && t + ttlMs <= now) {
+          out.add(output(LATE, false, key, null, t, partition, now, event.getAs("offset"), event.getAs("timestamp"),
+              event.getAs("value")));
+          return;
+        }
+        Object[] aggregates = current == null ? KeyedAggregate.Kind.fresh(kinds, values) : current.aggregates;
+        KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
+        put(key, new Entry(aggregates, current == null ? t : Math.max(current.eventTime, t)));
+      }
+
       Entry get(String key) {
         if (cache.containsKey(key)) {
           return cache.get(key);
@@ -216,7 +208,8 @@ public final class ExpiringAggregate {
         changes.put(key, output(CHANGE, false, key, value, null, partition, null, null, null, null));
       }
 
-      void remove(String key) {
+      @Override
+      void delete(String key) {
         unindex(key);
         cache.put(key, null);
         changes.put(key, output(CHANGE, true, key, null, null, partition, null, null, null, null));
@@ -254,6 +247,7 @@ public final class ExpiringAggregate {
         }
       }
 
+      @Override
       List<Row> finish() {
         for (Map.Entry<String, Entry> entry : cache.entrySet()) {
           Entry value = entry.getValue();

@@ -4,7 +4,10 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Comparator;
 import java.util.List;
+import java.util.Set;
+import java.util.function.BiConsumer;
 import java.util.function.Consumer;
+import java.util.function.Function;
 
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.internal.SQLConf;
@@ -109,5 +112,26 @@ final class InputMerge {
       }
     }
     return false;
+  }
+
+  /**
+   * Keep a merge's waiting records in the task's store: {@code stored} is every waiting entry's key as the
+   * batch began ({@code keyOf} names a record's entry). A record still waiting that was not stored yet is
+   * passed to {@code added} (to store and changelog it); an entry of {@code stored} no longer waiting was
+   * taken by this batch and is passed to {@code taken} (to delete it and changelog its tombstone). A record
+   * that waits on keeps its entry: nothing is written for it. {@code stored} is emptied.
+   */
+  static void keepWaiting(Outcome outcome, Set<String> stored, Function<Input, String> keyOf,
+                          BiConsumer<String, Input> added, Consumer<String> taken) {
+    for (List<Input> still : List.of(outcome.firstWaiting(), outcome.secondWaiting())) {
+      for (Input record : still) {
+        String key = keyOf.apply(record);
+        if (!stored.remove(key)) {
+          added.accept(key, record);
+        }
+      }
+    }
+    stored.forEach(taken);
+    stored.clear();
   }
 }

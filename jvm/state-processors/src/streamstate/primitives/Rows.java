@@ -124,4 +124,42 @@ final class Rows {
   static Iterator<Row> one(Row row) {
     return CollectionConverters.asScala(Collections.singletonList(row).iterator());
   }
+
+  /** A Scala sequence of {@code values}: an ARRAY column's value in a row Spark encodes. */
+  static scala.collection.immutable.Seq<Object> seq(List<Object> values) {
+    return CollectionConverters.asScala(values).toList();
+  }
+
+  /** Aggregates of {@code width} values each, stored as one ARRAY column per value (the state's columnar
+   * layout): {@code rows}' i-th values, in order, for each i. */
+  static List<List<Object>> columns(Iterable<Object[]> rows, int width) {
+    List<List<Object>> columns = new ArrayList<>(width);
+    for (int i = 0; i < width; i++) {
+      columns.add(new ArrayList<>());
+    }
+    for (Object[] row : rows) {
+      for (int i = 0; i < width; i++) {
+        columns.get(i).add(row[i]);
+      }
+    }
+    return columns;
+  }
+
+  /** The ARRAY columns {@code first}, {@code first + 1}, ... of {@code row}, {@code width} of them. */
+  static List<List<Object>> columnsOf(Row row, int first, int width) {
+    List<List<Object>> columns = new ArrayList<>(width);
+    for (int i = 0; i < width; i++) {
+      columns.add(row.getList(first + i));
+    }
+    return columns;
+  }
+
+  /** The {@code index}-th values of {@code columns} ({@link #columns}' inverse). */
+  static Object[] valuesAt(List<List<Object>> columns, int index) {
+    Object[] values = new Object[columns.size()];
+    for (int i = 0; i < values.length; i++) {
+      values[i] = columns.get(i).get(index);
+    }
+    return values;
+  }
 }

@@ -1,6 +1,5 @@
 package streamstate.primitives;
 
-import java.sql.Timestamp;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -24,7 +23,6 @@ import org.apache.spark.sql.types.StructType;
 
 import scala.Tuple2;
 import scala.collection.Iterator;
-import scala.jdk.javaapi.CollectionConverters;
 
 import streamstate.jobs.DeadLetters;
 
@@ -203,28 +201,8 @@ public final class SessionAggregate {
 
     // -- Spark's callbacks ---------------------------------------------------------------------
     @Override
-    protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      List<Row> events = Rows.inOffsetOrder(rows);
-      int[] inputs = Rows.inputIndexes(events, kinds.length);
-      Batch batch = new Batch(partition);
-      if (events.isEmpty()) {
-        return CollectionConverters.asScala(batch.finish().iterator());
-      }
-      StructType schema = events.get(0).schema();
-      int timeIndex = schema.fieldIndex(timeColumn);
-      int keyIndex = schema.fieldIndex(keyColumn);
-      int deleteIndex = schema.fieldIndex(Rows.DELETE_COLUMN);
-      for (Row event : events) {
-        long t = ((Timestamp) event.get(timeIndex)).getTime();
-        batch.advance(t);
-        String key = event.getString(keyIndex);
-        if (Boolean.TRUE.equals(event.get(deleteIndex))) {
-          batch.delete(key);
-        } else {
-          batch.apply(key, t, event, inputs);
-        }
-      }
-      return CollectionConverters.asScala(batch.finish().iterator());
+    protected Batch newBatch(int partition) {
+      return new Batch(partition);
     }
 
     @Override
@@ -253,7 +231,7 @@ public final class SessionAggregate {
 
     /** One micro-batch of one partition: the keys it touched cached, the changed ones written back once at
      * its end. */
-    private final class Batch extends TaskBatch {
+    private final class Batch extends EventBatch {
       final Map<String, KeySessions> cache = new HashMap<>();
       /** each changed session, in the order first changed (its latest state in the store is the cache's at
        * the batch's end: every change of a key's sessions is recorded here) */
@@ -280,6 +258,7 @@ public final class SessionAggregate {
       }
 
       /** The event at {@code t} merged with its key's sessions within the gap, or refused as late. */
+      @Override
       void apply(String key, long t, Row event, int[] inputs) {
         KeySessions keySessions = sessionsOf(key);
         Session first = null;
@@ -367,6 +346,7 @@ public final class SessionAggregate {
       }
 
       /** Remove every session of {@code key}; with emit=update the open ones' rows leave the outputs. */
+      @Override
       void delete(String key) {
         KeySessions keySessions = sessionsOf(key);
         for (Session session : keySessions.byStart.values()) {
@@ -448,6 +428,7 @@ public final class SessionAggregate {
         return keySessions;
       }
 
+      @Override
       List<Row> finish() {
         for (SessionKey id : changes) {
           out.add(changeRow(CHANGE, id, cache.get(id.key()).byStart.get(id.start())));
@@ -493,53 +474,32 @@ public final class SessionAggregate {
         List<Long> ends = row.getList(1);
         List<Boolean> closed = row.getList(2);
         List<Boolean> reopened = row.getList(3);
-        List<List<Object>> valueColumns = new ArrayList<>(kinds.length);
-        for (int i = 0; i < kinds.length; i++) {
-          valueColumns.add(row.getList(i + 4));
-        }
+        List<List<Object>> values = Rows.columnsOf(row, 4, kinds.length);
         for (int s = 0; s < starts.size(); s++) {
-          Object[] aggregates = new Object[kinds.length];
-          for (int i = 0; i < kinds.length; i++) {
-            aggregates[i] = valueColumns.get(i).get(s);
-          }
-          restored.put(starts.get(s),
-              new Session(starts.get(s), ends.get(s), aggregates, closed.get(s), reopened.get(s)));
+          restored.put(starts.get(s), new Session(starts.get(s), ends.get(s), Rows.valuesAt(values, s),
+              closed.get(s), reopened.get(s)));
         }
       }
       return restored;
     }
 
     private Row storedRow(TreeMap<Long, Session> keySessions) {
-      Object[] columns = new Object[kinds.length + 4];
-      List<Object> starts = new ArrayList<>();
-      List<Object> ends = new ArrayList<>();
-      List<Object> closed = new ArrayList<>();
-      List<Object> reopened = new ArrayList<>();
-      List<List<Object>> valueColumns = new ArrayList<>();
-      for (int i = 0; i < kinds.length; i++) {
-        valueColumns.add(new ArrayList<>());
-      }
+      List<Object[]> rows = new ArrayList<>(keySessions.size());
       for (Session session : keySessions.values()) {
-        starts.add(session.start);
-        ends.add(session.end);
-        closed.add(session.closed);
-        reopened.add(session.reopened);
-        for (int i = 0; i < kinds.length; i++) {
-          valueColumns.get(i).add(session.aggregates[i]);
-        }
+        Object[] row = new Object[4 + kinds.length];
+        row[0] = session.start;
+        row[1] = session.end;
+        row[2] = session.closed;
+        row[3] = session.reopened;
+        System.arraycopy(session.aggregates, 0, row, 4, kinds.length);
+        rows.add(row);
       }
-      columns[0] = seq(starts);
-      columns[1] = seq(ends);
-      columns[2] = seq(closed);
-      columns[3] = seq(reopened);
-      for (int i = 0; i < kinds.length; i++) {
-        columns[i + 4] = seq(valueColumns.get(i));
+      Object[] columns = new Object[4 + kinds.length];
+      List<List<Object>> byColumn = Rows.columns(rows, columns.length);
+      for (int i = 0; i < columns.length; i++) {
+        columns[i] = Rows.seq(byColumn.get(i));
       }
       return RowFactory.create(columns);
-    }
-
-    private static scala.collection.immutable.Seq<Object> seq(List<Object> values) {
-      return CollectionConverters.asScala(values).toList();
     }
 
     /** An output row: kind, tombstone, key, session_start_ms, session_end_ms, the values, closed, reopened,

@@ -4,7 +4,6 @@ import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -225,21 +224,19 @@ public final class StreamStreamJoin {
           batch.lastSide == null ? null : batch.lastSide.equals(RIGHT),
           record -> batch.process(new Stored(record.second() ? RIGHT : LEFT, record.time(), record.offset(),
               record.key(), record.row())));
-      for (List<InputMerge.Input> still : List.of(outcome.firstWaiting(), outcome.secondWaiting())) {
-        for (InputMerge.Input record : still) {
-          String side = record.second() ? RIGHT : LEFT;
-          String key = WAITING_PREFIX + partition + "@" + side + "@" + record.offset() + "@" + record.key();
-          if (!waitedBefore.remove(key)) {  // new: stored and changelogged
+      InputMerge.keepWaiting(outcome, waitedBefore,
+          record -> WAITING_PREFIX + partition + "@" + (record.second() ? RIGHT : LEFT) + "@" + record.offset() + "@"
+              + record.key(),
+          (key, record) -> {
+            String side = record.second() ? RIGHT : LEFT;
             List<Stored> one = List.of(new Stored(side, record.time(), record.offset(), record.key(), record.row()));
             waiting.updateValue(key, batch.entryValue(side, one));
             batch.out.add(batch.entryChange(key, side, one));
-          }
-        }
-      }
-      for (String key : waitedBefore) {  // taken this batch
-        waiting.removeKey(key);
-        batch.out.add(batch.entryChange(key, null, List.of()));
-      }
+          },
+          key -> {
+            waiting.removeKey(key);
+            batch.out.add(batch.entryChange(key, null, List.of()));
+          });
       return CollectionConverters.asScala(batch.finish().iterator());
     }
 

@@ -3,10 +3,12 @@ package streamstate.primitives;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.PriorityQueue;
+import java.util.Set;
 
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
@@ -24,7 +26,6 @@ import scala.Tuple2;
 import scala.collection.Iterator;
 import scala.jdk.javaapi.CollectionConverters;
 
-import streamstate.jobs.DeadLetters;
 
 /**
  * The stream-table join primitive: each record of a stream joined with a table's row for its key, as Kafka
@@ -215,13 +216,13 @@ public final class StreamTableJoin {
       Batch batch = new Batch(partition);
       List<InputMerge.Input> streamWaiting = new ArrayList<>();
       List<InputMerge.Input> tableWaiting = new ArrayList<>();
-      Map<String, Boolean> waitedBefore = new HashMap<>();
+      Set<String> waitedBefore = new HashSet<>();
       Iterator<Tuple2<String, Row>> stored = waiting.iterator();
       while (stored.hasNext()) {
         Tuple2<String, Row> entry = stored.next();
         InputMerge.Input record = waitingInput(entry._2());
         (record.second() ? tableWaiting : streamWaiting).add(record);
-        waitedBefore.put(entry._1(), true);
+        waitedBefore.add(entry._1());
       }
       String before = lastSide.exists() ? lastSide.get() : null;
       InputMerge.Outcome outcome = InputMerge.merge(
@@ -242,21 +243,17 @@ public final class StreamTableJoin {
         lastSide.update(after);
       }
       batch.lastSide = after;
-      for (List<InputMerge.Input> still : List.of(outcome.firstWaiting(), outcome.secondWaiting())) {
-        for (InputMerge.Input record : still) {
-          String key = waitingKey(partition, record);
-          if (waitedBefore.remove(key) == null) {  // new: stored and changelogged
+      InputMerge.keepWaiting(outcome, waitedBefore, record -> waitingKey(partition, record),
+          (key, record) -> {
             Row value = waitingValue(record);
             waiting.updateValue(key, value);
             batch.out.add(batch.change(key, false, record.second() ? versionSeq(value.getStruct(1)) : null,
                 value.getStruct(0)));
-          }
-        }
-      }
-      for (String key : waitedBefore.keySet()) {  // taken this batch
-        waiting.removeKey(key);
-        batch.out.add(batch.change(key, true, null, null));
-      }
+          },
+          key -> {
+            waiting.removeKey(key);
+            batch.out.add(batch.change(key, true, null, null));
+          });
       return CollectionConverters.asScala(batch.finish().iterator());
     }
 

@@ -1,6 +1,5 @@
 package streamstate.primitives;
 
-import java.sql.Timestamp;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -23,7 +22,6 @@ import org.apache.spark.sql.types.StructType;
 
 import scala.Tuple2;
 import scala.collection.Iterator;
-import scala.jdk.javaapi.CollectionConverters;
 
 import streamstate.jobs.DeadLetters;
 
@@ -160,41 +158,8 @@ public final class WindowedAggregate {
 
     // -- Spark's callbacks ---------------------------------------------------------------------
     @Override
-    protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      List<Row> events = Rows.inOffsetOrder(rows);
-      int[] inputs = Rows.inputIndexes(events, kinds.length);
-      Batch batch = new Batch(partition);
-      if (events.isEmpty()) {
-        return CollectionConverters.asScala(batch.finish().iterator());
-      }
-      StructType schema = events.get(0).schema();
-      int timeIndex = schema.fieldIndex(timeColumn);
-      int keyIndex = schema.fieldIndex(keyColumn);
-      int deleteIndex = schema.fieldIndex(Rows.DELETE_COLUMN);
-      for (Row event : events) {
-        long t = ((Timestamp) event.get(timeIndex)).getTime();
-        batch.advance(t);
-        String key = event.getString(keyIndex);
-        if (Boolean.TRUE.equals(event.get(deleteIndex))) {
-          batch.delete(key);
-          continue;
-        }
-        Long latestClosed = null;
-        int counted = 0;
-        for (long start = firstStart(t); start <= t; start += advanceMs) {
-          if (closesAt(start) <= batch.now) {
-            latestClosed = start;
-          } else {
-            batch.apply(key, start, event, inputs);
-            counted++;
-          }
-        }
-        if (latestClosed != null) {
-          batch.out.add(output(LATE, false, key, latestClosed, null, null, partition, batch.now,
-              event.getAs("offset"), event.getAs("timestamp"), event.getAs("value"), counted));
-        }
-      }
-      return CollectionConverters.asScala(batch.finish().iterator());
+    protected Batch newBatch(int partition) {
+      return new Batch(partition);
     }
 
     @Override
@@ -223,7 +188,7 @@ public final class WindowedAggregate {
     }
 
     /** One micro-batch of one partition: keys' windows cached, written back once at the end. */
-    private final class Batch extends TaskBatch {
+    private final class Batch extends EventBatch {
       final Map<String, TreeMap<Long, Object[]>> openCache = new HashMap<>();
       final Map<String, TreeSet<Long>> closedCache = new HashMap<>();
       /** each changed window's latest change, in the order first changed (rows built at {@link #finish}) */
@@ -252,13 +217,33 @@ public final class WindowedAggregate {
         }
       }
 
-      void apply(String key, long start, Row event, int[] inputs) {
+      /** The event applied to each of its windows still open; late when some of them closed already. */
+      @Override
+      void apply(String key, long t, Row event, int[] inputs) {
+        Long latestClosed = null;
+        int counted = 0;
+        for (long start = firstStart(t); start <= t; start += advanceMs) {
+          if (closesAt(start) <= now) {
+            latestClosed = start;
+          } else {
+            applyTo(key, start, event, inputs);
+            counted++;
+          }
+        }
+        if (latestClosed != null) {
+          out.add(output(LATE, false, key, latestClosed, null, null, partition, now, event.getAs("offset"),
+              event.getAs("timestamp"), event.getAs("value"), counted));
+        }
+      }
+
+      private void applyTo(String key, long start, Row event, int[] inputs) {
         Object[] aggregates = openOf(key).computeIfAbsent(start, s -> KeyedAggregate.Kind.fresh(kinds, values));
         KeyedAggregate.Kind.applyAll(kinds, aggregates, event, inputs);
         closeAt = Math.min(closeAt, closesAt(start));
         change(key, start, aggregates, false);
       }
 
+      @Override
       void delete(String key) {
         for (long start : openOf(key).keySet()) {
           tombstone(key, start, true);
@@ -370,6 +355,7 @@ public final class WindowedAggregate {
         closedCache.clear();
       }
 
+      @Override
       List<Row> finish() {
         writeBack();
         setOrClear(nextCloseAt, closeAt);
@@ -399,16 +385,9 @@ public final class WindowedAggregate {
       TreeMap<Long, Object[]> windows = new TreeMap<>();
       if (row != null) {
         List<Long> starts = row.getList(0);
-        List<List<Object>> columns = new ArrayList<>(kinds.length);
-        for (int i = 0; i < kinds.length; i++) {
-          columns.add(row.getList(i + 1));
-        }
+        List<List<Object>> columns = Rows.columnsOf(row, 1, kinds.length);
         for (int w = 0; w < starts.size(); w++) {
-          Object[] aggregates = new Object[kinds.length];
-          for (int i = 0; i < kinds.length; i++) {
-            aggregates[i] = columns.get(i).get(w);
-          }
-          windows.put(starts.get(w), aggregates);
+          windows.put(starts.get(w), Rows.valuesAt(columns, w));
         }
       }
       return windows;
@@ -430,23 +409,16 @@ public final class WindowedAggregate {
 
     private Row openRow(TreeMap<Long, Object[]> windows) {
       Object[] columns = new Object[kinds.length + 1];
-      columns[0] = seq(new ArrayList<Object>(windows.keySet()));
+      columns[0] = Rows.seq(new ArrayList<Object>(windows.keySet()));
+      List<List<Object>> values = Rows.columns(windows.values(), kinds.length);
       for (int i = 0; i < kinds.length; i++) {
-        List<Object> column = new ArrayList<>(windows.size());
-        for (Object[] aggregates : windows.values()) {
-          column.add(aggregates[i]);
-        }
-        columns[i + 1] = seq(column);
+        columns[i + 1] = Rows.seq(values.get(i));
       }
       return RowFactory.create(columns);
     }
 
     private static Row closedRow(TreeSet<Long> starts) {
-      return RowFactory.create(seq(new ArrayList<Object>(starts)));
-    }
-
-    private static scala.collection.immutable.Seq<Object> seq(List<Object> values) {
-      return CollectionConverters.asScala(values).toList();
+      return RowFactory.create(Rows.seq(new ArrayList<Object>(starts)));
     }
 
     /** Where {@code closed} sits in an output row: kind, tombstone, key, window_start_ms, the values. */
