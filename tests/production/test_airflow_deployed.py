@@ -91,13 +91,17 @@ class Deployed:
     def diagnose(self) -> str:
         logs = "\n".join(f"{name}:\n{process.tail(15)}" for name, process in self.airflow.processes.items())
         spark = "\n".join(f"{w.name}:\n{w.tail(10)}" for w in [self.spark.master, *self.spark.workers])
-        # who launched what: the supervision record's latest launches, and each driver process's parent
-        launches = read_record(self.settings.status_dir, JOB.application_id).launches[-4:]
-        drivers = "\n".join(_process_lineage(pid) for pid in sorted(driver_pids(JOB.application_id)))
-        return (
-            f"{driver_diagnosis(self.settings, JOB.application_id)}\nlaunches: {launches}\n"
-            f"driver processes:\n{drivers}\n{logs}\n{spark}"
-        )
+        drivers = _who_launched(self.settings, driver_pids(JOB.application_id))
+        return f"{driver_diagnosis(self.settings, JOB.application_id)}\n{drivers}\n{logs}\n{spark}"
+
+
+def _who_launched(settings, pids: set[int]) -> str:
+    """Who launched what: each of the driver processes ``pids`` with its parent, and the supervision record's
+    latest launches."""
+    lineage = "\n".join(_process_lineage(pid) for pid in sorted(pids))
+    return (
+        f"driver processes:\n{lineage}\nlaunches: {read_record(settings.status_dir, JOB.application_id).launches[-4:]}"
+    )
 
 
 def _process_lineage(pid: int) -> str:
@@ -241,11 +245,7 @@ def test_the_supervised_job_outlives_each_process_of_the_deployment(deployed, re
             f"{diagnose()}"
         )
         if others := driver_pids(app) - {started.pid}:  # named in the suite's warnings: who launched them is open
-            lineage = "\n".join(_process_lineage(pid) for pid in sorted(others))
-            launches = read_record(settings.status_dir, app).launches[-3:]
-            warnings.warn(
-                f"after {fault}, driver processes besides {started.pid}:\n{lineage}\nlaunches: {launches}", stacklevel=2
-            )
+            warnings.warn(f"after {fault}, besides {started.pid}: {_who_launched(settings, others)}", stacklevel=2)
 
     ensure_topic(settings.kafka, JOB.source_topic, JOB.source_partitions)
     deployed.produce(300, seed=8)

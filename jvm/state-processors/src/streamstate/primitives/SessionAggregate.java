@@ -484,20 +484,26 @@ public final class SessionAggregate {
     }
 
     private Row storedRow(TreeMap<Long, Session> keySessions) {
-      List<Object[]> rows = new ArrayList<>(keySessions.size());
+      List<Object> starts = new ArrayList<>();
+      List<Object> ends = new ArrayList<>();
+      List<Object> closed = new ArrayList<>();
+      List<Object> reopened = new ArrayList<>();
+      List<Object[]> aggregates = new ArrayList<>(keySessions.size());
       for (Session session : keySessions.values()) {
-        Object[] row = new Object[4 + kinds.length];
-        row[0] = session.start;
-        row[1] = session.end;
-        row[2] = session.closed;
-        row[3] = session.reopened;
-        System.arraycopy(session.aggregates, 0, row, 4, kinds.length);
-        rows.add(row);
+        starts.add(session.start);
+        ends.add(session.end);
+        closed.add(session.closed);
+        reopened.add(session.reopened);
+        aggregates.add(session.aggregates);
       }
-      Object[] columns = new Object[4 + kinds.length];
-      List<List<Object>> byColumn = Rows.columns(rows, columns.length);
-      for (int i = 0; i < columns.length; i++) {
-        columns[i] = Rows.seq(byColumn.get(i));
+      Object[] columns = new Object[kinds.length + 4];
+      columns[0] = Rows.seq(starts);
+      columns[1] = Rows.seq(ends);
+      columns[2] = Rows.seq(closed);
+      columns[3] = Rows.seq(reopened);
+      List<List<Object>> values = Rows.columns(aggregates, kinds.length);
+      for (int i = 0; i < kinds.length; i++) {
+        columns[i + 4] = Rows.seq(values.get(i));
       }
       return RowFactory.create(columns);
     }
