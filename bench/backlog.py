@@ -130,7 +130,7 @@ def _caught_up(settings: Settings) -> bool:
 
 def _produce(settings: Settings, orders: list, paid: list) -> None:
     spec = get_job(JOB)
-    produce_encoded(settings.kafka, spec.join_topic, paid)  # as bench/compare.py writes a join's input
+    produce_encoded(settings.kafka, spec.join_topics[0], paid)  # as bench/compare.py writes a join's input
     produce_encoded(settings.kafka, spec.source_topic, orders)
 
 

@@ -408,7 +408,7 @@ class Bench:
         """The input every peer reads: ``events`` of the workload over ``keys`` users, patients or sensors
         (each beating or reading for as long as that takes), on the job's source topic; a join's two topics
         (:meth:`load_join`)."""
-        if self.job.join_topic:
+        if self.job.join_topics:
             self.load_join(events, keys)
             return
         topic, workload = self.job.source_topic, self.workload
@@ -428,7 +428,7 @@ class Bench:
     def load_join(self, events: int, keys: int) -> None:
         """A join's two topics, the join topic (a table's profiles, or the payments) written first."""
         job, workload = self.job, self.workload
-        topics = (job.source_topic, job.join_topic)
+        topics = (job.source_topic, job.join_topics[0])
         delete_topics(self.bootstrap, list(topics))
         for topic in topics:
             ensure_topic(self.bootstrap, topic, job.source_partitions)  # co-partitioned, as a join needs
@@ -436,7 +436,7 @@ class Bench:
         self.deleted_keys = set()
         with console.status(f"producing {events:,} events, {keys:,} {workload.key_noun}"):
             stream, other = workload.generate(events, keys)
-            sent = {job.join_topic: workload.produce(self.bootstrap, job.join_topic, other)}
+            sent = {job.join_topics[0]: workload.produce(self.bootstrap, job.join_topics[0], other)}
             sent[job.source_topic] = workload.produce(self.bootstrap, job.source_topic, stream)
         self.loaded = {
             topic: sum(high for _, high in partition_offsets(self.bootstrap, topic).values()) for topic in topics
@@ -454,7 +454,7 @@ class Bench:
     @property
     def plain_spark_rows(self) -> int:
         """The records plain Spark's streams read: all of the input, a table topic aside."""
-        table = self.job.join_topic if self.workload.table_topic else None
+        table = self.job.join_topics[0] if self.workload.table_topic else None
         return sum(n for topic, n in self.loaded.items() if topic != table)
 
     def kafka_streams(self, n: int, size: str) -> Round:
@@ -485,7 +485,7 @@ class Bench:
         self.answers["kafka_streams"] = self.workload.kafka_streams_answer(self.bootstrap, output)
         changelogs = (
             changelog_topics(self.broker, app)  # a join's stores: its table or window stores and its buffers
-            if self.job.join_topic
+            if self.job.join_topics
             else {changelog_topic_name(app, self.workload.store)}  # Kafka Streams names it as the platform does
         )
         result = Round(seconds, peer.peak_rss_bytes, sum(topic_bytes(self.broker, c) for c in changelogs))

@@ -181,7 +181,7 @@ class LaidOutJob(Protocol):
     @property
     def version(self) -> int: ...
     @property
-    def join_topic(self) -> str | None: ...
+    def join_topics(self) -> tuple[str, ...]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,8 +203,8 @@ class JobLayout:
     #: the stem of the job's upsert output topic (``JobSpec.output_topic``), None without one
     output_topic_stem: str | None = None
     version: int | None = None
-    #: a join's second input (``JobSpec.join_topic``), read beside the source; None without one
-    join_topic: str | None = None
+    #: a join's other inputs (``JobSpec.join_topics``), read beside the source
+    join_topics: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, spec: LaidOutJob, settings: Settings) -> JobLayout:
@@ -220,7 +220,7 @@ class JobLayout:
             repartition=spec.repartition,
             output_topic_stem=spec.output_topic,
             version=spec.version,
-            join_topic=spec.join_topic,
+            join_topics=spec.join_topics,
         )
 
     # ----- checkpoint ------------------------------------------------------------------------------
@@ -310,8 +310,8 @@ class JobLayout:
 
     @property
     def state_input_topics(self) -> tuple[str, ...]:
-        """Every topic the stateful stage reads: :attr:`state_input_topic`, then a join's second input."""
-        return (self.state_input_topic, self.join_topic) if self.join_topic else (self.state_input_topic,)
+        """Every topic the stateful stage reads: :attr:`state_input_topic`, then a join's other inputs."""
+        return (self.state_input_topic, *self.join_topics)
 
     @property
     def topics(self) -> tuple[str, ...]:

@@ -331,14 +331,15 @@ class JobSpec:
             deleted by retention (``JobSpec.output_topic_kind``).
         output_topic_partitions: the upsert topic's partitions (default: the stateful stage's); 1 to finish
             in one place, as the seeds' two-stage pattern does (a reader sees every key in one task).
-        join_topic: a join's second input (its right side; ``source_topic`` is the left), read by the same
-            query as the source. Both are keyed by the join key, ``key_field``, and **co-partitioned**, as Kafka
-            Streams requires of a join's inputs: the same number of partitions (:attr:`state_partitions`), a
-            key in the same partition of both; a topic with another count is refused at start, naming both.
+        join_topics: a join's other inputs (its right side; ``source_topic`` is the left), read by the same
+            query as the source: one topic for a table join and a stream-stream join, one per table for a stream
+            joined with several tables. All are keyed by the join key, ``key_field``, and **co-partitioned**, as
+            Kafka Streams requires of a join's inputs: the same number of partitions (:attr:`state_partitions`),
+            a key in the same partition of each; a topic with another count is refused at start, naming both.
             With ``repartition`` the left side is re-keyed by ``key_field`` first (Kafka Streams'
             ``selectKey(...).join(table)``): its repartition topic is the left input, and
-            ``repartition_partitions`` must be the ``join_topic``'s count, as Kafka Streams sizes the
-            repartition topic of a join by the other side's. The ``join_topic`` itself is never re-keyed.
+            ``repartition_partitions`` must be the join topics' count, as Kafka Streams sizes the repartition
+            topic of a join by the other side's. A join topic itself is never re-keyed.
         max_task_idle_ms: how long a join's task waits, of wall-clock time, for an input that has nothing more
             written before it takes the other input's later records (Kafka Streams' ``max.task.idle.ms``). 0, the
             default: it waits only for records written and not yet read (a rate limit's cut), never for records
@@ -366,7 +367,7 @@ class JobSpec:
     repartition_partitions: int | None = None
     output_topic: str | None = None
     output_topic_partitions: int | None = None
-    join_topic: str | None = None
+    join_topics: tuple[str, ...] = ()
     max_task_idle_ms: int = 0
 
     def __post_init__(self) -> None:
@@ -381,10 +382,15 @@ class JobSpec:
             raise JobSpecError(f"job {self.name}: repartition_partitions must be >= 1 and needs repartition=True")
         if self.output_topic_partitions is not None and (not self.output_topic or self.output_topic_partitions < 1):
             raise JobSpecError(f"job {self.name}: output_topic_partitions must be >= 1 and needs an output_topic")
-        if self.max_task_idle_ms < 0 or (self.max_task_idle_ms and not self.join_topic):
-            raise JobSpecError(f"job {self.name}: max_task_idle_ms must be >= 0, and is for a job with a join_topic")
-        if self.join_topic is not None and self.join_topic == self.source_topic:
-            raise JobSpecError(f"job {self.name}: join_topic must differ from source_topic {self.source_topic!r}")
+        if isinstance(self.join_topics, str):
+            raise JobSpecError(f"job {self.name}: join_topics is a tuple of topics: ({self.join_topics!r},)")
+        if self.max_task_idle_ms < 0 or (self.max_task_idle_ms and not self.join_topics):
+            raise JobSpecError(f"job {self.name}: max_task_idle_ms must be >= 0, and is for a job with join_topics")
+        if len(set(self.input_topics)) != len(self.input_topics):
+            raise JobSpecError(
+                f"job {self.name}: join_topics {self.join_topics} must differ from each other and from source_topic "
+                f"{self.source_topic!r}"
+            )
         if len({store.name for store in self.stores}) != len(self.stores):
             raise JobSpecError(f"job {self.name}: store names must be unique")
         if ":" not in self.entrypoint:
@@ -418,8 +424,8 @@ class JobSpec:
 
     @property
     def input_topics(self) -> tuple[str, ...]:
-        """The topics the job reads from producers: ``source_topic``, then the ``join_topic`` if any."""
-        return (self.source_topic, self.join_topic) if self.join_topic else (self.source_topic,)
+        """The topics the job reads from producers: ``source_topic``, then the ``join_topics``."""
+        return (self.source_topic, *self.join_topics)
 
     def input_kinds(self) -> dict[str, InputKind]:
         """Each of :attr:`input_topics` with what it holds (:data:`InputKind`): the declaration's inputs
@@ -563,7 +569,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         name="customer_accounts",
         version=1,
         source_topic="customers",
-        join_topic="accounts",
+        join_topics=("accounts",),
         key_field="customer_id",
         output_table="customer_accounts",
         entrypoint="spark_jobs.reference.jobs.customer_accounts:CUSTOMER_ACCOUNTS",
@@ -580,7 +586,7 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         name="order_enrichment",
         version=1,
         source_topic="orders",
-        join_topic="customer-profiles",
+        join_topics=("customer-profiles",),
         key_field="customer_id",
         output_table="order_enrichment",
         entrypoint="spark_jobs.reference.jobs.order_enrichment:ORDER_ENRICHMENT",
@@ -597,10 +603,31 @@ BUILTIN_JOBS: tuple[JobSpec, ...] = (
         "joined with the customers' change stream (a stream-table left join over a versioned table, 1 min grace).",
     ),
     JobSpec(
+        name="order_credit_enrichment",
+        version=1,
+        source_topic="orders",
+        join_topics=("customer-profiles", "credit-lines"),
+        key_field="customer_id",
+        output_table="order_credit_enrichment",
+        entrypoint="spark_jobs.reference.jobs.order_credit_enrichment:ORDER_CREDIT_ENRICHMENT",
+        stores=(
+            StoreSpec(
+                "customer-credit",
+                kind="versioned",
+                retention_ms=24 * 3600 * 1000,
+                budget=StateBudget(max_rows=5_000_000, max_bytes=2 * 1024**3, max_restore_s=600),
+            ),
+        ),
+        output_key=("source_partition", "source_offset"),
+        description="Each order with its customer's name and tier and its credit line as they were at the "
+        "order's time: orders joined with two change streams keyed by customer (a stream joined with two "
+        "versioned tables, in one task).",
+    ),
+    JobSpec(
         name="order_payments",
         version=1,
         source_topic="placed-orders",
-        join_topic="payments",
+        join_topics=("payments",),
         key_field="order_id",
         output_table="order_payments",
         entrypoint="spark_jobs.reference.jobs.order_payments:ORDER_PAYMENTS",

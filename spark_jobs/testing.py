@@ -118,8 +118,8 @@ class JobHarness:
         spec = job if isinstance(job, JobSpec) else get_job(job, version)
         kafka = self.settings.kafka
         ensure_topic(kafka, spec.source_topic, spec.source_partitions)
-        if spec.join_topic:  # co-partitioned with the stateful stage's input (a re-keyed source's repartition topic)
-            ensure_topic(kafka, spec.join_topic, spec.state_partitions)
+        for topic in spec.join_topics:  # co-partitioned with the stateful stage's input (a re-keyed source's)
+            ensure_topic(kafka, topic, spec.state_partitions)
         letters_topic = dead_letter_topic(spec.application_id)  # the job creates it on its first start
         letters_from = {p: high for p, (_, high) in partition_offsets(kafka, letters_topic).items()}
         if keyed:

@@ -285,7 +285,7 @@ def order_payment_cuts(kafka, spec, limit: int) -> list[dict]:
     (``payments.expected_join_in_cuts``)."""
     from spark_jobs.reference.generators import payments
 
-    sides = {spec.source_topic: payments.ORDER, spec.join_topic: payments.PAYMENT}
+    sides = {spec.source_topic: payments.ORDER, spec.join_topics[0]: payments.PAYMENT}
     sizes = {
         (side, p): high for topic, side in sides.items() for p, (_low, high) in partition_offsets(kafka, topic).items()
     }

@@ -302,7 +302,7 @@ def _prepare(
         )
         context.dead_letter_listeners.append(status.record_dead_letters)
         context.ensure_topics()  # every topic a query below writes: none may start before its topics exist
-        if spec.join_topic:
+        if spec.join_topics:
             context.sources.check_co_partitioned()  # refused before a stage starts
         if spec.stores:
             # claim the version (fence older drivers, on any host) beside the query's start; its first write,

@@ -404,7 +404,7 @@ def rehearse(spark, spec: JobSpec, settings: Settings, run_job: JobRunner) -> st
         spec,
         name=name,
         source_topic=inputs[spec.source_topic],
-        join_topic=inputs[spec.join_topic] if spec.join_topic else None,
+        join_topics=tuple(inputs[t] for t in spec.join_topics),
         output_topic=spec.output_topic + REHEARSAL_SUFFIX if spec.output_topic else None,
     )
     started, topics = time.monotonic(), list(inputs.values())

@@ -7,7 +7,8 @@ aggregates per key in tumbling or hopping event-time windows, emitted on close o
 :class:`SessionAggregate`: aggregates per key per session of activity, Kafka Streams' session windows;
 :class:`TopN`: another job's upsert topic read as a table (:class:`UpsertTable`), its top rows per group;
 :class:`TableJoin`: two upsert topics read as tables, joined on their key; :class:`StreamTableJoin`: each event
-of a stream joined with a table's row, as of its time; :class:`StreamStreamJoin`: two streams' records joined
+of a stream joined with a table's row, as of its time, or with several tables' (:class:`JoinedTable`);
+:class:`StreamStreamJoin`: two streams' records joined
 within a time window). It is the
 job's ``build``: the platform builds the whole query from it (source at the restored position, decode and
 classify once, dead letters from the same micro-batch, the processor seeded with the restored state,
@@ -19,7 +20,7 @@ from spark_jobs.primitives.events import JsonEvents
 from spark_jobs.primitives.keyed_aggregate import Aggregate, KeyedAggregate
 from spark_jobs.primitives.sessions import SessionAggregate
 from spark_jobs.primitives.stream_stream_join import StreamStreamJoin
-from spark_jobs.primitives.stream_table_join import StreamTableJoin
+from spark_jobs.primitives.stream_table_join import JoinedTable, StreamTableJoin
 from spark_jobs.primitives.table_join import TableJoin
 from spark_jobs.primitives.top_n import TopN, UpsertTable
 from spark_jobs.primitives.versioned import VersionedLatest
@@ -27,6 +28,7 @@ from spark_jobs.primitives.windows import WindowedAggregate
 
 __all__ = [
     "Aggregate",
+    "JoinedTable",
     "JsonEvents",
     "KeyedAggregate",
     "SessionAggregate",

@@ -69,7 +69,7 @@ _SIDES = ("left", "right")
 @dataclasses.dataclass(frozen=True)
 class StreamStreamJoin(StreamJoin):
     """A job whose outputs are the records of ``left`` (the spec's ``source_topic``) and ``right`` (its
-    ``join_topic``) joined within ``window_ms`` of each other (see the module docstring). Callable: the job's
+    one ``join_topics``) joined within ``window_ms`` of each other (see the module docstring). Callable: the job's
     ``build(ctx)``.
 
     Attributes:
@@ -165,8 +165,8 @@ class StreamStreamJoin(StreamJoin):
     def check_primitive(self, spec: JobSpec) -> None:
         if self.join not in get_args(StreamsJoinKind):
             raise JobSpecError(f"join: {self.join!r} is not one of {get_args(StreamsJoinKind)}")
-        if not spec.join_topic:
-            raise JobSpecError("join_topic: a StreamStreamJoin reads its right stream from the spec's join_topic")
+        if len(spec.join_topics) != 1:
+            raise JobSpecError("join_topics: a StreamStreamJoin reads its right stream from the spec's one join topic")
         if self.window_ms <= 0 or self.grace_ms < 0:
             raise JobSpecError(f"window_ms must be > 0 and grace_ms >= 0, got {self.window_ms} and {self.grace_ms}")
         self.right.check(spec.name, spec.key_field)
@@ -215,7 +215,9 @@ class StreamStreamJoin(StreamJoin):
                 rows["right"].cast(structs["right"]).alias(RIGHT_ROW),
             )
 
-        classified = classify_two_topics(ctx.sources.stream(), spec.join_topic, rules("left"), rules("right"), event)
+        classified = classify_two_topics(
+            ctx.sources.stream(), spec.join_topics[0], rules("left"), rules("right"), event
+        )
         return ctx.sources.with_dead_letters(classified, "partition", "offset", key=key_field)
 
     def processor_args(self, store: StoreSpec) -> tuple:

@@ -6,8 +6,8 @@ Semantics (``streamstate.primitives.TableJoin``, Java):
 
 - both inputs are **upsert topics** (:class:`UpsertTable`, the change-data-capture shape): the Kafka key is
   the JSON object of the key field (``{"customer_id": "c01"}``), the value the row as JSON, a null value (a
-  tombstone) deletes the row. The left table is the spec's ``source_topic``, the right one its
-  ``join_topic``; both are keyed by the job's ``key_field`` and co-partitioned (refused at start
+  tombstone) deletes the row. The left table is the spec's ``source_topic``, the right one its (one)
+  ``join_topics``; both are keyed by the job's ``key_field`` and co-partitioned (refused at start
   otherwise, as Kafka Streams refuses a join of topics with different partition counts). A record whose
   key is not such an object is a dead letter (``missing_key``), one whose value disagrees with its key
   too (``wrong_key``), as for any upsert topic;
@@ -59,25 +59,44 @@ def classify_two_topics(source, right_topic: str, classify_left, classify_right,
     with :func:`dead_letter.classify`'s columns). ``event(decoded, right)`` makes the processor's event from a
     side's decoded event column (``right``: the right side's). Returns the source's columns (the value as it was
     read) with the event, the reason and the message of the record's own side."""
+    return classify_topics(
+        source, (right_topic,), (classify_left, classify_right), lambda decoded, i: event(decoded, i == 1)
+    )
+
+
+def classify_topics(source, join_topics: tuple[str, ...], classifiers: tuple, event):
+    """A join's source (all its topics' records) decoded and classified in one pass, as
+    :func:`classify_two_topics`: input 0 is the source topic's records (any topic not among ``join_topics``),
+    input ``i`` the records of ``join_topics[i - 1]``, each classified by ``classifiers[i]``;
+    ``event(decoded, i)`` makes the processor's event from input ``i``'s decoded event column."""
     from pyspark.sql import functions as F
 
-    is_right = F.col("topic") == F.lit(right_topic)
+    def of_input(i: int):
+        if i > 0:
+            return F.col("topic") == F.lit(join_topics[i - 1])
+        return ~F.col("topic").isin(*join_topics)
+
     raw, kept = "_raw_value", [f"`{c}`" for c in source.columns if c != "value"]
-    both = _side_classified(source.withColumn(raw, F.col("value")), classify_left, ~is_right, "_l", raw)
-    both = _side_classified(both, classify_right, is_right, "_r", raw)
+    classified = source.withColumn(raw, F.col("value"))
+    for i, classify in enumerate(classifiers):
+        classified = _side_classified(classified, classify, of_input(i), f"_i{i}", raw)
 
     def pick(column: str):
-        return F.when(is_right, F.col(f"_r{column}")).otherwise(F.col(f"_l{column}")).alias(column)
+        chosen = F.col(f"_i0{column}")
+        for i in range(len(classifiers) - 1, 0, -1):
+            chosen = F.when(of_input(i), F.col(f"_i{i}{column}")).otherwise(chosen)
+        return chosen
 
     decoded = dead_letter.EVENT_COLUMN
-    return both.select(
+    events = event(F.col(f"_i0{decoded}"), 0)
+    for i in range(len(classifiers) - 1, 0, -1):
+        events = F.when(of_input(i), event(F.col(f"_i{i}{decoded}"), i)).otherwise(events)
+    return classified.select(
         *kept,
         F.col(raw).alias("value"),
-        F.when(is_right, event(F.col(f"_r{decoded}"), True))
-        .otherwise(event(F.col(f"_l{decoded}"), False))
-        .alias(decoded),
-        pick(dead_letter.ERROR_COLUMN),
-        pick(dead_letter.MESSAGE_COLUMN),
+        events.alias(decoded),
+        pick(dead_letter.ERROR_COLUMN).alias(dead_letter.ERROR_COLUMN),
+        pick(dead_letter.MESSAGE_COLUMN).alias(dead_letter.MESSAGE_COLUMN),
     )
 
 
@@ -101,7 +120,7 @@ class TableJoin(StoreDeclaration):
     Attributes:
         store: the ``key_value`` ``StoreSpec`` holding both sides' latest rows per key.
         left: the spec's ``source_topic`` read as a table, keyed by ``(key_field,)``.
-        right: the spec's ``join_topic`` read as a table, keyed by ``(key_field,)``.
+        right: the spec's (one) ``join_topics`` read as a table, keyed by ``(key_field,)``.
         join: ``inner`` (``KTable#join``), ``left`` (``leftJoin``) or ``outer`` (``outerJoin``).
         right_prefix: put before each of the right side's field names in the store and the outputs (e.g.
             ``"account_"`` when both tables have an ``updated_at``); a name both sides give is refused.
@@ -163,8 +182,8 @@ class TableJoin(StoreDeclaration):
     def check_primitive(self, spec: JobSpec) -> None:
         if self.join not in get_args(JoinKind):
             raise JobSpecError(f"join: {self.join!r} is not one of {get_args(JoinKind)}")
-        if not spec.join_topic:
-            raise JobSpecError("join_topic: a TableJoin reads its right table from the spec's join_topic")
+        if len(spec.join_topics) != 1:
+            raise JobSpecError("join_topics: a TableJoin reads its right table from the spec's one join topic")
         if spec.repartition:
             raise JobSpecError(
                 "repartition: a table join's sides are tables keyed by their key; re-keying a table by another "
@@ -220,7 +239,7 @@ class TableJoin(StoreDeclaration):
     def input_rows(self, ctx):
         """Both topics decoded and classified, each by its own table's rules, in one pass over the source."""
         spec = ctx.spec
-        classified = self.classify_sides(ctx.sources.stream(), spec.join_topic, spec.key_field)
+        classified = self.classify_sides(ctx.sources.stream(), spec.join_topics[0], spec.key_field)
         return ctx.sources.with_dead_letters(classified, "offset", key=spec.key_field)
 
     def classify_sides(self, source, right_topic: str, key_field: str):

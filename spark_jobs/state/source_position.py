@@ -16,7 +16,7 @@ the repartition topic has processed what the first one wrote for it:
    the end are pending: their ``streamstate.origin.*`` headers name their source offsets, and the version
    has consumed a source partition below the smallest origin offset still pending in it (and ``rekeyed``).
 
-A join that re-keys its left side reads its ``join_topic`` in the stateful stage itself: its position there is
+A join that re-keys its left side reads its ``join_topics`` in the stateful stage itself: its position there is
 the stateful checkpoint's, as for a job that does not re-key.
 
 Reading the pending records costs as many records as the stateful stage is behind the re-keying stage
@@ -41,7 +41,7 @@ _TIMEOUT_S = 30.0
 
 def committed_source_offsets(layout: JobLayout, kafka: KafkaTarget) -> KafkaOffsets | None:
     """input topic -> partition -> next offset the version has yet to consume, for each topic producers write
-    (``source_topic``, and a join's ``join_topic``: one query reads both, one offset log holds both), or None
+    (``source_topic``, and a join's ``join_topics``: one query reads them all, one offset log holds them), or None
     before its first batch (see the module docstring; ``kafka`` is read for a re-keyed version only)."""
     if not layout.repartition:
         batch = latest_committed_batch_id(layout.checkpoint)
@@ -55,9 +55,8 @@ def committed_source_offsets(layout: JobLayout, kafka: KafkaTarget) -> KafkaOffs
     ends = committed_ends(kafka, layout.repartition_topic)  # read after ``rekeyed``: covers its records
     applied = committed_input_offsets(layout.checkpoint, layout.repartition_topic)
     behind = pending_ranges(ends, applied or {})
-    tables = {}  # a join's table is read by the stateful stage itself: its checkpoint's position there
-    if layout.join_topic:
-        tables[layout.join_topic] = committed_input_offsets(layout.checkpoint, layout.join_topic) or {}
+    # a join's tables are read by the stateful stage itself: its checkpoint's position there
+    tables = {topic: committed_input_offsets(layout.checkpoint, topic) or {} for topic in layout.join_topics}
     if not behind:
         return {layout.source_topic: dict(rekeyed), **tables}
     if applied is None:  # re-keyed records wait, and the stateful stage has not completed a batch yet

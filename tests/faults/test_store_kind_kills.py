@@ -184,9 +184,9 @@ def _check_top_movers(settings: Settings, spec: JobSpec, rows: list[dict], want)
 def _produce_customer_accounts(settings: Settings, spec: JobSpec):
     # updates and deletes on both sides, keys on one side only, refused records in both topics
     customers, accounts = customer_accounts.adversarial(count=300, seed=75)
-    ensure_topic(settings.kafka, spec.join_topic, spec.source_partitions)
+    ensure_topic(settings.kafka, spec.join_topics[0], spec.source_partitions)
     customer_accounts.produce(settings.kafka, spec.source_topic, customers)
-    customer_accounts.produce(settings.kafka, spec.join_topic, accounts)
+    customer_accounts.produce(settings.kafka, spec.join_topics[0], accounts)
     return customer_accounts.expected_join(customers, accounts, "left")
 
 
@@ -201,9 +201,9 @@ ENRICHMENT_GRACE_MS = 3_600_000  # tests.fixtures.join_jobs.LONG_GRACE_ENRICHMEN
 
 def _produce_order_enrichment(settings: Settings, spec: JobSpec):
     stream, table = orders.adversarial(orders=300, customers=10, seed=76, span_ms=3 * 3600_000)
-    ensure_topic(settings.kafka, spec.join_topic, spec.source_partitions)
+    ensure_topic(settings.kafka, spec.join_topics[0], spec.source_partitions)
     orders.produce(settings.kafka, spec.source_topic, stream, spec.source_partitions)
-    orders.produce(settings.kafka, spec.join_topic, table, spec.source_partitions)
+    orders.produce(settings.kafka, spec.join_topics[0], table, spec.source_partitions)
     retention = spec.stores[0].retention_ms
     return orders.expected_enrichment(stream, table, spec.source_partitions, ENRICHMENT_GRACE_MS, retention)
 
@@ -222,9 +222,9 @@ def _produce_rekeyed_enrichment(settings: Settings, spec: JobSpec):
     from spark_jobs.reference.generators.producer import produce_unkeyed
 
     stream, table = orders.adversarial(orders=300, customers=10, seed=78, span_ms=3 * 3600_000)
-    ensure_topic(settings.kafka, spec.join_topic, spec.state_partitions)
+    ensure_topic(settings.kafka, spec.join_topics[0], spec.state_partitions)
     produce_unkeyed(settings.kafka, spec.source_topic, [r.value for r in stream], spec.source_partitions, seed=7)
-    orders.produce(settings.kafka, spec.join_topic, table, spec.state_partitions)
+    orders.produce(settings.kafka, spec.join_topics[0], table, spec.state_partitions)
     retention = spec.stores[0].retention_ms
     keyed = orders.expected_enrichment(stream, table, spec.state_partitions, ENRICHMENT_GRACE_MS, retention)
     return collections.Counter(keyed.values())
@@ -243,9 +243,9 @@ def _produce_order_payments(settings: Settings, spec: JobSpec):
     """The reference, whatever the micro-batches Spark cuts under the case's limit and wherever a kill lands: a
     task's records of the topic ahead wait for the other's, in the store (restored with it)."""
     placed, paid = payments.adversarial(seed=77, partitions=spec.source_partitions)
-    ensure_topic(settings.kafka, spec.join_topic, spec.source_partitions)
+    ensure_topic(settings.kafka, spec.join_topics[0], spec.source_partitions)
     payments.produce(settings.kafka, spec.source_topic, placed, spec.source_partitions)
-    payments.produce(settings.kafka, spec.join_topic, paid, spec.source_partitions)
+    payments.produce(settings.kafka, spec.join_topics[0], paid, spec.source_partitions)
     join = ORDER_PAYMENTS
     return payments.expected_join(placed, paid, spec.source_partitions, join.window_ms, join.grace_ms, join.join)
 
@@ -293,9 +293,9 @@ def _produce_rekeyed_payments(settings: Settings, spec: JobSpec):
         at = start_ms + rng.randrange(span_ms)
         value = {"payment_id": f"p9{n:03d}", "order_id": f"o9{n:03d}", "paid": 1.0, "event_time": orders.iso_time(at)}
         paid.append(orders.Record(value["order_id"], value, at, at))
-    ensure_topic(settings.kafka, spec.join_topic, spec.state_partitions)
+    ensure_topic(settings.kafka, spec.join_topics[0], spec.state_partitions)
     produce_unkeyed(settings.kafka, spec.source_topic, placed, spec.source_partitions, seed=9)
-    payments.produce(settings.kafka, spec.join_topic, sorted(paid, key=lambda r: r.time_ms), spec.state_partitions)
+    payments.produce(settings.kafka, spec.join_topics[0], sorted(paid, key=lambda r: r.time_ms), spec.state_partitions)
     by_order = collections.Counter(o["order_id"] for o in placed)
     first = {o["order_id"]: o for o in placed}
     return collections.Counter(

@@ -489,7 +489,7 @@ def test_a_join_reprocessed_from_a_datetime_beside_the_current_version_then_migr
         # the customers' changes first: a running version reading the orders in a micro-batch before their
         # customers' rows arrived would join older rows, as Kafka Streams would (the reference has them all)
         stream, table = sets[n]
-        orders.produce(settings.kafka, v1.join_topic, table, v1.source_partitions)
+        orders.produce(settings.kafka, v1.join_topics[0], table, v1.source_partitions)
         orders.produce(settings.kafka, v1.source_topic, stream, v1.source_partitions)
 
     def expected(stream_sets: list[int], table_sets: list[int]) -> dict[tuple[int, int], tuple]:
@@ -521,7 +521,7 @@ def test_a_join_reprocessed_from_a_datetime_beside_the_current_version_then_migr
         },
     )
     _ok(side)
-    assert f"input {v1.join_topic} (table), start: earliest (a table is read whole)" in side.stdout + side.stderr
+    assert f"input {v1.join_topics[0]} (table), start: earliest (a table is read whole)" in side.stdout + side.stderr
     later = {place: row for place, row in everything.items() if place[1] >= starts[place[0]]}
     assert 0 < len(later) < len(everything)
     assert _enriched(settings.lake / v2.output_table_dir) == later

@@ -68,8 +68,8 @@ def test_a_re_keyed_job_starts_on_a_broker_holding_only_its_sources(private_stac
     spec = max(registered_versions(MODULES)[job].values(), key=lambda s: s.version)
     layout = JobLayout.of(spec, settings)
     ensure_topic(settings.kafka, spec.source_topic, spec.source_partitions)
-    if spec.join_topic:
-        ensure_topic(settings.kafka, spec.join_topic, spec.state_partitions)
+    if spec.join_topics:
+        ensure_topic(settings.kafka, spec.join_topics[0], spec.state_partitions)
     assert not set(layout.topics) & _topics(settings), "the test starts with the sources only"
     produce_unkeyed(settings.kafka, spec.source_topic, [*UNROUTABLE, valid], spec.source_partitions)
 

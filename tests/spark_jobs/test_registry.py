@@ -77,5 +77,5 @@ def test_max_task_idle_is_a_joins_and_never_negative():
     assert spec.max_task_idle_ms == 0  # Kafka Streams' default: wait only for records written
     assert dataclasses.replace(spec, max_task_idle_ms=2_000).max_task_idle_ms == 2_000
     for job, wait in (("order_payments", -1), ("purchase_counts", 5)):
-        with pytest.raises(JobSpecError, match="max_task_idle_ms must be >= 0, and is for a job with a join_topic"):
+        with pytest.raises(JobSpecError, match="max_task_idle_ms must be >= 0, and is for a job with join_topics"):
             dataclasses.replace(get_job(job), max_task_idle_ms=wait)

@@ -33,7 +33,7 @@ def _restored(store: str, offsets: dict[str, dict[str, int]]) -> RestoredState:
 def _sources(tmp_path: Path, restored: dict[str, RestoredState] | None = None) -> JobSources:
     """The sources of a stream-table join (two inputs, two partitions each) in a stack under ``tmp_path``."""
     spec = dataclasses.replace(
-        get_job("customer_accounts"), source_topic="customers", join_topic="accounts", source_partitions=2
+        get_job("customer_accounts"), source_topic="customers", join_topics=("accounts",), source_partitions=2
     )
     settings = Settings(data_dir=tmp_path)
 

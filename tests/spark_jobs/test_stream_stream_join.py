@@ -38,7 +38,7 @@ def _spec(unique: str, join: str, partitions: int = 2):
         get_job("order_payments"),
         name=f"paid_{join}_{unique}",
         source_topic=f"orders-{join}-{unique}",
-        join_topic=f"payments-{join}-{unique}",
+        join_topics=(f"payments-{join}-{unique}",),
         output_table=f"paid_{join}_{unique}",
         source_partitions=partitions,
         entrypoint=ENTRYPOINTS[join],
@@ -94,7 +94,7 @@ def _produce(settings, spec, orders, paid) -> None:
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, spec.source_partitions)
     payments.produce(settings.kafka, spec.source_topic, orders, spec.source_partitions)
-    payments.produce(settings.kafka, spec.join_topic, paid, spec.source_partitions)
+    payments.produce(settings.kafka, spec.join_topics[0], paid, spec.source_partitions)
 
 
 def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka_streams(
@@ -109,10 +109,10 @@ def test_the_outer_join_arriving_in_chunks_across_a_lost_checkpoint_equals_kafka
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, spec.source_partitions)
     harness = JobHarness(settings=settings, spark=spark)
-    chunks, results, letters = payments.arrival_chunks(orders, paid, 3), {}, []
+    chunks, results, letters = payments.arrival_chunks(orders, paid, chunks=3), {}, []
     for n, (_bound, order_chunk, payment_chunk) in enumerate(chunks):
         payments.produce(settings.kafka, spec.source_topic, order_chunk, spec.source_partitions)
-        payments.produce(settings.kafka, spec.join_topic, payment_chunk, spec.source_partitions)
+        payments.produce(settings.kafka, spec.join_topics[0], payment_chunk, spec.source_partitions)
         bad = [b'{"order_id": "o9999", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
         result = harness.run(spec, [] if n < 2 else bad, keyed=False)
         results.update(results_by_place(result.outputs))
@@ -176,8 +176,8 @@ def test_a_stream_stream_join_is_declared_and_checked():
     spec = get_job("order_payments")
     ORDER_PAYMENTS.check(spec)
     assert spec.output_keys == ("source_partition", "left_offset", "right_offset")
-    with pytest.raises(JobSpecError, match="join_topic: a StreamStreamJoin reads its right stream"):
-        ORDER_PAYMENTS.check(dataclasses.replace(spec, join_topic=None))
+    with pytest.raises(JobSpecError, match="join_topics: a StreamStreamJoin reads its right stream"):
+        ORDER_PAYMENTS.check(dataclasses.replace(spec, join_topics=()))
     with pytest.raises(JobSpecError, match="'event_time' is a reserved name or a field of both streams"):
         dataclasses.replace(ORDER_PAYMENTS, fields={}).check(spec)
     with pytest.raises(JobSpecError, match="fields.when: 'middle.event_time' is not"):
@@ -253,7 +253,7 @@ def _stateful_cuts(spec, settings) -> list[dict[tuple[str, int], int]]:
 
     layout = JobLayout.of(spec, settings)
     last = latest_committed_batch_id(layout.checkpoint)
-    sides = {layout.repartition_topic: payments.ORDER, spec.join_topic: payments.PAYMENT}
+    sides = {layout.repartition_topic: payments.ORDER, spec.join_topics[0]: payments.PAYMENT}
     return [
         {
             (sides[topic], p): end
@@ -287,15 +287,15 @@ def test_orders_not_keyed_by_order_id_are_re_keyed_before_the_join(settings, kaf
     orders, paid = payments.adversarial(seed=19)
     early, late = paid[: len(paid) // 2], paid[len(paid) // 2 :]  # in arrival order
     ensure_topic(settings.kafka, spec.source_topic, 3)
-    ensure_topic(settings.kafka, spec.join_topic, 2)
-    payments.produce(settings.kafka, spec.join_topic, early, 2)
+    ensure_topic(settings.kafka, spec.join_topics[0], 2)
+    payments.produce(settings.kafka, spec.join_topics[0], early, 2)
     harness = JobHarness(settings=settings, spark=spark)
     first = harness.run(spec, [r.value for r in orders], keyed=False)
     layout = JobLayout.of(spec, settings)
     placed = _repartitioned(settings.kafka, layout.repartition_topic, _origin)  # before a batch purges it
     cuts = _stateful_cuts(spec, settings)
     shutil.rmtree(first.report.checkpoint)
-    payments.produce(settings.kafka, spec.join_topic, late, 2)
+    payments.produce(settings.kafka, spec.join_topics[0], late, 2)
     second = harness.run(spec, [], keyed=False)
     cuts += _stateful_cuts(spec, settings)
 
@@ -323,7 +323,7 @@ def test_orders_not_keyed_by_order_id_are_re_keyed_before_the_join(settings, kaf
         "order_payments_outer_rekeyed",
         app,
         tmp_path / app,
-        f"{spec.source_topic},{spec.join_topic}",
+        f"{spec.source_topic},{spec.join_topics[0]}",
         output,
         1,
         (

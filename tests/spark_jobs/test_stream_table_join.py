@@ -32,7 +32,7 @@ def _spec(unique: str, partitions: int = 2, **changes):
         get_job("order_enrichment"),
         name=f"enriched_{unique}",
         source_topic=f"orders-{unique}",
-        join_topic=f"profiles-{unique}",
+        join_topics=(f"profiles-{unique}",),
         output_table=f"enriched_{unique}",
         source_partitions=partitions,
         **changes,
@@ -64,9 +64,9 @@ def test_orders_join_their_customer_as_of_their_time_whatever_the_arrival(settin
         ensure_topic(settings.kafka, topic, spec.source_partitions)
     harness = JobHarness(settings=settings, spark=spark)
     results, letters = {}, []
-    for n, (_bound, stream_chunk, table_chunk) in enumerate(orders.arrival_chunks(stream, table, 3)):
+    for n, (_bound, stream_chunk, table_chunk) in enumerate(orders.arrival_chunks(stream, table, chunks=3)):
         orders.produce(settings.kafka, spec.source_topic, stream_chunk, spec.source_partitions)
-        orders.produce(settings.kafka, spec.join_topic, table_chunk, spec.source_partitions)
+        orders.produce(settings.kafka, spec.join_topics[0], table_chunk, spec.source_partitions)
         bad = [b'{"customer_id": "c05", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
         result = harness.run(spec, [] if n < 2 else bad, keyed=False)
         results.update(_enriched(result.outputs))
@@ -98,7 +98,7 @@ def test_an_inner_join_over_three_partitions_in_one_batch(settings, kafka_broker
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, 3)
     orders.produce(settings.kafka, spec.source_topic, stream, 3)
-    orders.produce(settings.kafka, spec.join_topic, table, 3)
+    orders.produce(settings.kafka, spec.join_topics[0], table, 3)
     result = JobHarness(settings=settings, spark=spark).run(spec, [])
     want = orders.expected_enrichment(stream, table, 3, GRACE_MS, RETENTION_MS, join="inner")
     assert _enriched(result.outputs) == want
@@ -113,8 +113,8 @@ def test_a_stream_table_join_is_declared_and_checked():
     spec = get_job("order_enrichment")
     ORDER_ENRICHMENT.check(spec)
     assert spec.output_keys == ("source_partition", "source_offset")
-    with pytest.raises(JobSpecError, match="join_topic: a StreamTableJoin reads its table"):
-        ORDER_ENRICHMENT.check(dataclasses.replace(spec, join_topic=None))
+    with pytest.raises(JobSpecError, match="join_topics: a StreamTableJoin reads each of its 1 table"):
+        ORDER_ENRICHMENT.check(dataclasses.replace(spec, join_topics=()))
     with pytest.raises(JobSpecError, match="join: 'outer' is not one of"):
         dataclasses.replace(ORDER_ENRICHMENT, join="outer").check(spec)
     latest = dataclasses.replace(spec.stores[0], kind="key_value", retention_ms=None)
@@ -149,7 +149,7 @@ def test_the_readme_shows_the_declaration_of_the_job():
 
     assert readme_declaration("ORDER_ENRICHMENT = StreamTableJoin(") in Path(job.__file__).read_text()
     page, spec = docs_page("writing-jobs/stream-table-join.md"), get_job("order_enrichment")
-    assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in page
+    assert f'source_topic="{spec.source_topic}", join_topics=("{spec.join_topics[0]}",)' in page
     assert 'kind="versioned", retention_ms=24 * 3600 * 1000' in page and spec.stores[0].retention_ms == RETENTION_MS
 
 
@@ -194,12 +194,12 @@ def test_orders_not_keyed_by_customer_are_re_keyed_before_the_join(settings, kaf
     spec = _spec(unique, partitions=3, repartition=True, repartition_partitions=2, output_topic=f"enriched-{unique}")
     stream, table = orders.adversarial(orders=240, customers=10, seed=17)
     ensure_topic(settings.kafka, spec.source_topic, 3)
-    ensure_topic(settings.kafka, spec.join_topic, 2)
+    ensure_topic(settings.kafka, spec.join_topics[0], 2)
     harness = JobHarness(settings=settings, spark=spark)
     results, letters = {}, []
-    for n, (_bound, stream_chunk, table_chunk) in enumerate(orders.arrival_chunks(stream, table, 2)):
+    for n, (_bound, stream_chunk, table_chunk) in enumerate(orders.arrival_chunks(stream, table, chunks=2)):
         produce_unkeyed(settings.kafka, spec.source_topic, [r.value for r in stream_chunk], 3, seed=n)
-        orders.produce(settings.kafka, spec.join_topic, table_chunk, 2)
+        orders.produce(settings.kafka, spec.join_topics[0], table_chunk, 2)
         bad = [b'{"order_id": "o-none", "amount": 1.0, "event_time": "2026-11-29T00:00:00Z"}', b"{not json"]
         result = harness.run(spec, bad if n else [], keyed=False)
         results.update(_enriched(result.outputs))
@@ -229,7 +229,7 @@ def test_orders_not_keyed_by_customer_are_re_keyed_before_the_join(settings, kaf
     # Kafka Streams on the same topics: its own repartition topic (kept: not purged while the test reads it)
     app, output = f"ksrekeyed-{unique}", f"ksrekeyed-{unique}-out"
     ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)
-    inputs = f"{spec.source_topic},{spec.join_topic}"
+    inputs = f"{spec.source_topic},{spec.join_topics[0]}"
     purge = "-Dstreams.repartition.purge.interval.ms=3600000"
     peer = KafkaStreamsPeer(
         build(), settings, "order_enrichment_rekeyed", app, tmp_path / app, inputs, output, 1, (purge,)
@@ -285,13 +285,13 @@ def test_a_re_keyed_join_starts_each_stage_where_a_reprocessing_said(settings, t
         context.sources.starting_offsets == "earliest"
         and context.sources.repartitioner.starting_offsets(None) == "earliest"
     )
-    write_start_offsets(layout, {spec.source_topic: {0: 5, 1: 6, 2: 7}, spec.join_topic: {0: 0, 1: 0}})
+    write_start_offsets(layout, {spec.source_topic: {0: 5, 1: 6, 2: 7}, spec.join_topics[0]: {0: 0, 1: 0}})
     assert json.loads(context.sources.repartitioner.starting_offsets(None)) == {
         spec.source_topic: {"0": 5, "1": 6, "2": 7}
     }
     assert json.loads(context.sources.starting_offsets) == {
         layout.repartition_topic: {"0": -2, "1": -2},
-        spec.join_topic: {"0": 0, "1": 0},
+        spec.join_topics[0]: {"0": 0, "1": 0},
     }
 
 
@@ -304,9 +304,63 @@ def test_a_re_keyed_stream_is_refused_unless_its_repartition_topic_has_the_table
 
     spec = _spec(unique, partitions=3, repartition=True, repartition_partitions=2)
     ensure_topic(settings.kafka, spec.source_topic, 3)
-    ensure_topic(settings.kafka, spec.join_topic, 3)
+    ensure_topic(settings.kafka, spec.join_topics[0], 3)
     with pytest.raises(JobSpecError, match="co-partitioned, 2 partitions each \\(repartition_partitions\\)") as refused:
         run(spec, settings, available_now=True, spark=spark)
     layout = JobLayout.of(spec, settings)
-    for words in (f"{layout.repartition_topic} has 2 partitions", f"{spec.join_topic} has 3 partitions"):
+    for words in (f"{layout.repartition_topic} has 2 partitions", f"{spec.join_topics[0]} has 3 partitions"):
         assert words in str(refused.value)
+
+
+def _credit_enriched(rows) -> dict[tuple[int, int], tuple]:
+    from spark_jobs.reference.generators.credit import FIELDS
+
+    by_place = {}
+    for r in rows:
+        place = (r["source_partition"], r["source_offset"])
+        assert place not in by_place, f"order at {place} written twice"
+        by_place[place] = tuple(_iso(r[f]) if f == "event_time" else r[f] for f in FIELDS)
+    return by_place
+
+
+def test_orders_join_their_customer_and_credit_line_as_of_their_time(settings, kafka_broker, spark, unique):
+    """A stream joined with two tables keyed as it is (``order_credit_enrichment``: ``more_tables``, three
+    co-partitioned topics in one task). The input arrives in three chunks (by arrival time, all three topics), a
+    run after each, the checkpoint lost before the last. The outputs are the reference's for those runs: each
+    order joined at once with the customer's row and the credit line valid at its time (as far as its run had
+    read them), each table's versions and time restored from the changelog; records of two or three topics at one time taken as the reference takes them (the input
+    taken least recently first: a different rule changes rows of this input)."""
+    from spark_jobs.reference.generators import credit
+
+    spec = dataclasses.replace(
+        get_job("order_credit_enrichment"),
+        name=f"credit_{unique}",
+        source_topic=f"orders-{unique}",
+        join_topics=(f"profiles-{unique}", f"credit-{unique}"),
+        output_table=f"credit_{unique}",
+    )
+    stream, profiles, lines = credit.adversarial_inputs(orders=300, seed=5)
+    for topic in spec.input_topics:
+        ensure_topic(settings.kafka, topic, spec.source_partitions)
+    harness = JobHarness(settings=settings, spark=spark)
+    results, runs = {}, [tuple(chunk) for _bound, *chunk in orders.arrival_chunks(stream, profiles, lines, chunks=3)]
+    for n, chunk in enumerate(runs):
+        for topic, records in zip(spec.input_topics, chunk, strict=True):
+            orders.produce(settings.kafka, topic, records, spec.source_partitions)
+        result = harness.run(spec, [])
+        results.update(_credit_enriched(result.outputs))
+        if n == 1:
+            shutil.rmtree(result.report.checkpoint)
+
+    # each run took what was written before it: an order written before a change at its time did not see it
+    want = credit.expected_credit_enrichment(runs, spec.source_partitions, RETENTION_MS)
+    assert results == want
+    assert result.report.restores["customer-credit"].keys > 0
+    # the situations this test is for: orders with both rows, with one, with none
+    assert len(want) == len(stream)
+    with_profile = {place for place, row in want.items() if row[4] is not None}
+    with_line = {place for place, row in want.items() if row[6] is not None}
+    assert len(with_profile & with_line) > 100 and with_profile - with_line and with_line - with_profile
+    assert len(want) - len(with_profile | with_line) > 5
+    inner = credit.expected_credit_enrichment(runs, spec.source_partitions, RETENTION_MS, "inner")
+    assert len(inner) == len(with_profile & with_line)

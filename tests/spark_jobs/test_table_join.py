@@ -35,7 +35,7 @@ def _spec(unique: str, join: str = "left", partitions: int = 2, **changes):
         get_job("customer_accounts"),
         name=f"joined_{join}_{unique}",
         source_topic=f"customers-{join}-{unique}",
-        join_topic=f"accounts-{join}-{unique}",
+        join_topics=(f"accounts-{join}-{unique}",),
         output_table=f"joined_{join}_{unique}",
         source_partitions=partitions,
         entrypoint=entrypoint,
@@ -74,7 +74,7 @@ def test_the_left_join_follows_both_tables_whatever_the_cut_and_after_a_lost_che
         ensure_topic(settings.kafka, topic, 3)
 
     customer_accounts.produce(settings.kafka, spec.source_topic, customers[:150])
-    customer_accounts.produce(settings.kafka, spec.join_topic, accounts[:100])
+    customer_accounts.produce(settings.kafka, spec.join_topics[0], accounts[:100])
     first = harness.run(spec, [])
     assert _joined(first.outputs) == customer_accounts.expected_join(customers[:150], accounts[:100])
     # the run released its state stores: no late maintenance of its RocksDB stores writes into the checkpoint
@@ -82,7 +82,7 @@ def test_the_left_join_follows_both_tables_whatever_the_cut_and_after_a_lost_che
     assert not spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.isMaintenanceRunning()
     shutil.rmtree(first.report.checkpoint)
     customer_accounts.produce(settings.kafka, spec.source_topic, customers[150:])
-    customer_accounts.produce(settings.kafka, spec.join_topic, accounts[100:])
+    customer_accounts.produce(settings.kafka, spec.join_topics[0], accounts[100:])
     second = harness.run(spec, [])
 
     want = customer_accounts.expected_join(customers, accounts)
@@ -111,7 +111,7 @@ def test_inner_and_outer_joins_equal_the_reference(settings, kafka_broker, spark
     for topic in spec.input_topics:
         ensure_topic(settings.kafka, topic, spec.source_partitions)
     customer_accounts.produce(settings.kafka, spec.source_topic, customers)
-    customer_accounts.produce(settings.kafka, spec.join_topic, accounts)
+    customer_accounts.produce(settings.kafka, spec.join_topics[0], accounts)
     result = harness.run(spec, [])
     want = customer_accounts.expected_join(customers, accounts, join)
     assert _joined(result.outputs) == want
@@ -122,10 +122,10 @@ def test_inner_and_outer_joins_equal_the_reference(settings, kafka_broker, spark
 def test_inputs_that_are_not_co_partitioned_are_refused_naming_both(settings, kafka_broker, spark, unique):
     spec = _spec(unique)
     ensure_topic(settings.kafka, spec.source_topic, 2)
-    ensure_topic(settings.kafka, spec.join_topic, 3)
+    ensure_topic(settings.kafka, spec.join_topics[0], 3)
     with pytest.raises(JobSpecError, match="co-partitioned") as refused:
         run(spec, settings, available_now=True, spark=spark)
-    for words in (f"{spec.source_topic} has 2 partitions", f"{spec.join_topic} has 3 partitions"):
+    for words in (f"{spec.source_topic} has 2 partitions", f"{spec.join_topics[0]} has 3 partitions"):
         assert words in str(refused.value)
 
 
@@ -138,8 +138,8 @@ def test_a_table_join_is_declared_and_checked():
     spec = get_job("customer_accounts")
     CUSTOMER_ACCOUNTS.check(spec)
     assert CUSTOMER_ACCOUNTS.output_values == ("name", "tier", "account_id", "status", "balance")
-    with pytest.raises(JobSpecError, match="job customer_accounts: join_topic: a TableJoin reads its right table"):
-        CUSTOMER_ACCOUNTS.check(dataclasses.replace(spec, join_topic=None))
+    with pytest.raises(JobSpecError, match="job customer_accounts: join_topics: a TableJoin reads its right table"):
+        CUSTOMER_ACCOUNTS.check(dataclasses.replace(spec, join_topics=()))
     with pytest.raises(JobSpecError, match="join: 'cross' is not one of"):
         dataclasses.replace(CUSTOMER_ACCOUNTS, join="cross").check(spec)
     named_twice = T.StructType([*ACCOUNT_SCHEMA.fields, T.StructField("name", T.StringType())])
@@ -150,8 +150,8 @@ def test_a_table_join_is_declared_and_checked():
     keyed_otherwise = UpsertTable(ACCOUNT_SCHEMA, key=("customer_id", "account_id"))
     with pytest.raises(JobSpecError, match=r"right.key: a table join joins on the tables' key"):
         dataclasses.replace(CUSTOMER_ACCOUNTS, right=keyed_otherwise).check(spec)
-    with pytest.raises(JobSpecError, match="join_topic must differ from source_topic"):
-        dataclasses.replace(spec, join_topic=spec.source_topic)
+    with pytest.raises(JobSpecError, match="must differ from each other and from source_topic"):
+        dataclasses.replace(spec, join_topics=(spec.source_topic,))
     with pytest.raises(JobSpecError, match="repartition: a table join's sides are tables keyed by their key"):
         CUSTOMER_ACCOUNTS.check(dataclasses.replace(spec, repartition=True))
 
@@ -170,7 +170,7 @@ def test_the_readme_shows_the_whole_declaration_of_the_job():
     ):
         assert readme_declaration(start) in source, start
     page, spec = docs_page("writing-jobs/table-join.md"), get_job("customer_accounts")
-    assert f'source_topic="{spec.source_topic}", join_topic="{spec.join_topic}"' in page
+    assert f'source_topic="{spec.source_topic}", join_topics=("{spec.join_topics[0]}",)' in page
 
 
 def test_kafka_streams_joins_the_same_tables_to_the_same_rows(kafka_broker, settings, tmp_path, unique):

@@ -136,19 +136,17 @@ def tie_then_late(after_ms: int, partitions: int) -> tuple[list[Record], list[Re
     return stream, table
 
 
-def arrival_chunks(
-    left: list[Record], right: list[Record], chunks: int
-) -> list[tuple[int, list[Record], list[Record]]]:
-    """Two topics' records (each list in arrival order) as they arrive in ``chunks`` chunks of about the same
-    number of records: ``(bound, left's, right's)``, each chunk the records that arrived before ``bound`` and
-    after the previous one, each list's order kept."""
-    arrivals = sorted(r.arrival_ms for r in left + right)
+def arrival_chunks(*topics: list[Record], chunks: int) -> list[tuple[int, ...]]:
+    """Topics' records (each list in arrival order) as they arrive in ``chunks`` chunks of about the same number
+    of records: ``(bound, each topic's)``, each chunk the records that arrived before ``bound`` and after the
+    previous one, each list's order kept."""
+    arrivals = sorted(r.arrival_ms for records in topics for r in records)
     bounds = [arrivals[n * len(arrivals) // chunks] for n in range(1, chunks)] + [arrivals[-1] + 1]
     cut, lower = [], None
     for bound in bounds:
         in_chunk = [
             [r for r in records if r.arrival_ms < bound and (lower is None or r.arrival_ms >= lower)]
-            for records in (left, right)
+            for records in topics
         ]
         cut.append((bound, *in_chunk))
         lower = bound
@@ -167,16 +165,14 @@ def produce(kafka: KafkaTarget, topic: str, records: list[Record], partitions: i
         raise RuntimeError(f"records to {topic} were not acknowledged")
 
 
-class _Task:
-    """One partition of the join, as Kafka Streams' task runs it (see the module docstring)."""
+class Versions:
+    """One versioned table of a task (Kafka Streams' versioned store): each key's versions, kept for
+    ``retention_ms`` of the table's time (the largest record time it took)."""
 
-    def __init__(self, grace_ms: int, retention_ms: int, join: str) -> None:
-        self.grace_ms, self.retention_ms, self.join = grace_ms, retention_ms, join
+    def __init__(self, retention_ms: int) -> None:
+        self.retention_ms = retention_ms
         self.versions: dict[str, list[tuple[int, dict | None]]] = {}
         self.table_time: int | None = None
-        self.stream_time: int | None = None
-        self.held: list[tuple[int, str, int, tuple[int, int], Record]] = []
-        self.results: dict[tuple[int, int], tuple] = {}
 
     def update(self, record: Record) -> None:
         if self.table_time is not None and record.time_ms < self.table_time - self.retention_ms:
@@ -184,6 +180,31 @@ class _Task:
         self.table_time = record.time_ms if self.table_time is None else max(self.table_time, record.time_ms)
         history = [v for v in self.versions.get(record.key, []) if v[0] != record.time_ms]
         self.versions[record.key] = sorted([*history, (record.time_ms, record.value)], key=lambda v: v[0])
+
+    def lookup(self, key: str, at: int) -> dict | None:
+        """The row valid at ``at`` (None: none, or older than the history kept)."""
+        if self.table_time is not None and at < self.table_time - self.retention_ms:
+            return None
+        found = None
+        for valid_from, row in self.versions.get(key, []):
+            if valid_from > at:
+                break
+            found = row
+        return found
+
+
+class _Task:
+    """One partition of the join, as Kafka Streams' task runs it (see the module docstring)."""
+
+    def __init__(self, grace_ms: int, retention_ms: int, join: str) -> None:
+        self.grace_ms, self.join = grace_ms, join
+        self.table = Versions(retention_ms)
+        self.stream_time: int | None = None
+        self.held: list[tuple[int, str, int, tuple[int, int], Record]] = []
+        self.results: dict[tuple[int, int], tuple] = {}
+
+    def update(self, record: Record) -> None:
+        self.table.update(record)
 
     def arrive(self, offset: int, place: tuple[int, int], record: Record) -> None:
         """An order at ``offset`` of the task's input, ``place`` its place in the source (the result's key)."""
@@ -198,18 +219,8 @@ class _Task:
             *_, due_place, due = self.held.pop(0)
             self.emit(due_place, due)
 
-    def lookup(self, key: str, at: int) -> dict | None:
-        if self.table_time is not None and at < self.table_time - self.retention_ms:
-            return None
-        found = None
-        for valid_from, row in self.versions.get(key, []):
-            if valid_from > at:
-                break
-            found = row
-        return found
-
     def emit(self, place: tuple[int, int], record: Record) -> None:
-        row = self.lookup(record.key, record.time_ms)
+        row = self.table.lookup(record.key, record.time_ms)
         if row is None and self.join == "inner":
             return
         order = record.value

@@ -29,7 +29,7 @@ from spark_jobs.state.source_position import (
 SOURCE = "monitor-events"
 
 
-def _layout(tmp_path: Path, *, repartition: bool, join_topic: str | None = None) -> JobLayout:
+def _layout(tmp_path: Path, *, repartition: bool, join_topics: tuple[str, ...] = ()) -> JobLayout:
     return JobLayout(
         application_id="pulses-v2",
         source_topic=SOURCE,
@@ -41,7 +41,7 @@ def _layout(tmp_path: Path, *, repartition: bool, join_topic: str | None = None)
         output_table_dirs=("pulses_v2",),
         repartition=repartition,
         version=2,
-        join_topic=join_topic,
+        join_topics=join_topics,
     )
 
 
@@ -78,7 +78,7 @@ def test_a_plain_version_has_consumed_what_its_checkpoint_committed(tmp_path):
 
 
 def test_a_join_has_consumed_what_its_checkpoint_committed_of_each_input(tmp_path):
-    layout = _layout(tmp_path, repartition=False, join_topic="payments")
+    layout = _layout(tmp_path, repartition=False, join_topics=("payments",))
     _commit(layout.checkpoint, 0, SOURCE, {0: 4, 1: 9}, payments={0: 2, 1: 0})
     _commit(layout.checkpoint, 1, SOURCE, {0: 6, 1: 9}, payments={0: 3, 1: 1})
     assert committed_source_offsets(layout, None) == {SOURCE: {0: 6, 1: 9}, "payments": {0: 3, 1: 1}}
@@ -131,7 +131,7 @@ def test_a_migration_to_or_from_a_rekeyed_version_is_refused(settings, monkeypat
     with pytest.raises(
         MigrationRefused, match=r"v1 reads reprocess-orders, reprocess-profiles and v2 reprocess-orders;"
     ):
-        refuse_unportable_position(joined, dataclasses.replace(joined, version=2, join_topic=None))
+        refuse_unportable_position(joined, dataclasses.replace(joined, version=2, join_topics=()))
 
 
 def test_the_catch_up_trigger_names_the_version_not_a_checkpoint():

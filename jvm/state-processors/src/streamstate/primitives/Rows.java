@@ -67,6 +67,25 @@ final class Rows {
     return new Sides(sortedByOffset(first), sortedByOffset(second));
   }
 
+  /** A group's input rows (one partition's of each of {@code inputs} topics) by input, each in offset order:
+   * the rows whose int column {@code inputColumn} is 0, then 1, and so on. */
+  static List<List<Row>> inputsInOffsetOrder(Iterator<Row> rows, String inputColumn, int inputs) {
+    List<List<Row>> byInput = new ArrayList<>(inputs);
+    for (int i = 0; i < inputs; i++) {
+      byInput.add(new ArrayList<>());
+    }
+    int column = -1;
+    while (rows.hasNext()) {
+      Row row = rows.next();
+      if (column < 0) {
+        column = row.fieldIndex(inputColumn);
+      }
+      byInput.get(row.getInt(column)).add(row);
+    }
+    byInput.replaceAll(Rows::sortedByOffset);
+    return byInput;
+  }
+
   /** A two-topic group's rows by side, each in offset order: {@code sideColumn} false, then true. */
   record Sides(List<Row> unflagged, List<Row> flagged) {}
 

@@ -217,18 +217,18 @@ public final class StreamStreamJoin {
         (record.side().equals(RIGHT) ? rightWaiting : leftWaiting).add(input(record));
         waitedBefore.add(entry._1());
       }
+      Boolean rightBefore = batch.lastSide == null ? null : batch.lastSide.equals(RIGHT);
       InputMerge.Outcome outcome = InputMerge.merge(
-          InputMerge.waitingFirst(leftWaiting, inputs(sides.unflagged(), false)),
-          InputMerge.waitingFirst(rightWaiting, inputs(sides.flagged(), true)),
-          InputMerge.lagging(0, partition), InputMerge.lagging(1, partition),
-          batch.lastSide == null ? null : batch.lastSide.equals(RIGHT),
-          record -> batch.process(new Stored(record.second() ? RIGHT : LEFT, record.time(), record.offset(),
-              record.key(), record.row())));
+          List.of(InputMerge.waitingFirst(leftWaiting, inputs(sides.unflagged(), false)),
+              InputMerge.waitingFirst(rightWaiting, inputs(sides.flagged(), true))),
+          InputMerge.laggingInputs(2, partition), InputMerge.twoInputRecency(rightBefore),
+          record -> batch.process(new Stored(sideOf(record), record.time(), record.offset(), record.key(),
+              record.row())));
       InputMerge.keepWaiting(outcome, waitedBefore,
-          record -> WAITING_PREFIX + partition + "@" + (record.second() ? RIGHT : LEFT) + "@" + record.offset() + "@"
+          record -> WAITING_PREFIX + partition + "@" + sideOf(record) + "@" + record.offset() + "@"
               + record.key(),
           (key, record) -> {
-            String side = record.second() ? RIGHT : LEFT;
+            String side = sideOf(record);
             List<Stored> one = List.of(new Stored(side, record.time(), record.offset(), record.key(), record.row()));
             waiting.updateValue(key, batch.entryValue(side, one));
             batch.out.add(batch.entryChange(key, side, one));
@@ -244,15 +244,19 @@ public final class StreamStreamJoin {
     private List<InputMerge.Input> inputs(List<Row> rows, boolean right) {
       List<InputMerge.Input> records = new ArrayList<>(rows.size());
       for (Row row : rows) {
-        records.add(new InputMerge.Input(right, time(row), row.<Long>getAs("offset"), row.getAs(keyColumn), false,
+        records.add(new InputMerge.Input(right ? 1 : 0, time(row), row.<Long>getAs("offset"), row.getAs(keyColumn), false,
             row.getAs(right ? "_right_row" : "_left_row")));
       }
       return records;
     }
 
     private static InputMerge.Input input(Stored record) {
-      return new InputMerge.Input(record.side().equals(RIGHT), record.time(), record.offset(), record.key(), false,
+      return new InputMerge.Input(record.side().equals(RIGHT) ? 1 : 0, record.time(), record.offset(), record.key(), false,
           record.row());
+    }
+
+    private static String sideOf(InputMerge.Input record) {
+      return record.input() == 1 ? RIGHT : LEFT;
     }
 
     private static long time(Row row) {

@@ -28,44 +28,47 @@ import scala.jdk.javaapi.CollectionConverters;
 
 
 /**
- * The stream-table join primitive: each record of a stream joined with a table's row for its key, as Kafka
- * Streams' {@code KStream#join / leftJoin(KTable)} does. A job declares it in Python
- * (spark_jobs/primitives/stream_table_join.py), which decodes both topics and says which side a record is.
+ * The stream-table join primitive: each record of a stream joined with one or more tables' rows for its key, as
+ * Kafka Streams' {@code KStream#join / leftJoin(KTable)} does (several tables: {@code
+ * stream.leftJoin(first).leftJoin(second)}, each table keyed as the stream is). A job declares it in Python
+ * (spark_jobs/primitives/stream_table_join.py), which decodes the topics and says which input a record is.
  *
  * <p>Like Kafka Streams' task, the processor is keyed by <b>source partition</b> ({@link PartitionTask}): the
- * partition of both topics (they are co-partitioned). Rules, per partition:
+ * partition of every input topic (they are co-partitioned). Rules, per partition:
  * <ul>
- *   <li><b>Order.</b> Both sides' records are taken in timestamp order across micro-batches, each side's in
- *       offset order, on a tie the side not taken last, and a side's records wait in the store while the other
- *       side has records written but not yet read ({@link InputMerge}: a Kafka Streams task's order, however
+ *   <li><b>Order.</b> The inputs' records are taken in timestamp order across micro-batches, each input's in
+ *       offset order, on a tie the input taken least recently, and an input's records wait in the store while
+ *       another has records written but not yet read ({@link InputMerge}: a Kafka Streams task's order, however
  *       the input is cut into micro-batches). A stream record's time is its event time; a table record's, its
  *       Kafka timestamp.
- *   <li><b>The table.</b> A {@code versioned} store keeps each key's versions (valid from their record's
- *       time; a tombstone is a version without a row) for {@code retention} of table time (the largest table
- *       record time seen): a record older than that is dropped, as a versioned store's expired put is. A
+ *   <li><b>The tables.</b> A {@code versioned} store keeps each key's versions (valid from their record's
+ *       time; a tombstone is a version without a row) for {@code retention} of table time (the largest record
+ *       time seen of that table): a record older than that is dropped, as a versioned store's expired put is. A
  *       {@code key_value} store keeps each key's latest row, in arrival order.
- *   <li><b>The join.</b> A stream record is joined with the row valid at its own time (versioned) or the
- *       current row ({@code key_value}); an inner join emits only when there is one, a left join always
- *       (the table's fields null). A versioned lookup older than the retention finds nothing.
- *   <li><b>Grace</b> ({@code grace > 0}, versioned only): a stream record is held in the partition's buffer
- *       until the stream time (the largest stream record time buffered, Kafka Streams' buffer's observed
+ *   <li><b>The join.</b> A stream record is joined with each table's row valid at its own time (versioned) or
+ *       current row ({@code key_value}); an inner join emits only when every table has one, a left join always
+ *       (a table's fields null without a row). A versioned lookup older than the retention finds nothing.
+ *   <li><b>Grace</b> ({@code grace > 0}, versioned, one table only): a stream record is held in the partition's
+ *       buffer until the stream time (the largest stream record time buffered, Kafka Streams' buffer's observed
  *       stream time) reaches its time + grace, then joined, the due ones in (time, key, offset) order; so a
  *       table update up to {@code grace} late still counts. A record already older than stream time - grace
  *       when it arrives is joined at once (Kafka Streams' {@code KStreamKTableJoinProcessor} does the same).
  * </ul>
  *
- * <p>Input columns: {@code partition}, {@code offset}, the key ({@code keyColumn}), {@code _right} (a table
- * record), {@code _time_ms}, {@link Rows#DELETE_COLUMN} (a table tombstone), {@code _stream_row} and
- * {@code _table_row} (the record's fields, a struct of its side's). Output rows ({@code outputDdl}):
+ * <p>Input columns: {@code partition}, {@code offset}, the key ({@code keyColumn}), {@code _input} (0 a stream
+ * record, {@code t + 1} a record of table {@code t}), {@code _time_ms}, {@link Rows#DELETE_COLUMN} (a table
+ * tombstone), {@code _stream_row} and {@code _table_row} (the record's fields: a table record's in the struct of
+ * every table's fields, the others' null). Output rows ({@code outputDdl}):
  * {@code kind}, {@code key}, {@code tombstone}, {@code source_partition}, {@code versions},
  * {@code buffered}, {@code stream_time_ms}, {@code table_time_ms}, {@code last_side} (a {@code change} row: one
- * per changed store entry, keyed as its changelog is: a table key, {@code ~buffer@<partition>@<offset>} for a
- * held stream record, {@code ~waiting@<partition>@<side>@<offset>} for a record waiting for the other side
- * ({@link InputMerge}: a stream record's in {@code buffered}, a table record's key and time there too and its
- * version in {@code versions}), {@code ~stream-time@<partition>} for the partition's times and the side it took
- * last), then {@code source_offset},
- * {@code event_time_ms}, {@code stream_row}, {@code table_row} (a {@code joined} row: the stream record's
- * result).
+ * per changed store entry, keyed as its changelog is: a table key ({@code ~table@<t>@<key>} for a table after
+ * the first), {@code ~buffer@<partition>@<offset>} for a held stream record,
+ * {@code ~waiting@<partition>@<side>@<offset>} for a record waiting for another input ({@link InputMerge}: a
+ * stream record's in {@code buffered}, a table record's key and time there too and its version in
+ * {@code versions}), {@code ~stream-time@<partition>} for the partition's times and the input it took last (the
+ * inputs' recency with several tables), {@code ~table-time@<partition>@<t>} for a further table's time), then
+ * {@code source_offset}, {@code event_time_ms}, {@code stream_row}, {@code table_rows} (a {@code joined} row: the
+ * stream record's result, with each table's row, null for none).
  */
 public final class StreamTableJoin {
   static final String CHANGE = "change";
@@ -73,6 +76,10 @@ public final class StreamTableJoin {
   static final String BUFFER_PREFIX = "~buffer@";
   static final String TIMES_PREFIX = "~stream-time@";
   static final String WAITING_PREFIX = "~waiting@";
+  /** a further table's (the second's and after) key: {@code ~table@<table>@<key>} */
+  static final String TABLE_PREFIX = "~table@";
+  /** a further table's time: {@code ~table-time@<partition>@<table>} */
+  static final String TABLE_TIME_PREFIX = "~table-time@";
   static final String STREAM = "stream";
   static final String TABLE = "table";
   // the output row's columns (outputDdl)
@@ -88,7 +95,7 @@ public final class StreamTableJoin {
   private static final int SOURCE_OFFSET = 9;
   private static final int EVENT_TIME = 10;
   private static final int STREAM_ROW = 11;
-  private static final int TABLE_ROW = 12;
+  private static final int TABLE_ROWS = 12;
   private static final int WIDTH = 13;
 
   private StreamTableJoin() {}
@@ -96,14 +103,15 @@ public final class StreamTableJoin {
   /**
    * The processor's rows (see the class comment) for {@code events} grouped by {@code partitionColumn};
    * {@code initial} (the restored store: {@code source_partition}, {@code key} and the value columns, or null)
-   * seeds it. {@code versioned}: a versioned table ({@code retentionMs} of history), else the latest row.
-   * Rejected records among {@code events} pass through.
+   * seeds it. {@code versioned}: versioned tables ({@code retentionMs} of history), else the latest row;
+   * {@code tables}: how many tables (input 0 is the stream, input {@code t + 1} table {@code t}; a stream record
+   * is joined with each, by its key, in one step). Rejected records among {@code events} pass through.
    */
   public static Dataset<Row> changes(Dataset<Row> events, String partitionColumn, Dataset<Row> initial, String store,
                                      String outputDdl, boolean versioned, long retentionMs, long graceMs,
-                                     boolean leftJoin, String keyColumn) {
+                                     boolean leftJoin, int tables, String keyColumn) {
     StructType output = StructType.fromDDL(outputDdl);
-    Joiner joiner = new Joiner(store, output, versioned, retentionMs, graceMs, leftJoin, keyColumn);
+    Joiner joiner = new Joiner(store, output, versioned, retentionMs, graceMs, leftJoin, tables, keyColumn);
     return PartitionTask.changes(events, partitionColumn, initial, joiner, OutputMode.Append(), output);
   }
 
@@ -138,24 +146,28 @@ public final class StreamTableJoin {
     private final long retentionMs;
     private final long graceMs;
     private final boolean leftJoin;
+    private final int tables;
     private final String keyColumn;
     private final StructType versionsSchema;
     private final StructType heldSchema;
     private final StructType waitingSchema;
-    /** table key -> its versions (oldest first) */
+    /** table key ({@link #tableKey}) -> its versions (oldest first) */
     private transient MapState<String, Row> table;
     /** offset -> a stream record held for its grace period */
     private transient MapState<Long, Row> buffer;
-    /** the largest table record time seen (the versioned store's observed stream time) */
+    /** the largest record time seen of the (first) table (the versioned store's observed stream time) */
     private transient ValueState<Long> tableTime;
-    /** the side the task took last ({@link #STREAM} or {@link #TABLE}): a tie goes to the other */
+    /** the same of each further table (by table index; only with more than one) */
+    private transient MapState<Integer, Long> furtherTableTimes;
+    /** the side the task took last ({@link #STREAM} or {@link #TABLE}): a tie goes to the other; with more than one
+     * table, the inputs from the least to the most recently taken ({@link InputMerge#recencyText}) */
     private transient ValueState<String> lastSide;
     /** the changelog key of a record waiting for the other side -> it (a stream record's {@code buffered}, a table
      * record's {@code buffered} key and time with its {@code version}) */
     private transient MapState<String, Row> waiting;
 
     Joiner(String store, StructType output, boolean versioned, long retentionMs, long graceMs, boolean leftJoin,
-           String keyColumn) {
+           int tables, String keyColumn) {
       if (output.size() != WIDTH) {
         throw new IllegalStateException("output DDL has " + output.size() + " columns, the processor writes " + WIDTH);
       }
@@ -164,6 +176,7 @@ public final class StreamTableJoin {
       this.retentionMs = retentionMs;
       this.graceMs = graceMs;
       this.leftJoin = leftJoin;
+      this.tables = tables;
       this.keyColumn = keyColumn;
       this.versionsSchema = new StructType().add("versions", output.apply("versions").dataType());
       this.heldSchema = (StructType) output.apply("buffered").dataType();
@@ -180,12 +193,34 @@ public final class StreamTableJoin {
       lastSide = getHandle().getValueState(store + "-last-side", Encoders.STRING(), TTLConfig.NONE());
       waiting = getHandle().getMapState(store + "-waiting", Encoders.STRING(), Encoders.row(waitingSchema),
           TTLConfig.NONE());
+      if (tables > 1) {  // only then: a one-table job's state keeps the variables it always had
+        furtherTableTimes = getHandle().getMapState(store + "-table-times", Encoders.INT(), Encoders.LONG(),
+            TTLConfig.NONE());
+      }
+    }
+
+    /** Table {@code table}'s entry for {@code key}: the key itself for the first table. */
+    static String tableKey(int table, String key) {
+      return table == 0 ? key : TABLE_PREFIX + table + "@" + key;
+    }
+
+    /** A waiting record's side in its entry's key: {@link #STREAM}, {@link #TABLE} for the first table, then
+     * {@code table1} and so on. */
+    static String sideOf(int input) {
+      return input == 0 ? STREAM : input == 1 ? TABLE : TABLE + (input - 1);
+    }
+
+    static int inputOf(String side) {
+      return side.equals(STREAM) ? 0 : side.equals(TABLE) ? 1 : Integer.parseInt(side.substring(TABLE.length())) + 1;
     }
 
     @Override
     protected void handlePartitionState(int partition, Row initial) {
       String key = initial.getAs("key");
-      if (key.startsWith(TIMES_PREFIX)) {
+      if (key.startsWith(TABLE_TIME_PREFIX)) {
+        int table = Integer.parseInt(key.substring(key.lastIndexOf('@') + 1));
+        furtherTableTimes.updateValue(table, initial.<Long>getAs("table_time_ms"));
+      } else if (key.startsWith(TIMES_PREFIX)) {
         Long stream = initial.getAs("stream_time_ms");
         Long tableAt = initial.getAs("table_time_ms");
         if (stream != null) {
@@ -212,32 +247,39 @@ public final class StreamTableJoin {
 
     @Override
     protected Iterator<Row> handlePartitionRows(int partition, Iterator<Row> rows) {
-      Rows.Sides sides = Rows.sidesInOffsetOrder(rows, "_right");
+      List<List<Row>> byInput = Rows.inputsInOffsetOrder(rows, "_input", tables + 1);
       Batch batch = new Batch(partition);
-      List<InputMerge.Input> streamWaiting = new ArrayList<>();
-      List<InputMerge.Input> tableWaiting = new ArrayList<>();
+      List<List<InputMerge.Input>> waitingBefore = new ArrayList<>();
+      for (int i = 0; i <= tables; i++) {
+        waitingBefore.add(new ArrayList<>());
+      }
       Set<String> waitedBefore = new HashSet<>();
       Iterator<Tuple2<String, Row>> stored = waiting.iterator();
       while (stored.hasNext()) {
         Tuple2<String, Row> entry = stored.next();
-        InputMerge.Input record = waitingInput(entry._2());
-        (record.second() ? tableWaiting : streamWaiting).add(record);
+        String side = entry._1().substring(WAITING_PREFIX.length()).split("@", 3)[1];
+        InputMerge.Input record = waitingInput(inputOf(side), entry._2());
+        waitingBefore.get(record.input()).add(record);
         waitedBefore.add(entry._1());
       }
+      List<List<InputMerge.Input>> inputs = new ArrayList<>();
+      for (int i = 0; i <= tables; i++) {
+        inputs.add(InputMerge.waitingFirst(waitingBefore.get(i), inputs(byInput.get(i), i)));
+      }
       String before = lastSide.exists() ? lastSide.get() : null;
-      InputMerge.Outcome outcome = InputMerge.merge(
-          InputMerge.waitingFirst(streamWaiting, inputs(sides.unflagged(), false)),
-          InputMerge.waitingFirst(tableWaiting, inputs(sides.flagged(), true)),
-          InputMerge.lagging(0, partition), InputMerge.lagging(1, partition),
-          before == null ? null : before.equals(TABLE),
+      int[] recency = tables == 1
+          ? InputMerge.twoInputRecency(before == null ? null : before.equals(TABLE))
+          : InputMerge.recencyOf(before, tables + 1);
+      InputMerge.Outcome outcome = InputMerge.merge(inputs, InputMerge.laggingInputs(tables + 1, partition), recency,
           record -> {
-            if (record.second()) {
+            if (record.input() > 0) {
               batch.update(record);
             } else {
               batch.arrive(record);
             }
           });
-      String after = outcome.secondTakenLast() == null ? null : outcome.secondTakenLast() ? TABLE : STREAM;
+      String after = outcome.takenLast() == null ? before
+          : tables == 1 ? sideOf(outcome.takenLast()) : InputMerge.recencyText(outcome.recency());
       batch.lastSideChanged = after != null && !after.equals(before);
       if (batch.lastSideChanged) {
         lastSide.update(after);
@@ -247,7 +289,7 @@ public final class StreamTableJoin {
           (key, record) -> {
             Row value = waitingValue(record);
             waiting.updateValue(key, value);
-            batch.out.add(batch.change(key, false, record.second() ? versionSeq(value.getStruct(1)) : null,
+            batch.out.add(batch.change(key, false, record.input() > 0 ? versionSeq(value.getStruct(1)) : null,
                 value.getStruct(0)));
           },
           key -> {
@@ -261,35 +303,36 @@ public final class StreamTableJoin {
       return row.<Long>getAs("_time_ms");
     }
 
-    /** A side's input rows as the merge takes them. */
-    private List<InputMerge.Input> inputs(List<Row> rows, boolean table) {
+    /** An input's rows as the merge takes them. */
+    private List<InputMerge.Input> inputs(List<Row> rows, int input) {
       List<InputMerge.Input> records = new ArrayList<>(rows.size());
       for (Row row : rows) {
-        records.add(new InputMerge.Input(table, time(row), row.<Long>getAs("offset"), row.getAs(keyColumn),
-            Boolean.TRUE.equals(row.getAs(Rows.DELETE_COLUMN)), row.getAs(table ? "_table_row" : "_stream_row")));
+        records.add(new InputMerge.Input(input, time(row), row.<Long>getAs("offset"), row.getAs(keyColumn),
+            Boolean.TRUE.equals(row.getAs(Rows.DELETE_COLUMN)), row.getAs(input > 0 ? "_table_row" : "_stream_row")));
       }
       return records;
     }
 
     private static String waitingKey(int partition, InputMerge.Input record) {
-      return WAITING_PREFIX + partition + "@" + (record.second() ? TABLE : STREAM) + "@" + record.offset();
+      return WAITING_PREFIX + partition + "@" + sideOf(record.input()) + "@" + record.offset();
     }
 
     /** A waiting record as stored: its key, time and offset in {@code buffered} (a stream record's row there
      * too), a table record's version (its row, or none for a tombstone) in {@code version}. */
     private static Row waitingValue(InputMerge.Input record) {
-      Row held = new Held(record.time(), record.offset(), record.key(), record.second() ? null : record.row()).stored();
-      Row version = record.second() ? new Version(record.time(), record.delete() ? null : record.row()).stored() : null;
+      boolean table = record.input() > 0;
+      Row held = new Held(record.time(), record.offset(), record.key(), table ? null : record.row()).stored();
+      Row version = table ? new Version(record.time(), record.delete() ? null : record.row()).stored() : null;
       return RowFactory.create(held, version);
     }
 
-    private static InputMerge.Input waitingInput(Row value) {
+    private static InputMerge.Input waitingInput(int input, Row value) {
       Held held = Held.of(value.getStruct(0));
-      if (value.isNullAt(1)) {
-        return new InputMerge.Input(false, held.time(), held.offset(), held.key(), false, held.row());
+      if (input == 0) {
+        return new InputMerge.Input(0, held.time(), held.offset(), held.key(), false, held.row());
       }
       Version version = Version.of(value.getStruct(1));
-      return new InputMerge.Input(true, held.time(), held.offset(), held.key(), version.row() == null, version.row());
+      return new InputMerge.Input(input, held.time(), held.offset(), held.key(), version.row() == null, version.row());
     }
 
     private static Object versionSeq(Row version) {
@@ -301,11 +344,13 @@ public final class StreamTableJoin {
       final int partition;
       final long streamTimeBefore;
       long streamNow;
-      final long tableTimeBefore;
-      long tableNow;
-      /** table key -> its versions, oldest first (read once, written back at the end) */
+      /** each table's time as the batch began, and now */
+      final long[] tableTimeBefore;
+      final long[] tableNow;
+      /** table key ({@link #tableKey}) -> its versions, oldest first (read once, written back at the end) */
       final Map<String, List<Version>> versions = new HashMap<>();
-      final LinkedHashMap<String, Boolean> changedKeys = new LinkedHashMap<>();
+      /** the table keys changed -> their table */
+      final LinkedHashMap<String, Integer> changedKeys = new LinkedHashMap<>();
       /** the held records in due order, read once when a record is first held or one may be due (a heap: a
        * partition holds a grace period's worth of records, and each arrival adds one and takes the due ones) */
       PriorityQueue<Held> held;
@@ -320,8 +365,13 @@ public final class StreamTableJoin {
         this.partition = partition;
         this.streamTimeBefore = streamTimeOrMin();
         this.streamNow = streamTimeBefore;
-        this.tableTimeBefore = tableTime.exists() ? tableTime.get() : Long.MIN_VALUE;
-        this.tableNow = tableTimeBefore;
+        this.tableTimeBefore = new long[tables];
+        tableTimeBefore[0] = tableTime.exists() ? tableTime.get() : Long.MIN_VALUE;
+        for (int table = 1; table < tables; table++) {
+          Long stored = furtherTableTimes.getValue(table);
+          tableTimeBefore[table] = stored == null ? Long.MIN_VALUE : stored;
+        }
+        this.tableNow = tableTimeBefore.clone();
       }
 
       List<Version> versionsOf(String key) {
@@ -339,7 +389,8 @@ public final class StreamTableJoin {
 
       /** A table record: a new version of its key (versioned), or its key's row replaced (latest). */
       void update(InputMerge.Input record) {
-        String key = record.key();
+        int t = record.input() - 1;
+        String key = tableKey(t, record.key());
         long at = record.time();
         Row row = record.delete() ? null : record.row();
         List<Version> list = versionsOf(key);
@@ -348,13 +399,13 @@ public final class StreamTableJoin {
           if (row != null) {
             list.add(new Version(at, row));
           }
-          changedKeys.put(key, true);
+          changedKeys.put(key, t);
           return;
         }
-        if (tableNow != Long.MIN_VALUE && at < tableNow - retentionMs) {
+        if (tableNow[t] != Long.MIN_VALUE && at < tableNow[t] - retentionMs) {
           return;  // older than the history kept: a versioned store drops an expired put
         }
-        tableNow = Math.max(tableNow, at);
+        tableNow[t] = Math.max(tableNow[t], at);
         int i = 0;
         while (i < list.size() && list.get(i).validFrom() < at) {
           i++;
@@ -364,7 +415,7 @@ public final class StreamTableJoin {
         } else {
           list.add(i, new Version(at, row));
         }
-        changedKeys.put(key, true);
+        changedKeys.put(key, t);
       }
 
       /** A stream record arrives: joined now, or held for its grace period (then the due ones are joined). */
@@ -399,9 +450,12 @@ public final class StreamTableJoin {
       }
 
       void join(Held record) {
-        Row found = lookup(record.key(), record.time());
-        if (found == null && !leftJoin) {
-          return;
+        Row[] found = new Row[tables];
+        for (int t = 0; t < tables; t++) {
+          found[t] = lookup(t, record.key(), record.time());
+          if (found[t] == null && !leftJoin) {
+            return;  // an inner join: every table must have a row
+          }
         }
         Object[] row = new Object[WIDTH];
         row[KIND] = JOINED;
@@ -411,17 +465,17 @@ public final class StreamTableJoin {
         row[SOURCE_OFFSET] = record.offset();
         row[EVENT_TIME] = record.time();
         row[STREAM_ROW] = record.row();
-        row[TABLE_ROW] = found;
+        row[TABLE_ROWS] = CollectionConverters.asScala(java.util.Arrays.asList(found)).toSeq();
         out.add(RowFactory.create(row));
       }
 
-      /** The table's row for {@code key} valid at {@code at} (versioned), or its current row; null: none. */
-      Row lookup(String key, long at) {
-        List<Version> list = versionsOf(key);
+      /** Table {@code t}'s row for {@code key} valid at {@code at} (versioned), or its current row; null: none. */
+      Row lookup(int t, String key, long at) {
+        List<Version> list = versionsOf(tableKey(t, key));
         if (!versioned) {
           return list.isEmpty() ? null : list.get(0).row();
         }
-        if (tableNow != Long.MIN_VALUE && at < tableNow - retentionMs) {
+        if (tableNow[t] != Long.MIN_VALUE && at < tableNow[t] - retentionMs) {
           return null;  // older than the history kept
         }
         Row found = null;
@@ -435,8 +489,9 @@ public final class StreamTableJoin {
       }
 
       List<Row> finish() {
-        for (String key : changedKeys.keySet()) {
-          List<Version> list = retained(versions.get(key));
+        for (Map.Entry<String, Integer> changed : changedKeys.entrySet()) {
+          String key = changed.getKey();
+          List<Version> list = retained(versions.get(key), changed.getValue());
           if (list.isEmpty()) {
             table.removeKey(key);
             out.add(change(key, true, null, null));
@@ -458,7 +513,19 @@ public final class StreamTableJoin {
           buffer.updateValue(held.offset(), held.stored());
           out.add(change(BUFFER_PREFIX + partition + "@" + held.offset(), false, null, held.stored()));
         }
-        if (streamNow != streamTimeBefore || tableNow != tableTimeBefore || lastSideChanged) {
+        for (int t = 1; t < tables; t++) {
+          if (tableNow[t] != tableTimeBefore[t]) {
+            furtherTableTimes.updateValue(t, tableNow[t]);
+            Object[] row = new Object[WIDTH];
+            row[KIND] = CHANGE;
+            row[KEY] = TABLE_TIME_PREFIX + partition + "@" + t;
+            row[TOMBSTONE] = false;
+            row[PARTITION] = partition;
+            row[TABLE_TIME] = tableNow[t];
+            out.add(RowFactory.create(row));
+          }
+        }
+        if (streamNow != streamTimeBefore || tableNow[0] != tableTimeBefore[0] || lastSideChanged) {
           Object[] row = new Object[WIDTH];
           row[KIND] = CHANGE;
           row[KEY] = TIMES_PREFIX + partition;
@@ -468,9 +535,9 @@ public final class StreamTableJoin {
             streamTime.update(streamNow);
             row[STREAM_TIME] = streamNow;
           }
-          if (tableNow != Long.MIN_VALUE) {
-            tableTime.update(tableNow);
-            row[TABLE_TIME] = tableNow;
+          if (tableNow[0] != Long.MIN_VALUE) {
+            tableTime.update(tableNow[0]);
+            row[TABLE_TIME] = tableNow[0];
           }
           row[LAST_SIDE] = lastSide;
           out.add(RowFactory.create(row));
@@ -480,10 +547,10 @@ public final class StreamTableJoin {
 
       /** The versions a lookup may still read: those valid at some time within the retention (all, for a
        * store of the latest row); none when the only one left is a tombstone. */
-      List<Version> retained(List<Version> list) {
+      List<Version> retained(List<Version> list, int t) {
         int first = 0;
-        if (versioned && tableNow != Long.MIN_VALUE) {
-          long cutoff = tableNow - retentionMs;
+        if (versioned && tableNow[t] != Long.MIN_VALUE) {
+          long cutoff = tableNow[t] - retentionMs;
           while (first + 1 < list.size() && list.get(first + 1).validFrom() <= cutoff) {
             first++;
           }
