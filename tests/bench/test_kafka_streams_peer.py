@@ -502,6 +502,52 @@ def test_the_stream_table_join_twin_enriches_orders_as_of_their_time(
         assert any(high > 0 for _, high in partition_offsets(settings.kafka, f"{app}-{store}-changelog").values())
 
 
+def test_the_twin_of_a_stream_joined_with_two_tables_enriches_orders_as_of_their_time(
+    kafka_broker, settings, classpath, tmp_path, unique
+):
+    """Kafka Streams' ``orders.leftJoin(customers).leftJoin(creditLines)`` (two versioned tables of 24 h history,
+    no grace, one task per partition of the three co-partitioned topics) equals
+    spark_jobs.reference.generators.credit.expected_credit_enrichment, the reference the platform's
+    order_credit_enrichment is held to: each order joined once with the customer and the credit line valid at its
+    time (changes and closings within seconds of an order, written after it; retried and late orders; a customer
+    without rows). No two topics hold records of one time in a partition (``ties=False``): Kafka Streams breaks
+    such a tie by its priority queue's order, which no rule states."""
+    from decimal import Decimal
+
+    from spark_jobs.io.kafka_topics import read_partition
+    from spark_jobs.reference.generators import credit
+    from spark_jobs.reference.generators.orders import produce
+
+    stream, profiles, lines = credit.adversarial_inputs(orders=300, seed=5, ties=False)
+    want = credit.expected_credit_enrichment([(stream, profiles, lines)], 2, 24 * 3600 * 1000)
+    topics = (f"orders-{unique}", f"customer-profiles-{unique}", f"credit-lines-{unique}")
+    app, output = f"kscredit-{unique}", f"kscredit-{unique}-out"
+    for topic, records in zip(topics, (stream, profiles, lines), strict=True):
+        ensure_topic(settings.kafka, topic, 2)
+        produce(settings.kafka, topic, records, partitions=2)
+    ensure_topic(settings.kafka, output, 2, config=OUTPUT_TOPIC_CONFIG)  # not compacted: one record per order
+    peer = KafkaStreamsPeer(
+        classpath, settings, "order_credit_enrichment", app, tmp_path / app, ",".join(topics), output, threads=1
+    )
+    try:
+        assert peer.wait_caught_up(timeout_s=300) > 0
+    finally:
+        peer.stop()
+
+    consumer = _readback_consumer(settings, unique)
+    try:
+        emitted = [
+            json.loads(msg.value(), parse_float=Decimal) for p in (0, 1) for msg in read_partition(consumer, output, p)
+        ]
+    finally:
+        consumer.close()
+    assert all(list(row) == [*credit.FIELDS, "source_partition", "source_offset"] for row in emitted)
+    got = {(row["source_partition"], row["source_offset"]): tuple(row[f] for f in credit.FIELDS) for row in emitted}
+    assert len(got) == len(emitted) == len(stream), "each order joined once"
+    assert got == want
+    assert sum(row[4] is None for row in want.values()) > 5 and sum(row[6] is None for row in want.values()) > 5
+
+
 def test_the_stream_stream_join_twin_matches_orders_and_payments(kafka_broker, settings, classpath, tmp_path, unique):
     """Kafka Streams' windowed stream-stream joins (``join``, ``leftJoin``, ``outerJoin`` of orders with payments,
     10 min before and after, 1 min grace, KS 3.1+ semantics) of adversarial input over 2 partitions emit exactly

@@ -116,6 +116,15 @@ import org.apache.kafka.streams.state.Stores;
  *       customer_id} (an order without one dropped) before the join, so Kafka Streams writes the orders to its
  *       repartition topic, sized as the customers topic, and joins what it reads back (the platform's {@code
  *       repartition=True}).
+ *   <li>{@code order_credit_enrichment}: orders joined with two tables keyed as they are, the customer and the
+ *       customer's credit line, each as it was at the order's time; {@code <input topic>} is {@code <orders
+ *       topic>,<customers topic>,<credit lines topic>}, co-partitioned and keyed by the customer id's text. Each
+ *       table (a JSON row or a tombstone, stamped with the record's own timestamp) in a versioned RocksDB store
+ *       ({@code customer-profiles}, {@code credit-lines}, 24 h history retention); each order gets its source
+ *       partition and offset, then {@code leftJoin(customers).leftJoin(creditLines)} without a grace period (one
+ *       task: both joins look up the row valid at the order's time as it is taken). The output topic gets {@code
+ *       customer_id -> {"customer_id", "order_id", "amount", "event_time", "name", "tier", "credit_limit",
+ *       "standing", "source_partition", "source_offset"}} (a table's fields null without a valid row).
  *   <li>{@code order_payments_inner}, {@code order_payments_left}, {@code order_payments_outer}: the windowed
  *       stream-stream join ({@code KStream#join}, {@code leftJoin}, {@code outerJoin}) of orders with their
  *       payments; {@code <input topic>} is {@code <orders topic>,<payments topic>}, co-partitioned and keyed by
@@ -148,7 +157,7 @@ import org.apache.kafka.streams.state.Stores;
  * -Dstreams.processing.guarantee=exactly_once_v2 -Dstreams.commit.interval.ms=100}); without one the app runs
  * at-least-once with a 1 s commit interval.
  *
- * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>[_rekeyed]> <bootstrap> <application.id> <state.dir>
+ * <p>Usage: {@code BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_credit_enrichment|order_payments_<inner|left|outer>[_rekeyed]> <bootstrap> <application.id> <state.dir>
  * <input topic[,second input topic]> <output topic> [stream threads]}
  */
 public final class BenchApp {
@@ -161,7 +170,7 @@ public final class BenchApp {
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
       System.err.println(
-          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_payments_<inner|left|outer>[_rekeyed]> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
+          "usage: BenchApp <purchase_counts[_rekeyed|_in_memory]|pulse_counts|temperature_averages|activity_ttl|vote_counts|user_sessions|recent_buyers|top_movers|customer_accounts_<inner|left|outer>|order_enrichment[_rekeyed]|order_credit_enrichment|order_payments_<inner|left|outer>[_rekeyed]> <bootstrap> <application.id> <state.dir> <input[,input]> <output> [threads]");
       System.exit(2);
     }
     String job = args[0];
@@ -203,6 +212,7 @@ public final class BenchApp {
           customerAccounts(builder, job.substring("customer_accounts_".length()), args[4], args[5]);
       case "order_enrichment" -> orderEnrichment(builder, args[4], args[5], false);
       case "order_enrichment_rekeyed" -> orderEnrichment(builder, args[4], args[5], true);
+      case "order_credit_enrichment" -> orderCreditEnrichment(builder, args[4], args[5]);
       case "order_payments_inner", "order_payments_left", "order_payments_outer" ->
           orderPayments(builder, job.substring("order_payments_".length()), args[4], args[5], false);
       case "order_payments_inner_rekeyed", "order_payments_left_rekeyed", "order_payments_outer_rekeyed" -> {
@@ -742,13 +752,7 @@ public final class BenchApp {
           .filter((key, order) -> field(order, "customer_id") != null)
           .selectKey((key, order) -> field(order, "customer_id"));
     }
-    KTable<String, String> customers = builder.table(
-        topics[1],
-        Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new FailOnInvalidTimestamp()),
-        Materialized.<String, String>as(
-                Stores.persistentVersionedKeyValueStore("customer-profiles", Duration.ofHours(24)))
-            .withKeySerde(Serdes.String())
-            .withValueSerde(Serdes.String()));
+    KTable<String, String> customers = versionedTable(builder, topics[1], "customer-profiles");
     orders
         .leftJoin(
             customers,
@@ -757,6 +761,56 @@ public final class BenchApp {
                 .withName("order-enrichment")
                 .withGracePeriod(Duration.ofMinutes(1)))
         .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /**
+   * Orders joined with the customer and the credit line valid at each order's time (see the class comment).
+   * {@code inputs} is {@code <orders topic>,<customers topic>,<credit lines topic>}.
+   */
+  static void orderCreditEnrichment(StreamsBuilder builder, String inputs, String output) {
+    String[] topics = inputs.split(",");
+    if (topics.length != 3) {
+      System.err.println("order_credit_enrichment: the input must be <orders topic>,<customers topic>,<credit lines topic>");
+      System.exit(2);
+    }
+    KStream<String, String> orders = builder
+        .stream(topics[0], Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new EventTime()))
+        .processValues(WithSource::new);
+    Joined<String, String, String> joined = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
+    orders
+        .leftJoin(versionedTable(builder, topics[1], "customer-profiles"), BenchApp::enrichedOrder, joined)
+        .leftJoin(versionedTable(builder, topics[2], "credit-lines"), BenchApp::withCreditLine, joined)
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+  }
+
+  /** {@code topic} read as a table in a versioned RocksDB store {@code store} of 24 h history, each record stamped
+   * with its own timestamp. */
+  private static KTable<String, String> versionedTable(StreamsBuilder builder, String topic, String store) {
+    return builder.table(
+        topic,
+        Consumed.with(Serdes.String(), Serdes.String()).withTimestampExtractor(new FailOnInvalidTimestamp()),
+        Materialized.<String, String>as(Stores.persistentVersionedKeyValueStore(store, Duration.ofHours(24)))
+            .withKeySerde(Serdes.String())
+            .withValueSerde(Serdes.String()));
+  }
+
+  /**
+   * An enriched order ({@link #enrichedOrder}) and its customer's credit line valid at the order's time (null:
+   * none) -> the order's and customer's fields, credit_limit and standing from the line, source_partition,
+   * source_offset.
+   */
+  static String withCreditLine(String enriched, String line) {
+    JsonNode o = parseExact(enriched);
+    JsonNode l = parseExact(line);
+    ObjectNode row = JSON.createObjectNode();
+    for (String field : List.of("customer_id", "order_id", "amount", "event_time", "name", "tier")) {
+      row.set(field, o.get(field));
+    }
+    row.set("credit_limit", l == null ? null : l.get("credit_limit"));
+    row.set("standing", l == null ? null : l.get("standing"));
+    row.set("source_partition", o.get("source_partition"));
+    row.set("source_offset", o.get("source_offset"));
+    return row.toString();
   }
 
   /**
