@@ -6,7 +6,8 @@ store (``recent_buyers``, 10 users per partition: it evicts), Spark's ``in_memor
 (``order_enrichment``, with a grace longer than a small micro-batch's skew between its topics, and re-keyed from
 unkeyed orders: ``order_enrichment_rekeyed``, whose re-keying stage dies with the driver) and a windowed
 stream-stream join (``order_payments``, held to the reference whatever the micro-batches Spark cuts; and re-keyed from
-unkeyed orders: ``order_payments_rekeyed``, on an input inside one join window). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
+unkeyed orders: ``order_payments_rekeyed``, on an input inside one join window), and a stream joined with two tables
+(``order_credit_enrichment``: three topics in one task, records of each waiting for the others). Each job is a copy with a snapshot after every batch (tests/fixtures/store_kind_jobs.py), all
 its input is produced first and read in small micro-batches; after the kills a last run drains it, and the
 outputs (and, where cheap, the changelog's compacted view) must equal the job's plain-Python reference.
 
@@ -238,6 +239,26 @@ def _check_rekeyed_enrichment(settings: Settings, spec: JobSpec, rows: list[dict
     assert collections.Counter(got) == want
 
 
+# --- order_credit_enrichment: a stream joined with two tables (three topics in one task, no grace) -----------------
+def _produce_order_credit_enrichment(settings: Settings, spec: JobSpec):
+    from spark_jobs.reference.generators import credit
+
+    inputs = credit.adversarial_inputs(orders=300, seed=80)
+    for topic, records in zip(spec.input_topics, inputs, strict=True):
+        ensure_topic(settings.kafka, topic, spec.source_partitions)
+        orders.produce(settings.kafka, topic, records, spec.source_partitions)
+    return credit.expected_credit_enrichment([inputs], spec.source_partitions, spec.stores[0].retention_ms)
+
+
+def _check_order_credit_enrichment(settings: Settings, spec: JobSpec, rows: list[dict], want) -> None:
+    from spark_jobs.reference.generators import credit
+
+    by_key = _unique(rows, lambda r: (r["source_partition"], r["source_offset"]))  # a replayed order joined once
+    iso = {key: orders.iso_time(_ms(r["event_time"])) for key, r in by_key.items()}
+    got = {key: tuple(iso[key] if f == "event_time" else r[f] for f in credit.FIELDS) for key, r in by_key.items()}
+    assert got == want
+
+
 # --- order_payments: a windowed stream-stream join (two window stores, unmatched records held to their window's close) ---
 def _produce_order_payments(settings: Settings, spec: JobSpec):
     """The reference, whatever the micro-batches Spark cuts under the case's limit and wherever a kill lands: a
@@ -333,6 +354,7 @@ CASES = (
     Case("customer_accounts", 40, _produce_customer_accounts, _check_customer_accounts),
     Case("order_enrichment", 40, _produce_order_enrichment, _check_order_enrichment),
     Case("order_enrichment_rekeyed", 40, _produce_rekeyed_enrichment, _check_rekeyed_enrichment),
+    Case("order_credit_enrichment", 40, _produce_order_credit_enrichment, _check_order_credit_enrichment),
     Case("order_payments", 40, _produce_order_payments, _check_order_payments),
     Case("order_payments_rekeyed", 40, _produce_rekeyed_payments, _check_rekeyed_payments),
 )
