@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from decimal import Decimal
 
-from spark_jobs.reference.generators.orders import Record, Versions, adversarial, iso_time
+from spark_jobs.reference.generators.orders import Record, Versions, adversarial, enriched, iso_time
 from spark_jobs.reference.generators.producer import kafka_partition
 
 #: an output row's fields, in order (spark_jobs/reference/jobs/order_credit_enrichment.py): the order's, the
@@ -119,14 +118,5 @@ def expected_credit_enrichment(
 
 
 def _joined(order: Record, profile: dict | None, line: dict | None) -> tuple:
-    value = order.value
-    return (
-        order.key,
-        value["order_id"],
-        Decimal(str(value["amount"])),
-        value["event_time"],
-        profile["name"] if profile else None,
-        profile["tier"] if profile else None,
-        line["credit_limit"] if line else None,
-        line["standing"] if line else None,
-    )
+    credit = (line["credit_limit"], line["standing"]) if line else (None, None)
+    return (*enriched(order, profile), *credit)

@@ -223,15 +223,20 @@ class _Task:
         row = self.table.lookup(record.key, record.time_ms)
         if row is None and self.join == "inner":
             return
-        order = record.value
-        self.results[place] = (
-            record.key,
-            order["order_id"],
-            Decimal(str(order["amount"])),
-            order["event_time"],
-            row["name"] if row else None,
-            row["tier"] if row else None,
-        )
+        self.results[place] = enriched(record, row)
+
+
+def enriched(order: Record, customer: dict | None) -> tuple:
+    """An order joined with its customer's row (None: none) as an output row (:data:`FIELDS`)."""
+    value = order.value
+    return (
+        order.key,
+        value["order_id"],
+        Decimal(str(value["amount"])),
+        value["event_time"],
+        customer["name"] if customer else None,
+        customer["tier"] if customer else None,
+    )
 
 
 def expected_enrichment(
