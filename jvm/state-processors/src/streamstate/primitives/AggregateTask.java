@@ -56,6 +56,17 @@ abstract class AggregateTask extends PartitionTask {
     return new Object[width];
   }
 
+  /** A restored store row: the partition's stream time ({@link #restoredStreamTime}), or a key's entry. */
+  @Override
+  protected final void handlePartitionState(int partition, Row initial) {
+    if (!restoredStreamTime(initial)) {
+      restoreKey(initial.getAs("key"), initial);
+    }
+  }
+
+  /** Put the restored entry of {@code key} (its store row {@code initial}) back in the processor's state. */
+  protected abstract void restoreKey(String key, Row initial);
+
   /** A batch of the partition's events: see {@link EventBatch}. */
   protected abstract EventBatch newBatch(int partition);
 

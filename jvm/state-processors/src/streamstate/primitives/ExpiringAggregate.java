@@ -114,12 +114,9 @@ public final class ExpiringAggregate {
     }
 
     @Override
-    protected void handlePartitionState(int partition, Row initial) {
-      if (restoredStreamTime(initial)) {
-        return;
-      }
+    protected void restoreKey(String key, Row initial) {
       Row value = Rows.select(initial, keySchema);
-      keys.updateValue(initial.getAs("key"), value);
+      keys.updateValue(key, value);
       long expiresAt = value.getLong(kinds.length) + ttlMs;
       if (!nextExpiry.exists() || expiresAt < nextExpiry.get()) {
         nextExpiry.update(expiresAt);

@@ -206,11 +206,7 @@ public final class SessionAggregate {
     }
 
     @Override
-    protected void handlePartitionState(int partition, Row initial) {
-      if (restoredStreamTime(initial)) {
-        return;
-      }
-      String key = initial.getAs("key");
+    protected void restoreKey(String key, Row initial) {
       TreeMap<Long, Session> restored = new TreeMap<>();
       long due = nextDueAt.exists() ? nextDueAt.get() : Long.MAX_VALUE;
       for (Row row : initial.<Row>getList(initial.fieldIndex("sessions"))) {

@@ -163,11 +163,7 @@ public final class WindowedAggregate {
     }
 
     @Override
-    protected void handlePartitionState(int partition, Row initial) {
-      if (restoredStreamTime(initial)) {
-        return;
-      }
-      String key = initial.getAs("key");
+    protected void restoreKey(String key, Row initial) {
       TreeMap<Long, Object[]> windows = new TreeMap<>();
       for (Row window : initial.<Row>getList(initial.fieldIndex("open_windows"))) {
         Object[] aggregates = new Object[kinds.length];
