@@ -154,7 +154,7 @@ class JobSources:
     def stream(self):
         """The stateful stage's input as a streaming DataFrame, starting at :attr:`starting_offsets`: the job's
         source topic, or its repartition topic when the job re-keys its source (``JobSpec.repartition``,
-        :mod:`spark_jobs.io.repartition`), and a join's other inputs (``JobSpec.join_topic``: one source reads
+        :mod:`spark_jobs.io.repartition`), and a join's other inputs (``JobSpec.join_topics``: one source reads
         them all, so one checkpoint offset, one changelog marker and one restore position cover them; refused
         unless co-partitioned, :meth:`check_co_partitioned`). Read committed, as Kafka Streams reads under
         exactly-once: a repartition topic and another job's output topic are written in transactions, and a

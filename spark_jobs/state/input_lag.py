@@ -1,5 +1,5 @@
 """Which inputs of a job with several inputs (a join) have records written beyond a micro-batch: what the
-join's tasks need to take both topics in Kafka Streams' order however a rate limit cuts them
+join's tasks need to take their topics in Kafka Streams' order however a rate limit cuts them
 (``streamstate.primitives.InputMerge``, Java).
 
 The rules:
@@ -15,7 +15,7 @@ The rules:
    in the same order as the first attempt did (its outputs may already be written).
 3. **Handed to the tasks as a session setting** (:data:`LAGGING_CONF`) for the batch's Spark jobs: the
    ``<input>:<partition>`` pairs of the lagging inputs, input 0 being the stateful stage's first topic (the
-   source, or its repartition topic) and 1 the join topic.
+   source, or its repartition topic), then each join topic in ``JobSpec.join_topics`` order.
 4. **Kept for a while.** A reading is deleted :data:`KEPT_BATCHES` batches later (Spark keeps its own offset
    log for 100 batches by default: no batch older than that is replayed).
 5. **Waiting longer** (``JobSpec.max_task_idle_ms``, Kafka Streams' ``max.task.idle.ms > 0``): an input caught
