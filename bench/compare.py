@@ -92,7 +92,7 @@ class Workload:
     keys)``: the input; ``produce``: writes it keyed; the answers: bench/answers.py's readers of the Kafka
     Streams output topic and of a Delta output table; ``windowed``: answers are keyed (key, window start).
 
-    A join of two topics (the job's ``join_topic`` set) has ``generate`` return both topics' records (the source
+    A join of two topics (the job's ``join_topics`` set) has ``generate`` return both topics' records (the source
     topic's, then the join topic's, encoded: bench/compare.py writes them with ``produce``, the join topic first),
     ``check`` comparing its answers (bench/answers.py's ``check_*_agree``: peer -> results compared, and what was
     left out), the Kafka Streams JVM's ``kafka_streams_options``, and ``table_topic`` when its join topic is a

@@ -4,9 +4,9 @@ whose results are events.
 
 Rules both keep (each join's module states its own semantics):
 
-- the inputs are the spec's ``source_topic`` (the left side, a stream) and its ``join_topic`` (the right side),
+- the inputs are the spec's ``source_topic`` (the left side, a stream) and its ``join_topics`` (the right side),
   co-partitioned, decoded and classified in one pass, each by its own rules
-  (:func:`~spark_jobs.primitives.table_join.classify_two_topics`);
+  (:func:`~spark_jobs.primitives.table_join.classify_topics`);
 - the join's Java processor (``streamstate.primitives.<processor>``) emits ``change`` rows (the store's changes,
   to its changelog) and ``joined`` rows (the results);
 - the outputs are the results, appended, each identified by its place in the inputs (:meth:`output_key`), so a
