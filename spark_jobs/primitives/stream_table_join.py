@@ -17,7 +17,7 @@ are co-partitioned):
   records wait in the store for them; a topic with nothing more written holds nothing back
   (``max.task.idle.ms = 0``). So the answer does not depend on how a rate limit cuts the input
   (``streamstate.primitives.InputMerge``). With more than two topics, Kafka Streams' order of records of equal
-  times is its priority queue's, not a rule (README's known differences);
+  times is its priority queue's, not a rule (a known difference: docs/writing-jobs/stream-table-join.md);
 - a ``versioned`` store (the default to choose: Kafka Streams' versioned table, KIP-914) keeps each key's
   versions for the store's ``retention_ms`` of table time, and a stream event joins the row valid **at the
   event's time**; a ``key_value`` store keeps the latest row, and an event joins the row current when it is
@@ -42,8 +42,8 @@ are co-partitioned):
 
 The store's changelog holds the table's versions per key (a further table's as ``~table@<t>@<key>``, its
 time as ``~table-time@<partition>@<t>``), the events waiting out their grace
-(``~buffer@<partition>@<offset>``), the records of either topic waiting for the other
-(``~waiting@<partition>@<stream|table>@<offset>``) and each partition's stream and table times and the topic it
+(``~buffer@<partition>@<offset>``), the records of any topic waiting for another
+(``~waiting@<partition>@<side>@<offset>``, the side ``stream``, ``table``, then ``table1`` and on for further tables) and each partition's stream and table times and the topic it
 took last (``~stream-time@<partition>``): a restore continues all of them exactly. With the spec's ``output_topic`` each joined event also goes to an event
 topic (``JobOutputs.ensure_topic``: keyed by the join key, the row as JSON), once, in the transaction of
 its batch's markers: what a Kafka Streams ``join(...).to(topic)`` writes under exactly-once.
@@ -123,7 +123,10 @@ class StreamTableJoin(StreamJoin):
     more_tables: tuple[JoinedTable, ...] = ()
     store_kinds: ClassVar[tuple[str, ...]] = ("versioned", "key_value")
     processor: ClassVar[str] = "StreamTableJoin"
-    same_name_hint: ClassVar[str] = "a field of both the stream and the table: give the table's fields a right_prefix"
+    same_name_hint: ClassVar[str] = (
+        "a field of both the stream and a table, or of two tables: give the table's fields a right_prefix (a "
+        "further table's, its JoinedTable prefix)"
+    )
 
     @property
     def input_kinds(self) -> tuple[InputKind, ...]:
@@ -206,7 +209,8 @@ class StreamTableJoin(StreamJoin):
                     f"({spec.key_field!r},), not {tuple(table.key)}"
                 )
             if prefix and not _NAME.match(prefix + "x"):
-                raise JobSpecError(f"{name}: prefix {prefix!r}: use lower-case letters, digits and _")
+                where = "right_prefix" if i == 0 else f"{name}.prefix"
+                raise JobSpecError(f"{where}: {prefix!r}: use lower-case letters, digits and _")
         if self.grace_ms and self.more_tables:
             raise JobSpecError(
                 "grace_ms: a grace period is for a join of one table (Kafka Streams holds an event once per "

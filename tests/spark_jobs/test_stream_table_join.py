@@ -132,7 +132,7 @@ def test_a_stream_table_join_is_declared_and_checked():
 
     with_amount = T.StructType([*CUSTOMER_SCHEMA.fields, T.StructField("amount", T.DoubleType())])
     clash = dataclasses.replace(ORDER_ENRICHMENT, table=UpsertTable(with_amount, ("customer_id",), "plain"))
-    with pytest.raises(JobSpecError, match="'amount' is a reserved name or a field of both the stream and the table"):
+    with pytest.raises(JobSpecError, match="'amount' is a reserved name or a field of both the stream and a table"):
         clash.check(spec)
     dataclasses.replace(clash, right_prefix="customer_").check(spec)
     with pytest.raises(JobSpecError, match="key_format 'plain' is for a key of one STRING field"):
@@ -364,3 +364,38 @@ def test_orders_join_their_customer_and_credit_line_as_of_their_time(settings, k
     assert len(want) - len(with_profile | with_line) > 5
     inner = credit.expected_credit_enrichment(runs, spec.source_partitions, RETENTION_MS, "inner")
     assert len(inner) == len(with_profile & with_line)
+
+
+def test_a_join_of_several_tables_is_checked():
+    """A declaration with ``more_tables`` names one join topic per table, a prefix per table when their fields
+    meet, and no grace period; a spec's ``join_topics`` is a tuple of distinct topics."""
+    from spark_jobs.primitives import JoinedTable
+    from spark_jobs.reference.jobs.order_credit_enrichment import ORDER_CREDIT_ENRICHMENT as join
+
+    spec = get_job("order_credit_enrichment")
+    join.check(spec)
+    assert spec.input_kinds() == {"orders": "stream", "customer-profiles": "table", "credit-lines": "table"}
+    assert [f.name for f in join.output_schema(spec.key_field).fields][4:] == [
+        "name",
+        "tier",
+        "credit_limit",
+        "standing",
+        "source_partition",
+        "source_offset",
+    ]
+    with pytest.raises(
+        JobSpecError, match=r"reads each of its 2 table\(s\) from the spec's join_topics, in order; it has 1"
+    ):
+        join.check(dataclasses.replace(spec, join_topics=("customer-profiles",)))
+    with pytest.raises(JobSpecError, match="grace_ms: a grace period is for a join of one table"):
+        dataclasses.replace(join, grace_ms=1_000).check(spec)
+    twice = dataclasses.replace(join, more_tables=(JoinedTable(join.table),))
+    with pytest.raises(JobSpecError, match="'name' is a reserved name or a field of both the stream and a table, or"):
+        twice.check(spec)
+    dataclasses.replace(join, more_tables=(JoinedTable(join.table, prefix="again_"),)).check(spec)
+    with pytest.raises(JobSpecError, match=r"more_tables\[0\].prefix: 'X-': use lower-case letters"):
+        dataclasses.replace(join, more_tables=(JoinedTable(join.table, prefix="X-"),)).check(spec)
+    with pytest.raises(JobSpecError, match=r"join_topics is a tuple of topics: \('credit-lines',\)"):
+        dataclasses.replace(spec, join_topics="credit-lines")
+    with pytest.raises(JobSpecError, match="must differ from each other and from source_topic"):
+        dataclasses.replace(spec, join_topics=("credit-lines", "credit-lines"))
