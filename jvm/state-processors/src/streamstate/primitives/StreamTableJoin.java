@@ -219,7 +219,9 @@ public final class StreamTableJoin {
       String key = initial.getAs("key");
       if (key.startsWith(TABLE_TIME_PREFIX)) {
         int table = Integer.parseInt(key.substring(key.lastIndexOf('@') + 1));
-        furtherTableTimes.updateValue(table, initial.<Long>getAs("table_time_ms"));
+        if (table < tables) {  // a table this job joins (a migrated store may hold one it no longer does)
+          furtherTableTimes.updateValue(table, initial.<Long>getAs("table_time_ms"));
+        }
       } else if (key.startsWith(TIMES_PREFIX)) {
         Long stream = initial.getAs("stream_time_ms");
         Long tableAt = initial.getAs("table_time_ms");
