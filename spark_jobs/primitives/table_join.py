@@ -81,22 +81,23 @@ def classify_topics(source, join_topics: tuple[str, ...], classifiers: tuple, ev
     for i, classify in enumerate(classifiers):
         classified = _side_classified(classified, classify, of_input(i), f"_i{i}", raw)
 
-    def pick(column: str):
-        chosen = F.col(f"_i0{column}")
+    def by_input(of, column: str):
+        """``of(i, input i's column)`` for the record's own input."""
+        chosen = of(0, F.col(f"_i0{column}"))
         for i in range(len(classifiers) - 1, 0, -1):
-            chosen = F.when(of_input(i), F.col(f"_i{i}{column}")).otherwise(chosen)
-        return chosen
+            chosen = F.when(of_input(i), of(i, F.col(f"_i{i}{column}"))).otherwise(chosen)
+        return chosen.alias(column)
+
+    def own(_i, column):
+        return column
 
     decoded = dead_letter.EVENT_COLUMN
-    events = event(F.col(f"_i0{decoded}"), 0)
-    for i in range(len(classifiers) - 1, 0, -1):
-        events = F.when(of_input(i), event(F.col(f"_i{i}{decoded}"), i)).otherwise(events)
     return classified.select(
         *kept,
         F.col(raw).alias("value"),
-        events.alias(decoded),
-        pick(dead_letter.ERROR_COLUMN).alias(dead_letter.ERROR_COLUMN),
-        pick(dead_letter.MESSAGE_COLUMN).alias(dead_letter.MESSAGE_COLUMN),
+        by_input(lambda i, column: event(column, i), decoded),
+        by_input(own, dead_letter.ERROR_COLUMN),
+        by_input(own, dead_letter.MESSAGE_COLUMN),
     )
 
 

@@ -109,8 +109,8 @@ final class InputMerge {
       boolean stop = false;
       for (int input : order) {  // least recently taken first: a tie goes to the earliest
         if (next[input] == inputs.get(input).size()) {
-          if (lagging[input] && hasAny(inputs, next)) {
-            stop = true;  // this input has records still to read: the others' wait for them
+          if (lagging[input]) {
+            stop = true;  // this input has records still to read: the others' (if any are left) wait for them
             break;
           }
           continue;
@@ -131,16 +131,6 @@ final class InputMerge {
       waiting.add(rest(inputs.get(i), next[i]));
     }
     return new Outcome(order, last, waiting);
-  }
-
-  /** Whether any input has a record left to take. */
-  private static boolean hasAny(List<List<Input>> inputs, int[] next) {
-    for (int i = 0; i < next.length; i++) {
-      if (next[i] < inputs.get(i).size()) {
-        return true;
-      }
-    }
-    return false;
   }
 
   /** {@code order} with {@code input} moved to its end (the most recently taken). */
